@@ -1,0 +1,1 @@
+"""Command-line entry points. Thin: they parse options and call the public API."""

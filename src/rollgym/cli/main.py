@@ -1,0 +1,34 @@
+"""``rollgym``: the command. Each subcommand lives in its own module with a ``register`` function."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from rollgym.cli import run as run_command
+    from rollgym.cli import traces as traces_command
+
+    parser = argparse.ArgumentParser(
+        prog="rollgym",
+        description="Collect LLM-agent rollouts on environments at high concurrency, "
+        "with one small job trace and one bounded trace per rollout.",
+    )
+    subcommands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subcommands.required = True
+    run_command.register(subcommands)
+    traces_command.register(subcommands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    code = args.handler(args)
+    return int(code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,329 @@
+"""The job config: typed, validated once on load, then frozen.
+
+One YAML file per job, plus dotted overrides from the command line
+(``run.concurrency=256``). Everything is checked before any server starts, and every problem
+is reported as a :class:`~rollgym.errors.ConfigError` naming the file, the key path and what
+was expected. Implementation-specific server options (``max_turns`` of an agent, ``accuracy``
+of the simulated model) are validated against that implementation's own ``Options`` model,
+and references between servers (an agent's ``model``) must name a server of the right kind.
+
+Secrets are never literals: a config names the environment variable that holds one
+(``api_key_env: OPENAI_API_KEY``); :func:`redacted` writes the resolved config with any
+secret-looking literal replaced.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets as _secrets
+import time
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rollgym.errors import ConfigError
+
+ServerKind = Literal["agent", "environment", "model"]
+
+_FROZEN = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerOptions(BaseModel):
+    """Base of every implementation's ``Options`` model.
+
+    ``server_refs`` maps an option field to the server kind it must name; the config loader
+    checks those references across the whole ``servers:`` block.
+    """
+
+    model_config = _FROZEN
+    server_refs: ClassVar[dict[str, ServerKind]] = {}
+
+
+class RunConfig(BaseModel):
+    """The ``run:`` block: what to collect and how hard to push."""
+
+    model_config = _FROZEN
+
+    input: Path = Field(description="JSONL file of task rows, one JSON object per line.")
+    output_dir: Path | None = Field(None, description="Results folder; default runs/<run id>/.")
+    run_id: str | None = Field(None, description="Run id; default: kept from output_dir, else generated.")
+    repeats: int = Field(1, ge=1, description="Rollouts per task row.")
+    concurrency: int = Field(64, ge=1, description="Most rollouts in flight at once.")
+    max_attempts: int = Field(3, ge=1, description="Attempts per rollout (transient failures only).")
+    timeout_s: float = Field(300.0, gt=0, description="Time limit of one attempt, in seconds.")
+    agent: str | None = Field(None, description="Agent server for rows that name none.")
+    environment_routes: dict[str, str] = Field(
+        default_factory=dict, description="Task set name -> environment server whose /run plays the episode."
+    )
+    retry_backoff_s: float = Field(0.5, ge=0, description="First retry delay; doubles per attempt, with jitter.")
+    retry_backoff_max_s: float = Field(30.0, ge=0, description="Ceiling of the retry delay.")
+    pass_threshold: float = Field(1.0, description="A rollout passes (for pass@k) when reward >= this.")
+    retry_failed: bool = Field(False, description="On resume, run again the rollouts recorded as failed.")
+    progress_interval_s: float = Field(10.0, gt=0, description="Seconds between plain progress lines.")
+    max_request_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Largest request body a server accepts.")
+
+
+class ServerConfig(BaseModel):
+    """One entry of ``servers:``. Either ``impl`` (launched by the run) or ``url`` (already up).
+
+    Keys other than ``kind``, ``impl`` and ``url`` are the implementation's options.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    kind: ServerKind
+    impl: str | None = Field(None, description="Built-in name or 'package.module:Class'.")
+    url: str | None = Field(None, description="Base URL of a server already running elsewhere.")
+
+    @model_validator(mode="after")
+    def _impl_xor_url(self) -> "ServerConfig":
+        if (self.impl is None) == (self.url is None):
+            raise ValueError("give exactly one of 'impl' (launch it) or 'url' (use a running server)")
+        if self.url is not None and not re.match(r"^https?://[^/]+", self.url):
+            raise ValueError(f"'url' must be an http(s) URL, got {self.url!r}")
+        return self
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The implementation-specific keys, as written."""
+        return dict(self.model_extra or {})
+
+
+class TelemetryConfig(BaseModel):
+    """The ``telemetry:`` block. A user's ``OTEL_*`` environment variable wins over it."""
+
+    model_config = _FROZEN
+
+    preset: str | list[str] = Field("default", description="default | per_rollout | minimal | off | a list of groups.")
+    exporter: Literal["auto", "otlp", "console", "none"] = Field(
+        "auto", description="auto: OTEL_TRACES_EXPORTER if set, else the run's local trace store."
+    )
+    endpoint: str | None = Field(None, description="OTLP endpoint (OTEL_EXPORTER_OTLP_ENDPOINT wins).")
+    protocol: Literal["http/protobuf", "grpc"] = Field("http/protobuf", description="OTLP protocol.")
+    headers_env: str | None = Field(None, description="Env var holding OTLP headers (k=v,k2=v2), e.g. an API key.")
+    metrics: bool = Field(True, description="Export the metrics of TELEMETRY.md with the same exporter.")
+    single_trace: bool = Field(False, description="Give every root the job's trace id (small debugging runs only).")
+    sampler: str | None = Field(None, description="Like OTEL_TRACES_SAMPLER (which wins).")
+    sampler_arg: str | None = Field(None, description="Like OTEL_TRACES_SAMPLER_ARG (which wins).")
+    max_queue_size: int = Field(65536, ge=1, description="Spans buffered per process before dropping.")
+    max_export_batch_size: int = Field(4096, ge=1, description="Spans per export request.")
+    schedule_delay_ms: int = Field(500, ge=1, description="Longest wait between exports.")
+
+    @field_validator("preset")
+    @classmethod
+    def _known_preset(cls, value: str | list[str]) -> str | list[str]:
+        from rollgym.telemetry.groups import resolve_groups
+
+        resolve_groups(value)
+        return value
+
+
+class JobConfig(BaseModel):
+    """A whole job: ``run``, ``servers``, ``telemetry``."""
+
+    model_config = _FROZEN
+
+    run: RunConfig
+    servers: dict[str, ServerConfig] = Field(default_factory=dict)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+
+    def server(self, name: str) -> ServerConfig:
+        return self.servers[name]
+
+    def servers_of_kind(self, kind: ServerKind) -> list[str]:
+        return [name for name, server in self.servers.items() if server.kind == kind]
+
+
+def new_run_id() -> str:
+    """A sortable, unique-enough run id: UTC time plus 6 random hex digits."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + _secrets.token_hex(3)
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``run.concurrency=256`` -> (["run", "concurrency"], 256). Values are parsed as YAML."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override {text!r} is not of the form key.path=value", source="<overrides>")
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"value {raw!r} is not valid YAML: {exc}", source="<overrides>", key_path=key) from None
+    return key.split("."), value
+
+
+def apply_override(data: dict[str, Any], path: list[str], value: Any) -> None:
+    node = data
+    for depth, part in enumerate(path[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(
+                f"cannot set a key below {'.'.join(path[: depth + 1])!r}, which is not a mapping",
+                source="<overrides>",
+                key_path=".".join(path),
+            )
+        node = child
+    node[path[-1]] = value
+
+
+def load_config(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = ()) -> JobConfig:
+    """Read, override, validate and freeze a job config; raise ``ConfigError`` on any problem.
+
+    Relative paths in the file resolve against the file's folder; relative paths given as
+    overrides resolve against the current directory.
+    """
+    source = Path(path)
+    try:
+        text = source.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config: {exc.strerror}", source=str(source)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"not valid YAML: {exc}", source=str(source)) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError("the top level must be a mapping with run:, servers:, telemetry:", source=str(source))
+
+    overridden: set[str] = set()
+    for item in overrides:
+        key_path, value = parse_override(item)
+        apply_override(data, key_path, value)
+        overridden.add(".".join(key_path))
+
+    run = data.get("run")
+    if isinstance(run, dict):
+        for key in ("input", "output_dir"):
+            value = run.get(key)
+            if isinstance(value, str) and value and f"run.{key}" not in overridden:
+                run[key] = str((source.parent / value)) if not os.path.isabs(value) else value
+    return validate_config(data, source=str(source))
+
+
+def validate_config(data: dict[str, Any], *, source: str = "<config>") -> JobConfig:
+    """Validate a config mapping (already loaded) into a frozen :class:`JobConfig`."""
+    try:
+        config = JobConfig.model_validate(data)
+    except ValidationError as exc:
+        raise _config_error_from(exc, source) from None
+    _check_servers(config, source)
+    _check_routes(config, source)
+    return config
+
+
+def _config_error_from(exc: ValidationError, source: str) -> ConfigError:
+    problems = []
+    for error in exc.errors():
+        key_path = ".".join(str(part) for part in error["loc"])
+        message = error["msg"]
+        if error["type"] == "extra_forbidden":
+            message = "unknown key"
+        elif error["type"] == "missing":
+            message = "required key is missing"
+        got = error.get("input")
+        if error["type"] not in ("missing", "extra_forbidden") and not isinstance(got, dict):
+            message += f" (got {got!r})"
+        problems.append((key_path, message))
+    first_key, first_message = problems[0]
+    message = first_message
+    if len(problems) > 1:
+        message += "; also " + "; ".join(f"{k}: {m}" for k, m in problems[1:])
+    return ConfigError(message, source=source, key_path=first_key)
+
+
+def _check_servers(config: JobConfig, source: str) -> None:
+    from rollgym.servers.registry import resolve_impl
+
+    for name, server in config.servers.items():
+        base = f"servers.{name}"
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+            raise ConfigError("server names may hold only letters, digits, '_', '.', '-'", source=source, key_path=base)
+        if server.url is not None:
+            if server.options:
+                first = sorted(server.options)[0]
+                raise ConfigError(
+                    "a server given by 'url' is not launched, so it takes no implementation options",
+                    source=source,
+                    key_path=f"{base}.{first}",
+                )
+            continue
+        assert server.impl is not None
+        try:
+            impl = resolve_impl(server.impl, server.kind)
+        except (ImportError, AttributeError, TypeError, ValueError) as exc:
+            raise ConfigError(str(exc), source=source, key_path=f"{base}.impl") from None
+        try:
+            options = impl.Options.model_validate(server.options)
+        except ValidationError as exc:
+            inner = _config_error_from(exc, source)
+            raise ConfigError(
+                str(inner).split(": ", 2)[-1], source=source, key_path=f"{base}.{inner.key_path}"
+            ) from None
+        for field, kind in impl.Options.server_refs.items():
+            target = getattr(options, field, None)
+            if target is None:
+                continue
+            other = config.servers.get(target)
+            if other is None:
+                raise ConfigError(
+                    f"names server {target!r}, which is not in servers: (have {sorted(config.servers)})",
+                    source=source,
+                    key_path=f"{base}.{field}",
+                )
+            if other.kind != kind:
+                raise ConfigError(
+                    f"names server {target!r} of kind {other.kind!r}; expected a {kind} server",
+                    source=source,
+                    key_path=f"{base}.{field}",
+                )
+
+
+def _check_routes(config: JobConfig, source: str) -> None:
+    agent = config.run.agent
+    if agent is not None:
+        server = config.servers.get(agent)
+        if server is None or server.kind != "agent":
+            raise ConfigError(
+                f"names {agent!r}, which is not an agent server (agents: {config.servers_of_kind('agent')})",
+                source=source,
+                key_path="run.agent",
+            )
+    for taskset, target in config.run.environment_routes.items():
+        server = config.servers.get(target)
+        if server is None or server.kind != "environment":
+            raise ConfigError(
+                f"names {target!r}, which is not an environment server "
+                f"(environments: {config.servers_of_kind('environment')})",
+                source=source,
+                key_path=f"run.environment_routes.{taskset}",
+            )
+
+
+_SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|authorization)$", re.IGNORECASE)
+
+
+def redacted(config: JobConfig) -> dict[str, Any]:
+    """The resolved config as plain data, with any literal under a secret-looking key hidden.
+
+    Keys ending in ``_env`` name an environment variable and are kept: they are not secrets.
+    """
+
+    def scrub(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {
+                key: ("<redacted>" if _SECRET_KEY.search(str(key)) and not str(key).endswith("_env") else scrub(value))
+                for key, value in node.items()
+            }
+        if isinstance(node, list):
+            return [scrub(item) for item in node]
+        return node
+
+    return scrub(config.model_dump(mode="json"))

@@ -1,0 +1,83 @@
+"""The one error tree of rollgym.
+
+Every error rollgym raises on purpose is a :class:`RollgymError`, so an embedder can catch the
+whole family with one ``except``. Foreign errors (aiohttp, pydantic, yaml) are translated at
+one boundary each and carry *where* the problem is: a file and line, a config key path, a
+server name, a request field::
+
+    RollgymError
+    ├── ConfigError            bad job config: file, key path, what was expected
+    ├── InputError             an input row that cannot be read: file, line, field
+    ├── LaunchError            a server that did not start or never became healthy
+    └── DispatchError          one attempt of one rollout went wrong
+        ├── TransientDispatchError   retried: connection error, HTTP 5xx, timeout
+        └── PermanentDispatchError   not retried: HTTP 4xx, an answer without a numeric reward
+
+A failed rollout is data, not an exception that takes the run down: the driver turns a
+``DispatchError`` into a failure record (``failures.jsonl``) with its ``error_kind``.
+"""
+
+from __future__ import annotations
+
+
+class RollgymError(Exception):
+    """Root of every error rollgym raises on purpose."""
+
+
+class ConfigError(RollgymError):
+    """The job config is invalid; raised before any server starts.
+
+    ``source`` is the config file (or ``"<overrides>"``), ``key_path`` the dotted key.
+    """
+
+    def __init__(self, message: str, *, source: str = "", key_path: str = "") -> None:
+        self.source = source
+        self.key_path = key_path
+        where = ": ".join(part for part in (source, key_path) if part)
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class InputError(RollgymError):
+    """An input line that cannot become a rollout: malformed JSON, not an object, a bad field."""
+
+    def __init__(self, message: str, *, path: str, line: int, field: str | None = None) -> None:
+        self.path = path
+        self.line = line
+        self.field = field
+        self.detail = message
+        where = f"{path}:{line}" + (f": field {field!r}" if field else "")
+        super().__init__(f"{where}: {message}")
+
+
+class LaunchError(RollgymError):
+    """A configured server failed to start or to become healthy."""
+
+    def __init__(self, message: str, *, server: str) -> None:
+        self.server = server
+        super().__init__(f"server {server!r}: {message}")
+
+
+class DispatchError(RollgymError):
+    """One attempt of one rollout failed. ``kind`` becomes ``error_kind`` in failures.jsonl."""
+
+    kind: str = "dispatch_error"
+    transient: bool = False
+
+    def __init__(self, message: str, *, kind: str | None = None, server: str | None = None) -> None:
+        if kind is not None:
+            self.kind = kind
+        self.server = server
+        super().__init__(message)
+
+
+class TransientDispatchError(DispatchError):
+    """Worth another attempt: the connection failed, the server answered 5xx, or time ran out."""
+
+    kind = "transient"
+    transient = True
+
+
+class PermanentDispatchError(DispatchError):
+    """Another attempt would fail the same way: HTTP 4xx, or an answer without a numeric reward."""
+
+    kind = "permanent"

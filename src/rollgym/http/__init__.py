@@ -1,0 +1,1 @@
+"""The HTTP edges of every rollgym process: one outgoing client, one server app factory."""

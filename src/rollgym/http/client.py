@@ -1,0 +1,212 @@
+"""The one outgoing HTTP client of every rollgym process, and the one place ``traceparent`` goes out.
+
+Driver → agent, agent → model server, agent → environment, model server → upstream engine:
+all of them post through :class:`HttpClient`. That gives telemetry exactly one home for the
+HTTP client span, the W3C context injection, and the connection-pool metrics, and gives
+errors one translation boundary (aiohttp's exceptions become
+:class:`~rollgym.errors.TransientDispatchError`).
+
+Create the client once per process, outside any span (``async with HttpClient() as client``),
+so its pool and background tasks never capture a rollout's context.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping
+from urllib.parse import urlsplit
+
+import aiohttp
+import orjson
+
+from rollgym.errors import TransientDispatchError
+from rollgym.telemetry.groups import gate
+
+_JSON_HEADERS = {"Content-Type": "application/json"}
+#: How much of a non-JSON answer is kept for error messages.
+_TEXT_SNIPPET = 500
+
+
+@dataclass(frozen=True, slots=True)
+class HttpResponse:
+    """A finished exchange: status, parsed JSON (None when the body was not JSON), raw text snippet."""
+
+    status: int
+    data: Any
+    text: str
+    #: The trace the request was sent in (32 hex digits), or None when nothing was injected.
+    trace_id: str | None = None
+
+
+class HttpClient:
+    """A pooled aiohttp client that speaks JSON and knows which server it talks to.
+
+    ``limit`` caps open connections (0 = no cap). ``metrics`` is the connection-pool recorder
+    set up by telemetry, or None.
+    """
+
+    def __init__(self, *, limit: int = 0, metrics: Any | None = None) -> None:
+        self._limit = limit
+        self._metrics = metrics
+        self._session: aiohttp.ClientSession | None = None
+        self._timeouts: dict[float | None, aiohttp.ClientTimeout] = {}
+
+    async def __aenter__(self) -> "HttpClient":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Open the pool. Call it outside any span."""
+        if self._session is None:
+            connector = aiohttp.TCPConnector(
+                limit=self._limit, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=60
+            )
+            trace_configs = [self._metrics.trace_config()] if self._metrics is not None else None
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                json_serialize=lambda obj: orjson.dumps(obj).decode(),
+                trace_configs=trace_configs,
+                skip_auto_headers=("User-Agent",),
+            )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _timeout(self, seconds: float | None) -> aiohttp.ClientTimeout:
+        timeout = self._timeouts.get(seconds)
+        if timeout is None:
+            timeout = self._timeouts[seconds] = aiohttp.ClientTimeout(total=seconds)
+        return timeout
+
+    async def post_json(
+        self,
+        destination: str,
+        url: str,
+        body: Any,
+        *,
+        timeout: float | None = None,
+        headers: Mapping[str, str] | None = None,
+        route: str | None = None,
+    ) -> HttpResponse:
+        """POST ``body`` as JSON to ``url`` on server ``destination``.
+
+        ``route`` is the URL template for the span name (``/v1/chat/completions``), so a
+        rollout-scoped URL never makes span names high-cardinality. Raises
+        ``TransientDispatchError`` for connection errors and timeouts; any HTTP status is
+        returned, the caller decides what it means.
+        """
+        return await self.request_json("POST", destination, url, body, timeout=timeout, headers=headers, route=route)
+
+    async def get_json(
+        self, destination: str, url: str, *, timeout: float | None = None, route: str | None = None
+    ) -> HttpResponse:
+        return await self.request_json("GET", destination, url, None, timeout=timeout, route=route)
+
+    async def request_json(
+        self,
+        method: str,
+        destination: str,
+        url: str,
+        body: Any,
+        *,
+        timeout: float | None = None,
+        headers: Mapping[str, str] | None = None,
+        route: str | None = None,
+    ) -> HttpResponse:
+        """The single send, wrapped in the HTTP client span when the ``http`` group is on."""
+        sent_headers = dict(_JSON_HEADERS)
+        if headers:
+            sent_headers.update(headers)
+        if gate.http:
+            from rollgym.telemetry.spans import http_client_span
+
+            with http_client_span(method, destination, url, route) as span:
+                trace_id = _inject(sent_headers)
+                response = await self._send(method, destination, url, body, timeout, sent_headers, trace_id)
+                span.set_attribute("http.response.status_code", response.status)
+                if response.status >= 500:
+                    from opentelemetry.trace import Status, StatusCode
+
+                    span.set_status(Status(StatusCode.ERROR))
+                    span.set_attribute("error.type", str(response.status))
+                return response
+        trace_id = _inject(sent_headers) if gate.tracing else None
+        return await self._send(method, destination, url, body, timeout, sent_headers, trace_id)
+
+    async def _send(
+        self,
+        method: str,
+        destination: str,
+        url: str,
+        body: Any,
+        timeout: float | None,
+        headers: dict[str, str],
+        trace_id: str | None,
+    ) -> HttpResponse:
+        if self._session is None:
+            raise RuntimeError("HttpClient used before start(); create it at process start-up")
+        data = orjson.dumps(body) if body is not None else None
+        metrics = self._metrics
+        started = time.monotonic() if metrics is not None else 0.0
+        if metrics is not None:
+            metrics.request_started(destination)
+        try:
+            async with self._session.request(
+                method,
+                url,
+                data=data,
+                headers=headers,
+                timeout=self._timeout(timeout),
+                trace_request_ctx={"destination": destination, "started": started}
+                if metrics is not None
+                else None,
+            ) as resp:
+                raw = await resp.read()
+                status = resp.status
+        except TimeoutError:
+            raise TransientDispatchError(
+                f"no answer from {destination!r} within {timeout}s ({method} {_path(url)})",
+                kind="timeout",
+                server=destination,
+            ) from None
+        except aiohttp.ClientError as exc:
+            raise TransientDispatchError(
+                f"cannot reach {destination!r} ({method} {_path(url)}): {type(exc).__name__}: {exc}",
+                kind="connection_error",
+                server=destination,
+            ) from None
+        finally:
+            if metrics is not None:
+                metrics.request_finished(destination)
+        try:
+            parsed = orjson.loads(raw) if raw else None
+            text = ""
+        except orjson.JSONDecodeError:
+            parsed = None
+            text = raw[:_TEXT_SNIPPET].decode("utf-8", "replace")
+        return HttpResponse(status=status, data=parsed, text=text, trace_id=trace_id)
+
+
+def _inject(headers: dict[str, str]) -> str | None:
+    """Write ``traceparent``/``tracestate`` for the current context; return its trace id."""
+    from opentelemetry import propagate, trace
+
+    propagate.inject(headers)
+    context = trace.get_current_span().get_span_context()
+    return format(context.trace_id, "032x") if context.is_valid else None
+
+
+def _path(url: str) -> str:
+    return urlsplit(url).path or "/"
+
+
+def split_host_port(url: str) -> tuple[str, int | None]:
+    """(host, port) of a URL, for ``server.address`` / ``server.port``."""
+    parts = urlsplit(url)
+    return parts.hostname or "", parts.port

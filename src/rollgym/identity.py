@@ -1,0 +1,71 @@
+"""Rollout identity: the one derivation of a rollout id, shared by driver, servers and telemetry.
+
+The driver stamps each dispatch onto the *collector row* (the task row plus
+``task_index``, ``rollout_index`` and ``attempt``). The rollout id is then:
+
+- the row's explicit ``rollout_id`` when present (``custom``); for ``rollout_index`` k > 0 of
+  the same row, ``custom-r<k>`` so that repeats stay distinct;
+- else ``<task_index>-<rollout_index>`` (``3-0``);
+- attempts after the first add ``-a<attempt>`` (``3-0-a2``, ``custom-a2``).
+
+:func:`rollout_id_of` never raises: a row whose identity fields have the wrong types (an attempt
+that is a list, an index that is a string) has no id, and telemetry simply omits the attribute.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+TASK_INDEX = "task_index"
+ROLLOUT_INDEX = "rollout_index"
+ATTEMPT = "attempt"
+EXPLICIT_ID = "rollout_id"
+#: Fields the driver owns on a collector row; an input row may not set them to other types.
+STAMPED_FIELDS = (TASK_INDEX, ROLLOUT_INDEX, ATTEMPT)
+
+
+def make_rollout_id(explicit: str | None, task_index: int, rollout_index: int, attempt: int) -> str:
+    """The rollout id of one attempt (rules in the module docstring)."""
+    if explicit is not None:
+        base = explicit if rollout_index == 0 else f"{explicit}-r{rollout_index}"
+    else:
+        base = f"{task_index}-{rollout_index}"
+    return base if attempt == 0 else f"{base}-a{attempt}"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def rollout_id_of(row: Mapping[str, Any]) -> str | None:
+    """The rollout id of a collector row, or None when it cannot be derived. Never raises."""
+    try:
+        attempt = row.get(ATTEMPT, 0)
+        rollout_index = row.get(ROLLOUT_INDEX, 0)
+        if not (_is_int(attempt) and _is_int(rollout_index)) or attempt < 0 or rollout_index < 0:
+            return None
+        explicit = row.get(EXPLICIT_ID)
+        if explicit is not None:
+            if not isinstance(explicit, str) or not explicit:
+                return None
+            return make_rollout_id(explicit, 0, rollout_index, attempt)
+        task_index = row.get(TASK_INDEX)
+        if not _is_int(task_index) or task_index < 0:
+            return None
+        return make_rollout_id(None, task_index, rollout_index, attempt)
+    except Exception:  # a foreign Mapping may raise anything; identity is best effort
+        return None
+
+
+def episode_body(rollout_id: str, attempt: int, task: Mapping[str, Any]) -> dict[str, Any]:
+    """The body posted to an environment's episode ``/run``: identity only as ``episode_id``."""
+    return {"episode_id": {"rollout_id": rollout_id, "attempt": attempt}, "task": dict(task)}
+
+
+def rollout_id_of_episode(body: Mapping[str, Any]) -> str | None:
+    """The rollout id carried by an episode body, or None. Never raises."""
+    try:
+        value = body["episode_id"]["rollout_id"]
+    except Exception:
+        return None
+    return value if isinstance(value, str) and value else None

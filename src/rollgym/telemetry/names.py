@@ -1,0 +1,83 @@
+"""Every span name, attribute key and metric name rollgym emits, in one place.
+
+Dashboards, trace queries and other programs depend on these strings (see TELEMETRY.md in the
+docs); spans and metrics that describe the same thing use the same key, so a span-metrics
+join never splits. Change one only with a migration note in ``docs/telemetry.md``.
+
+The GenAI keys are our own string constants on purpose: the semantic-conventions package
+marks them as moved between modules, and our names must not move with it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- span names -------------------------------------------------------------------------------
+SPAN_STARTUP: Final = "gym.startup"
+SPAN_SERVER_STARTUP: Final = "gym.server.startup"
+SPAN_JOB: Final = "gym.job"
+SPAN_AGGREGATE_METRICS: Final = "gym.job.aggregate_metrics"
+SPAN_FINALIZE: Final = "gym.job.finalize"
+SPAN_DISPATCH: Final = "gym.rollout.dispatch"
+SPAN_ROLLOUT: Final = "gym.rollout"
+SPAN_MODEL_CHAT: Final = "gym.model.chat"
+SPAN_ENV_TOOL: Final = "gym.env.tool"
+SPAN_ENV_SEED: Final = "gym.env.seed_session"
+SPAN_VERIFY: Final = "gym.verify"
+#: The simulated engine's span, named like vLLM's so correlation is tested without a GPU.
+SPAN_ENGINE_REQUEST: Final = "llm_request"
+
+# --- resource attributes ------------------------------------------------------------------------
+RUN_ID: Final = "gym.run.id"
+SERVER_NAME: Final = "gym.server.name"
+SERVER_KIND: Final = "gym.server.kind"
+SERVER_ADDRESS: Final = "gym.server.address"
+
+# --- rollout attributes (spans and metrics share these keys) ------------------------------------
+ROLLOUT_ID: Final = "gym.rollout.id"
+ROLLOUT_ATTEMPT: Final = "gym.rollout.attempt"
+DISPATCH_NAME: Final = "gym.rollout.dispatch.name"
+DESTINATION_SERVER_NAME: Final = "gym.http.destination.server.name"
+ROLLOUT_REWARD: Final = "gym.rollout.reward"
+ROLLOUT_OUTCOME: Final = "gym.rollout.outcome"
+TELEMETRY_DROP_REASON: Final = "reason"
+ENV_TOOL_NAME: Final = "gym.env.tool.name"
+
+OUTCOME_OK: Final = "ok"
+OUTCOME_ERROR: Final = "error"
+OUTCOME_TIMEOUT: Final = "timeout"
+
+# --- GenAI semantic conventions (our own constants; see module docstring) ----------------------
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
+GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+GEN_AI_REQUEST_ID: Final = "gen_ai.request.id"
+GEN_AI_RESPONSE_ID: Final = "gen_ai.response.id"
+GEN_AI_RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+GEN_AI_LATENCY_TIME_IN_QUEUE: Final = "gen_ai.latency.time_in_queue"
+GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN: Final = "gen_ai.latency.time_to_first_token"
+GEN_AI_LATENCY_E2E: Final = "gen_ai.latency.e2e"
+
+# --- stable HTTP semantic conventions ---------------------------------------------------------
+HTTP_REQUEST_METHOD: Final = "http.request.method"
+HTTP_RESPONSE_STATUS_CODE: Final = "http.response.status_code"
+HTTP_ROUTE: Final = "http.route"
+SERVER_ADDRESS_HTTP: Final = "server.address"
+SERVER_PORT: Final = "server.port"
+URL_FULL: Final = "url.full"
+URL_PATH: Final = "url.path"
+ERROR_TYPE: Final = "error.type"
+
+# --- headers ------------------------------------------------------------------------------------
+HEADER_REQUEST_ID: Final = "X-Request-Id"
+
+# --- metric names -------------------------------------------------------------------------------
+METRIC_ROLLOUT_COMPLETED: Final = "gym.rollout.completed"
+METRIC_ROLLOUT_REWARD: Final = "gym.rollout.reward"
+METRIC_ROLLOUT_DURATION: Final = "gym.rollout.duration"
+METRIC_ROLLOUT_IN_FLIGHT: Final = "gym.rollout.in_flight"
+METRIC_HTTP_CLIENT_CONNECTIONS: Final = "gym.http.client.connections"
+METRIC_HTTP_CLIENT_QUEUE_DURATION: Final = "gym.http.client.queue_duration"
+METRIC_SPANS_DROPPED: Final = "gym.telemetry.spans.dropped"
