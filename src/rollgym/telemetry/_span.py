@@ -1,0 +1,92 @@
+"""The one context manager every span helper is built on: start, make current, end, never raise.
+
+Why not ``tracer.start_as_current_span``: we need three guarantees it does not give together.
+A failure of telemetry itself (a broken exporter hook, a bad attribute) must not reach the
+caller, so starting and ending are guarded and fall back to the invalid span; an exception from
+the caller's own body must propagate unchanged, after being recorded on the span; and a
+cancellation (``asyncio.CancelledError``, a ``BaseException``) marks the span as an error named
+by its type without a stack trace, since it is control flow rather than a fault.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from opentelemetry import context as context_api
+from opentelemetry import trace
+from opentelemetry.trace import INVALID_SPAN, Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.util.types import Attributes
+
+from rollgym.telemetry import names
+from rollgym.telemetry._state import state
+
+_log = logging.getLogger(__name__)
+_warned: set[str] = set()
+
+
+def warn_once(what: str) -> None:
+    """Log a telemetry failure the first time it happens; it is never raised."""
+    if what not in _warned:
+        _warned.add(what)
+        _log.warning("telemetry: %s (ignored; logged once)", what, exc_info=True)
+
+
+def record_error(span: Span, exc: BaseException) -> None:
+    """Mark ``span`` failed by ``exc``; a non-``Exception`` (cancellation) gets no stack trace."""
+    try:
+        if not span.is_recording():
+            return
+        kind = type(exc).__qualname__
+        span.set_attribute(names.ERROR_TYPE, kind)
+        if isinstance(exc, Exception):
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, f"{kind}: {exc}"[:500]))
+        else:
+            span.set_status(Status(StatusCode.ERROR, kind))
+    except Exception:
+        warn_once("recording an error on a span failed")
+
+
+@contextmanager
+def current_span(
+    name: str,
+    *,
+    kind: SpanKind = SpanKind.INTERNAL,
+    attributes: Attributes = None,
+    context: context_api.Context | None = None,
+    links: Sequence[Link] | None = None,
+    attach_to: context_api.Context | None = None,
+) -> Iterator[Span]:
+    """Start ``name`` as a child of ``context`` (default: the current one) and make it current.
+
+    The span is made current inside ``attach_to`` (default: the current context), so a new
+    root still keeps the caller's baggage, and a server span keeps the caller's remote baggage.
+    """
+    token = None
+    try:
+        span = state.tracer.start_span(
+            name, context=context, kind=kind, attributes=attributes, links=links
+        )
+        token = context_api.attach(trace.set_span_in_context(span, attach_to))
+    except Exception:
+        warn_once(f"starting span {name!r} failed")
+        span = INVALID_SPAN
+    try:
+        yield span
+    except GeneratorExit:
+        raise
+    except BaseException as exc:
+        record_error(span, exc)
+        raise
+    finally:
+        if token is not None:
+            try:
+                context_api.detach(token)
+            except Exception:
+                warn_once("detaching a span's context failed")
+        try:
+            span.end()
+        except Exception:
+            warn_once(f"ending span {name!r} failed")

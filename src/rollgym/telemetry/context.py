@@ -1,0 +1,64 @@
+"""W3C trace-context in and out of a process, for the ASGI middleware and explicit hand-offs.
+
+Propagation is the global OpenTelemetry propagator, by default W3C TraceContext + Baggage
+(``traceparent``, ``tracestate``, ``baggage``; ``OTEL_PROPAGATORS`` can change it as in any
+OpenTelemetry program). Servers extract it; nothing else decides parentage.
+
+Across Ray actors and task queues the context is passed explicitly as a small carrier dict
+(:func:`current_carrier` / :func:`extract_context`): implicit context never crosses a process or
+a long-lived worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from opentelemetry import context as context_api
+from opentelemetry import propagate, trace
+from opentelemetry.context import Context
+
+from rollgym.telemetry._span import warn_once
+
+
+def extract_context(headers: Mapping[str, str]) -> Context:
+    """The caller's context from request headers (lower-case keys, as ASGI gives them)."""
+    try:
+        return propagate.extract(headers)
+    except Exception:
+        warn_once("extracting trace context from headers failed")
+        return Context()
+
+
+def attach_context(ctx: Context) -> object | None:
+    """Make ``ctx`` current for one request; returns the token for :func:`detach_context`."""
+    try:
+        return context_api.attach(ctx)
+    except Exception:
+        warn_once("attaching a request's trace context failed")
+        return None
+
+
+def detach_context(token: object | None) -> None:
+    """Undo :func:`attach_context`; never raises."""
+    if token is None:
+        return
+    try:
+        context_api.detach(token)  # type: ignore[arg-type]
+    except Exception:
+        warn_once("detaching a request's trace context failed")
+
+
+def current_carrier() -> dict[str, str]:
+    """The current context as headers, to pass explicitly to a Ray actor or a queued task."""
+    carrier: dict[str, str] = {}
+    try:
+        propagate.inject(carrier)
+    except Exception:
+        warn_once("injecting trace context into a carrier failed")
+    return carrier
+
+
+def current_trace_id() -> str | None:
+    """32 lowercase hex digits of the current trace, or None when no span is current."""
+    span_context = trace.get_current_span().get_span_context()
+    return format(span_context.trace_id, "032x") if span_context.is_valid else None

@@ -1,0 +1,149 @@
+"""A batch span processor that counts what it exports and what it drops.
+
+The SDK's ``BatchSpanProcessor`` drops silently when its bounded queue is full (it logs a
+warning, nothing a summary can report). We keep it as the engine (its worker thread, batching
+and fork handling are the SDK's) and put two thin public-API wrappers around it:
+
+- :class:`CountingSpanProcessor` tracks queue occupancy as *accepted − handed to the exporter*
+  and refuses a span itself when that reaches the queue size. Our occupancy is never below the
+  SDK's real queue length (the SDK pops a batch just before calling ``export``), so the SDK
+  never reaches its own silent-drop branch: every drop is ours, and counted.
+- :class:`_CountingExporter` counts spans whose export succeeded, and spans whose export failed
+  (a dead or erroring endpoint), logging the first failure only.
+
+``on_end`` is called by whichever thread ends a span; it does a lock, two integer operations and
+an append onto the SDK's deque. Export runs on the SDK's background thread with a bounded
+per-request timeout, so a slow or dead endpoint never slows or fails a rollout.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+_log = logging.getLogger(__name__)
+
+REASON_QUEUE_FULL = "queue_full"
+REASON_EXPORT_FAILED = "export_failed"
+REASON_SHUTDOWN = "shutdown"
+DROP_REASONS = (REASON_QUEUE_FULL, REASON_EXPORT_FAILED, REASON_SHUTDOWN)
+
+
+class SpanCounts:
+    """Thread-safe tallies shared by the processor and its exporter wrapper."""
+
+    __slots__ = ("_lock", "accepted", "handed", "exported", "dropped")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.accepted = 0
+        self.handed = 0
+        self.exported = 0
+        self.dropped: dict[str, int] = dict.fromkeys(DROP_REASONS, 0)
+
+    def total_dropped(self) -> int:
+        return sum(self.dropped.values())
+
+    def snapshot(self) -> dict[str, int]:
+        return {"spans_exported": self.exported, "spans_dropped": self.total_dropped()}
+
+
+class _CountingExporter(SpanExporter):
+    """Wraps the real exporter: counts results, never raises, logs the first failure once."""
+
+    def __init__(self, inner: SpanExporter, counts: SpanCounts) -> None:
+        self._inner = inner
+        self._counts = counts
+        self._failure_logged = False
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        n = len(spans)
+        counts = self._counts
+        with counts._lock:
+            counts.handed += n
+        try:
+            result = self._inner.export(spans)
+        except Exception as exc:  # an exporter bug must not kill the SDK worker thread
+            result = SpanExportResult.FAILURE
+            self._log_failure(f"{type(exc).__name__}: {exc}")
+        with counts._lock:
+            if result is SpanExportResult.SUCCESS:
+                counts.exported += n
+            else:
+                counts.dropped[REASON_EXPORT_FAILED] += n
+        if result is not SpanExportResult.SUCCESS:
+            self._log_failure("the exporter reported failure")
+        return result
+
+    def _log_failure(self, why: str) -> None:
+        if not self._failure_logged:
+            self._failure_logged = True
+            _log.warning(
+                "span export failed (%s); further failures are counted as dropped spans, "
+                "not logged",
+                why,
+            )
+
+    def shutdown(self) -> None:
+        try:
+            self._inner.shutdown()
+        except Exception:  # noqa: BLE001 - shutdown never raises
+            _log.debug("span exporter shutdown failed", exc_info=True)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        try:
+            return self._inner.force_flush(timeout_millis)
+        except Exception:
+            return False
+
+
+class CountingSpanProcessor(SpanProcessor):
+    """Batch export through the SDK, with every exported and dropped span counted."""
+
+    def __init__(
+        self,
+        exporter: SpanExporter,
+        *,
+        max_queue_size: int = 65536,
+        max_export_batch_size: int = 4096,
+        schedule_delay_ms: float = 500,
+    ) -> None:
+        self.counts = SpanCounts()
+        self._max_queue_size = max_queue_size
+        self._shutdown = False
+        self._batch = BatchSpanProcessor(
+            _CountingExporter(exporter, self.counts),
+            max_queue_size=max_queue_size,
+            schedule_delay_millis=schedule_delay_ms,
+            max_export_batch_size=min(max_export_batch_size, max_queue_size),
+        )
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        return None
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if not span.context.trace_flags.sampled:
+            return
+        counts = self.counts
+        with counts._lock:
+            if self._shutdown:
+                counts.dropped[REASON_SHUTDOWN] += 1
+                return
+            if counts.accepted - counts.handed >= self._max_queue_size:
+                counts.dropped[REASON_QUEUE_FULL] += 1
+                return
+            counts.accepted += 1
+        self._batch.on_end(span)
+
+    def shutdown(self) -> None:
+        with self.counts._lock:
+            self._shutdown = True
+        self._batch.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._batch.force_flush(timeout_millis)

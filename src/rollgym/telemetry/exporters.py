@@ -1,0 +1,86 @@
+"""Build the SDK span and metric exporters a :class:`TelemetrySettings` names.
+
+Imports of the OTLP packages happen here, lazily, so a process with tracing off never loads
+them. Endpoints follow the SDK's rules: a per-signal ``OTEL_EXPORTER_OTLP_*_ENDPOINT`` is read
+by the exporter itself; otherwise the HTTP exporter gets ``<base>/v1/traces`` (or
+``/v1/metrics``) and the gRPC exporter the base URL.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricExporter
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
+
+from rollgym.telemetry import environment as env
+from rollgym.telemetry.settings import TelemetrySettings
+
+
+def _headers(settings: TelemetrySettings) -> dict[str, str] | None:
+    """Headers from the config's ``headers_env``; None lets the SDK read ``OTEL_*_HEADERS``."""
+    if os.environ.get(env.OTEL_EXPORTER_OTLP_HEADERS) or not settings.headers_env:
+        return None
+    raw = os.environ.get(settings.headers_env)
+    if not raw:
+        return None
+    from opentelemetry.util.re import parse_env_headers
+
+    return dict(parse_env_headers(raw, liberal=True))
+
+
+def _signal_endpoint(settings: TelemetrySettings, signal_env: str, path: str) -> str | None:
+    if os.environ.get(signal_env) or not settings.endpoint:
+        return None
+    if settings.protocol == "grpc":
+        return settings.endpoint
+    return f"{settings.endpoint.rstrip('/')}/{path}"
+
+
+def build_span_exporter(settings: TelemetrySettings) -> SpanExporter | None:
+    """The span exporter, or None when traces are off."""
+    kind = settings.traces_exporter
+    if kind == "console":
+        return ConsoleSpanExporter()
+    if kind != "otlp":
+        return None
+    kwargs: dict[str, Any] = {
+        "endpoint": _signal_endpoint(settings, env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "v1/traces"),
+        "headers": _headers(settings),
+        "timeout": settings.export_timeout_s,
+    }
+    if settings.protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as GrpcSpanExporter,
+        )
+
+        return GrpcSpanExporter(**kwargs)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter(**kwargs)
+
+
+def build_metric_exporter(settings: TelemetrySettings) -> MetricExporter | None:
+    """The metric exporter, or None when metrics are off."""
+    kind = settings.metrics_exporter
+    if kind == "console":
+        return ConsoleMetricExporter()
+    if kind != "otlp":
+        return None
+    kwargs: dict[str, Any] = {
+        "endpoint": _signal_endpoint(
+            settings, env.OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, "v1/metrics"
+        ),
+        "headers": _headers(settings),
+        "timeout": settings.export_timeout_s,
+    }
+    if settings.protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+            OTLPMetricExporter as GrpcMetricExporter,
+        )
+
+        return GrpcMetricExporter(**kwargs)
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    return OTLPMetricExporter(**kwargs)

@@ -1,0 +1,268 @@
+"""Set telemetry up once per process and hand back a handle that flushes and counts.
+
+``setup_telemetry`` builds the SDK tracer and meter providers from resolved
+:class:`~rollgym.telemetry.settings.TelemetrySettings`, installs them as the process's providers,
+and sets the span gate once: ``gate.<group>`` is "group enabled AND a trace exporter is active",
+so with tracing off every span-only call site is one attribute load and a branch.
+
+Export never touches a rollout: spans go through :class:`CountingSpanProcessor` (bounded queue,
+background thread, bounded per-request timeout, drops counted), and
+:meth:`TelemetryHandle.shutdown` flushes on a helper thread with a deadline and never raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from opentelemetry import metrics as metrics_api
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
+
+from rollgym.telemetry import environment as env
+from rollgym.telemetry import names
+from rollgym.telemetry._state import INSTRUMENTATION_NAME, state
+from rollgym.telemetry.dropping import CountingSpanProcessor
+from rollgym.telemetry.exporters import build_metric_exporter, build_span_exporter
+from rollgym.telemetry.groups import ALL_GROUPS, SpanGroup, configure_gate, gate
+from rollgym.telemetry.metrics import HttpClientMetrics, RolloutMetrics, register_dropped_spans
+from rollgym.telemetry.sampling import SingleTraceIdGenerator, make_sampler, run_trace_id
+from rollgym.telemetry.settings import TelemetrySettings, server_env
+
+__all__ = [
+    "TelemetryHandle",
+    "TelemetrySettings",
+    "install_for_tests",
+    "is_trace_exporter_active",
+    "server_env",
+    "setup_telemetry",
+]
+
+_log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+#: Loggers of the SDK exporters, which log every failed batch; we let each message through once.
+_EXPORTER_LOGGERS = (
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "opentelemetry.exporter.otlp.proto.http.metric_exporter",
+    "opentelemetry.exporter.otlp.proto.grpc.exporter",
+    "opentelemetry.exporter.otlp.common.http",
+    "opentelemetry.sdk._shared_internal",
+)
+DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
+_METRIC_INTERVAL_MS = 10_000
+
+
+@dataclass
+class TelemetryHandle:
+    """What :func:`setup_telemetry` returns: recorders, counts, and a safe shutdown."""
+
+    tracer_provider: TracerProvider | None = None
+    meter_provider: MeterProvider | None = None
+    processor: CountingSpanProcessor | None = None
+    metrics: RolloutMetrics | None = None
+    http_metrics: HttpClientMetrics | None = None
+    _closed: bool = field(default=False, repr=False)
+
+    def counts(self) -> dict[str, int]:
+        """``{"spans_exported": n, "spans_dropped": n}`` for ``summary.json``."""
+        if self.processor is None:
+            return {"spans_exported": 0, "spans_dropped": 0}
+        return self.processor.counts.snapshot()
+
+    def dropped_by_reason(self) -> dict[str, int]:
+        return dict(self.processor.counts.dropped) if self.processor is not None else {}
+
+    def shutdown(self, timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> None:
+        """Close the gates, flush what is queued, stop the providers. Bounded; never raises."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.tracer_provider is not None and state.provider is self.tracer_provider:
+            configure_gate((), tracing_active=False)
+        worker = threading.Thread(
+            target=self._shutdown_providers, name="rollgym-telemetry-shutdown"
+        )
+        worker.daemon = True
+        worker.start()
+        worker.join(timeout_s)
+        if worker.is_alive():
+            _log.warning(
+                "telemetry shutdown did not finish within %.1fs; unsent spans are lost", timeout_s
+            )
+
+    def _shutdown_providers(self) -> None:
+        for provider in (self.tracer_provider, self.meter_provider):
+            if provider is None:
+                continue
+            try:
+                provider.shutdown()
+            except Exception:
+                _log.debug("telemetry provider shutdown failed", exc_info=True)
+
+
+def is_trace_exporter_active() -> bool:
+    """The single answer to "is a trace exporter active in this process"."""
+    return gate.tracing
+
+
+def setup_telemetry(
+    settings: TelemetrySettings,
+    *,
+    service_name: str,
+    run_id: str,
+    server_name: str | None = None,
+    server_kind: str | None = None,
+    span_exporter: SpanExporter | None = None,
+    metric_reader: MetricReader | None = None,
+) -> TelemetryHandle:
+    """Install providers for this process and configure the gate.
+
+    ``span_exporter`` / ``metric_reader`` replace the configured exporters (tests, benches).
+    With ``OTEL_SDK_DISABLED`` or nothing to export, no provider is built and every gate stays
+    closed.
+    """
+    _quiet_exporter_logs()
+    exporter = span_exporter if span_exporter is not None else _safe(build_span_exporter, settings)
+    resource = _resource(service_name, run_id, server_name, server_kind)
+    handle = TelemetryHandle()
+    if exporter is not None:
+        handle.processor = CountingSpanProcessor(
+            exporter,
+            max_queue_size=settings.max_queue_size,
+            max_export_batch_size=settings.max_export_batch_size,
+            schedule_delay_ms=settings.schedule_delay_ms,
+        )
+        handle.tracer_provider = _tracer_provider(settings, resource, run_id, handle.processor)
+    reader = metric_reader
+    if reader is None:
+        metric_exporter = _safe(build_metric_exporter, settings)
+        if metric_exporter is not None:
+            reader = PeriodicExportingMetricReader(
+                metric_exporter,
+                export_interval_millis=_METRIC_INTERVAL_MS,
+                export_timeout_millis=settings.export_timeout_s * 1000,
+            )
+    if reader is not None:
+        handle.meter_provider = MeterProvider(
+            resource=resource, metric_readers=[reader], shutdown_on_exit=False
+        )
+        _install_meter_provider(handle.meter_provider)
+        meter = handle.meter_provider.get_meter(INSTRUMENTATION_NAME)
+        handle.metrics = RolloutMetrics(meter)
+        handle.http_metrics = HttpClientMetrics(meter)
+        if handle.processor is not None:
+            counts = handle.processor.counts
+            register_dropped_spans(meter, lambda: list(counts.dropped.items()))
+    configure_gate(settings.groups, tracing_active=handle.tracer_provider is not None)
+    return handle
+
+
+def install_for_tests(
+    exporter: SpanExporter,
+    groups: Iterable[SpanGroup] = ALL_GROUPS,
+    *,
+    run_id: str = "test-run",
+    single_trace: bool = False,
+) -> TelemetryHandle:
+    """A synchronous provider exporting to ``exporter`` (e.g. an ``InMemorySpanExporter``).
+
+    Spans are exported as they end (no batching), so a test can assert right after its block.
+    Replaces the tracer our span helpers use, even when a global provider was already set.
+    """
+    settings = TelemetrySettings(
+        groups=frozenset(groups), traces_exporter="otlp", single_trace=single_trace
+    )
+    resource = _resource("rollgym-test", run_id, None, None)
+    provider = _tracer_provider(settings, resource, run_id, SimpleSpanProcessor(exporter))
+    configure_gate(settings.groups, tracing_active=True)
+    return TelemetryHandle(tracer_provider=provider)
+
+
+def _tracer_provider(
+    settings: TelemetrySettings, resource: Resource, run_id: str, processor: SpanProcessor
+) -> TracerProvider:
+    provider = TracerProvider(
+        resource=resource,
+        sampler=make_sampler(settings.sampler, settings.sampler_arg),
+        id_generator=SingleTraceIdGenerator(run_trace_id(run_id))
+        if settings.single_trace
+        else None,
+        shutdown_on_exit=False,
+    )
+    provider.add_span_processor(processor)
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        trace.set_tracer_provider(provider)  # first setup in this process: make it global too
+    state.tracer = provider.get_tracer(INSTRUMENTATION_NAME)
+    state.provider = provider
+    return provider
+
+
+_global_meter_set = False
+
+
+def _install_meter_provider(provider: MeterProvider) -> None:
+    """Make the first meter provider of this process global (the API allows it once)."""
+    global _global_meter_set
+    if not _global_meter_set:
+        _global_meter_set = True
+        metrics_api.set_meter_provider(provider)
+
+
+def _resource(
+    service_name: str, run_id: str, server_name: str | None, server_kind: str | None
+) -> Resource:
+    """Run and server identity on every span and point; ``OTEL_SERVICE_NAME`` wins for the name."""
+    attributes: dict[str, str] = {names.RUN_ID: run_id}
+    if server_name:
+        attributes[names.SERVER_NAME] = server_name
+    if server_kind:
+        attributes[names.SERVER_KIND] = server_kind
+    user_named = os.environ.get(env.OTEL_SERVICE_NAME) or "service.name=" in os.environ.get(
+        env.OTEL_RESOURCE_ATTRIBUTES, ""
+    )
+    if not user_named:
+        attributes[SERVICE_NAME] = service_name
+    return Resource.create(attributes)
+
+
+def _safe(
+    build: Callable[[TelemetrySettings], _T | None], settings: TelemetrySettings
+) -> _T | None:
+    """An exporter that cannot be built (missing package, bad URL) means no export, logged."""
+    try:
+        return build(settings)
+    except Exception as exc:
+        _log.warning(
+            "telemetry exporter not available (%s: %s); exporting nothing", type(exc).__name__, exc
+        )
+        return None
+
+
+class _OncePerMessage(logging.Filter):
+    """Let each distinct log message template through once: failures are logged, not repeated."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[tuple[str, object]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.msg)
+        if key in self._seen:
+            return False
+        self._seen.add(key)
+        return True
+
+
+def _quiet_exporter_logs() -> None:
+    for name in _EXPORTER_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _OncePerMessage) for f in logger.filters):
+            logger.addFilter(_OncePerMessage())

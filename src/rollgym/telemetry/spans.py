@@ -1,0 +1,302 @@
+"""Every span rollgym opens, one helper each, with the trace-ownership (split) rule.
+
+Callers gate BEFORE calling (``if gate.rollout: with dispatch_span(...)``), so these helpers are
+only reached when the group is on and a trace exporter is active. Each one yields the span,
+never raises into the caller's work (see :mod:`rollgym.telemetry._span`), and sets costly
+attributes only when the span is recording.
+
+The split rule (TELEMETRY.md): :func:`job_span` records, before opening ``gym.job``, whether a
+valid span was already current. Only a standalone job is *owned*: its ``SpanContext`` sits in
+``_OWNED_JOB_SPAN_CONTEXT`` for the duration. :func:`dispatch_span` opens a new trace root
+linked to the job only when the current span IS that owned job; everywhere else (an embedder's
+span, even a root; the job group off; a remote parent; a child of the job) it nests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
+
+from rollgym.identity import ATTEMPT, rollout_id_of
+from rollgym.telemetry import names
+from rollgym.telemetry._span import current_span, warn_once
+from rollgym.telemetry.context import extract_context
+
+#: ``SpanContext`` of the ``gym.job`` span this process opened as a standalone trace root, for
+#: the duration of that job; None under an embedder's span or when no job span is open. When
+#: the job span is unsampled it is still a valid context, and rollouts still link to it.
+_OWNED_JOB_SPAN_CONTEXT: ContextVar[SpanContext | None] = ContextVar(
+    "rollgym_owned_job_span_context", default=None
+)
+
+
+# --- run level -----------------------------------------------------------------------------------
+@contextmanager
+def startup_span() -> Iterator[Span]:
+    """``gym.startup``: launching all servers (a root in a standalone run)."""
+    with current_span(names.SPAN_STARTUP) as span:
+        yield span
+
+
+@contextmanager
+def server_startup_span(name: str, kind: str, address: str | None) -> Iterator[Span]:
+    """``gym.server.startup``: one server, from launch until it answers ``/health``."""
+    attributes: dict[str, Any] = {names.SERVER_NAME: name, names.SERVER_KIND: kind}
+    if address:
+        attributes[names.SERVER_ADDRESS] = address
+        host, port = _host_port(address)
+        if host:
+            attributes[names.SERVER_ADDRESS_HTTP] = host
+        if port is not None:
+            attributes[names.SERVER_PORT] = port
+    with current_span(names.SPAN_SERVER_STARTUP, attributes=attributes) as span:
+        yield span
+
+
+@contextmanager
+def job_span(run_id: str) -> Iterator[Span]:
+    """``gym.job``; owns the trace (see module docstring) only when nothing was current."""
+    standalone = not trace.get_current_span().get_span_context().is_valid
+    with current_span(names.SPAN_JOB, attributes={names.RUN_ID: run_id}) as span:
+        owned = span.get_span_context() if standalone else None
+        token = _OWNED_JOB_SPAN_CONTEXT.set(owned if owned is not None and owned.is_valid else None)
+        try:
+            yield span
+        finally:
+            try:
+                _OWNED_JOB_SPAN_CONTEXT.reset(token)
+            except ValueError:  # reset from another Context (never in our call sites)
+                _OWNED_JOB_SPAN_CONTEXT.set(None)
+
+
+def owned_job_span_context() -> SpanContext | None:
+    """The owned job's context, or None (for tests and ``rollgym traces check``)."""
+    return _OWNED_JOB_SPAN_CONTEXT.get()
+
+
+@contextmanager
+def aggregate_metrics_span(server_name: str) -> Iterator[Span]:
+    """``gym.job.aggregate_metrics``: one environment's ``/aggregate_metrics`` call."""
+    attributes = {names.DESTINATION_SERVER_NAME: server_name}
+    with current_span(names.SPAN_AGGREGATE_METRICS, attributes=attributes) as span:
+        yield span
+
+
+@contextmanager
+def finalize_span() -> Iterator[Span]:
+    """``gym.job.finalize``: writing the summary and closing the output files."""
+    with current_span(names.SPAN_FINALIZE) as span:
+        yield span
+
+
+# --- one rollout -----------------------------------------------------------------------------------
+def _dispatch_attributes(
+    collector_row: Mapping[str, Any], dispatch_name: str, destination: str
+) -> dict[str, Any]:
+    """Identity from the collector row (never the posted body); omitted when underivable."""
+    attributes: dict[str, Any] = {
+        names.DISPATCH_NAME: dispatch_name,
+        names.DESTINATION_SERVER_NAME: destination,
+    }
+    try:
+        rollout_id = rollout_id_of(collector_row)
+        if rollout_id is not None:
+            attributes[names.ROLLOUT_ID] = rollout_id
+        attempt = collector_row.get(ATTEMPT)
+        if isinstance(attempt, int) and not isinstance(attempt, bool):
+            attributes[names.ROLLOUT_ATTEMPT] = attempt
+    except Exception:
+        warn_once("deriving rollout identity for a dispatch span failed")
+    return attributes
+
+
+@contextmanager
+def dispatch_span(
+    collector_row: Mapping[str, Any], dispatch_name: str, destination: str
+) -> Iterator[Span]:
+    """``gym.rollout.dispatch``: a new root linked to the owned job, else nested (module doc)."""
+    owned = _OWNED_JOB_SPAN_CONTEXT.get()
+    current = trace.get_current_span().get_span_context()
+    if owned is not None and current.is_valid and current == owned:
+        parent: Context | None = Context()
+        links: list[Link] | None = [Link(owned)]
+    else:
+        parent, links = None, None
+    attributes = _dispatch_attributes(collector_row, dispatch_name, destination)
+    with current_span(
+        names.SPAN_DISPATCH, attributes=attributes, context=parent, links=links
+    ) as span:
+        yield span
+
+
+def record_dispatch_outcome(span: Span, outcome: str, reward: float | None) -> None:
+    """Outcome (``ok`` / ``error`` / ``timeout``) and reward; error status unless ``ok``."""
+    try:
+        if not span.is_recording():
+            return
+        span.set_attribute(names.ROLLOUT_OUTCOME, outcome)
+        if reward is not None:
+            span.set_attribute(names.ROLLOUT_REWARD, float(reward))
+        if outcome != names.OUTCOME_OK:
+            span.set_status(Status(StatusCode.ERROR, outcome))
+    except Exception:
+        warn_once("recording a dispatch outcome failed")
+
+
+def _rollout_attrs(rollout_id: str | None) -> dict[str, Any] | None:
+    return {names.ROLLOUT_ID: rollout_id} if rollout_id else None
+
+
+@contextmanager
+def rollout_span(rollout_id: str | None) -> Iterator[Span]:
+    """``gym.rollout``: the rollout itself, in the server that performs it."""
+    with current_span(names.SPAN_ROLLOUT, attributes=_rollout_attrs(rollout_id)) as span:
+        yield span
+
+
+@contextmanager
+def model_chat_span(rollout_id: str | None, model: str, provider: str) -> Iterator[Span]:
+    """``gym.model.chat``: one model call, caller side (GenAI client conventions)."""
+    attributes: dict[str, Any] = {
+        names.GEN_AI_OPERATION_NAME: "chat",
+        names.GEN_AI_PROVIDER_NAME: provider,
+        names.GEN_AI_REQUEST_MODEL: model,
+    }
+    if rollout_id:
+        attributes[names.ROLLOUT_ID] = rollout_id
+    with current_span(names.SPAN_MODEL_CHAT, kind=SpanKind.CLIENT, attributes=attributes) as span:
+        yield span
+
+
+def record_model_response(span: Span, response_json: Mapping[str, Any]) -> None:
+    """``gen_ai.response.*`` and usage from an OpenAI-style answer; silent on odd shapes."""
+    try:
+        if not span.is_recording() or not isinstance(response_json, Mapping):
+            return
+        response_id = response_json.get("id")
+        if isinstance(response_id, str):
+            span.set_attribute(names.GEN_AI_RESPONSE_ID, response_id)
+        choices = response_json.get("choices")
+        if isinstance(choices, list):
+            reasons = [
+                str(c["finish_reason"])
+                for c in choices
+                if isinstance(c, Mapping) and c.get("finish_reason") is not None
+            ]
+            if reasons:
+                span.set_attribute(names.GEN_AI_RESPONSE_FINISH_REASONS, reasons)
+        usage = response_json.get("usage")
+        if isinstance(usage, Mapping):
+            for key, attr in (
+                ("prompt_tokens", names.GEN_AI_USAGE_INPUT_TOKENS),
+                ("input_tokens", names.GEN_AI_USAGE_INPUT_TOKENS),
+                ("completion_tokens", names.GEN_AI_USAGE_OUTPUT_TOKENS),
+                ("output_tokens", names.GEN_AI_USAGE_OUTPUT_TOKENS),
+            ):
+                value = usage.get(key)
+                if isinstance(value, int) and not isinstance(value, bool):
+                    span.set_attribute(attr, value)
+    except Exception:
+        warn_once("recording a model response failed")
+
+
+@contextmanager
+def engine_request_span(request_id: str, model: str, rollout_id: str | None) -> Iterator[Span]:
+    """``llm_request`` (kind SERVER), named like vLLM's: the engine's side of one generation.
+
+    A child of the current (incoming) context; the caller sets latency attributes
+    (``gen_ai.latency.*``) when it knows them.
+    """
+    attributes: dict[str, Any] = {
+        names.GEN_AI_REQUEST_ID: f"chatcmpl-{request_id}",
+        names.GEN_AI_REQUEST_MODEL: model,
+    }
+    if rollout_id:
+        attributes[names.ROLLOUT_ID] = rollout_id
+    with current_span(
+        names.SPAN_ENGINE_REQUEST, kind=SpanKind.SERVER, attributes=attributes
+    ) as span:
+        yield span
+
+
+@contextmanager
+def env_seed_span(rollout_id: str | None) -> Iterator[Span]:
+    """``gym.env.seed_session``: an environment creating a session for a rollout."""
+    with current_span(names.SPAN_ENV_SEED, attributes=_rollout_attrs(rollout_id)) as span:
+        yield span
+
+
+@contextmanager
+def env_tool_span(rollout_id: str | None, tool_name: str) -> Iterator[Span]:
+    """``gym.env.tool``: one tool call, environment server side."""
+    attributes: dict[str, Any] = {names.ENV_TOOL_NAME: tool_name}
+    if rollout_id:
+        attributes[names.ROLLOUT_ID] = rollout_id
+    with current_span(names.SPAN_ENV_TOOL, attributes=attributes) as span:
+        yield span
+
+
+@contextmanager
+def verify_span(rollout_id: str | None) -> Iterator[Span]:
+    """``gym.verify``: computing the reward, environment server side."""
+    with current_span(names.SPAN_VERIFY, attributes=_rollout_attrs(rollout_id)) as span:
+        yield span
+
+
+# --- HTTP --------------------------------------------------------------------------------------------
+@contextmanager
+def http_client_span(method: str, destination: str, url: str, route: str | None) -> Iterator[Span]:
+    """Client span of one request (stable HTTP semconv); its context goes out as traceparent.
+
+    Named ``"<METHOD> <route>"`` from the URL template, so a rollout-scoped URL never makes span
+    names high-cardinality; ``url.full`` carries the concrete URL without credentials.
+    """
+    attributes: dict[str, Any] = {
+        names.HTTP_REQUEST_METHOD: method,
+        names.DESTINATION_SERVER_NAME: destination,
+    }
+    try:
+        parts = urlsplit(url)
+        if parts.hostname:
+            attributes[names.SERVER_ADDRESS_HTTP] = parts.hostname
+        if parts.port is not None:
+            attributes[names.SERVER_PORT] = parts.port
+        netloc = parts.hostname or ""
+        if parts.port is not None:
+            netloc = f"{netloc}:{parts.port}"
+        attributes[names.URL_FULL] = urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+    except ValueError:
+        pass
+    name = f"{method} {route}" if route else method
+    with current_span(name, kind=SpanKind.CLIENT, attributes=attributes) as span:
+        yield span
+
+
+@contextmanager
+def http_server_span(method: str, path: str, headers: Mapping[str, str]) -> Iterator[Span]:
+    """Server span of one request, child of the W3C context extracted from ``headers``.
+
+    The middleware renames it to ``"<METHOD> <route>"`` and sets ``http.route`` and
+    ``http.response.status_code`` once the app has matched and answered.
+    """
+    incoming = extract_context(headers)
+    attributes = {names.HTTP_REQUEST_METHOD: method, names.URL_PATH: path}
+    with current_span(
+        method, kind=SpanKind.SERVER, attributes=attributes, context=incoming, attach_to=incoming
+    ) as span:
+        yield span
+
+
+def _host_port(address: str) -> tuple[str, int | None]:
+    try:
+        parts = urlsplit(address if "//" in address else f"//{address}")
+        return parts.hostname or "", parts.port
+    except ValueError:
+        return "", None

@@ -1,0 +1,188 @@
+"""Loss is counted, export never blocks or fails the caller: slow, dead and erroring endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Sequence
+
+from aiohttp import web
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from rollgym.telemetry import spans
+from rollgym.telemetry.groups import PRESETS
+from rollgym.telemetry.settings import TelemetrySettings
+from rollgym.telemetry.setup import setup_telemetry
+
+
+class _BlockingExporter(InMemorySpanExporter):
+    """Holds every export until released: a stalled backend, deterministically."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.entered.set()
+        self.release.wait(10)
+        return super().export(spans)
+
+
+class _SlowExporter(InMemorySpanExporter):
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        time.sleep(0.05)
+        return super().export(spans)
+
+
+def _settings(**kw: object) -> TelemetrySettings:
+    base: dict[str, object] = {"groups": PRESETS["default"], "traces_exporter": "otlp"}
+    return TelemetrySettings(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def _end_spans(n: int) -> float:
+    """End ``n`` spans; return the slowest single span's start+end time in seconds."""
+    worst = 0.0
+    for i in range(n):
+        t0 = time.perf_counter()
+        with spans.rollout_span(str(i)):
+            pass
+        worst = max(worst, time.perf_counter() - t0)
+    return worst
+
+
+def test_full_queue_drops_are_counted_exactly():
+    exporter = _BlockingExporter()
+    handle = setup_telemetry(
+        _settings(max_queue_size=4, max_export_batch_size=4, schedule_delay_ms=60_000),
+        service_name="t",
+        run_id="r",
+        span_exporter=exporter,
+    )
+    _end_spans(4)  # a full batch wakes the worker, which takes it and stalls in export
+    assert exporter.entered.wait(5)
+    _end_spans(6)  # 4 fit in the queue, 2 are dropped
+    assert handle.counts() == {"spans_exported": 0, "spans_dropped": 2}
+    assert handle.dropped_by_reason()["queue_full"] == 2
+    exporter.release.set()
+    handle.shutdown()
+    assert handle.counts() == {"spans_exported": 8, "spans_dropped": 2}
+    assert len(exporter.get_finished_spans()) == 8
+
+
+def test_slow_exporter_never_slows_the_caller_and_loss_is_counted():
+    exporter = _SlowExporter()
+    handle = setup_telemetry(
+        _settings(max_queue_size=64, max_export_batch_size=16, schedule_delay_ms=5),
+        service_name="t",
+        run_id="r",
+        span_exporter=exporter,
+    )
+    t0 = time.perf_counter()
+    worst = _end_spans(2000)
+    elapsed = time.perf_counter() - t0
+    handle.shutdown(timeout_s=10)
+    counts = handle.counts()
+    assert counts["spans_dropped"] > 0 and counts["spans_exported"] > 0
+    assert counts["spans_exported"] + counts["spans_dropped"] == 2000
+    assert counts["spans_exported"] == len(exporter.get_finished_spans())
+    # Blocking on export would take >= 2000 / 16 * 50 ms = 6 s; one span would wait >= 50 ms.
+    assert elapsed < 3.0 and worst < 0.5
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_dead_endpoint_never_blocks_or_raises():
+    handle = setup_telemetry(
+        _settings(
+            endpoint=f"http://127.0.0.1:{_closed_port()}",
+            export_timeout_s=1.0,
+            max_export_batch_size=8,
+            schedule_delay_ms=10,
+        ),
+        service_name="t",
+        run_id="r",
+    )
+    worst = _end_spans(50)
+    assert worst < 0.5  # blocking would cost the 1 s export timeout
+    t0 = time.perf_counter()
+    await asyncio.to_thread(handle.shutdown, 8.0)
+    assert time.perf_counter() - t0 < 9.0
+    counts = handle.counts()
+    assert counts["spans_exported"] == 0
+    assert counts["spans_dropped"] == 50
+    assert handle.dropped_by_reason()["export_failed"] == 50
+
+
+async def _receiver(status: int) -> tuple[web.AppRunner, str, list[ExportTraceServiceRequest]]:
+    received: list[ExportTraceServiceRequest] = []
+
+    async def traces(request: web.Request) -> web.Response:
+        body = await request.read()
+        if status == 200:
+            msg = ExportTraceServiceRequest()
+            msg.ParseFromString(body)
+            received.append(msg)
+        return web.Response(status=status, body=b"")
+
+    app = web.Application()
+    app.router.add_post("/v1/traces", traces)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}", received
+
+
+async def test_endpoint_answering_500_never_blocks_or_raises():
+    runner, endpoint, _ = await _receiver(500)
+    try:
+        handle = setup_telemetry(
+            _settings(endpoint=endpoint, export_timeout_s=2.0, schedule_delay_ms=10),
+            service_name="t",
+            run_id="r",
+        )
+        worst = _end_spans(30)
+        assert worst < 0.5
+        await asyncio.to_thread(handle.shutdown, 8.0)
+        assert handle.counts() == {"spans_exported": 0, "spans_dropped": 30}
+        assert handle.dropped_by_reason()["export_failed"] == 30
+    finally:
+        await runner.cleanup()
+
+
+async def test_otlp_http_reaches_a_loopback_receiver_with_resource():
+    runner, endpoint, received = await _receiver(200)
+    try:
+        handle = setup_telemetry(
+            _settings(endpoint=endpoint, schedule_delay_ms=10),
+            service_name="rollgym-driver",
+            run_id="run-x",
+        )
+        with spans.job_span("run-x"), spans.dispatch_span({"task_index": 1}, "a", "a"):
+            pass
+        await asyncio.to_thread(handle.shutdown, 8.0)
+        assert handle.counts() == {"spans_exported": 2, "spans_dropped": 0}
+        names = set()
+        for msg in received:
+            for rs in msg.resource_spans:
+                res = {a.key: a.value.string_value for a in rs.resource.attributes}
+                assert res["gym.run.id"] == "run-x"
+                for ss in rs.scope_spans:
+                    for s in ss.spans:
+                        names.add(s.name)
+                        if s.name == "gym.rollout.dispatch":
+                            assert len(s.links) == 1 and not s.parent_span_id
+        assert names == {"gym.job", "gym.rollout.dispatch"}
+    finally:
+        await runner.cleanup()
