@@ -1,0 +1,3 @@
+"""The embedded defaults: a simulated policy model, an OpenAI-compatible upstream proxy, two
+environments (single-turn arithmetic, multi-turn keychain) and two agents (single turn, tool
+loop). Config names them by short name (``impl: simulated``); see ``docs/builtins.md``."""

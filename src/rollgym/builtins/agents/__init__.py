@@ -1,0 +1,1 @@
+"""Built-in agents (see docs/builtins.md)."""

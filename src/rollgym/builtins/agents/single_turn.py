@@ -1,0 +1,32 @@
+"""The single-turn agent: seed a session, ask the model once, verify its text."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rollgym.config import ServerOptions
+from rollgym.servers.agent import Agent, AgentOptions, task_of
+from rollgym.servers.episode_loop import first_message
+from rollgym.servers.rollout_context import RolloutContext
+
+
+class SingleTurnOptions(AgentOptions):
+    model: str
+    environment: str
+
+
+class SingleTurnAgent(Agent):
+    """One model call per rollout; the reward is whatever the environment's verify says."""
+
+    Options: ClassVar[type[ServerOptions]] = SingleTurnOptions
+
+    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+        seeded = await rollout.env.seed(task_of(row))
+        completion = await rollout.chat(list(seeded.get("messages") or []))
+        answer = first_message(completion).get("content")
+        verdict = await rollout.env.verify(answer)
+        return {
+            "reward": verdict.get("reward"),
+            "details": verdict.get("details", {}),
+            "answer": answer,
+        }

@@ -1,0 +1,32 @@
+"""The tool-loop agent: multi-turn tool calling until the model answers or ``max_turns``.
+
+The loop itself lives in :mod:`rollgym.servers.episode_loop`, shared with an environment's
+episode ``/run``, so both play an episode the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from rollgym.config import ServerOptions
+from rollgym.servers.agent import Agent, AgentOptions, task_of
+from rollgym.servers.episode_loop import play_tool_loop
+from rollgym.servers.rollout_context import RolloutContext
+
+
+class ToolLoopOptions(AgentOptions):
+    model: str
+    environment: str
+    max_turns: int = Field(16, ge=1, description="Most model calls per rollout.")
+
+
+class ToolLoopAgent(Agent):
+    """Alternate model turns and tool calls, then verify the final answer."""
+
+    Options: ClassVar[type[ServerOptions]] = ToolLoopOptions
+
+    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+        assert isinstance(self.options, ToolLoopOptions)
+        return await play_tool_loop(rollout, task_of(row), max_turns=self.options.max_turns)

@@ -1,0 +1,68 @@
+"""Safe arithmetic: parse and evaluate ``12 + 7 * 3`` exactly, without ``eval``.
+
+Shared by the arithmetic environment (the expected answer) and the simulated policy (which
+really computes it), so the two agree by construction. Values are exact fractions.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Callable
+from fractions import Fraction
+
+_BINARY: dict[type[ast.operator], Callable[[Fraction, Fraction], Fraction]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+}
+#: Longest expression accepted: a guard against pathological inputs, not a feature limit.
+MAX_LENGTH = 500
+
+
+def evaluate(expression: str) -> Fraction:
+    """The exact value of an expression of numbers, + - * /, unary minus and parentheses.
+
+    Raises ``ValueError`` for anything else (names, calls, powers, division by zero).
+    """
+    if len(expression) > MAX_LENGTH:
+        raise ValueError(f"expression longer than {MAX_LENGTH} characters")
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except SyntaxError:
+        raise ValueError(f"not an arithmetic expression: {expression!r}") from None
+    return _eval(tree.body)
+
+
+def _eval(node: ast.AST) -> Fraction:
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, int | float)
+        and not isinstance(node.value, bool)
+    ):
+        return Fraction(str(node.value))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        value = _eval(node.operand)
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _eval(node.left), _eval(node.right)
+        if isinstance(node.op, ast.Div) and right == 0:
+            raise ValueError("division by zero")
+        return _BINARY[type(node.op)](left, right)
+    raise ValueError(f"unsupported element in expression: {ast.dump(node)[:60]}")
+
+
+def format_number(value: Fraction) -> str:
+    """An integer as digits, anything else as a decimal with up to 6 places."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    return f"{float(value):.6f}".rstrip("0").rstrip(".")
+
+
+def parse_number(text: str) -> Fraction | None:
+    """``"33"``, ``"-2.5"``, ``"7/2"`` -> a Fraction; None when it is not a number."""
+    try:
+        return Fraction(text.strip().replace(",", ""))
+    except (ValueError, ZeroDivisionError):
+        return None

@@ -1,0 +1,1 @@
+"""Built-in envs (see docs/builtins.md)."""

@@ -1,0 +1,69 @@
+"""The single-turn arithmetic environment: compute an expression, answer it exactly.
+
+A task row holds ``{"question": "12 + 7 * 3"}`` or ``{"a": 12, "b": 7, "op": "*"}`` (``op`` is
+one of ``+ - * /`` or ``add sub mul div``). The reward is 1.0 when the final answer equals the
+exact value (decimals within ``tolerance``, relative), else 0.0.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from rollgym.builtins.answer_text import extract_answer
+from rollgym.builtins.arith import evaluate, format_number, parse_number
+from rollgym.config import ServerOptions
+from rollgym.servers.environment import Environment, EnvironmentOptions, SessionState, Verdict
+
+SYSTEM_PROMPT = "You are a careful calculator. Reply with the final result as 'Answer: <number>'."
+_OPS = {"+": "+", "-": "-", "*": "*", "/": "/", "add": "+", "sub": "-", "mul": "*", "div": "/"}
+
+
+def expression_of(task: dict[str, Any]) -> str:
+    """The expression a task asks for; ValueError/KeyError when the task has none."""
+    question = task.get("question")
+    if isinstance(question, str) and question.strip():
+        return question.strip()
+    if question is not None:
+        raise ValueError("'question' must be a non-empty string")
+    a, b, op = task["a"], task["b"], task["op"]
+    for key, value in (("a", a), ("b", b)):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{key!r} must be a number, got {value!r}")
+    if op not in _OPS:
+        raise ValueError(f"'op' must be one of {sorted(_OPS)}, got {op!r}")
+    return f"{a} {_OPS[op]} {b}"
+
+
+class ArithmeticOptions(EnvironmentOptions):
+    tolerance: float = Field(1e-6, ge=0, description="Relative tolerance for non-integer answers.")
+
+
+class ArithmeticEnv(Environment):
+    """Compute one expression in one turn."""
+
+    Options: ClassVar[type[ServerOptions]] = ArithmeticOptions
+
+    async def seed(self, task: dict[str, Any]) -> SessionState:
+        expression = expression_of(task)
+        expected = evaluate(expression)
+        prompt = f"Compute: {expression}\nReply with 'Answer: <number>'."
+        messages = [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": prompt},
+        ]
+        return SessionState(
+            messages=messages, data={"expected": expected, "expression": expression}
+        )
+
+    async def verify(self, state: SessionState, answer: str | None) -> Verdict:
+        expected: Fraction = state.data["expected"]
+        text = extract_answer(answer)
+        got = parse_number(text)
+        assert isinstance(self.options, ArithmeticOptions)
+        tolerance = Fraction(str(self.options.tolerance)) * max(Fraction(1), abs(expected))
+        correct = got is not None and abs(got - expected) <= tolerance
+        details = {"expected": format_number(expected), "answer": text, "parsed": got is not None}
+        return Verdict(reward=1.0 if correct else 0.0, details=details)

@@ -1,0 +1,95 @@
+"""A model server in front of any OpenAI-compatible upstream (vLLM, OpenAI, a gateway).
+
+Requests go out through the process's one HttpClient, so ``traceparent`` reaches the upstream
+and an engine such as vLLM joins the rollout's trace; ``X-Request-Id`` is forwarded so the
+engine's own request id names the rollout. The API key is read from the environment variable
+that ``api_key_env`` names, at start-up, and never appears in a log line, an error or a span:
+upstream error texts are scrubbed of it before they are passed on.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from rollgym.config import ServerOptions
+from rollgym.errors import DispatchError
+from rollgym.http.server import HTTPError
+from rollgym.servers.model import ChatRequest, ModelServer
+from rollgym.telemetry import names
+
+_KEY_LIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-*.]{6,}|Bearer\s+\S+)")
+_ROUTE = "/chat/completions"
+
+
+class OpenAIUpstreamOptions(ServerOptions):
+    base_url: str = Field(description="Upstream base URL including /v1, e.g. http://host:8000/v1.")
+    model: str = Field(description="The model name sent upstream (replaces the request's).")
+    api_key_env: str | None = Field(None, description="Environment variable holding the API key.")
+    timeout_s: float = Field(600.0, gt=0, description="Time limit of one upstream request.")
+
+
+class OpenAIUpstream(ModelServer):
+    """Forwards chat completions to ``base_url``; answers what the upstream answers."""
+
+    Options: ClassVar[type[ServerOptions]] = OpenAIUpstreamOptions
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._key: str | None = None
+
+    @property
+    def upstream(self) -> OpenAIUpstreamOptions:
+        assert isinstance(self.options, OpenAIUpstreamOptions)
+        return self.options
+
+    async def on_startup(self) -> None:
+        env_name = self.upstream.api_key_env
+        if env_name is not None:
+            key = os.environ.get(env_name)
+            if not key:
+                raise RuntimeError(
+                    f"environment variable {env_name!r} (api_key_env) is not set or empty"
+                )
+            self._key = key
+
+    def scrub(self, text: str) -> str:
+        """``text`` without the API key or anything that looks like one."""
+        if self._key:
+            text = text.replace(self._key, "<redacted>")
+        return _KEY_LIKE.sub("<redacted>", text)
+
+    async def complete(
+        self, request: ChatRequest, request_id: str | None, rollout_id: str | None
+    ) -> dict[str, Any]:
+        options = self.upstream
+        body = request.model_dump(exclude_none=True)
+        body["model"] = options.model
+        headers = {}
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+        if request_id:
+            headers[names.HEADER_REQUEST_ID] = request_id
+        url = options.base_url.rstrip("/") + _ROUTE
+        try:
+            response = await self.client.post_json(
+                "upstream",
+                url,
+                body,
+                timeout=options.timeout_s,
+                headers=headers,
+                route="/v1" + _ROUTE,
+            )
+        except DispatchError as exc:
+            status = 504 if exc.kind == "timeout" else 502
+            raise HTTPError(status, self.scrub(f"upstream model server: {exc}")) from None
+        if response.status != 200 or not isinstance(response.data, dict):
+            detail = response.data if response.data is not None else response.text
+            status = response.status if 400 <= response.status < 600 else 502
+            raise HTTPError(
+                status, self.scrub(f"upstream answered HTTP {response.status}: {detail}")
+            )
+        return response.data

@@ -1,0 +1,91 @@
+"""The simulated policy's rules: what a "correct" and an "incorrect" model would say next.
+
+Kept apart from the HTTP server so the rules read in one page. The policy really solves the
+built-in tasks when correct: it computes the arithmetic expression of the prompt, and follows
+the keychain one ``read_key`` call per turn using the previous tool output. When incorrect it
+gives a plausible wrong answer (an off-by-a-little number, a wrong or early-guessed secret).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from rollgym.builtins.arith import evaluate, format_number
+
+_COMPUTE = re.compile(r"compute:\s*(.+)", re.IGNORECASE)
+_START_KEY = re.compile(r"start key:\s*([\w-]+)", re.IGNORECASE)
+_NEXT_KEY = re.compile(r"next key:\s*([\w-]+)", re.IGNORECASE)
+_SECRET = re.compile(r"secret:\s*([\w-]+)", re.IGNORECASE)
+_HEX = "0123456789abcdef"
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The assistant's next message: a text, or one tool call (name, arguments)."""
+
+    content: str | None = None
+    tool_call: tuple[str, dict[str, Any]] | None = None
+
+
+def decide(
+    messages: list[dict[str, Any]], tool_names: set[str], correct: bool, rng: random.Random
+) -> Reply:
+    """The next assistant message for this conversation."""
+    if "read_key" in tool_names:
+        return _keychain(messages, correct, rng)
+    return _arithmetic(messages, correct, rng)
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):  # OpenAI content parts
+        return " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return content if isinstance(content, str) else ""
+
+
+def _arithmetic(messages: list[dict[str, Any]], correct: bool, rng: random.Random) -> Reply:
+    for message in reversed(messages):
+        if message.get("role") != "user":
+            continue
+        found = _COMPUTE.search(_text(message))
+        if found is None:
+            continue
+        try:
+            value = evaluate(found.group(1).splitlines()[0])
+        except ValueError:
+            break
+        if not correct:
+            value += rng.choice([-10, -3, -2, -1, 1, 2, 3, 10])
+        return Reply(content=f"Answer: {format_number(value)}")
+    return Reply(content="Answer: I do not know")
+
+
+def _keychain(messages: list[dict[str, Any]], correct: bool, rng: random.Random) -> Reply:
+    last = messages[-1]
+    if last.get("role") == "tool":
+        text = _text(last)
+        secret = _SECRET.search(text)
+        if secret is not None:
+            value = secret.group(1) if correct else _corrupt(secret.group(1), rng)
+            return Reply(content=f"Answer: {value}")
+        next_key = _NEXT_KEY.search(text)
+        if next_key is not None:
+            if not correct and rng.random() < 0.5:  # gives up and guesses
+                return Reply(content=f"Answer: S-{''.join(rng.choice(_HEX) for _ in range(12))}")
+            return Reply(tool_call=("read_key", {"key": next_key.group(1)}))
+        return Reply(content="Answer: I could not find the secret")
+    for message in reversed(messages):
+        start = _START_KEY.search(_text(message)) if message.get("role") == "user" else None
+        if start is not None:
+            return Reply(tool_call=("read_key", {"key": start.group(1)}))
+    return Reply(content="Answer: I do not know where to start")
+
+
+def _corrupt(secret: str, rng: random.Random) -> str:
+    """The secret with one hex digit changed: plausible, and wrong."""
+    index = rng.randrange(2, len(secret)) if len(secret) > 2 else 0
+    choices = [c for c in _HEX if c != secret[index]]
+    return secret[:index] + rng.choice(choices) + secret[index + 1 :]

@@ -1,0 +1,147 @@
+"""The simulated policy model server: OpenAI-compatible, deterministic, cheap, GPU-free.
+
+Answers chat completions with text or tool calls from :mod:`policy`, ``usage`` from word
+counts, ``id = "chatcmpl-<request id>"``, after a sampled latency (``asyncio.sleep``: no CPU
+is burnt, so thousands of rollouts can be in flight). Everything random is seeded from a
+stable hash (blake2b) of the request id, and "correct or not" from the rollout id, so a rerun
+of the same rollout behaves the same and a whole episode is consistently right or wrong.
+It emits the engine span ``llm_request`` (gate.model), named like vLLM's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import random
+import time
+import uuid
+from typing import Any, ClassVar, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+from rollgym.builtins.models.policy import Reply, decide
+from rollgym.config import ServerOptions
+from rollgym.servers.model import ChatRequest, ModelServer
+from rollgym.telemetry.groups import gate
+
+
+class Latency(BaseModel):
+    """How long one generation takes: ``fixed`` (seconds), ``uniform`` (low..high) or
+    ``lognormal`` (median seconds, sigma)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["fixed", "uniform", "lognormal"] = "lognormal"
+    seconds: float = Field(0.02, ge=0, description="fixed: the value; lognormal: the median.")
+    low: float = Field(0.0, ge=0, description="uniform: the lower bound.")
+    high: float = Field(0.05, ge=0, description="uniform: the upper bound.")
+    sigma: float = Field(0.5, ge=0, description="lognormal: spread of log(latency).")
+
+    def sample(self, rng: random.Random) -> float:
+        if self.kind == "fixed":
+            return self.seconds
+        if self.kind == "uniform":
+            return rng.uniform(self.low, max(self.low, self.high))
+        if self.seconds <= 0:
+            return 0.0
+        return rng.lognormvariate(math.log(self.seconds), self.sigma)
+
+
+class SimulatedOptions(ServerOptions):
+    accuracy: float = Field(
+        0.8, ge=0, le=1, description="Probability that a rollout is played correctly."
+    )
+    latency: Latency = Field(default_factory=Latency)
+    model_name: str = Field("rollgym-simulated", description="The 'model' of answers and spans.")
+
+
+def stable_seed(text: str) -> int:
+    """A seed that is the same in every process and run (unlike ``hash()``)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+
+
+def _words(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value.split())
+    if isinstance(value, dict):
+        return sum(_words(item) for item in value.values())
+    if isinstance(value, list):
+        return sum(_words(item) for item in value)
+    return 0
+
+
+def _prompt_words(messages: list[dict[str, Any]]) -> int:
+    """Prompt "tokens": the words of the contents and tool calls, not of roles or ids."""
+    return sum(_words(m.get("content")) + _words(m.get("tool_calls")) for m in messages)
+
+
+class SimulatedModel(ModelServer):
+    """A deterministic fake policy behind the OpenAI chat completions API."""
+
+    Options: ClassVar[type[ServerOptions]] = SimulatedOptions
+
+    @property
+    def sim_options(self) -> SimulatedOptions:
+        assert isinstance(self.options, SimulatedOptions)
+        return self.options
+
+    async def complete(
+        self, request: ChatRequest, request_id: str | None, rollout_id: str | None
+    ) -> dict[str, Any]:
+        request_id = request_id or uuid.uuid4().hex
+        if gate.model:
+            from rollgym.telemetry import spans
+
+            with spans.engine_request_span(request_id, self.sim_options.model_name, rollout_id):
+                return await self._generate(request, request_id, rollout_id)
+        return await self._generate(request, request_id, rollout_id)
+
+    async def _generate(
+        self, request: ChatRequest, request_id: str, rollout_id: str | None
+    ) -> dict[str, Any]:
+        options = self.sim_options
+        rng = random.Random(stable_seed(request_id))
+        correct = (
+            random.Random(stable_seed(f"correct:{rollout_id or request_id}")).random()
+            < options.accuracy
+        )
+        await asyncio.sleep(options.latency.sample(rng))
+        tool_names = {str((t.get("function") or {}).get("name")) for t in request.tools or []}
+        reply = decide(request.messages, tool_names, correct, rng)
+        return completion(
+            request_id, options.model_name, reply, prompt_tokens=_prompt_words(request.messages)
+        )
+
+
+def completion(request_id: str, model: str, reply: Reply, *, prompt_tokens: int) -> dict[str, Any]:
+    """An OpenAI ``chat.completion`` object for one reply."""
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    finish_reason = "stop"
+    output_words = _words(reply.content)
+    if reply.tool_call is not None:
+        name, arguments = reply.tool_call
+        encoded = orjson.dumps(arguments).decode()
+        message["tool_calls"] = [
+            {
+                "id": f"call-{request_id}",
+                "type": "function",
+                "function": {"name": name, "arguments": encoded},
+            }
+        ]
+        finish_reason = "tool_calls"
+        output_words += 1 + _words(arguments)
+    completion_tokens = max(1, output_words)
+    return {
+        "id": f"chatcmpl-{request_id}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }

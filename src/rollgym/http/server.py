@@ -1,0 +1,287 @@
+"""The one ASGI app factory of every rollgym server process.
+
+Every server (agent, environment, model) is a FastAPI app built here, so they all share the
+same edge: the request-size limit (413 naming the limit), the 400 shape of a validation error
+(``{"error", "field"}``), orjson bodies, ``GET /health``, and the telemetry middleware that
+joins each request to the caller's trace. The middleware is pure ASGI (not
+``BaseHTTPMiddleware``): it adds one branch per request when telemetry is off.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from rollgym.telemetry import names
+from rollgym.telemetry.groups import gate
+
+if TYPE_CHECKING:
+    from rollgym.servers.base import Server
+
+
+class OrjsonResponse(Response):
+    """A JSON response serialized by orjson: faster than the stdlib, and NaN-safe (null)."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content, option=orjson.OPT_NON_STR_KEYS)
+
+
+class HTTPError(Exception):
+    """Raised by a handler to answer ``status`` with ``{"error": message, "field": field}``.
+
+    One exception type for every server means one place shapes error bodies.
+    """
+
+    def __init__(self, status: int, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.field = field
+
+
+def error_body(message: str, field: str | None = None) -> dict[str, Any]:
+    """The JSON error shape of every rollgym server."""
+    body: dict[str, Any] = {"error": message}
+    if field is not None:
+        body["field"] = field
+    return body
+
+
+# --- middleware -------------------------------------------------------------------------------
+
+
+class BodyLimitMiddleware:
+    """Refuse request bodies over ``limit`` bytes with a 413 that names the size and the limit.
+
+    A declared ``Content-Length`` is checked before the app runs (the HTTP server enforces
+    framing, so the body cannot exceed it). A body without one (chunked) is read and counted
+    here first, then replayed to the app, so the app never sees a partial body.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _content_length(scope)
+        if declared is not None:
+            if declared > self.limit:
+                await self._refuse(send, f"{declared} bytes")
+                return
+            await self.app(scope, receive, send)
+            return
+        if scope["method"] in ("GET", "HEAD"):
+            await self.app(scope, receive, send)
+            return
+        messages: list[Message] = []
+        size = 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            size += len(message.get("body", b""))
+            if size > self.limit:
+                await self._refuse(send, f"more than {self.limit} bytes")
+                return
+            if not message.get("more_body", False):
+                break
+        replay = iter(messages)
+
+        async def replayed() -> Message:
+            return next(replay, None) or await receive()
+
+        await self.app(scope, replayed, send)
+
+    async def _refuse(self, send: Send, size: str) -> None:
+        body = error_body(
+            f"request body is too large: {size}; the limit is {self.limit} bytes "
+            "(run.max_request_bytes)",
+            "body",
+        )
+        await OrjsonResponse(body, status_code=413)({"type": "http"}, _no_receive, send)
+
+
+async def _no_receive() -> Message:
+    return {"type": "http.disconnect"}
+
+
+def _content_length(scope: Scope) -> int | None:
+    for key, value in scope["headers"]:
+        if key == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+class TelemetryMiddleware:
+    """Join every request to the caller's trace; open the HTTP server span when ``http`` is on.
+
+    With ``gate.http`` the span helper extracts the W3C context and makes the server span
+    current; after the app ran, the span gets the route template (never the raw path, so
+    rollout-scoped URLs stay low-cardinality) and the status. With only ``gate.tracing`` the
+    extracted context is attached for the request, so spans opened inside still join the
+    caller's trace. With neither, one attribute load and a branch.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+        elif gate.http:
+            await self._with_span(scope, receive, send)
+        elif gate.tracing:
+            await self._with_context(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _with_span(self, scope: Scope, receive: Receive, send: Send) -> None:
+        from rollgym.telemetry import spans
+
+        status = [500]
+
+        async def send_status(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        method = scope["method"]
+        with spans.http_server_span(method, scope["path"], _headers(scope)) as span:
+            try:
+                await self.app(scope, receive, send_status)
+            finally:
+                route = _route_template(scope)
+                if route is not None:
+                    span.set_attribute(names.HTTP_ROUTE, route)
+                    span.update_name(f"{method} {route}")
+                span.set_attribute(names.HTTP_RESPONSE_STATUS_CODE, status[0])
+                if status[0] >= 500:
+                    span.set_attribute(names.ERROR_TYPE, str(status[0]))
+
+    async def _with_context(self, scope: Scope, receive: Receive, send: Send) -> None:
+        from opentelemetry import context as otel_context
+
+        from rollgym.telemetry.context import extract_context
+
+        token = otel_context.attach(extract_context(_headers(scope)))
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            otel_context.detach(token)
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {key.decode("latin-1"): value.decode("latin-1") for key, value in scope["headers"]}
+
+
+def _route_template(scope: Scope) -> str | None:
+    route = scope.get("route")
+    if route is None:
+        return None
+    return getattr(route, "path_format", None) or getattr(route, "path", None)
+
+
+# --- handlers ---------------------------------------------------------------------------------
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
+    field = ".".join(str(part) for part in first.get("loc", ()))
+    message = f"{field}: {first.get('msg', 'invalid')}"
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more problem(s))"
+    return OrjsonResponse(error_body(message, field), status_code=400)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPError)
+    return OrjsonResponse(error_body(exc.message, exc.field), status_code=exc.status)
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> Response:
+    message = f"internal error: {type(exc).__name__}: {exc}"
+    return OrjsonResponse(error_body(message), status_code=500)
+
+
+async def _starlette_http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    return OrjsonResponse(error_body(str(exc.detail)), status_code=exc.status_code)
+
+
+def _native_telemetry_off() -> dict[str, Any]:
+    """Recent FastAPI opens its own server spans and metrics when a provider is set; ours are
+    the contract (TELEMETRY.md names, gates, route templates), so switch FastAPI's off, and
+    pass nothing to a FastAPI too old to know the option."""
+    if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
+        return {}
+    off = {"tracing": False, "metrics": False, "logs": False, "operation_spans": False}
+    return {"telemetry": off}
+
+
+_NATIVE_TELEMETRY_OFF = _native_telemetry_off()
+
+
+def create_app(server: Server) -> FastAPI:
+    """Build the ASGI app of one server: its routes plus the shared edge described above.
+
+    The server's ``start``/``stop`` run in the app's lifespan, so its one HttpClient and any
+    background task are created outside every request (and so outside every span).
+    """
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await server.start()
+        try:
+            yield
+        finally:
+            await server.stop()
+
+    app = FastAPI(
+        title=f"rollgym {server.kind} {server.context.name}",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        default_response_class=OrjsonResponse,
+        **_NATIVE_TELEMETRY_OFF,
+    )
+    handlers: Mapping[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+        RequestValidationError: _validation_error,
+        HTTPError: _http_error,
+        StarletteHTTPException: _starlette_http_error,
+        Exception: _unexpected_error,
+    }
+    for exc_type, handler in handlers.items():
+        app.add_exception_handler(exc_type, handler)
+
+    health = {"status": "ok", "name": server.context.name, "kind": server.kind}
+
+    @app.get("/health")
+    async def _health() -> Response:
+        return OrjsonResponse(health)
+
+    server.add_routes(app)
+    # Added last = outermost: the span covers a refused (413) request too.
+    app.add_middleware(BodyLimitMiddleware, limit=server.context.max_request_bytes)
+    app.add_middleware(TelemetryMiddleware)
+    return app

@@ -1,0 +1,104 @@
+"""The agent server base: ``POST /run`` performs one rollout and answers its reward.
+
+Writing an agent is one method, ``async def run(self, row, rollout) -> dict``. The base does
+everything around it once: it checks the body is a JSON object, derives the rollout id from the
+collector row (the same derivation as the driver's), opens ``gym.rollout`` (gate.rollout),
+translates failures into the right status (400 for a task the environment refused, 502/504
+when the model or environment failed, 500 for the agent's own bug) and refuses an answer
+without a finite numeric ``reward`` with a clear 500, so the driver never records a guess.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from fastapi import FastAPI, Request
+from starlette.responses import Response
+
+from rollgym.config import ServerKind, ServerOptions
+from rollgym.http.server import OrjsonResponse
+from rollgym.identity import EXPLICIT_ID, STAMPED_FIELDS, rollout_id_of
+from rollgym.servers.answers import check_reward, guarded, json_object
+from rollgym.servers.base import Server
+from rollgym.servers.rollout_context import HttpEnvSession, ModelClient, RolloutContext
+from rollgym.telemetry.groups import gate
+
+#: Row keys that are routing or identity, not part of the task the environment sees.
+_NOT_TASK = frozenset((*STAMPED_FIELDS, EXPLICIT_ID, "agent"))
+
+
+def task_of(row: dict[str, Any]) -> dict[str, Any]:
+    """The task inside a collector row: the row without the driver's identity and routing keys."""
+    return {key: value for key, value in row.items() if key not in _NOT_TASK}
+
+
+class AgentOptions(ServerOptions):
+    """Options every agent understands; ``model``/``environment`` name servers of the run."""
+
+    server_refs: ClassVar[dict[str, ServerKind]] = {"model": "model", "environment": "environment"}
+
+    model: str | None = None
+    environment: str | None = None
+    #: The ``model`` field of chat requests; default: the model server's name.
+    model_name: str | None = None
+    #: Time limit of one model or environment call, in seconds.
+    request_timeout_s: float = 300.0
+
+
+class Agent(Server):
+    """Base of every agent server; subclasses implement :meth:`run`."""
+
+    kind: ClassVar[ServerKind] = "agent"
+    Options: ClassVar[type[ServerOptions]] = AgentOptions
+
+    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+        """Perform one rollout of ``row``; answer an object with a numeric ``reward``."""
+        raise NotImplementedError
+
+    def add_routes(self, app: FastAPI) -> None:
+        app.post("/run")(self._handle_run)
+
+    def rollout_context(self, rollout_id: str | None) -> RolloutContext:
+        """The model client and environment session of one rollout, from this agent's options."""
+        options = self.options
+        assert isinstance(options, AgentOptions)
+        model = env = None
+        if options.model is not None:
+            model = ModelClient(
+                self.client,
+                options.model,
+                self.context.url_of(options.model),
+                rollout_id=rollout_id,
+                model_name=options.model_name or options.model,
+                timeout=options.request_timeout_s,
+            )
+        if options.environment is not None:
+            env = HttpEnvSession(
+                self.client,
+                options.environment,
+                self.context.url_of(options.environment),
+                rollout_id=rollout_id,
+                timeout=options.request_timeout_s,
+            )
+        return RolloutContext(rollout_id, model, env)
+
+    async def _handle_run(self, request: Request) -> Response:
+        row = await json_object(request)
+        rollout_id = rollout_id_of(row)
+        if gate.rollout:
+            from rollgym.telemetry import spans
+
+            with spans.rollout_span(rollout_id):
+                answer = await self._run_checked(row, rollout_id)
+        else:
+            answer = await self._run_checked(row, rollout_id)
+        return OrjsonResponse(answer)
+
+    async def _run_checked(self, row: dict[str, Any], rollout_id: str | None) -> dict[str, Any]:
+        who = f"agent {self.context.name!r}"
+
+        async def attempt() -> dict[str, Any]:
+            return await self.run(row, self.rollout_context(rollout_id))
+
+        answer = await guarded(who, attempt())
+        return check_reward(answer, who)

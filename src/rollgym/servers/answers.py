@@ -1,0 +1,66 @@
+"""The checks around one rollout's request and answer, shared by agents and episode ``/run``.
+
+Both places that perform a rollout must refuse the same bad bodies, map the same failures to
+the same statuses (whose fault: the task's -> 400, the model's or environment's -> 502/504,
+our own -> 500), and refuse the same answers without a finite numeric reward.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+import orjson
+from fastapi import Request
+
+from rollgym.errors import DispatchError
+from rollgym.http.server import HTTPError
+from rollgym.servers.rollout_context import ServerCallError
+
+T = TypeVar("T")
+
+
+def check_reward(answer: Any, who: str) -> dict[str, Any]:
+    """Return ``answer`` if it is an object with a finite numeric ``reward``; else HTTP 500."""
+    if not isinstance(answer, dict):
+        raise HTTPError(
+            500, f"{who} answered {type(answer).__name__}, not an object with a 'reward'"
+        )
+    reward = answer.get("reward")
+    if isinstance(reward, bool) or not isinstance(reward, int | float):
+        raise HTTPError(
+            500, f"{who} answered without a numeric 'reward' (got {reward!r})", field="reward"
+        )
+    if not math.isfinite(reward):
+        raise HTTPError(500, f"{who} answered a non-finite 'reward' ({reward!r})", field="reward")
+    return answer
+
+
+async def json_object(request: Request) -> dict[str, Any]:
+    """The request body as a JSON object, or HTTP 400 naming the problem."""
+    raw = await request.body()
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise HTTPError(400, f"body is not valid JSON: {exc}", field="body") from None
+    if not isinstance(body, dict):
+        raise HTTPError(400, f"body must be a JSON object, got {type(body).__name__}", field="body")
+    return body
+
+
+async def guarded(who: str, work: Awaitable[T]) -> T:
+    """Await ``work``; translate its failure into the HTTP status that says whose fault it is."""
+    try:
+        return await work
+    except HTTPError:
+        raise
+    except ServerCallError as exc:
+        if exc.bad_input:
+            raise HTTPError(400, str(exc), field=exc.field or "task") from None
+        raise HTTPError(502, f"{who}: {exc}") from None
+    except DispatchError as exc:
+        status = 504 if exc.kind == "timeout" else 502
+        raise HTTPError(status, f"{who}: {exc}") from None
+    except Exception as exc:
+        raise HTTPError(500, f"{who} failed: {type(exc).__name__}: {exc}") from None

@@ -1,0 +1,95 @@
+"""What every rollgym server has in common: its context, its options, its lifecycle, its routes.
+
+A server class declares ``kind`` (agent | environment | model) and ``Options`` (a frozen
+pydantic model, validated once by the config loader and again in the server process), adds
+its routes in :meth:`Server.add_routes`, and gets one :class:`ServerContext` holding who it
+is, where the other servers are, and the process's one :class:`~rollgym.http.client.HttpClient`.
+:func:`rollgym.http.server.create_app` turns it into an ASGI app.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from fastapi import FastAPI
+
+from rollgym.config import ServerKind, ServerOptions
+from rollgym.http.client import HttpClient
+
+
+@dataclass
+class ServerContext:
+    """Everything a server knows about its place in the run; built once at process start."""
+
+    name: str
+    options: ServerOptions
+    #: Base URLs of the other servers of the run, by server name.
+    urls: Mapping[str, str] = field(default_factory=dict)
+    run_id: str = ""
+    max_request_bytes: int = 16 * 1024 * 1024
+    #: The one outgoing client of the process; started by :meth:`Server.start`.
+    client: HttpClient = field(default_factory=HttpClient)
+
+    def url_of(self, server_name: str) -> str:
+        """Base URL of another server; a clear error when the run did not give it."""
+        try:
+            return self.urls[server_name].rstrip("/")
+        except KeyError:
+            raise LookupError(
+                f"server {self.name!r} needs the URL of {server_name!r}, which the run did not "
+                f"provide (known: {sorted(self.urls)})"
+            ) from None
+
+
+class Server:
+    """Base of every server implementation.
+
+    Subclasses set ``kind`` and ``Options`` and override :meth:`add_routes`; they may override
+    :meth:`on_startup` / :meth:`on_shutdown` for their own long-lived resources (created
+    there, outside any request, so no rollout's context is captured).
+    """
+
+    kind: ClassVar[ServerKind]
+    Options: ClassVar[type[ServerOptions]] = ServerOptions
+
+    def __init__(self, context: ServerContext) -> None:
+        self.context = context
+        self.options = context.options
+
+    @classmethod
+    def build(
+        cls,
+        name: str,
+        options: Mapping[str, Any] | ServerOptions | None = None,
+        **context: Any,
+    ) -> Server:
+        """Validate ``options`` against ``Options`` and construct the server."""
+        if not isinstance(options, ServerOptions):
+            options = cls.Options.model_validate(dict(options or {}))
+        return cls(ServerContext(name=name, options=options, **context))
+
+    @property
+    def client(self) -> HttpClient:
+        return self.context.client
+
+    async def start(self) -> None:
+        """Open the HttpClient, then the subclass's resources. Called by the app's lifespan."""
+        await self.context.client.start()
+        await self.on_startup()
+
+    async def stop(self) -> None:
+        try:
+            await self.on_shutdown()
+        finally:
+            await self.context.client.close()
+
+    async def on_startup(self) -> None:
+        """Hook: create long-lived resources (background tasks, upstream keys)."""
+
+    async def on_shutdown(self) -> None:
+        """Hook: release what :meth:`on_startup` created."""
+
+    def add_routes(self, app: FastAPI) -> None:
+        """Hook: add this server's routes (``app.post(...)(handler)``)."""

@@ -1,0 +1,309 @@
+"""The environment server base: task state, tools, verification, aggregates, optional episodes.
+
+Writing an environment is one small class::
+
+    class Echo(Environment):
+        async def seed(self, task):
+            return SessionState(messages=[{"role": "user", "content": task["text"]}])
+
+        @tool
+        async def shout(self, state, text: str) -> str:
+            "Upper-case a text."
+            return text.upper()
+
+        async def verify(self, state, answer):
+            return 1.0 if answer == state.messages[0]["content"].upper() else 0.0
+
+The base owns the HTTP contract (``/seed_session``, ``/tools/{name}``, ``/verify``,
+``/aggregate_metrics``, and the episode ``/run`` when the options name a ``model``), the
+sessions (with a TTL so a dead agent leaks nothing), the spans (``gym.env.tool`` around a tool,
+``gym.verify`` around verification, both carrying the rollout id the session was seeded with,
+``gym.rollout`` around an episode) and the running aggregates.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from fastapi import FastAPI, Request
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import Response
+
+from rollgym.config import ServerKind, ServerOptions
+from rollgym.http.server import HTTPError, OrjsonResponse
+from rollgym.identity import rollout_id_of_episode
+from rollgym.servers.answers import check_reward, guarded, json_object
+from rollgym.servers.base import Server, ServerContext
+from rollgym.servers.env_metrics import EnvAggregates
+from rollgym.servers.episode_loop import play_tool_loop
+from rollgym.servers.local_session import LocalEnvSession
+from rollgym.servers.rollout_context import ModelClient, RolloutContext
+from rollgym.servers.sessions import Session, SessionStore
+from rollgym.servers.tools import ToolArgumentsError, ToolSpec, tools_of
+from rollgym.telemetry.groups import gate
+
+
+@dataclass
+class SessionState:
+    """What ``seed`` returns: the prompt messages, plus whatever the environment keeps."""
+
+    messages: list[dict[str, Any]]
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A reward with details (``verify`` may also return a bare float)."""
+
+    reward: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class EnvironmentOptions(ServerOptions):
+    """Options every environment understands."""
+
+    server_refs: ClassVar[dict[str, ServerKind]] = {"model": "model"}
+
+    #: A model server: when set, the environment serves the episode ``/run``.
+    model: str | None = None
+    #: The ``model`` field of chat requests in episodes; default: the model server's name.
+    model_name: str | None = None
+    max_turns: int = Field(16, ge=1, description="Model turns per episode.")
+    request_timeout_s: float = Field(300.0, gt=0, description="Time limit of one model call.")
+    session_ttl_s: float = Field(
+        600.0, gt=0, description="Idle seconds before a session is dropped."
+    )
+    pass_threshold: float = Field(1.0, description="A verification passes when reward >= this.")
+
+
+class SeedRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rollout_id: str | None = None
+    task: dict[str, Any]
+
+
+class ToolRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    session_id: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class VerifyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    session_id: str
+    answer: str | None = None
+
+
+class Environment(Server):
+    """Base of every environment server; subclasses implement ``seed``, tools and ``verify``."""
+
+    kind: ClassVar[ServerKind] = "environment"
+    Options: ClassVar[type[ServerOptions]] = EnvironmentOptions
+    #: The tools declared with ``@tool`` on this class, by name (filled per subclass).
+    tools: ClassVar[dict[str, ToolSpec]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.tools = tools_of(cls)
+
+    def __init__(self, context: ServerContext) -> None:
+        super().__init__(context)
+        options = self.env_options
+        self.sessions: SessionStore[SessionState] = SessionStore(options.session_ttl_s)
+        self.aggregates = EnvAggregates(pass_threshold=options.pass_threshold)
+        self._tool_schemas = [spec.openai_schema() for spec in self.tools.values()]
+
+    @property
+    def env_options(self) -> EnvironmentOptions:
+        assert isinstance(self.options, EnvironmentOptions)
+        return self.options
+
+    # --- what a subclass writes ---------------------------------------------------------------
+
+    async def seed(self, task: dict[str, Any]) -> SessionState:
+        """Start a task: prompt messages and state. Raise ValueError/KeyError for a bad task."""
+        raise NotImplementedError
+
+    async def verify(self, state: SessionState, answer: str | None) -> float | Verdict:
+        """Score the final answer (and anything recorded in ``state``)."""
+        raise NotImplementedError
+
+    async def play_episode(self, rollout: RolloutContext, task: dict[str, Any]) -> dict[str, Any]:
+        """One episode for ``/run``; default: the shared multi-turn tool loop."""
+        return await play_tool_loop(rollout, task, max_turns=self.env_options.max_turns)
+
+    # --- the operations, shared by the HTTP routes and in-process episodes --------------------
+
+    async def open_session(self, rollout_id: str | None, task: dict[str, Any]) -> dict[str, Any]:
+        if gate.env:
+            from rollgym.telemetry import spans
+
+            with spans.env_seed_span(rollout_id):
+                return await self._open_session(rollout_id, task)
+        return await self._open_session(rollout_id, task)
+
+    async def _open_session(self, rollout_id: str | None, task: dict[str, Any]) -> dict[str, Any]:
+        try:
+            state = await self.seed(task)
+        except HTTPError:
+            raise
+        except (ValueError, KeyError, TypeError) as exc:
+            detail = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise HTTPError(
+                400, f"environment {self.context.name!r} rejected the task: {detail}", field="task"
+            ) from None
+        session = self.sessions.create(rollout_id, state)
+        self.aggregates.record_seed()
+        return {
+            "session_id": session.session_id,
+            "messages": state.messages,
+            "tools": self._tool_schemas,
+        }
+
+    async def run_tool(self, session_id: str, name: str, arguments: dict[str, Any]) -> str:
+        session = self._live(session_id)
+        spec = self.tools.get(name)
+        if spec is None:
+            raise HTTPError(
+                404, f"unknown tool {name!r}; tools: {sorted(self.tools)}", field="tool"
+            )
+        try:
+            args = spec.parse(arguments)
+        except ToolArgumentsError as exc:
+            self.aggregates.record_tool(name, ok=False)
+            raise HTTPError(400, str(exc), field=exc.field) from None
+        if gate.env:
+            from rollgym.telemetry import spans
+
+            with spans.env_tool_span(session.rollout_id, name):
+                return await self._invoke(spec, session, args)
+        return await self._invoke(spec, session, args)
+
+    async def finish(self, session_id: str, answer: str | None) -> dict[str, Any]:
+        session = self.sessions.pop(session_id)
+        if session is None:
+            raise self._unknown_session(session_id)
+        if gate.verify:
+            from rollgym.telemetry import spans
+
+            with spans.verify_span(session.rollout_id):
+                verdict = await self._verdict(session.state, answer)
+        else:
+            verdict = await self._verdict(session.state, answer)
+        self.aggregates.record_verify(verdict.reward)
+        return {"reward": verdict.reward, "details": verdict.details}
+
+    def aggregate_metrics(self) -> dict[str, Any]:
+        return self.aggregates.as_json(
+            open_sessions=len(self.sessions), expired_sessions=self.sessions.expired
+        )
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _live(self, session_id: str) -> Session[SessionState]:
+        session = self.sessions.get(session_id)
+        if session is None:
+            raise self._unknown_session(session_id)
+        return session
+
+    def _unknown_session(self, session_id: str) -> HTTPError:
+        return HTTPError(404, f"unknown or expired session {session_id!r}", field="session_id")
+
+    async def _invoke(self, spec: ToolSpec, session: Session[SessionState], args: BaseModel) -> str:
+        try:
+            output = await spec.invoke(self, session.state, args)
+        except HTTPError:
+            self.aggregates.record_tool(spec.name, ok=False)
+            raise
+        except Exception as exc:
+            self.aggregates.record_tool(spec.name, ok=False)
+            raise HTTPError(
+                500, f"tool {spec.name!r} failed: {type(exc).__name__}: {exc}"
+            ) from None
+        self.aggregates.record_tool(spec.name, ok=True)
+        return output
+
+    async def _verdict(self, state: SessionState, answer: str | None) -> Verdict:
+        result = await self.verify(state, answer)
+        verdict = result if isinstance(result, Verdict) else Verdict(reward=result)
+        reward = verdict.reward
+        if (
+            isinstance(reward, bool)
+            or not isinstance(reward, int | float)
+            or not math.isfinite(reward)
+        ):
+            raise HTTPError(
+                500,
+                f"environment {self.context.name!r} verified to a non-numeric reward {reward!r}",
+            )
+        return verdict
+
+    # --- HTTP -------------------------------------------------------------------------------
+
+    async def on_startup(self) -> None:
+        self.sessions.start_sweeper()
+
+    async def on_shutdown(self) -> None:
+        await self.sessions.stop_sweeper()
+
+    def add_routes(self, app: FastAPI) -> None:
+        app.post("/seed_session")(self._seed_route)
+        app.post("/tools/{name}")(self._tool_route)
+        app.post("/verify")(self._verify_route)
+        app.post("/aggregate_metrics")(self._aggregate_route)
+        if self.env_options.model is not None:
+            app.post("/run")(self._episode_route)
+
+    async def _seed_route(self, body: SeedRequest) -> Response:
+        return OrjsonResponse(await self.open_session(body.rollout_id, body.task))
+
+    async def _tool_route(self, name: str, body: ToolRequest) -> Response:
+        return OrjsonResponse(
+            {"output": await self.run_tool(body.session_id, name, body.arguments)}
+        )
+
+    async def _verify_route(self, body: VerifyRequest) -> Response:
+        return OrjsonResponse(await self.finish(body.session_id, body.answer))
+
+    async def _aggregate_route(self) -> Response:
+        return OrjsonResponse(self.aggregate_metrics())
+
+    async def _episode_route(self, request: Request) -> Response:
+        body = await json_object(request)
+        task = body.get("task")
+        if not isinstance(task, dict):
+            raise HTTPError(400, "an episode body needs 'task', a JSON object", field="task")
+        rollout_id = rollout_id_of_episode(body)
+        if gate.rollout:
+            from rollgym.telemetry import spans
+
+            with spans.rollout_span(rollout_id):
+                answer = await self._episode(rollout_id, task)
+        else:
+            answer = await self._episode(rollout_id, task)
+        return OrjsonResponse(answer)
+
+    async def _episode(self, rollout_id: str | None, task: dict[str, Any]) -> dict[str, Any]:
+        options = self.env_options
+        assert options.model is not None
+        who = f"environment {self.context.name!r} episode"
+        env = LocalEnvSession(self, rollout_id)
+
+        async def attempt() -> dict[str, Any]:
+            model = ModelClient(
+                self.client,
+                options.model,
+                self.context.url_of(options.model),
+                rollout_id=rollout_id,
+                model_name=options.model_name or options.model,
+                timeout=options.request_timeout_s,
+            )
+            return await self.play_episode(RolloutContext(rollout_id, model, env), task)
+
+        try:
+            answer = await guarded(who, attempt())
+        finally:
+            env.close()
+        return check_reward(answer, who)

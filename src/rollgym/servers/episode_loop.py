@@ -1,0 +1,85 @@
+"""The multi-turn tool-calling loop: one rollout, played turn by turn against model and env.
+
+Shared by the ``tool_loop`` agent (environment over HTTP) and an environment's episode
+``/run`` (its own sessions in-process), so both play an episode the same way. Tool mistakes
+the model makes (an unknown tool, arguments that do not fit, arguments that are not JSON) are
+told to the model as the tool's output, as a real tool runtime would; they are part of the
+rollout, not a failure of it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from rollgym.servers.rollout_context import RolloutContext, ServerCallError
+
+
+async def play_tool_loop(
+    rollout: RolloutContext, task: dict[str, Any], *, max_turns: int
+) -> dict[str, Any]:
+    """Seed, alternate model turns and tool calls until a plain answer or ``max_turns``, verify.
+
+    Answers ``{"reward", "details", "answer", "turns", "tool_calls"}``.
+    """
+    seeded = await rollout.env.seed(task)
+    messages: list[dict[str, Any]] = list(seeded.get("messages") or [])
+    tools = seeded.get("tools") or None
+    answer: str | None = None
+    turns = tool_calls = 0
+    while turns < max_turns:
+        completion = await rollout.chat(messages, tools)
+        turns += 1
+        message = first_message(completion)
+        messages.append(message)
+        calls = message.get("tool_calls") or []
+        if not calls:
+            answer = message.get("content")
+            break
+        for call in calls:
+            tool_calls += 1
+            messages.append(await _run_call(rollout, call))
+    verdict = await rollout.env.verify(answer)
+    return {
+        "reward": verdict.get("reward"),
+        "details": verdict.get("details", {}),
+        "answer": answer,
+        "turns": turns,
+        "tool_calls": tool_calls,
+    }
+
+
+def first_message(completion: dict[str, Any]) -> dict[str, Any]:
+    try:
+        message = completion["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError):
+        raise ServerCallError(
+            "the model answered a completion without choices[0].message"
+        ) from None
+    if not isinstance(message, dict):
+        raise ServerCallError("the model answered a choices[0].message that is not an object")
+    return message
+
+
+async def _run_call(rollout: RolloutContext, call: dict[str, Any]) -> dict[str, Any]:
+    function = call.get("function") or {}
+    name = str(function.get("name", ""))
+    try:
+        arguments = orjson.loads(function.get("arguments") or "{}")
+    except orjson.JSONDecodeError:
+        output = f"error: the arguments of {name!r} are not valid JSON"
+    else:
+        try:
+            output = await rollout.env.call_tool(name, arguments)
+        except ServerCallError as exc:
+            if not _is_model_mistake(exc):
+                raise
+            output = f"error: {exc}"
+    return {"role": "tool", "tool_call_id": call.get("id", ""), "content": output}
+
+
+def _is_model_mistake(exc: ServerCallError) -> bool:
+    """An unknown tool or bad arguments: the model's error, which the model should be told."""
+    field = exc.field or ""
+    return exc.status in (400, 404) and (field == "tool" or field.startswith("arguments"))

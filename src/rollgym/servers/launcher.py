@@ -1,0 +1,194 @@
+"""Start the run's servers as local processes, and stop every one of them whatever happens.
+
+``async with launch_servers(config, run_id=..., output_dir=..., env=...) as urls:`` yields
+``{server name: base URL}`` for every server of the config. Servers with ``impl`` are launched
+in dependency order (models and environments before the agents that name them, from each
+implementation's ``Options.server_refs``), concurrently where the order allows; servers given
+by ``url`` are only health-checked. Leaving the block for any reason (normal exit, an
+exception, Ctrl-C, cancellation) stops every launched process: SIGTERM, up to 10 s, SIGKILL.
+
+Startup telemetry: ``gym.startup`` around the whole launch and one ``gym.server.startup`` per
+server, ending when it is healthy (gate.startup).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from rollgym.config import JobConfig, ServerConfig
+from rollgym.errors import LaunchError
+from rollgym.servers.process import ServerProcess, wait_healthy
+from rollgym.servers.registry import resolve_impl
+from rollgym.servers.spec import ServeSpec
+from rollgym.telemetry import names
+from rollgym.telemetry.groups import gate
+
+HEALTH_TIMEOUT_S = 60.0
+STOP_GRACE_S = 10.0
+
+
+def dependencies(config: JobConfig) -> dict[str, set[str]]:
+    """For each launched server, the servers its options name (``server_refs``)."""
+    deps: dict[str, set[str]] = {}
+    for name, server in config.servers.items():
+        if server.impl is None:
+            continue
+        cls = resolve_impl(server.impl, server.kind)
+        options = cls.Options.model_validate(server.options)
+        named = {getattr(options, field, None) for field in cls.Options.server_refs}
+        deps[name] = {
+            target for target in named if isinstance(target, str) and target in config.servers
+        }
+    return deps
+
+
+def launch_waves(deps: Mapping[str, set[str]]) -> list[list[str]]:
+    """Group servers into waves; each wave needs only servers of earlier waves (or url: ones)."""
+    pending = {name: {d for d in targets if d in deps} for name, targets in deps.items()}
+    waves: list[list[str]] = []
+    done: set[str] = set()
+    while pending:
+        wave = sorted(name for name, targets in pending.items() if targets <= done)
+        if not wave:
+            cycle = ", ".join(sorted(pending))
+            raise LaunchError(
+                f"servers name each other in a cycle: {cycle}", server=sorted(pending)[0]
+            )
+        waves.append(wave)
+        done.update(wave)
+        for name in wave:
+            del pending[name]
+    return waves
+
+
+class _Launch:
+    """The state of one launch: the processes started so far and the URLs known so far."""
+
+    def __init__(
+        self, config: JobConfig, run_id: str, output_dir: Path, env: Mapping[str, str]
+    ) -> None:
+        self.config = config
+        self.run_id = run_id
+        self.output_dir = output_dir
+        self.env = dict(env)
+        self.logs = output_dir / "logs"
+        self.urls: dict[str, str] = {}
+        self.processes: list[ServerProcess] = []
+
+    async def run(self, session: aiohttp.ClientSession) -> None:
+        checks = [
+            self._traced(name, server, self._check_url(name, server, session))
+            for name, server in self.config.servers.items()
+            if server.url is not None
+        ]
+        await _all_or_cancel(checks)
+        for wave in launch_waves(dependencies(self.config)):
+            await _all_or_cancel(
+                [
+                    self._traced(name, self.config.servers[name], self._start(name, session))
+                    for name in wave
+                ]
+            )
+
+    async def _traced(self, name: str, server: ServerConfig, work: Any) -> None:
+        if gate.startup:
+            from rollgym.telemetry import spans
+
+            with spans.server_startup_span(name, server.kind, server.url) as span:
+                url = await work
+                if server.url is None:
+                    span.set_attribute(names.SERVER_ADDRESS, url)
+                    span.set_attribute(names.SERVER_ADDRESS_HTTP, "127.0.0.1")
+                    span.set_attribute(names.SERVER_PORT, int(url.rsplit(":", 1)[1]))
+        else:
+            await work
+
+    async def _check_url(
+        self, name: str, server: ServerConfig, session: aiohttp.ClientSession
+    ) -> str:
+        assert server.url is not None
+        url = server.url.rstrip("/")
+
+        def failure(problem: str) -> LaunchError:
+            return LaunchError(f"the running server at {url} is {problem}", server=name)
+
+        await wait_healthy(
+            name,
+            url,
+            session=session,
+            deadline=time.monotonic() + HEALTH_TIMEOUT_S,
+            failure=failure,
+        )
+        self.urls[name] = url
+        return url
+
+    async def _start(self, name: str, session: aiohttp.ClientSession) -> str:
+        server = self.config.servers[name]
+        assert server.impl is not None
+        spec = ServeSpec(
+            name=name,
+            kind=server.kind,
+            impl=server.impl,
+            ready_file=str(self.logs / f"{name}.ready"),
+            options=server.options,
+            server_urls=dict(self.urls),
+            run_id=self.run_id,
+            output_dir=str(self.output_dir),
+            max_request_bytes=self.config.run.max_request_bytes,
+        )
+        process = ServerProcess(spec, self.env, self.logs / f"{name}.log")
+        self.processes.append(process)
+        url = await process.wait_healthy(session, HEALTH_TIMEOUT_S)
+        self.urls[name] = url
+        return url
+
+    async def stop(self) -> None:
+        """Stop every launched process, concurrently; if interrupted, SIGKILL the rest."""
+        try:
+            await asyncio.gather(*(process.stop(STOP_GRACE_S) for process in self.processes))
+        finally:
+            for process in self.processes:
+                process.kill_now()
+
+
+async def _all_or_cancel(works: list[Any]) -> None:
+    """Run coroutines concurrently; on the first failure cancel the others and raise it."""
+    tasks = [asyncio.ensure_future(work) for work in works]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+@asynccontextmanager
+async def launch_servers(
+    config: JobConfig, *, run_id: str, output_dir: Path, env: Mapping[str, str]
+) -> AsyncIterator[dict[str, str]]:
+    """Launch the configured servers; yield ``{name: base URL}``; stop them all on leaving.
+
+    Raises :class:`~rollgym.errors.LaunchError` naming the server (and quoting the last lines
+    of its log) when one does not become healthy within 60 s.
+    """
+    launch = _Launch(config, run_id, Path(output_dir), env)
+    try:
+        async with aiohttp.ClientSession() as session:
+            if gate.startup:
+                from rollgym.telemetry import spans
+
+                with spans.startup_span():
+                    await launch.run(session)
+            else:
+                await launch.run(session)
+        yield dict(launch.urls)
+    finally:
+        await launch.stop()

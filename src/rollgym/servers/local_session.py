@@ -1,0 +1,63 @@
+"""An environment session used in-process, by the environment's own episode ``/run``.
+
+It calls the same operations the HTTP routes call (so tool and verify spans, aggregates and
+session expiry are identical) and turns their HTTP refusals into the same
+:class:`~rollgym.servers.rollout_context.ServerCallError` an agent gets over HTTP, so the
+shared episode loop cannot tell the two apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from rollgym.http.server import HTTPError
+from rollgym.servers.rollout_context import ServerCallError
+
+if TYPE_CHECKING:
+    from rollgym.servers.environment import Environment
+
+T = TypeVar("T")
+
+
+class LocalEnvSession:
+    """An :class:`~rollgym.servers.rollout_context.EnvSession` on this process's environment."""
+
+    def __init__(self, env: Environment, rollout_id: str | None) -> None:
+        self._env = env
+        self._rollout_id = rollout_id
+        self.session_id: str | None = None
+
+    async def _call(self, what: str, work: Awaitable[T]) -> T:
+        try:
+            return await work
+        except HTTPError as exc:
+            raise ServerCallError(
+                f"{what} on environment {self._env.context.name!r} refused (HTTP {exc.status}): {exc.message}",
+                status=exc.status,
+                field=exc.field,
+                bad_input=what == "seed_session" and 400 <= exc.status < 500,
+            ) from None
+
+    def _session(self) -> str:
+        if self.session_id is None:
+            raise ServerCallError("environment session used before seed()")
+        return self.session_id
+
+    async def seed(self, task: dict[str, Any]) -> dict[str, Any]:
+        seeded = await self._call("seed_session", self._env.open_session(self._rollout_id, task))
+        self.session_id = seeded["session_id"]
+        return seeded
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
+        return await self._call(
+            f"tool {name!r}", self._env.run_tool(self._session(), name, arguments)
+        )
+
+    async def verify(self, answer: str | None) -> dict[str, Any]:
+        return await self._call("verify", self._env.finish(self._session(), answer))
+
+    def close(self) -> None:
+        """Drop the session if the episode ended without verifying (no wait for the TTL)."""
+        if self.session_id is not None:
+            self._env.sessions.pop(self.session_id)

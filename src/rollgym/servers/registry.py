@@ -1,0 +1,67 @@
+"""``impl`` name -> server class: the built-ins by short name, anything else as ``module:Class``.
+
+The config loader calls :func:`resolve_impl` for every launched server, so a typo or a class of
+the wrong kind is a config error before any process starts. Built-ins are imported only when
+named, so validating a config never imports FastAPI for servers that are not used.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+#: Built-in implementations: name -> (kind, "module:Class").
+BUILTINS: dict[str, tuple[str, str]] = {
+    "simulated": ("model", "rollgym.builtins.models.simulated:SimulatedModel"),
+    "openai": ("model", "rollgym.builtins.models.openai_upstream:OpenAIUpstream"),
+    "arithmetic": ("environment", "rollgym.builtins.envs.arithmetic:ArithmeticEnv"),
+    "keychain": ("environment", "rollgym.builtins.envs.keychain:KeychainEnv"),
+    "single_turn": ("agent", "rollgym.builtins.agents.single_turn:SingleTurnAgent"),
+    "tool_loop": ("agent", "rollgym.builtins.agents.tool_loop:ToolLoopAgent"),
+}
+
+
+def resolve_impl(impl: str, kind: str) -> type:
+    """The server class named by ``impl``, checked to be a server of ``kind``.
+
+    Raises ``ValueError`` (unknown built-in, malformed name), ``ImportError`` (module not
+    found), ``AttributeError`` (no such class) or ``TypeError`` (not a server of that kind).
+    """
+    builtin = BUILTINS.get(impl)
+    if builtin is not None:
+        builtin_kind, target = builtin
+        if builtin_kind != kind:
+            raise TypeError(f"built-in {impl!r} is a {builtin_kind} implementation, not a {kind}")
+    elif ":" in impl:
+        target = impl
+    else:
+        known = ", ".join(name for name, (k, _) in BUILTINS.items() if k == kind)
+        raise ValueError(
+            f"unknown implementation {impl!r}; built-in {kind}s: {known}; or give 'package.module:Class'"
+        )
+    module_name, _, class_name = target.partition(":")
+    if not module_name or not class_name:
+        raise ValueError(f"implementation {impl!r} must look like 'package.module:Class'")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise ImportError(
+            f"cannot import module {module_name!r} of implementation {impl!r}: {exc}"
+        ) from None
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise AttributeError(f"module {module_name!r} has no class {class_name!r}")
+    _check_kind(impl, cls, kind)
+    return cls
+
+
+def _check_kind(impl: str, cls: object, kind: str) -> None:
+    from rollgym.servers.base import Server
+
+    if not isinstance(cls, type) or not issubclass(cls, Server):
+        raise TypeError(
+            f"{impl!r} is not a rollgym server class (subclass Agent, Environment or ModelServer)"
+        )
+    if getattr(cls, "kind", None) != kind:
+        raise TypeError(
+            f"{impl!r} is a {getattr(cls, 'kind', 'server of no kind')} server, not a {kind}"
+        )

@@ -1,0 +1,209 @@
+"""What one rollout uses to reach the model and the environment.
+
+An agent's ``run`` and an environment's episode ``/run`` play a rollout through the same
+:class:`RolloutContext`: ``chat`` for model calls (rollout-scoped URL, ``X-Request-Id:
+<rollout id>.<turn>``, the ``gym.model.chat`` span) and ``env`` for the environment session.
+The environment side is a protocol, so the episode loop can run against the environment's own
+sessions in-process while an agent reaches them over HTTP, with the same loop code.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Protocol
+from urllib.parse import quote
+
+from rollgym.errors import RollgymError
+from rollgym.http.client import HttpClient, HttpResponse
+from rollgym.telemetry import names
+from rollgym.telemetry.groups import gate
+
+CHAT_ROUTE = "/v1/chat/completions"
+SCOPED_CHAT_ROUTE = "/r/{rollout_id}/v1/chat/completions"
+#: ``gen_ai.provider.name`` of model calls: every model server speaks the OpenAI API.
+PROVIDER = "openai"
+
+
+class ServerCallError(RollgymError):
+    """A model or environment call of a rollout did not succeed.
+
+    ``status`` is the HTTP status the other server answered (None for no answer). ``bad_input``
+    marks a refusal caused by the task itself (the environment rejected it), which the agent
+    reports as 400 instead of its own failure; ``field`` is the field the other server named.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        field: str | None = None,
+        bad_input: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.field = field
+        self.bad_input = bad_input
+
+
+def _refusal(what: str, server: str, response: HttpResponse) -> tuple[str, str | None]:
+    data = response.data
+    detail = data.get("error") if isinstance(data, dict) else None
+    field = data.get("field") if isinstance(data, dict) else None
+    detail = detail or response.text or "no error message"
+    return f"{what} on server {server!r} answered HTTP {response.status}: {detail}", field
+
+
+class ModelClient:
+    """Posts chat completions for one rollout; counts turns for ``X-Request-Id``."""
+
+    def __init__(
+        self,
+        client: HttpClient,
+        server: str,
+        base_url: str,
+        *,
+        rollout_id: str | None,
+        model_name: str,
+        timeout: float | None,
+    ) -> None:
+        self._client = client
+        self._server = server
+        self._model_name = model_name
+        self._timeout = timeout
+        self._turn = 0
+        if rollout_id is not None:
+            self._url = f"{base_url}/r/{quote(rollout_id, safe='')}{CHAT_ROUTE}"
+            self._route = SCOPED_CHAT_ROUTE
+            self._prefix = rollout_id
+        else:
+            self._url = base_url + CHAT_ROUTE
+            self._route = CHAT_ROUTE
+            # No rollout: a request id without a "<id>.<turn>" shape, so nothing is attributed.
+            self._prefix = None
+        self.rollout_id = rollout_id
+
+    async def chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> dict[str, Any]:
+        turn = self._turn
+        self._turn += 1
+        request_id = f"{self._prefix}.{turn}" if self._prefix is not None else uuid.uuid4().hex
+        body: dict[str, Any] = {"model": self._model_name, "messages": messages}
+        if tools:
+            body["tools"] = tools
+        headers = {names.HEADER_REQUEST_ID: request_id}
+        if gate.model:
+            from rollgym.telemetry import spans
+
+            with spans.model_chat_span(self.rollout_id, self._model_name, PROVIDER) as span:
+                answer = await self._post(body, headers)
+                spans.record_model_response(span, answer)
+                return answer
+        return await self._post(body, headers)
+
+    async def _post(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        response = await self._client.post_json(
+            self._server, self._url, body, timeout=self._timeout, headers=headers, route=self._route
+        )
+        if response.status != 200 or not isinstance(response.data, dict):
+            message, field = _refusal("chat completion", self._server, response)
+            raise ServerCallError(message, status=response.status, field=field)
+        return response.data
+
+
+class EnvSession(Protocol):
+    """One environment session, as a rollout sees it (HTTP or in-process)."""
+
+    async def seed(self, task: dict[str, Any]) -> dict[str, Any]:
+        """Start the session; returns ``{"session_id", "messages", "tools"}``."""
+        ...
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
+        """Run one tool; returns its text output."""
+        ...
+
+    async def verify(self, answer: str | None) -> dict[str, Any]:
+        """Score the answer and end the session; returns ``{"reward", "details"}``."""
+        ...
+
+
+class HttpEnvSession:
+    """An :class:`EnvSession` on an environment server, over the process's HttpClient."""
+
+    def __init__(
+        self,
+        client: HttpClient,
+        server: str,
+        base_url: str,
+        *,
+        rollout_id: str | None,
+        timeout: float | None,
+    ) -> None:
+        self._client = client
+        self._server = server
+        self._base_url = base_url
+        self._rollout_id = rollout_id
+        self._timeout = timeout
+        self.session_id: str | None = None
+
+    async def _post(self, path: str, route: str, body: dict[str, Any], what: str) -> dict[str, Any]:
+        response = await self._client.post_json(
+            self._server, self._base_url + path, body, timeout=self._timeout, route=route
+        )
+        if response.status != 200 or not isinstance(response.data, dict):
+            message, field = _refusal(what, self._server, response)
+            bad_input = what == "seed_session" and 400 <= response.status < 500
+            raise ServerCallError(message, status=response.status, field=field, bad_input=bad_input)
+        return response.data
+
+    def _session(self) -> str:
+        if self.session_id is None:
+            raise ServerCallError("environment session used before seed()")
+        return self.session_id
+
+    async def seed(self, task: dict[str, Any]) -> dict[str, Any]:
+        body = {"rollout_id": self._rollout_id, "task": task}
+        seeded = await self._post("/seed_session", "/seed_session", body, "seed_session")
+        self.session_id = seeded.get("session_id")
+        return seeded
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
+        body = {"session_id": self._session(), "arguments": arguments}
+        answer = await self._post(
+            f"/tools/{quote(name, safe='')}", "/tools/{name}", body, f"tool {name!r}"
+        )
+        return str(answer.get("output", ""))
+
+    async def verify(self, answer: str | None) -> dict[str, Any]:
+        body = {"session_id": self._session(), "answer": answer}
+        return await self._post("/verify", "/verify", body, "verify")
+
+
+class RolloutContext:
+    """The handle an agent gets for one rollout: its id, the model, the environment session."""
+
+    def __init__(
+        self, rollout_id: str | None, model: ModelClient | None, env: EnvSession | None
+    ) -> None:
+        self.rollout_id = rollout_id
+        self._model = model
+        self._env = env
+
+    @property
+    def env(self) -> EnvSession:
+        if self._env is None:
+            raise ServerCallError(
+                "this server has no 'environment' option, so a rollout has no environment"
+            )
+        return self._env
+
+    async def chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        """One model call: the model server's OpenAI chat completion answer."""
+        if self._model is None:
+            raise ServerCallError(
+                "this server has no 'model' option, so a rollout cannot call a model"
+            )
+        return await self._model.chat(messages, tools)

@@ -1,0 +1,38 @@
+"""The spec a launcher hands to a server process (JSON in ``ROLLGYM_SERVER_SPEC``).
+
+Its own small module so the launcher can build specs without importing the server stack.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+ENV_SPEC = "ROLLGYM_SERVER_SPEC"
+
+
+@dataclass(frozen=True)
+class ServeSpec:
+    """What the launcher tells a server process (the JSON in ``ROLLGYM_SERVER_SPEC``)."""
+
+    name: str
+    kind: str
+    impl: str
+    ready_file: str
+    options: dict[str, Any] = field(default_factory=dict)
+    server_urls: dict[str, str] = field(default_factory=dict)
+    run_id: str = ""
+    output_dir: str | None = None
+    max_request_bytes: int = 16 * 1024 * 1024
+
+    @classmethod
+    def from_env(cls) -> ServeSpec:
+        raw = os.environ.get(ENV_SPEC)
+        if not raw:
+            raise SystemExit(f"{ENV_SPEC} is not set; this module is started by rollgym's launcher")
+        return cls(**json.loads(raw))
+
+    def to_env(self) -> str:
+        return json.dumps(asdict(self))

@@ -1,0 +1,132 @@
+"""``@tool``: declare an environment tool once, get its validation and its OpenAI schema from it.
+
+The arguments are described by a pydantic model, given explicitly (``@tool(args=ReadKey)``) or
+derived from the method's signature (``async def read_key(self, state, key: str)``). The same
+model validates the arguments a model sends and produces the JSON schema the model is shown,
+so the two can never disagree.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+_MARK = "__rollgym_tool__"
+
+
+class ToolArgumentsError(ValueError):
+    """The arguments sent for a tool do not fit its schema; ``field`` names the first bad one."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """One declared tool: its public name, its description and its arguments model."""
+
+    name: str
+    description: str
+    args_model: type[BaseModel]
+    #: True when the method takes the model instance itself rather than keyword arguments.
+    takes_model: bool
+    function: Callable[..., Awaitable[Any]]
+
+    def openai_schema(self) -> dict[str, Any]:
+        """The tool as an OpenAI chat ``tools`` entry."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.args_model.model_json_schema(),
+            },
+        }
+
+    def parse(self, arguments: Any) -> BaseModel:
+        """Validate ``arguments``; raise :class:`ToolArgumentsError` naming the field."""
+        try:
+            return self.args_model.model_validate(arguments)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(["arguments", *(str(part) for part in first["loc"])])
+            raise ToolArgumentsError(
+                f"tool {self.name!r}: {field}: {first['msg']}", field
+            ) from None
+
+    async def invoke(self, owner: Any, state: Any, args: BaseModel) -> str:
+        """Run the tool method and return its output as text."""
+        if self.takes_model:
+            result = await self.function(owner, state, args)
+        else:
+            result = await self.function(
+                owner, state, **{key: getattr(args, key) for key in type(args).model_fields}
+            )
+        if isinstance(result, str):
+            return result
+        return orjson.dumps(result).decode()
+
+
+def tool(
+    function: Callable[..., Awaitable[Any]] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    args: type[BaseModel] | None = None,
+) -> Any:
+    """Mark an ``async def method(self, state, ...)`` of an Environment as a tool.
+
+    Usable bare (``@tool``) or with options (``@tool(description=..., args=Model)``). The
+    description defaults to the docstring's first paragraph.
+    """
+
+    def mark(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"tool {fn.__name__!r} must be an 'async def' method")
+        model = args if args is not None else _model_from_signature(fn)
+        doc = inspect.getdoc(fn) or ""
+        spec = ToolSpec(
+            name=name or fn.__name__,
+            description=description or doc.split("\n\n")[0].replace("\n", " "),
+            args_model=model,
+            takes_model=args is not None,
+            function=fn,
+        )
+        setattr(fn, _MARK, spec)
+        return fn
+
+    return mark(function) if function is not None else mark
+
+
+def tools_of(cls: type) -> dict[str, ToolSpec]:
+    """Every tool declared on ``cls`` and its bases, by public name."""
+    found: dict[str, ToolSpec] = {}
+    for klass in reversed(cls.__mro__):
+        for value in vars(klass).values():
+            spec = getattr(value, _MARK, None)
+            if isinstance(spec, ToolSpec):
+                found[spec.name] = spec
+    return found
+
+
+def _model_from_signature(fn: Callable[..., Any]) -> type[BaseModel]:
+    hints = typing.get_type_hints(fn)
+    params = list(inspect.signature(fn).parameters.values())[2:]  # skip self, state
+    fields: dict[str, Any] = {}
+    for param in params:
+        if param.kind not in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY):
+            raise TypeError(
+                f"tool {fn.__name__!r}: parameter {param.name!r} must be a plain named parameter"
+            )
+        annotation = hints.get(param.name, Any)
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (annotation, default)
+    config = ConfigDict(extra="forbid")
+    return create_model(f"{fn.__name__}_arguments", __config__=config, **fields)
