@@ -1,0 +1,192 @@
+"""``rollgym traces serve|ls|show|slowest|check``: options -> calls of rollgym.tracestore.
+
+Why thin: every command's logic lives in the tracestore package (queries, check, serve) so the
+viewer, scripts and tests call the same code; this module only parses options and prints.
+Imports of the tracestore happen inside handlers so ``rollgym --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    """Add ``traces`` and its sub-commands to the ``rollgym`` parser."""
+    traces = subparsers.add_parser("traces", help="the local trace store: serve, query, check")
+    commands = traces.add_subparsers(dest="traces_command", metavar="COMMAND")
+    commands.required = True
+    add_serve_parser(commands)
+
+    ls = commands.add_parser("ls", help="list rollouts (one row per attempt) with trace ids")
+    _run_dir(ls)
+    ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument("--offset", type=int, default=0)
+    ls.add_argument("--outcome", help="ok, error or timeout")
+    ls.add_argument("--dispatch-name")
+    ls.add_argument("--min-reward", type=float)
+    ls.add_argument("--max-reward", type=float)
+    ls.add_argument("--min-duration-ms", type=float)
+    ls.add_argument("--max-duration-ms", type=float)
+    ls.add_argument(
+        "--sort",
+        default="start",
+        choices=["start", "duration", "reward", "rollout_id", "outcome", "dispatch_name"],
+    )
+    ls.add_argument("--desc", action="store_true", help="sort descending")
+    ls.set_defaults(handler=_ls)
+
+    show = commands.add_parser("show", help="a rollout's trace tree, every attempt")
+    _run_dir(show)
+    show.add_argument("rollout_id")
+    show.set_defaults(handler=_show)
+
+    slowest = commands.add_parser("slowest", help="the long tail and where it spent its time")
+    _run_dir(slowest)
+    slowest.add_argument("-n", type=int, default=10)
+    slowest.set_defaults(handler=_slowest)
+
+    check = commands.add_parser("check", help="verify the trace contract; non-zero on violation")
+    _run_dir(check)
+    check.set_defaults(handler=_check)
+
+
+def add_serve_parser(commands: Any) -> argparse.ArgumentParser:
+    """``serve`` (also used by ``python -m rollgym.tracestore``)."""
+    serve = commands.add_parser("serve", help="OTLP/HTTP receiver + viewer on one port")
+    serve.add_argument("--db", type=Path, default=Path("traces.db"), help="SQLite file")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=4318, help="0 picks a free port")
+    serve.add_argument("--run-dir", type=Path, help="run directory shown by the viewer")
+    serve.add_argument("--ready-file", type=Path, help="write {endpoint, port, pid} when ready")
+    serve.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024)
+    serve.set_defaults(handler=_serve)
+    return serve
+
+
+def _run_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", type=Path, help="run output directory (or a traces.db file)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from rollgym.tracestore.serve import serve
+
+    db = args.db
+    if args.run_dir is not None and args.db == Path("traces.db"):
+        db = args.run_dir / "traces.db"
+    try:  # uvloop roughly halves the HTTP cost per request; optional (extra "fast")
+        import uvloop
+
+        run = uvloop.run
+    except ImportError:
+        run = asyncio.run
+    run(
+        serve(
+            db,
+            args.host,
+            args.port,
+            run_dir=args.run_dir,
+            ready_file=args.ready_file,
+            max_body=args.max_body_bytes,
+        )
+    )
+    return 0
+
+
+def _open(args: argparse.Namespace) -> Any:
+    from rollgym.tracestore.queries import db_path_of
+    from rollgym.tracestore.store import connect_readonly
+
+    return connect_readonly(db_path_of(args.run_dir))
+
+
+def _emit_json(value: Any) -> None:
+    import orjson
+
+    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    # Piped output keeps full 32-hex trace ids on one line.
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+
+
+def _ls(args: argparse.Namespace) -> int:
+    from rollgym.tracestore import queries, render
+
+    with _open(args) as conn:
+        page = queries.list_rollouts(
+            conn,
+            limit=args.limit,
+            offset=args.offset,
+            outcome=args.outcome,
+            dispatch_name=args.dispatch_name,
+            min_reward=args.min_reward,
+            max_reward=args.max_reward,
+            min_duration_ms=args.min_duration_ms,
+            max_duration_ms=args.max_duration_ms,
+            sort=args.sort,
+            descending=args.desc,
+        )
+    if args.json:
+        _emit_json(page)
+    else:
+        render.rollouts_table(_console(), page)
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from rollgym.tracestore import queries, render
+
+    with _open(args) as conn:
+        detail = queries.rollout_detail(conn, args.rollout_id)
+    if args.json:
+        _emit_json(detail)
+    else:
+        render.rollout_trees(_console(), detail)
+    return 0 if detail["attempts"] else 1
+
+
+def _slowest(args: argparse.Namespace) -> int:
+    from rollgym.tracestore import queries, render
+
+    with _open(args) as conn:
+        items = queries.slowest(conn, args.n)
+    if args.json:
+        _emit_json(items)
+    else:
+        render.slowest_list(_console(), items)
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from rollgym.tracestore import render
+    from rollgym.tracestore.check import check_run
+
+    run_dir = args.run_dir if args.run_dir.is_dir() else args.run_dir.parent
+    with _open(args) as conn:
+        report = check_run(run_dir, conn)
+    if args.json:
+        _emit_json(report.as_dict())
+    else:
+        render.check_report(_console(), report)
+    return 0 if report.ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m rollgym.cli.traces ...``: the same commands without the rest of the CLI."""
+    parser = argparse.ArgumentParser(prog="rollgym")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["traces", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.handler(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

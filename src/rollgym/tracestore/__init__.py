@@ -1,0 +1,18 @@
+"""The local trace store: OTLP/HTTP in, SQLite on disk, queries, contract check, viewer.
+
+Public names are re-exported here; the modules behind them each do one job (decode, store,
+writer, receiver, api, serve, queries, check, render, launch).
+"""
+
+from rollgym.tracestore.check import CheckReport, check_run
+from rollgym.tracestore.launch import TraceStoreProcess, start_trace_store
+from rollgym.tracestore.store import TraceStore, connect_readonly
+
+__all__ = [
+    "CheckReport",
+    "TraceStore",
+    "TraceStoreProcess",
+    "check_run",
+    "connect_readonly",
+    "start_trace_store",
+]

@@ -1,0 +1,111 @@
+"""The viewer's JSON routes, on the same aiohttp app as the OTLP receiver.
+
+Why here and not in a separate server: one process, one port per run; the viewer reads the store
+through the same query functions as the CLI, on short-lived read-only connections in a worker
+thread so a slow query never stalls OTLP ingest on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from rollgym.tracestore import queries
+from rollgym.tracestore.store import connect_readonly
+
+DB_KEY = web.AppKey("db_path", Path)
+RUN_DIR_KEY = web.AppKey("run_dir", object)
+
+
+def add_api_routes(app: web.Application, db_path: Path, run_dir: Path | None) -> None:
+    """Mount ``/api/*``; ``run_dir`` (optional) adds the run's summary.json to the overview."""
+    app[DB_KEY] = db_path
+    app[RUN_DIR_KEY] = run_dir
+    app.router.add_get("/api/overview", _overview)
+    app.router.add_get("/api/rollouts", _rollouts)
+    app.router.add_get("/api/rollout/{rollout_id}", _rollout)
+    app.router.add_get("/api/trace/{trace_id}", _trace)
+    app.router.add_get("/api/search", _search)
+
+
+async def _query(request: web.Request, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def run() -> Any:
+        conn = connect_readonly(request.app[DB_KEY])
+        try:
+            return fn(conn, *args, **kwargs)
+        finally:
+            conn.close()
+
+    return await asyncio.to_thread(run)
+
+
+def _json(value: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(value), status=status, content_type="application/json")
+
+
+async def _overview(request: web.Request) -> web.Response:
+    data = await _query(request, queries.overview)
+    run_dir = request.app[RUN_DIR_KEY]
+    data["summary"] = None
+    if isinstance(run_dir, Path) and (run_dir / "summary.json").exists():
+        try:
+            data["summary"] = orjson.loads((run_dir / "summary.json").read_bytes())
+        except orjson.JSONDecodeError:
+            data["summary"] = None
+    return _json(data)
+
+
+def _number(request: web.Request, key: str) -> float | None:
+    value = request.query.get(key, "")
+    if value == "":
+        return None
+    try:
+        return float(value)
+    except ValueError as exc:
+        raise web.HTTPBadRequest(text=f"{key} must be a number") from exc
+
+
+async def _rollouts(request: web.Request) -> web.Response:
+    q = request.query
+    try:
+        data = await _query(
+            request,
+            queries.list_rollouts,
+            limit=max(1, min(500, int(q.get("limit", "50")))),
+            offset=max(0, int(q.get("offset", "0"))),
+            outcome=q.get("outcome") or None,
+            dispatch_name=q.get("dispatch_name") or None,
+            min_reward=_number(request, "min_reward"),
+            max_reward=_number(request, "max_reward"),
+            min_duration_ms=_number(request, "min_duration_ms"),
+            max_duration_ms=_number(request, "max_duration_ms"),
+            sort=q.get("sort", "start"),
+            descending=q.get("desc", "0") in ("1", "true"),
+        )
+    except ValueError as exc:
+        return _json({"error": str(exc)}, 400)
+    return _json(data)
+
+
+async def _rollout(request: web.Request) -> web.Response:
+    data = await _query(request, queries.rollout_detail, request.match_info["rollout_id"])
+    return _json(data, 200 if data["attempts"] else 404)
+
+
+async def _trace(request: web.Request) -> web.Response:
+    try:
+        spans = await _query(request, queries.trace_spans, request.match_info["trace_id"])
+    except ValueError as exc:
+        return _json({"error": str(exc)}, 400)
+    return _json(
+        {"trace_id": request.match_info["trace_id"], "spans": spans}, 200 if spans else 404
+    )
+
+
+async def _search(request: web.Request) -> web.Response:
+    return _json(await _query(request, queries.search, request.query.get("q", "")))

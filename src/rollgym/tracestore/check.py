@@ -1,0 +1,218 @@
+"""``rollgym traces check``: verify the trace contract of TELEMETRY.md on a finished run.
+
+Why a checker and not only tests: the contract (one small job trace, one bounded trace per
+attempt linked to the job, isolation between rollouts, no orphans, every written result has its
+trace) must hold on real runs at real concurrency, where a bug shows up as one stray span among
+millions. Each rule is one small SQL query; a violation names the span, trace and rule.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from rollgym.telemetry import names
+from rollgym.tracestore.decode import hex_id
+from rollgym.tracestore.queries import DB_NAME
+
+_MAX_LISTED = 50  # per rule; the count is always exact
+
+
+@dataclass
+class CheckReport:
+    """Violations by rule, plus the facts a reader wants next to them."""
+
+    violations: list[dict[str, Any]] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    largest_trace: dict[str, Any] | None = None
+    stats: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def add(self, rule: str, message: str, **where: Any) -> None:
+        self.counts[rule] = self.counts.get(rule, 0) + 1
+        if self.counts[rule] <= _MAX_LISTED:
+            self.violations.append({"rule": rule, "message": message, **where})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "violation_counts": self.counts,
+            "violations": self.violations,
+            "largest_trace": self.largest_trace,
+            "stats": self.stats,
+        }
+
+
+def check_run(run_dir: str | Path, conn: sqlite3.Connection) -> CheckReport:
+    """Run every rule over the store ``conn`` and the run directory's output files."""
+    report = CheckReport()
+    job = _check_job(conn, report)
+    _check_dispatches(conn, report, job)
+    _check_isolation(conn, report)
+    _check_parents(conn, report)
+    _check_outputs(Path(run_dir), conn, report)
+    _largest(conn, report)
+    return report
+
+
+def _check_job(conn: sqlite3.Connection, report: CheckReport) -> tuple[bytes, bytes] | None:
+    jobs = conn.execute(
+        "SELECT trace_id, span_id FROM spans WHERE parent_span_id IS NULL AND name = ?",
+        (names.SPAN_JOB,),
+    ).fetchall()
+    report.stats["job_traces"] = len(jobs)
+    if len(jobs) > 1:
+        report.add("one_job_trace", f"{len(jobs)} {names.SPAN_JOB} roots in one run")
+    for trace_id, _span_id in jobs:
+        for span_id, name, rollout_id in conn.execute(
+            "SELECT span_id, name, rollout_id FROM spans WHERE trace_id = ? "
+            "AND (rollout_id IS NOT NULL OR name IN (?, ?))",
+            (trace_id, names.SPAN_DISPATCH, names.SPAN_ROLLOUT),
+        ):
+            report.add(
+                "job_holds_no_rollout",
+                f"span {name!r} (rollout {rollout_id}) sits in the job trace",
+                trace_id=hex_id(trace_id),
+                span_id=hex_id(span_id),
+            )
+    return (jobs[0][0], jobs[0][1]) if len(jobs) == 1 else None
+
+
+def _check_dispatches(
+    conn: sqlite3.Connection, report: CheckReport, job: tuple[bytes, bytes] | None
+) -> None:
+    has_job = report.stats["job_traces"] > 0
+    rows = conn.execute(
+        "SELECT trace_id, span_id, is_root, rollout_id, link_count FROM dispatches"
+    ).fetchall()
+    report.stats["dispatch_spans"] = len(rows)
+    seen: dict[str, bytes] = {}
+    for trace_id, span_id, is_root, rollout_id, link_count in rows:
+        where = {"trace_id": hex_id(trace_id), "span_id": hex_id(span_id), "rollout_id": rollout_id}
+        if not is_root:
+            report.add("dispatch_is_root", "dispatch span is not the root of its trace", **where)
+        if rollout_id is not None:
+            if rollout_id in seen:
+                report.add("one_dispatch_per_attempt", "attempt has two dispatch spans", **where)
+            seen[rollout_id] = trace_id
+        expected = 1 if has_job else 0
+        if link_count != expected:
+            report.add(
+                "dispatch_job_link",
+                f"dispatch has {link_count} links, expected {expected}",
+                **where,
+            )
+        elif job is not None:
+            target = conn.execute(
+                "SELECT linked_trace_id, linked_span_id FROM links WHERE trace_id=? AND span_id=?",
+                (trace_id, span_id),
+            ).fetchone()
+            if target is None or (target[0], target[1]) != job:
+                report.add("dispatch_job_link", "dispatch link does not name the job span", **where)
+
+
+def _check_isolation(conn: sqlite3.Connection, report: CheckReport) -> None:
+    for trace_id, span_id, name, rollout_id in conn.execute(
+        """SELECT s.trace_id, s.span_id, s.name, s.rollout_id FROM spans s
+           WHERE s.rollout_id IS NOT NULL AND NOT EXISTS (
+               SELECT 1 FROM dispatches d WHERE d.trace_id = s.trace_id
+               AND d.is_root = 1 AND d.rollout_id = s.rollout_id)"""
+    ):
+        report.add(
+            "isolation",
+            f"span {name!r} of rollout {rollout_id} is not in that rollout's dispatch trace",
+            trace_id=hex_id(trace_id),
+            span_id=hex_id(span_id),
+            rollout_id=rollout_id,
+        )
+
+
+def _check_parents(conn: sqlite3.Connection, report: CheckReport) -> None:
+    for trace_id, span_id, name, parent in conn.execute(
+        """SELECT s.trace_id, s.span_id, s.name, s.parent_span_id FROM spans s
+           WHERE s.parent_span_id IS NOT NULL AND NOT EXISTS (
+               SELECT 1 FROM spans p WHERE p.trace_id = s.trace_id
+               AND p.span_id = s.parent_span_id)"""
+    ):
+        report.add(
+            "missing_parent",
+            f"span {name!r} names parent {hex_id(parent)}, absent from its trace",
+            trace_id=hex_id(trace_id),
+            span_id=hex_id(span_id),
+        )
+
+
+def _check_outputs(run_dir: Path, conn: sqlite3.Connection, report: CheckReport) -> None:
+    for file_name, rule in (
+        ("rollouts.jsonl", "rollout_has_trace"),
+        ("failures.jsonl", "failure_has_trace"),
+    ):
+        path = run_dir / file_name
+        if not path.exists():
+            continue
+        checked = 0
+        with path.open("rb") as lines:
+            for number, line in enumerate(lines, start=1):
+                row = _json_line(line)
+                trace_id = row.get("trace_id") if row else None
+                if not isinstance(trace_id, str) or not trace_id:
+                    if rule == "rollout_has_trace" and row is not None:
+                        report.add(rule, f"{file_name}:{number} has no trace_id")
+                    continue
+                checked += 1
+                if not _trace_exists(conn, trace_id):
+                    report.add(
+                        rule,
+                        f"{file_name}:{number} rollout {row.get('rollout_id')} names trace "
+                        f"{trace_id}, absent from the store",
+                        trace_id=trace_id,
+                        rollout_id=row.get("rollout_id"),
+                    )
+        report.stats[f"{file_name}_checked"] = checked
+
+
+def _json_line(line: bytes) -> dict[str, Any] | None:
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _trace_exists(conn: sqlite3.Connection, trace_id: str) -> bool:
+    try:
+        raw = bytes.fromhex(trace_id)
+    except ValueError:
+        return False
+    return (
+        conn.execute("SELECT 1 FROM spans WHERE trace_id = ? LIMIT 1", (raw,)).fetchone()
+        is not None
+    )
+
+
+def _largest(conn: sqlite3.Connection, report: CheckReport) -> None:
+    row = conn.execute(
+        "SELECT trace_id, COUNT(*) AS n FROM spans GROUP BY trace_id ORDER BY n DESC LIMIT 1"
+    ).fetchone()
+    report.stats["spans"] = conn.execute("SELECT COUNT(*) FROM spans").fetchone()[0]
+    if row is not None:
+        root = conn.execute(
+            "SELECT name FROM spans WHERE trace_id = ? AND parent_span_id IS NULL LIMIT 1",
+            (row[0],),
+        ).fetchone()
+        report.largest_trace = {
+            "trace_id": hex_id(row[0]),
+            "spans": row[1],
+            "root": root[0] if root else None,
+        }
+
+
+def default_db(run_dir: str | Path) -> Path:
+    return Path(run_dir) / DB_NAME

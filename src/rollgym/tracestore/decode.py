@@ -1,0 +1,281 @@
+"""OTLP/HTTP trace payloads -> rows for the store.
+
+Why a module of its own: the receiver must reject a bad payload *before* anything touches the
+database (a batch is all or nothing), and the store must stay ignorant of wire formats. The
+decoder is the one place that knows OTLP's protobuf and JSON encodings, gzip, and the OTLP JSON
+quirk that trace and span ids are hex strings (protobuf's JSON mapping expects base64).
+"""
+
+from __future__ import annotations
+
+import base64
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError as ProtobufDecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+
+from rollgym.telemetry import names
+
+JSON_TYPE = "application/json"
+PROTOBUF_TYPE = "application/x-protobuf"
+
+
+class PayloadError(ValueError):
+    """A payload the receiver refuses: answered with HTTP 400 (or 413 when ``too_large``)."""
+
+    def __init__(self, message: str, *, too_large: bool = False) -> None:
+        super().__init__(message)
+        self.too_large = too_large
+
+
+def decompress(body: bytes, encoding: str, limit: int) -> bytes:
+    """Undo ``Content-Encoding: gzip`` without ever inflating more than ``limit`` bytes."""
+    encoding = encoding.strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding != "gzip":
+        raise PayloadError(f"unsupported Content-Encoding {encoding!r}")
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        data = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise PayloadError(f"bad gzip body: {exc}") from exc
+    if len(data) > limit:
+        raise PayloadError(f"decompressed body exceeds {limit} bytes", too_large=True)
+    if not inflater.eof:
+        raise PayloadError("truncated gzip body")
+    return data
+
+
+def parse_traces(body: bytes, content_type: str) -> ExportTraceServiceRequest:
+    """Parse an ExportTraceServiceRequest in either OTLP/HTTP encoding."""
+    request = ExportTraceServiceRequest()
+    mime = content_type.split(";", 1)[0].strip().lower()
+    if mime == JSON_TYPE:
+        try:
+            document = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise PayloadError(f"invalid JSON: {exc}") from exc
+        if not isinstance(document, dict):
+            raise PayloadError("OTLP JSON body must be an object")
+        _hex_ids_to_base64(document)
+        try:
+            json_format.ParseDict(document, request, ignore_unknown_fields=True)
+        except (json_format.ParseError, TypeError, ValueError) as exc:
+            raise PayloadError(f"invalid OTLP JSON: {exc}") from exc
+        return request
+    if mime in (PROTOBUF_TYPE, "application/protobuf", ""):
+        try:
+            request.ParseFromString(body)
+        except (ProtobufDecodeError, RuntimeError, ValueError) as exc:
+            raise PayloadError(f"invalid OTLP protobuf: {exc}") from exc
+        return request
+    raise PayloadError(f"unsupported Content-Type {content_type!r}")
+
+
+def _hex_ids_to_base64(document: dict[str, Any]) -> None:
+    """OTLP JSON writes ids as hex; protobuf's JSON mapping reads bytes as base64."""
+    for resource_spans in _list(document, "resourceSpans", "resource_spans"):
+        for scope_spans in _list(resource_spans, "scopeSpans", "scope_spans"):
+            for span in _list(scope_spans, "spans"):
+                _convert_ids(span, ("traceId", "trace_id", "spanId", "span_id"))
+                _convert_ids(span, ("parentSpanId", "parent_span_id"))
+                for link in _list(span, "links"):
+                    _convert_ids(link, ("traceId", "trace_id", "spanId", "span_id"))
+
+
+def _list(parent: Any, *keys: str) -> list[Any]:
+    if not isinstance(parent, dict):
+        return []
+    for key in keys:
+        value = parent.get(key)
+        if isinstance(value, list):
+            return value
+    return []
+
+
+def _convert_ids(holder: Any, keys: tuple[str, ...]) -> None:
+    if not isinstance(holder, dict):
+        return
+    for key in keys:
+        value = holder.get(key)
+        if isinstance(value, str) and value:
+            try:
+                raw = bytes.fromhex(value)
+            except ValueError as exc:
+                raise PayloadError(f"{key} is not hex: {value!r}") from exc
+            holder[key] = base64.b64encode(raw).decode("ascii")
+
+
+# --- protobuf -> rows -------------------------------------------------------------------------
+
+
+_SCALARS = frozenset({"string_value", "int_value", "double_value", "bool_value"})
+
+
+def any_value(value: AnyValue) -> Any:
+    """An OTLP AnyValue as a plain JSON-able Python value."""
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        return [any_value(item) for item in value.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: any_value(kv.value) for kv in value.kvlist_value.values}
+    if kind == "bytes_value":
+        return base64.b64encode(value.bytes_value).decode("ascii")
+    return getattr(value, kind)
+
+
+def attributes(kvs: Any) -> dict[str, Any]:
+    """Repeated KeyValue -> dict (later keys win, as in the SDK)."""
+    return {kv.key: any_value(kv.value) for kv in kvs}
+
+
+def json_text(value: Any) -> str:
+    """Compact JSON text; SQLite's json functions read TEXT (a BLOB would be taken as JSONB)."""
+    return orjson.dumps(value).decode()
+
+
+@dataclass
+class SpanBatch:
+    """Rows of one request, in the column order of the store's insert statements."""
+
+    spans: list[tuple[Any, ...]] = field(default_factory=list)
+    resources: list[tuple[Any, ...]] = field(default_factory=list)
+    links: list[tuple[Any, ...]] = field(default_factory=list)
+    dispatches: list[tuple[Any, ...]] = field(default_factory=list)
+
+
+#: Maps a Resource to (row id, run id, resource row); see store.ResourceRegistry.
+ResourceIds = Callable[[Resource], tuple[int, str | None, tuple[Any, ...]]]
+
+
+def to_rows(request: ExportTraceServiceRequest, resource_id: ResourceIds) -> SpanBatch:
+    """Flatten a request into span, link and dispatch rows.
+
+    ``resource_id`` maps a Resource to a stable row id so identical resources are stored once;
+    every batch carries the rows of the resources it references (inserted OR IGNORE), so a
+    batch is self-contained whatever happened to earlier ones. Dispatch spans also get a row in
+    ``dispatches`` so ``ls`` never scans spans.
+    """
+    batch = SpanBatch()
+    span_rows = batch.spans.append
+    for resource_spans in request.resource_spans:
+        res_id, run_id, resource_row = resource_id(resource_spans.resource)
+        batch.resources.append(resource_row)
+        for scope_spans in resource_spans.scope_spans:
+            scope = scope_spans.scope.name or None
+            for span in scope_spans.spans:
+                attrs = {}
+                for kv in span.attributes:  # hot loop: scalars without a call
+                    value = kv.value
+                    kind = value.WhichOneof("value")
+                    attrs[kv.key] = getattr(value, kind) if kind in _SCALARS else any_value(value)
+                rollout_id = attrs.get(names.ROLLOUT_ID)
+                if rollout_id is not None and not isinstance(rollout_id, str):
+                    rollout_id = str(rollout_id)
+                trace_id = span.trace_id
+                span_id = span.span_id
+                if len(trace_id) != 16 or len(span_id) != 8:
+                    raise PayloadError("span with invalid trace_id or span_id length")
+                parent = span.parent_span_id or None
+                events = None
+                if span.events:
+                    events = json_text(
+                        [
+                            {
+                                "name": event.name,
+                                "time_ns": event.time_unix_nano,
+                                "attributes": attributes(event.attributes),
+                            }
+                            for event in span.events
+                        ]
+                    )
+                for index, link in enumerate(span.links):
+                    batch.links.append(
+                        (
+                            trace_id,
+                            span_id,
+                            index,
+                            link.trace_id,
+                            link.span_id,
+                            json_text(attributes(link.attributes)) if link.attributes else None,
+                        )
+                    )
+                span_rows(
+                    (
+                        trace_id,
+                        span_id,
+                        parent,
+                        span.name,
+                        span.kind,
+                        span.start_time_unix_nano,
+                        span.end_time_unix_nano,
+                        span.status.code,
+                        span.status.message or None,
+                        res_id,
+                        scope,
+                        rollout_id,
+                        run_id,
+                        json_text(attrs),
+                        events,
+                        len(span.links),
+                    )
+                )
+                if span.name == names.SPAN_DISPATCH:
+                    batch.dispatches.append(_dispatch_row(span, attrs, rollout_id, run_id))
+    return batch
+
+
+def _dispatch_row(span: Any, attrs: dict[str, Any], rollout_id: str | None, run_id: str | None):
+    reward = attrs.get(names.ROLLOUT_REWARD)
+    attempt = attrs.get(names.ROLLOUT_ATTEMPT)
+    return (
+        span.trace_id,
+        span.span_id,
+        1 if not span.parent_span_id else 0,
+        rollout_id,
+        attempt if isinstance(attempt, int) else None,
+        attrs.get(names.DISPATCH_NAME),
+        attrs.get(names.ROLLOUT_OUTCOME),
+        float(reward) if isinstance(reward, int | float) else None,
+        span.start_time_unix_nano,
+        max(0, span.end_time_unix_nano - span.start_time_unix_nano),
+        run_id,
+        len(span.links),
+    )
+
+
+def hex_id(raw: bytes | None) -> str | None:
+    """Store ids are BLOBs; everything shown to people or scripts is lowercase hex."""
+    return raw.hex() if raw else None
+
+
+def id_bytes(text: str) -> bytes:
+    """Parse a hex id given by a user; a clear error instead of a silent miss."""
+    try:
+        return bytes.fromhex(text)
+    except ValueError as exc:
+        raise ValueError(f"not a hex id: {text!r}") from exc
+
+
+__all__ = [
+    "PayloadError",
+    "SpanBatch",
+    "any_value",
+    "attributes",
+    "decompress",
+    "hex_id",
+    "id_bytes",
+    "json_text",
+    "parse_traces",
+    "to_rows",
+]

@@ -1,0 +1,142 @@
+"""Human output of the ``rollgym traces`` commands (rich tables and trees).
+
+Why separate from queries: the query functions return the exact dicts printed by ``--json``;
+this module only decides how a person sees them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.tree import Tree
+
+from rollgym.telemetry import names
+from rollgym.tracestore.check import CheckReport
+
+#: Attributes worth showing inline in a tree; everything else is in --json and the viewer.
+_INLINE = (
+    names.ROLLOUT_ID,
+    names.ROLLOUT_OUTCOME,
+    names.ROLLOUT_REWARD,
+    names.HTTP_ROUTE,
+    names.HTTP_RESPONSE_STATUS_CODE,
+    names.ENV_TOOL_NAME,
+    names.GEN_AI_REQUEST_MODEL,
+    names.GEN_AI_USAGE_OUTPUT_TOKENS,
+)
+
+
+def _fmt(value: float | None, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def rollouts_table(console: Console, page: dict[str, Any]) -> None:
+    table = Table(
+        title=f"rollouts {page['offset'] + 1}-{page['offset'] + len(page['rows'])} "
+        f"of {page['total']}"
+    )
+    for column in ("rollout", "attempt", "dispatch", "outcome", "reward", "ms", "spans", "trace"):
+        table.add_column(column, justify="right" if column in ("reward", "ms", "spans") else "left")
+    for row in page["rows"]:
+        table.add_row(
+            str(row["rollout_id"]),
+            str(row["attempt"]),
+            str(row["dispatch_name"]),
+            str(row["outcome"]),
+            _fmt(row["reward"]),
+            _fmt(row["duration_ms"], ".1f"),
+            str(row["span_count"]),
+            row["trace_id"],
+        )
+    console.print(table)
+
+
+def rollout_trees(console: Console, detail: dict[str, Any]) -> None:
+    if not detail["attempts"]:
+        console.print(f"no dispatch for rollout {detail['rollout_id']!r} in this store")
+        return
+    for attempt in detail["attempts"]:
+        console.print(
+            f"[bold]{attempt['rollout_id']}[/] attempt {attempt['attempt']} "
+            f"outcome={attempt['outcome']} reward={_fmt(attempt['reward'])} "
+            f"{_fmt(attempt['duration_ms'], '.1f')} ms  trace {attempt['trace_id']} "
+            f"({attempt['span_count']} spans)"
+        )
+        console.print(trace_tree(attempt["spans"]))
+
+
+def trace_tree(spans: list[dict[str, Any]]) -> Tree:
+    """Indented tree of one trace; spans whose parent is absent hang under the root, marked."""
+    by_id = {span["span_id"]: span for span in spans}
+    children: dict[str | None, list[dict[str, Any]]] = defaultdict(list)
+    for span in spans:
+        parent = span["parent_span_id"]
+        children[parent if parent in by_id else None].append(span)
+    origin = min((span["start_ns"] for span in spans), default=0)
+    tree = Tree("trace")
+
+    def add(node: Tree, span: dict[str, Any]) -> None:
+        orphan = span["parent_span_id"] and span["parent_span_id"] not in by_id
+        branch = node.add(_label(span, origin) + (" [red](parent missing)[/]" if orphan else ""))
+        for link in span["links"]:
+            target = link["name"] or "span not in store"
+            branch.add(
+                f"[cyan]link -> {target}: trace {link['trace_id']} span {link['span_id']}[/]"
+            )
+        for child in sorted(children.get(span["span_id"], []), key=lambda s: s["start_ns"]):
+            add(branch, child)
+
+    for root in sorted(children.get(None, []), key=lambda s: s["start_ns"]):
+        add(tree, root)
+    return tree
+
+
+def _label(span: dict[str, Any], origin: int) -> str:
+    inline = " ".join(
+        f"{key}={span['attributes'][key]}" for key in _INLINE if key in span["attributes"]
+    )
+    status = " [red]ERROR[/]" if span["status_code"] == 2 else ""
+    return (
+        f"[bold]{span['name']}[/] {span['duration_ms']:.2f} ms "
+        f"[dim]@+{(span['start_ns'] - origin) / 1e6:.2f} ms[/]{status} [dim]{inline}[/]"
+    )
+
+
+def slowest_list(console: Console, items: list[dict[str, Any]]) -> None:
+    for rank, item in enumerate(items, start=1):
+        console.print(
+            f"{rank:>3}. [bold]{item['rollout_id']}[/] {item['duration_ms']:.1f} ms "
+            f"outcome={item['outcome']} dispatch={item['dispatch_name']} "
+            f"spans={item['span_count']} trace {item['trace_id']}"
+        )
+        total = sum(item["self_time_ms"].values()) or 1.0
+        for name, ms in list(item["self_time_ms"].items())[:6]:
+            console.print(f"       {ms:10.2f} ms {100 * ms / total:5.1f}%  {name}")
+
+
+def check_report(console: Console, report: CheckReport) -> None:
+    stats = report.stats
+    console.print(
+        f"spans={stats.get('spans', 0)} job_traces={stats.get('job_traces', 0)} "
+        f"dispatch_spans={stats.get('dispatch_spans', 0)} "
+        f"rollouts_checked={stats.get('rollouts.jsonl_checked', 0)} "
+        f"failures_checked={stats.get('failures.jsonl_checked', 0)}"
+    )
+    if report.largest_trace:
+        largest = report.largest_trace
+        console.print(
+            f"largest trace: {largest['spans']} spans ({largest['root']}) {largest['trace_id']}"
+        )
+    if report.ok:
+        console.print("[green]OK[/]: the trace contract holds")
+        return
+    for violation in report.violations:
+        where = " ".join(
+            f"{k}={v}" for k, v in violation.items() if k not in ("rule", "message") and v
+        )
+        console.print(f"[red]VIOLATION[/] {violation['rule']}: {violation['message']} {where}")
+    counts = ", ".join(f"{rule}={n}" for rule, n in report.counts.items())
+    console.print(f"[red]FAILED[/]: {sum(report.counts.values())} violations ({counts})")

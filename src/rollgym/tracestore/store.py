@@ -1,0 +1,218 @@
+"""The SQLite trace store: schema, the one write path, and read connections.
+
+Why SQLite: a run's traces must sit in its output directory as one file that scripts, the CLI
+and the viewer can open with no server. WAL lets the viewer and ``rollgym traces`` read while
+the receiver writes. Ids are stored as BLOBs (16/8 bytes) to keep the indexes small; every
+request is one transaction, so a batch is never half-written.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+
+from rollgym.telemetry import names
+from rollgym.tracestore.decode import SpanBatch, attributes, json_text, to_rows
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS resources (
+    id INTEGER PRIMARY KEY,
+    fingerprint BLOB NOT NULL UNIQUE,
+    run_id TEXT,
+    service_name TEXT,
+    attributes TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ix_resources_run ON resources(run_id);
+CREATE TABLE IF NOT EXISTS spans (
+    trace_id BLOB NOT NULL,
+    span_id BLOB NOT NULL,
+    parent_span_id BLOB,
+    name TEXT NOT NULL,
+    kind INTEGER NOT NULL,
+    start_ns INTEGER NOT NULL,
+    end_ns INTEGER NOT NULL,
+    status_code INTEGER NOT NULL,
+    status_message TEXT,
+    resource_id INTEGER NOT NULL,
+    scope TEXT,
+    rollout_id TEXT,
+    run_id TEXT,
+    attributes TEXT NOT NULL,
+    events TEXT,
+    link_count INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS ux_spans_trace ON spans(trace_id, span_id);
+CREATE INDEX IF NOT EXISTS ix_spans_rollout ON spans(rollout_id) WHERE rollout_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS ix_spans_roots ON spans(name) WHERE parent_span_id IS NULL;
+CREATE TABLE IF NOT EXISTS links (
+    trace_id BLOB NOT NULL,
+    span_id BLOB NOT NULL,
+    idx INTEGER NOT NULL,
+    linked_trace_id BLOB NOT NULL,
+    linked_span_id BLOB NOT NULL,
+    attributes TEXT,
+    PRIMARY KEY (trace_id, span_id, idx)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS ix_links_target ON links(linked_trace_id, linked_span_id);
+CREATE TABLE IF NOT EXISTS dispatches (
+    trace_id BLOB NOT NULL,
+    span_id BLOB NOT NULL,
+    is_root INTEGER NOT NULL,
+    rollout_id TEXT,
+    attempt INTEGER,
+    dispatch_name TEXT,
+    outcome TEXT,
+    reward REAL,
+    start_ns INTEGER NOT NULL,
+    duration_ns INTEGER NOT NULL,
+    run_id TEXT,
+    link_count INTEGER NOT NULL,
+    PRIMARY KEY (trace_id, span_id)
+);
+CREATE INDEX IF NOT EXISTS ix_dispatches_rollout ON dispatches(rollout_id);
+CREATE INDEX IF NOT EXISTS ix_dispatches_start ON dispatches(start_ns);
+CREATE INDEX IF NOT EXISTS ix_dispatches_duration ON dispatches(duration_ns);
+CREATE INDEX IF NOT EXISTS ix_dispatches_run ON dispatches(run_id);
+"""
+
+INSERT_SPAN = "INSERT OR IGNORE INTO spans VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+INSERT_LINK = "INSERT OR IGNORE INTO links VALUES (?,?,?,?,?,?)"
+INSERT_RESOURCE = "INSERT OR IGNORE INTO resources VALUES (?,?,?,?,?)"
+INSERT_DISPATCH = "INSERT OR IGNORE INTO dispatches VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+
+
+def connect_readonly(db_path: str | Path) -> sqlite3.Connection:
+    """A read-only connection (the CLI and viewer must never write, or create, a store)."""
+    path = Path(db_path)
+    if not path.exists():
+        raise FileNotFoundError(f"no trace store at {path}")
+    conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True, check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+class ResourceRegistry:
+    """Thread-safe Resource -> row id, so decoding can run outside the writer thread.
+
+    Ids are assigned in memory (seeded from the database) and each batch re-inserts the rows
+    it references with INSERT OR IGNORE, so a rolled-back batch never leaves a dangling id.
+    """
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._lock = threading.Lock()
+        self._known: dict[bytes, tuple[int, str | None, tuple[Any, ...]]] = {}
+        for row in conn.execute("SELECT * FROM resources"):
+            self._known[row[1]] = (row[0], row[2], tuple(row))
+        self._next = 1 + max((known[0] for known in self._known.values()), default=0)
+
+    def __call__(self, resource: Resource) -> tuple[int, str | None, tuple[Any, ...]]:
+        fingerprint = resource.SerializeToString(deterministic=True)
+        known = self._known.get(fingerprint)
+        if known is not None:
+            return known
+        attrs = attributes(resource.attributes)
+        run_id = attrs.get(names.RUN_ID)
+        run_id = None if run_id is None else str(run_id)
+        service = attrs.get("service.name")
+        with self._lock:
+            known = self._known.get(fingerprint)
+            if known is None:
+                row = (self._next, fingerprint, run_id, service, json_text(attrs))
+                known = self._known[fingerprint] = (self._next, run_id, row)
+                self._next += 1
+        return known
+
+
+class TraceStore:
+    """The single writer of one ``traces.db``; not thread-safe: one thread owns it."""
+
+    def __init__(self, db_path: str | Path) -> None:
+        self.path = Path(db_path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: we issue BEGIN/COMMIT ourselves, one transaction per batch.
+        self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("PRAGMA cache_size=-65536")
+        self._conn.execute("PRAGMA temp_store=MEMORY")
+        self._conn.executescript(SCHEMA)
+        self.resources = ResourceRegistry(self._conn)
+
+    def write_request(self, request: ExportTraceServiceRequest) -> int:
+        """Store one OTLP request atomically; returns the number of spans it held."""
+        with self._transaction():
+            batch = to_rows(request, self.resources)
+            self._insert(batch)
+        return len(batch.spans)
+
+    def write_batch(self, batch: SpanBatch) -> None:
+        """Store pre-built rows atomically (bulk loaders and benchmarks)."""
+        with self._transaction():
+            self._insert(batch)
+
+    def write_batches(self, batches: list[SpanBatch]) -> list[Exception | None]:
+        """Several batches in one commit, each under its own SAVEPOINT (still all-or-nothing
+        per batch). Returns one error (or None) per batch; a failed COMMIT fails them all."""
+        errors: list[Exception | None] = []
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for batch in batches:
+                conn.execute("SAVEPOINT batch")
+                try:
+                    self._insert(batch)
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO batch")
+                    errors.append(exc)
+                else:
+                    errors.append(None)
+                conn.execute("RELEASE batch")
+            conn.execute("COMMIT")
+        except Exception as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            return [exc] * len(batches)
+        return errors
+
+    def close(self) -> None:
+        """Checkpoint the WAL into the main file so a finished run is one self-contained db."""
+        try:
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            self._conn.close()
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self)
+
+    def _insert(self, batch: SpanBatch) -> None:
+        conn = self._conn
+        conn.executemany(INSERT_RESOURCE, batch.resources)
+        conn.executemany(INSERT_SPAN, batch.spans)
+        if batch.links:
+            conn.executemany(INSERT_LINK, batch.links)
+        if batch.dispatches:
+            conn.executemany(INSERT_DISPATCH, batch.dispatches)
+
+
+class _Transaction:
+    """BEGIN ... COMMIT, or ROLLBACK on any error."""
+
+    def __init__(self, store: TraceStore) -> None:
+        self._store = store
+
+    def __enter__(self) -> None:
+        self._store._conn.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        conn = self._store._conn
+        if exc_type is None:
+            conn.execute("COMMIT")
+        else:
+            conn.execute("ROLLBACK")

@@ -1,0 +1,239 @@
+// rollgym trace viewer: a hash-routed page over the store's /api routes. No build, no CDN.
+"use strict";
+
+const app = document.getElementById("app");
+const state = { sort: "start", desc: false, offset: 0, limit: 25, filters: {} };
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else if (v !== undefined && v !== null) node.setAttribute(k, v);
+  }
+  for (const c of children.flat()) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return node;
+}
+
+async function api(path) {
+  const answer = await fetch(path);
+  if (!answer.ok && answer.status !== 404) throw new Error(`${path}: ${answer.status}`);
+  return answer.json();
+}
+
+const fmt = (x, d = 3) => (x === null || x === undefined ? "-" : Number(x).toFixed(d));
+const ms = (x) => `${Number(x).toFixed(1)} ms`;
+
+// ---------------------------------------------------------------- overview
+async function overview() {
+  const data = await api("/api/overview");
+  app.replaceChildren();
+  const cards = el("div", { class: "cards" },
+    card("spans", data.spans), card("dispatches", data.dispatches),
+    ...Object.entries(data.outcomes).map(([k, v]) => card(`outcome ${k}`, v)));
+  if (data.summary) {
+    for (const key of ["requested", "completed", "failed"]) cards.append(card(key, data.summary[key]));
+  }
+  app.append(el("section", {}, el("h2", {}, "Run ", data.run_ids.join(", ")), cards));
+  app.append(el("section", {}, el("h2", {}, "Reward per dispatch name"),
+    el("table", {}, el("tr", {}, el("th", {}, "dispatch name"), el("th", {}, "dispatches"),
+      el("th", {}, "mean reward"), el("th", {}, "mean duration")),
+      data.per_dispatch_name.map((r) => el("tr", {}, el("td", {}, r.dispatch_name ?? "-"),
+        el("td", {}, r.count), el("td", {}, fmt(r.mean_reward)), el("td", {}, ms(r.mean_duration_ms)))))));
+  app.append(el("section", {}, el("h2", {}, "Duration histogram"), histogram(data.duration_histogram)));
+  const roots = el("section", { id: "roots" }, el("h2", {}, "Job and startup traces"));
+  for (const [label, list] of [["job", data.job_traces], ["startup", data.startup_traces]]) {
+    for (const t of list) {
+      roots.append(el("div", {}, el("a", { href: `#/trace/${t.trace_id}`, class: "mono" }, `${label} trace ${t.trace_id}`),
+        ` ${t.span_count} spans, ${ms(t.duration_ms)}`));
+    }
+    if (!list.length) roots.append(el("div", { class: "muted" }, `no ${label} trace in this store`));
+  }
+  app.append(roots);
+  const tableSection = el("section", {}, el("h2", {}, "Rollouts"), filters(data), el("div", { id: "rollouts" }));
+  app.append(tableSection);
+  await rollouts();
+}
+
+function card(label, value) {
+  return el("div", { class: "card" }, el("b", {}, value ?? "-"), el("span", { class: "muted" }, label));
+}
+
+function histogram(bins) {
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  const w = 600, h = 120, max = Math.max(1, ...bins.map((b) => b.count));
+  svg.setAttribute("viewBox", `0 0 ${w} ${h + 20}`);
+  svg.setAttribute("preserveAspectRatio", "none");
+  svg.setAttribute("width", "100%");
+  svg.setAttribute("height", "150");
+  bins.forEach((b, i) => {
+    const bw = w / bins.length, bh = (b.count / max) * h;
+    const r = document.createElementNS(ns, "rect");
+    Object.entries({ x: i * bw + 1, y: h - bh, width: bw - 2, height: bh, class: "hbar" })
+      .forEach(([k, v]) => r.setAttribute(k, v));
+    const t = document.createElementNS(ns, "title");
+    t.textContent = `${fmt(b.from_ms, 1)}–${fmt(b.to_ms, 1)} ms: ${b.count}`;
+    r.append(t);
+    svg.append(r);
+  });
+  if (bins.length) {
+    for (const [x, label, anchor] of [[0, `${fmt(bins[0].from_ms, 1)} ms`, "start"],
+      [w, `${fmt(bins[bins.length - 1].to_ms, 1)} ms`, "end"]]) {
+      const t = document.createElementNS(ns, "text");
+      Object.entries({ x, y: h + 14, "text-anchor": anchor }).forEach(([k, v]) => t.setAttribute(k, v));
+      t.textContent = label;
+      svg.append(t);
+    }
+  }
+  return svg;
+}
+
+function filters(data) {
+  const input = (name, placeholder) => el("input", { name, placeholder, value: state.filters[name] ?? "" });
+  const outcome = el("select", { name: "outcome" }, el("option", { value: "" }, "any outcome"),
+    ...Object.keys(data.outcomes).map((o) => el("option", { value: o }, o)));
+  outcome.value = state.filters.outcome ?? "";
+  const dispatch = el("select", { name: "dispatch_name" }, el("option", { value: "" }, "any dispatch name"),
+    ...data.per_dispatch_name.map((r) => el("option", { value: r.dispatch_name ?? "" }, r.dispatch_name ?? "-")));
+  dispatch.value = state.filters.dispatch_name ?? "";
+  const form = el("form", { class: "filters", id: "filters" }, outcome, dispatch,
+    input("min_reward", "min reward"), input("max_reward", "max reward"),
+    input("min_duration_ms", "min ms"), input("max_duration_ms", "max ms"),
+    el("button", { type: "submit" }, "Filter"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    state.filters = Object.fromEntries(new FormData(form).entries());
+    state.offset = 0;
+    rollouts();
+  });
+  return form;
+}
+
+async function rollouts() {
+  const params = new URLSearchParams({ limit: state.limit, offset: state.offset, sort: state.sort,
+    desc: state.desc ? "1" : "0", ...state.filters });
+  const page = await api(`/api/rollouts?${params}`);
+  const head = (label, key) => el("th", { class: key ? "sortable" : "", onclick: key ? () => {
+    state.desc = state.sort === key ? !state.desc : false; state.sort = key; state.offset = 0; rollouts();
+  } : undefined }, label, state.sort === key ? (state.desc ? " ▼" : " ▲") : "");
+  const table = el("table", { id: "rollout-table" }, el("tr", {}, head("rollout", "rollout_id"),
+    head("attempt"), head("dispatch name", "dispatch_name"), head("outcome", "outcome"),
+    head("reward", "reward"), head("duration", "duration"), head("spans"), head("trace")),
+    page.rows.map((r) => el("tr", { class: "row", "data-rollout": r.rollout_id,
+      onclick: () => { location.hash = `#/rollout/${encodeURIComponent(r.rollout_id)}`; } },
+      el("td", {}, r.rollout_id), el("td", {}, r.attempt ?? "-"), el("td", {}, r.dispatch_name ?? "-"),
+      el("td", { class: `outcome-${r.outcome}` }, r.outcome ?? "-"), el("td", {}, fmt(r.reward)),
+      el("td", {}, ms(r.duration_ms)), el("td", {}, r.span_count), el("td", { class: "mono" }, r.trace_id))));
+  const last = Math.min(page.total, state.offset + page.rows.length);
+  const pager = el("div", { class: "pager" },
+    el("button", { disabled: state.offset === 0 ? "" : undefined,
+      onclick: () => { state.offset = Math.max(0, state.offset - state.limit); rollouts(); } }, "‹ prev"),
+    `${page.total ? state.offset + 1 : 0}–${last} of ${page.total}`,
+    el("button", { disabled: last >= page.total ? "" : undefined,
+      onclick: () => { state.offset += state.limit; rollouts(); } }, "next ›"));
+  document.getElementById("rollouts").replaceChildren(table, pager);
+}
+
+// ---------------------------------------------------------------- waterfall
+function waterfall(spans, details) {
+  const byId = new Map(spans.map((s) => [s.span_id, s]));
+  const children = new Map();
+  for (const s of spans) {
+    const parent = byId.has(s.parent_span_id) ? s.parent_span_id : null;
+    if (!children.has(parent)) children.set(parent, []);
+    children.get(parent).push(s);
+  }
+  const t0 = Math.min(...spans.map((s) => s.start_ns));
+  const total = Math.max(1, Math.max(...spans.map((s) => s.end_ns)) - t0);
+  const box = el("div", { class: "waterfall" });
+  const walk = (parent, depth) => {
+    for (const s of (children.get(parent) || []).sort((a, b) => a.start_ns - b.start_ns)) {
+      const left = ((s.start_ns - t0) / total) * 100, width = ((s.end_ns - s.start_ns) / total) * 100;
+      const row = el("div", { class: "span-row", "data-span": s.span_id, "data-name": s.name },
+        el("div", { class: "label", style: `padding-left:${depth * 14}px` }, s.name,
+          el("span", { class: "muted" }, s.service_name ? `  ${s.service_name}` : "")),
+        el("div", { class: "dur" }, ms(s.duration_ms)),
+        el("div", { class: "track" },
+          el("div", { class: `bar${s.status_code === 2 ? " error" : ""}`, style: `left:${left}%;width:${width}%` })));
+      row.addEventListener("click", () => {
+        box.querySelectorAll(".selected").forEach((n) => n.classList.remove("selected"));
+        row.classList.add("selected");
+        showDetails(details, s);
+      });
+      box.append(row);
+      walk(s.span_id, depth + 1);
+    }
+  };
+  walk(null, 0);
+  return box;
+}
+
+function kvTable(obj) {
+  return el("table", {}, Object.entries(obj).map(([k, v]) =>
+    el("tr", {}, el("td", {}, k), el("td", { class: "mono" }, typeof v === "object" ? JSON.stringify(v) : String(v)))));
+}
+
+function showDetails(box, s) {
+  box.replaceChildren(el("h2", {}, s.name),
+    kvTable({ trace_id: s.trace_id, span_id: s.span_id, parent_span_id: s.parent_span_id ?? "-",
+      duration: ms(s.duration_ms), status: s.status_code === 2 ? `ERROR ${s.status_message ?? ""}` : "unset/ok" }),
+    el("h2", {}, "Attributes"), kvTable(s.attributes));
+  if (s.links.length) {
+    box.append(el("h2", {}, "Links"), ...s.links.map((l) => el("div", {},
+      el("a", { href: `#/trace/${l.trace_id}`, class: "job-link mono" }, `${l.name ?? "span"} (trace ${l.trace_id})`))));
+  }
+  if (s.events.length) box.append(el("h2", {}, "Events"), kvTable(Object.fromEntries(s.events.map((e) => [e.name, e.attributes]))));
+  box.append(el("h2", {}, "Resource"), kvTable(s.resource));
+}
+
+function traceSection(title, spans) {
+  const details = el("section", { class: "details" }, el("p", { class: "muted" }, "Click a span to see its attributes."));
+  return [el("section", {}, el("h2", {}, title), waterfall(spans, details)), details];
+}
+
+async function rolloutPage(id) {
+  const data = await api(`/api/rollout/${encodeURIComponent(id)}`);
+  app.replaceChildren(el("p", {}, el("a", { href: "#/" }, "‹ overview")));
+  if (!data.attempts || !data.attempts.length) { app.append(el("p", {}, `No rollout ${id}.`)); return; }
+  for (const a of data.attempts) {
+    const dispatch = a.spans.find((s) => s.span_id === a.span_id);
+    const link = dispatch && dispatch.links[0];
+    app.append(el("section", { class: "attempt" },
+      el("h2", {}, `${a.rollout_id} · attempt ${a.attempt} · `, el("span", { class: `outcome-${a.outcome}` }, a.outcome),
+        ` · reward ${fmt(a.reward)} · ${ms(a.duration_ms)} · ${a.span_count} spans`),
+      el("div", { class: "mono" }, `trace ${a.trace_id}`),
+      link ? el("div", {}, "linked to ", el("a", { href: `#/trace/${link.trace_id}`, class: "job-link" }, `job trace ${link.trace_id}`))
+        : el("div", { class: "muted" }, "no link to a job span")));
+    app.append(...traceSection(`Waterfall of ${a.rollout_id}`, a.spans));
+  }
+}
+
+async function tracePage(id) {
+  const data = await api(`/api/trace/${id}`);
+  app.replaceChildren(el("p", {}, el("a", { href: "#/" }, "‹ overview")));
+  if (!data.spans || !data.spans.length) { app.append(el("p", {}, `No trace ${id}.`)); return; }
+  app.append(...traceSection(`Trace ${id} (${data.spans.length} spans)`, data.spans));
+}
+
+// ---------------------------------------------------------------- routing
+async function route() {
+  const [, page, arg] = location.hash.split("/");
+  try {
+    if (page === "rollout") await rolloutPage(decodeURIComponent(arg));
+    else if (page === "trace") await tracePage(arg);
+    else await overview();
+  } catch (error) {
+    app.replaceChildren(el("p", { class: "outcome-error" }, String(error)));
+  }
+}
+
+document.getElementById("search-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const q = document.getElementById("search").value.trim();
+  const found = await api(`/api/search?q=${encodeURIComponent(q)}`);
+  if (found.kind === "rollout") location.hash = `#/rollout/${encodeURIComponent(found.rollout_id)}`;
+  else if (found.kind === "trace") location.hash = `#/trace/${found.trace_id}`;
+  else app.prepend(el("p", { class: "outcome-error" }, `Nothing found for "${q}".`));
+});
+window.addEventListener("hashchange", route);
+route();

@@ -1,0 +1,121 @@
+"""The viewer in headless Chromium (system browser): overview, a rollout's waterfall, attributes.
+
+Screenshots for docs/trace-store.md are written to docs/images/ only when
+ROLLGYM_SCREENSHOTS=1, so CI never dirties the tree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+from rollgym.telemetry import names
+from rollgym.tracestore.launch import TraceStoreProcess, start_trace_store
+from rollgym.tracestore.synthetic import SyntheticRun, emit_run
+
+CHROMIUM = "/usr/bin/chromium"
+IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="no system chromium"),
+]
+
+
+@pytest.fixture(scope="module")
+def viewer(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[TraceStoreProcess, SyntheticRun]]:
+    run_dir = tmp_path_factory.mktemp("run")
+    store = start_trace_store(run_dir / "traces.db", run_dir / "store.log", run_dir=run_dir)
+    try:
+        run = emit_run(lambda: OTLPSpanExporter(endpoint=store.traces_endpoint), rollouts=60)
+        (run_dir / "summary.json").write_text(
+            json.dumps(
+                {
+                    "run_id": run.run_id,
+                    "requested": 60,
+                    "completed": len(run.rollouts),
+                    "failed": len(run.failures),
+                }
+            )
+        )
+        yield store, run
+    finally:
+        store.stop()
+
+
+@pytest.fixture(scope="module")
+def page(viewer) -> Iterator[object]:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        yield page
+        browser.close()
+
+
+def _shot(page, name: str) -> None:
+    if os.environ.get("ROLLGYM_SCREENSHOTS") == "1":
+        IMAGES.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(IMAGES / name), full_page=True)
+
+
+def test_overview_table_filter_and_paging(viewer, page) -> None:
+    store, run = viewer
+    page.goto(store.endpoint + "/")
+    page.wait_for_selector("#rollout-table tr.row")
+    assert "simple_agent" in page.inner_text("body")
+    assert page.locator("svg rect.hbar").count() == 20
+    assert page.locator("#roots a").count() == 2  # job and startup traces
+    assert page.locator("#rollout-table tr.row").count() == 25
+    _shot(page, "viewer-overview.png")
+    page.select_option("#filters select[name=outcome]", "error")
+    page.click("#filters button[type=submit]")
+    page.wait_for_function(
+        "[...document.querySelectorAll('#rollout-table tr.row td:nth-child(4)')]"
+        ".every(td => td.textContent === 'error')"
+    )
+    errors = page.locator("#rollout-table tr.row").count()
+    assert errors == len(run.failures) + 12  # 12 retried rollouts failed their first attempt
+    page.select_option("#filters select[name=outcome]", "")
+    page.click("#filters button[type=submit]")
+    page.wait_for_selector("text=1–25 of")
+    page.click("text=next ›")
+    page.wait_for_selector("text=26–50 of")
+    page.click("#rollout-table th:has-text('duration')")
+    page.wait_for_selector("text=duration ▲")
+
+
+def test_open_rollout_see_spans_click_attributes(viewer, page) -> None:
+    store, run = viewer
+    page.goto(store.endpoint + "/")
+    page.fill("#search", "4-0")
+    page.click("#search-form button")
+    page.wait_for_selector(".attempt")
+    assert page.locator(".attempt").count() == 2  # 4-0 failed once, 4-0-a1 succeeded
+    rows = page.locator(".waterfall").first.locator(".span-row")
+    names_shown = rows.evaluate_all("rows => rows.map(r => r.dataset.name)")
+    for expected in (
+        names.SPAN_DISPATCH,
+        names.SPAN_ROLLOUT,
+        names.SPAN_MODEL_CHAT,
+        names.SPAN_VERIFY,
+    ):
+        assert expected in names_shown
+    page.locator(f".span-row[data-name='{names.SPAN_MODEL_CHAT}']").first.click()
+    details = page.locator(".details").first.inner_text()
+    assert names.GEN_AI_USAGE_OUTPUT_TOKENS in details and "4-0" in details
+    _shot(page, "viewer-rollout.png")
+    page.locator(".job-link").first.click()
+    page.wait_for_selector(f".span-row[data-name='{names.SPAN_JOB}']")
+    assert page.locator(".span-row").count() == 3  # job + aggregate_metrics + finalize
+    _shot(page, "viewer-job-trace.png")
