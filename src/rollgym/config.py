@@ -64,6 +64,8 @@ class RunConfig(BaseModel):
     retry_failed: bool = Field(False, description="On resume, run again the rollouts recorded as failed.")
     progress_interval_s: float = Field(10.0, gt=0, description="Seconds between plain progress lines.")
     max_request_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Largest request body a server accepts.")
+    placement: Literal["local", "ray"] = Field("local", description="Launched servers run as local processes, or as Ray actors.")
+    ray_address: str | None = Field(None, description="Ray cluster to join (ray.init(address=...)); default: a local Ray.")
 
 
 class ServerConfig(BaseModel):

@@ -7,6 +7,9 @@ implementation's ``Options.server_refs``), concurrently where the order allows; 
 by ``url`` are only health-checked. Leaving the block for any reason (normal exit, an
 exception, Ctrl-C, cancellation) stops every launched process: SIGTERM, up to 10 s, SIGKILL.
 
+With ``run.placement: ray`` the same servers are placed as Ray actors instead
+(:mod:`rollgym.scale.ray_placement`); everything else here is the same.
+
 Startup telemetry: ``gym.startup`` around the whole launch and one ``gym.server.startup`` per
 server, ending when it is healthy (gate.startup).
 """
@@ -19,6 +22,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -81,6 +85,8 @@ class _Launch:
         self.logs = output_dir / "logs"
         self.urls: dict[str, str] = {}
         self.processes: list[ServerProcess] = []
+        #: Set for ``run.placement: ray``: servers become Ray actors instead of processes.
+        self.ray: Any = None
 
     async def run(self, session: aiohttp.ClientSession) -> None:
         checks = [
@@ -105,7 +111,7 @@ class _Launch:
                 url = await work
                 if server.url is None:
                     span.set_attribute(names.SERVER_ADDRESS, url)
-                    span.set_attribute(names.SERVER_ADDRESS_HTTP, "127.0.0.1")
+                    span.set_attribute(names.SERVER_ADDRESS_HTTP, urlsplit(url).hostname or "")
                     span.set_attribute(names.SERVER_PORT, int(url.rsplit(":", 1)[1]))
         else:
             await work
@@ -143,19 +149,26 @@ class _Launch:
             output_dir=str(self.output_dir),
             max_request_bytes=self.config.run.max_request_bytes,
         )
-        process = ServerProcess(spec, self.env, self.logs / f"{name}.log")
-        self.processes.append(process)
-        url = await process.wait_healthy(session, HEALTH_TIMEOUT_S)
+        if self.ray is not None:
+            url = await self.ray.start(spec, self.env, session=session, timeout_s=HEALTH_TIMEOUT_S)
+        else:
+            process = ServerProcess(spec, self.env, self.logs / f"{name}.log")
+            self.processes.append(process)
+            url = await process.wait_healthy(session, HEALTH_TIMEOUT_S)
         self.urls[name] = url
         return url
 
     async def stop(self) -> None:
-        """Stop every launched process, concurrently; if interrupted, SIGKILL the rest."""
+        """Stop every launched process (or actor), concurrently; if interrupted, kill the rest."""
         try:
             await asyncio.gather(*(process.stop(STOP_GRACE_S) for process in self.processes))
+            if self.ray is not None:
+                await self.ray.stop(STOP_GRACE_S)
         finally:
             for process in self.processes:
                 process.kill_now()
+            if self.ray is not None:
+                self.ray.close()
 
 
 async def _all_or_cancel(works: list[Any]) -> None:
@@ -180,6 +193,10 @@ async def launch_servers(
     of its log) when one does not become healthy within 60 s.
     """
     launch = _Launch(config, run_id, Path(output_dir), env)
+    if config.run.placement == "ray":
+        from rollgym.scale.ray_placement import RayPlacement
+
+        launch.ray = RayPlacement.connect(config.run.ray_address, run_id=run_id)
     try:
         async with aiohttp.ClientSession() as session:
             if gate.startup:

@@ -6,6 +6,10 @@ ready_file``). The process binds 127.0.0.1 on a free port itself (no port races 
 servers), announces the port by writing ``ready_file`` atomically, and serves with uvicorn.
 On SIGTERM it shuts down gracefully, flushes telemetry and writes the telemetry counts to
 ``<output_dir>/logs/<name>.telemetry.json`` for the run's summary.
+
+:class:`AppServer` (build the app, bind, serve with uvicorn) is the part shared with the Ray
+placement (:mod:`rollgym.scale.ray_placement`), which runs it on a thread of its own inside an
+actor instead of as this process's main loop.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +38,11 @@ BACKLOG = 16384
 log = logging.getLogger("rollgym.serve")
 
 
-def bind_loopback() -> socket.socket:
-    """A listening socket on 127.0.0.1 with a port the OS chose."""
+def bind_loopback(host: str = "127.0.0.1") -> socket.socket:
+    """A listening socket on ``host`` (loopback unless told) with a port the OS chose."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind((host, 0))
     sock.listen(BACKLOG)
     sock.set_inheritable(True)
     return sock
@@ -52,14 +56,15 @@ def write_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _setup_telemetry(spec: ServeSpec) -> Any | None:
+def setup_server_telemetry(spec: ServeSpec, environ: Mapping[str, str] | None = None) -> Any | None:
+    """Telemetry of one server from the settings the launcher handed over (``environ``)."""
     try:
         from rollgym.telemetry.setup import TelemetrySettings, setup_telemetry
     except ImportError as exc:
         log.warning("telemetry is not available (%s); serving without it", exc)
         return None
     return setup_telemetry(
-        TelemetrySettings.from_env(),
+        TelemetrySettings.from_env(environ),
         service_name=spec.name,
         run_id=spec.run_id,
         server_name=spec.name,
@@ -67,49 +72,77 @@ def _setup_telemetry(spec: ServeSpec) -> Any | None:
     )
 
 
-def _finish_telemetry(spec: ServeSpec, handle: Any | None) -> None:
-    counts = {"spans_exported": 0, "spans_dropped": 0}
-    if handle is not None:
-        handle.shutdown()
-        counts = dict(handle.counts())
-    if spec.output_dir:
-        write_atomically(
-            Path(spec.output_dir) / "logs" / f"{spec.name}.telemetry.json", json.dumps(counts)
-        )
+def finish_telemetry(handle: Any | None) -> dict[str, int]:
+    """Flush and shut the server's telemetry down; its span counts for the run's summary."""
+    if handle is None:
+        return {"spans_exported": 0, "spans_dropped": 0}
+    handle.shutdown()
+    return dict(handle.counts())
 
 
-async def serve(spec: ServeSpec) -> bool:
-    """Serve until SIGTERM/SIGINT; True when the server started and stopped cleanly."""
-    cls = resolve_impl(spec.impl, spec.kind)
-    options = cls.Options.model_validate(spec.options)
-    handle = _setup_telemetry(spec)
-    try:
-        metrics = getattr(handle, "http_metrics", None)
+def write_telemetry_counts(output_dir: str | None, name: str, counts: dict[str, int]) -> None:
+    """``<output_dir>/logs/<name>.telemetry.json``, which the driver sums into summary.json."""
+    if output_dir:
+        write_atomically(Path(output_dir) / "logs" / f"{name}.telemetry.json", json.dumps(counts))
+
+
+class AppServer:
+    """One server's app, bound to ``host`` on a free port, ready to be served by uvicorn.
+
+    Built outside any request (and any rollout's context). :meth:`serve` runs in whatever
+    event loop calls it: the process's main loop here, a thread's loop in a Ray actor.
+    """
+
+    def __init__(self, spec: ServeSpec, telemetry: Any | None, host: str = "127.0.0.1") -> None:
+        cls = resolve_impl(spec.impl, spec.kind)
+        options = cls.Options.model_validate(spec.options)
         context = ServerContext(
             name=spec.name,
             options=options,
             urls=spec.server_urls,
             run_id=spec.run_id,
             max_request_bytes=spec.max_request_bytes,
-            client=HttpClient(metrics=metrics),
+            client=HttpClient(metrics=getattr(telemetry, "http_metrics", None)),
         )
         app = create_app(cls(context))
-        sock = bind_loopback()
-        config = uvicorn.Config(
-            app,
-            log_level="warning",
-            access_log=False,
-            backlog=BACKLOG,
-            lifespan="on",
-            timeout_graceful_shutdown=10,
+        self.socket = bind_loopback(host)
+        self.host = host
+        self.port: int = self.socket.getsockname()[1]
+        self.server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                log_level="warning",
+                access_log=False,
+                backlog=BACKLOG,
+                lifespan="on",
+                timeout_graceful_shutdown=10,
+            )
         )
-        server = uvicorn.Server(config)
-        write_atomically(Path(spec.ready_file), str(sock.getsockname()[1]))
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def serve(self) -> bool:
+        """Serve until asked to stop; True when the server started (and so stopped cleanly)."""
+        await self.server.serve(sockets=[self.socket])
+        return self.server.started
+
+    def request_stop(self) -> None:
+        """Ask uvicorn for its graceful shutdown (safe from any thread)."""
+        self.server.should_exit = True
+
+
+async def serve(spec: ServeSpec) -> bool:
+    """Serve until SIGTERM/SIGINT; True when the server started and stopped cleanly."""
+    handle = setup_server_telemetry(spec)
+    try:
+        server = AppServer(spec, handle)
+        write_atomically(Path(spec.ready_file), str(server.port))
         with _signals_returning_normally():
-            await server.serve(sockets=[sock])
-        return server.started
+            return await server.serve()
     finally:
-        _finish_telemetry(spec, handle)
+        write_telemetry_counts(spec.output_dir, spec.name, finish_telemetry(handle))
 
 
 def _ignore_signal(signum: int, frame: object) -> None:
@@ -128,7 +161,8 @@ def _signals_returning_normally() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop when installed (the ``fast`` extra), else asyncio's default."""
     try:
         import uvloop
     except ImportError:
@@ -141,7 +175,7 @@ def main() -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     spec = ServeSpec.from_env()
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         started = runner.run(serve(spec))
     if not started:
         log.error("server %r did not start (see the errors above)", spec.name)

@@ -1,0 +1,273 @@
+"""``run.placement: ray``: every launched server runs as a Ray actor instead of a local process.
+
+The driver does not change: :func:`rollgym.servers.launcher.launch_servers` still yields
+``{name: base URL}``, health-checks each URL and stops everything on leaving. Only where a
+server runs changes. Each :class:`ServerActor` (one Ray worker process per server,
+``num_cpus=0``) serves the same app as ``python -m rollgym.servers.serve``
+(:class:`~rollgym.servers.serve.AppServer`) on a thread with its own event loop, bound on its
+node's IP (``127.0.0.1`` when the whole cluster is the driver's own machine) on a free port.
+
+Nothing crosses implicitly (TELEMETRY.md, "Propagation and correlation"):
+
+- telemetry settings: the launcher hands the actor the same env dict a local server gets
+  (``ROLLGYM_TELEMETRY`` + the resolved ``OTEL_*``), as a constructor argument;
+- trace context: ``start`` receives the ``gym.server.startup`` span's context as a W3C carrier
+  dict (:func:`~rollgym.scale.ray_context.remote_with_context`) and attaches it while it builds
+  and starts the server; the server thread itself starts in an empty context, so no request
+  ever inherits the startup trace.
+
+``ray`` is imported lazily: the core install does not have it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import aiohttp
+
+from rollgym.errors import ConfigError, LaunchError
+from rollgym.scale.ray_context import in_context, remote_with_context
+from rollgym.servers.process import log_tail, wait_healthy
+from rollgym.servers.spec import ServeSpec
+
+_log = logging.getLogger(__name__)
+
+RAY_MISSING = "ray needs the 'ray' extra: pip install 'rollgym[ray]'"
+LOOPBACK = "127.0.0.1"
+_POLL_S = 0.02
+#: Driver ``OTEL_*`` variables whose names contain one of these are never shipped to an actor.
+_SECRET_MARKERS = ("HEADERS", "KEY", "TOKEN", "SECRET", "PASSWORD", "CERTIFICATE")
+
+
+def import_ray() -> ModuleType:
+    """``ray``, or a ConfigError naming ``run.placement`` when the extra is not installed."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(RAY_MISSING, key_path="run.placement") from None
+    return ray
+
+
+def actor_env(env: dict[str, str]) -> dict[str, str]:
+    """What a server actor gets as its environment: the driver's non-secret ``OTEL_*`` variables
+    (a local server inherits them) overlaid with the launcher's ``env``.
+
+    Secret-bearing variables (OTLP headers) are not shipped through Ray: set them on the
+    cluster's nodes (docs/scale.md).
+    """
+    inherited = {
+        key: value
+        for key, value in os.environ.items()
+        if key.startswith("OTEL_") and not any(marker in key for marker in _SECRET_MARKERS)
+    }
+    return {**inherited, **env}
+
+
+class ServerActor:
+    """One rollgym server inside a Ray actor (wrapped with ``ray.remote`` at launch time).
+
+    Its process is its own (Ray gives each actor a worker process), so process-wide telemetry
+    is set up once here, from the settings passed in, exactly like a server process does.
+    """
+
+    def __init__(self, spec: ServeSpec, env: dict[str, str]) -> None:
+        from rollgym.servers.serve import setup_server_telemetry
+
+        os.environ.update(env)  # for OpenTelemetry libraries inside the server, too
+        self.spec = spec
+        self.log_path = _redirect_output(spec)
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        self.telemetry = setup_server_telemetry(spec, env)
+        self.server: Any = None
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    @in_context
+    def start(self, host: str | None, timeout_s: float = 60.0) -> str:
+        """Build the app and serve it on a thread; the base URL once uvicorn has started.
+
+        Runs with the launcher's ``gym.server.startup`` context attached (``trace_carrier``).
+        """
+        from rollgym.servers.serve import AppServer
+
+        if host is None:
+            import ray
+
+            host = ray.util.get_node_ip_address()
+        self.server = AppServer(self.spec, self.telemetry, host)
+        # A new thread starts in an empty context: the startup trace stays out of requests.
+        self.thread = threading.Thread(
+            target=self._serve, name=f"rollgym-server-{self.spec.name}", daemon=True
+        )
+        self.thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"server {self.spec.name!r} did not start: {self.error or 'timed out'}"
+                )
+            time.sleep(_POLL_S)
+        return str(self.server.url)
+
+    def _serve(self) -> None:
+        from rollgym.servers.serve import loop_factory
+
+        try:
+            with asyncio.Runner(loop_factory=loop_factory()) as runner:
+                runner.run(self.server.serve())
+        except BaseException as exc:  # reported by start() / the log
+            self.error = exc
+            _log.exception("server %r failed", self.spec.name)
+
+    def stop(self, grace_s: float = 10.0) -> dict[str, int]:
+        """Graceful uvicorn shutdown, then flush telemetry; the server's span counts."""
+        from rollgym.servers.serve import finish_telemetry
+
+        if self.server is not None:
+            self.server.request_stop()
+        if self.thread is not None:
+            self.thread.join(grace_s)
+        return finish_telemetry(self.telemetry)
+
+
+def _redirect_output(spec: ServeSpec) -> Path | None:
+    """Send the actor's stdout/stderr to ``<output_dir>/logs/<name>.log`` on its node, like a
+    local server's, so a failure can be quoted (on the driver's node) and read later."""
+    if not spec.output_dir:
+        return None
+    path = Path(spec.output_dir) / "logs" / f"{spec.name}.log"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError:
+        return None
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    return path
+
+
+class RayPlacement:
+    """The Ray side of one launch: connect, start actors, stop and kill them, disconnect."""
+
+    def __init__(self, ray: ModuleType, *, run_id: str, started: bool, host: str | None) -> None:
+        self.ray = ray
+        self.run_id = run_id
+        self.started = started
+        #: Where servers bind: loopback on a one-machine cluster, else None (each node's IP).
+        self.host = host
+        self.actor_cls = ray.remote(num_cpus=0, max_restarts=0)(ServerActor)
+        self.actors: dict[str, Any] = {}
+        self.output_dirs: dict[str, str | None] = {}
+
+    @classmethod
+    def connect(cls, address: str | None, *, run_id: str) -> RayPlacement:
+        """Use the Ray already initialised in this process, else start a local one
+        (``address`` None) or join the cluster at ``address``."""
+        ray = import_ray()
+        started = False
+        if not ray.is_initialized():
+            if address is None:
+                ray.init(address="local", include_dashboard=False, log_to_driver=False)
+            else:
+                ray.init(address=address, log_to_driver=False)
+            started = True
+        return cls(ray, run_id=run_id, started=started, host=_bind_host(ray))
+
+    def actor_name(self, server: str) -> str:
+        """The Ray name of a server's actor (``ray.get_actor`` finds it while the run lasts)."""
+        return f"rollgym:{self.run_id}:{server}"
+
+    async def start(
+        self,
+        spec: ServeSpec,
+        env: dict[str, str],
+        *,
+        session: aiohttp.ClientSession,
+        timeout_s: float,
+    ) -> str:
+        """Place one server, wait for its URL and for ``GET /health``; return the base URL."""
+        actor = self.actor_cls.options(name=self.actor_name(spec.name)).remote(spec, actor_env(env))
+        self.actors[spec.name] = actor
+        self.output_dirs[spec.name] = spec.output_dir
+        deadline = time.monotonic() + timeout_s
+
+        def failure(problem: str) -> LaunchError:
+            return _failure(spec, problem)
+
+        try:
+            ref = remote_with_context(actor.start, self.host, timeout_s)
+            url = await asyncio.wait_for(ref, timeout_s)
+        except TimeoutError:
+            raise failure(f"Ray actor did not start within {timeout_s:.0f}s") from None
+        except Exception as exc:  # RayActorError / RayTaskError carry the actor's traceback
+            raise failure(f"Ray actor failed to start: {exc}") from None
+        return await wait_healthy(
+            spec.name, url, session=session, deadline=deadline, failure=failure
+        )
+
+    async def stop(self, grace_s: float) -> None:
+        """Stop every actor's server gracefully (flushing its telemetry), then kill the actors."""
+        await asyncio.gather(*(self._stop_one(name, grace_s) for name in list(self.actors)))
+
+    async def _stop_one(self, name: str, grace_s: float) -> None:
+        from rollgym.servers.serve import write_telemetry_counts
+
+        actor = self.actors[name]
+        try:
+            counts = await asyncio.wait_for(actor.stop.remote(grace_s), grace_s + 5.0)
+            write_telemetry_counts(self.output_dirs.get(name), name, counts)
+        except Exception as exc:  # noqa: BLE001 - it is killed below either way
+            _log.warning("server actor %r did not stop cleanly: %s", name, exc)
+        finally:
+            self._kill(name)
+
+    def kill_now(self) -> None:
+        """Kill whatever actor is left: the last resort, usable without a loop."""
+        for name in list(self.actors):
+            self._kill(name)
+
+    def _kill(self, name: str) -> None:
+        actor = self.actors.pop(name, None)
+        if actor is not None:
+            with contextlib.suppress(Exception):
+                self.ray.kill(actor, no_restart=True)
+
+    def close(self) -> None:
+        """Disconnect from Ray (which stops a local Ray) if this placement initialised it."""
+        self.kill_now()
+        if self.started:
+            self.started = False
+            self.ray.shutdown()
+
+
+def _bind_host(ray: ModuleType) -> str | None:
+    """Loopback when every live node is this machine (a local Ray), else each actor's node IP."""
+    try:
+        nodes = [node for node in ray.nodes() if node.get("Alive")]
+        here = ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001
+        return None
+    if nodes and all(node.get("NodeManagerAddress") == here for node in nodes):
+        return LOOPBACK
+    return None
+
+
+def _failure(spec: ServeSpec, problem: str) -> LaunchError:
+    """A LaunchError naming the server, quoting its log when this node can read it."""
+    if spec.output_dir:
+        path = Path(spec.output_dir) / "logs" / f"{spec.name}.log"
+        tail = log_tail(path)
+        if tail:
+            problem += f"; last lines of {path}:\n{tail}"
+    return LaunchError(problem, server=spec.name)
