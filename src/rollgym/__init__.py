@@ -1,0 +1,79 @@
+"""rollgym: collect LLM-agent rollouts on environments at high concurrency, observably.
+
+The public surface is this short list; everything else is machinery behind it. Names are
+loaded on first use (PEP 562), so ``import rollgym`` and ``rollgym --help`` stay light: the
+HTTP client, pydantic models and the driver load only when a program touches them.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+#: public name -> the module that defines it
+_EXPORTS = {
+    "Collector": "rollgym.driver.api",
+    "ConfigError": "rollgym.errors",
+    "DispatchError": "rollgym.errors",
+    "InputError": "rollgym.errors",
+    "JobConfig": "rollgym.config",
+    "LaunchError": "rollgym.errors",
+    "PermanentDispatchError": "rollgym.errors",
+    "RollgymError": "rollgym.errors",
+    "RolloutFailure": "rollgym.driver.outcomes",
+    "RolloutResult": "rollgym.driver.outcomes",
+    "Summary": "rollgym.driver.summary",
+    "TransientDispatchError": "rollgym.errors",
+    "load_config": "rollgym.config",
+    "run_job": "rollgym.driver.job",
+}
+
+__all__ = [
+    "Collector",
+    "ConfigError",
+    "DispatchError",
+    "InputError",
+    "JobConfig",
+    "LaunchError",
+    "PermanentDispatchError",
+    "RollgymError",
+    "RolloutFailure",
+    "RolloutResult",
+    "Summary",
+    "TransientDispatchError",
+    "__version__",
+    "load_config",
+    "run_job",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rollgym' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:
+    from rollgym.config import JobConfig, load_config
+    from rollgym.driver.api import Collector
+    from rollgym.driver.job import run_job
+    from rollgym.driver.outcomes import RolloutFailure, RolloutResult
+    from rollgym.driver.summary import Summary
+    from rollgym.errors import (
+        ConfigError,
+        DispatchError,
+        InputError,
+        LaunchError,
+        PermanentDispatchError,
+        RollgymError,
+        TransientDispatchError,
+    )

@@ -1,0 +1,84 @@
+"""``rollgym run CONFIG [key=value ...]``: parse, load the config, call :func:`run_job`.
+
+Thin on purpose: everything it does is one call of the public API, so a script can do the same
+with ``asyncio.run(run_job(load_config(path, overrides)))``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+EXIT_INTERRUPTED = 130
+EXIT_CONFIG = 2
+EXIT_ERROR = 1
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``run`` subcommand."""
+    parser = subparsers.add_parser(
+        "run",
+        help="run a rollout-collection job from a YAML config",
+        description=(
+            "Launch the configured servers, stream the input rows through them with bounded "
+            "concurrency and retries, and write rollouts.jsonl, failures.jsonl, summary.json, "
+            "progress.json and config.yaml to run.output_dir (default runs/<run id>/). Running "
+            "the same command again on the same output directory resumes it."
+        ),
+        epilog="example: rollgym run examples/quickstart.yaml run.concurrency=256 run.repeats=8",
+    )
+    parser.add_argument(
+        "config", metavar="CONFIG", help="job config file (YAML): run:, servers:, telemetry:"
+    )
+    parser.add_argument(
+        "overrides",
+        metavar="KEY=VALUE",
+        nargs="*",
+        help="dotted overrides applied on top of CONFIG, values parsed as YAML "
+        "(run.concurrency=256, run.output_dir=runs/x, telemetry.preset=off)",
+    )
+    parser.add_argument(
+        "--no-table",
+        action="store_true",
+        help="do not print the summary table at the end (summary.json is written either way)",
+    )
+    parser.set_defaults(handler=handle)
+
+
+def _event_loop_factory() -> Any:
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Run the job; exit 0 when it finished, 130 when interrupted, 2 for a bad config."""
+    from rollgym.config import load_config
+    from rollgym.driver.job import run_job
+    from rollgym.driver.report import print_report
+    from rollgym.errors import ConfigError, RollgymError
+
+    try:
+        config = load_config(args.config, args.overrides)
+    except ConfigError as exc:
+        print(f"rollgym: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
+            summary = runner.run(run_job(config, handle_signals=True))
+    except ConfigError as exc:
+        print(f"rollgym: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("rollgym: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except RollgymError as exc:
+        print(f"rollgym: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if not args.no_table:
+        print_report(summary)
+    return EXIT_INTERRUPTED if summary.status == "interrupted" else 0

@@ -1,0 +1,114 @@
+"""Admission: a fixed pool of workers pulling rollouts from one shared source.
+
+No task is created per row up front and nothing waits on a set whose size grows with the
+input: ``concurrency`` workers each take the next work item, run it to its end, hand the
+record over and take another. That is O(1) per rollout, bounds both the rollouts in flight and
+the tasks alive, and holds 10,000 in flight as easily as 10.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class SharedSource(Generic[T]):
+    """One iterator shared by every worker.
+
+    A plain iterator needs no lock (nothing awaits between items); an async iterator is
+    serialized with a lock, since an async generator cannot be advanced by two tasks at once.
+    """
+
+    def __init__(self, items: Iterator[T] | AsyncIterator[T]) -> None:
+        self._sync = items if isinstance(items, Iterator) else None
+        self._async = None if self._sync is not None else items
+        self._lock = asyncio.Lock()
+        self.exhausted = False
+
+    def next_now(self) -> T | None:
+        """The next item of a plain iterator, without a coroutine (the hot path)."""
+        assert self._sync is not None
+        item = next(self._sync, None)
+        if item is None:
+            self.exhausted = True
+        return item
+
+    @property
+    def is_sync(self) -> bool:
+        return self._sync is not None
+
+    async def next(self) -> T | None:
+        """The next item, or None once the source is exhausted (for every caller after)."""
+        if self.exhausted:
+            return None
+        if self._sync is not None:
+            item = next(self._sync, None)
+        else:
+            async with self._lock:
+                item = await anext(self._async, None)  # type: ignore[arg-type]
+        if item is None:
+            self.exhausted = True
+        return item
+
+
+class WorkerPool(Generic[T]):
+    """``size`` workers running ``work(item)`` for each item of ``source`` until it is empty.
+
+    ``stop()`` makes workers take no new item; ``cancel()`` also cancels what is running
+    (each ``work`` is responsible for recording its own cancellation). ``on_idle`` is called
+    once, when the last worker has exited.
+    """
+
+    def __init__(
+        self,
+        source: SharedSource[T],
+        work: Callable[[T], Awaitable[None]],
+        size: int,
+        on_idle: Callable[[], None],
+    ) -> None:
+        self._source = source
+        self._work = work
+        self._size = size
+        self._on_idle = on_idle
+        self._tasks: list[asyncio.Task[None]] = []
+        self._alive = 0
+        self.stopping = False
+
+    def start(self) -> None:
+        self._alive = self._size
+        self._tasks = [asyncio.create_task(self._worker()) for _ in range(self._size)]
+
+    @property
+    def alive(self) -> int:
+        return self._alive
+
+    async def _worker(self) -> None:
+        source = self._source
+        try:
+            while not self.stopping:
+                item = source.next_now() if source.is_sync else await source.next()
+                if item is None:
+                    break
+                await self._work(item)
+        finally:
+            self._alive -= 1
+            if self._alive == 0:
+                self._on_idle()
+
+    def stop(self) -> None:
+        self.stopping = True
+
+    def cancel(self) -> None:
+        self.stopping = True
+        for task in self._tasks:
+            task.cancel()
+
+    async def join(self) -> None:
+        """Wait for every worker; re-raise the first unexpected error of any."""
+        results = await asyncio.gather(*self._tasks, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+                raise result

@@ -1,0 +1,253 @@
+"""The library API: collect rollouts inside the caller's own event loop.
+
+A trainer that already runs its servers (or reaches them by URL) uses :class:`Collector`
+directly; no CLI, no output directory, no server launch::
+
+    async with Collector({"solver": "http://127.0.0.1:8001"}, agent="solver") as collector:
+        async for outcome in collector.stream(rows):
+            ...  # RolloutResult | RolloutFailure, in the order they finish
+
+``rollgym run`` is this same Collector plus server launch, output files and the summary, so
+the two share one code path: rows -> admission -> retry -> dispatch. Called inside an
+embedder's span, each dispatch span nests under it (see TELEMETRY.md, the split rule).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import resource
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Iterator,
+    Mapping,
+)
+from typing import Any
+
+from rollgym.driver.admission import SharedSource, WorkerPool
+from rollgym.driver.dispatch import Dispatcher
+from rollgym.driver.outcomes import Outcome, RolloutFailure
+from rollgym.driver.retry import InFlight, RetryPolicy, cancelled_failure, run_rollout
+from rollgym.driver.rows import (
+    BadLine,
+    Router,
+    Skip,
+    TaskRow,
+    WorkItem,
+    aread_mappings,
+    expand,
+    read_mappings,
+)
+from rollgym.http.client import HttpClient
+
+_DONE = object()
+
+
+def raise_open_files_limit(wanted: int) -> None:
+    """Raise the soft RLIMIT_NOFILE towards the hard limit: each in-flight rollout is a socket."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return
+    target = hard if hard == resource.RLIM_INFINITY else min(hard, max(wanted, soft))
+    with contextlib.suppress(ValueError, OSError):  # best effort: the run goes on with what it has
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+async def _expand_async(
+    entries: AsyncIterator[TaskRow | BadLine], repeats: int, skip: Skip | None
+) -> AsyncIterator[WorkItem]:
+    async for entry in entries:
+        for item in expand(entry, repeats, skip) if skip else expand(entry, repeats):
+            yield item
+
+
+def _expand_sync(
+    entries: Iterator[TaskRow | BadLine], repeats: int, skip: Skip | None
+) -> Iterator[WorkItem]:
+    for entry in entries:
+        yield from (expand(entry, repeats, skip) if skip else expand(entry, repeats))
+
+
+class Collector:
+    """Runs rollouts against running servers with bounded concurrency, retries and identity.
+
+    ``servers`` maps server name -> base URL. Rows go to their ``agent`` (else ``agent``);
+    rows of a materialized task set (``task_id: {taskset, task_id}``) whose task set is in
+    ``environment_routes`` go to that environment server's episode ``/run``.
+    """
+
+    def __init__(
+        self,
+        servers: Mapping[str, str],
+        *,
+        agent: str | None = None,
+        environment_routes: Mapping[str, str] | None = None,
+        concurrency: int = 64,
+        max_attempts: int = 3,
+        timeout_s: float = 300.0,
+        retry_backoff_s: float = 0.5,
+        retry_backoff_max_s: float = 30.0,
+        repeats: int = 1,
+        agents: Collection[str] | None = None,
+        metrics: Any = None,
+        http_metrics: Any = None,
+    ) -> None:
+        if concurrency < 1 or repeats < 1 or max_attempts < 1:
+            raise ValueError("concurrency, repeats and max_attempts must be at least 1")
+        routes = dict(environment_routes or {})
+        for taskset, name in routes.items():
+            if name not in servers:
+                raise ValueError(f"environment_routes[{taskset!r}] names {name!r}, not in servers")
+        if agent is not None and agent not in servers:
+            raise ValueError(f"agent {agent!r} is not in servers ({sorted(servers)})")
+        agent_names = set(servers) - set(routes.values()) if agents is None else set(agents)
+        self.router = Router(agents=agent_names, environment_routes=routes, default_agent=agent)
+        self.repeats = repeats
+        self.concurrency = concurrency
+        self.policy = RetryPolicy(max_attempts, retry_backoff_s, retry_backoff_max_s)
+        self.in_flight = InFlight()
+        self._urls = dict(servers)
+        self._timeout_s = timeout_s
+        self._metrics = metrics
+        self._http_metrics = http_metrics
+        self._client: HttpClient | None = None
+        self._pool: WorkerPool[WorkItem] | None = None
+
+    async def __aenter__(self) -> Collector:
+        """Open the connection pool (outside any span: it outlives every rollout)."""
+        raise_open_files_limit(2 * self.concurrency + 512)
+        self._client = HttpClient(limit=self.concurrency, metrics=self._http_metrics)
+        await self._client.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    @property
+    def client(self) -> HttpClient:
+        """The one outgoing client (the job also posts ``/aggregate_metrics`` with it)."""
+        if self._client is None:
+            raise RuntimeError("use the Collector inside 'async with'")
+        return self._client
+
+    def interrupt(self) -> None:
+        """Stop admitting and cancel what is in flight; each becomes a ``cancelled`` failure."""
+        if self._pool is not None:
+            self._pool.cancel()
+
+    def stream(
+        self, rows: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]]
+    ) -> AsyncIterator[Outcome]:
+        """Run ``repeats`` rollouts of each row; yield each record as it finishes."""
+        return self.stream_entries(self._entries(rows))
+
+    async def run(
+        self,
+        rows: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
+        on_outcome: Callable[[Outcome], object],
+    ) -> None:
+        """Like :meth:`stream`, handing each record to ``on_outcome`` as it finishes.
+
+        The callback form skips the hand-over to a consumer task, so it is the cheaper one when
+        the consumer does not need to await (writing a line, counting): the CLI job uses it.
+        """
+        await self.run_entries(self._entries(rows), on_outcome)
+
+    def _entries(self, rows: Any) -> Iterator[TaskRow | BadLine] | AsyncIterator[TaskRow | BadLine]:
+        if isinstance(rows, AsyncIterable):
+            return aread_mappings(rows, self.router)
+        return read_mappings(rows, self.router)
+
+    def _items(
+        self, entries: Any, skip: Skip | None
+    ) -> Iterator[WorkItem] | AsyncIterator[WorkItem]:
+        if isinstance(entries, Iterator):
+            return _expand_sync(entries, self.repeats, skip)
+        return _expand_async(entries, self.repeats, skip)
+
+    def _worker_body(
+        self, deliver: Callable[[Outcome], object], room: asyncio.Semaphore | None
+    ) -> Callable[[WorkItem], Awaitable[None]]:
+        """What each worker does with one item: run it (retries included) and deliver the record.
+
+        ``room`` (the stream form) bounds records waiting for a slow consumer.
+        """
+        send = Dispatcher(self.client, self._urls, self._timeout_s).send_attempt
+        policy, in_flight, metrics = self.policy, self.in_flight, self._metrics
+
+        async def work(item: WorkItem) -> None:
+            if room is not None:
+                try:
+                    await room.acquire()
+                except asyncio.CancelledError:
+                    if not isinstance(item, RolloutFailure):
+                        deliver(cancelled_failure(item, 0))
+                    raise
+            if isinstance(item, RolloutFailure):
+                deliver(item)
+            else:
+                deliver(await run_rollout(item, send, policy, in_flight, deliver, metrics))
+
+        return work
+
+    async def run_entries(
+        self,
+        entries: Iterator[TaskRow | BadLine] | AsyncIterator[TaskRow | BadLine],
+        on_outcome: Callable[[Outcome], object],
+        skip: Skip | None = None,
+    ) -> None:
+        """The engine of the CLI job: entries in, each record to ``on_outcome``.
+
+        ``skip(task_index, rollout_index)`` drops rollouts finished in an earlier session.
+        """
+        idle = asyncio.Event()
+        work = self._worker_body(on_outcome, None)
+        pool: WorkerPool[WorkItem] = WorkerPool(
+            SharedSource(self._items(entries, skip)), work, self.concurrency, idle.set
+        )
+        self._pool = pool
+        pool.start()
+        try:
+            await idle.wait()
+            await pool.join()
+        finally:
+            if pool.alive:
+                pool.cancel()
+                await asyncio.gather(pool.join(), return_exceptions=True)
+            self._pool = None
+
+    async def stream_entries(
+        self,
+        entries: Iterator[TaskRow | BadLine] | AsyncIterator[TaskRow | BadLine],
+        skip: Skip | None = None,
+    ) -> AsyncIterator[Outcome]:
+        """The engine behind :meth:`stream`: entries in, records out as an async iterator."""
+        outcomes: asyncio.Queue[Any] = asyncio.Queue()
+        room = asyncio.Semaphore(2 * self.concurrency)
+        put = outcomes.put_nowait
+        work = self._worker_body(put, room)
+        pool: WorkerPool[WorkItem] = WorkerPool(
+            SharedSource(self._items(entries, skip)), work, self.concurrency, lambda: put(_DONE)
+        )
+        self._pool = pool
+        pool.start()
+        try:
+            while True:
+                outcome = await outcomes.get()
+                if outcome is _DONE:
+                    break
+                room.release()
+                yield outcome
+            await pool.join()
+        finally:
+            if pool.alive:
+                pool.cancel()
+                await asyncio.gather(pool.join(), return_exceptions=True)
+            self._pool = None

@@ -1,0 +1,171 @@
+"""The one dispatch site: a single attempt of a single rollout, and what its answer means.
+
+Every attempt of every rollout, from the CLI job or the library API, goes through
+:func:`send_attempt`. That gives the ``gym.rollout.dispatch`` span exactly one home. The span
+is gated before anything is built or imported (``gate.rollout``); with the gate closed the same
+single POST runs with no context manager at all. Identity on the span comes from the collector
+row, never from the posted body (an episode body carries it only as ``episode_id``).
+
+The answer is classified here, once: transient failures (connection error, timeout, HTTP 5xx
+and 429) may be retried by :mod:`rollgym.driver.retry`; permanent ones (other 4xx, a non-JSON
+answer, an answer without a numeric ``reward``, including a rollgym server's own refusal of one
+with ``{"field": "reward"}`` in its error body) may not.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from rollgym.driver.rows import Rollout, collector_row, is_number, task_of
+from rollgym.errors import DispatchError, PermanentDispatchError, TransientDispatchError
+from rollgym.http.client import HttpClient, HttpResponse
+from rollgym.identity import episode_body, make_rollout_id
+from rollgym.telemetry.groups import gate
+from rollgym.telemetry.names import OUTCOME_ERROR, OUTCOME_OK, OUTCOME_TIMEOUT
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptOutcome:
+    """What one attempt produced: a reward and the whole answer, or a dispatch error."""
+
+    rollout_id: str
+    attempt: int
+    reward: float | None
+    result: dict[str, Any] | None
+    error: DispatchError | None
+    trace_id: str | None
+    started_at: float
+    duration_s: float
+
+
+def outcome_label(error: DispatchError | None) -> str:
+    """``ok`` / ``timeout`` / ``error``: the ``gym.rollout.outcome`` value."""
+    if error is None:
+        return OUTCOME_OK
+    return OUTCOME_TIMEOUT if error.kind == "timeout" else OUTCOME_ERROR
+
+
+def _error_text(response: HttpResponse) -> str:
+    data = response.data
+    if isinstance(data, dict) and "error" in data:
+        field = f" (field {data['field']!r})" if data.get("field") else ""
+        return f"{data['error']}{field}"
+    return response.text or (repr(data)[:200] if data is not None else "")
+
+
+def _says_no_reward(response: HttpResponse) -> bool:
+    """A rollgym server refuses its own reward-less answer as ``{"field": "reward"}``.
+
+    Another attempt would produce the same kind of answer, so it is permanent, like a 200
+    without a reward.
+    """
+    data = response.data
+    return isinstance(data, dict) and data.get("field") == "reward"
+
+
+def classify(response: HttpResponse, server: str) -> tuple[float, dict[str, Any]]:
+    """Return ``(reward, answer)`` or raise the right :class:`DispatchError`."""
+    status = response.status
+    if status >= 400:
+        text = _error_text(response)
+        message = f"{server!r} answered HTTP {status}: {text}"
+        if _says_no_reward(response):
+            raise PermanentDispatchError(message, kind="missing_reward", server=server)
+        if status >= 500:
+            raise TransientDispatchError(message, kind="http_5xx", server=server)
+        if status == 429:
+            raise TransientDispatchError(message, kind="http_429", server=server)
+        raise PermanentDispatchError(message, kind="http_4xx", server=server)
+    data = response.data
+    if data is None:
+        raise PermanentDispatchError(
+            f"{server!r} answered HTTP {status} with a body that is not JSON: {response.text[:200]!r}",
+            kind="invalid_response",
+            server=server,
+        )
+    if not isinstance(data, dict):
+        raise PermanentDispatchError(
+            f"{server!r} answered a JSON {type(data).__name__}, not an object with a numeric 'reward'",
+            kind="missing_reward",
+            server=server,
+        )
+    reward = data.get("reward")
+    if not is_number(reward):
+        got = "no 'reward'" if "reward" not in data else f"'reward' = {reward!r}"
+        raise PermanentDispatchError(
+            f"{server!r} answered without a numeric 'reward' ({got}); keys: {sorted(data)[:10]}",
+            kind="missing_reward",
+            server=server,
+        )
+    return float(reward), data
+
+
+class Dispatcher:
+    """Sends attempts through the one :class:`HttpClient` to the servers' base URLs."""
+
+    def __init__(self, client: HttpClient, urls: dict[str, str], timeout_s: float) -> None:
+        self._client = client
+        self._run_urls = {name: url.rstrip("/") + "/run" for name, url in urls.items()}
+        self._timeout = timeout_s
+
+    async def send_attempt(self, rollout: Rollout, attempt: int) -> AttemptOutcome:
+        """One POST ``/run`` for ``rollout``'s attempt ``attempt``; never raises a DispatchError."""
+        task = rollout.task
+        target = task.target
+        assert target is not None
+        row = collector_row(rollout, attempt)
+        rollout_id = make_rollout_id(
+            task.explicit_id, task.task_index, rollout.rollout_index, attempt
+        )
+        body = episode_body(rollout_id, attempt, task_of(row)) if target.episode else row
+        server = target.server_name
+        post = self._client.post_json
+        url = self._run_urls[server]
+        started_at = time.time()
+        t0 = time.perf_counter()
+        if gate.rollout:
+            from rollgym.telemetry import spans
+
+            with spans.dispatch_span(row, target.dispatch_name, server) as span:
+                try:
+                    answer: HttpResponse | DispatchError = await post(
+                        server, url, body, timeout=self._timeout, route="/run"
+                    )
+                except DispatchError as exc:
+                    answer = exc
+                reward, result, error, trace_id = interpret(answer, server)
+                spans.record_dispatch_outcome(span, outcome_label(error), reward)
+                context = span.get_span_context()
+                if context.is_valid:
+                    trace_id = format(context.trace_id, "032x")
+        else:
+            try:
+                answer = await post(server, url, body, timeout=self._timeout, route="/run")
+            except DispatchError as exc:
+                answer = exc
+            reward, result, error, trace_id = interpret(answer, server)
+        return AttemptOutcome(
+            rollout_id,
+            attempt,
+            reward,
+            result,
+            error,
+            trace_id,
+            started_at,
+            time.perf_counter() - t0,
+        )
+
+
+def interpret(
+    answer: HttpResponse | DispatchError, server: str
+) -> tuple[float | None, dict[str, Any] | None, DispatchError | None, str | None]:
+    """(reward, result, error, trace id) of one exchange, or of the error that ended it."""
+    if isinstance(answer, DispatchError):
+        return None, None, answer, None
+    try:
+        reward, result = classify(answer, server)
+    except DispatchError as exc:
+        return None, None, exc, answer.trace_id
+    return reward, result, None, answer.trace_id

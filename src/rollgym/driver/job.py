@@ -1,0 +1,348 @@
+"""One run end to end: the Collector plus server launch, output files and the summary.
+
+``run_job`` is deliberately a sequence of named steps (resolve the output directory, open the
+ledger, start telemetry, launch servers, collect, aggregate, finalize) so each step can be read
+and tested on its own; the data path itself lives in the :class:`~rollgym.driver.api.Collector`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from rollgym.config import JobConfig, new_run_id, redacted
+from rollgym.driver.api import Collector
+from rollgym.driver.outcomes import Outcome, RolloutResult
+from rollgym.driver.output import Ledger, OutcomeWriter
+from rollgym.driver.progress import ProgressReporter, count_rows
+from rollgym.driver.rows import read_jsonl
+from rollgym.driver.summary import Aggregator, Summary, read_server_telemetry, write_json_atomic
+from rollgym.driver.telemetry_setup import JobTelemetry
+from rollgym.errors import ConfigError
+from rollgym.telemetry.groups import gate
+
+RUN_FILE = "run.json"
+AGGREGATE_TIMEOUT_S = 60.0
+
+
+def resolve_run(config: JobConfig) -> tuple[str, Path]:
+    """The run id and output directory; an existing ``run.json`` keeps the run id on resume."""
+    run = config.run
+    output_dir = run.output_dir
+    if output_dir is None:
+        run_id = run.run_id or new_run_id()
+        output_dir = Path("runs") / run_id
+    stored = _read_run_file(output_dir)
+    if stored is None:
+        return run.run_id or new_run_id(), output_dir
+    if stored.get("repeats") != run.repeats:
+        raise ConfigError(
+            f"{output_dir} holds a run with repeats={stored.get('repeats')}; a resume must keep it "
+            f"(got {run.repeats}); use another run.output_dir for a different value",
+            key_path="run.repeats",
+        )
+    stored_id = str(stored.get("run_id"))
+    if run.run_id is not None and run.run_id != stored_id:
+        raise ConfigError(
+            f"{output_dir} holds run {stored_id!r}; got {run.run_id!r}", key_path="run.run_id"
+        )
+    return stored_id, output_dir
+
+
+def _read_run_file(output_dir: Path) -> dict[str, Any] | None:
+    try:
+        data = orjson.loads((output_dir / RUN_FILE).read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise ConfigError(
+            f"cannot read {output_dir / RUN_FILE}: {exc}", key_path="run.output_dir"
+        ) from None
+    return data if isinstance(data, dict) else None
+
+
+def prepare_output(config: JobConfig, run_id: str, output_dir: Path) -> None:
+    """Create the folder; write ``run.json`` (kept across resumes) and ``config.yaml`` (redacted)."""
+    (output_dir / "logs").mkdir(parents=True, exist_ok=True)
+    if not (output_dir / RUN_FILE).exists():
+        write_json_atomic(
+            output_dir / RUN_FILE,
+            {"run_id": run_id, "repeats": config.run.repeats, "input": str(config.run.input)},
+        )
+    resolved = redacted(config)
+    resolved["run"]["run_id"] = run_id
+    resolved["run"]["output_dir"] = str(output_dir)
+    (output_dir / "config.yaml").write_text(
+        yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8"
+    )
+
+
+class Interrupts:
+    """Ctrl-C / SIGTERM: the first stops admitting and cancels in flight; the second exits now."""
+
+    def __init__(self) -> None:
+        self.collector: Collector | None = None
+        self.main_task: asyncio.Task[Any] | None = None
+        self.count = 0
+
+    def install(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.main_task = asyncio.current_task()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._on_signal)
+
+    def remove(self, loop: asyncio.AbstractEventLoop) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+    @property
+    def interrupted(self) -> bool:
+        return self.count > 0
+
+    def _on_signal(self) -> None:
+        self.count += 1
+        if self.count > 1:
+            os._exit(130)  # servers die with us (PR_SET_PDEATHSIG)
+        if self.collector is not None:
+            self.collector.interrupt()
+        elif self.main_task is not None:
+            self.main_task.cancel()
+
+
+@asynccontextmanager
+async def _servers(
+    config: JobConfig, run_id: str, output_dir: Path, env: dict[str, str]
+) -> AsyncIterator[dict[str, str]]:
+    from rollgym.servers.launcher import launch_servers
+
+    async with launch_servers(config, run_id=run_id, output_dir=output_dir, env=env) as urls:
+        yield dict(urls)
+
+
+def make_collector(config: JobConfig, urls: dict[str, str], telemetry: JobTelemetry) -> Collector:
+    """The job's Collector: agent and environment servers of the config, at their live URLs."""
+    run = config.run
+    names = config.servers_of_kind("agent") + config.servers_of_kind("environment")
+    return Collector(
+        {name: urls[name] for name in names},
+        agent=run.agent,
+        environment_routes=run.environment_routes,
+        concurrency=run.concurrency,
+        max_attempts=run.max_attempts,
+        timeout_s=run.timeout_s,
+        retry_backoff_s=run.retry_backoff_s,
+        retry_backoff_max_s=run.retry_backoff_max_s,
+        repeats=run.repeats,
+        agents=config.servers_of_kind("agent"),
+        metrics=telemetry.metrics,
+        http_metrics=telemetry.http_metrics,
+    )
+
+
+async def collect(
+    collector: Collector,
+    config: JobConfig,
+    ledger: Ledger,
+    writer: OutcomeWriter,
+    aggregator: Aggregator,
+) -> int:
+    """Stream the input through the collector; record and count every outcome. Returns the count."""
+    count = 0
+
+    def record(outcome: Outcome) -> None:
+        nonlocal count
+        writer.write(outcome)
+        if isinstance(outcome, RolloutResult):
+            aggregator.add_result(outcome.dispatch_name, outcome.task_index, outcome.reward)
+        else:
+            aggregator.add_failure(outcome.dispatch_name, outcome.error_kind)
+        count += 1
+
+    entries = read_jsonl(config.run.input, collector.router)
+    await collector.run_entries(entries, record, ledger.skip if ledger.resumed else None)
+    return count
+
+
+async def aggregate_metrics(
+    collector: Collector, config: JobConfig, urls: dict[str, str]
+) -> dict[str, Any]:
+    """Each environment server's ``/aggregate_metrics`` answer (or the error getting it)."""
+    answers: dict[str, Any] = {}
+    for name in config.servers_of_kind("environment"):
+        if gate.job:
+            from rollgym.telemetry import spans
+
+            with spans.aggregate_metrics_span(name):
+                answers[name] = await _aggregate_one(collector, name, urls[name])
+        else:
+            answers[name] = await _aggregate_one(collector, name, urls[name])
+    return answers
+
+
+async def _aggregate_one(collector: Collector, name: str, url: str) -> Any:
+    from rollgym.errors import DispatchError
+
+    try:
+        response = await collector.client.post_json(
+            name,
+            url.rstrip("/") + "/aggregate_metrics",
+            {},
+            timeout=AGGREGATE_TIMEOUT_S,
+            route="/aggregate_metrics",
+        )
+    except DispatchError as exc:
+        return {"error": str(exc)}
+    if response.status != 200:
+        return {"error": f"HTTP {response.status}: {response.data or response.text}"}
+    return response.data
+
+
+def finalize(summary: Summary, output_dir: Path) -> None:
+    """Write ``summary.json`` (inside ``gym.job.finalize`` when the job group is on)."""
+    if gate.job:
+        from rollgym.telemetry import spans
+
+        with spans.finalize_span():
+            write_json_atomic(output_dir / "summary.json", summary.to_json())
+    else:
+        write_json_atomic(output_dir / "summary.json", summary.to_json())
+
+
+class JobState:
+    """What one run accumulates: counters, ledger, status; turns them into a :class:`Summary`."""
+
+    def __init__(self, config: JobConfig, run_id: str, output_dir: Path) -> None:
+        self.config = config
+        self.run_id = run_id
+        self.output_dir = output_dir
+        self.aggregator = Aggregator(config.run.repeats, config.run.pass_threshold)
+        self.ledger = Ledger.load(
+            output_dir,
+            config.run.repeats,
+            retry_failed=config.run.retry_failed,
+            feed=self.aggregator.add_record,
+        )
+        self.status = "error"
+        self.count = 0
+        self.environments: dict[str, Any] = {}
+        self.started = time.monotonic()
+
+    def summary(self) -> Summary:
+        duration = time.monotonic() - self.started
+        summary = Summary.from_aggregator(
+            self.run_id, self.status, self.aggregator, duration, self.count
+        )
+        summary.environments = self.environments
+        summary.output_dir = str(self.output_dir)
+        return summary
+
+
+async def _collect_phase(state: JobState, collector: Collector, interrupts: Interrupts) -> None:
+    """Stream every row through the collector, recording each outcome; progress alongside."""
+    progress = ProgressReporter(
+        state.aggregator,
+        collector.in_flight,
+        total=_total(state.config),
+        path=state.output_dir / "progress.json",
+        interval_s=state.config.run.progress_interval_s,
+    )
+    progress.start()
+    interrupts.collector = collector
+    try:
+        with OutcomeWriter(state.output_dir) as writer:
+            state.count = await collect(
+                collector, state.config, state.ledger, writer, state.aggregator
+            )
+        state.status = "completed"
+    finally:
+        interrupts.collector = None
+        await progress.stop()
+        if interrupts.interrupted:
+            state.status = "interrupted"
+
+
+async def _job_body(
+    state: JobState, collector: Collector, urls: dict[str, str], interrupts: Interrupts
+) -> None:
+    """The run-level work ``gym.job`` holds: collection, aggregate metrics, finalization."""
+    await _collect_phase(state, collector, interrupts)
+    if state.status == "completed":
+        state.environments = await aggregate_metrics(collector, state.config, urls)
+    finalize(state.summary(), state.output_dir)
+
+
+async def _serve_and_collect(
+    state: JobState, telemetry: JobTelemetry, interrupts: Interrupts
+) -> None:
+    """Launch the servers, open the one client (outside any span), run the job body."""
+    config, run_id = state.config, state.run_id
+    async with (
+        _servers(config, run_id, state.output_dir, telemetry.server_env) as urls,
+        make_collector(config, urls, telemetry) as collector,
+    ):
+        if gate.job:
+            from rollgym.telemetry import spans
+
+            with spans.job_span(run_id):
+                await _job_body(state, collector, urls, interrupts)
+        else:
+            await _job_body(state, collector, urls, interrupts)
+
+
+def _total(config: JobConfig) -> int | None:
+    try:
+        return count_rows(config.run.input) * config.run.repeats
+    except OSError:
+        return None
+
+
+async def run_job(config: JobConfig, *, handle_signals: bool = False) -> Summary:
+    """Run one job; return its summary (also in ``<output_dir>/summary.json``).
+
+    ``handle_signals`` (the CLI sets it) turns Ctrl-C / SIGTERM into a clean interruption:
+    in-flight rollouts become ``cancelled`` failures, the summary says ``interrupted``.
+    """
+    run_id, output_dir = resolve_run(config)
+    if not config.run.input.is_file():
+        raise ConfigError(f"input file {config.run.input} does not exist", key_path="run.input")
+    prepare_output(config, run_id, output_dir)
+    state = JobState(config, run_id, output_dir)
+    interrupts = Interrupts()
+    loop = asyncio.get_running_loop()
+    if handle_signals:
+        interrupts.install(loop)
+    telemetry = JobTelemetry()
+    try:
+        telemetry.start(config, output_dir, run_id)
+        try:
+            await _serve_and_collect(state, telemetry, interrupts)
+        finally:
+            if interrupts.interrupted:
+                state.status = "interrupted"
+            summary = state.summary()
+            # servers have stopped and written their span counts; the driver flushes last
+            summary.telemetry = _telemetry_counts(telemetry.flush(), config, output_dir)
+            write_json_atomic(output_dir / "summary.json", summary.to_json())
+    finally:
+        await telemetry.stop_store()
+        if handle_signals:
+            interrupts.remove(loop)
+    return summary
+
+
+def _telemetry_counts(
+    driver: dict[str, int], config: JobConfig, output_dir: Path
+) -> dict[str, int]:
+    launched = [name for name, server in config.servers.items() if server.impl is not None]
+    total = read_server_telemetry(output_dir / "logs", launched)
+    for key in total:
+        total[key] += int(driver.get(key, 0))
+    return total

@@ -1,0 +1,82 @@
+"""What one rollout became: a result with a reward, or a failure record. A failure is data.
+
+Both are plain frozen records so the library API can hand them to an embedder and the job can
+append them to ``rollouts.jsonl`` / ``failures.jsonl`` with the same field names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutResult:
+    """A rollout whose final attempt answered a JSON object with a numeric ``reward``."""
+
+    rollout_id: str
+    task_index: int
+    rollout_index: int
+    attempt: int
+    dispatch_name: str
+    reward: float
+    duration_s: float
+    #: Trace of the final attempt's dispatch (32 lowercase hex), None when tracing is off.
+    trace_id: str | None
+    started_at: float
+    finished_at: float
+    #: The agent's (or environment episode's) whole answer, ``reward`` included.
+    result: dict[str, Any]
+
+    def to_record(self) -> dict[str, Any]:
+        """The ``rollouts.jsonl`` line."""
+        return {
+            "rollout_id": self.rollout_id,
+            "task_index": self.task_index,
+            "rollout_index": self.rollout_index,
+            "attempt": self.attempt,
+            "dispatch_name": self.dispatch_name,
+            "reward": self.reward,
+            "duration_s": self.duration_s,
+            "trace_id": self.trace_id,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "result": self.result,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutFailure:
+    """A rollout (or an input line) that produced no reward, and why.
+
+    ``error_kind`` is one of: ``invalid_row``, ``unknown_agent``, ``unknown_route``,
+    ``connection_error``, ``timeout``, ``http_5xx``, ``http_429``, ``http_4xx``,
+    ``invalid_response``, ``missing_reward``, ``cancelled``.
+    """
+
+    rollout_id: str | None
+    task_index: int
+    rollout_index: int | None
+    attempt: int
+    dispatch_name: str | None
+    error_kind: str
+    message: str
+    line: int | None = None
+    trace_id: str | None = None
+
+    def to_record(self) -> dict[str, Any]:
+        """The ``failures.jsonl`` line."""
+        return {
+            "rollout_id": self.rollout_id,
+            "task_index": self.task_index,
+            "rollout_index": self.rollout_index,
+            "attempt": self.attempt,
+            "dispatch_name": self.dispatch_name,
+            "error_kind": self.error_kind,
+            "message": self.message,
+            "line": self.line,
+            "trace_id": self.trace_id,
+        }
+
+
+Outcome = RolloutResult | RolloutFailure

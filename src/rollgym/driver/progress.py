@@ -1,0 +1,144 @@
+"""Progress: a rich bar on a terminal, plain lines otherwise, and ``progress.json``.
+
+``progress.json`` is for machines (a dashboard, a watchdog): rewritten atomically at most once a
+second with the counts, rate, ETA and the ten oldest rollouts still in flight, so a hung tail
+(one rollout stuck for minutes) is visible by id. The reporter only reads counters the
+collection keeps anyway; it never slows a rollout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from rollgym.driver.retry import InFlight
+from rollgym.driver.summary import Aggregator, write_json_atomic
+
+OLDEST_SHOWN = 10
+
+
+def count_rows(path: Path) -> int:
+    """Non-blank lines of the input: the ETA's denominator (streams; one line in memory)."""
+    count = 0
+    with open(path, "rb") as handle:
+        for raw in handle:
+            if raw.strip():
+                count += 1
+    return count
+
+
+class ProgressReporter:
+    """Samples the aggregator and in-flight registry; renders them three ways."""
+
+    def __init__(
+        self,
+        aggregator: Aggregator,
+        in_flight: InFlight,
+        *,
+        total: int | None,
+        path: Path | None,
+        interval_s: float,
+        stream: TextIO | None = None,
+    ) -> None:
+        self._aggregator = aggregator
+        self._in_flight = in_flight
+        self._total = total
+        self._path = path
+        self._interval = interval_s
+        self._stream = stream if stream is not None else sys.stderr
+        self._start = time.monotonic()
+        self._base = aggregator.requested  # records of earlier sessions do not make the rate
+        self._task: asyncio.Task[None] | None = None
+        self._bar: Any = None
+
+    def snapshot(self) -> dict[str, Any]:
+        """The ``progress.json`` content right now."""
+        agg = self._aggregator
+        elapsed = max(time.monotonic() - self._start, 1e-9)
+        rate = (agg.requested - self._base) / elapsed
+        in_flight = len(self._in_flight)
+        eta = None
+        if self._total is not None and rate > 0:
+            eta = round(max(self._total - agg.requested, 0) / rate, 1)
+        return {
+            "requested_so_far": agg.requested + in_flight,
+            "total": self._total,
+            "completed": agg.completed,
+            "failed": agg.failed,
+            "in_flight": in_flight,
+            "rate": round(rate, 2),
+            "eta_s": eta,
+            "elapsed_s": round(elapsed, 1),
+            "oldest_in_flight": self._in_flight.oldest(OLDEST_SHOWN),
+        }
+
+    def line(self, snap: dict[str, Any]) -> str:
+        total = f"/{snap['total']}" if snap["total"] is not None else ""
+        eta = f", eta {snap['eta_s']:.0f}s" if snap["eta_s"] is not None else ""
+        return (
+            f"[rollgym] {snap['completed'] + snap['failed']}{total} done "
+            f"({snap['completed']} completed, {snap['failed']} failed), "
+            f"{snap['in_flight']} in flight, {snap['rate']:.1f}/s{eta}"
+        )
+
+    def start(self) -> None:
+        if self._stream.isatty():
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+            )
+
+            self._bar = Progress(
+                TextColumn("rollouts"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[detail]}"),
+                TimeRemainingColumn(),
+                console=Console(file=self._stream),
+                transient=False,
+            )
+            self._bar_task = self._bar.add_task("rollouts", total=self._total, detail="")
+            self._bar.start()
+        self._task = asyncio.create_task(self._loop())
+
+    async def _loop(self) -> None:
+        last_line = time.monotonic()
+        while True:
+            await asyncio.sleep(1.0)
+            snap = self.tick()
+            if self._bar is None and time.monotonic() - last_line >= self._interval:
+                last_line = time.monotonic()
+                print(self.line(snap), file=self._stream, flush=True)
+
+    def tick(self) -> dict[str, Any]:
+        """One sample: rewrite progress.json, move the bar."""
+        snap = self.snapshot()
+        if self._path is not None:
+            with contextlib.suppress(OSError):  # advisory: a full disk shows in the records first
+                write_json_atomic(self._path, snap)
+        if self._bar is not None:
+            done = snap["completed"] + snap["failed"]
+            detail = f"{snap['failed']} failed, {snap['in_flight']} in flight, {snap['rate']:.0f}/s"
+            self._bar.update(self._bar_task, completed=done, detail=detail)
+        return snap
+
+    async def stop(self) -> None:
+        """Final sample, then stop the loop and the bar."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        snap = self.tick()
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+        elif self._interval > 0:
+            print(self.line(snap), file=self._stream, flush=True)

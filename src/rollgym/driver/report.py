@@ -1,0 +1,46 @@
+"""The end-of-run report on the terminal: where the results are, and a table per dispatch name."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from rollgym.driver.summary import Summary
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def summary_table(summary: Summary) -> Table:
+    """completed / failed / mean reward / pass@1 / pass@k per dispatch name."""
+    ks = sorted(
+        {k for stats in summary.by_dispatch_name.values() for k in stats["pass_at_k"]}, key=int
+    )
+    last = ks[-1] if ks else "1"
+    table = Table(title=f"run {summary.run_id} ({summary.status})")
+    for column in ("dispatch name", "completed", "failed", "mean reward", "pass@1"):
+        table.add_column(column, justify="left" if column == "dispatch name" else "right")
+    if last != "1":
+        table.add_column(f"pass@{last}", justify="right")
+    for name, stats in summary.by_dispatch_name.items():
+        cells = [name, str(stats["completed"]), str(stats["failed"]), _fmt(stats["mean_reward"])]
+        cells.append(_fmt(stats["pass_at_k"].get("1")))
+        if last != "1":
+            cells.append(_fmt(stats["pass_at_k"].get(last)))
+        table.add_row(*cells)
+    return table
+
+
+def print_report(summary: Summary, console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(summary_table(summary))
+    kinds = ", ".join(f"{kind}: {n}" for kind, n in summary.failed_by_kind.items()) or "none"
+    console.print(
+        f"requested {summary.requested} = completed {summary.completed} + failed {summary.failed} "
+        f"(failures by kind: {kinds}); {summary.rollouts_per_s:.1f} rollouts/s"
+    )
+    if summary.output_dir:
+        console.print(
+            f"results: {summary.output_dir}/ (rollouts.jsonl, failures.jsonl, summary.json)"
+        )

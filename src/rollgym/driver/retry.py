@@ -1,0 +1,167 @@
+"""Attempts of one rollout: retry transient failures with capped, jittered backoff.
+
+Each retry is a new attempt with its own rollout id (``3-0`` -> ``3-0-a1`` -> ``3-0-a2``), so
+every attempt is its own trace and its own server-side rollout. Permanent failures (4xx, an
+answer without a reward) are never retried: another attempt would fail the same way. Backoff is
+exponential from ``retry_backoff_s``, capped at ``retry_backoff_max_s``, with full jitter so a
+burst of failures does not come back as a synchronized burst of retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rollgym.driver.dispatch import AttemptOutcome, outcome_label
+from rollgym.driver.outcomes import Outcome, RolloutFailure, RolloutResult
+from rollgym.driver.rows import Rollout
+from rollgym.identity import make_rollout_id
+from rollgym.telemetry.names import OUTCOME_ERROR
+
+SendAttempt = Callable[[Rollout, int], Awaitable[AttemptOutcome]]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How many attempts a rollout gets and how long to wait between them."""
+
+    max_attempts: int = 3
+    backoff_s: float = 0.5
+    backoff_max_s: float = 30.0
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt ``attempt`` (0-based): full jitter."""
+        ceiling = min(self.backoff_max_s, self.backoff_s * (2**attempt))
+        return random.uniform(0.0, ceiling) if ceiling > 0 else 0.0
+
+
+class InFlight:
+    """Rollouts in flight, oldest first (insertion order), for progress and hung-tail display."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self) -> None:
+        #: (task_index, rollout_index) -> [Rollout, dispatch_name, attempt, started monotonic]
+        self.entries: dict[tuple[int, int], list[Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def oldest(self, count: int) -> list[dict[str, Any]]:
+        now = time.monotonic()
+        rows = []
+        for rollout, name, attempt, started in self.entries.values():
+            task = rollout.task
+            rollout_id = make_rollout_id(
+                task.explicit_id, task.task_index, rollout.rollout_index, attempt
+            )
+            rows.append(
+                {
+                    "rollout_id": rollout_id,
+                    "dispatch_name": name,
+                    "attempt": attempt,
+                    "elapsed_s": round(now - started, 3),
+                }
+            )
+            if len(rows) == count:
+                break
+        return rows
+
+
+def result_of(rollout: Rollout, outcome: AttemptOutcome) -> Outcome:
+    """Turn the final attempt into the rollout's record."""
+    task = rollout.task
+    name = task.target.dispatch_name if task.target is not None else None
+    if outcome.error is None:
+        assert outcome.reward is not None and outcome.result is not None and name is not None
+        return RolloutResult(
+            outcome.rollout_id,
+            task.task_index,
+            rollout.rollout_index,
+            outcome.attempt,
+            name,
+            outcome.reward,
+            outcome.duration_s,
+            outcome.trace_id,
+            outcome.started_at,
+            outcome.started_at + outcome.duration_s,
+            outcome.result,
+        )
+    error = outcome.error
+    message = str(error)
+    if outcome.attempt > 0:
+        message += f" (after {outcome.attempt + 1} attempts)"
+    return RolloutFailure(
+        outcome.rollout_id,
+        task.task_index,
+        rollout.rollout_index,
+        outcome.attempt,
+        name,
+        error.kind,
+        message,
+        task.line,
+        outcome.trace_id,
+    )
+
+
+def cancelled_failure(rollout: Rollout, attempt: int) -> RolloutFailure:
+    """The record of a rollout stopped by Ctrl-C / SIGTERM; a resume runs it again."""
+    task = rollout.task
+    return RolloutFailure(
+        make_rollout_id(task.explicit_id, task.task_index, rollout.rollout_index, attempt),
+        task.task_index,
+        rollout.rollout_index,
+        attempt,
+        task.target.dispatch_name if task.target is not None else None,
+        "cancelled",
+        f"cancelled at attempt {attempt} (the run was interrupted; a resume runs it again)",
+        task.line,
+    )
+
+
+async def run_rollout(
+    rollout: Rollout,
+    send: SendAttempt,
+    policy: RetryPolicy,
+    in_flight: InFlight,
+    on_cancel: Callable[[RolloutFailure], object],
+    metrics: Any = None,
+) -> Outcome:
+    """All attempts of one rollout; returns its record.
+
+    When cancelled, hands the ``cancelled`` record to ``on_cancel`` and lets the cancellation
+    propagate, so an interrupted rollout is still accounted for.
+    """
+    task = rollout.task
+    assert task.target is not None
+    name = task.target.dispatch_name
+    key = (task.task_index, rollout.rollout_index)
+    entry: list[Any] = [rollout, name, 0, time.monotonic()]
+    in_flight.entries[key] = entry
+    if metrics is not None:
+        metrics.started(name)
+    t0 = time.perf_counter()
+    attempt = 0
+    try:
+        while True:
+            entry[2] = attempt
+            outcome = await send(rollout, attempt)
+            error = outcome.error
+            if error is None or not error.transient or attempt + 1 >= policy.max_attempts:
+                break
+            await asyncio.sleep(policy.delay(attempt))
+            attempt += 1
+    except asyncio.CancelledError:
+        on_cancel(cancelled_failure(rollout, attempt))
+        if metrics is not None:
+            metrics.finished(name, OUTCOME_ERROR, None, time.perf_counter() - t0)
+        raise
+    finally:
+        del in_flight.entries[key]
+    if metrics is not None:
+        metrics.finished(name, outcome_label(error), outcome.reward, time.perf_counter() - t0)
+    return result_of(rollout, outcome)

@@ -1,0 +1,207 @@
+"""Accounting, pass@k and ``summary.json``.
+
+Every record (this session's and, on resume, the earlier sessions' read by the ledger) goes
+through :meth:`Aggregator.add`, so ``requested == completed + failed`` holds by construction:
+a rollout the run reached is counted exactly once, as a result or as a failure. Per-task counts
+for pass@k live in compact ``array`` columns indexed by task index, so a 300,000-row input
+costs a few MB, not a dict of tuples.
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of one task: ``1 - C(n-c, k) / C(n, k)`` (numerically stable form)."""
+    if n < k:
+        raise ValueError(f"pass@{k} needs at least {k} samples, got {n}")
+    if n - c < k:
+        return 1.0
+    product = 1.0
+    for i in range(n - c + 1, n + 1):
+        product *= 1.0 - k / i
+    return 1.0 - product
+
+
+def _grow(column: array, index: int) -> None:
+    """Make ``column[index]`` exist; grow by half so slack stays small on huge inputs."""
+    if index >= len(column):
+        column.frombytes(
+            bytes(column.itemsize * max(index + 1 - len(column), len(column) // 2, 1024))
+        )
+
+
+class DispatchStats:
+    """Counts of one dispatch name; per-task ``n`` (completed) and ``c`` (passed) columns."""
+
+    __slots__ = ("completed", "failed", "reward_sum", "n", "c")
+
+    def __init__(self, repeats: int = 1) -> None:
+        self.completed = 0
+        self.failed = 0
+        self.reward_sum = 0.0
+        # counts per task never exceed repeats: 2 bytes per task when they fit
+        typecode = "H" if repeats < 2**16 else "I"
+        self.n = array(typecode)
+        self.c = array(typecode)
+
+    def add_result(self, task_index: int, reward: float, passed: bool) -> None:
+        self.completed += 1
+        self.reward_sum += reward
+        _grow(self.n, task_index)
+        _grow(self.c, task_index)
+        self.n[task_index] += 1
+        if passed:
+            self.c[task_index] += 1
+
+    def pass_at(self, k: int) -> float | None:
+        """Mean pass@k over tasks with at least k completed rollouts; None when there are none."""
+        total, tasks = 0.0, 0
+        for n, c in zip(self.n, self.c, strict=True):
+            if n >= k:
+                total += pass_at_k(n, c, k)
+                tasks += 1
+        return total / tasks if tasks else None
+
+    def to_json(self, repeats: int) -> dict[str, Any]:
+        mean = self.reward_sum / self.completed if self.completed else None
+        return {
+            "completed": self.completed,
+            "failed": self.failed,
+            "mean_reward": mean,
+            "pass_at_k": {str(k): self.pass_at(k) for k in range(1, repeats + 1)},
+        }
+
+
+class Aggregator:
+    """Counts every record once; answers the live counts progress shows."""
+
+    def __init__(self, repeats: int, pass_threshold: float) -> None:
+        self.repeats = repeats
+        self.pass_threshold = pass_threshold
+        self.completed = 0
+        self.failed = 0
+        self.failed_by_kind: Counter[str] = Counter()
+        self.by_name: dict[str, DispatchStats] = {}
+
+    @property
+    def requested(self) -> int:
+        return self.completed + self.failed
+
+    def _stats(self, name: str) -> DispatchStats:
+        stats = self.by_name.get(name)
+        if stats is None:
+            stats = self.by_name[name] = DispatchStats(self.repeats)
+        return stats
+
+    def add_result(self, name: str, task_index: int, reward: float) -> None:
+        self.completed += 1
+        self._stats(name).add_result(task_index, reward, reward >= self.pass_threshold)
+
+    def add_failure(self, name: str | None, error_kind: str) -> None:
+        self.failed += 1
+        self.failed_by_kind[error_kind] += 1
+        if name is not None:
+            self._stats(name).failed += 1
+
+    def add_record(self, record: dict[str, Any], is_result: bool) -> None:
+        """Feed one stored record (the resume ledger's callback)."""
+        if is_result:
+            self.add_result(
+                str(record.get("dispatch_name")), int(record["task_index"]), float(record["reward"])
+            )
+        else:
+            self.add_failure(record.get("dispatch_name"), str(record.get("error_kind")))
+
+    def by_dispatch_name(self) -> dict[str, Any]:
+        return {name: stats.to_json(self.repeats) for name, stats in sorted(self.by_name.items())}
+
+
+@dataclass
+class Summary:
+    """The content of ``summary.json``; ``run_job`` returns it."""
+
+    run_id: str
+    status: str
+    requested: int
+    completed: int
+    failed: int
+    failed_by_kind: dict[str, int]
+    by_dispatch_name: dict[str, Any]
+    environments: dict[str, Any] = field(default_factory=dict)
+    telemetry: dict[str, int] = field(
+        default_factory=lambda: {"spans_exported": 0, "spans_dropped": 0}
+    )
+    duration_s: float = 0.0
+    rollouts_per_s: float = 0.0
+    output_dir: str | None = None
+
+    @classmethod
+    def from_aggregator(
+        cls, run_id: str, status: str, aggregator: Aggregator, duration_s: float, session_count: int
+    ) -> Summary:
+        """``session_count``: records of this session only, for the rate."""
+        rate = session_count / duration_s if duration_s > 0 else 0.0
+        return cls(
+            run_id=run_id,
+            status=status,
+            requested=aggregator.requested,
+            completed=aggregator.completed,
+            failed=aggregator.failed,
+            failed_by_kind=dict(sorted(aggregator.failed_by_kind.items())),
+            by_dispatch_name=aggregator.by_dispatch_name(),
+            duration_s=round(duration_s, 3),
+            rollouts_per_s=round(rate, 3),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "requested": self.requested,
+            "completed": self.completed,
+            "failed": self.failed,
+            "failed_by_kind": self.failed_by_kind,
+            "by_dispatch_name": self.by_dispatch_name,
+            "environments": self.environments,
+            "telemetry": self.telemetry,
+            "duration_s": self.duration_s,
+            "rollouts_per_s": self.rollouts_per_s,
+        }
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write a JSON file so a reader never sees half of it (temp file + ``os.replace``)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+    os.replace(tmp, path)
+
+
+def add_telemetry_counts(total: dict[str, int], counts: dict[str, Any] | None) -> None:
+    """Sum one process's ``{spans_exported, spans_dropped}`` into ``total``."""
+    if not isinstance(counts, dict):
+        return
+    for key in ("spans_exported", "spans_dropped"):
+        value = counts.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            total[key] = total.get(key, 0) + value
+
+
+def read_server_telemetry(logs_dir: Path, names: list[str]) -> dict[str, int]:
+    """Sum the counts each server wrote at shutdown (``logs/<name>.telemetry.json``)."""
+    total = {"spans_exported": 0, "spans_dropped": 0}
+    for name in names:
+        path = logs_dir / f"{name}.telemetry.json"
+        try:
+            add_telemetry_counts(total, orjson.loads(path.read_bytes()))
+        except (OSError, orjson.JSONDecodeError):
+            continue
+    return total

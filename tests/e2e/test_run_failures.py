@@ -1,0 +1,86 @@
+"""Retries, exhausted retries, agents without rewards, an agent that dies: exact accounting."""
+
+from __future__ import annotations
+
+import pytest
+from e2e_support import Job, agent
+
+pytestmark = pytest.mark.e2e
+
+
+def _accounting_holds(job: Job, expected_requested: int) -> None:
+    summary = job.summary
+    assert summary["requested"] == summary["completed"] + summary["failed"] == expected_requested
+    assert summary["completed"] == len(job.rollouts)
+    assert summary["failed"] == len(job.failures)
+    keys = [(r["task_index"], r["rollout_index"]) for r in job.rollouts + job.failures]
+    assert len(keys) == len(set(keys)), "a rollout was recorded twice"
+
+
+def test_retry_then_success_and_retry_exhausted(job: Job, no_leftover_servers: None) -> None:
+    servers = {
+        "flaky": agent("agents:FailFirstAttemptAgent"),
+        "broken": agent("agents:AlwaysFailAgent"),
+    }
+    rows = [{"q": 0}, {"q": 1, "agent": "broken"}, {"q": 2, "rollout_id": "mine"}]
+    job.write(servers, rows, agent="flaky", max_attempts=3)
+    proc = job.run()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    by_id = {r["rollout_id"]: r for r in job.rollouts}
+    assert sorted(by_id) == ["0-0-a1", "mine-a1"]
+    assert by_id["0-0-a1"]["attempt"] == 1 and by_id["0-0-a1"]["result"]["attempt_seen"] == 1
+    (failure,) = job.failures
+    assert (failure["rollout_id"], failure["attempt"], failure["error_kind"]) == (
+        "1-0-a2",
+        2,
+        "http_5xx",
+    )
+    assert failure["dispatch_name"] == "broken" and failure["line"] == 2
+    assert "this agent always fails" in failure["message"]
+    assert "reward" not in failure
+    _accounting_holds(job, 3)
+    assert job.summary["failed_by_kind"] == {"http_5xx": 1}
+
+
+def test_agent_without_numeric_reward_is_a_permanent_failure(
+    job: Job, no_leftover_servers: None
+) -> None:
+    job.write({"a": agent("agents:NoRewardAgent")}, [{"q": 0}, {"q": 1}], agent="a", max_attempts=3)
+    proc = job.run()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert job.rollouts == []
+    assert {(f["rollout_id"], f["attempt"], f["error_kind"]) for f in job.failures} == {
+        ("0-0", 0, "missing_reward"),
+        ("1-0", 0, "missing_reward"),
+    }
+    assert "'reward'" in job.failures[0]["message"]
+    _accounting_holds(job, 2)
+
+
+def test_agent_killed_mid_run_keeps_exact_accounting(job: Job, no_leftover_servers: None) -> None:
+    job.write(
+        {"a": agent("agents:DyingAgent", die_after=10)},
+        [{"q": i} for i in range(40)],
+        agent="a",
+        concurrency=4,
+        max_attempts=2,
+    )
+    proc = job.run()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _accounting_holds(job, 40)
+    assert 1 <= len(job.rollouts) <= 10  # requests in flight when it died are lost with it
+    kinds = {f["error_kind"] for f in job.failures}
+    assert kinds <= {"connection_error", "http_5xx"} and kinds
+    assert all(isinstance(r["reward"], float) for r in job.rollouts)
+
+
+def test_oversized_request_is_a_permanent_413_failure(job: Job, no_leftover_servers: None) -> None:
+    rows = [{"q": 0}, {"q": 1, "blob": "x" * 5000}, {"q": 2}]
+    job.write({"a": agent()}, rows, agent="a", max_request_bytes=2048)
+    proc = job.run()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (failure,) = job.failures
+    assert failure["rollout_id"] == "1-0" and failure["error_kind"] == "http_4xx"
+    assert failure["attempt"] == 0 and "413" in failure["message"] and "2048" in failure["message"]
+    assert sorted(r["rollout_id"] for r in job.rollouts) == ["0-0", "2-0"]
+    _accounting_holds(job, 3)

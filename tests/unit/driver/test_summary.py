@@ -1,0 +1,45 @@
+"""pass@k math and accounting."""
+
+from __future__ import annotations
+
+from math import comb
+
+import pytest
+
+from rollgym.driver.summary import Aggregator, pass_at_k
+
+
+@pytest.mark.parametrize(
+    ("n", "c", "k"), [(5, 0, 1), (5, 1, 1), (5, 2, 3), (8, 3, 8), (10, 9, 2), (4, 4, 4)]
+)
+def test_pass_at_k_matches_the_combinatorial_definition(n: int, c: int, k: int) -> None:
+    expected = 1 - comb(n - c, k) / comb(n, k)
+    assert pass_at_k(n, c, k) == pytest.approx(expected)
+
+
+def test_pass_at_k_needs_k_samples() -> None:
+    with pytest.raises(ValueError):
+        pass_at_k(2, 1, 3)
+
+
+def test_aggregator_per_name_and_tasks_with_too_few_samples_excluded() -> None:
+    agg = Aggregator(repeats=2, pass_threshold=1.0)
+    agg.add_result("a", 0, 1.0)
+    agg.add_result("a", 0, 0.0)
+    agg.add_result("a", 1, 1.0)  # task 1 has one sample: only in pass@1
+    agg.add_failure("a", "timeout")
+    agg.add_failure(None, "invalid_row")
+    stats = agg.by_dispatch_name()["a"]
+    assert stats["completed"] == 3 and stats["failed"] == 1
+    assert stats["mean_reward"] == pytest.approx(2 / 3)
+    assert stats["pass_at_k"]["1"] == pytest.approx((0.5 + 1.0) / 2)
+    assert stats["pass_at_k"]["2"] == pytest.approx(1.0)
+    assert agg.requested == agg.completed + agg.failed == 5
+    assert dict(agg.failed_by_kind) == {"timeout": 1, "invalid_row": 1}
+
+
+def test_failures_are_not_zero_rewards() -> None:
+    agg = Aggregator(repeats=1, pass_threshold=0.5)
+    agg.add_result("a", 0, 1.0)
+    agg.add_failure("a", "http_5xx")
+    assert agg.by_dispatch_name()["a"]["mean_reward"] == 1.0
