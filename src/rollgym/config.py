@@ -206,7 +206,7 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | tuple[str, 
         for key in ("input", "output_dir"):
             value = run.get(key)
             if isinstance(value, str) and value and f"run.{key}" not in overridden:
-                run[key] = str((source.parent / value)) if not os.path.isabs(value) else value
+                run[key] = os.path.normpath(source.parent / value) if not os.path.isabs(value) else value
     return validate_config(data, source=str(source))
 
 
