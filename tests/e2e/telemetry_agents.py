@@ -1,0 +1,60 @@
+"""Agent servers for the telemetry end-to-end tests, each exposing one thing a test asserts on.
+
+Real rollgym agents launched by the real launcher as ``impl: telemetry_agents:<Class>``
+(tests/e2e is on PYTHONPATH for the driver and the servers).
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+from fastapi import Request
+from starlette.responses import Response
+
+from rollgym.servers.agent import Agent, AgentOptions
+from rollgym.servers.rollout_context import RolloutContext
+
+_HEADERS: ContextVar[dict[str, str] | None] = ContextVar("telemetry_agents_headers", default=None)
+
+
+class HeaderEchoAgent(Agent):
+    """Answers ``reward = 1`` and the HTTP headers its ``/run`` request arrived with.
+
+    Why: "with tracing off no ``traceparent`` is injected" is a property of what the agent
+    received, so the agent itself reports it.
+    """
+
+    async def _handle_run(self, request: Request) -> Response:
+        token = _HEADERS.set({k.lower(): v for k, v in request.headers.items()})
+        try:
+            return await super()._handle_run(request)
+        finally:
+            _HEADERS.reset(token)
+
+    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+        return {"reward": 1.0, "headers": _HEADERS.get() or {}, "rollout_id": rollout.rollout_id}
+
+
+class BareModelAgent(Agent):
+    """An "unmodified" agent: calls the model through the rollout-scoped base URL with its own
+    aiohttp session, forwarding no ``traceparent`` and no ``X-Request-Id``.
+
+    The model server must still attribute the call to the rollout (from the URL alone).
+    """
+
+    Options = AgentOptions
+
+    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+        options = self.options
+        assert isinstance(options, AgentOptions) and options.model is not None
+        assert rollout.rollout_id is not None
+        base = self.context.url_of(options.model)
+        url = f"{base}/r/{quote(rollout.rollout_id, safe='')}/v1/chat/completions"
+        body = {"model": "bare", "messages": [{"role": "user", "content": "say hi"}]}
+        async with aiohttp.ClientSession() as session, session.post(url, json=body) as response:
+            sent = {k.lower(): v for k, v in response.request_info.headers.items()}
+            answer = await response.json()
+        return {"reward": 1.0, "answer_id": answer.get("id"), "sent_headers": sent}
