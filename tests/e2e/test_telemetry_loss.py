@@ -98,16 +98,7 @@ def test_a_dead_endpoint_does_not_slow_the_run(loss: LossRuns, label: str) -> No
 @pytest.mark.parametrize(
     "label",
     [
-        pytest.param(
-            "dead",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason=(
-                    "rollgym/telemetry: spans still queued or inside a retrying export when the "
-                    "bounded shutdown gives up are not counted as dropped (summary reports ~0)"
-                ),
-            ),
-        ),
+        "dead",
         "500",
     ],
 )

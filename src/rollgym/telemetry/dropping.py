@@ -37,7 +37,7 @@ DROP_REASONS = (REASON_QUEUE_FULL, REASON_EXPORT_FAILED, REASON_SHUTDOWN)
 class SpanCounts:
     """Thread-safe tallies shared by the processor and its exporter wrapper."""
 
-    __slots__ = ("_lock", "accepted", "handed", "exported", "dropped")
+    __slots__ = ("_lock", "accepted", "handed", "exported", "dropped", "closed")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -45,6 +45,23 @@ class SpanCounts:
         self.handed = 0
         self.exported = 0
         self.dropped: dict[str, int] = dict.fromkeys(DROP_REASONS, 0)
+        #: Set by :meth:`close`; results that arrive later no longer change the tallies.
+        self.closed = False
+
+    def close(self) -> None:
+        """Freeze the tallies at shutdown, counting every accepted span that never reached an
+        outcome (still queued, or mid-export to an endpoint that never answered) as dropped.
+
+        Without this, a dead endpoint whose exporter is still retrying when the shutdown time
+        limit runs out would lose spans that no counter reports.
+        """
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            unsent = self.accepted - self.exported - self.dropped[REASON_EXPORT_FAILED]
+            if unsent > 0:
+                self.dropped[REASON_SHUTDOWN] += unsent
 
     def total_dropped(self) -> int:
         return sum(self.dropped.values())
@@ -72,7 +89,9 @@ class _CountingExporter(SpanExporter):
             result = SpanExportResult.FAILURE
             self._log_failure(f"{type(exc).__name__}: {exc}")
         with counts._lock:
-            if result is SpanExportResult.SUCCESS:
+            if counts.closed:
+                pass  # already counted as dropped at shutdown
+            elif result is SpanExportResult.SUCCESS:
                 counts.exported += n
             else:
                 counts.dropped[REASON_EXPORT_FAILED] += n

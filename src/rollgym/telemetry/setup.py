@@ -95,8 +95,12 @@ class TelemetryHandle:
         worker.join(timeout_s)
         if worker.is_alive():
             _log.warning(
-                "telemetry shutdown did not finish within %.1fs; unsent spans are lost", timeout_s
+                "telemetry shutdown did not finish within %.1fs; unsent spans are counted as "
+                "dropped",
+                timeout_s,
             )
+        if self.processor is not None:
+            self.processor.counts.close()
 
     def _shutdown_providers(self) -> None:
         for provider in (self.tracer_provider, self.meter_provider):

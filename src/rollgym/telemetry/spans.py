@@ -251,17 +251,19 @@ def verify_span(rollout_id: str | None) -> Iterator[Span]:
 
 
 # --- HTTP --------------------------------------------------------------------------------------------
-@contextmanager
-def http_client_span(method: str, destination: str, url: str, route: str | None) -> Iterator[Span]:
-    """Client span of one request (stable HTTP semconv); its context goes out as traceparent.
+#: Client-span attributes per (method, destination, url): the driver posts to the same few URLs
+#: all run long, so parsing each URL once keeps the traced hot path short. Bounded, because
+#: rollout-scoped model URLs are distinct per rollout.
+_CLIENT_ATTRIBUTES: dict[tuple[str, str, str], dict[str, Any]] = {}
+_CLIENT_ATTRIBUTES_MAX = 1024
 
-    Named ``"<METHOD> <route>"`` from the URL template, so a rollout-scoped URL never makes span
-    names high-cardinality; ``url.full`` carries the concrete URL without credentials.
-    """
-    attributes: dict[str, Any] = {
-        names.HTTP_REQUEST_METHOD: method,
-        names.DESTINATION_SERVER_NAME: destination,
-    }
+
+def _client_attributes(method: str, destination: str, url: str) -> dict[str, Any]:
+    key = (method, destination, url)
+    attributes = _CLIENT_ATTRIBUTES.get(key)
+    if attributes is not None:
+        return attributes
+    attributes = {names.HTTP_REQUEST_METHOD: method, names.DESTINATION_SERVER_NAME: destination}
     try:
         parts = urlsplit(url)
         if parts.hostname:
@@ -274,7 +276,22 @@ def http_client_span(method: str, destination: str, url: str, route: str | None)
         attributes[names.URL_FULL] = urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
     except ValueError:
         pass
+    if len(_CLIENT_ATTRIBUTES) >= _CLIENT_ATTRIBUTES_MAX:
+        _CLIENT_ATTRIBUTES.clear()
+    _CLIENT_ATTRIBUTES[key] = attributes
+    return attributes
+
+
+@contextmanager
+def http_client_span(method: str, destination: str, url: str, route: str | None) -> Iterator[Span]:
+    """Client span of one request (stable HTTP semconv); its context goes out as traceparent.
+
+    Named ``"<METHOD> <route>"`` from the URL template, so a rollout-scoped URL never makes span
+    names high-cardinality; ``url.full`` carries the concrete URL without credentials. The
+    attribute mapping is shared between spans of the same URL: the SDK copies it on start.
+    """
     name = f"{method} {route}" if route else method
+    attributes = _client_attributes(method, destination, url)
     with current_span(name, kind=SpanKind.CLIENT, attributes=attributes) as span:
         yield span
 
