@@ -21,4 +21,5 @@ for extra in phoenix ray; do
 done
 
 python -m ruff check src tests bench
+python -m ruff format --check src tests bench
 python -m pytest -q -p no:cacheprovider "$@"

@@ -49,23 +49,42 @@ class RunConfig(BaseModel):
 
     input: Path = Field(description="JSONL file of task rows, one JSON object per line.")
     output_dir: Path | None = Field(None, description="Results folder; default runs/<run id>/.")
-    run_id: str | None = Field(None, description="Run id; default: kept from output_dir, else generated.")
+    run_id: str | None = Field(
+        None, description="Run id; default: kept from output_dir, else generated."
+    )
     repeats: int = Field(1, ge=1, description="Rollouts per task row.")
     concurrency: int = Field(64, ge=1, description="Most rollouts in flight at once.")
-    max_attempts: int = Field(3, ge=1, description="Attempts per rollout (transient failures only).")
+    max_attempts: int = Field(
+        3, ge=1, description="Attempts per rollout (transient failures only)."
+    )
     timeout_s: float = Field(300.0, gt=0, description="Time limit of one attempt, in seconds.")
     agent: str | None = Field(None, description="Agent server for rows that name none.")
     environment_routes: dict[str, str] = Field(
-        default_factory=dict, description="Task set name -> environment server whose /run plays the episode."
+        default_factory=dict,
+        description="Task set name -> environment server whose /run plays the episode.",
     )
-    retry_backoff_s: float = Field(0.5, ge=0, description="First retry delay; doubles per attempt, with jitter.")
+    retry_backoff_s: float = Field(
+        0.5, ge=0, description="First retry delay; doubles per attempt, with jitter."
+    )
     retry_backoff_max_s: float = Field(30.0, ge=0, description="Ceiling of the retry delay.")
-    pass_threshold: float = Field(1.0, description="A rollout passes (for pass@k) when reward >= this.")
-    retry_failed: bool = Field(False, description="On resume, run again the rollouts recorded as failed.")
-    progress_interval_s: float = Field(10.0, gt=0, description="Seconds between plain progress lines.")
-    max_request_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Largest request body a server accepts.")
-    placement: Literal["local", "ray"] = Field("local", description="Launched servers run as local processes, or as Ray actors.")
-    ray_address: str | None = Field(None, description="Ray cluster to join (ray.init(address=...)); default: a local Ray.")
+    pass_threshold: float = Field(
+        1.0, description="A rollout passes (for pass@k) when reward >= this."
+    )
+    retry_failed: bool = Field(
+        False, description="On resume, run again the rollouts recorded as failed."
+    )
+    progress_interval_s: float = Field(
+        10.0, gt=0, description="Seconds between plain progress lines."
+    )
+    max_request_bytes: int = Field(
+        16 * 1024 * 1024, ge=1024, description="Largest request body a server accepts."
+    )
+    placement: Literal["local", "ray"] = Field(
+        "local", description="Launched servers run as local processes, or as Ray actors."
+    )
+    ray_address: str | None = Field(
+        None, description="Ray cluster to join (ray.init(address=...)); default: a local Ray."
+    )
 
 
 class ServerConfig(BaseModel):
@@ -81,9 +100,11 @@ class ServerConfig(BaseModel):
     url: str | None = Field(None, description="Base URL of a server already running elsewhere.")
 
     @model_validator(mode="after")
-    def _impl_xor_url(self) -> "ServerConfig":
+    def _impl_xor_url(self) -> ServerConfig:
         if (self.impl is None) == (self.url is None):
-            raise ValueError("give exactly one of 'impl' (launch it) or 'url' (use a running server)")
+            raise ValueError(
+                "give exactly one of 'impl' (launch it) or 'url' (use a running server)"
+            )
         if self.url is not None and not re.match(r"^https?://[^/]+", self.url):
             raise ValueError(f"'url' must be an http(s) URL, got {self.url!r}")
         return self
@@ -99,18 +120,32 @@ class TelemetryConfig(BaseModel):
 
     model_config = _FROZEN
 
-    preset: str | list[str] = Field("default", description="default | per_rollout | minimal | off | a list of groups.")
+    preset: str | list[str] = Field(
+        "default", description="default | per_rollout | minimal | off | a list of groups."
+    )
     exporter: Literal["auto", "otlp", "console", "none"] = Field(
         "auto", description="auto: OTEL_TRACES_EXPORTER if set, else the run's local trace store."
     )
-    endpoint: str | None = Field(None, description="OTLP endpoint (OTEL_EXPORTER_OTLP_ENDPOINT wins).")
-    protocol: Literal["http/protobuf", "grpc"] = Field("http/protobuf", description="OTLP protocol.")
-    headers_env: str | None = Field(None, description="Env var holding OTLP headers (k=v,k2=v2), e.g. an API key.")
-    metrics: bool = Field(True, description="Export the metrics of TELEMETRY.md with the same exporter.")
-    single_trace: bool = Field(False, description="Give every root the job's trace id (small debugging runs only).")
+    endpoint: str | None = Field(
+        None, description="OTLP endpoint (OTEL_EXPORTER_OTLP_ENDPOINT wins)."
+    )
+    protocol: Literal["http/protobuf", "grpc"] = Field(
+        "http/protobuf", description="OTLP protocol."
+    )
+    headers_env: str | None = Field(
+        None, description="Env var holding OTLP headers (k=v,k2=v2), e.g. an API key."
+    )
+    metrics: bool = Field(
+        True, description="Export the metrics of TELEMETRY.md with the same exporter."
+    )
+    single_trace: bool = Field(
+        False, description="Give every root the job's trace id (small debugging runs only)."
+    )
     sampler: str | None = Field(None, description="Like OTEL_TRACES_SAMPLER (which wins).")
     sampler_arg: str | None = Field(None, description="Like OTEL_TRACES_SAMPLER_ARG (which wins).")
-    max_queue_size: int = Field(65536, ge=1, description="Spans buffered per process before dropping.")
+    max_queue_size: int = Field(
+        65536, ge=1, description="Spans buffered per process before dropping."
+    )
     max_export_batch_size: int = Field(4096, ge=1, description="Spans per export request.")
     schedule_delay_ms: int = Field(500, ge=1, description="Longest wait between exports.")
 
@@ -151,11 +186,15 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     """``run.concurrency=256`` -> (["run", "concurrency"], 256). Values are parsed as YAML."""
     key, sep, raw = text.partition("=")
     if not sep or not key or any(not part for part in key.split(".")):
-        raise ConfigError(f"override {text!r} is not of the form key.path=value", source="<overrides>")
+        raise ConfigError(
+            f"override {text!r} is not of the form key.path=value", source="<overrides>"
+        )
     try:
         value = yaml.safe_load(raw) if raw != "" else ""
     except yaml.YAMLError as exc:
-        raise ConfigError(f"value {raw!r} is not valid YAML: {exc}", source="<overrides>", key_path=key) from None
+        raise ConfigError(
+            f"value {raw!r} is not valid YAML: {exc}", source="<overrides>", key_path=key
+        ) from None
     return key.split("."), value
 
 
@@ -175,7 +214,9 @@ def apply_override(data: dict[str, Any], path: list[str], value: Any) -> None:
     node[path[-1]] = value
 
 
-def load_config(path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = ()) -> JobConfig:
+def load_config(
+    path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = ()
+) -> JobConfig:
     """Read, override, validate and freeze a job config; raise ``ConfigError`` on any problem.
 
     Relative paths in the file resolve against the file's folder; relative paths given as
@@ -193,7 +234,9 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | tuple[str, 
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError("the top level must be a mapping with run:, servers:, telemetry:", source=str(source))
+        raise ConfigError(
+            "the top level must be a mapping with run:, servers:, telemetry:", source=str(source)
+        )
 
     overridden: set[str] = set()
     for item in overrides:
@@ -206,7 +249,9 @@ def load_config(path: str | os.PathLike[str], overrides: list[str] | tuple[str, 
         for key in ("input", "output_dir"):
             value = run.get(key)
             if isinstance(value, str) and value and f"run.{key}" not in overridden:
-                run[key] = os.path.normpath(source.parent / value) if not os.path.isabs(value) else value
+                run[key] = (
+                    os.path.normpath(source.parent / value) if not os.path.isabs(value) else value
+                )
     return validate_config(data, source=str(source))
 
 
@@ -247,7 +292,11 @@ def _check_servers(config: JobConfig, source: str) -> None:
     for name, server in config.servers.items():
         base = f"servers.{name}"
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-            raise ConfigError("server names may hold only letters, digits, '_', '.', '-'", source=source, key_path=base)
+            raise ConfigError(
+                "server names may hold only letters, digits, '_', '.', '-'",
+                source=source,
+                key_path=base,
+            )
         if server.url is not None:
             if server.options:
                 first = sorted(server.options)[0]
@@ -321,7 +370,11 @@ def redacted(config: JobConfig) -> dict[str, Any]:
     def scrub(node: Any) -> Any:
         if isinstance(node, dict):
             return {
-                key: ("<redacted>" if _SECRET_KEY.search(str(key)) and not str(key).endswith("_env") else scrub(value))
+                key: (
+                    "<redacted>"
+                    if _SECRET_KEY.search(str(key)) and not str(key).endswith("_env")
+                    else scrub(value)
+                )
                 for key, value in node.items()
             }
         if isinstance(node, list):

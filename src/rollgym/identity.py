@@ -14,7 +14,8 @@ that is a list, an index that is a string) has no id, and telemetry simply omits
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 TASK_INDEX = "task_index"
 ROLLOUT_INDEX = "rollout_index"

@@ -13,8 +13,9 @@ so its pool and background tasks never capture a rollout's context.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -52,7 +53,7 @@ class HttpClient:
         self._session: aiohttp.ClientSession | None = None
         self._timeouts: dict[float | None, aiohttp.ClientTimeout] = {}
 
-    async def __aenter__(self) -> "HttpClient":
+    async def __aenter__(self) -> HttpClient:
         await self.start()
         return self
 
@@ -101,7 +102,9 @@ class HttpClient:
         ``TransientDispatchError`` for connection errors and timeouts; any HTTP status is
         returned, the caller decides what it means.
         """
-        return await self.request_json("POST", destination, url, body, timeout=timeout, headers=headers, route=route)
+        return await self.request_json(
+            "POST", destination, url, body, timeout=timeout, headers=headers, route=route
+        )
 
     async def get_json(
         self, destination: str, url: str, *, timeout: float | None = None, route: str | None = None
@@ -128,7 +131,9 @@ class HttpClient:
 
             with http_client_span(method, destination, url, route) as span:
                 trace_id = _inject(sent_headers)
-                response = await self._send(method, destination, url, body, timeout, sent_headers, trace_id)
+                response = await self._send(
+                    method, destination, url, body, timeout, sent_headers, trace_id
+                )
                 span.set_attribute("http.response.status_code", response.status)
                 if response.status >= 500:
                     from opentelemetry.trace import Status, StatusCode

@@ -8,8 +8,9 @@ attribute load and a branch, and allocates nothing (see ``bench/disabled_site.py
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
-from typing import Final, Iterable
+from typing import Final
 
 
 class SpanGroup(StrEnum):
@@ -44,7 +45,9 @@ def resolve_groups(spec: str | Iterable[str]) -> frozenset[SpanGroup]:
     if isinstance(spec, str):
         if spec in PRESETS:
             return PRESETS[spec]
-        raise ValueError(f"unknown preset {spec!r}; expected one of {sorted(PRESETS)} or a list of groups")
+        raise ValueError(
+            f"unknown preset {spec!r}; expected one of {sorted(PRESETS)} or a list of groups"
+        )
     groups = set()
     for name in spec:
         try:
