@@ -131,6 +131,7 @@ class _Launch:
             session=session,
             deadline=time.monotonic() + HEALTH_TIMEOUT_S,
             failure=failure,
+            strict=False,
         )
         self.urls[name] = url
         return url

@@ -64,10 +64,13 @@ async def wait_healthy(
     ready_file: Path | None = None,
     process: subprocess.Popen[bytes] | None = None,
     failure: Callable[[str], LaunchError],
+    strict: bool = True,
 ) -> str:
     """Poll until ``GET <url>/health`` answers ok for ``name``; return the base URL.
 
     For a launched server the URL comes from its ready file; its exit first is a failure.
+    ``strict=False`` (a server given by ``url:``, which may be vLLM or any OpenAI-compatible
+    endpoint rather than a rollgym server) only asks that it answers HTTP below 500.
     """
     last_problem = "no answer yet"
     while True:
@@ -76,7 +79,7 @@ async def wait_healthy(
         if url is None and ready_file is not None and ready_file.exists():
             url = f"http://127.0.0.1:{int(ready_file.read_text().strip())}"
         if url is not None:
-            last_problem = await _health_problem(session, name, url)
+            last_problem = await _health_problem(session, name, url, strict)
             if not last_problem:
                 return url
         if time.monotonic() > deadline:
@@ -84,10 +87,14 @@ async def wait_healthy(
         await asyncio.sleep(_POLL_S)
 
 
-async def _health_problem(session: aiohttp.ClientSession, name: str, url: str) -> str:
+async def _health_problem(
+    session: aiohttp.ClientSession, name: str, url: str, strict: bool = True
+) -> str:
     """'' when healthy, else why not."""
     try:
         async with session.get(f"{url}/health", timeout=aiohttp.ClientTimeout(total=2)) as resp:
+            if not strict:
+                return "" if resp.status < 500 else f"GET /health answered HTTP {resp.status}"
             if resp.status != 200:
                 return f"GET /health answered HTTP {resp.status}"
             body = await resp.json(content_type=None)

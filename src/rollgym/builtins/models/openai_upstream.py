@@ -13,7 +13,7 @@ import os
 import re
 from typing import Any, ClassVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from rollgym.config import ServerOptions
 from rollgym.errors import DispatchError
@@ -26,10 +26,25 @@ _ROUTE = "/chat/completions"
 
 
 class OpenAIUpstreamOptions(ServerOptions):
-    base_url: str = Field(description="Upstream base URL including /v1, e.g. http://host:8000/v1.")
+    server_refs: ClassVar[dict[str, Any]] = {"upstream": "model"}
+
+    base_url: str | None = Field(
+        None, description="Upstream base URL including /v1, e.g. http://host:8000/v1."
+    )
+    upstream: str | None = Field(
+        None,
+        description="Instead of base_url: another model server of the job (e.g. a vLLM given "
+        "by url:), reached at <its URL>/v1.",
+    )
     model: str = Field(description="The model name sent upstream (replaces the request's).")
     api_key_env: str | None = Field(None, description="Environment variable holding the API key.")
     timeout_s: float = Field(600.0, gt=0, description="Time limit of one upstream request.")
+
+    @model_validator(mode="after")
+    def _one_upstream(self) -> OpenAIUpstreamOptions:
+        if (self.base_url is None) == (self.upstream is None):
+            raise ValueError("give exactly one of 'base_url' or 'upstream'")
+        return self
 
 
 class OpenAIUpstream(ModelServer):
@@ -73,10 +88,15 @@ class OpenAIUpstream(ModelServer):
             headers["Authorization"] = f"Bearer {self._key}"
         if request_id:
             headers[names.HEADER_REQUEST_ID] = request_id
-        url = options.base_url.rstrip("/") + _ROUTE
+        if options.upstream is not None:
+            destination = options.upstream
+            base = self.context.url_of(options.upstream) + "/v1"
+        else:
+            destination, base = "upstream", options.base_url or ""
+        url = base.rstrip("/") + _ROUTE
         try:
             response = await self.client.post_json(
-                "upstream",
+                destination,
                 url,
                 body,
                 timeout=options.timeout_s,
