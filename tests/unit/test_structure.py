@@ -7,6 +7,7 @@ never pays for an import.
 
 from __future__ import annotations
 
+import argparse
 import pkgutil
 import subprocess
 import sys
@@ -40,3 +41,25 @@ def test_cli_parser_imports_nothing_heavy() -> None:
 def test_module_imports_alone(module: str) -> None:
     """Each module imports in a fresh interpreter: a cycle would fail here."""
     subprocess.run([sys.executable, "-c", f"import {module}"], check=True, capture_output=True)
+
+
+def _parsers(parser: argparse.ArgumentParser, path: str = "rollgym"):
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from _parsers(child, f"{path} {name}")
+
+
+def test_every_cli_option_is_explained() -> None:
+    """``rollgym --help`` and each subcommand's help explain every option and argument."""
+    from rollgym.cli.main import build_parser
+
+    missing = [
+        f"{path}: {action.dest}"
+        for path, parser in _parsers(build_parser())
+        for action in parser._actions
+        if not isinstance(action, (argparse._HelpAction, argparse._SubParsersAction))
+        and not action.help
+    ]
+    assert missing == []

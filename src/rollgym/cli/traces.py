@@ -22,30 +22,31 @@ def register(subparsers: Any) -> None:
 
     ls = commands.add_parser("ls", help="list rollouts (one row per attempt) with trace ids")
     _run_dir(ls)
-    ls.add_argument("--limit", type=int, default=50)
-    ls.add_argument("--offset", type=int, default=0)
-    ls.add_argument("--outcome", help="ok, error or timeout")
-    ls.add_argument("--dispatch-name")
-    ls.add_argument("--min-reward", type=float)
-    ls.add_argument("--max-reward", type=float)
-    ls.add_argument("--min-duration-ms", type=float)
-    ls.add_argument("--max-duration-ms", type=float)
+    ls.add_argument("--limit", type=int, default=50, help="rows per page (default 50)")
+    ls.add_argument("--offset", type=int, default=0, help="rows to skip: the page start")
+    ls.add_argument("--outcome", help="only this outcome: ok, error or timeout")
+    ls.add_argument("--dispatch-name", help="only rollouts of this agent / environment")
+    ls.add_argument("--min-reward", type=float, help="only rollouts with reward >= this")
+    ls.add_argument("--max-reward", type=float, help="only rollouts with reward <= this")
+    ls.add_argument("--min-duration-ms", type=float, help="only dispatches at least this long")
+    ls.add_argument("--max-duration-ms", type=float, help="only dispatches at most this long")
     ls.add_argument(
         "--sort",
         default="start",
         choices=["start", "duration", "reward", "rollout_id", "outcome", "dispatch_name"],
+        help="order of the rows (default: start time)",
     )
     ls.add_argument("--desc", action="store_true", help="sort descending")
     ls.set_defaults(handler=_ls)
 
     show = commands.add_parser("show", help="a rollout's trace tree, every attempt")
     _run_dir(show)
-    show.add_argument("rollout_id")
+    show.add_argument("rollout_id", help="a rollout id (3-0); its retries (3-0-a1, ...) too")
     show.set_defaults(handler=_show)
 
     slowest = commands.add_parser("slowest", help="the long tail and where it spent its time")
     _run_dir(slowest)
-    slowest.add_argument("-n", type=int, default=10)
+    slowest.add_argument("-n", type=int, default=10, help="how many rollouts (default 10)")
     slowest.set_defaults(handler=_slowest)
 
     check = commands.add_parser("check", help="verify the trace contract; non-zero on violation")
@@ -56,12 +57,22 @@ def register(subparsers: Any) -> None:
 def add_serve_parser(commands: Any) -> argparse.ArgumentParser:
     """``serve`` (also used by ``python -m rollgym.tracestore``)."""
     serve = commands.add_parser("serve", help="OTLP/HTTP receiver + viewer on one port")
-    serve.add_argument("--db", type=Path, default=Path("traces.db"), help="SQLite file")
-    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument(
+        "--db",
+        type=Path,
+        default=Path("traces.db"),
+        help="SQLite file (default traces.db, or RUN_DIR/traces.db)",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=int, default=4318, help="0 picks a free port")
     serve.add_argument("--run-dir", type=Path, help="run directory shown by the viewer")
     serve.add_argument("--ready-file", type=Path, help="write {endpoint, port, pid} when ready")
-    serve.add_argument("--max-body-bytes", type=int, default=32 * 1024 * 1024)
+    serve.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=32 * 1024 * 1024,
+        help="larger OTLP payloads are refused with 413 (default 32 MiB)",
+    )
     serve.set_defaults(handler=_serve)
     return serve
 
