@@ -130,16 +130,11 @@ class HttpClient:
             from rollgym.telemetry.spans import http_client_span
 
             with http_client_span(method, destination, url, route) as span:
-                trace_id = _inject(sent_headers)
+                trace_id = _inject(sent_headers, span)
                 response = await self._send(
                     method, destination, url, body, timeout, sent_headers, trace_id
                 )
-                span.set_attribute("http.response.status_code", response.status)
-                if response.status >= 500:
-                    from opentelemetry.trace import Status, StatusCode
-
-                    span.set_status(Status(StatusCode.ERROR))
-                    span.set_attribute("error.type", str(response.status))
+                _record_status(span, response.status)
                 return response
         trace_id = _inject(sent_headers) if gate.tracing else None
         return await self._send(method, destination, url, body, timeout, sent_headers, trace_id)
@@ -198,13 +193,30 @@ class HttpClient:
         return HttpResponse(status=status, data=parsed, text=text, trace_id=trace_id)
 
 
-def _inject(headers: dict[str, str]) -> str | None:
-    """Write ``traceparent``/``tracestate`` for the current context; return its trace id."""
+def _inject(headers: dict[str, str], span: Any = None) -> str | None:
+    """Write ``traceparent``/``tracestate`` for the current context; return its trace id.
+
+    ``span`` is the client span the caller just made current, when it has one: its context is
+    what went out, so it is not looked up a second time.
+    """
     from opentelemetry import propagate, trace
 
     propagate.inject(headers)
-    context = trace.get_current_span().get_span_context()
+    context = (span if span is not None else trace.get_current_span()).get_span_context()
     return format(context.trace_id, "032x") if context.is_valid else None
+
+
+def _record_status(span: Any, status: int) -> None:
+    """``http.response.status_code`` (and error status for 5xx): one attribute call per span."""
+    from rollgym.telemetry import names
+
+    if status < 500:
+        span.set_attribute(names.HTTP_RESPONSE_STATUS_CODE, status)
+        return
+    from opentelemetry.trace import Status, StatusCode
+
+    span.set_attributes({names.HTTP_RESPONSE_STATUS_CODE: status, names.ERROR_TYPE: str(status)})
+    span.set_status(Status(StatusCode.ERROR))
 
 
 def _path(url: str) -> str:

@@ -15,7 +15,7 @@ span, even a root; the job group off; a remote parent; a child of the job) it ne
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -38,15 +38,12 @@ _OWNED_JOB_SPAN_CONTEXT: ContextVar[SpanContext | None] = ContextVar(
 
 
 # --- run level -----------------------------------------------------------------------------------
-@contextmanager
-def startup_span() -> Iterator[Span]:
+def startup_span() -> AbstractContextManager[Span]:
     """``gym.startup``: launching all servers (a root in a standalone run)."""
-    with current_span(names.SPAN_STARTUP) as span:
-        yield span
+    return current_span(names.SPAN_STARTUP)
 
 
-@contextmanager
-def server_startup_span(name: str, kind: str, address: str | None) -> Iterator[Span]:
+def server_startup_span(name: str, kind: str, address: str | None) -> AbstractContextManager[Span]:
     """``gym.server.startup``: one server, from launch until it answers ``/health``."""
     attributes: dict[str, Any] = {names.SERVER_NAME: name, names.SERVER_KIND: kind}
     if address:
@@ -56,8 +53,7 @@ def server_startup_span(name: str, kind: str, address: str | None) -> Iterator[S
             attributes[names.SERVER_ADDRESS_HTTP] = host
         if port is not None:
             attributes[names.SERVER_PORT] = port
-    with current_span(names.SPAN_SERVER_STARTUP, attributes=attributes) as span:
-        yield span
+    return current_span(names.SPAN_SERVER_STARTUP, attributes=attributes)
 
 
 @contextmanager
@@ -81,19 +77,15 @@ def owned_job_span_context() -> SpanContext | None:
     return _OWNED_JOB_SPAN_CONTEXT.get()
 
 
-@contextmanager
-def aggregate_metrics_span(server_name: str) -> Iterator[Span]:
+def aggregate_metrics_span(server_name: str) -> AbstractContextManager[Span]:
     """``gym.job.aggregate_metrics``: one environment's ``/aggregate_metrics`` call."""
     attributes = {names.DESTINATION_SERVER_NAME: server_name}
-    with current_span(names.SPAN_AGGREGATE_METRICS, attributes=attributes) as span:
-        yield span
+    return current_span(names.SPAN_AGGREGATE_METRICS, attributes=attributes)
 
 
-@contextmanager
-def finalize_span() -> Iterator[Span]:
+def finalize_span() -> AbstractContextManager[Span]:
     """``gym.job.finalize``: writing the summary and closing the output files."""
-    with current_span(names.SPAN_FINALIZE) as span:
-        yield span
+    return current_span(names.SPAN_FINALIZE)
 
 
 # --- one rollout -----------------------------------------------------------------------------------
@@ -117,23 +109,19 @@ def _dispatch_attributes(
     return attributes
 
 
-@contextmanager
 def dispatch_span(
     collector_row: Mapping[str, Any], dispatch_name: str, destination: str
-) -> Iterator[Span]:
+) -> AbstractContextManager[Span]:
     """``gym.rollout.dispatch``: a new root linked to the owned job, else nested (module doc)."""
     owned = _OWNED_JOB_SPAN_CONTEXT.get()
-    current = trace.get_current_span().get_span_context()
-    if owned is not None and current.is_valid and current == owned:
-        parent: Context | None = Context()
-        links: list[Link] | None = [Link(owned)]
-    else:
-        parent, links = None, None
+    parent: Context | None = None
+    links: list[Link] | None = None
+    if owned is not None:  # only then is the current span worth looking up
+        current = trace.get_current_span().get_span_context()
+        if current.is_valid and current == owned:
+            parent, links = Context(), [Link(owned)]
     attributes = _dispatch_attributes(collector_row, dispatch_name, destination)
-    with current_span(
-        names.SPAN_DISPATCH, attributes=attributes, context=parent, links=links
-    ) as span:
-        yield span
+    return current_span(names.SPAN_DISPATCH, attributes=attributes, context=parent, links=links)
 
 
 def record_dispatch_outcome(span: Span, outcome: str, reward: float | None) -> None:
@@ -141,9 +129,13 @@ def record_dispatch_outcome(span: Span, outcome: str, reward: float | None) -> N
     try:
         if not span.is_recording():
             return
-        span.set_attribute(names.ROLLOUT_OUTCOME, outcome)
-        if reward is not None:
-            span.set_attribute(names.ROLLOUT_REWARD, float(reward))
+        # One call: the SDK takes the span's lock once for the whole mapping.
+        if reward is None:
+            span.set_attributes({names.ROLLOUT_OUTCOME: outcome})
+        else:
+            span.set_attributes(
+                {names.ROLLOUT_OUTCOME: outcome, names.ROLLOUT_REWARD: float(reward)}
+            )
         if outcome != names.OUTCOME_OK:
             span.set_status(Status(StatusCode.ERROR, outcome))
     except Exception:
@@ -154,15 +146,14 @@ def _rollout_attrs(rollout_id: str | None) -> dict[str, Any] | None:
     return {names.ROLLOUT_ID: rollout_id} if rollout_id else None
 
 
-@contextmanager
-def rollout_span(rollout_id: str | None) -> Iterator[Span]:
+def rollout_span(rollout_id: str | None) -> AbstractContextManager[Span]:
     """``gym.rollout``: the rollout itself, in the server that performs it."""
-    with current_span(names.SPAN_ROLLOUT, attributes=_rollout_attrs(rollout_id)) as span:
-        yield span
+    return current_span(names.SPAN_ROLLOUT, attributes=_rollout_attrs(rollout_id))
 
 
-@contextmanager
-def model_chat_span(rollout_id: str | None, model: str, provider: str) -> Iterator[Span]:
+def model_chat_span(
+    rollout_id: str | None, model: str, provider: str
+) -> AbstractContextManager[Span]:
     """``gym.model.chat``: one model call, caller side (GenAI client conventions)."""
     attributes: dict[str, Any] = {
         names.GEN_AI_OPERATION_NAME: "chat",
@@ -171,8 +162,7 @@ def model_chat_span(rollout_id: str | None, model: str, provider: str) -> Iterat
     }
     if rollout_id:
         attributes[names.ROLLOUT_ID] = rollout_id
-    with current_span(names.SPAN_MODEL_CHAT, kind=SpanKind.CLIENT, attributes=attributes) as span:
-        yield span
+    return current_span(names.SPAN_MODEL_CHAT, kind=SpanKind.CLIENT, attributes=attributes)
 
 
 def record_model_response(span: Span, response_json: Mapping[str, Any]) -> None:
@@ -207,8 +197,9 @@ def record_model_response(span: Span, response_json: Mapping[str, Any]) -> None:
         warn_once("recording a model response failed")
 
 
-@contextmanager
-def engine_request_span(request_id: str, model: str, rollout_id: str | None) -> Iterator[Span]:
+def engine_request_span(
+    request_id: str, model: str, rollout_id: str | None
+) -> AbstractContextManager[Span]:
     """``llm_request`` (kind SERVER), named like vLLM's: the engine's side of one generation.
 
     A child of the current (incoming) context; the caller sets latency attributes
@@ -220,34 +211,25 @@ def engine_request_span(request_id: str, model: str, rollout_id: str | None) -> 
     }
     if rollout_id:
         attributes[names.ROLLOUT_ID] = rollout_id
-    with current_span(
-        names.SPAN_ENGINE_REQUEST, kind=SpanKind.SERVER, attributes=attributes
-    ) as span:
-        yield span
+    return current_span(names.SPAN_ENGINE_REQUEST, kind=SpanKind.SERVER, attributes=attributes)
 
 
-@contextmanager
-def env_seed_span(rollout_id: str | None) -> Iterator[Span]:
+def env_seed_span(rollout_id: str | None) -> AbstractContextManager[Span]:
     """``gym.env.seed_session``: an environment creating a session for a rollout."""
-    with current_span(names.SPAN_ENV_SEED, attributes=_rollout_attrs(rollout_id)) as span:
-        yield span
+    return current_span(names.SPAN_ENV_SEED, attributes=_rollout_attrs(rollout_id))
 
 
-@contextmanager
-def env_tool_span(rollout_id: str | None, tool_name: str) -> Iterator[Span]:
+def env_tool_span(rollout_id: str | None, tool_name: str) -> AbstractContextManager[Span]:
     """``gym.env.tool``: one tool call, environment server side."""
     attributes: dict[str, Any] = {names.ENV_TOOL_NAME: tool_name}
     if rollout_id:
         attributes[names.ROLLOUT_ID] = rollout_id
-    with current_span(names.SPAN_ENV_TOOL, attributes=attributes) as span:
-        yield span
+    return current_span(names.SPAN_ENV_TOOL, attributes=attributes)
 
 
-@contextmanager
-def verify_span(rollout_id: str | None) -> Iterator[Span]:
+def verify_span(rollout_id: str | None) -> AbstractContextManager[Span]:
     """``gym.verify``: computing the reward, environment server side."""
-    with current_span(names.SPAN_VERIFY, attributes=_rollout_attrs(rollout_id)) as span:
-        yield span
+    return current_span(names.SPAN_VERIFY, attributes=_rollout_attrs(rollout_id))
 
 
 # --- HTTP --------------------------------------------------------------------------------------------
@@ -282,8 +264,9 @@ def _client_attributes(method: str, destination: str, url: str) -> dict[str, Any
     return attributes
 
 
-@contextmanager
-def http_client_span(method: str, destination: str, url: str, route: str | None) -> Iterator[Span]:
+def http_client_span(
+    method: str, destination: str, url: str, route: str | None
+) -> AbstractContextManager[Span]:
     """Client span of one request (stable HTTP semconv); its context goes out as traceparent.
 
     Named ``"<METHOD> <route>"`` from the URL template, so a rollout-scoped URL never makes span
@@ -292,12 +275,12 @@ def http_client_span(method: str, destination: str, url: str, route: str | None)
     """
     name = f"{method} {route}" if route else method
     attributes = _client_attributes(method, destination, url)
-    with current_span(name, kind=SpanKind.CLIENT, attributes=attributes) as span:
-        yield span
+    return current_span(name, kind=SpanKind.CLIENT, attributes=attributes)
 
 
-@contextmanager
-def http_server_span(method: str, path: str, headers: Mapping[str, str]) -> Iterator[Span]:
+def http_server_span(
+    method: str, path: str, headers: Mapping[str, str]
+) -> AbstractContextManager[Span]:
     """Server span of one request, child of the W3C context extracted from ``headers``.
 
     The middleware renames it to ``"<METHOD> <route>"`` and sets ``http.route`` and
@@ -305,10 +288,9 @@ def http_server_span(method: str, path: str, headers: Mapping[str, str]) -> Iter
     """
     incoming = extract_context(headers)
     attributes = {names.HTTP_REQUEST_METHOD: method, names.URL_PATH: path}
-    with current_span(
+    return current_span(
         method, kind=SpanKind.SERVER, attributes=attributes, context=incoming, attach_to=incoming
-    ) as span:
-        yield span
+    )
 
 
 def _host_port(address: str) -> tuple[str, int | None]:
