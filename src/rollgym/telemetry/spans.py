@@ -214,6 +214,32 @@ def engine_request_span(
     return current_span(names.SPAN_ENGINE_REQUEST, kind=SpanKind.SERVER, attributes=attributes)
 
 
+def record_engine_timings(span: Span, timings: Any, usage: Mapping[str, Any] | None) -> None:
+    """Latency (``gen_ai.latency.*``, seconds) and token usage of one engine generation.
+
+    ``timings`` has ``time_in_queue``, ``time_to_first_token`` and ``e2e``; silent on odd shapes.
+    """
+    try:
+        if not span.is_recording():
+            return
+        attributes: dict[str, Any] = {
+            names.GEN_AI_LATENCY_TIME_IN_QUEUE: float(timings.time_in_queue),
+            names.GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN: float(timings.time_to_first_token),
+            names.GEN_AI_LATENCY_E2E: float(timings.e2e),
+        }
+        if isinstance(usage, Mapping):
+            for key, attr in (
+                ("prompt_tokens", names.GEN_AI_USAGE_INPUT_TOKENS),
+                ("completion_tokens", names.GEN_AI_USAGE_OUTPUT_TOKENS),
+            ):
+                value = usage.get(key)
+                if isinstance(value, int) and not isinstance(value, bool):
+                    attributes[attr] = value
+        span.set_attributes(attributes)
+    except Exception:
+        warn_once("recording engine timings failed")
+
+
 def env_seed_span(rollout_id: str | None) -> AbstractContextManager[Span]:
     """``gym.env.seed_session``: an environment creating a session for a rollout."""
     return current_span(names.SPAN_ENV_SEED, attributes=_rollout_attrs(rollout_id))

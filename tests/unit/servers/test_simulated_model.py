@@ -150,3 +150,43 @@ async def test_engine_span_names_the_rollout(serving, client):
     assert engine and engine[0].attributes[names.ROLLOUT_ID] == "9-0"
     assert server[0].name == "POST /r/{rollout_id}/v1/chat/completions"
     assert engine[0].parent.span_id == server[0].context.span_id
+
+
+async def test_engine_span_reports_queue_first_token_and_e2e_latency(serving, client):
+    """With one engine slot, the second of two concurrent requests waits in the queue."""
+    import asyncio
+
+    from rollgym.telemetry.setup import install_for_tests
+
+    exporter = InMemorySpanExporter()
+    install_for_tests(exporter)
+    options = {
+        "latency": {"kind": "fixed", "seconds": 0.2},
+        "max_concurrent": 1,
+        "prefill_share": 0.5,
+    }
+    async with serving(SimulatedModel.build("policy", options)) as url:
+        await asyncio.gather(
+            *(
+                client.post_json(
+                    "policy",
+                    url + "/v1/chat/completions",
+                    {"messages": ARITH},
+                    headers={"X-Request-Id": f"{i}-0.0"},
+                )
+                for i in range(2)
+            )
+        )
+    engine = sorted(
+        (s for s in exporter.get_finished_spans() if s.name == names.SPAN_ENGINE_REQUEST),
+        key=lambda s: s.attributes[names.GEN_AI_LATENCY_TIME_IN_QUEUE],
+    )
+    first, second = (s.attributes for s in engine)
+    assert first[names.GEN_AI_LATENCY_TIME_IN_QUEUE] < 0.05
+    assert second[names.GEN_AI_LATENCY_TIME_IN_QUEUE] >= 0.18  # waited for the one slot
+    for attributes in (first, second):
+        queued = attributes[names.GEN_AI_LATENCY_TIME_IN_QUEUE]
+        assert 0.09 <= attributes[names.GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN] - queued < 0.2
+        assert 0.19 <= attributes[names.GEN_AI_LATENCY_E2E] - queued < 0.4
+        assert attributes[names.GEN_AI_USAGE_INPUT_TOKENS] > 0
+        assert attributes[names.GEN_AI_USAGE_OUTPUT_TOKENS] > 0

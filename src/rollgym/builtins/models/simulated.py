@@ -5,7 +5,9 @@ counts, ``id = "chatcmpl-<request id>"``, after a sampled latency (``asyncio.sle
 is burnt, so thousands of rollouts can be in flight). Everything random is seeded from a
 stable hash (blake2b) of the request id, and "correct or not" from the rollout id, so a rerun
 of the same rollout behaves the same and a whole episode is consistently right or wrong.
-It emits the engine span ``llm_request`` (gate.model), named like vLLM's.
+It emits the engine span ``llm_request`` (gate.model), named like vLLM's, with the latency
+attributes an engine reports: time in queue (waiting for one of ``max_concurrent`` slots,
+like a full batch), time to first token (the prefill share of the latency) and end to end.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import math
 import random
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import orjson
@@ -55,6 +58,15 @@ class SimulatedOptions(ServerOptions):
     )
     latency: Latency = Field(default_factory=Latency)
     model_name: str = Field("rollgym-simulated", description="The 'model' of answers and spans.")
+    max_concurrent: int | None = Field(
+        None,
+        ge=1,
+        description="Generations at once, like an engine's batch slots; others queue. "
+        "None: no limit.",
+    )
+    prefill_share: float = Field(
+        0.25, ge=0, le=1, description="Share of the latency before the first token."
+    )
 
 
 def stable_seed(text: str) -> int:
@@ -77,10 +89,24 @@ def _prompt_words(messages: list[dict[str, Any]]) -> int:
     return sum(_words(m.get("content")) + _words(m.get("tool_calls")) for m in messages)
 
 
+@dataclass(slots=True)
+class EngineTimings:
+    """What an engine measures about one generation (seconds)."""
+
+    time_in_queue: float = 0.0
+    time_to_first_token: float = 0.0
+    e2e: float = 0.0
+
+
 class SimulatedModel(ModelServer):
     """A deterministic fake policy behind the OpenAI chat completions API."""
 
     Options: ClassVar[type[ServerOptions]] = SimulatedOptions
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        slots = self.sim_options.max_concurrent
+        self._slots = asyncio.Semaphore(slots) if slots is not None else None
 
     @property
     def sim_options(self) -> SimulatedOptions:
@@ -94,22 +120,53 @@ class SimulatedModel(ModelServer):
         if gate.model:
             from rollgym.telemetry import spans
 
-            with spans.engine_request_span(request_id, self.sim_options.model_name, rollout_id):
-                return await self._generate(request, request_id, rollout_id)
-        return await self._generate(request, request_id, rollout_id)
+            with spans.engine_request_span(
+                request_id, self.sim_options.model_name, rollout_id
+            ) as span:
+                timings = EngineTimings()
+                answer = await self._generate(request, request_id, rollout_id, timings)
+                spans.record_engine_timings(span, timings, answer.get("usage"))
+                return answer
+        return await self._generate(request, request_id, rollout_id, EngineTimings())
 
     async def _generate(
-        self, request: ChatRequest, request_id: str, rollout_id: str | None
+        self,
+        request: ChatRequest,
+        request_id: str,
+        rollout_id: str | None,
+        timings: EngineTimings,
+    ) -> dict[str, Any]:
+        arrived = time.perf_counter()
+        if self._slots is None:
+            return await self._decode(request, request_id, rollout_id, timings, arrived)
+        async with self._slots:
+            return await self._decode(request, request_id, rollout_id, timings, arrived)
+
+    async def _decode(
+        self,
+        request: ChatRequest,
+        request_id: str,
+        rollout_id: str | None,
+        timings: EngineTimings,
+        arrived: float,
     ) -> dict[str, Any]:
         options = self.sim_options
+        started = time.perf_counter()
+        timings.time_in_queue = started - arrived
         rng = random.Random(stable_seed(request_id))
         correct = (
             random.Random(stable_seed(f"correct:{rollout_id or request_id}")).random()
             < options.accuracy
         )
-        await asyncio.sleep(options.latency.sample(rng))
+        latency = options.latency.sample(rng)
+        prefill = latency * options.prefill_share
+        if prefill > 0:
+            await asyncio.sleep(prefill)
+        timings.time_to_first_token = time.perf_counter() - arrived
+        await asyncio.sleep(latency - prefill)
         tool_names = {str((t.get("function") or {}).get("name")) for t in request.tools or []}
         reply = decide(request.messages, tool_names, correct, rng)
+        timings.e2e = time.perf_counter() - arrived
         return completion(
             request_id, options.model_name, reply, prompt_tokens=_prompt_words(request.messages)
         )

@@ -1,0 +1,104 @@
+"""The viewer over a real ``rollgym run``: launched servers, real OTLP into the run's store.
+
+The synthetic-run test covers the viewer's controls; this one proves the whole path a user
+takes: run a job, serve its ``traces.db`` with ``rollgym traces serve``, open a rollout in
+headless Chromium and see every process's spans in its waterfall, down to the engine span.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rollgym.telemetry import names
+from rollgym.tracestore.launch import TraceStoreProcess, start_trace_store
+
+HERE = Path(__file__).resolve()
+ROOT = HERE.parents[2]
+CHROMIUM = "/usr/bin/chromium"
+IMAGES = ROOT / "docs" / "images"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.e2e,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="no system chromium"),
+]
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("quickstart") / "run"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rollgym",
+            "run",
+            str(ROOT / "examples" / "quickstart.yaml"),
+            f"run.output_dir={out}",
+            "run.repeats=1",
+            "--no-table",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def store(real_run: Path) -> Iterator[TraceStoreProcess]:
+    process = start_trace_store(
+        real_run / "traces.db", real_run / "logs" / "viewer.log", run_dir=real_run
+    )
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def test_open_a_real_rollout_and_see_every_process(store: TraceStoreProcess) -> None:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(store.endpoint + "/")
+            page.wait_for_selector("#rollout-table tr.row")
+            body = page.inner_text("body")
+            for dispatch_name in ("solver", "walker", "keys"):  # both routing kinds
+                assert dispatch_name in body
+            if os.environ.get("ROLLGYM_SCREENSHOTS") == "1":
+                page.screenshot(path=str(IMAGES / "viewer-real-overview.png"), full_page=True)
+            page.fill("#search", "50-0")  # the first keychain row: a multi-turn tool rollout
+            page.click("#search-form button")
+            page.wait_for_selector(".waterfall .span-row")
+            shown = page.locator(".waterfall").first.locator(".span-row")
+            span_names = shown.evaluate_all("rows => rows.map(r => r.dataset.name)")
+            for expected in (
+                names.SPAN_DISPATCH,
+                names.SPAN_ROLLOUT,
+                names.SPAN_MODEL_CHAT,
+                names.SPAN_ENGINE_REQUEST,
+                names.SPAN_ENV_TOOL,
+                names.SPAN_VERIFY,
+            ):
+                assert expected in span_names, (expected, span_names)
+            page.locator(f".span-row[data-name='{names.SPAN_ENGINE_REQUEST}']").first.click()
+            details = page.locator(".details").first.inner_text()
+            assert "chatcmpl-50-0.0" in details
+            if os.environ.get("ROLLGYM_SCREENSHOTS") == "1":
+                page.screenshot(path=str(IMAGES / "viewer-real-rollout.png"), full_page=True)
+        finally:
+            browser.close()
