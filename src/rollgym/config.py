@@ -149,6 +149,12 @@ class TelemetryConfig(BaseModel):
     max_export_batch_size: int = Field(4096, ge=1, description="Spans per export request.")
     schedule_delay_ms: int = Field(500, ge=1, description="Longest wait between exports.")
 
+    @field_validator("preset", mode="before")
+    @classmethod
+    def _yaml_off_is_a_preset(cls, value: Any) -> Any:
+        """YAML reads a bare ``off`` as the boolean false: ``preset: off`` means the preset."""
+        return "off" if value is False else value
+
     @field_validator("preset")
     @classmethod
     def _known_preset(cls, value: str | list[str]) -> str | list[str]:

@@ -151,3 +151,12 @@ def test_redacted_is_plain_data_with_the_resolved_values(tmp_path: Path) -> None
         and dumped["servers"]["gpt"]["url"] == "http://127.0.0.1:9"
     )
     yaml.safe_dump(dumped)  # config.yaml is written from it
+
+
+def test_a_bare_yaml_off_is_the_off_preset(tmp_path) -> None:
+    """``preset: off`` (and the override ``telemetry.preset=off``) parse as YAML false."""
+    path = tmp_path / "job.yaml"
+    path.write_text("run: {input: rows.jsonl}\ntelemetry: {preset: off}\n")
+    assert load_config(path).telemetry.preset == "off"
+    path.write_text("run: {input: rows.jsonl}\n")
+    assert load_config(path, ["telemetry.preset=off"]).telemetry.preset == "off"
