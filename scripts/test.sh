@@ -22,4 +22,5 @@ done
 
 python -m ruff check src tests bench
 python -m ruff format --check src tests bench
+python -m mypy
 python -m pytest -q -p no:cacheprovider "$@"

@@ -15,7 +15,7 @@ that is a list, an index that is a string) has no id, and telemetry simply omits
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 TASK_INDEX = "task_index"
 ROLLOUT_INDEX = "rollout_index"
@@ -34,7 +34,7 @@ def make_rollout_id(explicit: str | None, task_index: int, rollout_index: int, a
     return base if attempt == 0 else f"{base}-a{attempt}"
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

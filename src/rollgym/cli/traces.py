@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,7 @@ def _serve(args: argparse.Namespace) -> int:
     db = args.db
     if args.run_dir is not None and args.db == Path("traces.db"):
         db = args.run_dir / "traces.db"
+    run: Callable[..., Any]
     try:  # uvloop roughly halves the HTTP cost per request; optional (extra "fast")
         import uvloop
 

@@ -14,7 +14,7 @@ import math
 from collections.abc import AsyncIterable, Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import orjson
 
@@ -302,7 +302,7 @@ def task_of(row: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in row.items() if key not in STAMPED_FIELDS}
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: Any) -> TypeGuard[int | float]:
     """A usable reward: an int or float, not a bool, finite."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False

@@ -287,17 +287,18 @@ class Environment(Server):
 
     async def _episode(self, rollout_id: str | None, task: dict[str, Any]) -> dict[str, Any]:
         options = self.env_options
-        assert options.model is not None
+        model_server = options.model
+        assert model_server is not None
         who = f"environment {self.context.name!r} episode"
         env = LocalEnvSession(self, rollout_id)
 
         async def attempt() -> dict[str, Any]:
             model = ModelClient(
                 self.client,
-                options.model,
-                self.context.url_of(options.model),
+                model_server,
+                self.context.url_of(model_server),
                 rollout_id=rollout_id,
-                model_name=options.model_name or options.model,
+                model_name=options.model_name or model_server,
                 timeout=options.request_timeout_s,
             )
             return await self.play_episode(RolloutContext(rollout_id, model, env), task)

@@ -8,6 +8,10 @@ named, so validating a config never imports FastAPI for servers that are not use
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rollgym.servers.base import Server
 
 #: Built-in implementations: name -> (kind, "module:Class").
 BUILTINS: dict[str, tuple[str, str]] = {
@@ -20,7 +24,7 @@ BUILTINS: dict[str, tuple[str, str]] = {
 }
 
 
-def resolve_impl(impl: str, kind: str) -> type:
+def resolve_impl(impl: str, kind: str) -> type[Server]:
     """The server class named by ``impl``, checked to be a server of ``kind``.
 
     Raises ``ValueError`` (unknown built-in, malformed name), ``ImportError`` (module not

@@ -75,7 +75,7 @@ class ModelClient:
         if rollout_id is not None:
             self._url = f"{base_url}/r/{quote(rollout_id, safe='')}{CHAT_ROUTE}"
             self._route = SCOPED_CHAT_ROUTE
-            self._prefix = rollout_id
+            self._prefix: str | None = rollout_id
         else:
             self._url = base_url + CHAT_ROUTE
             self._route = CHAT_ROUTE

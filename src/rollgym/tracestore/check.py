@@ -162,7 +162,7 @@ def _check_outputs(run_dir: Path, conn: sqlite3.Connection, report: CheckReport)
             for number, line in enumerate(lines, start=1):
                 row = _json_line(line)
                 trace_id = row.get("trace_id") if row else None
-                if not isinstance(trace_id, str) or not trace_id:
+                if row is None or not isinstance(trace_id, str) or not trace_id:
                     if rule == "rollout_has_trace" and row is not None:
                         report.add(rule, f"{file_name}:{number} has no trace_id")
                     continue
