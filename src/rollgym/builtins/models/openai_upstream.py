@@ -2,9 +2,12 @@
 
 Requests go out through the process's one HttpClient, so ``traceparent`` reaches the upstream
 and an engine such as vLLM joins the rollout's trace; ``X-Request-Id`` is forwarded so the
-engine's own request id names the rollout. The API key is read from the environment variable
-that ``api_key_env`` names, at start-up, and never appears in a log line, an error or a span:
-upstream error texts are scrubbed of it before they are passed on.
+engine's own request id names the rollout. The Responses API (``/v1/responses``) is forwarded
+as-is to the upstream's ``/v1/responses`` (only ``model`` replaced), not translated: the
+upstream speaks it natively; both paths share one forwarding method. The API key is read
+from the environment variable that ``api_key_env`` names, at start-up, and never appears in
+a log line, an error or a span: upstream error texts are scrubbed of it before they are
+passed on.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from rollgym.servers.model import ChatRequest, ModelServer
 from rollgym.telemetry import names
 
 _KEY_LIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-*.]{6,}|Bearer\s+\S+)")
-_ROUTE = "/chat/completions"
+_CHAT = "/chat/completions"
+_RESPONSES = "/responses"
 
 
 class OpenAIUpstreamOptions(ServerOptions):
@@ -48,7 +52,8 @@ class OpenAIUpstreamOptions(ServerOptions):
 
 
 class OpenAIUpstream(ModelServer):
-    """Forwards chat completions to ``base_url``; answers what the upstream answers."""
+    """Forwards chat completions and responses to ``base_url``; answers what the upstream
+    answers."""
 
     Options: ClassVar[type[ServerOptions]] = OpenAIUpstreamOptions
 
@@ -80,9 +85,19 @@ class OpenAIUpstream(ModelServer):
     async def complete(
         self, request: ChatRequest, request_id: str | None, rollout_id: str | None
     ) -> dict[str, Any]:
+        return await self._forward(_CHAT, request.model_dump(exclude_none=True), request_id)
+
+    async def respond(
+        self, body: dict[str, Any], request_id: str | None, rollout_id: str | None
+    ) -> dict[str, Any]:
+        return await self._forward(_RESPONSES, body, request_id)
+
+    async def _forward(
+        self, route: str, body: dict[str, Any], request_id: str | None
+    ) -> dict[str, Any]:
+        """POST ``body`` (its ``model`` replaced) to the upstream's ``route``; its answer."""
         options = self.upstream
-        body = request.model_dump(exclude_none=True)
-        body["model"] = options.model
+        body = {**body, "model": options.model}
         headers = {}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
@@ -93,7 +108,7 @@ class OpenAIUpstream(ModelServer):
             base = self.context.url_of(options.upstream) + "/v1"
         else:
             destination, base = "upstream", options.base_url or ""
-        url = base.rstrip("/") + _ROUTE
+        url = base.rstrip("/") + route
         try:
             response = await self.client.post_json(
                 destination,
@@ -101,7 +116,7 @@ class OpenAIUpstream(ModelServer):
                 body,
                 timeout=options.timeout_s,
                 headers=headers,
-                route="/v1" + _ROUTE,
+                route="/v1" + route,
             )
         except DispatchError as exc:
             status = 504 if exc.kind == "timeout" else 502
