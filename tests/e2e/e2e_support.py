@@ -37,7 +37,18 @@ class Job:
         self.input = root / "rows.jsonl"
         self.out = root / "out"
 
-    def write(self, servers: dict[str, Any], rows: list[Any] | None = None, **run: Any) -> Job:
+    #: The telemetry block of a job this helper writes (rows-and-output tests: none).
+    default_telemetry: dict[str, Any] = {"preset": "off", "exporter": "none"}
+
+    def write(
+        self,
+        servers: dict[str, Any],
+        rows: list[Any] | None = None,
+        *,
+        telemetry: dict[str, Any] | None = None,
+        **run: Any,
+    ) -> Job:
+        self.root.mkdir(parents=True, exist_ok=True)
         config = {
             "run": {
                 "input": str(self.input),
@@ -47,7 +58,7 @@ class Job:
                 **run,
             },
             "servers": servers,
-            "telemetry": {"preset": "off", "exporter": "none"},
+            "telemetry": telemetry if telemetry is not None else self.default_telemetry,
         }
         self.config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
         if rows is not None:

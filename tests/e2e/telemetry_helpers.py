@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
 from e2e_support import Job, pythonpath
 
 from rollgym.telemetry import names
@@ -203,30 +202,7 @@ class Spans:
 class TracedJob(Job):
     """A :class:`Job` with telemetry on: its own ``telemetry:`` block and ``OTEL_*`` env."""
 
-    def write(  # type: ignore[override]
-        self,
-        servers: dict[str, Any],
-        rows: list[Any] | None = None,
-        *,
-        telemetry: dict[str, Any] | None = None,
-        **run: Any,
-    ) -> TracedJob:
-        self.root.mkdir(parents=True, exist_ok=True)
-        config = {
-            "run": {
-                "input": str(self.input),
-                "output_dir": str(self.out),
-                "retry_backoff_s": 0.01,
-                "progress_interval_s": 0.5,
-                **run,
-            },
-            "servers": servers,
-            "telemetry": telemetry if telemetry is not None else {"preset": "default"},
-        }
-        self.config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
-        if rows is not None:
-            self.write_rows(rows)
-        return self
+    default_telemetry = {"preset": "default"}
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:  # type: ignore[override]
         """The test process's environment without any ``OTEL_*`` variable, plus ``extra``."""
