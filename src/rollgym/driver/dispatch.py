@@ -40,6 +40,8 @@ class AttemptOutcome(NamedTuple):
     trace_id: str | None
     started_at: float
     duration_s: float
+    #: False when the trace's sampler dropped it: the trace id names a trace no backend has.
+    trace_sampled: bool = True
 
 
 def outcome_label(error: DispatchError | None) -> str:
@@ -127,6 +129,7 @@ class Dispatcher:
         url = self._run_urls[server]
         started_at = time.time()
         t0 = time.perf_counter()
+        sampled = True
         if gate.rollout:
             from rollgym.telemetry import spans
 
@@ -142,6 +145,7 @@ class Dispatcher:
                 context = span.get_span_context()
                 if context.is_valid:
                     trace_id = format(context.trace_id, "032x")
+                    sampled = context.trace_flags.sampled
         else:
             try:
                 answer = await post(server, url, body, timeout=self._timeout, route="/run")
@@ -157,6 +161,7 @@ class Dispatcher:
             trace_id,
             started_at,
             time.perf_counter() - t0,
+            sampled,
         )
 
 

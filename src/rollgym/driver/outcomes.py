@@ -27,6 +27,8 @@ class RolloutResult:
     finished_at: float
     #: The agent's (or environment episode's) whole answer, ``reward`` included.
     result: dict[str, Any]
+    #: False when the sampler dropped that trace (``OTEL_TRACES_SAMPLER``): no backend has it.
+    trace_sampled: bool = True
 
     def to_record(self) -> dict[str, Any]:
         """The ``rollouts.jsonl`` line."""
@@ -39,6 +41,7 @@ class RolloutResult:
             "reward": self.reward,
             "duration_s": self.duration_s,
             "trace_id": self.trace_id,
+            "trace_sampled": self.trace_sampled,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "result": self.result,
@@ -63,6 +66,7 @@ class RolloutFailure:
     message: str
     line: int | None = None
     trace_id: str | None = None
+    trace_sampled: bool = True
 
     def to_record(self) -> dict[str, Any]:
         """The ``failures.jsonl`` line."""
@@ -76,6 +80,7 @@ class RolloutFailure:
             "message": self.message,
             "line": self.line,
             "trace_id": self.trace_id,
+            "trace_sampled": self.trace_sampled,
         }
 
 

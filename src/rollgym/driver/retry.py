@@ -90,6 +90,7 @@ def result_of(rollout: Rollout, outcome: AttemptOutcome) -> Outcome:
             outcome.started_at,
             outcome.started_at + outcome.duration_s,
             outcome.result,
+            outcome.trace_sampled,
         )
     error = outcome.error
     message = str(error)
@@ -105,6 +106,7 @@ def result_of(rollout: Rollout, outcome: AttemptOutcome) -> Outcome:
         message,
         task.line,
         outcome.trace_id,
+        outcome.trace_sampled,
     )
 
 

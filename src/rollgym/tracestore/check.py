@@ -94,6 +94,7 @@ def _check_dispatches(
     ).fetchall()
     report.stats["dispatch_spans"] = len(rows)
     seen: dict[str, bytes] = {}
+    targets: set[tuple[bytes, bytes] | None] = set()
     for trace_id, span_id, is_root, rollout_id, link_count in rows:
         where = {"trace_id": hex_id(trace_id), "span_id": hex_id(span_id), "rollout_id": rollout_id}
         if not is_root:
@@ -102,20 +103,50 @@ def _check_dispatches(
             if rollout_id in seen:
                 report.add("one_dispatch_per_attempt", "attempt has two dispatch spans", **where)
             seen[rollout_id] = trace_id
-        expected = 1 if has_job else 0
-        if link_count != expected:
-            report.add(
-                "dispatch_job_link",
-                f"dispatch has {link_count} links, expected {expected}",
-                **where,
-            )
+        if not has_job:
+            _check_link_without_job(conn, report, trace_id, span_id, link_count, where, targets)
+            continue
+        if link_count != 1:
+            report.add("dispatch_job_link", f"dispatch has {link_count} links, expected 1", **where)
         elif job is not None:
-            target = conn.execute(
-                "SELECT linked_trace_id, linked_span_id FROM links WHERE trace_id=? AND span_id=?",
-                (trace_id, span_id),
-            ).fetchone()
-            if target is None or (target[0], target[1]) != job:
+            target = _link_target(conn, trace_id, span_id)
+            if target != job:
                 report.add("dispatch_job_link", "dispatch link does not name the job span", **where)
+    if len(targets) > 1:
+        report.add(
+            "dispatch_job_link",
+            f"dispatches link to {len(targets)} different spans; a run has one job span",
+        )
+
+
+def _link_target(
+    conn: sqlite3.Connection, trace_id: bytes, span_id: bytes
+) -> tuple[bytes, bytes] | None:
+    row = conn.execute(
+        "SELECT linked_trace_id, linked_span_id FROM links WHERE trace_id=? AND span_id=?",
+        (trace_id, span_id),
+    ).fetchone()
+    return (row[0], row[1]) if row is not None else None
+
+
+def _check_link_without_job(
+    conn: sqlite3.Connection,
+    report: CheckReport,
+    trace_id: bytes,
+    span_id: bytes,
+    link_count: int,
+    where: dict[str, Any],
+    targets: set[tuple[bytes, bytes] | None],
+) -> None:
+    """No ``gym.job`` in the store: the ``per_rollout`` preset (no job span, so no link) or a
+    sampled run whose job span the sampler dropped (each dispatch still links to it). Either
+    way at most one link, and every linking dispatch names the same span."""
+    if link_count > 1:
+        report.add(
+            "dispatch_job_link", f"dispatch has {link_count} links, expected at most 1", **where
+        )
+    elif link_count == 1:
+        targets.add(_link_target(conn, trace_id, span_id))
 
 
 def _check_isolation(conn: sqlite3.Connection, report: CheckReport) -> None:
@@ -157,10 +188,13 @@ def _check_outputs(run_dir: Path, conn: sqlite3.Connection, report: CheckReport)
         path = run_dir / file_name
         if not path.exists():
             continue
-        checked = 0
+        checked = unsampled = 0
         with path.open("rb") as lines:
             for number, line in enumerate(lines, start=1):
                 row = _json_line(line)
+                if row is not None and row.get("trace_sampled") is False:
+                    unsampled += 1  # the sampler dropped this trace: no store has it
+                    continue
                 trace_id = row.get("trace_id") if row else None
                 if row is None or not isinstance(trace_id, str) or not trace_id:
                     if rule == "rollout_has_trace" and row is not None:
@@ -176,6 +210,8 @@ def _check_outputs(run_dir: Path, conn: sqlite3.Connection, report: CheckReport)
                         rollout_id=row.get("rollout_id"),
                     )
         report.stats[f"{file_name}_checked"] = checked
+        if unsampled:
+            report.stats[f"{file_name}_unsampled"] = unsampled
 
 
 def _json_line(line: bytes) -> dict[str, Any] | None:

@@ -103,3 +103,51 @@ def test_planted_violations_are_listed(finished_run, tmp_path: Path, capsys) -> 
     assert traces_cli.main(["check", str(tmp_path)]) == 1
     text = capsys.readouterr().out
     assert "VIOLATION isolation" in text and "FAILED" in text
+
+
+def _dispatches_linking_to(store_endpoint: str, targets: list[SpanContext]) -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=store_endpoint)))
+    tracer = provider.get_tracer("sampled")
+    for index, target in enumerate(targets):
+        tracer.start_span(
+            names.SPAN_DISPATCH,
+            context=trace.Context(),
+            links=[Link(target)],
+            attributes={names.ROLLOUT_ID: f"{index}-0"},
+        ).end()
+    provider.shutdown()
+
+
+def test_an_unsampled_job_span_is_not_a_violation(tmp_path: Path, capsys) -> None:
+    """Sampling decides per trace: the job span may be dropped while its rollouts are kept.
+
+    Their links then name a span absent from the store; that is correct as long as each
+    dispatch has one link and all name the same span. Rollouts the sampler dropped are
+    marked ``trace_sampled: false`` and not looked for.
+    """
+    job = SpanContext(int("ab" * 16, 16), int("cd" * 8, 16), is_remote=False)
+    store = start_trace_store(tmp_path / "traces.db", tmp_path / "store.log")
+    try:
+        _dispatches_linking_to(store.traces_endpoint, [job, job, job])
+    finally:
+        store.stop()
+    (tmp_path / "rollouts.jsonl").write_text(
+        json.dumps({"rollout_id": "9-0", "trace_id": "ef" * 16, "trace_sampled": False}) + "\n"
+    )
+    code, report = _check(tmp_path, capsys)
+    assert code == 0, report["violations"]
+    assert report["stats"]["rollouts.jsonl_unsampled"] == 1
+
+
+def test_dispatches_linking_to_different_spans_are_a_violation(tmp_path: Path, capsys) -> None:
+    first = SpanContext(int("ab" * 16, 16), int("cd" * 8, 16), is_remote=False)
+    second = SpanContext(int("ab" * 16, 16), int("ce" * 8, 16), is_remote=False)
+    store = start_trace_store(tmp_path / "traces.db", tmp_path / "store.log")
+    try:
+        _dispatches_linking_to(store.traces_endpoint, [first, second])
+    finally:
+        store.stop()
+    code, report = _check(tmp_path, capsys)
+    assert code == 1
+    assert report["violation_counts"]["dispatch_job_link"] == 1
