@@ -273,6 +273,12 @@ def validate_config(data: dict[str, Any], *, source: str = "<config>") -> JobCon
 
 
 def _config_error_from(exc: ValidationError, source: str) -> ConfigError:
+    key_path, message = _describe(exc)
+    return ConfigError(message, source=source, key_path=key_path)
+
+
+def _describe(exc: ValidationError) -> tuple[str, str]:
+    """(key path of the first problem, a message naming every problem) of pydantic's errors."""
     problems = []
     for error in exc.errors():
         key_path = ".".join(str(part) for part in error["loc"])
@@ -285,11 +291,10 @@ def _config_error_from(exc: ValidationError, source: str) -> ConfigError:
         if error["type"] not in ("missing", "extra_forbidden") and not isinstance(got, dict):
             message += f" (got {got!r})"
         problems.append((key_path, message))
-    first_key, first_message = problems[0]
-    message = first_message
+    first_key, message = problems[0]
     if len(problems) > 1:
         message += "; also " + "; ".join(f"{k}: {m}" for k, m in problems[1:])
-    return ConfigError(message, source=source, key_path=first_key)
+    return first_key, message
 
 
 def _check_servers(config: JobConfig, source: str) -> None:
@@ -320,10 +325,8 @@ def _check_servers(config: JobConfig, source: str) -> None:
         try:
             options = impl.Options.model_validate(server.options)
         except ValidationError as exc:
-            inner = _config_error_from(exc, source)
-            raise ConfigError(
-                str(inner).split(": ", 2)[-1], source=source, key_path=f"{base}.{inner.key_path}"
-            ) from None
+            key_path, message = _describe(exc)
+            raise ConfigError(message, source=source, key_path=f"{base}.{key_path}") from None
         for field, kind in impl.Options.server_refs.items():
             target = getattr(options, field, None)
             if target is None:

@@ -10,7 +10,7 @@ server name, a request field::
     ├── InputError             an input row that cannot be read: file, line, field
     ├── LaunchError            a server that did not start or never became healthy
     └── DispatchError          one attempt of one rollout went wrong
-        ├── TransientDispatchError   retried: connection error, HTTP 5xx, timeout
+        ├── TransientDispatchError   retried: connection error, timeout, HTTP 5xx or 429
         └── PermanentDispatchError   not retried: HTTP 4xx, an answer without a numeric reward
 
 A failed rollout is data, not an exception that takes the run down: the driver turns a
@@ -71,7 +71,7 @@ class DispatchError(RollgymError):
 
 
 class TransientDispatchError(DispatchError):
-    """Worth another attempt: the connection failed, the server answered 5xx, or time ran out."""
+    """Worth another attempt: the connection failed, time ran out, or the answer was 5xx or 429."""
 
     kind = "transient"
     transient = True

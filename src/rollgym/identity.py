@@ -34,7 +34,8 @@ def make_rollout_id(explicit: str | None, task_index: int, rollout_index: int, a
     return base if attempt == 0 else f"{base}-a{attempt}"
 
 
-def _is_int(value: Any) -> TypeGuard[int]:
+def is_int(value: Any) -> TypeGuard[int]:
+    """An int that is not a bool: what an identity field (and the row checks) accept."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -43,7 +44,7 @@ def rollout_id_of(row: Mapping[str, Any]) -> str | None:
     try:
         attempt = row.get(ATTEMPT, 0)
         rollout_index = row.get(ROLLOUT_INDEX, 0)
-        if not (_is_int(attempt) and _is_int(rollout_index)) or attempt < 0 or rollout_index < 0:
+        if not (is_int(attempt) and is_int(rollout_index)) or attempt < 0 or rollout_index < 0:
             return None
         explicit = row.get(EXPLICIT_ID)
         if explicit is not None:
@@ -51,7 +52,7 @@ def rollout_id_of(row: Mapping[str, Any]) -> str | None:
                 return None
             return make_rollout_id(explicit, 0, rollout_index, attempt)
         task_index = row.get(TASK_INDEX)
-        if not _is_int(task_index) or task_index < 0:
+        if not is_int(task_index) or task_index < 0:
             return None
         return make_rollout_id(None, task_index, rollout_index, attempt)
     except Exception:  # a foreign Mapping may raise anything; identity is best effort

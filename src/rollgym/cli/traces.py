@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,28 +85,23 @@ def _run_dir(parser: argparse.ArgumentParser) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
+    from rollgym.cli.run import event_loop_factory
     from rollgym.tracestore.serve import serve
 
     db = args.db
     if args.run_dir is not None and args.db == Path("traces.db"):
         db = args.run_dir / "traces.db"
-    run: Callable[..., Any]
-    try:  # uvloop roughly halves the HTTP cost per request; optional (extra "fast")
-        import uvloop
-
-        run = uvloop.run
-    except ImportError:
-        run = asyncio.run
-    run(
-        serve(
-            db,
-            args.host,
-            args.port,
-            run_dir=args.run_dir,
-            ready_file=args.ready_file,
-            max_body=args.max_body_bytes,
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+        runner.run(
+            serve(
+                db,
+                args.host,
+                args.port,
+                run_dir=args.run_dir,
+                ready_file=args.ready_file,
+                max_body=args.max_body_bytes,
+            )
         )
-    )
     return 0
 
 

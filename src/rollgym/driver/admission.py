@@ -87,9 +87,10 @@ class WorkerPool(Generic[T]):
 
     async def _worker(self) -> None:
         source = self._source
+        sync = source.is_sync  # fixed for the source's life: read once, not per item
         try:
             while not self.stopping:
-                item = source.next_now() if source.is_sync else await source.next()
+                item = source.next_now() if sync else await source.next()
                 if item is None:
                     break
                 await self._work(item)

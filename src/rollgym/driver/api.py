@@ -53,7 +53,9 @@ def raise_open_files_limit(wanted: int) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= wanted:
         return
-    target = hard if hard == resource.RLIM_INFINITY else min(hard, max(wanted, soft))
+    # Under an unlimited hard limit (macOS) ask for what is wanted: a soft limit of
+    # RLIM_INFINITY is refused for open files, and the limit would then not be raised at all.
+    target = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
     with contextlib.suppress(ValueError, OSError):  # best effort: the run goes on with what it has
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
@@ -62,7 +64,7 @@ async def _expand_async(
     entries: AsyncIterator[TaskRow | BadLine], repeats: int, skip: Skip | None
 ) -> AsyncIterator[WorkItem]:
     async for entry in entries:
-        for item in expand(entry, repeats, skip) if skip else expand(entry, repeats):
+        for item in expand(entry, repeats, skip):
             yield item
 
 
@@ -70,15 +72,16 @@ def _expand_sync(
     entries: Iterator[TaskRow | BadLine], repeats: int, skip: Skip | None
 ) -> Iterator[WorkItem]:
     for entry in entries:
-        yield from (expand(entry, repeats, skip) if skip else expand(entry, repeats))
+        yield from expand(entry, repeats, skip)
 
 
 class Collector:
     """Runs rollouts against running servers with bounded concurrency, retries and identity.
 
-    ``servers`` maps server name -> base URL. Rows go to their ``agent`` (else ``agent``);
-    rows of a materialized task set (``task_id: {taskset, task_id}``) whose task set is in
-    ``environment_routes`` go to that environment server's episode ``/run``.
+    ``servers`` maps server name -> base URL. Rows go to the agent their ``agent`` field
+    names, else to the ``agent`` given here; rows of a materialized task set
+    (``task_id: {taskset, task_id}``) whose task set is in ``environment_routes`` go to that
+    environment server's episode ``/run``.
     """
 
     def __init__(
@@ -208,20 +211,12 @@ class Collector:
         ``skip(task_index, rollout_index)`` drops rollouts finished in an earlier session.
         """
         idle = asyncio.Event()
-        work = self._worker_body(on_outcome, None)
-        pool: WorkerPool[WorkItem] = WorkerPool(
-            SharedSource(self._items(entries, skip)), work, self.concurrency, idle.set
-        )
-        self._pool = pool
-        pool.start()
+        pool = self._start_pool(entries, skip, self._worker_body(on_outcome, None), idle.set)
         try:
             await idle.wait()
             await pool.join()
         finally:
-            if pool.alive:
-                pool.cancel()
-                await asyncio.gather(pool.join(), return_exceptions=True)
-            self._pool = None
+            await self._end_pool(pool)
 
     async def stream_entries(
         self,
@@ -232,12 +227,7 @@ class Collector:
         outcomes: asyncio.Queue[Any] = asyncio.Queue()
         room = asyncio.Semaphore(2 * self.concurrency)
         put = outcomes.put_nowait
-        work = self._worker_body(put, room)
-        pool: WorkerPool[WorkItem] = WorkerPool(
-            SharedSource(self._items(entries, skip)), work, self.concurrency, lambda: put(_DONE)
-        )
-        self._pool = pool
-        pool.start()
+        pool = self._start_pool(entries, skip, self._worker_body(put, room), lambda: put(_DONE))
         try:
             while True:
                 outcome = await outcomes.get()
@@ -247,7 +237,24 @@ class Collector:
                 yield outcome
             await pool.join()
         finally:
-            if pool.alive:
-                pool.cancel()
-                await asyncio.gather(pool.join(), return_exceptions=True)
-            self._pool = None
+            await self._end_pool(pool)
+
+    def _start_pool(
+        self,
+        entries: Iterator[TaskRow | BadLine] | AsyncIterator[TaskRow | BadLine],
+        skip: Skip | None,
+        work: Callable[[WorkItem], Awaitable[None]],
+        on_idle: Callable[[], None],
+    ) -> WorkerPool[WorkItem]:
+        """Start ``concurrency`` workers on the entries; :meth:`interrupt` reaches them."""
+        pool = WorkerPool(SharedSource(self._items(entries, skip)), work, self.concurrency, on_idle)
+        self._pool = pool
+        pool.start()
+        return pool
+
+    async def _end_pool(self, pool: WorkerPool[WorkItem]) -> None:
+        """Cancel workers still running (the caller was cancelled or stopped consuming)."""
+        if pool.alive:
+            pool.cancel()
+            await asyncio.gather(pool.join(), return_exceptions=True)
+        self._pool = None

@@ -25,9 +25,15 @@ from rollgym.driver.outcomes import Outcome, RolloutResult
 from rollgym.driver.output import Ledger, OutcomeWriter
 from rollgym.driver.progress import ProgressReporter, count_rows
 from rollgym.driver.rows import read_jsonl
-from rollgym.driver.summary import Aggregator, Summary, read_server_telemetry, write_json_atomic
+from rollgym.driver.summary import (
+    Aggregator,
+    Summary,
+    add_telemetry_counts,
+    read_server_telemetry,
+    write_json_atomic,
+)
 from rollgym.driver.telemetry_setup import JobTelemetry
-from rollgym.errors import ConfigError
+from rollgym.errors import ConfigError, DispatchError
 from rollgym.telemetry.groups import gate
 
 RUN_FILE = "run.json"
@@ -37,13 +43,13 @@ AGGREGATE_TIMEOUT_S = 60.0
 def resolve_run(config: JobConfig) -> tuple[str, Path]:
     """The run id and output directory; an existing ``run.json`` keeps the run id on resume."""
     run = config.run
-    output_dir = run.output_dir
+    run_id, output_dir = run.run_id, run.output_dir
     if output_dir is None:
-        run_id = run.run_id or new_run_id()
+        run_id = run_id or new_run_id()  # the folder is named after the run id it records
         output_dir = Path("runs") / run_id
     stored = _read_run_file(output_dir)
     if stored is None:
-        return run.run_id or new_run_id(), output_dir
+        return run_id or new_run_id(), output_dir
     if stored.get("repeats") != run.repeats:
         raise ConfigError(
             f"{output_dir} holds a run with repeats={stored.get('repeats')}; a resume must keep it "
@@ -130,7 +136,8 @@ async def _servers(
 def make_collector(config: JobConfig, urls: dict[str, str], telemetry: JobTelemetry) -> Collector:
     """The job's Collector: agent and environment servers of the config, at their live URLs."""
     run = config.run
-    names = config.servers_of_kind("agent") + config.servers_of_kind("environment")
+    agents = config.servers_of_kind("agent")
+    names = agents + config.servers_of_kind("environment")
     return Collector(
         {name: urls[name] for name in names},
         agent=run.agent,
@@ -141,7 +148,7 @@ def make_collector(config: JobConfig, urls: dict[str, str], telemetry: JobTeleme
         retry_backoff_s=run.retry_backoff_s,
         retry_backoff_max_s=run.retry_backoff_max_s,
         repeats=run.repeats,
-        agents=config.servers_of_kind("agent"),
+        agents=agents,
         metrics=telemetry.metrics,
         http_metrics=telemetry.http_metrics,
     )
@@ -188,8 +195,6 @@ async def aggregate_metrics(
 
 
 async def _aggregate_one(collector: Collector, name: str, url: str) -> Any:
-    from rollgym.errors import DispatchError
-
     try:
         response = await collector.client.post_json(
             name,
@@ -341,8 +346,8 @@ async def run_job(config: JobConfig, *, handle_signals: bool = False) -> Summary
 def _telemetry_counts(
     driver: dict[str, int], config: JobConfig, output_dir: Path
 ) -> dict[str, int]:
+    """The span counts of every launched server plus the driver's own."""
     launched = [name for name, server in config.servers.items() if server.impl is not None]
     total = read_server_telemetry(output_dir / "logs", launched)
-    for key in total:
-        total[key] += int(driver.get(key, 0))
+    add_telemetry_counts(total, driver)
     return total

@@ -72,12 +72,11 @@ class InFlight:
         return rows
 
 
-def result_of(rollout: Rollout, outcome: AttemptOutcome) -> Outcome:
-    """Turn the final attempt into the rollout's record."""
+def result_of(rollout: Rollout, outcome: AttemptOutcome, name: str) -> Outcome:
+    """Turn the final attempt into the rollout's record; ``name`` is its dispatch name."""
     task = rollout.task
-    name = task.target.dispatch_name if task.target is not None else None
     if outcome.error is None:
-        assert outcome.reward is not None and outcome.result is not None and name is not None
+        assert outcome.reward is not None and outcome.result is not None
         return RolloutResult(
             outcome.rollout_id,
             task.task_index,
@@ -166,4 +165,4 @@ async def run_rollout(
         del in_flight.entries[key]
     if metrics is not None:
         metrics.finished(name, outcome_label(error), outcome.reward, time.perf_counter() - t0)
-    return result_of(rollout, outcome)
+    return result_of(rollout, outcome, name)

@@ -26,6 +26,7 @@ from rollgym.identity import (
     ROLLOUT_INDEX,
     STAMPED_FIELDS,
     TASK_INDEX,
+    is_int,
     make_rollout_id,
 )
 
@@ -84,10 +85,6 @@ def describe(value: Any) -> str:
     return f"{type(value).__name__} {text}"
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def check_row(row: Any, *, path: str, line: int) -> dict[str, Any]:
     """Return ``row`` if it can become rollouts, else raise :class:`InputError` naming the field."""
     if not isinstance(row, dict):
@@ -101,7 +98,7 @@ def check_row(row: Any, *, path: str, line: int) -> dict[str, Any]:
             field=EXPLICIT_ID,
         )
     for name in STAMPED_FIELDS:
-        if name in row and not (_is_int(row[name]) and row[name] >= 0):
+        if name in row and not (is_int(row[name]) and row[name] >= 0):
             raise InputError(
                 f"expected a non-negative integer (the driver stamps it), got {describe(row[name])}",
                 path=path,
@@ -118,11 +115,11 @@ def check_row(row: Any, *, path: str, line: int) -> dict[str, Any]:
 
 
 def _check_task_id(value: Any, *, path: str, line: int) -> None:
-    if isinstance(value, str) or _is_int(value):
+    if isinstance(value, str) or is_int(value):
         return  # a plain label; the row is routed by agent
     if isinstance(value, dict):
         taskset, task_id = value.get("taskset"), value.get("task_id")
-        if isinstance(taskset, str) and taskset and (isinstance(task_id, str) or _is_int(task_id)):
+        if isinstance(taskset, str) and taskset and (isinstance(task_id, str) or is_int(task_id)):
             return
     raise InputError(
         f"expected {{'taskset': str, 'task_id': str | int}} or a plain label, got {describe(value)}",
@@ -245,18 +242,14 @@ async def aread_mappings(rows: AsyncIterable[Any], router: Router, source: str =
 Skip = Callable[[int, int], bool]
 
 
-def _never(task_index: int, rollout_index: int) -> bool:
-    return False
-
-
-def expand(entry: TaskRow | BadLine, repeats: int, skip: Skip = _never) -> Iterator[WorkItem]:
+def expand(entry: TaskRow | BadLine, repeats: int, skip: Skip | None = None) -> Iterator[WorkItem]:
     """The work items of one entry: ``repeats`` rollouts, or ready-made failures.
 
-    ``skip(task_index, rollout_index)`` drops rollouts already finished in an earlier session
-    (a bad line is keyed by rollout index 0).
+    ``skip(task_index, rollout_index)``, given on resume, drops rollouts already finished in an
+    earlier session (a bad line is keyed by rollout index 0).
     """
     if isinstance(entry, BadLine):
-        if not skip(entry.task_index, 0):
+        if skip is None or not skip(entry.task_index, 0):
             yield RolloutFailure(
                 entry.explicit_id,
                 entry.task_index,
@@ -269,7 +262,7 @@ def expand(entry: TaskRow | BadLine, repeats: int, skip: Skip = _never) -> Itera
             )
         return
     for rollout_index in range(repeats):
-        if skip(entry.task_index, rollout_index):
+        if skip is not None and skip(entry.task_index, rollout_index):
             continue
         if entry.target is not None:
             yield Rollout(entry, rollout_index)

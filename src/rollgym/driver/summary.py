@@ -1,7 +1,8 @@
 """Accounting, pass@k and ``summary.json``.
 
-Every record (this session's and, on resume, the earlier sessions' read by the ledger) goes
-through :meth:`Aggregator.add`, so ``requested == completed + failed`` holds by construction:
+Every record (this session's through :meth:`Aggregator.add_result` / ``add_failure`` and, on
+resume, the earlier sessions' read by the ledger through ``add_record``) is counted by the one
+:class:`Aggregator`, so ``requested == completed + failed`` holds by construction:
 a rollout the run reached is counted exactly once, as a result or as a failure. Per-task counts
 for pass@k live in compact ``array`` columns indexed by task index, so a 300,000-row input
 costs a few MB, not a dict of tuples.

@@ -131,9 +131,7 @@ class HttpClient:
         if gate.http:
             return self._traced(method, destination, url, body, timeout, headers, route)
         if headers or gate.tracing:
-            sent_headers = dict(_JSON_HEADERS)
-            if headers:
-                sent_headers.update(headers)
+            sent_headers = _with_json(headers)
             trace_id = _inject(sent_headers) if gate.tracing else None
         else:
             sent_headers, trace_id = _JSON_HEADERS, None  # aiohttp copies, never mutates it
@@ -151,9 +149,7 @@ class HttpClient:
     ) -> HttpResponse:
         from rollgym.telemetry.spans import http_client_span
 
-        sent_headers = dict(_JSON_HEADERS)
-        if headers:
-            sent_headers.update(headers)
+        sent_headers = _with_json(headers)
         with http_client_span(method, destination, url, route) as span:
             trace_id = _inject(sent_headers, span)
             response = await self._send(
@@ -216,6 +212,11 @@ class HttpClient:
         return HttpResponse(status=status, data=parsed, text=text, trace_id=trace_id)
 
 
+def _with_json(headers: Mapping[str, str] | None) -> dict[str, str]:
+    """A fresh header dict (``traceparent`` may be written into it): JSON plus the caller's."""
+    return {**_JSON_HEADERS, **headers} if headers else dict(_JSON_HEADERS)
+
+
 def _inject(headers: dict[str, str], span: Any = None) -> str | None:
     """Write ``traceparent``/``tracestate`` for the current context; return its trace id.
 
@@ -244,9 +245,3 @@ def _record_status(span: Any, status: int) -> None:
 
 def _path(url: str) -> str:
     return urlsplit(url).path or "/"
-
-
-def split_host_port(url: str) -> tuple[str, int | None]:
-    """(host, port) of a URL, for ``server.address`` / ``server.port``."""
-    parts = urlsplit(url)
-    return parts.hostname or "", parts.port

@@ -42,13 +42,7 @@ async def test_retry_then_success_gets_a_new_attempt_id(agent: LoopbackAgent) ->
 
     agent.behaviour = flaky
     async with Collector({"a": agent.url}, agent="a", retry_backoff_s=0.001) as collector:
-        (outcome,) = await collect_all(
-            collector.stream(
-                [
-                    {"q": 1},
-                ][:1]
-            )
-        )
+        (outcome,) = await collect_all(collector.stream([{"q": 1}]))
     assert isinstance(outcome, RolloutResult)
     assert (outcome.rollout_id, outcome.attempt, outcome.reward) == ("0-0-a2", 2, 0.5)
     assert [b["attempt"] for b in agent.bodies] == [0, 1, 2]
@@ -73,7 +67,7 @@ async def test_permanent_failures_are_not_retried(agent: LoopbackAgent) -> None:
         0: (400, {"error": "bad task", "field": "q"}),
         1: (200, {"score": 1}),
         2: (200, {"reward": True}),
-        3: (200, {"reward": float("nan")} if False else b'{"reward": NaN}'),
+        3: (200, b'{"reward": NaN}'),
         4: (200, b"not json"),
         5: (200, [1, 2]),
         6: (413, {"error": "request body over the 1024 byte limit"}),
