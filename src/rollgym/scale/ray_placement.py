@@ -143,9 +143,9 @@ class ServerActor:
 def _redirect_output(spec: ServeSpec) -> Path | None:
     """Send the actor's stdout/stderr to ``<output_dir>/logs/<name>.log`` on its node, like a
     local server's, so a failure can be quoted (on the driver's node) and read later."""
-    if not spec.output_dir:
+    path = _log_path(spec)
+    if path is None:
         return None
-    path = Path(spec.output_dir) / "logs" / f"{spec.name}.log"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -212,9 +212,7 @@ class RayPlacement:
             raise failure(f"Ray actor did not start within {timeout_s:.0f}s") from None
         except Exception as exc:  # RayActorError / RayTaskError carry the actor's traceback
             raise failure(f"Ray actor failed to start: {exc}") from None
-        return await wait_healthy(
-            spec.name, url, session=session, deadline=deadline, failure=failure
-        )
+        return await wait_healthy(url, session=session, deadline=deadline, failure=failure)
 
     async def stop(self, grace_s: float) -> None:
         """Stop every actor's server gracefully (flushing its telemetry), then kill the actors."""
@@ -263,10 +261,15 @@ def _bind_host(ray: ModuleType) -> str | None:
     return None
 
 
+def _log_path(spec: ServeSpec) -> Path | None:
+    """``<output_dir>/logs/<name>.log``, where a local server's log is too (None: no output)."""
+    return Path(spec.output_dir) / "logs" / f"{spec.name}.log" if spec.output_dir else None
+
+
 def _failure(spec: ServeSpec, problem: str) -> LaunchError:
     """A LaunchError naming the server, quoting its log when this node can read it."""
-    if spec.output_dir:
-        path = Path(spec.output_dir) / "logs" / f"{spec.name}.log"
+    path = _log_path(spec)
+    if path is not None:
         tail = log_tail(path)
         if tail:
             problem += f"; last lines of {path}:\n{tail}"

@@ -64,12 +64,11 @@ class Agent(Server):
         assert isinstance(options, AgentOptions)
         model = env = None
         if options.model is not None:
-            model = ModelClient(
-                self.client,
+            model = ModelClient.of_server(
+                self.context,
                 options.model,
-                self.context.url_of(options.model),
                 rollout_id=rollout_id,
-                model_name=options.model_name or options.model,
+                model_name=options.model_name,
                 timeout=options.request_timeout_s,
             )
         if options.environment is not None:

@@ -293,12 +293,11 @@ class Environment(Server):
         env = LocalEnvSession(self, rollout_id)
 
         async def attempt() -> dict[str, Any]:
-            model = ModelClient(
-                self.client,
+            model = ModelClient.of_server(
+                self.context,
                 model_server,
-                self.context.url_of(model_server),
                 rollout_id=rollout_id,
-                model_name=options.model_name or model_server,
+                model_name=options.model_name,
                 timeout=options.request_timeout_s,
             )
             return await self.play_episode(RolloutContext(rollout_id, model, env), task)

@@ -22,7 +22,6 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -31,7 +30,6 @@ from rollgym.errors import LaunchError
 from rollgym.servers.process import ServerProcess, wait_healthy
 from rollgym.servers.registry import resolve_impl
 from rollgym.servers.spec import ServeSpec
-from rollgym.telemetry import names
 from rollgym.telemetry.groups import gate
 
 HEALTH_TIMEOUT_S = 60.0
@@ -109,10 +107,8 @@ class _Launch:
 
             with spans.server_startup_span(name, server.kind, server.url) as span:
                 url = await work
-                if server.url is None:
-                    span.set_attribute(names.SERVER_ADDRESS, url)
-                    span.set_attribute(names.SERVER_ADDRESS_HTTP, urlsplit(url).hostname or "")
-                    span.set_attribute(names.SERVER_PORT, int(url.rsplit(":", 1)[1]))
+                if server.url is None:  # a launched server: its address is known only now
+                    spans.record_server_address(span, url)
         else:
             await work
 
@@ -126,7 +122,6 @@ class _Launch:
             return LaunchError(f"the running server at {url} is {problem}", server=name)
 
         await wait_healthy(
-            name,
             url,
             session=session,
             deadline=time.monotonic() + HEALTH_TIMEOUT_S,

@@ -12,7 +12,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rollgym.http.server import HTTPError
-from rollgym.servers.rollout_context import ServerCallError
+from rollgym.servers.rollout_context import SEED_SESSION, SessionBase
 
 if TYPE_CHECKING:
     from rollgym.servers.environment import Environment
@@ -20,32 +20,26 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class LocalEnvSession:
+class LocalEnvSession(SessionBase):
     """An :class:`~rollgym.servers.rollout_context.EnvSession` on this process's environment."""
 
     def __init__(self, env: Environment, rollout_id: str | None) -> None:
+        super().__init__()
         self._env = env
         self._rollout_id = rollout_id
-        self.session_id: str | None = None
 
     async def _call(self, what: str, work: Awaitable[T]) -> T:
         try:
             return await work
         except HTTPError as exc:
-            raise ServerCallError(
-                f"{what} on environment {self._env.context.name!r} refused (HTTP {exc.status}): {exc.message}",
-                status=exc.status,
-                field=exc.field,
-                bad_input=what == "seed_session" and 400 <= exc.status < 500,
-            ) from None
-
-    def _session(self) -> str:
-        if self.session_id is None:
-            raise ServerCallError("environment session used before seed()")
-        return self.session_id
+            message = (
+                f"{what} on environment {self._env.context.name!r} refused "
+                f"(HTTP {exc.status}): {exc.message}"
+            )
+            raise self._refused(message, what, exc.status, exc.field) from None
 
     async def seed(self, task: dict[str, Any]) -> dict[str, Any]:
-        seeded = await self._call("seed_session", self._env.open_session(self._rollout_id, task))
+        seeded = await self._call(SEED_SESSION, self._env.open_session(self._rollout_id, task))
         self.session_id = seeded["session_id"]
         return seeded
 

@@ -83,9 +83,7 @@ class ModelServer(Server):
         self, body: ChatRequest, request_id: str | None, rollout_id: str | None
     ) -> Response:
         if body.stream:
-            raise HTTPError(
-                400, "streaming is not supported; send stream: false", field="body.stream"
-            )
+            raise _streaming_refused()
         return OrjsonResponse(await self.complete(body, request_id, rollout_id))
 
     async def _responses(
@@ -105,7 +103,10 @@ class ModelServer(Server):
     ) -> Response:
         # Checked here, before any override of respond: no model server streams.
         if body.get("stream") not in (None, False):
-            raise HTTPError(
-                400, "streaming is not supported; send stream: false", field="body.stream"
-            )
+            raise _streaming_refused()
         return OrjsonResponse(await self.respond(body, request_id, rollout_id))
+
+
+def _streaming_refused() -> HTTPError:
+    """The one answer to ``stream: true`` on either API: no model server streams."""
+    return HTTPError(400, "streaming is not supported; send stream: false", field="body.stream")

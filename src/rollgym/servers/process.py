@@ -56,7 +56,6 @@ def log_tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
 
 
 async def wait_healthy(
-    name: str,
     url: str | None,
     *,
     session: aiohttp.ClientSession,
@@ -66,7 +65,7 @@ async def wait_healthy(
     failure: Callable[[str], LaunchError],
     strict: bool = True,
 ) -> str:
-    """Poll until ``GET <url>/health`` answers ok for ``name``; return the base URL.
+    """Poll until ``GET <url>/health`` answers ok; return the base URL.
 
     For a launched server the URL comes from its ready file; its exit first is a failure.
     ``strict=False`` (a server given by ``url:``, which may be vLLM or any OpenAI-compatible
@@ -79,7 +78,7 @@ async def wait_healthy(
         if url is None and ready_file is not None and ready_file.exists():
             url = f"http://127.0.0.1:{int(ready_file.read_text().strip())}"
         if url is not None:
-            last_problem = await _health_problem(session, name, url, strict)
+            last_problem = await _health_problem(session, url, strict)
             if not last_problem:
                 return url
         if time.monotonic() > deadline:
@@ -87,9 +86,7 @@ async def wait_healthy(
         await asyncio.sleep(_POLL_S)
 
 
-async def _health_problem(
-    session: aiohttp.ClientSession, name: str, url: str, strict: bool = True
-) -> str:
+async def _health_problem(session: aiohttp.ClientSession, url: str, strict: bool = True) -> str:
     """'' when healthy, else why not."""
     try:
         async with session.get(f"{url}/health", timeout=aiohttp.ClientTimeout(total=2)) as resp:
@@ -139,7 +136,6 @@ class ServerProcess:
 
     async def wait_healthy(self, session: aiohttp.ClientSession, timeout_s: float) -> str:
         return await wait_healthy(
-            self.spec.name,
             None,
             session=session,
             deadline=time.monotonic() + timeout_s,

@@ -10,7 +10,7 @@ sessions in-process while an agent reaches them over HTTP, with the same loop co
 from __future__ import annotations
 
 import uuid
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
 from rollgym.errors import RollgymError
@@ -18,10 +18,15 @@ from rollgym.http.client import HttpClient, HttpResponse
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import gate
 
+if TYPE_CHECKING:
+    from rollgym.servers.base import ServerContext
+
 CHAT_ROUTE = "/v1/chat/completions"
 SCOPED_CHAT_ROUTE = "/r/{rollout_id}/v1/chat/completions"
 #: ``gen_ai.provider.name`` of model calls: every model server speaks the OpenAI API.
 PROVIDER = "openai"
+#: The environment call whose refusal (4xx) is the task's fault, not the caller's.
+SEED_SESSION = "seed_session"
 
 
 class ServerCallError(RollgymError):
@@ -83,6 +88,26 @@ class ModelClient:
             self._prefix = None
         self.rollout_id = rollout_id
 
+    @classmethod
+    def of_server(
+        cls,
+        context: ServerContext,
+        server: str,
+        *,
+        rollout_id: str | None,
+        model_name: str | None,
+        timeout: float | None,
+    ) -> ModelClient:
+        """The client of model server ``server`` of the run; ``model_name`` defaults to its name."""
+        return cls(
+            context.client,
+            server,
+            context.url_of(server),
+            rollout_id=rollout_id,
+            model_name=model_name or server,
+            timeout=timeout,
+        )
+
     async def chat(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
     ) -> dict[str, Any]:
@@ -128,7 +153,26 @@ class EnvSession(Protocol):
         ...
 
 
-class HttpEnvSession:
+class SessionBase:
+    """What both :class:`EnvSession` implementations share, so they refuse alike: the session
+    id once seeded, and which refusals are the task's fault."""
+
+    def __init__(self) -> None:
+        self.session_id: str | None = None
+
+    def _session(self) -> str:
+        if self.session_id is None:
+            raise ServerCallError("environment session used before seed()")
+        return self.session_id
+
+    @staticmethod
+    def _refused(message: str, what: str, status: int, field: str | None) -> ServerCallError:
+        """A 4xx answer to ``seed_session`` means the environment rejected the task itself."""
+        bad_input = what == SEED_SESSION and 400 <= status < 500
+        return ServerCallError(message, status=status, field=field, bad_input=bad_input)
+
+
+class HttpEnvSession(SessionBase):
     """An :class:`EnvSession` on an environment server, over the process's HttpClient."""
 
     def __init__(
@@ -140,12 +184,12 @@ class HttpEnvSession:
         rollout_id: str | None,
         timeout: float | None,
     ) -> None:
+        super().__init__()
         self._client = client
         self._server = server
         self._base_url = base_url
         self._rollout_id = rollout_id
         self._timeout = timeout
-        self.session_id: str | None = None
 
     async def _post(self, path: str, route: str, body: dict[str, Any], what: str) -> dict[str, Any]:
         response = await self._client.post_json(
@@ -153,18 +197,12 @@ class HttpEnvSession:
         )
         if response.status != 200 or not isinstance(response.data, dict):
             message, field = _refusal(what, self._server, response)
-            bad_input = what == "seed_session" and 400 <= response.status < 500
-            raise ServerCallError(message, status=response.status, field=field, bad_input=bad_input)
+            raise self._refused(message, what, response.status, field)
         return response.data
-
-    def _session(self) -> str:
-        if self.session_id is None:
-            raise ServerCallError("environment session used before seed()")
-        return self.session_id
 
     async def seed(self, task: dict[str, Any]) -> dict[str, Any]:
         body = {"rollout_id": self._rollout_id, "task": task}
-        seeded = await self._post("/seed_session", "/seed_session", body, "seed_session")
+        seeded = await self._post("/seed_session", "/seed_session", body, SEED_SESSION)
         self.session_id = seeded.get("session_id")
         return seeded
 

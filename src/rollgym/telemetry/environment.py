@@ -36,15 +36,3 @@ OTEL_RESOURCE_ATTRIBUTES: Final = "OTEL_RESOURCE_ATTRIBUTES"
 #: Standard sampler names (``parentbased_traceidratio`` ...) and their argument.
 OTEL_TRACES_SAMPLER: Final = "OTEL_TRACES_SAMPLER"
 OTEL_TRACES_SAMPLER_ARG: Final = "OTEL_TRACES_SAMPLER_ARG"
-
-#: The variables :func:`~rollgym.telemetry.setup.server_env` forwards to launched servers.
-FORWARDED: Final = (
-    OTEL_SDK_DISABLED,
-    OTEL_TRACES_EXPORTER,
-    OTEL_METRICS_EXPORTER,
-    OTEL_EXPORTER_OTLP_ENDPOINT,
-    OTEL_EXPORTER_OTLP_PROTOCOL,
-    OTEL_EXPORTER_OTLP_HEADERS,
-    OTEL_TRACES_SAMPLER,
-    OTEL_TRACES_SAMPLER_ARG,
-)

@@ -80,9 +80,10 @@ class HttpClientMetrics:
 
     :class:`~rollgym.http.client.HttpClient` calls :meth:`request_started` /
     :meth:`request_finished` around each request and installs :meth:`trace_config`, passing
-    ``trace_request_ctx={"destination": ..., "started": ...}`` so the aiohttp hooks know where
-    the request goes. Queue duration is the time from the request's start until aiohttp has a
-    connection for it (a reused pooled one, or a newly created one).
+    ``trace_request_ctx={"destination": ..., "started": <time.monotonic()>}`` so the aiohttp
+    hooks know where the request goes and when it started. Queue duration is the time from the
+    request's start until aiohttp has a connection for it (a reused pooled one, or a newly
+    created one).
     """
 
     def __init__(self, meter: Meter) -> None:
@@ -116,13 +117,9 @@ class HttpClientMetrics:
 
         config = aiohttp.TraceConfig()
 
-        async def on_request_start(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
-            ctx.rollgym_started = time.monotonic()
-
         async def on_connection(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
             self._record_wait(ctx)
 
-        config.on_request_start.append(on_request_start)
         config.on_connection_reuseconn.append(on_connection)
         config.on_connection_create_end.append(on_connection)
         return config
@@ -132,7 +129,7 @@ class HttpClientMetrics:
         if not isinstance(request_ctx, dict):
             return
         destination = request_ctx.get("destination")
-        started = getattr(ctx, "rollgym_started", None) or request_ctx.get("started")
+        started = request_ctx.get("started")
         if isinstance(destination, str) and isinstance(started, float):
             self._queue.record(max(0.0, time.monotonic() - started), self._attrs(destination))
 

@@ -47,13 +47,16 @@ def server_startup_span(name: str, kind: str, address: str | None) -> AbstractCo
     """``gym.server.startup``: one server, from launch until it answers ``/health``."""
     attributes: dict[str, Any] = {names.SERVER_NAME: name, names.SERVER_KIND: kind}
     if address:
-        attributes[names.SERVER_ADDRESS] = address
-        host, port = _host_port(address)
-        if host:
-            attributes[names.SERVER_ADDRESS_HTTP] = host
-        if port is not None:
-            attributes[names.SERVER_PORT] = port
+        attributes.update(_address_attributes(address))
     return current_span(names.SPAN_SERVER_STARTUP, attributes=attributes)
+
+
+def record_server_address(span: Span, address: str) -> None:
+    """The address of a launched server, known only once it is healthy (``gym.server.startup``)."""
+    try:
+        span.set_attributes(_address_attributes(address))
+    except Exception:
+        warn_once("recording a server address failed")
 
 
 @contextmanager
@@ -319,9 +322,16 @@ def http_server_span(
     )
 
 
-def _host_port(address: str) -> tuple[str, int | None]:
+def _address_attributes(address: str) -> dict[str, Any]:
+    """``gym.server.address`` plus ``server.address`` / ``server.port`` when they parse."""
+    attributes: dict[str, Any] = {names.SERVER_ADDRESS: address}
     try:
         parts = urlsplit(address if "//" in address else f"//{address}")
-        return parts.hostname or "", parts.port
+        host, port = parts.hostname, parts.port
     except ValueError:
-        return "", None
+        return attributes
+    if host:
+        attributes[names.SERVER_ADDRESS_HTTP] = host
+    if port is not None:
+        attributes[names.SERVER_PORT] = port
+    return attributes

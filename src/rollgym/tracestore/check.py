@@ -17,7 +17,7 @@ import orjson
 
 from rollgym.telemetry import names
 from rollgym.tracestore.decode import hex_id
-from rollgym.tracestore.queries import DB_NAME
+from rollgym.tracestore.queries import trace_exists
 
 _MAX_LISTED = 50  # per rule; the count is always exact
 
@@ -93,7 +93,7 @@ def _check_dispatches(
         "SELECT trace_id, span_id, is_root, rollout_id, link_count FROM dispatches"
     ).fetchall()
     report.stats["dispatch_spans"] = len(rows)
-    seen: dict[str, bytes] = {}
+    seen: set[str] = set()
     targets: set[tuple[bytes, bytes] | None] = set()
     for trace_id, span_id, is_root, rollout_id, link_count in rows:
         where = {"trace_id": hex_id(trace_id), "span_id": hex_id(span_id), "rollout_id": rollout_id}
@@ -102,7 +102,7 @@ def _check_dispatches(
         if rollout_id is not None:
             if rollout_id in seen:
                 report.add("one_dispatch_per_attempt", "attempt has two dispatch spans", **where)
-            seen[rollout_id] = trace_id
+            seen.add(rollout_id)
         if not has_job:
             _check_link_without_job(conn, report, trace_id, span_id, link_count, where, targets)
             continue
@@ -201,7 +201,7 @@ def _check_outputs(run_dir: Path, conn: sqlite3.Connection, report: CheckReport)
                         report.add(rule, f"{file_name}:{number} has no trace_id")
                     continue
                 checked += 1
-                if not _trace_exists(conn, trace_id):
+                if not trace_exists(conn, trace_id):
                     report.add(
                         rule,
                         f"{file_name}:{number} rollout {row.get('rollout_id')} names trace "
@@ -222,17 +222,6 @@ def _json_line(line: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _trace_exists(conn: sqlite3.Connection, trace_id: str) -> bool:
-    try:
-        raw = bytes.fromhex(trace_id)
-    except ValueError:
-        return False
-    return (
-        conn.execute("SELECT 1 FROM spans WHERE trace_id = ? LIMIT 1", (raw,)).fetchone()
-        is not None
-    )
-
-
 def _largest(conn: sqlite3.Connection, report: CheckReport) -> None:
     row = conn.execute(
         "SELECT trace_id, COUNT(*) AS n FROM spans GROUP BY trace_id ORDER BY n DESC LIMIT 1"
@@ -248,7 +237,3 @@ def _largest(conn: sqlite3.Connection, report: CheckReport) -> None:
             "spans": row[1],
             "root": root[0] if root else None,
         }
-
-
-def default_db(run_dir: str | Path) -> Path:
-    return Path(run_dir) / DB_NAME

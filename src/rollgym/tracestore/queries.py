@@ -29,6 +29,11 @@ SORT_COLUMNS = {
     "dispatch_name": "d.dispatch_name",
 }
 _ATTEMPT_SUFFIX = re.compile(r"-a\d+$")
+#: Dispatch rows with the size of their trace, as :func:`_dispatch` reads them.
+_DISPATCHES_WITH_SPAN_COUNT = (
+    "SELECT d.*, (SELECT COUNT(*) FROM spans s WHERE s.trace_id = d.trace_id) AS span_count "
+    "FROM dispatches d"
+)
 
 
 def db_path_of(target: str | Path) -> Path:
@@ -66,9 +71,8 @@ def list_rollouts(
     direction = "DESC" if descending else "ASC"
     total = conn.execute(f"SELECT COUNT(*) FROM dispatches d {where}", params).fetchone()[0]
     rows = conn.execute(
-        f"""SELECT d.*, (SELECT COUNT(*) FROM spans s WHERE s.trace_id = d.trace_id) AS span_count
-            FROM dispatches d {where} ORDER BY {order} {direction}, d.rowid {direction}
-            LIMIT ? OFFSET ?""",
+        f"""{_DISPATCHES_WITH_SPAN_COUNT} {where}
+            ORDER BY {order} {direction}, d.rowid {direction} LIMIT ? OFFSET ?""",
         [*params, int(limit), int(offset)],
     ).fetchall()
     return {"total": total, "limit": limit, "offset": offset, "rows": [_dispatch(r) for r in rows]}
@@ -121,10 +125,9 @@ def rollout_attempts(conn: sqlite3.Connection, rollout_id: str) -> list[dict[str
     """Every attempt's dispatch of a rollout (``X``, ``X-a1``, ...), oldest first."""
     base = base_rollout_id(rollout_id)
     rows = conn.execute(
-        """SELECT d.*, (SELECT COUNT(*) FROM spans s WHERE s.trace_id = d.trace_id) AS span_count
-           FROM dispatches d
-           WHERE d.rollout_id = ? OR (d.rollout_id >= ? AND d.rollout_id < ?)
-           ORDER BY d.start_ns""",
+        f"""{_DISPATCHES_WITH_SPAN_COUNT}
+            WHERE d.rollout_id = ? OR (d.rollout_id >= ? AND d.rollout_id < ?)
+            ORDER BY d.start_ns""",
         (base, base + "-a0", base + "-a:"),
     ).fetchall()
     pattern = re.compile(re.escape(base) + r"(-a\d+)?$")
@@ -231,8 +234,7 @@ def self_times(spans: list[dict[str, Any]]) -> dict[str, float]:
 def slowest(conn: sqlite3.Connection, n: int = 10) -> list[dict[str, Any]]:
     """The ``n`` longest dispatches, each with its per-span-name self-time breakdown."""
     rows = conn.execute(
-        """SELECT d.*, (SELECT COUNT(*) FROM spans s WHERE s.trace_id = d.trace_id) AS span_count
-           FROM dispatches d ORDER BY d.duration_ns DESC LIMIT ?""",
+        f"{_DISPATCHES_WITH_SPAN_COUNT} ORDER BY d.duration_ns DESC LIMIT ?",
         (int(n),),
     ).fetchall()
     result = []
@@ -298,10 +300,18 @@ def search(conn: sqlite3.Connection, query: str) -> dict[str, Any]:
     attempts = rollout_attempts(conn, query) if query else []
     if attempts:
         return {"kind": "rollout", "rollout_id": base_rollout_id(query), "attempts": attempts}
-    if re.fullmatch(r"[0-9a-fA-F]{32}", query):
-        found = conn.execute(
-            "SELECT 1 FROM spans WHERE trace_id = ? LIMIT 1", (bytes.fromhex(query),)
-        ).fetchone()
-        if found:
-            return {"kind": "trace", "trace_id": query.lower()}
+    if re.fullmatch(r"[0-9a-fA-F]{32}", query) and trace_exists(conn, query):
+        return {"kind": "trace", "trace_id": query.lower()}
     return {"kind": "none", "query": query}
+
+
+def trace_exists(conn: sqlite3.Connection, trace_id: str) -> bool:
+    """Whether the store holds any span of the trace with this hex id (False for non-hex)."""
+    try:
+        raw = bytes.fromhex(trace_id)
+    except ValueError:
+        return False
+    return (
+        conn.execute("SELECT 1 FROM spans WHERE trace_id = ? LIMIT 1", (raw,)).fetchone()
+        is not None
+    )

@@ -16,7 +16,7 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
@@ -49,7 +49,7 @@ class _Processes:
         ):
             resource = Resource.create(
                 {
-                    "service.name": f"rollgym-{server}",
+                    SERVICE_NAME: f"rollgym-{server}",
                     names.RUN_ID: run_id,
                     names.SERVER_NAME: server,
                     names.SERVER_KIND: kind,

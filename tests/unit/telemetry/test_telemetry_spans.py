@@ -28,6 +28,19 @@ def test_startup_tree(named):
     assert "gym.server.address" not in env.attributes
 
 
+def test_server_address_recorded_once_healthy(named):
+    with spans.server_startup_span("agent", "agent", None) as span:
+        spans.record_server_address(span, "http://127.0.0.1:9321")
+    with spans.server_startup_span("odd", "agent", None) as span:
+        spans.record_server_address(span, "http://127.0.0.1:notaport")  # never raises
+    agent, odd = named("gym.server.startup")
+    assert agent.attributes["gym.server.address"] == "http://127.0.0.1:9321"
+    assert agent.attributes["server.address"] == "127.0.0.1"
+    assert agent.attributes["server.port"] == 9321
+    assert odd.attributes["gym.server.address"] == "http://127.0.0.1:notaport"
+    assert "server.port" not in odd.attributes
+
+
 def test_job_children(named):
     with spans.job_span("run-9"):
         with spans.aggregate_metrics_span("env"):
