@@ -47,22 +47,13 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=handle)
 
 
-def event_loop_factory() -> Any:
-    """uvloop's loop when installed (extra ``fast``; it roughly halves the HTTP cost per
-    request), else None: asyncio's default. Shared by every command that runs a loop."""
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
-
-
 def handle(args: argparse.Namespace) -> int:
     """Run the job; exit 0 when it finished, 130 when interrupted, 2 for a bad config."""
     from rollgym.config import load_config
     from rollgym.driver.job import run_job
     from rollgym.driver.report import print_report
     from rollgym.errors import ConfigError, RollgymError
+    from rollgym.event_loop import loop_factory
 
     try:
         config = load_config(args.config, args.overrides)
@@ -70,7 +61,7 @@ def handle(args: argparse.Namespace) -> int:
         print(f"rollgym: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     try:
-        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
             summary = runner.run(run_job(config, handle_signals=True))
     except ConfigError as exc:
         print(f"rollgym: config error: {exc}", file=sys.stderr)

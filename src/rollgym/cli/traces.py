@@ -85,13 +85,13 @@ def _run_dir(parser: argparse.ArgumentParser) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
 
-    from rollgym.cli.run import event_loop_factory
+    from rollgym.event_loop import loop_factory
     from rollgym.tracestore.serve import serve
 
     db = args.db
     if args.run_dir is not None and args.db == Path("traces.db"):
         db = args.run_dir / "traces.db"
-    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         runner.run(
             serve(
                 db,

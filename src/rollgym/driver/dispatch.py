@@ -17,10 +17,11 @@ from __future__ import annotations
 import time
 from typing import Any, NamedTuple
 
-from rollgym.driver.rows import Rollout, collector_row, is_number, task_of
+from rollgym.driver.rows import Rollout, collector_row, task_of
 from rollgym.errors import DispatchError, PermanentDispatchError, TransientDispatchError
 from rollgym.http.client import HttpClient, HttpResponse
 from rollgym.identity import episode_body, make_rollout_id
+from rollgym.rewards import is_reward
 from rollgym.telemetry.groups import gate
 from rollgym.telemetry.names import OUTCOME_ERROR, OUTCOME_OK, OUTCOME_TIMEOUT
 
@@ -96,7 +97,7 @@ def classify(response: HttpResponse, server: str) -> tuple[float, dict[str, Any]
             server=server,
         )
     reward = data.get("reward")
-    if not is_number(reward):
+    if not is_reward(reward):
         got = "no 'reward'" if "reward" not in data else f"'reward' = {reward!r}"
         raise PermanentDispatchError(
             f"{server!r} answered without a numeric 'reward' ({got}); keys: {sorted(data)[:10]}",

@@ -10,11 +10,10 @@ row that has nowhere to go becomes one failure per rollout (``unknown_agent`` /
 
 from __future__ import annotations
 
-import math
 from collections.abc import AsyncIterable, Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
 import orjson
 
@@ -293,10 +292,3 @@ def collector_row(rollout: Rollout, attempt: int) -> dict[str, Any]:
 def task_of(row: Mapping[str, Any]) -> dict[str, Any]:
     """The episode's task: the row without the driver's stamps."""
     return {key: value for key, value in row.items() if key not in STAMPED_FIELDS}
-
-
-def is_number(value: Any) -> TypeGuard[int | float]:
-    """A usable reward: an int or float, not a bool, finite."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    return math.isfinite(value)

@@ -120,7 +120,7 @@ class ServerActor:
         return str(self.server.url)
 
     def _serve(self) -> None:
-        from rollgym.servers.serve import loop_factory
+        from rollgym.event_loop import loop_factory
 
         try:
             with asyncio.Runner(loop_factory=loop_factory()) as runner:

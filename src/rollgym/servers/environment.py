@@ -23,7 +23,6 @@ sessions (with a TTL so a dead agent leaks nothing), the spans (``gym.env.tool``
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -34,6 +33,7 @@ from starlette.responses import Response
 from rollgym.config import ServerKind, ServerOptions
 from rollgym.http.server import HTTPError, OrjsonResponse
 from rollgym.identity import rollout_id_of_episode
+from rollgym.rewards import is_reward
 from rollgym.servers.answers import check_reward, guarded, json_object
 from rollgym.servers.base import Server, ServerContext
 from rollgym.servers.env_metrics import EnvAggregates
@@ -229,11 +229,7 @@ class Environment(Server):
         result = await self.verify(state, answer)
         verdict = result if isinstance(result, Verdict) else Verdict(reward=result)
         reward = verdict.reward
-        if (
-            isinstance(reward, bool)
-            or not isinstance(reward, int | float)
-            or not math.isfinite(reward)
-        ):
+        if not is_reward(reward):
             raise HTTPError(
                 500,
                 f"environment {self.context.name!r} verified to a non-numeric reward {reward!r}",

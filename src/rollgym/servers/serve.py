@@ -22,12 +22,13 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 
+from rollgym.event_loop import loop_factory
 from rollgym.http.client import HttpClient
 from rollgym.http.server import create_app
 from rollgym.servers.base import ServerContext
@@ -159,15 +160,6 @@ def _signals_returning_normally() -> Iterator[None]:
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
-
-
-def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's loop when installed (the ``fast`` extra), else asyncio's default."""
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
 
 
 def main() -> int:

@@ -32,6 +32,8 @@ RUN_ID: Final = "gym.run.id"
 SERVER_NAME: Final = "gym.server.name"
 SERVER_KIND: Final = "gym.server.kind"
 SERVER_ADDRESS: Final = "gym.server.address"
+#: The standard resource attribute naming the emitting service (OTel semantic conventions).
+SERVICE_NAME: Final = "service.name"
 
 # --- rollout attributes (spans and metrics share these keys) ------------------------------------
 ROLLOUT_ID: Final = "gym.rollout.id"

@@ -118,7 +118,7 @@ class ResourceRegistry:
         attrs = attributes(resource.attributes)
         run_id = attrs.get(names.RUN_ID)
         run_id = None if run_id is None else str(run_id)
-        service = attrs.get("service.name")
+        service = attrs.get(names.SERVICE_NAME)
         with self._lock:
             known = self._known.get(fingerprint)
             if known is None:
