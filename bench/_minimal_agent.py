@@ -16,6 +16,8 @@ from pathlib import Path
 
 from aiohttp import web
 
+from rollgym import event_loop
+
 _REWARD = b'{"reward":1}'
 
 
@@ -85,13 +87,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--hold", type=float, default=0.0, help="seconds to hold each request")
     args = parser.parse_args()
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
-    asyncio.run(serve(args.hold))
+    event_loop.run(serve(args.hold))
 
 
 if __name__ == "__main__":

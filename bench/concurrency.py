@@ -19,6 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _minimal_agent import AgentProcess  # noqa: E402
 
+from rollgym import event_loop  # noqa: E402
+
 
 async def child(url: str, n: int) -> dict[str, float]:
     from rollgym import Collector, RolloutResult
@@ -58,14 +60,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="2,000 in flight, 2 s hold")
     parser.add_argument("--child", nargs=2, metavar=("URL", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
     if args.child:
-        print(json.dumps(asyncio.run(child(args.child[0], int(args.child[1])))))
+        print(json.dumps(event_loop.run(child(args.child[0], int(args.child[1])))))
         return
     n, hold = (2_000, 2.0) if args.quick else (10_000, 5.0)
     with AgentProcess(hold_s=hold) as agent:

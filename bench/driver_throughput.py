@@ -20,7 +20,10 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _minimal_agent import AgentProcess  # noqa: E402
 
-from rollgym import Collector  # noqa: E402
+from rollgym import (
+    Collector,  # noqa: E402
+    event_loop,  # noqa: E402
+)
 
 CONCURRENCY = 64
 
@@ -92,14 +95,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     n, rounds = (3_000, 5) if args.quick else (args.n, args.rounds)
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
     with AgentProcess() as agent:
-        bare, ours, streamed = asyncio.run(measure(agent.url, n, rounds))
+        bare, ours, streamed = event_loop.run(measure(agent.url, n, rounds))
     b, d = statistics.median(bare), statistics.median(ours)
     pairwise = statistics.median(o / r for o, r in zip(ours, bare, strict=True))
     print(

@@ -9,7 +9,6 @@ agent given by ``url:``, telemetry off, in its own driver subprocess; its peak R
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import resource
 import subprocess
@@ -22,6 +21,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _minimal_agent import AgentProcess  # noqa: E402
+
+from rollgym import event_loop  # noqa: E402
 
 
 def write_job(folder: Path, url: str, rows: int) -> Path:
@@ -49,7 +50,7 @@ def child(config_path: str) -> dict[str, float]:
     from rollgym import load_config, run_job
 
     start = time.perf_counter()
-    summary = asyncio.run(run_job(load_config(config_path)))
+    summary = event_loop.run(run_job(load_config(config_path)))
     return {
         "completed": summary.completed,
         "requested": summary.requested,
@@ -75,12 +76,6 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="10,000 vs 100,000 rows")
     parser.add_argument("--child", metavar="CONFIG", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
     if args.child:
         print(json.dumps(child(args.child)))
         return

@@ -26,7 +26,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _minimal_agent import AgentProcess  # noqa: E402
 
-from rollgym import Collector  # noqa: E402
+from rollgym import (
+    Collector,  # noqa: E402
+    event_loop,  # noqa: E402
+)
 from rollgym.telemetry.groups import ALL_GROUPS, configure_gate  # noqa: E402
 from rollgym.telemetry.settings import TelemetrySettings  # noqa: E402
 from rollgym.telemetry.setup import setup_telemetry  # noqa: E402
@@ -81,17 +84,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     args = parser.parse_args()
     n, rounds = (3_000, 3) if args.quick else (args.n, args.rounds)
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
     with tempfile.TemporaryDirectory(prefix="rollgym-bench-") as tmp:
         store = start_trace_store(Path(tmp) / "traces.db", Path(tmp) / "tracestore.log")
         try:
             with AgentProcess() as agent:
-                result = asyncio.run(measure(agent.url, n, rounds, store.endpoint))
+                result = event_loop.run(measure(agent.url, n, rounds, store.endpoint))
         finally:
             store.stop()
     off, traced = result["off"], result["traced"]

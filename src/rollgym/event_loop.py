@@ -8,7 +8,10 @@ imports nothing heavy, so ``rollgym --help`` stays fast.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -18,3 +21,9 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     except ImportError:
         return None
     return uvloop.new_event_loop
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` on the loop :func:`loop_factory` picks (what the benchmarks use)."""
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        return runner.run(main)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -18,13 +17,9 @@ from rollgym.telemetry import names
 from rollgym.tracestore.launch import TraceStoreProcess, start_trace_store
 from rollgym.tracestore.synthetic import SyntheticRun, emit_run
 
-CHROMIUM = "/usr/bin/chromium"
-IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
+from .conftest import BROWSER_MARKS, IMAGES
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="no system chromium"),
-]
+pytestmark = BROWSER_MARKS
 
 
 @pytest.fixture(scope="module")
@@ -48,19 +43,6 @@ def viewer(
         yield store, run
     finally:
         store.stop()
-
-
-@pytest.fixture(scope="module")
-def page(viewer) -> Iterator[object]:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        yield page
-        browser.close()
 
 
 def _shot(page, name: str) -> None:

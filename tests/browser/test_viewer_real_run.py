@@ -12,22 +12,18 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rollgym.telemetry import names
 from rollgym.tracestore.launch import TraceStoreProcess, start_trace_store
 
+from .conftest import BROWSER_MARKS, IMAGES
+
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[2]
-CHROMIUM = "/usr/bin/chromium"
-IMAGES = ROOT / "docs" / "images"
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.e2e,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="no system chromium"),
-]
+pytestmark = [*BROWSER_MARKS, pytest.mark.e2e]
 
 
 @pytest.fixture(scope="module")
@@ -65,40 +61,30 @@ def store(real_run: Path) -> Iterator[TraceStoreProcess]:
         process.stop()
 
 
-def test_open_a_real_rollout_and_see_every_process(store: TraceStoreProcess) -> None:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.goto(store.endpoint + "/")
-            page.wait_for_selector("#rollout-table tr.row")
-            body = page.inner_text("body")
-            for dispatch_name in ("solver", "walker", "keys"):  # both routing kinds
-                assert dispatch_name in body
-            if os.environ.get("ROLLGYM_SCREENSHOTS") == "1":
-                page.screenshot(path=str(IMAGES / "viewer-real-overview.png"), full_page=True)
-            page.fill("#search", "50-0")  # the first keychain row: a multi-turn tool rollout
-            page.click("#search-form button")
-            page.wait_for_selector(".waterfall .span-row")
-            shown = page.locator(".waterfall").first.locator(".span-row")
-            span_names = shown.evaluate_all("rows => rows.map(r => r.dataset.name)")
-            for expected in (
-                names.SPAN_DISPATCH,
-                names.SPAN_ROLLOUT,
-                names.SPAN_MODEL_CHAT,
-                names.SPAN_ENGINE_REQUEST,
-                names.SPAN_ENV_TOOL,
-                names.SPAN_VERIFY,
-            ):
-                assert expected in span_names, (expected, span_names)
-            page.locator(f".span-row[data-name='{names.SPAN_ENGINE_REQUEST}']").first.click()
-            details = page.locator(".details").first.inner_text()
-            assert "chatcmpl-50-0.0" in details
-            if os.environ.get("ROLLGYM_SCREENSHOTS") == "1":
-                page.screenshot(path=str(IMAGES / "viewer-real-rollout.png"), full_page=True)
-        finally:
-            browser.close()
+def test_open_a_real_rollout_and_see_every_process(store: TraceStoreProcess, page: Any) -> None:
+    page.goto(store.endpoint + "/")
+    page.wait_for_selector("#rollout-table tr.row")
+    body = page.inner_text("body")
+    for dispatch_name in ("solver", "walker", "keys"):  # both routing kinds
+        assert dispatch_name in body
+    if os.environ.get("ROLLGYM_SCREENSHOTS") == "1":
+        page.screenshot(path=str(IMAGES / "viewer-real-overview.png"), full_page=True)
+    page.fill("#search", "50-0")  # the first keychain row: a multi-turn tool rollout
+    page.click("#search-form button")
+    page.wait_for_selector(".waterfall .span-row")
+    shown = page.locator(".waterfall").first.locator(".span-row")
+    span_names = shown.evaluate_all("rows => rows.map(r => r.dataset.name)")
+    for expected in (
+        names.SPAN_DISPATCH,
+        names.SPAN_ROLLOUT,
+        names.SPAN_MODEL_CHAT,
+        names.SPAN_ENGINE_REQUEST,
+        names.SPAN_ENV_TOOL,
+        names.SPAN_VERIFY,
+    ):
+        assert expected in span_names, (expected, span_names)
+    page.locator(f".span-row[data-name='{names.SPAN_ENGINE_REQUEST}']").first.click()
+    details = page.locator(".details").first.inner_text()
+    assert "chatcmpl-50-0.0" in details
+    if os.environ.get("ROLLGYM_SCREENSHOTS") == "1":
+        page.screenshot(path=str(IMAGES / "viewer-real-rollout.png"), full_page=True)
