@@ -79,6 +79,14 @@ class RunConfig(BaseModel):
     max_request_bytes: int = Field(
         16 * 1024 * 1024, ge=1024, description="Largest request body a server accepts."
     )
+    trajectories: bool = Field(
+        False,
+        description="Agents return each rollout's turns; written to trajectories.jsonl.",
+    )
+    capture_tokens: bool = Field(
+        False,
+        description="Trajectories also hold the engine's token ids and log-probabilities.",
+    )
     placement: Literal["local", "ray"] = Field(
         "local", description="Launched servers run as local processes, or as Ray actors."
     )

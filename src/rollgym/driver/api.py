@@ -44,6 +44,7 @@ from rollgym.driver.rows import (
     read_mappings,
 )
 from rollgym.http.client import HttpClient
+from rollgym.trajectory.record import Capture
 
 _DONE = object()
 
@@ -78,7 +79,9 @@ def _expand_sync(
 class Collector:
     """Runs rollouts against running servers with bounded concurrency, retries and identity.
 
-    ``servers`` maps server name -> base URL. Rows go to the agent their ``agent`` field
+    ``servers`` maps server name -> base URL. With ``trajectories`` (or ``capture_tokens``,
+    which adds the engine's token ids and log-probabilities) each :class:`RolloutResult`
+    carries the rollout's trajectory. Rows go to the agent their ``agent`` field
     names, else to the ``agent`` given here; rows of a materialized task set
     (``task_id: {taskset, task_id}``) whose task set is in ``environment_routes`` go to that
     environment server's episode ``/run``.
@@ -99,6 +102,8 @@ class Collector:
         agents: Collection[str] | None = None,
         metrics: Any = None,
         http_metrics: Any = None,
+        trajectories: bool = False,
+        capture_tokens: bool = False,
     ) -> None:
         if concurrency < 1 or repeats < 1 or max_attempts < 1:
             raise ValueError("concurrency, repeats and max_attempts must be at least 1")
@@ -115,6 +120,7 @@ class Collector:
         self.policy = RetryPolicy(max_attempts, retry_backoff_s, retry_backoff_max_s)
         self.in_flight = InFlight()
         self._urls = dict(servers)
+        self._capture: Capture = "tokens" if capture_tokens else "turns" if trajectories else "off"
         self._timeout_s = timeout_s
         self._metrics = metrics
         self._http_metrics = http_metrics
@@ -182,7 +188,7 @@ class Collector:
 
         ``room`` (the stream form) bounds records waiting for a slow consumer.
         """
-        send = Dispatcher(self.client, self._urls, self._timeout_s).send_attempt
+        send = Dispatcher(self.client, self._urls, self._timeout_s, self._capture).send_attempt
         policy, in_flight, metrics = self.policy, self.in_flight, self._metrics
 
         async def work(item: WorkItem) -> None:

@@ -24,6 +24,7 @@ from rollgym.identity import episode_body, make_rollout_id
 from rollgym.rewards import is_reward
 from rollgym.telemetry.groups import gate
 from rollgym.telemetry.names import OUTCOME_ERROR, OUTCOME_OK, OUTCOME_TIMEOUT
+from rollgym.trajectory.record import CAPTURE_HEADER, Capture
 
 
 class AttemptOutcome(NamedTuple):
@@ -70,6 +71,14 @@ def _says_no_reward(response: HttpResponse) -> bool:
     return isinstance(data, dict) and data.get("field") == "reward"
 
 
+def _refuses_row(response: HttpResponse) -> bool:
+    """A 400 naming a field of the row itself (``{"field": "row.<key>"}``): the agent cannot
+    serve that row (an image input, an unknown sampling parameter), which is the row's fault."""
+    data = response.data
+    field = data.get("field") if isinstance(data, dict) else None
+    return response.status == 400 and isinstance(field, str) and field.startswith("row.")
+
+
 def classify(response: HttpResponse, server: str) -> tuple[float, dict[str, Any]]:
     """Return ``(reward, answer)`` or raise the right :class:`DispatchError`."""
     status = response.status
@@ -78,6 +87,8 @@ def classify(response: HttpResponse, server: str) -> tuple[float, dict[str, Any]
         message = f"{server!r} answered HTTP {status}: {text}"
         if _says_no_reward(response):
             raise PermanentDispatchError(message, kind="missing_reward", server=server)
+        if _refuses_row(response):
+            raise PermanentDispatchError(message, kind="invalid_row", server=server)
         if status >= 500:
             raise TransientDispatchError(message, kind="http_5xx", server=server)
         if status == 429:
@@ -110,10 +121,18 @@ def classify(response: HttpResponse, server: str) -> tuple[float, dict[str, Any]
 class Dispatcher:
     """Sends attempts through the one :class:`HttpClient` to the servers' base URLs."""
 
-    def __init__(self, client: HttpClient, urls: dict[str, str], timeout_s: float) -> None:
+    def __init__(
+        self,
+        client: HttpClient,
+        urls: dict[str, str],
+        timeout_s: float,
+        capture: Capture = "off",
+    ) -> None:
         self._client = client
         self._run_urls = {name: url.rstrip("/") + "/run" for name, url in urls.items()}
         self._timeout = timeout_s
+        #: Asks the agent for a trajectory; None keeps the no-header fast path.
+        self._headers = {CAPTURE_HEADER: capture} if capture != "off" else None
 
     async def send_attempt(self, rollout: Rollout, attempt: int) -> AttemptOutcome:
         """One POST ``/run`` for ``rollout``'s attempt ``attempt``; never raises a DispatchError."""
@@ -128,6 +147,7 @@ class Dispatcher:
         server = target.server_name
         post = self._client.post_json
         url = self._run_urls[server]
+        headers = self._headers
         started_at = time.time()
         t0 = time.perf_counter()
         sampled = True
@@ -137,7 +157,7 @@ class Dispatcher:
             with spans.dispatch_span(row, target.dispatch_name, server) as span:
                 try:
                     answer: HttpResponse | DispatchError = await post(
-                        server, url, body, timeout=self._timeout, route="/run"
+                        server, url, body, timeout=self._timeout, headers=headers, route="/run"
                     )
                 except DispatchError as exc:
                     answer = exc
@@ -149,7 +169,9 @@ class Dispatcher:
                     sampled = context.trace_flags.sampled
         else:
             try:
-                answer = await post(server, url, body, timeout=self._timeout, route="/run")
+                answer = await post(
+                    server, url, body, timeout=self._timeout, headers=headers, route="/run"
+                )
             except DispatchError as exc:
                 answer = exc
             reward, result, error, trace_id = interpret(answer, server)

@@ -151,6 +151,8 @@ def make_collector(config: JobConfig, urls: dict[str, str], telemetry: JobTeleme
         agents=agents,
         metrics=telemetry.metrics,
         http_metrics=telemetry.http_metrics,
+        trajectories=run.trajectories,
+        capture_tokens=run.capture_tokens,
     )
 
 

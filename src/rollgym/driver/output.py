@@ -9,6 +9,12 @@ bit-packed bitmap indexed by ``task_index * repeats + rollout_index`` (300,000 r
 is 300 KB), feeds every record to the summary so totals span sessions, and rewrites
 ``failures.jsonl`` without the records that must run again (``cancelled``, or every failure
 with ``run.retry_failed``), atomically (temp file + ``os.replace``).
+
+A rollout's trajectory is written to ``trajectories.jsonl`` just before its rollout line,
+which points at it (``{"file", "offset", "bytes"}``). The rollout line is the commit: a
+``kill -9`` between the two leaves a trajectory line with no rollout line, always at the end
+of the file, and the ledger cuts it off on resume, so each finished rollout has exactly one
+trajectory line and every pointer stays valid.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from rollgym.driver.outcomes import Outcome, RolloutResult
 
 ROLLOUTS = "rollouts.jsonl"
 FAILURES = "failures.jsonl"
+TRAJECTORIES = "trajectories.jsonl"
 _log = logging.getLogger(__name__)
 
 
@@ -56,16 +63,38 @@ class OutcomeWriter:
 
     def __init__(self, output_dir: Path) -> None:
         output_dir.mkdir(parents=True, exist_ok=True)
+        self._dir = output_dir
         self._rollouts = open(output_dir / ROLLOUTS, "ab", buffering=0)  # noqa: SIM115 - lives as long as the writer
         self._failures = open(output_dir / FAILURES, "ab", buffering=0)  # noqa: SIM115
+        self._trajectories: Any = None  # opened with the first trajectory
+        self._trajectory_end = 0
 
     def write(self, outcome: Outcome) -> None:
-        line = orjson.dumps(outcome.to_record(), option=orjson.OPT_APPEND_NEWLINE)
-        (self._rollouts if isinstance(outcome, RolloutResult) else self._failures).write(line)
+        if not isinstance(outcome, RolloutResult):
+            self._failures.write(
+                orjson.dumps(outcome.to_record(), option=orjson.OPT_APPEND_NEWLINE)
+            )
+            return
+        pointer = self._write_trajectory(outcome) if outcome.trajectory is not None else None
+        line = orjson.dumps(outcome.to_record(pointer), option=orjson.OPT_APPEND_NEWLINE)
+        self._rollouts.write(line)
+
+    def _write_trajectory(self, outcome: RolloutResult) -> dict[str, Any]:
+        """Append the trajectory line; return the rollout line's pointer to it."""
+        if self._trajectories is None:
+            self._trajectories = open(self._dir / TRAJECTORIES, "ab", buffering=0)  # noqa: SIM115
+            self._trajectory_end = os.fstat(self._trajectories.fileno()).st_size
+        line = orjson.dumps(outcome.trajectory_record(), option=orjson.OPT_APPEND_NEWLINE)
+        offset = self._trajectory_end
+        self._trajectories.write(line)
+        self._trajectory_end += len(line)
+        return {"file": TRAJECTORIES, "offset": offset, "bytes": len(line)}
 
     def close(self) -> None:
         self._rollouts.close()
         self._failures.close()
+        if self._trajectories is not None:
+            self._trajectories.close()
 
     def __enter__(self) -> OutcomeWriter:
         return self
@@ -128,6 +157,42 @@ class Ledger:
         self.resumed += 1
         return True
 
+    def _trim_trajectories(self, path: Path) -> None:
+        """Drop trajectory lines whose rollout line was never written (``kill -9`` between the
+        two writes) or that repeat one already kept: cut off at the end, where they are."""
+        if not path.exists():
+            return
+        kept = Bitmap()
+        first_orphan: int | None = None
+        orphan_inside = False
+        offset = 0
+        with open(path, "rb") as handle:
+            for raw in handle:
+                start, offset = offset, offset + len(raw)
+                key = self._key_of_line(raw) if raw.endswith(b"\n") else None
+                if key is None or key not in self.done or key in kept:
+                    first_orphan = start if first_orphan is None else first_orphan
+                    continue
+                kept.add(key)
+                orphan_inside = orphan_inside or first_orphan is not None
+        if orphan_inside:  # only a hand-edited file gets here; pointers past it go stale
+            _log.warning("%s: trajectory lines without a rollout line in the middle", path)
+        elif first_orphan is not None:
+            _log.warning("%s: cutting %d bytes of unfinished rollouts", path, offset - first_orphan)
+            os.truncate(path, first_orphan)
+
+    def _key_of_line(self, raw: bytes) -> int | None:
+        try:
+            record = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(record, dict):
+            return None
+        task_index, rollout_index = record.get("task_index"), record.get("rollout_index")
+        if not isinstance(task_index, int) or not isinstance(rollout_index, int):
+            return None
+        return task_index * self.repeats + rollout_index
+
     @classmethod
     def load(
         cls,
@@ -142,6 +207,7 @@ class Ledger:
         for record in _records(output_dir / ROLLOUTS):
             if ledger._mark(record):
                 feed(record, True)
+        ledger._trim_trajectories(output_dir / TRAJECTORIES)
         failures = output_dir / FAILURES
         if not failures.exists():
             return ledger

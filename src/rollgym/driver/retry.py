@@ -21,6 +21,7 @@ from rollgym.driver.outcomes import Outcome, RolloutFailure, RolloutResult
 from rollgym.driver.rows import Rollout
 from rollgym.identity import make_rollout_id
 from rollgym.telemetry.names import OUTCOME_ERROR
+from rollgym.trajectory.record import TRAJECTORY_KEY
 
 SendAttempt = Callable[[Rollout, int], Awaitable[AttemptOutcome]]
 
@@ -77,6 +78,7 @@ def result_of(rollout: Rollout, outcome: AttemptOutcome, name: str) -> Outcome:
     task = rollout.task
     if outcome.error is None:
         assert outcome.reward is not None and outcome.result is not None
+        trajectory = outcome.result.pop(TRAJECTORY_KEY, None)
         return RolloutResult(
             outcome.rollout_id,
             task.task_index,
@@ -90,6 +92,7 @@ def result_of(rollout: Rollout, outcome: AttemptOutcome, name: str) -> Outcome:
             outcome.started_at + outcome.duration_s,
             outcome.result,
             outcome.trace_sampled,
+            trajectory if isinstance(trajectory, dict) else None,
         )
     error = outcome.error
     message = str(error)

@@ -1,7 +1,7 @@
 """The simulated policy model server: OpenAI-compatible, deterministic, cheap, GPU-free.
 
-Answers chat completions with text or tool calls from :mod:`policy`, ``usage`` from word
-counts, ``id = "chatcmpl-<request id>"``, after a sampled latency (``asyncio.sleep``: no CPU
+Answers chat completions with text or tool calls from :mod:`policy`, ``usage`` (and, when
+asked, vLLM's token ids and log-probabilities) from :mod:`toy_tokenizer`, ``id = "chatcmpl-<request id>"``, after a sampled latency (``asyncio.sleep``: no CPU
 is burnt, so thousands of rollouts can be in flight). Everything random is seeded from a
 stable hash (blake2b) of the request id, and "correct or not" from the rollout id, so a rerun
 of the same rollout behaves the same and a whole episode is consistently right or wrong.
@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollgym.builtins.models import toy_tokenizer
 from rollgym.builtins.models.policy import Reply, decide
 from rollgym.config import ServerOptions
 from rollgym.servers.model import ChatRequest, ModelServer
@@ -167,8 +168,12 @@ class SimulatedModel(ModelServer):
         tool_names = {str((t.get("function") or {}).get("name")) for t in request.tools or []}
         reply = decide(request.messages, tool_names, correct, rng)
         timings.e2e = time.perf_counter() - arrived
-        return completion(
+        answer = completion(
             request_id, options.model_name, reply, prompt_tokens=_prompt_words(request.messages)
+        )
+        # usage, token ids and log-probabilities from one tokenizer, so they always agree
+        return toy_tokenizer.annotate(
+            answer, request.messages, request.tools, request.model_extra or {}, rng
         )
 
 
