@@ -29,8 +29,8 @@ MAX_TURNS = 4096
 Capture = Literal["off", "turns", "tokens"]
 #: The request fields that ask an engine for token ids and log-probabilities (vLLM >= 0.10.2).
 TOKEN_REQUEST_FIELDS: dict[str, Any] = {"return_token_ids": True, "logprobs": True}
-#: Request keys that are the conversation, not sampling parameters.
-_NOT_SAMPLING = frozenset(("messages", "tools", "model", "stream"))
+#: Request keys that are the conversation; the rest (sampling, token capture) are params.
+_NOT_PARAMS = frozenset(("messages", "tools", "model", "stream"))
 
 
 def capture_mode(requested: str | None, trajectories: bool | None, tokens: bool | None) -> Capture:
@@ -114,7 +114,7 @@ class TrajectoryRecorder:
         if tools != self._tools or self._model_calls == 0:
             turn["tools"] = tools
             self._tools = tools
-        turn["sampling"] = {k: v for k, v in request.items() if k not in _NOT_SAMPLING}
+        turn["params"] = {k: v for k, v in request.items() if k not in _NOT_PARAMS}
         choices = answer.get("choices")
         choice = choices[0] if isinstance(choices, list) and choices else {}
         message = choice.get("message") if isinstance(choice, dict) else None
