@@ -18,6 +18,7 @@ import os
 import re
 import secrets as _secrets
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -40,6 +41,15 @@ class ServerOptions(BaseModel):
 
     model_config = _FROZEN
     server_refs: ClassVar[dict[str, ServerKind]] = {}
+
+    def references(self) -> Iterator[tuple[str, str, ServerKind]]:
+        """(field, server name, kind) of every server these options name: a ``server_refs``
+        field holds one name, or a mapping whose values are names."""
+        for field, kind in self.server_refs.items():
+            value = getattr(self, field, None)
+            for target in value.values() if isinstance(value, dict) else [value]:
+                if isinstance(target, str):
+                    yield field, target, kind
 
 
 class RunConfig(BaseModel):
@@ -335,23 +345,26 @@ def _check_servers(config: JobConfig, source: str) -> None:
         except ValidationError as exc:
             key_path, message = _describe(exc)
             raise ConfigError(message, source=source, key_path=f"{base}.{key_path}") from None
-        for field, kind in impl.Options.server_refs.items():
-            target = getattr(options, field, None)
-            if target is None:
-                continue
-            other = config.servers.get(target)
-            if other is None:
-                raise ConfigError(
-                    f"names server {target!r}, which is not in servers: (have {sorted(config.servers)})",
-                    source=source,
-                    key_path=f"{base}.{field}",
-                )
-            if other.kind != kind:
-                raise ConfigError(
-                    f"names server {target!r} of kind {other.kind!r}; expected a {kind} server",
-                    source=source,
-                    key_path=f"{base}.{field}",
-                )
+        for field, target, kind in options.references():
+            _check_reference(config, source, f"{base}.{field}", target, kind)
+
+
+def _check_reference(
+    config: JobConfig, source: str, key_path: str, target: str, kind: ServerKind
+) -> None:
+    other = config.servers.get(target)
+    if other is None:
+        raise ConfigError(
+            f"names server {target!r}, which is not in servers: (have {sorted(config.servers)})",
+            source=source,
+            key_path=key_path,
+        )
+    if other.kind != kind:
+        raise ConfigError(
+            f"names server {target!r} of kind {other.kind!r}; expected a {kind} server",
+            source=source,
+            key_path=key_path,
+        )
 
 
 def _check_routes(config: JobConfig, source: str) -> None:

@@ -232,3 +232,111 @@ def test_export_without_trajectories_says_how_to_get_them(job: Job) -> None:
     )
     assert exported.returncode == 2 and "run.capture_tokens=true" in exported.stderr
     assert not (job.out / "trajectories.jsonl").exists()
+
+
+def _nemo_rows() -> list[dict[str, Any]]:
+    """Rows in NeMo Gym's format (responses_create_params + agent_ref + verifier fields)."""
+    from rollgym.builtins.envs.keychain import SYSTEM_PROMPT, build_vault
+
+    read_key = {
+        "type": "function",
+        "name": "read_key",
+        "description": "Read one key of the vault.",
+        "parameters": {
+            "type": "object",
+            "properties": {"key": {"type": "string"}},
+            "required": ["key"],
+            "additionalProperties": False,
+        },
+        "strict": True,
+    }
+    rows: list[dict[str, Any]] = []
+    for a in range(4):
+        rows.append(
+            {
+                "responses_create_params": {
+                    "input": [
+                        {"role": "user", "content": f"Compute: {a} + 7\nReply with 'Answer: <n>'."}
+                    ],
+                    "temperature": 0.5,
+                    "max_output_tokens": 64,
+                },
+                "question": f"{a} + 7",
+                "agent_ref": {"type": "responses_api_agents", "name": "math_simple_agent"},
+            }
+        )
+    for seed in range(4):
+        vault = build_vault(seed, 2, 2)
+        rows.append(
+            {
+                "responses_create_params": {
+                    "input": [
+                        {"role": "developer", "content": SYSTEM_PROMPT},
+                        {
+                            "role": "user",
+                            "content": [
+                                {"type": "input_text", "text": f"Start key: {vault.start}"}
+                            ],
+                        },
+                    ],
+                    "tools": [read_key],
+                },
+                "seed": seed,
+                "hops": 2,
+                "agent_ref": {"type": "responses_api_agents", "name": "vault_agent"},
+            }
+        )
+    image = {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}
+    rows.append(
+        {
+            "responses_create_params": {"input": [{"role": "user", "content": [image]}]},
+            "question": "1 + 1",
+            "agent_ref": {"type": "responses_api_agents", "name": "math_simple_agent"},
+        }
+    )
+    rows.append(
+        {
+            "responses_create_params": {
+                "input": [
+                    {"role": "user", "content": "Compute: 1 + 1"},
+                    {"type": "reasoning", "summary": []},
+                ]
+            },
+            "question": "1 + 1",
+            "agent_ref": {"type": "responses_api_agents", "name": "math_simple_agent"},
+        }
+    )
+    return rows
+
+
+def test_nemo_gym_rows_run_unchanged(job: Job) -> None:
+    servers = {
+        "policy": {"kind": "model", "impl": "simulated", "accuracy": 1.0, "latency": FAST},
+        "arith": {"kind": "environment", "impl": "arithmetic"},
+        "keys": {"kind": "environment", "impl": "keychain"},
+        "nemo": {
+            "kind": "agent",
+            "impl": "nemo_gym_row",
+            "model": "policy",
+            "environments": {"math_simple_agent": "arith", "vault_agent": "keys"},
+        },
+    }
+    job.write(servers, _nemo_rows(), agent="nemo", capture_tokens=True)
+    done = job.run()
+    assert done.returncode == 0, done.stdout + done.stderr
+    rollouts = {r["task_index"]: r for r in job.rollouts}
+    assert sorted(rollouts) == list(range(8))
+    assert all(r["reward"] == 1.0 for r in rollouts.values())  # accuracy 1: every row solved
+    assert all(rollouts[i]["result"]["tool_calls"] == 2 for i in range(4, 8))
+    trajectories = _by_rollout(job)
+    arith = [t for t in trajectories["0-0"]["trajectory"]["turns"] if t["type"] == "model"]
+    assert arith[0]["params"]["temperature"] == 0.5 and arith[0]["params"]["max_tokens"] == 64
+    for index in range(4, 8):
+        _check_tokens(trajectories[f"{index}-0"])
+    failures = {f["task_index"]: f for f in job.failures}
+    assert sorted(failures) == [8, 9]
+    assert {f["error_kind"] for f in failures.values()} == {"invalid_row"}
+    assert "row.responses_create_params.input.0.content.0.type" in failures[8]["message"]
+    assert "input_image" in failures[8]["message"]
+    assert "row.responses_create_params.input.1.type" in failures[9]["message"]
+    assert "reasoning" in failures[9]["message"]

@@ -76,7 +76,9 @@ class Agent(Server):
         header."""
         options = self.options
         assert isinstance(options, AgentOptions)
-        sampling = options.sampling_for((row or {}).get("sampling"))
+        row = row or {}
+        sampling = options.sampling_for(self.row_sampling(row))
+        environment = self.environment_for(row)
         model = env = None
         if options.model is not None:
             model = ModelClient.of_server(
@@ -86,17 +88,26 @@ class Agent(Server):
                 model_name=options.model_name,
                 timeout=options.request_timeout_s,
             )
-        if options.environment is not None:
+        if environment is not None:
             env = HttpEnvSession(
                 self.client,
-                options.environment,
-                self.context.url_of(options.environment),
+                environment,
+                self.context.url_of(environment),
                 rollout_id=rollout_id,
                 timeout=options.request_timeout_s,
             )
         return RolloutContext(
             rollout_id, model, env, sampling=sampling, trajectory=options.recorder_for(capture)
         )
+
+    def environment_for(self, row: dict[str, Any]) -> str | None:
+        """The environment server a row's rollout uses: the ``environment`` option."""
+        assert isinstance(self.options, AgentOptions)
+        return self.options.environment
+
+    def row_sampling(self, row: dict[str, Any]) -> Any:
+        """The row's own sampling parameters (its ``sampling`` object), if any."""
+        return row.get("sampling")
 
     async def _handle_run(self, request: Request) -> Response:
         row = await json_object(request)
