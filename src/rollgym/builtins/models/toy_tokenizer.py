@@ -16,6 +16,7 @@ same ids. Special tokens have fixed small ids. :func:`annotate` adds the engine 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import random
@@ -37,11 +38,16 @@ _PIECE = re.compile(r"\s*[A-Za-z]+|\s*\d{1,3}|\s*[^\sA-Za-z\d]|\s+")
 MAX_TOP_LOGPROBS = 20
 
 
-def pieces(text: str) -> list[str]:
-    """Split text into token strings; ``"".join(pieces(t)) == t`` always."""
-    return _PIECE.findall(text)
+@functools.lru_cache(maxsize=8192)
+def pieces(text: str) -> tuple[str, ...]:
+    """Split text into token strings; ``"".join(pieces(t)) == t`` always.
+
+    Cached: a conversation sends the same texts (system prompt, tools, earlier turns) on every
+    turn, and the cache keeps the simulated engine's per-call cost near its new text only."""
+    return tuple(_PIECE.findall(text))
 
 
+@functools.lru_cache(maxsize=65536)
 def token_id(piece: str) -> int:
     """The id of one token string: fixed for special tokens, a stable hash otherwise."""
     special = SPECIAL_IDS.get(piece)
