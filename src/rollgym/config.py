@@ -43,13 +43,16 @@ class ServerOptions(BaseModel):
     server_refs: ClassVar[dict[str, ServerKind]] = {}
 
     def references(self) -> Iterator[tuple[str, str, ServerKind]]:
-        """(field, server name, kind) of every server these options name: a ``server_refs``
-        field holds one name, or a mapping whose values are names."""
+        """(key path, server name, kind) of every server these options name: a
+        ``server_refs`` field holds one name, or a mapping whose values are names."""
         for field, kind in self.server_refs.items():
             value = getattr(self, field, None)
-            for target in value.values() if isinstance(value, dict) else [value]:
-                if isinstance(target, str):
-                    yield field, target, kind
+            if isinstance(value, dict):
+                for key, target in value.items():
+                    if isinstance(target, str):
+                        yield f"{field}.{key}", target, kind
+            elif isinstance(value, str):
+                yield field, value, kind
 
 
 class RunConfig(BaseModel):
