@@ -6,9 +6,11 @@ rounds: off (no trajectories), tokens (``run.capture_tokens=true``: every turn, 
 log-probabilities), off, tokens ... The rate of a round is its rollouts over the span of its
 collection (first ``started_at`` to last ``finished_at`` in ``rollouts.jsonl``), so server
 start-up is not counted. Also reports bytes per rollout of ``trajectories.jsonl`` and of
-``rollouts.jsonl``.
+``rollouts.jsonl``, and the CPU time per rollout of the whole run (driver and every server
+process, from ``getrusage(RUSAGE_CHILDREN)``; start-up included), which other load on the
+machine does not change the way it changes rates.
 
-Prints both rates, the ratio tokens / off (target >= 0.85) and the sizes.
+Prints both rates, the ratio tokens / off (target >= 0.85), CPU per rollout and the sizes.
 
     python bench/trajectory_overhead.py [--quick] [--repeats 8] [--rounds 3]
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -29,8 +32,9 @@ REPO = Path(__file__).resolve().parent.parent
 QUICKSTART = REPO / "examples" / "quickstart.yaml"
 
 
-def run(output_dir: Path, repeats: int, capture: bool) -> tuple[float, int, int, int]:
-    """One run; returns (rollouts/s of its collection, rollouts, trajectory bytes, rollout bytes)."""
+def run(output_dir: Path, repeats: int, capture: bool) -> tuple[float, int, int, int, float]:
+    """One run; returns (rollouts/s of its collection, rollouts, trajectory bytes, rollout
+    bytes, CPU seconds of the run and all its servers)."""
     env = {**os.environ, "OTEL_SDK_DISABLED": "true"}
     command = [
         sys.executable,
@@ -44,7 +48,10 @@ def run(output_dir: Path, repeats: int, capture: bool) -> tuple[float, int, int,
         "telemetry.preset=off",
         "telemetry.exporter=none",
     ]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     if done.returncode != 0:
         raise SystemExit(f"run failed:\n{done.stdout}\n{done.stderr}")
     rollouts = [
@@ -54,7 +61,7 @@ def run(output_dir: Path, repeats: int, capture: bool) -> tuple[float, int, int,
     trajectories = output_dir / "trajectories.jsonl"
     trajectory_bytes = trajectories.stat().st_size if trajectories.exists() else 0
     rollout_bytes = (output_dir / "rollouts.jsonl").stat().st_size
-    return len(rollouts) / span, len(rollouts), trajectory_bytes, rollout_bytes
+    return len(rollouts) / span, len(rollouts), trajectory_bytes, rollout_bytes, cpu
 
 
 def main() -> None:
@@ -65,14 +72,16 @@ def main() -> None:
     args = parser.parse_args()
     repeats, rounds = (3, 2) if args.quick else (args.repeats, args.rounds)
     rates: dict[bool, list[float]] = {False: [], True: []}
+    cpu: dict[bool, list[float]] = {False: [], True: []}
     sizes: dict[bool, tuple[int, int, int]] = {}
     with tempfile.TemporaryDirectory(prefix="rollgym-bench-") as tmp:
         for index in range(rounds):
             for capture in (False, True):
-                rate, count, trajectory_bytes, rollout_bytes = run(
+                rate, count, trajectory_bytes, rollout_bytes, seconds = run(
                     Path(tmp) / f"{index}-{capture}", repeats, capture
                 )
                 rates[capture].append(rate)
+                cpu[capture].append(seconds * 1000 / count)
                 sizes[capture] = (count, trajectory_bytes, rollout_bytes)
     off, on = rates[False], rates[True]
     pairs = [t / o for t, o in zip(on, off, strict=True)]
@@ -89,6 +98,11 @@ def main() -> None:
     print(
         f"ratio tokens/off: {statistics.median(on) / statistics.median(off):.2f} of medians, "
         f"{statistics.median(pairs):.2f} median of adjacent pairs (target >= 0.85)"
+    )
+    cpu_off, cpu_on = statistics.median(cpu[False]), statistics.median(cpu[True])
+    print(
+        f"CPU per rollout, all processes: off {cpu_off:.1f} ms, tokens {cpu_on:.1f} ms "
+        f"(ratio off/tokens {cpu_off / cpu_on:.2f})"
     )
     print(
         f"bytes per rollout: trajectories.jsonl {trajectory_bytes / count:,.0f}, "
