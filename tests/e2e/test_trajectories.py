@@ -340,3 +340,19 @@ def test_nemo_gym_rows_run_unchanged(job: Job) -> None:
     assert "input_image" in failures[8]["message"]
     assert "row.responses_create_params.input.1.type" in failures[9]["message"]
     assert "reasoning" in failures[9]["message"]
+
+
+def test_token_fields_pass_through_the_openai_upstream_proxy(job: Job) -> None:
+    """The engine's fields reach the trajectory unchanged through the ``openai`` proxy (here in
+    front of the simulated engine, as it would be in front of vLLM)."""
+    servers = _servers()
+    servers["engine"] = servers.pop("policy")
+    servers["policy"] = {"kind": "model", "impl": "openai", "upstream": "engine", "model": "toy"}
+    servers["keys"]["model"] = "engine"
+    job.write(servers, _keychain_rows(4), agent="walker", capture_tokens=True)
+    done = job.run()
+    assert done.returncode == 0, done.stdout + done.stderr
+    trajectories = _by_rollout(job)
+    assert len(trajectories) == 4
+    for line in trajectories.values():
+        _check_tokens(line)
