@@ -75,21 +75,6 @@ def stable_seed(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
 
 
-def _words(value: Any) -> int:
-    if isinstance(value, str):
-        return len(value.split())
-    if isinstance(value, dict):
-        return sum(_words(item) for item in value.values())
-    if isinstance(value, list):
-        return sum(_words(item) for item in value)
-    return 0
-
-
-def _prompt_words(messages: list[dict[str, Any]]) -> int:
-    """Prompt "tokens": the words of the contents and tool calls, not of roles or ids."""
-    return sum(_words(m.get("content")) + _words(m.get("tool_calls")) for m in messages)
-
-
 @dataclass(slots=True)
 class EngineTimings:
     """What an engine measures about one generation (seconds)."""
@@ -168,20 +153,18 @@ class SimulatedModel(ModelServer):
         tool_names = {str((t.get("function") or {}).get("name")) for t in request.tools or []}
         reply = decide(request.messages, tool_names, correct, rng)
         timings.e2e = time.perf_counter() - arrived
-        answer = completion(
-            request_id, options.model_name, reply, prompt_tokens=_prompt_words(request.messages)
-        )
+        answer = completion(request_id, options.model_name, reply)
         # usage, token ids and log-probabilities from one tokenizer, so they always agree
         return toy_tokenizer.annotate(
             answer, request.messages, request.tools, request.model_extra or {}, rng
         )
 
 
-def completion(request_id: str, model: str, reply: Reply, *, prompt_tokens: int) -> dict[str, Any]:
-    """An OpenAI ``chat.completion`` object for one reply."""
+def completion(request_id: str, model: str, reply: Reply) -> dict[str, Any]:
+    """An OpenAI ``chat.completion`` object for one reply (``usage`` is added by
+    :func:`toy_tokenizer.annotate`)."""
     message: dict[str, Any] = {"role": "assistant", "content": reply.content}
     finish_reason = "stop"
-    output_words = _words(reply.content)
     if reply.tool_call is not None:
         name, arguments = reply.tool_call
         encoded = orjson.dumps(arguments).decode()
@@ -193,17 +176,10 @@ def completion(request_id: str, model: str, reply: Reply, *, prompt_tokens: int)
             }
         ]
         finish_reason = "tool_calls"
-        output_words += 1 + _words(arguments)
-    completion_tokens = max(1, output_words)
     return {
         "id": f"chatcmpl-{request_id}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
     }
