@@ -27,6 +27,7 @@ FORMAT_VERSION = 1
 MAX_TURNS = 4096
 
 Capture = Literal["off", "turns", "tokens"]
+_ASKED: dict[str, Capture] = {"turns": "turns", "tokens": "tokens"}
 #: The request fields that ask an engine for token ids and log-probabilities (vLLM >= 0.10.2).
 TOKEN_REQUEST_FIELDS: dict[str, Any] = {"return_token_ids": True, "logprobs": True}
 #: Request keys that are the conversation; the rest (sampling, token capture) are params.
@@ -36,7 +37,7 @@ _NOT_PARAMS = frozenset(("messages", "tools", "model", "stream"))
 def capture_mode(requested: str | None, trajectories: bool | None, tokens: bool | None) -> Capture:
     """What to record for one rollout. ``requested`` is the driver's header (the run's
     setting); a server's own options ``trajectories`` / ``capture_tokens`` win when set."""
-    asked: Capture = requested if requested in ("turns", "tokens") else "off"  # type: ignore[assignment]
+    asked = _ASKED.get(requested or "", "off")
     if tokens:
         return "tokens"
     if trajectories is False:
@@ -92,7 +93,7 @@ class TrajectoryRecorder:
 
     def request_fields(self) -> dict[str, Any]:
         """What every model request adds so the engine answers its tokens."""
-        return TOKEN_REQUEST_FIELDS if self.tokens else {}
+        return dict(TOKEN_REQUEST_FIELDS) if self.tokens else {}
 
     def _add(self, turn: dict[str, Any]) -> None:
         if len(self.turns) >= MAX_TURNS:
