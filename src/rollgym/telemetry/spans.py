@@ -261,6 +261,64 @@ def verify_span(rollout_id: str | None) -> AbstractContextManager[Span]:
     return current_span(names.SPAN_VERIFY, attributes=_rollout_attrs(rollout_id))
 
 
+# --- sandbox -----------------------------------------------------------------------------------------
+def _sandbox_attrs(rollout_id: str | None, sandbox_id: str) -> dict[str, Any]:
+    attributes: dict[str, Any] = {names.SANDBOX_ID: sandbox_id}
+    if rollout_id:
+        attributes[names.ROLLOUT_ID] = rollout_id
+    return attributes
+
+
+def sandbox_create_span(rollout_id: str | None) -> AbstractContextManager[Span]:
+    """``gym.sandbox.create``: a rollout getting its sandbox (from the warm pool or made now)."""
+    return current_span(names.SPAN_SANDBOX_CREATE, attributes=_rollout_attrs(rollout_id))
+
+
+def record_sandbox_created(span: Span, sandbox_id: str, warm: bool) -> None:
+    try:
+        span.set_attributes({names.SANDBOX_ID: sandbox_id, names.SANDBOX_WARM: warm})
+    except Exception:
+        warn_once("recording a sandbox creation failed")
+
+
+def sandbox_exec_span(
+    rollout_id: str | None, sandbox_id: str, command: str
+) -> AbstractContextManager[Span]:
+    """``gym.sandbox.exec``: one command run in a sandbox (``command``: the program's name)."""
+    attributes = _sandbox_attrs(rollout_id, sandbox_id)
+    attributes[names.SANDBOX_COMMAND] = command
+    return current_span(names.SPAN_SANDBOX_EXEC, attributes=attributes)
+
+
+def record_sandbox_exec(span: Span, result: Any) -> None:
+    """Exit code, limit flags, durations and output sizes of an :class:`ExecResult`."""
+    try:
+        if not span.is_recording():
+            return
+        attributes: dict[str, Any] = {
+            names.SANDBOX_EXIT_CODE: result.exit_code,
+            names.SANDBOX_TIMED_OUT: result.timed_out,
+            names.SANDBOX_KILLED: result.killed,
+            names.SANDBOX_WALL_TIME: result.wall_s,
+            names.SANDBOX_CPU_TIME: result.cpu_s,
+            names.SANDBOX_STDOUT_BYTES: result.stdout_bytes,
+            names.SANDBOX_STDERR_BYTES: result.stderr_bytes,
+            names.SANDBOX_OUTPUT_TRUNCATED: result.truncated,
+        }
+        if result.limit is not None:
+            attributes[names.SANDBOX_LIMIT] = result.limit
+        span.set_attributes(attributes)
+    except Exception:
+        warn_once("recording a sandbox exec failed")
+
+
+def sandbox_destroy_span(rollout_id: str | None, sandbox_id: str) -> AbstractContextManager[Span]:
+    """``gym.sandbox.destroy``: a rollout's sandbox removed, with every file it wrote."""
+    return current_span(
+        names.SPAN_SANDBOX_DESTROY, attributes=_sandbox_attrs(rollout_id, sandbox_id)
+    )
+
+
 # --- HTTP --------------------------------------------------------------------------------------------
 #: Client-span attributes per (method, destination, url): the driver posts to the same few URLs
 #: all run long, so parsing each URL once keeps the traced hot path short. Bounded, because
