@@ -8,14 +8,12 @@ missing bubblewrap is a clear error naming what to install.
 
 from __future__ import annotations
 
-import json
 from contextvars import ContextVar
-from functools import cache
-from importlib import resources
 from typing import Any
 
 from pydantic import Field
 
+from rollgym.builtins.envs.tasksets import load_taskset
 from rollgym.sandbox import ExecResult, Sandbox, SandboxLimits, SandboxPool
 from rollgym.servers import Environment, EnvironmentOptions, SessionState
 
@@ -102,14 +100,6 @@ def shown(result: ExecResult) -> str:
     return "\n".join(parts)
 
 
-@cache
-def load_taskset(name: str) -> dict[str, dict[str, Any]]:
-    """A task set shipped with rollgym (``tasksets/<name>.json``), by task id."""
-    text = resources.files(__package__).joinpath("tasksets", f"{name}.json").read_text()
-    tasks = json.loads(text)
-    return {task["id"]: task for task in tasks}
-
-
 def task_from_row(row: dict[str, Any], taskset: str, key: str) -> dict[str, Any]:
     """The task a row names by ``row[key]`` (an id of the shipped set) or carries inline.
 
@@ -119,7 +109,9 @@ def task_from_row(row: dict[str, Any], taskset: str, key: str) -> dict[str, Any]
     if isinstance(name, str):
         tasks = load_taskset(taskset)
         if name not in tasks:
-            raise ValueError(f"{key!r}: no {taskset} task {name!r} (the shipped set has {len(tasks)})")
+            raise ValueError(
+                f"{key!r}: no {taskset} task {name!r} (the shipped set has {len(tasks)})"
+            )
         return tasks[name]
     inline = row.get("inline")
     if isinstance(inline, dict):
