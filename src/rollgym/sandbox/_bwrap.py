@@ -4,7 +4,7 @@ Every exec is one ``bwrap`` process: new user, pid, network, ipc and uts namespa
 network at all, loopback servers of the run included: the sandbox has its own empty loopback);
 the system (``/usr``, ``/etc`` and the ``/bin``-style links) read-only; a fresh ``/dev``,
 ``/proc`` and ``/tmp``; the sandbox's private work directory at ``/work``; nothing else of the
-host (no home, no run output directory). The environment is cleared. Inside, ``prlimit`` sets
+host (no home, no run output directory), under a read-only root. The environment is cleared. Inside, ``prlimit`` sets
 the kernel limits before the command starts, so they bind the command and all it forks, and
 the process limit counts only this sandbox's user namespace.
 
@@ -94,6 +94,7 @@ def bwrap_argv(
         "--proc", "/proc",
         "--tmpfs", "/tmp",
         "--bind", str(work_dir), WORK_DIR,
+        "--remount-ro", "/",
         "--chdir", WORK_DIR,
         "--clearenv",
         "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
