@@ -6,6 +6,8 @@ the right flags, and that no process of the sandbox is left once the exec return
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import socket
 import threading
@@ -40,7 +42,9 @@ async def test_secrets_home_and_the_run_directory_are_out_of_sight(
 
 async def test_writes_stay_in_the_work_dir_and_persist_between_execs(pool: SandboxPool) -> None:
     sandbox = await pool.acquire("r-writes")
-    outside = [await sandbox.exec(f"echo x > {path}") for path in ("/usr/evil", "/etc/motd", "/evil")]
+    outside = [
+        await sandbox.exec(f"echo x > {path}") for path in ("/usr/evil", "/etc/motd", "/evil")
+    ]
     inside = await sandbox.exec("echo kept > note.txt && mkdir -p d && echo t > /tmp/t")
     later = await sandbox.exec("cat note.txt; ls /tmp")
     assert all(r.exit_code != 0 and "Read-only file system" in r.stderr for r in outside)
@@ -56,17 +60,17 @@ async def test_a_loopback_server_of_the_run_cannot_be_reached(pool: SandboxPool)
     accepted: list[object] = []
 
     def accept() -> None:
-        try:
+        with contextlib.suppress(OSError):  # the timeout: nobody connected
             accepted.append(server.accept())
-        except OSError:
-            pass
 
     watcher = threading.Thread(target=accept)
     watcher.start()
     sandbox = await pool.acquire("r-net")
     code = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5)"
     result = await sandbox.exec(["python3", "-c", code])
-    outside = await sandbox.exec(["python3", "-c", "import socket; socket.getaddrinfo('example.com', 80)"])
+    outside = await sandbox.exec(
+        ["python3", "-c", "import socket; socket.getaddrinfo('example.com', 80)"]
+    )
     watcher.join()
     server.close()
     assert result.exit_code == 1 and "ConnectionRefusedError" in result.stderr
@@ -77,7 +81,9 @@ async def test_a_loopback_server_of_the_run_cannot_be_reached(pool: SandboxPool)
 async def test_a_fork_bomb_is_contained_and_leaves_nothing(pool: SandboxPool) -> None:
     sandbox = await pool.acquire("r-fork")
     bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
-    result = await sandbox.exec(["python3", "-c", bomb], limits=LIMITS.model_copy(update={"wall_s": 3}))
+    result = await sandbox.exec(
+        ["python3", "-c", bomb], limits=LIMITS.model_copy(update={"wall_s": 3})
+    )
     assert result.killed and result.timed_out
     assert not processes_of(sandbox.sandbox_id)
     after = await sandbox.exec(["echo", "still usable"])
@@ -149,8 +155,6 @@ async def test_pool_accounting_is_exact_and_waiters_are_counted() -> None:
     await pool.start()
     first = await pool.acquire("a")
     second = await pool.acquire("b")
-    import asyncio
-
     third = asyncio.ensure_future(pool.acquire("c"))
     for _ in range(100):
         await asyncio.sleep(0.01)
