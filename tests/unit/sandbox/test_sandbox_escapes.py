@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import LIMITS, processes_of, requires_sandbox
+from sandbox_support import LIMITS, processes_of, requires_sandbox
 
 from rollgym.sandbox import SandboxLimits, SandboxPool
 
