@@ -108,5 +108,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--execs", type=int, default=160, help="execs per round and side")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="48 execs x 3 rounds")
     args = parser.parse_args()
+    if args.quick:
+        args.execs, args.rounds = 48, 3
     asyncio.run(main(args.execs, args.rounds))

@@ -13,6 +13,13 @@ if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -
     || echo "warning: could not install chromium; browser tests will be skipped" >&2
 fi
 
+# The sandbox tests and the code/terminal environments run real bubblewrap sandboxes (prlimit
+# and setpriv come from util-linux); without it those tests are skipped, saying why.
+if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap util-linux >/dev/null) \
+    || echo "warning: could not install bubblewrap; sandbox tests will be skipped" >&2
+fi
+
 # The Phoenix integration test and the Ray placement test need optional extras; they are
 # large, so a failed install only skips those tests (and says so) instead of failing the suite.
 for extra in phoenix ray; do
