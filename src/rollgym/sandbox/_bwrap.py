@@ -28,6 +28,8 @@ from rollgym.sandbox.limits import SandboxLimits
 WORK_DIR = "/work"
 #: The environment variable naming a sandbox inside it: accounting finds its processes by it.
 SANDBOX_ID_ENV = "ROLLGYM_SANDBOX_ID"
+#: The same for one exec (``<sandbox id>.<n>``): the no-cgroup sweep kills stragglers by it.
+EXEC_ID_ENV = "ROLLGYM_SANDBOX_EXEC"
 #: The unprivileged user a root server runs sandboxes as.
 NOBODY = 65534
 _SYSTEM_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
@@ -68,11 +70,13 @@ def system_view() -> tuple[str, ...]:
 
 
 def limit_args(limits: SandboxLimits) -> tuple[str, ...]:
-    """``prlimit`` options for the kernel-enforced limits (soft = hard: no raising them)."""
+    """``prlimit`` options for the kernel-enforced limits (soft = hard: no raising them),
+    except CPU: SIGXCPU at the limit, so its end is recognisable without CPU accounting, and
+    SIGKILL a second later for a program that catches it."""
     return (
         "prlimit",
         f"--as={limits.memory_mb * 1024 * 1024}",
-        f"--cpu={limits.cpu_s}",
+        f"--cpu={limits.cpu_s}:{limits.cpu_s + 1}",
         f"--nproc={limits.processes}",
         f"--fsize={limits.file_mb * 1024 * 1024}",
         "--core=0",
@@ -80,8 +84,13 @@ def limit_args(limits: SandboxLimits) -> tuple[str, ...]:
     )
 
 
+def exec_marker(exec_name: str) -> bytes:
+    """How an exec's processes are marked in their environment."""
+    return f"{EXEC_ID_ENV}={exec_name}".encode()
+
+
 def bwrap_argv(
-    work_dir: Path, sandbox_id: str, limits: SandboxLimits, command: list[str]
+    work_dir: Path, sandbox_id: str, limits: SandboxLimits, command: list[str], exec_name: str = ""
 ) -> list[str]:
     """The full command line running ``command`` in the sandbox whose files are ``work_dir``."""
     return [
@@ -102,6 +111,7 @@ def bwrap_argv(
         "--setenv", "LANG", "C.UTF-8",
         "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
         "--setenv", SANDBOX_ID_ENV, sandbox_id,
+        "--setenv", EXEC_ID_ENV, exec_name or sandbox_id,
         "--",
         *limit_args(limits),
         *command,

@@ -18,15 +18,42 @@ import selectors
 import signal
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
-from rollgym.sandbox._cgroup import ExecCgroup
+from rollgym.sandbox._bwrap import exec_marker, sandbox_owner, user_switch
+from rollgym.sandbox._cgroup import ExecCgroup, enter_cgroup_argv
+from rollgym.sandbox._stragglers import kill_stragglers
 from rollgym.sandbox.limits import LIMIT_CPU, LIMIT_OUTPUT, LIMIT_WALL, ExecResult, SandboxLimits
 
 _CHUNK = 65536
 #: A shell reports "killed by signal N" as exit status 128 + N; bwrap passes that on.
 _SIGNAL_BASE = 128
-_CPU_SIGNALS = (signal.SIGKILL, signal.SIGXCPU)
+
+
+def run_exec(
+    argv: list[str],
+    stdin: bytes | None,
+    limits: SandboxLimits,
+    cgroup_parent: Path | None,
+    name: str,
+) -> ExecResult:
+    """One exec as the sandbox user, in its own cgroup ``name`` under ``cgroup_parent`` when
+    one is given and can be made (else on rlimits alone, its stragglers swept by marker)."""
+    cgroup = None
+    if cgroup_parent is not None:
+        try:
+            cgroup = ExecCgroup(cgroup_parent, name, limits)
+        except OSError:
+            cgroup = None
+    if cgroup is None:
+        try:
+            return run_capped(argv, stdin, limits, user_switch())
+        finally:
+            kill_stragglers(exec_marker(name))
+    uid, gid = sandbox_owner()
+    prefix = enter_cgroup_argv(cgroup.procs, bool(user_switch()), uid, gid)
+    return run_capped(prefix + argv, stdin, limits, {}, cgroup)
 
 
 def run_capped(
@@ -90,8 +117,7 @@ def _run(
         cpu = cgroup.cpu_seconds() or cpu
     exit_code = proc.returncode if proc.returncode >= 0 else _SIGNAL_BASE - proc.returncode
     signalled = exit_code > _SIGNAL_BASE
-    cpu_spent = cpu >= limits.cpu_s * 0.9
-    if limit is None and signalled and exit_code - _SIGNAL_BASE in _CPU_SIGNALS and cpu_spent:
+    if limit is None and signalled and _cpu_limit_hit(exit_code - _SIGNAL_BASE, cpu, limits):
         limit = LIMIT_CPU
     out = outputs.get(out_fd, bytearray())
     err = outputs.get(err_fd, bytearray())
@@ -108,6 +134,14 @@ def _run(
         stderr_bytes=len(err),
         truncated=len(out) + len(err) > limits.output_bytes,
     )
+
+
+def _cpu_limit_hit(signal_number: int, cpu: float, limits: SandboxLimits) -> bool:
+    """SIGXCPU is the CPU limit's own signal; a SIGKILL is its second step only when the
+    (cgroup-measured) CPU time shows the limit was spent."""
+    if signal_number == signal.SIGXCPU:
+        return True
+    return signal_number == signal.SIGKILL and cpu >= limits.cpu_s * 0.9
 
 
 def _pump(

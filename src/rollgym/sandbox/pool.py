@@ -29,6 +29,7 @@ from typing import Any
 
 from rollgym.sandbox._bwrap import check_support, sandbox_owner
 from rollgym.sandbox._cgroup import create_pool_cgroup, remove_cgroup
+from rollgym.sandbox._process import run_exec
 from rollgym.sandbox.limits import ExecResult, SandboxLimits
 from rollgym.sandbox.sandbox import Sandbox
 from rollgym.telemetry.groups import gate
@@ -96,9 +97,22 @@ class SandboxPool:
         os.chmod(base, 0o711)  # the sandbox user must reach its own directory, list none
         self._base = Path(base)
         if self.use_cgroups:
-            self.cgroup = await asyncio.to_thread(create_pool_cgroup, self._base.name)
+            self.cgroup = await asyncio.to_thread(self._usable_cgroup, self._base.name)
         self._metrics = _metrics_or(self._metrics, self)
         await self._fill()
+
+    @staticmethod
+    def _usable_cgroup(name: str) -> Path | None:
+        """The pool's cgroup, if one can be made here and a process can enter it (a cgroup
+        the server may create but not move processes into is dropped: rlimits only)."""
+        path = create_pool_cgroup(name)
+        if path is None:
+            return None
+        probe = run_exec(["true"], None, SandboxLimits(), path, "probe")
+        if probe.exit_code != 0:
+            remove_cgroup(path)
+            return None
+        return path
 
     async def close(self) -> None:
         """Destroy every sandbox, ready or handed out, and remove the base directory."""

@@ -15,9 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from rollgym.sandbox._bwrap import bwrap_argv, sandbox_owner, user_switch
-from rollgym.sandbox._cgroup import ExecCgroup, enter_cgroup_argv
-from rollgym.sandbox._process import run_capped
+from rollgym.sandbox._bwrap import bwrap_argv, sandbox_owner
+from rollgym.sandbox._process import run_exec
 from rollgym.sandbox.limits import ExecResult, SandboxLimits
 from rollgym.telemetry.groups import gate
 
@@ -95,23 +94,12 @@ class Sandbox:
         self._execs += 1
         name = f"{self.sandbox_id}.{self._execs}"
         loop = asyncio.get_running_loop()
+        full = bwrap_argv(self.work_dir, self.sandbox_id, limits, argv, name)
         result = await loop.run_in_executor(
-            self.pool.executor, self._exec_blocking, name, argv, stdin, limits
+            self.pool.executor, run_exec, full, stdin, limits, self.pool.cgroup, name
         )
         self.pool.record_exec(result)
         return result
-
-    def _exec_blocking(
-        self, name: str, argv: list[str], stdin: bytes | None, limits: SandboxLimits
-    ) -> ExecResult:
-        full = bwrap_argv(self.work_dir, self.sandbox_id, limits, argv)
-        parent = self.pool.cgroup
-        if parent is None:
-            return run_capped(full, stdin, limits, user_switch())
-        cgroup = ExecCgroup(parent, name, limits)
-        uid, gid = sandbox_owner()
-        prefix = enter_cgroup_argv(cgroup.procs, bool(user_switch()), uid, gid)
-        return run_capped(prefix + full, stdin, limits, {}, cgroup)
 
     def remove_files(self) -> None:
         """Delete the work directory (blocking; the pool calls it on a worker thread)."""

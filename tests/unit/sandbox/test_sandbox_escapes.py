@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import socket
 import threading
 from pathlib import Path
@@ -101,7 +102,7 @@ async def test_an_infinite_loop_is_stopped_by_the_cpu_or_wall_limit(pool: Sandbo
     sandbox = await pool.acquire("r-loop")
     result = await sandbox.exec(["python3", "-c", "while True: pass"])
     assert result.timed_out and result.killed and result.limit in ("cpu", "wall")
-    assert result.exit_code == 128 + 9
+    assert result.exit_code in (128 + signal.SIGXCPU, 128 + signal.SIGKILL)
     if pool.cgroup is not None:  # exact CPU accounting from the exec's cgroup
         assert result.cpu_s > 0.5
     sleeper = await sandbox.exec(["sleep", "600"], limits=LIMITS.model_copy(update={"wall_s": 1}))

@@ -43,5 +43,5 @@ def test_the_command_line_isolates_network_and_hides_the_host(tmp_path: Path) ->
     assert argv[0] == "bwrap" and "--unshare-all" in argv and "--clearenv" in argv
     assert argv[argv.index("--bind") + 1 : argv.index("--bind") + 3] == [str(tmp_path), "/work"]
     assert "--remount-ro" in argv and "/root" not in argv and "/home" not in argv
-    assert f"--as={100 * 1024 * 1024}" in argv and "--nproc=8" in argv and "--cpu=2" in argv
+    assert f"--as={100 * 1024 * 1024}" in argv and "--nproc=8" in argv and "--cpu=2:3" in argv
     assert argv[-1] == "true"
