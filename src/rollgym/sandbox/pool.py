@@ -131,7 +131,7 @@ class SandboxPool:
             await asyncio.to_thread(shutil.rmtree, self._base, True)
         if self.cgroup is not None:
             await asyncio.to_thread(remove_cgroup, self.cgroup)
-        self.executor.shutdown(wait=True, cancel_futures=True)
+        await asyncio.to_thread(self.executor.shutdown, True, cancel_futures=True)
 
     # --- what rollouts call ---------------------------------------------------------------------
     @property
@@ -192,10 +192,10 @@ class SandboxPool:
                     await self._freed.wait_for(self._can_take)
                 finally:
                     self._waiting -= 1
-            if not self._ready:
-                self._ready.append(await self._create())
-                warm = False
-        sandbox = self._ready.popleft()
+        if self._ready:
+            sandbox = self._ready.popleft()
+        else:  # under max_sandboxes but none ready yet: make one on the rollout's path
+            sandbox, warm = await self._create(), False
         self._out.add(sandbox)
         self._schedule_fill()
         return sandbox, warm
@@ -207,8 +207,12 @@ class SandboxPool:
         assert self._base is not None
         sandbox_id = f"{os.getpid()}-{next(self._ids)}-{uuid.uuid4().hex[:6]}"
         work_dir = self._base / sandbox_id
-        self.stats.created += 1
-        await asyncio.to_thread(_make_work_dir, work_dir)
+        self.stats.created += 1  # counted before the await, so concurrent makers see it
+        try:
+            await asyncio.to_thread(_make_work_dir, work_dir)
+        except BaseException:
+            self.stats.created -= 1
+            raise
         return Sandbox(self, sandbox_id, work_dir)
 
     async def _destroy(self, sandbox: Sandbox) -> None:
