@@ -63,7 +63,7 @@ def check_problem(task: dict[str, Any]) -> dict[str, Any]:
     return task
 
 
-class TestReport:
+class RunnerReport:
     """The runner's verdicts: how many of ``total`` tests passed, and the first failures."""
 
     def __init__(self, result: ExecResult, nonce: str, total: int) -> None:
@@ -97,7 +97,7 @@ class TestReport:
         return "\n".join(lines)
 
 
-async def run_tests(sandbox: Sandbox, code: str, tests: list[str]) -> TestReport:
+async def run_tests(sandbox: Sandbox, code: str, tests: list[str]) -> RunnerReport:
     """Run ``tests`` against ``code`` in ``sandbox``: one exec of the runner."""
     nonce = secrets.token_hex(8)
     spec = orjson.dumps({"nonce": nonce, "tests": tests})
@@ -106,7 +106,7 @@ async def run_tests(sandbox: Sandbox, code: str, tests: list[str]) -> TestReport
         stdin=spec,
         files={"_runner.py": RUNNER, "solution.py": code},
     )
-    return TestReport(result, nonce, len(tests))
+    return RunnerReport(result, nonce, len(tests))
 
 
 class CodeOptions(SandboxedOptions):
