@@ -129,8 +129,11 @@ async def test_latency_is_slept_not_burnt(serving, client):
             )
         )
         elapsed = time.monotonic() - started
-    assert 0.3 <= elapsed < 2.0
-    assert time.process_time() - cpu < 2.0
+    # Slept, not burnt: 100 requests of 0.3 s overlap (served one after another they would
+    # take 30 s), and the CPU they cost is far below their latency. The bounds leave a wide
+    # margin so a loaded machine cannot fail the test; only serial or busy-waiting latency can.
+    assert 0.3 <= elapsed < 15.0
+    assert time.process_time() - cpu < 5.0
 
 
 async def test_engine_span_names_the_rollout(serving, client):
