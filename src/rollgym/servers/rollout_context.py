@@ -52,9 +52,13 @@ class ServerCallError(RollgymError):
 
 
 def _refusal(what: str, server: str, response: HttpResponse) -> tuple[str, str | None]:
+    """The message and field of an error answer, in rollgym's shape or OpenAI's."""
     data = response.data
     detail = data.get("error") if isinstance(data, dict) else None
     field = data.get("field") if isinstance(data, dict) else None
+    if isinstance(detail, dict):  # OpenAI's {"error": {"message", "param", ...}}
+        field = field or detail.get("param")
+        detail = detail.get("message")
     detail = detail or response.text or "no error message"
     return f"{what} on server {server!r} answered HTTP {response.status}: {detail}", field
 

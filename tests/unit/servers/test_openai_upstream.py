@@ -65,9 +65,11 @@ async def test_upstream_errors_never_show_the_key(serving, client, monkeypatch):
                 "proxy", url + "/v1/chat/completions", {"messages": ARITH}
             )
     assert answer.status == 401
-    assert "upstream answered HTTP 401" in answer.data["error"]
+    message = answer.data["error"]["message"]  # OpenAI's error shape
+    assert "authentication" in message and "UPSTREAM_KEY" in message
+    assert answer.data["error"]["type"] == "authentication_error"
     assert KEY not in answer.text and KEY not in str(answer.data)
-    assert "<redacted>" in answer.data["error"]
+    assert "<redacted>" in message
 
 
 async def test_missing_key_variable_fails_start_naming_the_variable(monkeypatch):
@@ -85,4 +87,4 @@ async def test_unreachable_upstream_is_502(serving, client):
     proxy = OpenAIUpstream.build("proxy", {"base_url": "http://127.0.0.1:9/v1", "model": "m"})
     async with serving(proxy) as url:
         answer = await client.post_json("proxy", url + "/v1/chat/completions", {"messages": ARITH})
-    assert answer.status == 502 and "cannot reach 'upstream'" in answer.data["error"]
+    assert answer.status == 502 and "cannot reach 'upstream'" in answer.data["error"]["message"]
