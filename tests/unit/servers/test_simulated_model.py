@@ -82,9 +82,6 @@ async def test_completion_shape_determinism_and_tool_calls(serving, client):
             },
             headers={"X-Request-Id": "5-2.0"},
         )
-        stream = await client.post_json(
-            "policy", url + "/v1/chat/completions", {"messages": ARITH, "stream": True}
-        )
         empty = await client.post_json("policy", url + "/v1/chat/completions", {"messages": []})
     answer = first.data
     assert answer["id"] == "chatcmpl-5-1.0"
