@@ -84,7 +84,7 @@ def _is_json(response: httpx2.Response) -> bool:
     return response.headers.get("content-type", "").startswith("application/json")
 
 
-def _rebuilt(response: httpx2.Response, body: bytes) -> httpx2.Response:
+def _rebuilt(request: httpx2.Request, response: httpx2.Response, body: bytes) -> httpx2.Response:
     """The same answer with its (already decoded) body in memory."""
     import httpx2
 
@@ -93,7 +93,7 @@ def _rebuilt(response: httpx2.Response, body: bytes) -> httpx2.Response:
         response.status_code,
         headers=headers,
         content=body,
-        request=response.request,
+        request=request,
         extensions=response.extensions,
     )
 
@@ -117,7 +117,7 @@ def async_transport(model: ModelClient) -> httpx2.AsyncBaseTransport:
                     return response
                 body = await response.aread()
                 self.hooks.after_answer(span, response, body)
-                return _rebuilt(response, body)
+                return _rebuilt(request, response, body)
 
         async def aclose(self) -> None:
             await self.inner.aclose()
@@ -144,7 +144,7 @@ def sync_transport(model: ModelClient) -> httpx2.BaseTransport:
                     return response
                 body = response.read()
                 self.hooks.after_answer(span, response, body)
-                return _rebuilt(response, body)
+                return _rebuilt(request, response, body)
 
         def close(self) -> None:
             self.inner.close()

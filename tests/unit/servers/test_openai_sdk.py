@@ -8,16 +8,21 @@ with the real client: these are that comparison.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import openai
 import orjson
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from rollgym.builtins.models.openai_upstream import OpenAIUpstream
 from rollgym.builtins.models.simulated import SimulatedModel
 from rollgym.servers.base import Server
+from rollgym.servers.rollout_context import ModelClient, RolloutContext
+from rollgym.telemetry import names
+from rollgym.telemetry.setup import install_for_tests
 
 FAST = {"accuracy": 1.0, "latency": {"kind": "fixed", "seconds": 0}}
 ARITH = [{"role": "user", "content": "Compute: 12 + 7 * 3\nReply with 'Answer: <number>'."}]
@@ -212,3 +217,39 @@ async def test_responses_plain_and_streamed(model_url):
     assert events[-1].response.usage is not None and events[-1].response.usage.output_tokens == 2
     (call,) = [item for item in final.output if item.type == "function_call"]
     assert call.name == "read_key" and orjson.loads(call.arguments) == {"key": "k-00ab"}
+
+
+async def test_rollout_sdk_clients_carry_the_trace_and_the_request_id(serving, client):
+    exporter = InMemorySpanExporter()
+    install_for_tests(exporter)
+    from opentelemetry import trace
+
+    tracer = trace.get_tracer("test")
+    async with serving(SimulatedModel.build("policy", FAST)) as url:
+        model = ModelClient(client, "policy", url, rollout_id="9-0", model_name="sim", timeout=30)
+        rollout = RolloutContext("9-0", model, None)
+        with tracer.start_as_current_span("gym.rollout") as parent:
+            sdk_answer = await rollout.async_openai().chat.completions.create(
+                model="sim", messages=ARITH
+            )
+            own = await rollout.chat(ARITH)  # the same turn counter
+            sync_answer = await asyncio.to_thread(
+                rollout.openai().chat.completions.create, model="sim", messages=ARITH
+            )
+        await rollout.aclose()
+    assert [sdk_answer.id, own["id"], sync_answer.id] == [
+        "chatcmpl-9-0.0",
+        "chatcmpl-9-0.1",
+        "chatcmpl-9-0.2",
+    ]
+    finished = exporter.get_finished_spans()
+    trace_id = parent.get_span_context().trace_id
+    chats = [s for s in finished if s.name == names.SPAN_MODEL_CHAT]
+    engines = [s for s in finished if s.name == names.SPAN_ENGINE_REQUEST]
+    assert len(chats) == len(engines) == 3
+    for span in chats + engines:
+        assert span.context.trace_id == trace_id  # the model server joined the caller's trace
+        assert span.attributes[names.ROLLOUT_ID] == "9-0"
+    for chat in chats:
+        assert chat.parent.span_id == parent.get_span_context().span_id
+        assert chat.attributes[names.GEN_AI_USAGE_OUTPUT_TOKENS] == 2

@@ -132,9 +132,14 @@ async def test_auto_policy_switches_to_uuid_once_and_records_the_mapping(serving
     async with serving(upstream) as upstream_url:
         proxy = OpenAIUpstream.build("proxy", {"base_url": upstream_url + "/v1", "model": "m"})
         async with serving(proxy) as url:
-            first = await client.post_json("proxy", url + "/r/3-0/v1/chat/completions", {"messages": ARITH})
+            first = await client.post_json(
+                "proxy", url + "/r/3-0/v1/chat/completions", {"messages": ARITH}
+            )
             second = await client.post_json(
-                "proxy", url + "/v1/chat/completions", {"messages": ARITH}, headers={"X-Request-Id": "3-0.1"}
+                "proxy",
+                url + "/v1/chat/completions",
+                {"messages": ARITH},
+                headers={"X-Request-Id": "3-0.1"},
             )
     assert first.status == second.status == 200
     assert isinstance(proxy, OpenAIUpstream) and proxy.id_policy == "uuid"
@@ -148,7 +153,9 @@ async def test_auto_policy_switches_to_uuid_once_and_records_the_mapping(serving
     }
     assert mapping == {"3-0.0": upstream_uuid("3-0.0"), "3-0.1": upstream_uuid("3-0.1")}
     assert all(s.attributes[names.ROLLOUT_ID] == "3-0" for s in chats)
-    server_spans = [s for s in exporter.get_finished_spans() if s.kind.name == "SERVER" and s.resource]
+    server_spans = [
+        s for s in exporter.get_finished_spans() if s.kind.name == "SERVER" and s.resource
+    ]
     scoped = [s for s in server_spans if s.attributes.get(names.HTTP_ROUTE, "").startswith("/r/")]
     assert scoped and all(s.attributes[names.ROLLOUT_ID] == "3-0" for s in scoped)
 
@@ -178,7 +185,9 @@ async def test_responses_are_translated_when_the_upstream_has_no_route(serving, 
         proxy = OpenAIUpstream.build("proxy", {"base_url": upstream_url + "/v1", "model": "m"})
         async with serving(proxy) as url:
             answers = [
-                await client.post_json("proxy", url + "/r/4-0/v1/responses", {"input": "Compute: 2 + 2"})
+                await client.post_json(
+                    "proxy", url + "/r/4-0/v1/responses", {"input": "Compute: 2 + 2"}
+                )
                 for _ in range(2)
             ]
     assert isinstance(proxy, OpenAIUpstream) and proxy.native_responses is False
