@@ -73,7 +73,8 @@ class SdkAgent(Agent):
         )
         answer = completion.choices[0].message.content
         verdict = await rollout.env.verify(answer)
-        return {"reward": verdict["reward"], "completion_id": completion.id}
+        usage = completion.usage.model_dump() if completion.usage is not None else None
+        return {"reward": verdict["reward"], "completion_id": completion.id, "usage": usage}
 
 
 class HeaderlessAgent(Agent):

@@ -45,6 +45,20 @@ def _require_openai() -> Any:
     return openai
 
 
+def _http_library() -> Any:
+    """The HTTP library the installed SDK is built on: ``httpx2`` (openai 3.x) or ``httpx``
+    (1.x); both have the same transport API, and the SDK accepts only its own."""
+    import importlib
+
+    openai = _require_openai()
+    for cls in openai.DefaultAsyncHttpxClient.__mro__:
+        if cls.__name__ == "AsyncClient":
+            return importlib.import_module(cls.__module__.split(".")[0])
+    import httpx2
+
+    return httpx2
+
+
 class _RolloutHooks:
     """What both transports do around one request, for one rollout's model client."""
 
@@ -86,10 +100,8 @@ def _is_json(response: httpx2.Response) -> bool:
 
 def _rebuilt(request: httpx2.Request, response: httpx2.Response, body: bytes) -> httpx2.Response:
     """The same answer with its (already decoded) body in memory."""
-    import httpx2
-
     headers = [(k, v) for k, v in response.headers.items() if k.lower() != "content-encoding"]
-    return httpx2.Response(
+    return type(response)(
         response.status_code,
         headers=headers,
         content=body,
@@ -99,14 +111,14 @@ def _rebuilt(request: httpx2.Request, response: httpx2.Response, body: bytes) ->
 
 
 def async_transport(model: ModelClient) -> httpx2.AsyncBaseTransport:
-    import httpx2
+    http = _http_library()
 
-    class RolloutTransport(httpx2.AsyncBaseTransport):
+    class RolloutTransport(http.AsyncBaseTransport):  # type: ignore[name-defined]
         """An httpx2 transport that stamps and traces each request of one rollout."""
 
         def __init__(self) -> None:
             self.hooks = _RolloutHooks(model)
-            self.inner = httpx2.AsyncHTTPTransport()
+            self.inner = http.AsyncHTTPTransport()
 
         async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
             with self.hooks.span() as span:
@@ -126,14 +138,14 @@ def async_transport(model: ModelClient) -> httpx2.AsyncBaseTransport:
 
 
 def sync_transport(model: ModelClient) -> httpx2.BaseTransport:
-    import httpx2
+    http = _http_library()
 
-    class RolloutTransport(httpx2.BaseTransport):
+    class RolloutTransport(http.BaseTransport):  # type: ignore[name-defined]
         """The blocking twin of the async transport (same hooks)."""
 
         def __init__(self) -> None:
             self.hooks = _RolloutHooks(model)
-            self.inner = httpx2.HTTPTransport()
+            self.inner = http.HTTPTransport()
 
         def handle_request(self, request: httpx2.Request) -> httpx2.Response:
             with self.hooks.span() as span:
@@ -155,9 +167,7 @@ def sync_transport(model: ModelClient) -> httpx2.BaseTransport:
 def async_client(model: ModelClient) -> openai.AsyncOpenAI:
     """An ``AsyncOpenAI`` on the rollout-scoped URL of ``model``, stamped and traced."""
     openai = _require_openai()
-    import httpx2
-
-    http = httpx2.AsyncClient(transport=async_transport(model), timeout=model.timeout)
+    http = _http_library().AsyncClient(transport=async_transport(model), timeout=model.timeout)
     return openai.AsyncOpenAI(
         base_url=model.sdk_base_url, api_key=PLACEHOLDER_KEY, http_client=http, max_retries=0
     )
@@ -166,9 +176,7 @@ def async_client(model: ModelClient) -> openai.AsyncOpenAI:
 def sync_client(model: ModelClient) -> openai.OpenAI:
     """An ``OpenAI`` (blocking) client like :func:`async_client`; for a thread, not the loop."""
     openai = _require_openai()
-    import httpx2
-
-    http = httpx2.Client(transport=sync_transport(model), timeout=model.timeout)
+    http = _http_library().Client(transport=sync_transport(model), timeout=model.timeout)
     return openai.OpenAI(
         base_url=model.sdk_base_url, api_key=PLACEHOLDER_KEY, http_client=http, max_retries=0
     )
