@@ -180,12 +180,9 @@ def test_the_openai_sdk_through_the_proxy(engine: str, tmp_path: Path) -> None:
             base_url=urls["policy"] + "/r/sdk-0/v1", api_key="unused", max_retries=0
         )
         messages = [{"role": "user", "content": "Compute: 1 + 1"}]
-        plain = client.chat.completions.create(model="tiny", messages=messages, max_tokens=8)
-        chunks = list(
-            client.chat.completions.create(
-                model="tiny", messages=messages, max_tokens=8, stream=True
-            )
-        )
+        greedy = {"model": "tiny", "messages": messages, "max_tokens": 8, "temperature": 0}
+        plain = client.chat.completions.create(**greedy)
+        chunks = list(client.chat.completions.create(**greedy, stream=True))
         response = client.responses.create(
             model="tiny", input="Compute: 1 + 1", max_output_tokens=8
         )
@@ -193,8 +190,12 @@ def test_the_openai_sdk_through_the_proxy(engine: str, tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.communicate(timeout=60)
-    assert plain.usage is not None and 1 <= plain.usage.completion_tokens <= 8
-    assert chunks and chunks[-1].choices[0].finish_reason in ("stop", "length")
+    # the engine's own count (llama-cpp-python may count a few more than max_tokens when a
+    # character spans byte tokens): what matters is that it is the engine's, passed through
+    assert plain.usage is not None and plain.usage.completion_tokens >= 1
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed == plain.choices[0].message.content  # greedy: the same text, streamed
+    assert chunks[-1].choices[0].finish_reason == plain.choices[0].finish_reason
     assert response.object == "response" and response.usage is not None
-    assert 1 <= response.usage.output_tokens <= 8  # translated to chat completions
+    assert response.usage.output_tokens >= 1  # translated to chat completions
     assert [m.id for m in models.data] == ["tiny"]
