@@ -199,3 +199,21 @@ def test_the_openai_sdk_through_the_proxy(engine: str, tmp_path: Path) -> None:
     assert response.object == "response" and response.usage is not None
     assert response.usage.output_tokens >= 1  # translated to chat completions
     assert [m.id for m in models.data] == ["tiny"]
+
+
+def test_a_refusing_engine_fails_rollouts_once_with_its_reason(engine: str, tmp_path: Path) -> None:
+    """``request_id: header`` against this engine: the issue's original failure, now a
+    permanent failure per rollout (not retried) whose message says what the engine did."""
+    job = TracedJob(tmp_path)
+    config = servers(engine)
+    config["policy"] = {**config["policy"], "request_id": "header"}  # type: ignore[dict-item]
+    job.write(
+        config, [{"question": "1 + 1"}, {"question": "2 + 2"}], agent="solver", max_attempts=3
+    )
+    result = job.run(timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert job.summary["failed"] == 2 and job.summary["completed"] == 0
+    for failure in job.failures:
+        assert failure["error_kind"] == "http_4xx"
+        assert failure["rollout_id"] in ("0-0", "1-0")  # attempt 0 only: not retried
+        assert "upstream answered HTTP 400: (empty body)" in failure["message"]
