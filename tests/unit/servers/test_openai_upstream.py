@@ -195,3 +195,12 @@ async def test_responses_are_translated_when_the_upstream_has_no_route(serving, 
         assert answer.status == 200, answer.data
         assert answer.data["object"] == "response" and answer.data["id"] == f"resp_4-0.{turn}"
         assert answer.data["output"][0]["content"][0]["text"] == "Answer: 4"
+
+
+async def test_a_stream_that_cannot_start_is_a_plain_error_answer(serving, client):
+    proxy = OpenAIUpstream.build("proxy", {"base_url": "http://127.0.0.1:9/v1", "model": "m"})
+    async with serving(proxy) as url:
+        answer = await client.post_json(
+            "proxy", url + "/v1/chat/completions", {"messages": ARITH, "stream": True}
+        )
+    assert answer.status == 502 and "cannot reach 'upstream'" in answer.data["error"]["message"]
