@@ -23,9 +23,10 @@ done
 # The real-engine tests serve a model with llama.cpp's server (llama-cpp-python), which
 # builds from source (about 20-30 minutes on 2 cores). The wheel is built once per machine
 # into a cache outside the repo and reused; a failed build only skips those tests.
+# ROLLGYM_SKIP_ENGINE_BUILD=1 skips the build (those tests are then skipped, saying so).
 LLAMA_CPP_VERSION=0.3.36
 WHEELS="${ROLLGYM_WHEEL_CACHE:-$HOME/.cache/rollgym-wheels}"
-if ! python -c "import llama_cpp.server.app" >/dev/null 2>&1; then
+if [ "${ROLLGYM_SKIP_ENGINE_BUILD:-0}" != 1 ] && ! python -c "import llama_cpp.server.app" >/dev/null 2>&1; then
   mkdir -p "$WHEELS"
   if ! ls "$WHEELS"/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl >/dev/null 2>&1; then
     echo "building llama-cpp-python $LLAMA_CPP_VERSION once (cached in $WHEELS); this takes a while" >&2
