@@ -301,7 +301,11 @@ class Environment(Server):
                 model_name=options.model_name,
                 timeout=options.request_timeout_s,
             )
-            return await self.play_episode(RolloutContext(rollout_id, model, env), task)
+            rollout = RolloutContext(rollout_id, model, env)
+            try:
+                return await self.play_episode(rollout, task)
+            finally:
+                await rollout.aclose()
 
         try:
             answer = await guarded(who, attempt())

@@ -47,6 +47,11 @@ ROLLOUT_REWARD: Final = "gym.rollout.reward"
 ROLLOUT_OUTCOME: Final = "gym.rollout.outcome"
 TELEMETRY_DROP_REASON: Final = "reason"
 ENV_TOOL_NAME: Final = "gym.env.tool.name"
+#: On a proxy's model span: the rollgym request id of the call (``<rollout id>.<turn>``) ...
+MODEL_REQUEST_ID: Final = "gym.model.request_id"
+#: ... and the id sent upstream in its place (the same, a UUID derived from it, or absent):
+#: an engine span whose ``gen_ai.request.id`` holds this id belongs to that rollout.
+MODEL_UPSTREAM_REQUEST_ID: Final = "gym.model.upstream_request_id"
 
 # --- sandbox attributes (gym.sandbox.* spans) ---------------------------------------------------
 SANDBOX_ID: Final = "gym.sandbox.id"

@@ -200,6 +200,26 @@ def record_model_response(span: Span, response_json: Mapping[str, Any]) -> None:
         warn_once("recording a model response failed")
 
 
+def record_upstream_request(
+    span: Span, request_id: str | None, sent_id: str | None, first_token_s: float | None
+) -> None:
+    """A proxy's model span: which request id went upstream in place of which (the mapping
+    from an engine's own id back to the rollout) and, when streaming, time to first token."""
+    try:
+        if not span.is_recording():
+            return
+        attributes: dict[str, Any] = {}
+        if request_id:
+            attributes[names.MODEL_REQUEST_ID] = request_id
+        if sent_id:
+            attributes[names.MODEL_UPSTREAM_REQUEST_ID] = sent_id
+        if first_token_s is not None:
+            attributes[names.GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN] = first_token_s
+        span.set_attributes(attributes)
+    except Exception:
+        warn_once("recording an upstream request failed")
+
+
 def engine_request_span(
     request_id: str, model: str, rollout_id: str | None
 ) -> AbstractContextManager[Span]:
