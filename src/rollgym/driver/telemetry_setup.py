@@ -9,6 +9,7 @@ everything.
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,8 @@ class JobTelemetry:
         self.store: Any = None
         self.handle: Any = None
         self.server_env: dict[str, str] = {}
+        #: Bearer token of the local store when it listens beyond loopback (never written out).
+        self.store_token: str | None = None
 
     @property
     def metrics(self) -> Any:
@@ -43,23 +46,44 @@ class JobTelemetry:
             return
         endpoint = None
         if TelemetrySettings.needs_local_store(config.telemetry):
-            endpoint = self._start_store(output_dir)
+            endpoint = self._start_store(output_dir, config.telemetry.store_address())
         settings = TelemetrySettings.from_config(
             config.telemetry, output_dir, local_store_endpoint=endpoint, run_id=run_id
         )
-        self.handle = setup_telemetry(settings, service_name="rollgym-driver", run_id=run_id)
+        # ``embedded``: inside a trainer with its own recording provider, trace into that one
+        self.handle = setup_telemetry(
+            settings,
+            service_name="rollgym-driver",
+            run_id=run_id,
+            embedded=True,
+            store_token=self.store_token,
+        )
         self.server_env = server_env(settings)
+        if self.store_token is not None:
+            from rollgym.telemetry.environment import ROLLGYM_TRACE_STORE_TOKEN
 
-    def _start_store(self, output_dir: Path) -> str | None:
+            self.server_env[ROLLGYM_TRACE_STORE_TOKEN] = self.store_token
+
+    def _start_store(self, output_dir: Path, address: tuple[str, int]) -> str | None:
         try:
+            from rollgym.tracestore.access import is_loopback, new_token
             from rollgym.tracestore.launch import start_trace_store
 
+            host, port = address
+            self.store_token = None if is_loopback(host) else new_token()
             self.store = start_trace_store(
-                output_dir / "traces.db", output_dir / "logs" / "tracestore.log"
+                output_dir / "traces.db",
+                output_dir / "logs" / "tracestore.log",
+                host=host,
+                port=port,
+                token=self.store_token,
             )
         except Exception as exc:  # noqa: BLE001 - telemetry never decides whether a run runs
             _log.warning("local trace store did not start (%s); traces are not exported", exc)
+            self.store_token = None
             return None
+        if self.store_token is not None:
+            _announce_remote_store(host, self.store.endpoint, self.store_token)
         return str(self.store.endpoint)
 
     def flush(self) -> dict[str, int]:
@@ -80,3 +104,18 @@ class JobTelemetry:
             else:
                 self.store.stop()
             self.store = None
+
+
+def _announce_remote_store(host: str, local_endpoint: str, token: str) -> None:
+    """Tell the user how an engine on another machine exports into this run's store."""
+    from rollgym.tracestore.access import otel_headers_value
+
+    port = local_endpoint.rsplit(":", 1)[1]
+    reach = "<this machine's address>" if host in ("0.0.0.0", "::") else host
+    print(
+        f"rollgym: trace store listens on {host}:{port} and requires a bearer token. For an "
+        f"engine on another machine (vLLM: --otlp-traces-endpoint http://{reach}:{port}/v1/traces"
+        f") set OTEL_EXPORTER_OTLP_TRACES_HEADERS={otel_headers_value(token)}",
+        file=sys.stderr,
+        flush=True,
+    )

@@ -20,9 +20,10 @@ from contextvars import ContextVar
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from opentelemetry import context as context_api
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace import INVALID_SPAN, Link, Span, SpanContext, SpanKind, Status, StatusCode
 
 from rollgym.identity import ATTEMPT, rollout_id_of
 from rollgym.telemetry import names
@@ -125,6 +126,39 @@ def dispatch_span(
             parent, links = Context(), [Link(owned)]
     attributes = _dispatch_attributes(collector_row, dispatch_name, destination)
     return current_span(names.SPAN_DISPATCH, attributes=attributes, context=parent, links=links)
+
+
+class outside_owned_job:  # noqa: N801 - used like a function: ``with outside_owned_job():``
+    """With the ``rollout`` group off, step out of the owned ``gym.job`` span for one attempt.
+
+    What would have been a child of the dispatch span (the driver's HTTP client span, the
+    ``traceparent`` sent on ``/run``) then starts a fresh root instead of joining the job's
+    trace: presets choose which spans exist, never the trace shape. Anywhere else (an
+    embedder's span, a job that is not owned) the current context is left as it is, so the
+    attempt nests there, exactly as the dispatch span would have. Baggage is kept.
+    """
+
+    __slots__ = ("_token",)
+
+    def __init__(self) -> None:
+        self._token: object | None = None
+
+    def __enter__(self) -> None:
+        owned = _OWNED_JOB_SPAN_CONTEXT.get()
+        if owned is None:
+            return
+        try:
+            if trace.get_current_span().get_span_context() == owned:
+                self._token = context_api.attach(trace.set_span_in_context(INVALID_SPAN))
+        except Exception:
+            warn_once("leaving the job span for a rollout failed")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            try:
+                context_api.detach(self._token)  # type: ignore[arg-type]
+            except Exception:
+                warn_once("returning to the job span after a rollout failed")
 
 
 def record_dispatch_outcome(span: Span, outcome: str, reward: float | None) -> None:
