@@ -192,14 +192,40 @@ def model_chat_span(
     rollout_id: str | None, model: str, provider: str
 ) -> AbstractContextManager[Span]:
     """``gym.model.chat``: one model call, caller side (GenAI client conventions)."""
-    attributes: dict[str, Any] = {
-        names.GEN_AI_OPERATION_NAME: "chat",
-        names.GEN_AI_PROVIDER_NAME: provider,
-        names.GEN_AI_REQUEST_MODEL: model,
-    }
+    attributes = _genai_attributes(names.GEN_AI_OPERATION_CHAT, model, provider)
     if rollout_id:
         attributes[names.ROLLOUT_ID] = rollout_id
     return current_span(names.SPAN_MODEL_CHAT, kind=SpanKind.CLIENT, attributes=attributes)
+
+
+def _genai_attributes(operation: str, model: str, provider: str) -> dict[str, Any]:
+    return {
+        names.GEN_AI_OPERATION_NAME: operation,
+        names.GEN_AI_PROVIDER_NAME: provider,
+        names.GEN_AI_REQUEST_MODEL: model,
+    }
+
+
+def genai_span(
+    rollout_id: str | None,
+    model: str,
+    provider: str,
+    *,
+    upstream: bool,
+    operation: str = names.GEN_AI_OPERATION_CHAT,
+) -> AbstractContextManager[Span]:
+    """The model server's own span, named as the GenAI conventions name one: ``chat <model>``.
+
+    ``gym.model.chat`` (the agent's side) keeps its contract name; this is the span a GenAI
+    backend groups by operation and model. Kind CLIENT when the server forwards to an
+    ``upstream`` engine (the ``openai`` proxy), INTERNAL when it answers in-process (the
+    simulated policy), as the conventions say for a remote versus a local model.
+    """
+    attributes = _genai_attributes(operation, model, provider)
+    if rollout_id:
+        attributes[names.ROLLOUT_ID] = rollout_id
+    kind = SpanKind.CLIENT if upstream else SpanKind.INTERNAL
+    return current_span(f"{operation} {model}", kind=kind, attributes=attributes)
 
 
 def record_model_response(span: Span, response_json: Mapping[str, Any]) -> None:
@@ -210,6 +236,9 @@ def record_model_response(span: Span, response_json: Mapping[str, Any]) -> None:
         response_id = response_json.get("id")
         if isinstance(response_id, str):
             span.set_attribute(names.GEN_AI_RESPONSE_ID, response_id)
+        response_model = response_json.get("model")
+        if isinstance(response_model, str):
+            span.set_attribute(names.GEN_AI_RESPONSE_MODEL, response_model)
         choices = response_json.get("choices")
         if isinstance(choices, list):
             reasons = [
@@ -299,16 +328,20 @@ def verify_span(rollout_id: str | None) -> AbstractContextManager[Span]:
 #: Client-span attributes per (method, destination, url): the driver posts to the same few URLs
 #: all run long, so parsing each URL once keeps the traced hot path short. Bounded, because
 #: rollout-scoped model URLs are distinct per rollout.
-_CLIENT_ATTRIBUTES: dict[tuple[str, str, str], dict[str, Any]] = {}
+_CLIENT_ATTRIBUTES: dict[tuple[str, str, str, str | None], dict[str, Any]] = {}
 _CLIENT_ATTRIBUTES_MAX = 1024
 
 
-def _client_attributes(method: str, destination: str, url: str) -> dict[str, Any]:
-    key = (method, destination, url)
+def _client_attributes(
+    method: str, destination: str, url: str, route: str | None
+) -> dict[str, Any]:
+    key = (method, destination, url, route)
     attributes = _CLIENT_ATTRIBUTES.get(key)
     if attributes is not None:
         return attributes
     attributes = {names.HTTP_REQUEST_METHOD: method, names.DESTINATION_SERVER_NAME: destination}
+    if route:
+        attributes[names.URL_TEMPLATE] = route  # the span is named after it
     try:
         parts = urlsplit(url)
         if parts.hostname:
@@ -337,12 +370,12 @@ def http_client_span(
     attribute mapping is shared between spans of the same URL: the SDK copies it on start.
     """
     name = f"{method} {route}" if route else method
-    attributes = _client_attributes(method, destination, url)
+    attributes = _client_attributes(method, destination, url, route)
     return current_span(name, kind=SpanKind.CLIENT, attributes=attributes)
 
 
 def http_server_span(
-    method: str, path: str, headers: Mapping[str, str]
+    method: str, path: str, headers: Mapping[str, str], scheme: str = "http"
 ) -> AbstractContextManager[Span]:
     """Server span of one request, child of the W3C context extracted from ``headers``.
 
@@ -350,7 +383,7 @@ def http_server_span(
     ``http.response.status_code`` once the app has matched and answered.
     """
     incoming = extract_context(headers)
-    attributes = {names.HTTP_REQUEST_METHOD: method, names.URL_PATH: path}
+    attributes = {names.HTTP_REQUEST_METHOD: method, names.URL_PATH: path, names.URL_SCHEME: scheme}
     return current_span(
         method, kind=SpanKind.SERVER, attributes=attributes, context=incoming, attach_to=incoming
     )
