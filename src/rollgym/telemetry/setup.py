@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -98,6 +99,8 @@ class TelemetryHandle:
             return
         self._closed = True
         timeout_s = self.flush_timeout_s if timeout_s is None else timeout_s
+        if self.processor is not None:
+            self.processor.stop_retrying_at(time.monotonic() + timeout_s)
         installed = self.tracer_provider or self.caller_provider
         if installed is not None and state.provider is installed:
             configure_gate((), tracing_active=False)
@@ -173,6 +176,7 @@ def setup_telemetry(
             max_queue_size=settings.max_queue_size,
             max_export_batch_size=settings.max_export_batch_size,
             schedule_delay_ms=settings.schedule_delay_ms,
+            patience_s=settings.flush_timeout_s,
         )
         handle.tracer_provider = _tracer_provider(settings, resource, run_id, handle.processor)
     reader = metric_reader
