@@ -91,7 +91,9 @@ def test_a_collector_traces_into_the_trainers_own_provider(tmp_path: Path) -> No
     # the first pass sent no traceparent: its server spans are roots of their own traces
     unjoined = [s for s in runs if s.trace_id != step_trace]
     assert len(unjoined) == 4 and all(s.parent_id is None for s in unjoined)
-    assert [s for s in index.foreign_spans(dispatch_is_root=False) if s.trace_id == step_trace] == []
+    assert [
+        s for s in index.foreign_spans(dispatch_is_root=False) if s.trace_id == step_trace
+    ] == []
     assert [s for s in index.missing_parents() if s.trace_id == step_trace] == []
 
 
@@ -110,7 +112,9 @@ def test_run_job_inside_a_trainer_span_nests_job_and_dispatches(tmp_path: Path) 
     assert "trainer.after" in {s.name for s in trainer_spans}, "the trainer's provider was shut"
 
     run_dir = out / "run"
-    rollouts = [orjson.loads(line) for line in (run_dir / "rollouts.jsonl").read_bytes().splitlines()]
+    rollouts = [
+        orjson.loads(line) for line in (run_dir / "rollouts.jsonl").read_bytes().splitlines()
+    ]
     assert {r["trace_id"] for r in rollouts} == {step_trace}
     # the launched servers export to the run's store; their spans hang under the dispatches
     stored = read_store(run_dir / "traces.db")

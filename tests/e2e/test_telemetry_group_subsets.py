@@ -177,9 +177,7 @@ def _check_rules(db: Path, out: Path, run_id: str, outcomes: list[RolloutResult]
     traces = sorted(bytes.fromhex(t) for t in _traces_of_run(index, run_id))
     run_dir = out / run_id
     run_dir.mkdir()
-    lines = [
-        orjson.dumps({"rollout_id": o.rollout_id, "trace_id": o.trace_id}) for o in outcomes
-    ]
+    lines = [orjson.dumps({"rollout_id": o.rollout_id, "trace_id": o.trace_id}) for o in outcomes]
     (run_dir / "rollouts.jsonl").write_bytes(b"\n".join(lines) + b"\n")
     conn = sqlite3.connect(":memory:")
     try:
@@ -204,14 +202,16 @@ async def test_every_subset_of_groups_keeps_the_trace_shape(
     tmp_path: Path, server_groups: frozenset[SpanGroup]
 ) -> None:
     runs: list[tuple[frozenset[SpanGroup], str, list[RolloutResult]]] = []
-    async with trace_store(tmp_path) as store:
-        async with launched_servers(
+    async with (
+        trace_store(tmp_path) as store,
+        launched_servers(
             quick_servers(0.0), tmp_path, traces_to=store.endpoint, groups=server_groups
-        ) as urls:
-            for number, driver_only in enumerate(_subsets(DRIVER_ONLY)):
-                groups = server_groups | driver_only
-                run_id = f"d{number}"
-                runs.append((groups, run_id, await _drive(urls, groups, run_id, store.endpoint)))
+        ) as urls,
+    ):
+        for number, driver_only in enumerate(_subsets(DRIVER_ONLY)):
+            groups = server_groups | driver_only
+            run_id = f"d{number}"
+            runs.append((groups, run_id, await _drive(urls, groups, run_id, store.endpoint)))
     db = tmp_path / "traces.db"
     index = Spans(read_store(db))
     for groups, run_id, outcomes in runs:

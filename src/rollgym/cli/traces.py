@@ -92,15 +92,14 @@ def _serve(args: argparse.Namespace) -> int:
     import os
 
     from rollgym.event_loop import loop_factory
-    from rollgym.tracestore.access import TOKEN_ENV, is_loopback, new_token, otel_headers_value
+    from rollgym.tracestore.access import TOKEN_ENV, otel_headers_value, store_token
     from rollgym.tracestore.serve import serve
 
     db = args.db
     if args.run_dir is not None and args.db == Path("traces.db"):
         db = args.run_dir / "traces.db"
-    token = os.environ.get(TOKEN_ENV) or None
-    if token is None and not is_loopback(args.host):
-        token = new_token()
+    token = store_token(args.host)
+    if token is not None and not os.environ.get(TOKEN_ENV):
         print(
             f"bearer token required: give exporters "
             f"OTEL_EXPORTER_OTLP_TRACES_HEADERS={otel_headers_value(token)}",

@@ -9,6 +9,7 @@ everything.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -66,11 +67,11 @@ class JobTelemetry:
 
     def _start_store(self, output_dir: Path, address: tuple[str, int]) -> str | None:
         try:
-            from rollgym.tracestore.access import is_loopback, new_token
+            from rollgym.tracestore.access import store_token
             from rollgym.tracestore.launch import start_trace_store
 
             host, port = address
-            self.store_token = None if is_loopback(host) else new_token()
+            self.store_token = store_token(host)
             self.store = start_trace_store(
                 output_dir / "traces.db",
                 output_dir / "logs" / "tracestore.log",
@@ -107,15 +108,23 @@ class JobTelemetry:
 
 
 def _announce_remote_store(host: str, local_endpoint: str, token: str) -> None:
-    """Tell the user how an engine on another machine exports into this run's store."""
-    from rollgym.tracestore.access import otel_headers_value
+    """Tell the user how an engine on another machine exports into this run's store.
+
+    A generated token is printed (the user must hand it to the engine); one the user set in
+    ``ROLLGYM_TRACE_STORE_TOKEN`` is named, not repeated.
+    """
+    from rollgym.tracestore.access import TOKEN_ENV, otel_headers_value
 
     port = local_endpoint.rsplit(":", 1)[1]
     reach = "<this machine's address>" if host in ("0.0.0.0", "::") else host
+    given = os.environ.get(TOKEN_ENV) == token
+    headers = f"authorization=Bearer%20${TOKEN_ENV}" if given else otel_headers_value(token)
     print(
-        f"rollgym: trace store listens on {host}:{port} and requires a bearer token. For an "
-        f"engine on another machine (vLLM: --otlp-traces-endpoint http://{reach}:{port}/v1/traces"
-        f") set OTEL_EXPORTER_OTLP_TRACES_HEADERS={otel_headers_value(token)}",
+        f"rollgym: the trace store listens on {host}:{port} and requires a bearer token. An "
+        f"engine elsewhere exports into it with: vllm serve ... --otlp-traces-endpoint "
+        f"http://{reach}:{port}/v1/traces and the environment "
+        f"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf "
+        f"OTEL_EXPORTER_OTLP_TRACES_HEADERS={headers}",
         file=sys.stderr,
         flush=True,
     )
