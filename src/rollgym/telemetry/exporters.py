@@ -18,13 +18,16 @@ from rollgym.telemetry import environment as env
 from rollgym.telemetry.settings import TelemetrySettings
 
 
-def _headers(settings: TelemetrySettings, store_token: str | None) -> dict[str, str] | None:
+def _headers(
+    settings: TelemetrySettings, store_token: str | None, signal_env: str
+) -> dict[str, str] | None:
     """Headers from the config's ``headers_env``; None lets the SDK read ``OTEL_*_HEADERS``.
 
     Sending to the run's local trace store behind a token (``store_token``, else the
-    ``ROLLGYM_TRACE_STORE_TOKEN`` a launched server inherits), the bearer header is all.
+    ``ROLLGYM_TRACE_STORE_TOKEN`` a launched server inherits), the bearer header is all; a
+    signal sent elsewhere by its own ``OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT`` never gets it.
     """
-    if settings.to_local_store:
+    if settings.to_local_store and not os.environ.get(signal_env):
         token = store_token or os.environ.get(env.ROLLGYM_TRACE_STORE_TOKEN)
         return {"authorization": f"Bearer {token}"} if token else None
     if os.environ.get(env.OTEL_EXPORTER_OTLP_HEADERS) or not settings.headers_env:
@@ -56,7 +59,7 @@ def build_span_exporter(
         return None
     kwargs: dict[str, Any] = {
         "endpoint": _signal_endpoint(settings, env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "v1/traces"),
-        "headers": _headers(settings, store_token),
+        "headers": _headers(settings, store_token, env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT),
         "timeout": settings.export_timeout_s,
     }
     if settings.protocol == "grpc":
@@ -83,7 +86,7 @@ def build_metric_exporter(
         "endpoint": _signal_endpoint(
             settings, env.OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, "v1/metrics"
         ),
-        "headers": _headers(settings, store_token),
+        "headers": _headers(settings, store_token, env.OTEL_EXPORTER_OTLP_METRICS_ENDPOINT),
         "timeout": settings.export_timeout_s,
     }
     if settings.protocol == "grpc":
