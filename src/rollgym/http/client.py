@@ -6,6 +6,18 @@ HTTP client span, the W3C context injection, and the connection-pool metrics, an
 errors one translation boundary (aiohttp's exceptions become
 :class:`~rollgym.errors.TransientDispatchError`).
 
+Keep-alive: an idle pooled connection can be closed by the server at the very moment a request
+is written on it (the server's idle timer fired, its FIN is still in flight). The request then
+fails with ``ServerDisconnectedError``/``ClientOSError`` although the server never read it.
+Two defences: the pool drops idle connections after :data:`KEEPALIVE_S`, well before rollgym's
+own servers close them (:data:`SERVER_KEEPALIVE_S`); and a request that fails that way on a
+*reused* connection, before any byte of the answer arrived, is sent once more on a fresh
+connection. That resend is safe for POST: a server closes an idle keep-alive connection only
+when no request is in progress on it, so the first copy was never handed to the application
+(uvicorn and aiohttp both close idle connections only between requests). A failure on a
+fresh connection, or after the answer started, is never resent here: the server may have run
+the request, and only the driver (with a new attempt id) decides whether to try again.
+
 Create the client once per process, outside any span (``async with HttpClient() as client``),
 so its pool and background tasks never capture a rollout's context.
 """
@@ -13,7 +25,9 @@ so its pool and background tasks never capture a rollout's context.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Awaitable, Mapping
+from contextvars import ContextVar
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
@@ -26,6 +40,43 @@ from rollgym.telemetry.groups import gate
 _JSON_HEADERS = {"Content-Type": "application/json"}
 #: How much of a non-JSON answer is kept for error messages.
 _TEXT_SNIPPET = 500
+#: Seconds an idle pooled connection is kept. Shorter than every rollgym server's keep-alive
+#: (:data:`SERVER_KEEPALIVE_S`), so the pool gives a connection up before the server does.
+KEEPALIVE_S = 30.0
+#: Seconds rollgym's servers keep an idle connection open: well above :data:`KEEPALIVE_S`.
+SERVER_KEEPALIVE_S = 75
+
+#: Whether the connection of the request being sent in this task came from the pool.
+_reused: ContextVar[bool] = ContextVar("rollgym_connection_reused", default=False)
+
+
+class _ReuseAwareConnector(aiohttp.TCPConnector):
+    """A TCP connector that tells the sending task whether its connection was reused.
+
+    The flag goes through a context variable: ``connect`` runs in the task that sends the
+    request, so :meth:`HttpClient._send` reads it there when the send fails.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._used: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    async def connect(self, req: Any, traces: Any, timeout: aiohttp.ClientTimeout) -> Any:
+        connection = await super().connect(req, traces, timeout)
+        protocol = connection.protocol
+        if protocol in self._used:
+            _reused.set(True)
+        else:
+            _reused.set(False)
+            self._used.add(protocol)
+        return connection
+
+
+def _stale_connection(exc: aiohttp.ClientError) -> bool:
+    """A send that died on a connection the server had already closed (see the module doc)."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return False  # could not connect at all: nothing to do with a pooled connection
+    return isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError))
 
 
 class HttpResponse(NamedTuple):
@@ -52,6 +103,10 @@ class HttpClient:
         self._limit = limit
         self._metrics = metrics
         self._session: aiohttp.ClientSession | None = None
+        #: Sends the one resend after a stale pooled connection: never pools, so always fresh.
+        self._fresh: aiohttp.ClientSession | None = None
+        #: How many requests were resent on a fresh connection (see the module doc).
+        self.resent = 0
         self._timeouts: dict[float | None, aiohttp.ClientTimeout] = {}
 
     async def __aenter__(self) -> HttpClient:
@@ -64,20 +119,24 @@ class HttpClient:
     async def start(self) -> None:
         """Open the pool. Call it outside any span."""
         if self._session is None:
-            connector = aiohttp.TCPConnector(
-                limit=self._limit, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=60
+            pooled = _ReuseAwareConnector(
+                limit=self._limit,
+                limit_per_host=0,
+                ttl_dns_cache=300,
+                keepalive_timeout=KEEPALIVE_S,
             )
-            trace_configs = [self._metrics.trace_config()] if self._metrics is not None else None
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                json_serialize=lambda obj: orjson.dumps(obj).decode(),
-                trace_configs=trace_configs,
-            )
+            self._session = self._new_session(pooled)
+            self._fresh = self._new_session(aiohttp.TCPConnector(limit=0, force_close=True))
+
+    def _new_session(self, connector: aiohttp.TCPConnector) -> aiohttp.ClientSession:
+        trace_configs = [self._metrics.trace_config()] if self._metrics is not None else None
+        return aiohttp.ClientSession(connector=connector, trace_configs=trace_configs)
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in (self._session, self._fresh):
+            if session is not None:
+                await session.close()
+        self._session = self._fresh = None
 
     def _timeout(self, seconds: float | None) -> aiohttp.ClientTimeout:
         timeout = self._timeouts.get(seconds)
@@ -175,19 +234,21 @@ class HttpClient:
         started = time.monotonic() if metrics is not None else 0.0
         if metrics is not None:
             metrics.request_started(destination)
+        trace_ctx = (
+            {"destination": destination, "started": started} if metrics is not None else None
+        )
         try:
-            async with self._session.request(
-                method,
-                url,
-                data=data,
-                headers=headers,
-                timeout=self._timeout(timeout),
-                trace_request_ctx={"destination": destination, "started": started}
-                if metrics is not None
-                else None,
-            ) as resp:
-                raw = await resp.read()
-                status = resp.status
+            try:
+                status, raw = await self._exchange(
+                    self._session, method, url, data, headers, timeout, trace_ctx
+                )
+            except aiohttp.ClientError as exc:
+                if not (_stale_connection(exc) and _reused.get() and self._fresh is not None):
+                    raise
+                self.resent += 1
+                status, raw = await self._exchange(
+                    self._fresh, method, url, data, headers, timeout, trace_ctx
+                )
         except TimeoutError:
             raise TransientDispatchError(
                 f"no answer from {destination!r} within {timeout}s ({method} {_path(url)})",
@@ -210,6 +271,30 @@ class HttpClient:
             parsed = None
             text = raw[:_TEXT_SNIPPET].decode("utf-8", "replace")
         return HttpResponse(status=status, data=parsed, text=text, trace_id=trace_id)
+
+    async def _exchange(
+        self,
+        session: aiohttp.ClientSession,
+        method: str,
+        url: str,
+        data: bytes | None,
+        headers: dict[str, str],
+        timeout: float | None,
+        trace_ctx: dict[str, Any] | None,
+    ) -> tuple[int, bytes]:
+        """One request on ``session``: the answer's status and body."""
+        response = await session.request(
+            method,
+            url,
+            data=data,
+            headers=headers,
+            timeout=self._timeout(timeout),
+            trace_request_ctx=trace_ctx,
+        )
+        # The answer has started: from here on a failure is never resent (see the module doc).
+        _reused.set(False)
+        async with response:
+            return response.status, await response.read()
 
 
 def _with_json(headers: Mapping[str, str] | None) -> dict[str, str]:

@@ -29,7 +29,7 @@ from typing import Any
 import uvicorn
 
 from rollgym.event_loop import loop_factory
-from rollgym.http.client import HttpClient
+from rollgym.http.client import SERVER_KEEPALIVE_S, HttpClient
 from rollgym.http.server import create_app
 from rollgym.servers.base import ServerContext
 from rollgym.servers.registry import resolve_impl
@@ -116,6 +116,9 @@ class AppServer:
                 access_log=False,
                 backlog=BACKLOG,
                 lifespan="on",
+                # Longer than the client pool's idle time (KEEPALIVE_S): the pool lets an
+                # idle connection go before the server closes it under a request.
+                timeout_keep_alive=SERVER_KEEPALIVE_S,
                 timeout_graceful_shutdown=10,
             )
         )
