@@ -37,6 +37,7 @@ def _run(root: Path, env: dict[str, str]) -> tuple[float, TracedJob]:
     proc = job.run(env=env)
     wall = time.monotonic() - start
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    job.stderr = proc.stderr  # type: ignore[attr-defined]
     return wall, job
 
 
@@ -109,3 +110,7 @@ def test_undelivered_spans_are_reported_as_dropped(loss: LossRuns, label: str) -
     assert telemetry["spans_exported"] == 0
     # every rollout produced at least its dispatch, client, server and gym.rollout spans
     assert telemetry["spans_dropped"] >= 4 * ROLLOUTS, telemetry
+    # and the loss is said loudly at the end of the run, with its count
+    stderr: str = job.stderr  # type: ignore[attr-defined]
+    dropped = telemetry["spans_dropped"]
+    assert f"{dropped} of {dropped} span(s) were NOT delivered" in stderr, stderr[-2000:]
