@@ -76,3 +76,20 @@ def test_a_bad_store_bind_names_the_file_and_key(tmp_path: Path, bind: str) -> N
         load_config(config)
     assert raised.value.key_path == "telemetry.store_bind"
     assert str(config) in str(raised.value) and "host[:port]" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("announced", "local"),
+    [
+        ("http://0.0.0.0:4318", "http://127.0.0.1:4318"),
+        ("http://[::]:4318", "http://127.0.0.1:4318"),
+        ("http://127.0.0.1:5", "http://127.0.0.1:5"),
+        ("http://gpu-box:9", "http://gpu-box:9"),
+    ],
+)
+def test_this_machines_processes_reach_a_wildcard_bind_on_loopback(
+    announced: str, local: str
+) -> None:
+    from rollgym.tracestore.launch import _local_url
+
+    assert _local_url(announced) == local
