@@ -37,7 +37,7 @@ from rollgym.telemetry.exporters import build_metric_exporter, build_span_export
 from rollgym.telemetry.groups import ALL_GROUPS, SpanGroup, configure_gate, gate
 from rollgym.telemetry.metrics import HttpClientMetrics, RolloutMetrics, register_dropped_spans
 from rollgym.telemetry.sampling import SingleTraceIdGenerator, make_sampler, run_trace_id
-from rollgym.telemetry.settings import TelemetrySettings, server_env
+from rollgym.telemetry.settings import DEFAULT_FLUSH_TIMEOUT_S, TelemetrySettings, server_env
 
 __all__ = [
     "TelemetryHandle",
@@ -58,9 +58,9 @@ _EXPORTER_LOGGERS = (
     "opentelemetry.exporter.otlp.common.http",
     "opentelemetry.sdk._shared_internal",
 )
-#: How long a process waits, at its end, for queued spans to reach the backend. Generous on
-#: purpose: a backend that is merely slow to start (a fresh MLflow server) must lose nothing.
-DEFAULT_SHUTDOWN_TIMEOUT_S = 60.0
+#: How long a process waits, at its end, for queued spans to reach the backend (the default of
+#: ``telemetry.flush_timeout_s``): a backend merely slow to start must lose nothing.
+DEFAULT_SHUTDOWN_TIMEOUT_S = DEFAULT_FLUSH_TIMEOUT_S
 _METRIC_INTERVAL_MS = 10_000
 
 
