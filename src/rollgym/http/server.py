@@ -170,7 +170,8 @@ class TelemetryMiddleware:
             await send(message)
 
         method = scope["method"]
-        with spans.http_server_span(method, scope["path"], _headers(scope)) as span:
+        scheme = scope.get("scheme", "http")
+        with spans.http_server_span(method, scope["path"], _headers(scope), scheme) as span:
             try:
                 await self.app(scope, receive, send_status)
             finally:

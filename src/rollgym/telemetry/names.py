@@ -85,6 +85,11 @@ GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
 GEN_AI_LATENCY_TIME_IN_QUEUE: Final = "gen_ai.latency.time_in_queue"
 GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN: Final = "gen_ai.latency.time_to_first_token"
 GEN_AI_LATENCY_E2E: Final = "gen_ai.latency.e2e"
+GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
+#: The request id a model server actually sent upstream when a per-upstream policy sent
+#: another form than ``<rollout id>.<turn>`` (a UUID): set on the model span beside
+#: ``gym.rollout.id``, it maps the engine's ``gen_ai.request.id`` back to the rollout.
+UPSTREAM_REQUEST_ID: Final = "gym.model.upstream_request_id"
 
 # --- stable HTTP semantic conventions ---------------------------------------------------------
 HTTP_REQUEST_METHOD: Final = "http.request.method"
@@ -94,7 +99,13 @@ SERVER_ADDRESS_HTTP: Final = "server.address"
 SERVER_PORT: Final = "server.port"
 URL_FULL: Final = "url.full"
 URL_PATH: Final = "url.path"
+URL_SCHEME: Final = "url.scheme"
+#: The URL template a client span is named after (``/r/{rollout_id}/v1/chat/completions``).
+URL_TEMPLATE: Final = "url.template"
 ERROR_TYPE: Final = "error.type"
+
+#: ``gen_ai.operation.name`` of a chat completion, and the GenAI span-name form built on it.
+GEN_AI_OPERATION_CHAT: Final = "chat"
 
 # --- headers ------------------------------------------------------------------------------------
 HEADER_REQUEST_ID: Final = "X-Request-Id"
