@@ -132,7 +132,9 @@ class Dispatcher:
         self._run_urls = {name: url.rstrip("/") + "/run" for name, url in urls.items()}
         self._timeout = timeout_s
         #: Asks the agent for a trajectory; None keeps the no-header fast path.
-        self._headers = {CAPTURE_HEADER: capture} if capture != "off" else None
+        self._headers: dict[str, str] | None = (
+            {CAPTURE_HEADER: capture} if capture != "off" else None
+        )
 
     async def send_attempt(self, rollout: Rollout, attempt: int) -> AttemptOutcome:
         """One POST ``/run`` for ``rollout``'s attempt ``attempt``; never raises a DispatchError."""
@@ -155,12 +157,7 @@ class Dispatcher:
             from rollgym.telemetry import spans
 
             with spans.dispatch_span(row, target.dispatch_name, server) as span:
-                try:
-                    answer: HttpResponse | DispatchError = await post(
-                        server, url, body, timeout=self._timeout, headers=headers, route="/run"
-                    )
-                except DispatchError as exc:
-                    answer = exc
+                answer = await _post(post, server, url, body, self._timeout, headers)
                 reward, result, error, trace_id = interpret(answer, server)
                 spans.record_dispatch_outcome(span, outcome_label(error), reward)
                 context = span.get_span_context()
@@ -168,12 +165,13 @@ class Dispatcher:
                     trace_id = format(context.trace_id, "032x")
                     sampled = context.trace_flags.sampled
         else:
-            try:
-                answer = await post(
-                    server, url, body, timeout=self._timeout, headers=headers, route="/run"
-                )
-            except DispatchError as exc:
-                answer = exc
+            if gate.tracing:
+                from rollgym.telemetry import spans
+
+                with spans.outside_owned_job():
+                    answer = await _post(post, server, url, body, self._timeout, headers)
+            else:
+                answer = await _post(post, server, url, body, self._timeout, headers)
             reward, result, error, trace_id = interpret(answer, server)
         return AttemptOutcome(
             rollout_id,
@@ -186,6 +184,24 @@ class Dispatcher:
             time.perf_counter() - t0,
             sampled,
         )
+
+
+async def _post(
+    post: Any,
+    server: str,
+    url: str,
+    body: Any,
+    timeout: float,
+    headers: dict[str, str] | None,
+) -> HttpResponse | DispatchError:
+    """The single POST ``/run`` of an attempt: its answer, or the error that ended it."""
+    try:
+        answer: HttpResponse = await post(
+            server, url, body, timeout=timeout, headers=headers, route="/run"
+        )
+    except DispatchError as exc:
+        return exc
+    return answer
 
 
 def interpret(

@@ -129,7 +129,10 @@ class Agent(Server):
 
         async def attempt() -> dict[str, Any]:
             rollout = self.rollout_context(rollout_id, row, capture)
-            return attach(await self.run(row, rollout), rollout.trajectory)
+            try:
+                return attach(await self.run(row, rollout), rollout.trajectory)
+            finally:
+                await rollout.aclose()
 
         answer = await guarded(who, attempt())
         return check_reward(answer, who)

@@ -33,8 +33,9 @@ def test_a_prompt_extends_the_previous_prompt_and_completion() -> None:
 def test_annotate_answers_vllm_fields_that_agree_with_usage() -> None:
     messages = [{"role": "user", "content": "Compute: 1 + 2"}]
     answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "Answer: 3"}}]}
-    request = {"return_token_ids": True, "logprobs": True, "top_logprobs": 3}
-    tt.annotate(answer, messages, None, request, random.Random(0))
+    tt.annotate(
+        answer, messages, None, random.Random(0), token_ids=True, logprobs=True, top_logprobs=3
+    )
     choice = answer["choices"][0]
     usage = answer["usage"]
     assert usage["prompt_tokens"] == len(answer["prompt_token_ids"])
@@ -48,5 +49,15 @@ def test_annotate_answers_vllm_fields_that_agree_with_usage() -> None:
         assert top[0]["logprob"] == entry["logprob"] == max(t["logprob"] for t in top)
         assert sum(math.exp(t["logprob"]) for t in top) <= 1.0 + 1e-9
     plain = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}}]}
-    tt.annotate(plain, messages, None, {}, random.Random(0))
+    tt.annotate(plain, messages, None, random.Random(0))
     assert "prompt_token_ids" not in plain and "logprobs" not in plain["choices"][0]
+
+
+def test_a_choice_cut_by_max_tokens_generated_only_its_text() -> None:
+    cut = {"message": {"role": "assistant", "content": "Answer"}, "finish_reason": "length"}
+    whole = {"message": {"role": "assistant", "content": "Answer: 3"}, "finish_reason": "stop"}
+    answer = {"choices": [cut, whole]}
+    tt.annotate(answer, [{"role": "user", "content": "x"}], None, random.Random(0), token_ids=True)
+    assert cut["token_ids"] == [tt.token_id("Answer")]  # no end token: it was cut
+    assert whole["token_ids"][-1] == tt.token_id(tt.IM_END)
+    assert answer["usage"]["completion_tokens"] == 1 + 4

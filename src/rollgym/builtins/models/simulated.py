@@ -150,36 +150,106 @@ class SimulatedModel(ModelServer):
             await asyncio.sleep(prefill)
         timings.time_to_first_token = time.perf_counter() - arrived
         await asyncio.sleep(latency - prefill)
-        tool_names = {str((t.get("function") or {}).get("name")) for t in request.tools or []}
-        reply = decide(request.messages, tool_names, correct, rng)
+        replies = [
+            _sampled_reply(request, correct, rng if index == 0 else _choice_rng(request_id, index))
+            for index in range(request.n or 1)
+        ]
         timings.e2e = time.perf_counter() - arrived
-        answer = completion(request_id, options.model_name, reply)
+        answer = completion(
+            request_id, options.model_name, replies, token_limit=request.token_limit
+        )
         # usage, token ids and log-probabilities from one tokenizer, so they always agree
         return toy_tokenizer.annotate(
-            answer, request.messages, request.tools, request.model_extra or {}, rng
+            answer,
+            request.messages,
+            request.tools,
+            rng,
+            token_ids=bool((request.model_extra or {}).get("return_token_ids")),
+            logprobs=bool(request.logprobs),
+            top_logprobs=request.top_logprobs or 0,
         )
 
+    def model_names(self) -> list[str]:
+        return [self.sim_options.model_name]
 
-def completion(request_id: str, model: str, reply: Reply) -> dict[str, Any]:
-    """An OpenAI ``chat.completion`` object for one reply (``usage`` is added by
-    :func:`toy_tokenizer.annotate`)."""
-    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
-    finish_reason = "stop"
-    if reply.tool_call is not None:
-        name, arguments = reply.tool_call
-        encoded = orjson.dumps(arguments).decode()
-        message["tool_calls"] = [
-            {
-                "id": f"call-{request_id}",
-                "type": "function",
-                "function": {"name": name, "arguments": encoded},
-            }
-        ]
-        finish_reason = "tool_calls"
+
+def _choice_rng(request_id: str, index: int) -> random.Random:
+    """The randomness of choice ``index`` (> 0) of a request with ``n`` > 1."""
+    return random.Random(stable_seed(f"{request_id}#{index}"))
+
+
+def _sampled_reply(request: ChatRequest, correct: bool, rng: random.Random) -> Reply:
+    """The policy's reply under the request's ``tool_choice`` and ``temperature``.
+
+    ``temperature: 0`` is greedy: every choice is the first one (the rng is not consulted
+    beyond its seed). ``tool_choice: "none"`` hides the tools from the policy; ``"required"``
+    or a named function turns a text reply into a call of that (or the first) tool.
+    """
+    if request.temperature == 0:
+        rng = random.Random(0)
+    tools = request.tools or []
+    names_of = [str((t.get("function") or {}).get("name")) for t in tools]
+    forced = request.forced_tool
+    reply = decide(request.messages, set() if forced == "none" else set(names_of), correct, rng)
+    if forced in (None, "none") or not names_of:
+        return reply
+    wanted = names_of[0] if forced == "required" else forced
+    if reply.tool_call is not None and (forced == "required" or reply.tool_call[0] == wanted):
+        return reply
+    schema = next((t.get("function") or {} for t in tools if _name(t) == wanted), {})
+    return Reply(tool_call=(wanted, _arguments_for(schema, reply.content or "")))
+
+
+def _name(tool: dict[str, Any]) -> str:
+    return str((tool.get("function") or {}).get("name"))
+
+
+def _arguments_for(function: dict[str, Any], text: str) -> dict[str, Any]:
+    """Arguments for a forced call: each required parameter gets the reply's text."""
+    parameters = function.get("parameters") or {}
+    return {name: text for name in parameters.get("required") or []}
+
+
+def completion(
+    request_id: str,
+    model: str,
+    replies: list[Reply],
+    *,
+    token_limit: int | None = None,
+) -> dict[str, Any]:
+    """An OpenAI ``chat.completion`` object with one choice per reply (``usage``, token ids
+    and log-probabilities are added by :func:`toy_tokenizer.annotate`)."""
     return {
         "id": f"chatcmpl-{request_id}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        "choices": [
+            _choice(request_id, index, reply, token_limit) for index, reply in enumerate(replies)
+        ],
     }
+
+
+def _choice(request_id: str, index: int, reply: Reply, token_limit: int | None) -> dict[str, Any]:
+    """One choice. Past ``token_limit`` tokens (of the toy tokenizer) the text is cut there and
+    ``finish_reason`` is ``length``; a tool call that does not fit becomes its cut text."""
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    finish_reason = "stop"
+    if reply.tool_call is not None:
+        name, arguments = reply.tool_call
+        encoded = orjson.dumps(arguments).decode()
+        suffix = "" if index == 0 else f"-{index}"
+        message["tool_calls"] = [
+            {
+                "id": f"call-{request_id}{suffix}",
+                "type": "function",
+                "function": {"name": name, "arguments": encoded},
+            }
+        ]
+        finish_reason = "tool_calls"
+    if token_limit is not None and len(toy_tokenizer.body_pieces(message)) > token_limit:
+        text = reply.content if reply.tool_call is None else orjson.dumps(reply.tool_call).decode()
+        cut = "".join(toy_tokenizer.pieces(text or "")[:token_limit])
+        message = {"role": "assistant", "content": cut}
+        finish_reason = "length"
+    return {"index": index, "message": message, "finish_reason": finish_reason}

@@ -126,31 +126,43 @@ def _logprobs(generated: list[str], top: int, rng: random.Random) -> list[dict[s
     return content
 
 
+def generated_pieces(choice: dict[str, Any]) -> list[str]:
+    """The tokens a choice generated: its body and end token, or, cut by ``max_tokens``
+    (``finish_reason: length``), only the text it got to (no end token)."""
+    message = choice["message"]
+    if choice.get("finish_reason") == "length":
+        return list(pieces(_text(message.get("content"))))
+    return body_pieces(message)
+
+
 def annotate(
     answer: dict[str, Any],
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None,
-    request: dict[str, Any],
     rng: random.Random,
+    *,
+    token_ids: bool = False,
+    logprobs: bool = False,
+    top_logprobs: int = 0,
 ) -> dict[str, Any]:
-    """Set ``usage`` from the tokens, and the engine fields the request asked for.
-
-    ``request`` holds the request's extra fields (``return_token_ids``, ``logprobs``,
-    ``top_logprobs``). Returns ``answer``, changed in place.
-    """
+    """Set ``usage`` from the tokens of the prompt and of every choice, and the engine fields
+    the request asked for (``return_token_ids``, ``logprobs``, ``top_logprobs``). Returns
+    ``answer``, changed in place."""
     prompt = prompt_pieces(messages, tools)
-    choice = answer["choices"][0]
-    generated = body_pieces(choice["message"])
+    generated = 0
+    top = max(0, min(top_logprobs, MAX_TOP_LOGPROBS))
+    for choice in answer["choices"]:
+        tokens = generated_pieces(choice)
+        generated += len(tokens)
+        if token_ids:
+            choice["token_ids"] = [token_id(p) for p in tokens]
+        if logprobs:
+            choice["logprobs"] = {"content": _logprobs(tokens, top, rng)}
+    if token_ids:
+        answer["prompt_token_ids"] = [token_id(p) for p in prompt]
     answer["usage"] = {
         "prompt_tokens": len(prompt),
-        "completion_tokens": len(generated),
-        "total_tokens": len(prompt) + len(generated),
+        "completion_tokens": generated,
+        "total_tokens": len(prompt) + generated,
     }
-    if request.get("return_token_ids"):
-        answer["prompt_token_ids"] = [token_id(p) for p in prompt]
-        choice["token_ids"] = [token_id(p) for p in generated]
-    if request.get("logprobs"):
-        top = request.get("top_logprobs") or 0
-        top = max(0, min(int(top), MAX_TOP_LOGPROBS)) if isinstance(top, int) else 0
-        choice["logprobs"] = {"content": _logprobs(generated, top, rng)}
     return answer
