@@ -10,6 +10,7 @@ sessions in-process while an agent reaches them over HTTP, with the same loop co
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
@@ -306,7 +307,7 @@ class RolloutContext:
         """
         from rollgym.servers.openai_sdk import async_client
 
-        client = async_client(self._model_client())
+        client = async_client(self._model_client(), self._sdk_record())
         self._sdk_clients.append(client)
         return client
 
@@ -315,7 +316,7 @@ class RolloutContext:
         would block the event loop)."""
         from rollgym.servers.openai_sdk import sync_client
 
-        client = sync_client(self._model_client())
+        client = sync_client(self._model_client(), self._sdk_record())
         self._sdk_clients.append(client)
         return client
 
@@ -342,6 +343,10 @@ class RolloutContext:
         answer = await self._model_client().chat(messages, tools, self._params)
         self.record_model_call({"messages": messages, "tools": tools, **self._params}, answer)
         return answer
+
+    def _sdk_record(self) -> Callable[[dict[str, Any], dict[str, Any]], None] | None:
+        """What an SDK client calls with each chat completion: the trajectory, when asked."""
+        return self.record_model_call if self.trajectory is not None else None
 
     def record_model_call(self, request: dict[str, Any], answer: dict[str, Any]) -> None:
         """Put one model call made by any client into the trajectory (a no-op without one).

@@ -8,6 +8,8 @@ from test_agents import stack
 
 from rollgym import Collector, RolloutResult
 from rollgym.builtins.agents.tool_loop import ToolLoopAgent
+from rollgym.servers.agent import Agent, task_of
+from rollgym.servers.rollout_context import RolloutContext
 from rollgym.trajectory.record import capture_mode
 from rollgym.trajectory.tokens import token_sequence
 
@@ -57,3 +59,34 @@ async def test_results_carry_the_trajectory_when_asked(serving: Any) -> None:
     first = forced[0].trajectory
     assert first is not None and first["capture"] == "turns"
     assert all(t["params"] == {"temperature": 0.2} for t in first["turns"] if t["type"] == "model")
+
+
+class SdkAgent(Agent):
+    """Calls the model only through the OpenAI SDK client of its rollout."""
+
+    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+        seeded = await rollout.env.seed(task_of(row))
+        extra = rollout.trajectory.request_fields() if rollout.trajectory is not None else {}
+        answer = await rollout.async_openai().chat.completions.create(
+            model="policy", messages=seeded["messages"], temperature=0.5, extra_body=extra
+        )
+        verdict = await rollout.env.verify(answer.choices[0].message.content)
+        return {"reward": verdict["reward"]}
+
+
+async def test_sdk_calls_are_recorded_with_the_engine_tokens(serving: Any) -> None:
+    exits, urls = await stack(serving)
+    async with exits:
+        agent = SdkAgent.build("sdk", {"model": "policy", "environment": "arith"}, urls=dict(urls))
+        async with serving(agent) as url:
+            rows = [{"question": f"{i} + 3"} for i in range(3)]
+            async with Collector({"sdk": url}, agent="sdk", capture_tokens=True) as collector:
+                outcomes = [o async for o in collector.stream(rows)]
+    for outcome in outcomes:
+        assert isinstance(outcome, RolloutResult) and outcome.trajectory is not None
+        model, verify = outcome.trajectory["turns"]
+        assert model["type"] == "model" and verify["type"] == "verify"
+        assert model["params"]["temperature"] == 0.5 and model["params"]["return_token_ids"]
+        sequence = token_sequence(outcome.trajectory)
+        assert sequence is not None and sum(sequence.loss_mask) == len(model["completion_ids"]) > 0
+        assert model["usage"]["prompt_tokens"] == len(sequence.prompt_ids)
