@@ -43,6 +43,7 @@ from rollgym.driver.rows import (
     expand,
     read_mappings,
 )
+from rollgym.driver.unique_ids import UniqueIds
 from rollgym.http.client import HttpClient
 
 _DONE = object()
@@ -165,8 +166,12 @@ class Collector:
 
     def _entries(self, rows: Any) -> Iterator[TaskRow | BadLine] | AsyncIterator[TaskRow | BadLine]:
         if isinstance(rows, AsyncIterable):
-            return aread_mappings(rows, self.router)
-        return read_mappings(rows, self.router)
+            return aread_mappings(rows, self.router, ids=self.unique_ids())
+        return read_mappings(rows, self.router, ids=self.unique_ids())
+
+    def unique_ids(self) -> UniqueIds:
+        """A fresh explicit-id check for one stream of rows (repeats and retries included)."""
+        return UniqueIds(self.repeats, self.policy.max_attempts)
 
     def _items(
         self, entries: Any, skip: Skip | None

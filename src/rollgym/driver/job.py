@@ -173,7 +173,7 @@ async def collect(
             aggregator.add_failure(outcome.dispatch_name, outcome.error_kind)
         count += 1
 
-    entries = read_jsonl(config.run.input, collector.router)
+    entries = read_jsonl(config.run.input, collector.router, collector.unique_ids())
     await collector.run_entries(entries, record, ledger.skip if ledger.resumed else None)
     return count
 
