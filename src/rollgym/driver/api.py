@@ -30,7 +30,7 @@ from collections.abc import (
 from typing import Any
 
 from rollgym.driver.admission import SharedSource, WorkerPool
-from rollgym.driver.dispatch import Dispatcher
+from rollgym.driver.dispatch import Dispatcher, Rotation
 from rollgym.driver.outcomes import Outcome, RolloutFailure
 from rollgym.driver.retry import InFlight, RetryPolicy, cancelled_failure, run_rollout
 from rollgym.driver.rows import (
@@ -82,7 +82,8 @@ class Collector:
     ``servers`` maps server name -> base URL. Rows go to the agent their ``agent`` field
     names, else to the ``agent`` given here; rows of a materialized task set
     (``task_id: {taskset, task_id}``) whose task set is in ``environment_routes`` go to that
-    environment server's episode ``/run``.
+    environment server's episode ``/run``. ``rotation`` (the CLI job's server supervisor)
+    holds back attempts for a server that is restarting.
     """
 
     def __init__(
@@ -100,6 +101,7 @@ class Collector:
         agents: Collection[str] | None = None,
         metrics: Any = None,
         http_metrics: Any = None,
+        rotation: Rotation | None = None,
     ) -> None:
         if concurrency < 1 or repeats < 1 or max_attempts < 1:
             raise ValueError("concurrency, repeats and max_attempts must be at least 1")
@@ -119,6 +121,7 @@ class Collector:
         self._timeout_s = timeout_s
         self._metrics = metrics
         self._http_metrics = http_metrics
+        self._rotation = rotation
         self._client: HttpClient | None = None
         self._pool: WorkerPool[WorkItem] | None = None
 
@@ -187,7 +190,7 @@ class Collector:
 
         ``room`` (the stream form) bounds records waiting for a slow consumer.
         """
-        send = Dispatcher(self.client, self._urls, self._timeout_s).send_attempt
+        send = Dispatcher(self.client, self._urls, self._timeout_s, self._rotation).send_attempt
         policy, in_flight, metrics = self.policy, self.in_flight, self._metrics
 
         async def work(item: WorkItem) -> None:

@@ -15,7 +15,7 @@ with ``{"field": "reward"}`` in its error body) may not.
 from __future__ import annotations
 
 import time
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from rollgym.driver.rows import Rollout, collector_row, task_of
 from rollgym.errors import DispatchError, PermanentDispatchError, TransientDispatchError
@@ -107,13 +107,37 @@ def classify(response: HttpResponse, server: str) -> tuple[float, dict[str, Any]
     return float(reward), data
 
 
-class Dispatcher:
-    """Sends attempts through the one :class:`HttpClient` to the servers' base URLs."""
+class Rotation(Protocol):
+    """Which servers are out of rotation (dead, restarting): the run's server supervisor.
 
-    def __init__(self, client: HttpClient, urls: dict[str, str], timeout_s: float) -> None:
+    ``out_of_rotation`` is empty while every server serves, so the hot path pays one check.
+    """
+
+    out_of_rotation: dict[str, str]
+
+    async def wait_in_rotation(self, server: str) -> DispatchError | None: ...
+
+    def note_unreachable(self, server: str) -> None: ...
+
+
+class Dispatcher:
+    """Sends attempts through the one :class:`HttpClient` to the servers' base URLs.
+
+    With a ``rotation``, an attempt for a server that is out of rotation (or calls one that
+    is) waits until it is back, or fails at once when it is gone for good.
+    """
+
+    def __init__(
+        self,
+        client: HttpClient,
+        urls: dict[str, str],
+        timeout_s: float,
+        rotation: Rotation | None = None,
+    ) -> None:
         self._client = client
         self._run_urls = {name: url.rstrip("/") + "/run" for name, url in urls.items()}
         self._timeout = timeout_s
+        self._rotation = rotation
 
     async def send_attempt(self, rollout: Rollout, attempt: int) -> AttemptOutcome:
         """One POST ``/run`` for ``rollout``'s attempt ``attempt``; never raises a DispatchError."""
@@ -126,6 +150,11 @@ class Dispatcher:
         )
         body = episode_body(rollout_id, attempt, task_of(row)) if target.episode else row
         server = target.server_name
+        rotation = self._rotation
+        if rotation is not None and rotation.out_of_rotation:
+            down = await rotation.wait_in_rotation(server)
+            if down is not None:
+                return AttemptOutcome(rollout_id, attempt, None, None, down, None, time.time(), 0.0)
         post = self._client.post_json
         url = self._run_urls[server]
         started_at = time.time()
@@ -153,6 +182,8 @@ class Dispatcher:
             except DispatchError as exc:
                 answer = exc
             reward, result, error, trace_id = interpret(answer, server)
+        if error is not None and error.transient and rotation is not None:
+            rotation.note_unreachable(server)
         return AttemptOutcome(
             rollout_id,
             attempt,

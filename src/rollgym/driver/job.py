@@ -34,6 +34,7 @@ from rollgym.driver.summary import (
 )
 from rollgym.driver.telemetry_setup import JobTelemetry
 from rollgym.errors import ConfigError, DispatchError
+from rollgym.servers.supervisor import Supervisor
 from rollgym.telemetry.groups import gate
 
 RUN_FILE = "run.json"
@@ -123,17 +124,36 @@ class Interrupts:
             self.main_task.cancel()
 
 
+def make_supervisor(config: JobConfig) -> Supervisor:
+    """The watch over the run's launched servers, with each one's ``restart`` budget."""
+    from rollgym.servers.launcher import dependencies
+
+    limits = {name: server.restart for name, server in config.servers.items() if server.impl}
+    return Supervisor(limits, dependencies(config))
+
+
 @asynccontextmanager
 async def _servers(
-    config: JobConfig, run_id: str, output_dir: Path, env: dict[str, str]
+    config: JobConfig,
+    run_id: str,
+    output_dir: Path,
+    env: dict[str, str],
+    supervisor: Supervisor | None,
 ) -> AsyncIterator[dict[str, str]]:
     from rollgym.servers.launcher import launch_servers
 
-    async with launch_servers(config, run_id=run_id, output_dir=output_dir, env=env) as urls:
+    async with launch_servers(
+        config, run_id=run_id, output_dir=output_dir, env=env, supervisor=supervisor
+    ) as urls:
         yield dict(urls)
 
 
-def make_collector(config: JobConfig, urls: dict[str, str], telemetry: JobTelemetry) -> Collector:
+def make_collector(
+    config: JobConfig,
+    urls: dict[str, str],
+    telemetry: JobTelemetry,
+    rotation: Supervisor | None = None,
+) -> Collector:
     """The job's Collector: agent and environment servers of the config, at their live URLs."""
     run = config.run
     agents = config.servers_of_kind("agent")
@@ -151,6 +171,7 @@ def make_collector(config: JobConfig, urls: dict[str, str], telemetry: JobTeleme
         agents=agents,
         metrics=telemetry.metrics,
         http_metrics=telemetry.http_metrics,
+        rotation=rotation,
     )
 
 
@@ -239,6 +260,7 @@ class JobState:
         self.count = 0
         self.environments: dict[str, Any] = {}
         self.started = time.monotonic()
+        self.supervisor = make_supervisor(config)
 
     def summary(self) -> Summary:
         duration = time.monotonic() - self.started
@@ -246,6 +268,8 @@ class JobState:
             self.run_id, self.status, self.aggregator, duration, self.count
         )
         summary.environments = self.environments
+        summary.servers = self.supervisor.to_json()
+        summary.warnings = self.supervisor.gone()
         summary.output_dir = str(self.output_dir)
         return summary
 
@@ -289,9 +313,10 @@ async def _serve_and_collect(
 ) -> None:
     """Launch the servers, open the one client (outside any span), run the job body."""
     config, run_id = state.config, state.run_id
+    supervisor = state.supervisor
     async with (
-        _servers(config, run_id, state.output_dir, telemetry.server_env) as urls,
-        make_collector(config, urls, telemetry) as collector,
+        _servers(config, run_id, state.output_dir, telemetry.server_env, supervisor) as urls,
+        make_collector(config, urls, telemetry, supervisor) as collector,
     ):
         if gate.job:
             from rollgym.telemetry import spans

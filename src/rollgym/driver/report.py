@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rollgym.driver.summary import Summary
@@ -40,6 +41,12 @@ def print_report(summary: Summary, console: Console | None = None) -> None:
         f"requested {summary.requested} = completed {summary.completed} + failed {summary.failed} "
         f"(failures by kind: {kinds}); {summary.rollouts_per_s:.1f} rollouts/s"
     )
+    restarts = {name: s["restarts"] for name, s in summary.servers.items() if s.get("deaths")}
+    if restarts:
+        listed = ", ".join(f"{name}: {n}" for name, n in restarts.items())
+        console.print(f"[yellow]server restarts[/]: {listed}", markup=True)
+    for warning in summary.warnings:
+        console.print(f"[yellow]warning[/]: {escape(warning)}")
     if summary.output_dir:
         console.print(
             f"results: {summary.output_dir}/ (rollouts.jsonl, failures.jsonl, summary.json)"

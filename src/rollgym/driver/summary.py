@@ -144,6 +144,10 @@ class Summary:
     duration_s: float = 0.0
     rollouts_per_s: float = 0.0
     output_dir: str | None = None
+    #: Per launched server: deaths, restarts, whether it ended the run down.
+    servers: dict[str, Any] = field(default_factory=dict)
+    #: Things the person running the job must see (a server gone, spans dropped).
+    warnings: list[str] = field(default_factory=list)
 
     @classmethod
     def from_aggregator(
@@ -176,6 +180,8 @@ class Summary:
             "telemetry": self.telemetry,
             "duration_s": self.duration_s,
             "rollouts_per_s": self.rollouts_per_s,
+            "servers": self.servers,
+            "warnings": self.warnings,
         }
 
 

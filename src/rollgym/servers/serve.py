@@ -39,11 +39,15 @@ BACKLOG = 16384
 log = logging.getLogger("rollgym.serve")
 
 
-def bind_loopback(host: str = "127.0.0.1") -> socket.socket:
-    """A listening socket on ``host`` (loopback unless told) with a port the OS chose."""
+def bind_loopback(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+    """A listening socket on ``host`` (loopback unless told); ``port`` 0: one the OS chose."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
     sock.listen(BACKLOG)
     sock.set_inheritable(True)
     return sock
@@ -106,7 +110,7 @@ class AppServer:
             client=HttpClient(metrics=getattr(telemetry, "http_metrics", None)),
         )
         app = create_app(cls(context))
-        self.socket = bind_loopback(host)
+        self.socket = bind_loopback(host, spec.port)
         self.host = host
         self.port: int = self.socket.getsockname()[1]
         self.server = uvicorn.Server(
