@@ -19,6 +19,11 @@ A failed rollout is data, not an exception that takes the run down: the driver t
 
 from __future__ import annotations
 
+#: The error ``field`` that marks a refused credential (an upstream 401/403) all the way to
+#: the driver, which records it as a permanent ``authentication`` failure, never retried.
+AUTHENTICATION = "authentication"
+AUTH_STATUSES = (401, 403)
+
 
 class RollgymError(Exception):
     """Root of every error rollgym raises on purpose."""

@@ -28,6 +28,7 @@ from rollgym.config import ServerOptions
 from rollgym.http.server import HTTPError
 from rollgym.servers.agent import Agent, AgentOptions
 from rollgym.servers.environment import Environment, EnvironmentOptions, SessionState
+from rollgym.servers.model import ChatRequest, ModelServer
 from rollgym.servers.rollout_context import RolloutContext
 
 
@@ -100,3 +101,12 @@ class FaultEnv(Environment):
         if state.data.get("fault") == "env_5xx":
             raise HTTPError(503, "injected environment 5xx")
         return 1.0
+
+
+class KeyRefusingModel(ModelServer):
+    """An upstream engine that refuses every request's key with HTTP 401 (a bad API key)."""
+
+    async def complete(
+        self, request: ChatRequest, request_id: str | None, rollout_id: str | None
+    ) -> dict[str, Any]:
+        raise HTTPError(401, "invalid api key")

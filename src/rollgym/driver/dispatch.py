@@ -9,7 +9,8 @@ row, never from the posted body (an episode body carries it only as ``episode_id
 The answer is classified here, once: transient failures (connection error, timeout, HTTP 5xx
 and 429) may be retried by :mod:`rollgym.driver.retry`; permanent ones (other 4xx, a non-JSON
 answer, an answer without a numeric ``reward``, including a rollgym server's own refusal of one
-with ``{"field": "reward"}`` in its error body) may not.
+with ``{"field": "reward"}`` in its error body; a refused credential: 401/403, or an error body
+with ``{"field": "authentication"}`` from an agent whose upstream refused its key) may not.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ import time
 from typing import Any, NamedTuple, Protocol
 
 from rollgym.driver.rows import Rollout, collector_row, task_of
-from rollgym.errors import DispatchError, PermanentDispatchError, TransientDispatchError
+from rollgym.errors import (
+    AUTH_STATUSES,
+    AUTHENTICATION,
+    DispatchError,
+    PermanentDispatchError,
+    TransientDispatchError,
+)
 from rollgym.http.client import HttpClient, HttpResponse
 from rollgym.identity import episode_body, make_rollout_id
 from rollgym.rewards import is_reward
@@ -60,14 +67,18 @@ def _error_text(response: HttpResponse) -> str:
     return response.text or (repr(data)[:200] if data is not None else "")
 
 
+def _field_of(response: HttpResponse) -> Any:
+    data = response.data
+    return data.get("field") if isinstance(data, dict) else None
+
+
 def _says_no_reward(response: HttpResponse) -> bool:
     """A rollgym server refuses its own reward-less answer as ``{"field": "reward"}``.
 
     Another attempt would produce the same kind of answer, so it is permanent, like a 200
     without a reward.
     """
-    data = response.data
-    return isinstance(data, dict) and data.get("field") == "reward"
+    return _field_of(response) == "reward"
 
 
 def classify(response: HttpResponse, server: str) -> tuple[float, dict[str, Any]]:
@@ -78,6 +89,9 @@ def classify(response: HttpResponse, server: str) -> tuple[float, dict[str, Any]
         message = f"{server!r} answered HTTP {status}: {text}"
         if _says_no_reward(response):
             raise PermanentDispatchError(message, kind="missing_reward", server=server)
+        if status in AUTH_STATUSES or _field_of(response) == AUTHENTICATION:
+            # A refused credential fails every attempt alike: permanent, never retried.
+            raise PermanentDispatchError(message, kind="authentication", server=server)
         if status >= 500:
             raise TransientDispatchError(message, kind="http_5xx", server=server)
         if status == 429:

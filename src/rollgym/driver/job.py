@@ -342,7 +342,10 @@ async def run_job(config: JobConfig, *, handle_signals: bool = False) -> Summary
     """
     run_id, output_dir = resolve_run(config)
     if not config.run.input.is_file():
-        raise ConfigError(f"input file {config.run.input} does not exist", key_path="run.input")
+        problem = (
+            "is a directory, not a JSONL file" if config.run.input.is_dir() else "does not exist"
+        )
+        raise ConfigError(f"input file {config.run.input} {problem}", key_path="run.input")
     prepare_output(config, run_id, output_dir)
     state = JobState(config, run_id, output_dir)
     interrupts = Interrupts()

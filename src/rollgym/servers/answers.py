@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import orjson
 from fastapi import Request
 
-from rollgym.errors import DispatchError
+from rollgym.errors import AUTH_STATUSES, AUTHENTICATION, DispatchError
 from rollgym.http.server import HTTPError
 from rollgym.servers.rollout_context import ServerCallError
 
@@ -58,6 +58,8 @@ async def guarded(who: str, work: Awaitable[T]) -> T:
     except ServerCallError as exc:
         if exc.bad_input:
             raise HTTPError(400, str(exc), field=exc.field or "task") from None
+        if exc.field == AUTHENTICATION or exc.status in AUTH_STATUSES:
+            raise HTTPError(502, f"{who}: {exc}", field=AUTHENTICATION) from None
         raise HTTPError(502, f"{who}: {exc}") from None
     except DispatchError as exc:
         status = 504 if exc.kind == "timeout" else 502

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from pydantic import Field, model_validator
 
 from rollgym.config import ServerOptions
-from rollgym.errors import DispatchError
+from rollgym.errors import AUTH_STATUSES, AUTHENTICATION, DispatchError
 from rollgym.http.server import HTTPError
 from rollgym.servers.model import ChatRequest, ModelServer
 from rollgym.telemetry import names
@@ -124,7 +124,9 @@ class OpenAIUpstream(ModelServer):
         if response.status != 200 or not isinstance(response.data, dict):
             detail = response.data if response.data is not None else response.text
             status = response.status if 400 <= response.status < 600 else 502
-            raise HTTPError(
-                status, self.scrub(f"upstream answered HTTP {response.status}: {detail}")
-            )
+            message = self.scrub(f"upstream answered HTTP {response.status}: {detail}")
+            if status in AUTH_STATUSES:  # a bad key: permanent, and the driver says which key
+                key = options.api_key_env or "no api_key_env is set"
+                raise HTTPError(status, f"{message} (API key: {key})", field=AUTHENTICATION)
+            raise HTTPError(status, message)
         return response.data
