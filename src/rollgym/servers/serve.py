@@ -33,6 +33,7 @@ from typing import Any
 import uvicorn
 
 from rollgym.event_loop import loop_factory
+from rollgym.http.bounded_reads import BoundedH11Protocol
 from rollgym.http.client import SERVER_KEEPALIVE_S, HttpClient
 from rollgym.http.server import create_app
 from rollgym.servers.base import ServerContext
@@ -129,6 +130,8 @@ class AppServer:
                 app,
                 log_level="warning",
                 access_log=False,
+                # A request must be whole within REQUEST_READ_TIMEOUT_S (slow clients).
+                http=BoundedH11Protocol,
                 backlog=BACKLOG,
                 lifespan="on",
                 # Longer than the client pool's idle time (KEEPALIVE_S): the pool lets an

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from rollgym.http import REQUEST_READ_TIMEOUT_S
 from rollgym.tracestore.api import add_api_routes
 from rollgym.tracestore.receiver import DEFAULT_MAX_BODY_BYTES, add_otlp_routes, viewer_dir
 from rollgym.tracestore.writer import BatchWriter
@@ -25,11 +26,15 @@ log = logging.getLogger(__name__)
 
 
 def build_app(
-    writer: BatchWriter, db_path: Path, run_dir: Path | None, max_body: int
+    writer: BatchWriter,
+    db_path: Path,
+    run_dir: Path | None,
+    max_body: int,
+    read_timeout_s: float = REQUEST_READ_TIMEOUT_S,
 ) -> web.Application:
     """The one app: OTLP receiver, viewer JSON API, static viewer, /health."""
     app = web.Application(client_max_size=max_body + 1)
-    add_otlp_routes(app, writer, max_body)
+    add_otlp_routes(app, writer, max_body, read_timeout_s)
     add_api_routes(app, db_path, run_dir)
     static = viewer_dir()
 
@@ -43,6 +48,20 @@ def build_app(
     app.router.add_get("/health", health)
     app.router.add_static("/static/", static)
     return app
+
+
+def make_runner(app: web.Application, read_timeout_s: float) -> web.AppRunner:
+    """The store's runner. Its keep-alive timer also closes a connection whose request head
+    is not whole in ``read_timeout_s`` (aiohttp arms it at connect), so slow clients are
+    bounded; the body has its own limit in the receiver, after which the rest of a refused
+    body is read for at most a second (``lingering_time``) before the connection closes."""
+    return web.AppRunner(
+        app,
+        access_log=None,
+        auto_decompress=False,
+        keepalive_timeout=read_timeout_s,
+        lingering_time=1.0,
+    )
 
 
 async def serve(
@@ -59,7 +78,7 @@ async def serve(
     writer.start()
     # auto_decompress=False: receiver.decompress inflates gzip itself, bounded by max_body.
     app = build_app(writer, db_path, run_dir, max_body)
-    runner = web.AppRunner(app, access_log=None, auto_decompress=False)
+    runner = make_runner(app, REQUEST_READ_TIMEOUT_S)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024)
     await site.start()
