@@ -19,6 +19,7 @@ from aiohttp import web
 
 from rollgym.http import REQUEST_READ_TIMEOUT_S
 from rollgym.tracestore.api import add_api_routes
+from rollgym.tracestore.guard import allowed_hosts, guard_middleware
 from rollgym.tracestore.receiver import DEFAULT_MAX_BODY_BYTES, add_otlp_routes, viewer_dir
 from rollgym.tracestore.writer import BatchWriter
 
@@ -31,9 +32,15 @@ def build_app(
     run_dir: Path | None,
     max_body: int,
     read_timeout_s: float = REQUEST_READ_TIMEOUT_S,
+    hosts: frozenset[str] | None = None,
 ) -> web.Application:
-    """The one app: OTLP receiver, viewer JSON API, static viewer, /health."""
-    app = web.Application(client_max_size=max_body + 1)
+    """The one app: OTLP receiver, viewer JSON API, static viewer, /health.
+
+    ``hosts``: the names a request's ``Host`` may carry (default: loopback names only); see
+    :mod:`rollgym.tracestore.guard`.
+    """
+    guard = guard_middleware(hosts if hosts is not None else allowed_hosts("127.0.0.1"))
+    app = web.Application(client_max_size=max_body + 1, middlewares=[guard])
     add_otlp_routes(app, writer, max_body, read_timeout_s)
     add_api_routes(app, db_path, run_dir)
     static = viewer_dir()
@@ -72,12 +79,18 @@ async def serve(
     run_dir: Path | None = None,
     ready_file: Path | None = None,
     max_body: int = DEFAULT_MAX_BODY_BYTES,
+    allow_hosts: tuple[str, ...] = (),
 ) -> None:
-    """Serve until a termination signal; every accepted batch is committed before return."""
+    """Serve until a termination signal; every accepted batch is committed before return.
+
+    ``allow_hosts``: host names besides loopback and ``host`` that requests may address
+    (a machine name when serving on 0.0.0.0).
+    """
     writer = BatchWriter(db_path)
     writer.start()
     # auto_decompress=False: receiver.decompress inflates gzip itself, bounded by max_body.
-    app = build_app(writer, db_path, run_dir, max_body)
+    hosts = allowed_hosts(host, allow_hosts)
+    app = build_app(writer, db_path, run_dir, max_body, REQUEST_READ_TIMEOUT_S, hosts)
     runner = make_runner(app, REQUEST_READ_TIMEOUT_S)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024)
