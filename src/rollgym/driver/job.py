@@ -355,6 +355,7 @@ async def run_job(config: JobConfig, *, handle_signals: bool = False) -> Summary
     telemetry = JobTelemetry()
     try:
         telemetry.start(config, output_dir, run_id)
+        telemetry.watch_store()
         try:
             await _serve_and_collect(state, telemetry, interrupts)
         finally:
@@ -363,12 +364,31 @@ async def run_job(config: JobConfig, *, handle_signals: bool = False) -> Summary
             summary = state.summary()
             # servers have stopped and written their span counts; the driver flushes last
             summary.telemetry = _telemetry_counts(telemetry.flush(), config, output_dir)
+            summary.telemetry.update(telemetry.store_counts())
+            summary.warnings += telemetry_warnings(summary.telemetry)
             write_json_atomic(output_dir / "summary.json", summary.to_json())
     finally:
         await telemetry.stop_store()
         if handle_signals:
             interrupts.remove(loop)
     return summary
+
+
+def telemetry_warnings(counts: dict[str, Any]) -> list[str]:
+    """What the person running the job must hear about its traces (lost spans, a dead store)."""
+    warnings = []
+    dropped = counts.get("spans_dropped", 0)
+    if dropped:
+        warnings.append(
+            f"{dropped} span(s) were dropped (not exported): some rollouts' traces are "
+            "incomplete; see summary.json telemetry and the logs/ folder"
+        )
+    if counts.get("store_deaths"):
+        warnings.append(
+            f"the trace store died {counts['store_deaths']} time(s) and was restarted "
+            f"{counts['store_restarts']} time(s); it was down {counts['store_down_s']} s"
+        )
+    return warnings
 
 
 def _telemetry_counts(

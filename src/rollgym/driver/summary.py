@@ -138,7 +138,7 @@ class Summary:
     failed_by_kind: dict[str, int]
     by_dispatch_name: dict[str, Any]
     environments: dict[str, Any] = field(default_factory=dict)
-    telemetry: dict[str, int] = field(
+    telemetry: dict[str, Any] = field(
         default_factory=lambda: {"spans_exported": 0, "spans_dropped": 0}
     )
     duration_s: float = 0.0

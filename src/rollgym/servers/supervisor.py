@@ -74,7 +74,7 @@ class Supervisor:
     ) -> None:
         self.health = {name: ServerHealth(limit) for name, limit in restart_limits.items()}
         self._needs = {name: _closure(name, dependencies) for name in restart_limits}
-        self._report = report or _to_stderr
+        self._report = report or report_to_stderr
         #: Servers out of rotation now; empty while all serve, so the hot path checks one dict.
         self.out_of_rotation: dict[str, str] = {}
         self._task: asyncio.Task[None] | None = None
@@ -201,5 +201,6 @@ def _closure(name: str, dependencies: Mapping[str, set[str]]) -> list[str]:
     return seen[::-1]
 
 
-def _to_stderr(line: str) -> None:
+def report_to_stderr(line: str) -> None:
+    """Print one event of the run (a death, a restart) where the person running it looks."""
     print(line, file=sys.stderr, flush=True)

@@ -71,15 +71,29 @@ def start_trace_store(
     run_dir: str | Path | None = None,
     max_body_bytes: int | None = None,
     timeout_s: float = 30.0,
+    port: int = 0,
 ) -> TraceStoreProcess:
-    """Start ``python -m rollgym.tracestore serve --port 0`` and wait until it answers."""
+    """Start ``python -m rollgym.tracestore serve --port 0`` and wait until it answers.
+
+    ``port``: 0 lets the store pick one; a restart asks for the port it had, so exporters
+    configured with its endpoint reach it again.
+    """
     db = Path(db_path)
     log = Path(log_path)
     db.parent.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     ready = log.with_name(log.name + ".ready.json")
     ready.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "rollgym.tracestore", "serve", "--db", str(db), "--port", "0"]
+    command = [
+        sys.executable,
+        "-m",
+        "rollgym.tracestore",
+        "serve",
+        "--db",
+        str(db),
+        "--port",
+        str(port),
+    ]
     command += ["--ready-file", str(ready)]
     if run_dir is not None:
         command += ["--run-dir", str(run_dir)]
@@ -108,7 +122,7 @@ def _wait_ready(process: subprocess.Popen[bytes], ready: Path, timeout_s: float)
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise LaunchError(
-                f"exited with code {process.returncode} before ready", server="tracestore"
+                f"exited (exit status {process.returncode}) before ready", server="tracestore"
             )
         if ready.exists():
             endpoint = json.loads(ready.read_text())["endpoint"]
