@@ -54,6 +54,18 @@ class InputError(RollgymError):
         super().__init__(f"{where}: {message}")
 
 
+class OutputError(RollgymError):
+    """A record could not be written (a full disk, a lost mount): the run stops, resumable."""
+
+    def __init__(self, path: object, exc: OSError | str) -> None:
+        self.path = path
+        reason = exc if isinstance(exc, str) else (exc.strerror or str(exc))
+        super().__init__(
+            f"cannot write {path}: {reason}; the run stopped after its last whole record: "
+            "free space and run the same command again to resume"
+        )
+
+
 class LaunchError(RollgymError):
     """A configured server failed to start or to become healthy."""
 

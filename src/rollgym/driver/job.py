@@ -33,8 +33,8 @@ from rollgym.driver.summary import (
     write_json_atomic,
 )
 from rollgym.driver.telemetry_setup import JobTelemetry
-from rollgym.errors import ConfigError, DispatchError
-from rollgym.servers.supervisor import Supervisor
+from rollgym.errors import ConfigError, DispatchError, OutputError
+from rollgym.servers.supervisor import Supervisor, report_to_stderr
 from rollgym.telemetry.groups import gate
 
 RUN_FILE = "run.json"
@@ -187,7 +187,13 @@ async def collect(
 
     def record(outcome: Outcome) -> None:
         nonlocal count
-        writer.write(outcome)
+        try:
+            writer.write(outcome)
+        except OutputError:
+            # A full disk: stop the run. What is in flight is cancelled and, the writer being
+            # broken, not recorded: the files end at the last whole record, a resume runs the rest.
+            collector.interrupt()
+            return
         if isinstance(outcome, RolloutResult):
             aggregator.add_result(outcome.dispatch_name, outcome.task_index, outcome.reward)
         else:
@@ -196,6 +202,8 @@ async def collect(
 
     entries = read_jsonl(config.run.input, collector.router, collector.unique_ids())
     await collector.run_entries(entries, record, ledger.skip if ledger.resumed else None)
+    if writer.broken is not None:
+        raise writer.broken
     return count
 
 
@@ -237,9 +245,9 @@ def finalize(summary: Summary, output_dir: Path) -> None:
         from rollgym.telemetry import spans
 
         with spans.finalize_span():
-            write_json_atomic(output_dir / "summary.json", summary.to_json())
+            write_summary(summary, output_dir)
     else:
-        write_json_atomic(output_dir / "summary.json", summary.to_json())
+        write_summary(summary, output_dir)
 
 
 class JobState:
@@ -261,6 +269,7 @@ class JobState:
         self.environments: dict[str, Any] = {}
         self.started = time.monotonic()
         self.supervisor = make_supervisor(config)
+        self.warnings: list[str] = []
 
     def summary(self) -> Summary:
         duration = time.monotonic() - self.started
@@ -269,7 +278,7 @@ class JobState:
         )
         summary.environments = self.environments
         summary.servers = self.supervisor.to_json()
-        summary.warnings = self.supervisor.gone()
+        summary.warnings = self.warnings + self.supervisor.gone()
         summary.output_dir = str(self.output_dir)
         return summary
 
@@ -287,9 +296,14 @@ async def _collect_phase(state: JobState, collector: Collector, interrupts: Inte
     interrupts.collector = collector
     try:
         with OutcomeWriter(state.output_dir) as writer:
-            state.count = await collect(
-                collector, state.config, state.ledger, writer, state.aggregator
-            )
+            try:
+                state.count = await collect(
+                    collector, state.config, state.ledger, writer, state.aggregator
+                )
+            except OutputError as exc:
+                state.status = "output_error"
+                state.warnings.append(str(exc))
+                raise
         state.status = "completed"
     finally:
         interrupts.collector = None
@@ -366,12 +380,24 @@ async def run_job(config: JobConfig, *, handle_signals: bool = False) -> Summary
             summary.telemetry = _telemetry_counts(telemetry.flush(), config, output_dir)
             summary.telemetry.update(telemetry.store_counts())
             summary.warnings += telemetry_warnings(summary.telemetry)
-            write_json_atomic(output_dir / "summary.json", summary.to_json())
+            write_summary(summary, output_dir)
     finally:
         await telemetry.stop_store()
         if handle_signals:
             interrupts.remove(loop)
     return summary
+
+
+def write_summary(summary: Summary, output_dir: Path) -> None:
+    """``summary.json``, if it can be written: on a full disk the run's own error (which says
+    how to resume) matters more than a second one, so this only says it could not."""
+    try:
+        write_json_atomic(output_dir / "summary.json", summary.to_json())
+    except OSError as exc:
+        report_to_stderr(
+            f"rollgym: summary.json could not be written ({exc.strerror or exc}); "
+            "rollouts.jsonl and failures.jsonl hold every recorded rollout"
+        )
 
 
 def telemetry_warnings(counts: dict[str, Any]) -> list[str]:

@@ -13,15 +13,18 @@ with ``run.retry_failed``), atomically (temp file + ``os.replace``).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 
 from rollgym.driver.outcomes import Outcome, RolloutResult
+from rollgym.errors import OutputError
 
 ROLLOUTS = "rollouts.jsonl"
 FAILURES = "failures.jsonl"
@@ -52,16 +55,45 @@ class Bitmap:
 
 
 class OutcomeWriter:
-    """Appends records to ``rollouts.jsonl`` / ``failures.jsonl``, one flushed line each."""
+    """Appends records to ``rollouts.jsonl`` / ``failures.jsonl``, one flushed line each.
+
+    A write that fails (a full disk) or writes only part of its line is undone (the file is
+    truncated back to its last whole line) and raises :class:`~rollgym.errors.OutputError`;
+    from then on the writer is *broken* and refuses every record, so nothing after the gap is
+    written either: the files hold exactly the records before it, and a resume runs the rest.
+    """
 
     def __init__(self, output_dir: Path) -> None:
         output_dir.mkdir(parents=True, exist_ok=True)
         self._rollouts = open(output_dir / ROLLOUTS, "ab", buffering=0)  # noqa: SIM115 - lives as long as the writer
         self._failures = open(output_dir / FAILURES, "ab", buffering=0)  # noqa: SIM115
+        self._ends = {self._rollouts: self._rollouts.tell(), self._failures: self._failures.tell()}
+        #: The first write error; set, every later record is refused (and not recorded).
+        self.broken: OutputError | None = None
 
     def write(self, outcome: Outcome) -> None:
+        """Record one outcome, or raise :class:`OutputError` (the record is not recorded)."""
+        if self.broken is not None:
+            raise self.broken
         line = orjson.dumps(outcome.to_record(), option=orjson.OPT_APPEND_NEWLINE)
-        (self._rollouts if isinstance(outcome, RolloutResult) else self._failures).write(line)
+        out = self._rollouts if isinstance(outcome, RolloutResult) else self._failures
+        written = 0
+        try:
+            while written < len(line):  # a short write (a filling disk) goes on, or raises why
+                count = out.write(line[written:])
+                if not count:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                written += count
+        except OSError as exc:
+            self._undo(out, OutputError(out.name, exc))
+        self._ends[out] += written
+
+    def _undo(self, out: Any, error: OutputError) -> NoReturn:
+        """Cut a partial line off (truncating frees space, so this works on a full disk)."""
+        with contextlib.suppress(OSError):
+            os.ftruncate(out.fileno(), self._ends[out])
+        self.broken = error
+        raise error
 
     def close(self) -> None:
         self._rollouts.close()

@@ -10,7 +10,6 @@ costs a few MB, not a dict of tuples.
 
 from __future__ import annotations
 
-import os
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from rollgym.files import write_atomically
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -186,10 +187,8 @@ class Summary:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write a JSON file so a reader never sees half of it (temp file + ``os.replace``)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
-    os.replace(tmp, path)
+    """Write a JSON file so a reader never sees half of it (:func:`write_atomically`)."""
+    write_atomically(path, orjson.dumps(data, option=orjson.OPT_INDENT_2))
 
 
 def add_telemetry_counts(total: dict[str, int], counts: dict[str, Any] | None) -> None:

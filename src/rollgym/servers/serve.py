@@ -33,6 +33,7 @@ from typing import Any
 import uvicorn
 
 from rollgym.event_loop import loop_factory
+from rollgym.files import write_atomically
 from rollgym.http.bounded_reads import BoundedH11Protocol
 from rollgym.http.client import SERVER_KEEPALIVE_S, HttpClient
 from rollgym.http.server import create_app
@@ -60,14 +61,6 @@ def bind_loopback(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     sock.listen(BACKLOG)
     sock.set_inheritable(True)
     return sock
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write then rename, so a reader never sees a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def setup_server_telemetry(spec: ServeSpec, environ: Mapping[str, str] | None = None) -> Any | None:

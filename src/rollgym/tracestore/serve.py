@@ -17,6 +17,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from rollgym.files import write_atomically
 from rollgym.http import REQUEST_READ_TIMEOUT_S
 from rollgym.tracestore.api import add_api_routes
 from rollgym.tracestore.guard import allowed_hosts, guard_middleware
@@ -113,6 +114,4 @@ async def serve(
 
 
 def _write_ready(path: Path, data: dict[str, object]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data))
-    tmp.replace(path)
+    write_atomically(path, json.dumps(data))
