@@ -97,3 +97,18 @@ def test_an_input_that_is_a_directory_is_named_as_such(job: Job) -> None:
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert f"{job.root} is a directory, not a JSONL file" in proc.stderr
+
+
+def test_a_resume_with_nothing_left_reports_no_rate_not_zero(
+    job: Job, no_leftover_servers: None
+) -> None:
+    job.write({"a": agent()}, [{"q": i} for i in range(5)], agent="a")
+    first = job.run()
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert job.summary["rollouts_per_s"] > 0
+    again = job.run()
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert_exact_accounting(job, 5)
+    assert job.summary["rollouts_per_s"] is None
+    printed = " ".join(again.stdout.split())  # rich wraps long lines
+    assert "nothing left to run" in printed and "0.0 rollouts/s" not in printed

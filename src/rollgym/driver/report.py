@@ -13,6 +13,12 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+def _rate(summary: Summary) -> str:
+    if summary.rollouts_per_s is None:
+        return "nothing left to run: every rollout was recorded by an earlier session"
+    return f"{summary.rollouts_per_s:.1f} rollouts/s"
+
+
 def summary_table(summary: Summary) -> Table:
     """completed / failed / mean reward / pass@1 / pass@k per dispatch name."""
     ks = sorted(
@@ -39,7 +45,7 @@ def print_report(summary: Summary, console: Console | None = None) -> None:
     kinds = ", ".join(f"{kind}: {n}" for kind, n in summary.failed_by_kind.items()) or "none"
     console.print(
         f"requested {summary.requested} = completed {summary.completed} + failed {summary.failed} "
-        f"(failures by kind: {kinds}); {summary.rollouts_per_s:.1f} rollouts/s"
+        f"(failures by kind: {kinds}); {_rate(summary)}"
     )
     restarts = {name: s["restarts"] for name, s in summary.servers.items() if s.get("deaths")}
     if restarts:

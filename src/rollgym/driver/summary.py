@@ -143,7 +143,8 @@ class Summary:
         default_factory=lambda: {"spans_exported": 0, "spans_dropped": 0}
     )
     duration_s: float = 0.0
-    rollouts_per_s: float = 0.0
+    #: Records per second of this session; None when it recorded none (nothing left to run).
+    rollouts_per_s: float | None = 0.0
     output_dir: str | None = None
     #: Per launched server: deaths, restarts, whether it ended the run down.
     servers: dict[str, Any] = field(default_factory=dict)
@@ -155,7 +156,8 @@ class Summary:
         cls, run_id: str, status: str, aggregator: Aggregator, duration_s: float, session_count: int
     ) -> Summary:
         """``session_count``: records of this session only, for the rate."""
-        rate = session_count / duration_s if duration_s > 0 else 0.0
+        # A session that ran nothing (a resume of a finished run) has no rate, not 0/s.
+        rate = session_count / duration_s if session_count and duration_s > 0 else None
         return cls(
             run_id=run_id,
             status=status,
@@ -165,7 +167,7 @@ class Summary:
             failed_by_kind=dict(sorted(aggregator.failed_by_kind.items())),
             by_dispatch_name=aggregator.by_dispatch_name(),
             duration_s=round(duration_s, 3),
-            rollouts_per_s=round(rate, 3),
+            rollouts_per_s=round(rate, 3) if rate is not None else None,
         )
 
     def to_json(self) -> dict[str, Any]:
