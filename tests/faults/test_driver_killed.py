@@ -91,3 +91,45 @@ def test_driver_killed_at_a_random_point_then_resumed_is_exact(
     assert set(kinds) <= {"missing_reward", "http_5xx"}
     assert kinds.get("http_5xx", 0) == 2 * sum(1 for r in rows if r["fault"] == "5xx")
     assert kinds.get("missing_reward", 0) == 2 * sum(1 for r in rows if r["fault"] == "no_reward")
+
+
+def test_traces_check_passes_on_a_run_resumed_after_kill_9(
+    job: Job, no_leftover_servers: None
+) -> None:
+    """Rows whose traces died with the killed session are their own category, not violations."""
+    job.write(
+        {"a": _agent(delay_s=0.05)},
+        [{"q": i} for i in range(200)],
+        agent="a",
+        concurrency=8,
+        telemetry={"preset": "default", "exporter": "auto"},
+    )
+    proc = subprocess.Popen(
+        job.command(),
+        env=job.env(telemetry=True),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=job.root,
+    )
+    try:
+        assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 40, timeout=120)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    killed_lines = job.line_count("rollouts.jsonl")
+    assert wait_for(lambda: not server_pids_alive(under=str(job.root)), timeout=60)
+    resumed = job.run(timeout=300, telemetry=True)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert_exact_accounting(job, 200)
+    check = subprocess.run(
+        [*job.command()[:3], "traces", "check", str(job.out), "--json"],
+        env=job.env(telemetry=True),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    report = orjson.loads(check.stdout)
+    assert check.returncode == 0, report["violations"][:5]
+    first_session_ids = {r["rollout_id"] for r in job.rollouts[:killed_lines]}
+    for lost in report["killed_session_rows"]:
+        assert lost["file"] == "rollouts.jsonl" and lost["rollout_id"] in first_session_ids

@@ -25,6 +25,7 @@ from rollgym.driver.outcomes import Outcome, RolloutResult
 from rollgym.driver.output import Ledger, OutcomeWriter
 from rollgym.driver.progress import ProgressReporter, count_rows
 from rollgym.driver.rows import read_jsonl
+from rollgym.driver.sessions import SessionLog
 from rollgym.driver.summary import (
     Aggregator,
     Summary,
@@ -270,6 +271,7 @@ class JobState:
         self.started = time.monotonic()
         self.supervisor = make_supervisor(config)
         self.warnings: list[str] = []
+        self.sessions = SessionLog(output_dir)
 
     def summary(self) -> Summary:
         duration = time.monotonic() - self.started
@@ -316,6 +318,7 @@ async def _job_body(
     state: JobState, collector: Collector, urls: dict[str, str], interrupts: Interrupts
 ) -> None:
     """The run-level work ``gym.job`` holds: collection, aggregate metrics, finalization."""
+    state.sessions.begin(_current_trace_id())
     await _collect_phase(state, collector, interrupts)
     if state.status == "completed":
         state.environments = await aggregate_metrics(collector, state.config, urls)
@@ -339,6 +342,16 @@ async def _serve_and_collect(
                 await _job_body(state, collector, urls, interrupts)
         else:
             await _job_body(state, collector, urls, interrupts)
+
+
+def _current_trace_id() -> str | None:
+    """The job's trace id when ``gym.job`` is open (for ``sessions.jsonl``), else None."""
+    if not gate.job:
+        return None
+    from opentelemetry import trace
+
+    context = trace.get_current_span().get_span_context()
+    return format(context.trace_id, "032x") if context.is_valid else None
 
 
 def _total(config: JobConfig) -> int | None:
@@ -381,6 +394,7 @@ async def run_job(config: JobConfig, *, handle_signals: bool = False) -> Summary
             summary.telemetry.update(telemetry.store_counts())
             summary.warnings += telemetry_warnings(summary.telemetry)
             write_summary(summary, output_dir)
+            state.sessions.end()
     finally:
         await telemetry.stop_store()
         if handle_signals:

@@ -149,6 +149,14 @@ def check_report(console: Console, report: CheckReport) -> None:
             f"largest trace: {largest['spans']} spans ({safe(largest['root'])}) "
             f"{safe(largest['trace_id'])}"
         )
+    lost = stats.get("lost_with_killed_session", 0)
+    cut = stats.get("spans_in_traces_cut_by_killed_session", 0)
+    if lost or cut:
+        console.print(
+            f"[yellow]killed session[/]: {lost} row(s) lost their traces and {cut} span check(s) "
+            "hit traces cut short (kill -9: spans still queued in its processes were never "
+            "exported); not contract violations"
+        )
     if report.ok:
         console.print("[green]OK[/]: the trace contract holds")
         return
