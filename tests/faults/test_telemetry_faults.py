@@ -108,17 +108,33 @@ def failing_endpoint() -> Iterator[str]:
         server.server_close()
 
 
+@pytest.fixture
+def tarpit_endpoint() -> Iterator[str]:
+    """Accepts connections (the kernel's backlog) and never reads or answers."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(128)
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
 def _closed_endpoint() -> str:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return f"http://127.0.0.1:{probe.getsockname()[1]}"
 
 
-@pytest.mark.parametrize("endpoint_kind", ["closed", "500"])
+@pytest.mark.parametrize("endpoint_kind", ["closed", "500", "tarpit"])
 def test_an_unusable_otlp_endpoint_loses_spans_counted_and_warned_never_rollouts(
-    job: Job, no_leftover_servers: None, endpoint_kind: str, failing_endpoint: str
+    job: Job,
+    no_leftover_servers: None,
+    endpoint_kind: str,
+    request: pytest.FixtureRequest,
 ) -> None:
-    endpoint = _closed_endpoint() if endpoint_kind == "closed" else failing_endpoint
+    endpoint = {
+        "closed": _closed_endpoint,
+        "500": lambda: request.getfixturevalue("failing_endpoint"),
+        "tarpit": lambda: request.getfixturevalue("tarpit_endpoint"),
+    }[endpoint_kind]()
     job.write(
         {"a": _agent(delay_s=0.0)},
         [{"q": i} for i in range(30)],
