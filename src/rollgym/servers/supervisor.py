@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -111,7 +112,7 @@ class Supervisor:
         than at the next poll, so the retry already waits for the restart."""
         self._check(self._needs.get(server, ()))
 
-    def _check(self, names: Any) -> None:
+    def _check(self, names: Iterable[str] | None) -> None:
         """Take every exited process (of ``names``, or all) out of rotation and recover it."""
         if self._restarter is None:
             return
@@ -128,7 +129,11 @@ class Supervisor:
             tail = log_tail(process.log_path, _TAIL_LINES)
             quoted = f"; last lines of {process.log_path}:\n{tail}" if tail else ""
             self._report(f"rollgym: server {name!r} died ({status}){quoted}")
-            task = asyncio.get_running_loop().create_task(self._recover(name, status))
+            # An empty context: called from a rollout's attempt, the recovery must not run
+            # inside that rollout's trace.
+            task = asyncio.get_running_loop().create_task(
+                self._recover(name, status), context=contextvars.Context()
+            )
             self._recovering[name] = task
 
     async def _recover(self, name: str, status: str) -> None:
