@@ -10,6 +10,10 @@ directly; no CLI, no output directory, no server launch::
 ``rollgym run`` is this same Collector plus server launch, output files and the summary, so
 the two share one code path: rows -> admission -> retry -> dispatch. Called inside an
 embedder's span, each dispatch span nests under it (see TELEMETRY.md, the split rule).
+
+A trainer that set its own recording global tracer provider needs nothing more: while the
+Collector is open it traces into that provider (``span_groups`` chooses which of the driver's
+spans exist), and it never replaces or shuts that provider down.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from rollgym.driver.rows import (
 )
 from rollgym.driver.unique_ids import UniqueIds
 from rollgym.http.client import HttpClient
+from rollgym.telemetry.embedder import CallerTracing
 
 _DONE = object()
 
@@ -82,8 +87,14 @@ class Collector:
     ``servers`` maps server name -> base URL. Rows go to the agent their ``agent`` field
     names, else to the ``agent`` given here; rows of a materialized task set
     (``task_id: {taskset, task_id}``) whose task set is in ``environment_routes`` go to that
-    environment server's episode ``/run``. ``rotation`` (the CLI job's server supervisor)
-    holds back attempts for a server that is restarting.
+    environment server's episode ``/run``.
+
+    ``span_groups`` (a preset name or a list of groups, as ``telemetry.preset``) chooses the
+    driver's spans when the Collector traces into the embedder's own provider; it is ignored
+    where rollgym's own telemetry is set up (``rollgym run`` uses its config).
+
+    ``rotation`` (the CLI job's server supervisor) holds back attempts for a server that is
+    restarting.
     """
 
     def __init__(
@@ -101,6 +112,7 @@ class Collector:
         agents: Collection[str] | None = None,
         metrics: Any = None,
         http_metrics: Any = None,
+        span_groups: str | Iterable[str] = "default",
         rotation: Rotation | None = None,
     ) -> None:
         if concurrency < 1 or repeats < 1 or max_attempts < 1:
@@ -124,18 +136,27 @@ class Collector:
         self._rotation = rotation
         self._client: HttpClient | None = None
         self._pool: WorkerPool[WorkItem] | None = None
+        self._caller_tracing = CallerTracing(span_groups)
 
     async def __aenter__(self) -> Collector:
-        """Open the connection pool (outside any span: it outlives every rollout)."""
+        """Open the connection pool (outside any span: it outlives every rollout).
+
+        Also opens the span gate onto the embedder's own recording tracer provider, if one is
+        installed and rollgym's own telemetry is not set up in this process.
+        """
         raise_open_files_limit(2 * self.concurrency + 512)
+        self._caller_tracing.start()
         self._client = HttpClient(limit=self.concurrency, metrics=self._http_metrics)
         await self._client.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        try:
+            if self._client is not None:
+                await self._client.close()
+                self._client = None
+        finally:
+            self._caller_tracing.stop()
 
     @property
     def client(self) -> HttpClient:

@@ -415,14 +415,9 @@ def write_summary(summary: Summary, output_dir: Path) -> None:
 
 
 def telemetry_warnings(counts: dict[str, Any]) -> list[str]:
-    """What the person running the job must hear about its traces (lost spans, a dead store)."""
+    """What the person running the job must hear about its trace store (dropped spans have
+    their own line: :func:`rollgym.driver.report.telemetry_loss_line`)."""
     warnings = []
-    dropped = counts.get("spans_dropped", 0)
-    if dropped:
-        warnings.append(
-            f"{dropped} span(s) were dropped (not exported): some rollouts' traces are "
-            "incomplete; see summary.json telemetry and the logs/ folder"
-        )
     if counts.get("store_deaths"):
         warnings.append(
             f"the trace store died {counts['store_deaths']} time(s) and was restarted "

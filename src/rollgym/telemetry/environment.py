@@ -13,6 +13,10 @@ from typing import Final
 #: JSON of the resolved non-secret settings a launched server needs (preset, queue, run id).
 ROLLGYM_TELEMETRY: Final = "ROLLGYM_TELEMETRY"
 
+#: Bearer token of the run's local trace store when it listens beyond loopback; handed to the
+#: servers the run launches (in their environment only, never in a file or a log line).
+ROLLGYM_TRACE_STORE_TOKEN: Final = "ROLLGYM_TRACE_STORE_TOKEN"
+
 #: ``true`` switches the SDK off entirely: no providers, every gate closed.
 OTEL_SDK_DISABLED: Final = "OTEL_SDK_DISABLED"
 #: ``otlp`` | ``console`` | ``none`` (first entry of a comma list is used).

@@ -46,13 +46,14 @@ def host_name(header: str) -> str:
     return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
 
 
-def guard_middleware(hosts: frozenset[str]) -> Middleware:
-    """The aiohttp middleware enforcing the rules of the module docstring."""
+def guard_middleware(hosts: frozenset[str] | None) -> Middleware:
+    """The aiohttp middleware enforcing the rules of the module docstring; ``hosts`` None:
+    no ``Host`` check (a store behind a bearer token, which rebinding cannot supply)."""
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         name = host_name(request.headers.get("Host", ""))
-        if name not in hosts:
+        if hosts is not None and name not in hosts:
             return web.json_response(
                 {
                     "error": f"Host {name!r} is not a name of this trace store (DNS rebinding "

@@ -19,6 +19,7 @@ from aiohttp import web
 
 from rollgym.files import write_atomically
 from rollgym.http import REQUEST_READ_TIMEOUT_S
+from rollgym.tracestore.access import TOKEN_ENV, is_loopback, require_token
 from rollgym.tracestore.api import add_api_routes
 from rollgym.tracestore.guard import allowed_hosts, guard_middleware
 from rollgym.tracestore.receiver import DEFAULT_MAX_BODY_BYTES, add_otlp_routes, viewer_dir
@@ -32,16 +33,23 @@ def build_app(
     db_path: Path,
     run_dir: Path | None,
     max_body: int,
+    token: str | None = None,
     read_timeout_s: float = REQUEST_READ_TIMEOUT_S,
     hosts: frozenset[str] | None = None,
 ) -> web.Application:
     """The one app: OTLP receiver, viewer JSON API, static viewer, /health.
 
-    ``hosts``: the names a request's ``Host`` may carry (default: loopback names only); see
-    :mod:`rollgym.tracestore.guard`.
+    With ``token`` every route but ``/health`` requires ``Authorization: Bearer <token>``.
+    ``hosts``: the names a request's ``Host`` may carry (default: loopback names only); with a
+    token the token is the protection and any ``Host`` is accepted (engines on other machines
+    address the store by their own name for it). See :mod:`rollgym.tracestore.guard`.
     """
-    guard = guard_middleware(hosts if hosts is not None else allowed_hosts("127.0.0.1"))
-    app = web.Application(client_max_size=max_body + 1, middlewares=[guard])
+    if token:
+        guard = guard_middleware(None)
+    else:
+        guard = guard_middleware(hosts if hosts is not None else allowed_hosts("127.0.0.1"))
+    middlewares = [require_token(token), guard] if token else [guard]
+    app = web.Application(client_max_size=max_body + 1, middlewares=middlewares)
     add_otlp_routes(app, writer, max_body, read_timeout_s)
     add_api_routes(app, db_path, run_dir)
     static = viewer_dir()
@@ -80,25 +88,36 @@ async def serve(
     run_dir: Path | None = None,
     ready_file: Path | None = None,
     max_body: int = DEFAULT_MAX_BODY_BYTES,
+    token: str | None = None,
     allow_hosts: tuple[str, ...] = (),
 ) -> None:
     """Serve until a termination signal; every accepted batch is committed before return.
 
+    Listening beyond loopback requires ``token`` (see :mod:`rollgym.tracestore.access`).
     ``allow_hosts``: host names besides loopback and ``host`` that requests may address
-    (a machine name when serving on 0.0.0.0).
+    (without a token; a machine name when serving on 0.0.0.0).
     """
+    if not token and not is_loopback(host):
+        raise ValueError(
+            f"the trace store listens on {host}, beyond loopback: it needs a bearer token "
+            f"(set {TOKEN_ENV})"
+        )
     writer = BatchWriter(db_path)
     writer.start()
     # auto_decompress=False: receiver.decompress inflates gzip itself, bounded by max_body.
     hosts = allowed_hosts(host, allow_hosts)
-    app = build_app(writer, db_path, run_dir, max_body, REQUEST_READ_TIMEOUT_S, hosts)
+    app = build_app(writer, db_path, run_dir, max_body, token, REQUEST_READ_TIMEOUT_S, hosts)
     runner = make_runner(app, REQUEST_READ_TIMEOUT_S)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024)
     await site.start()
     bound = runner.addresses[0][1]
     endpoint = f"http://{host}:{bound}"
-    print(f"rollgym trace store: {endpoint} (OTLP {endpoint}/v1/traces, db {db_path})", flush=True)
+    guarded = " (bearer token required)" if token else ""
+    print(
+        f"rollgym trace store: {endpoint} (OTLP {endpoint}/v1/traces, db {db_path}){guarded}",
+        flush=True,
+    )
     if ready_file is not None:
         _write_ready(ready_file, {"endpoint": endpoint, "port": bound, "pid": os.getpid()})
     stop = asyncio.Event()
