@@ -119,6 +119,11 @@ class ServerConfig(BaseModel):
     kind: ServerKind
     impl: str | None = Field(None, description="Built-in name or 'package.module:Class'.")
     url: str | None = Field(None, description="Base URL of a server already running elsewhere.")
+    restart: int = Field(
+        3,
+        ge=0,
+        description="Times a launched server that dies during the run is restarted (0: never).",
+    )
 
     @model_validator(mode="after")
     def _impl_xor_url(self) -> ServerConfig:
@@ -126,6 +131,8 @@ class ServerConfig(BaseModel):
             raise ValueError(
                 "give exactly one of 'impl' (launch it) or 'url' (use a running server)"
             )
+        if self.url is not None and "restart" in self.model_fields_set:
+            raise ValueError("'restart' applies to launched servers ('impl'), not to a 'url'")
         if self.url is not None and not re.match(r"^https?://[^/]+", self.url):
             raise ValueError(f"'url' must be an http(s) URL, got {self.url!r}")
         return self
@@ -292,9 +299,18 @@ def load_config(
     """
     source = Path(path)
     try:
-        text = source.read_text(encoding="utf-8")
+        raw = source.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read config: {exc.strerror}", source=str(source)) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"line {line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+            "save the config as UTF-8",
+            source=str(source),
+        ) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -34,7 +34,7 @@ from collections.abc import (
 from typing import Any
 
 from rollgym.driver.admission import SharedSource, WorkerPool
-from rollgym.driver.dispatch import Dispatcher
+from rollgym.driver.dispatch import Dispatcher, Rotation
 from rollgym.driver.outcomes import Outcome, RolloutFailure
 from rollgym.driver.retry import InFlight, RetryPolicy, cancelled_failure, run_rollout
 from rollgym.driver.rows import (
@@ -47,6 +47,7 @@ from rollgym.driver.rows import (
     expand,
     read_mappings,
 )
+from rollgym.driver.unique_ids import UniqueIds
 from rollgym.http.client import HttpClient
 from rollgym.telemetry.embedder import CallerTracing
 from rollgym.trajectory.record import Capture
@@ -94,6 +95,9 @@ class Collector:
     ``span_groups`` (a preset name or a list of groups, as ``telemetry.preset``) chooses the
     driver's spans when the Collector traces into the embedder's own provider; it is ignored
     where rollgym's own telemetry is set up (``rollgym run`` uses its config).
+
+    ``rotation`` (the CLI job's server supervisor) holds back attempts for a server that is
+    restarting.
     """
 
     def __init__(
@@ -114,6 +118,7 @@ class Collector:
         span_groups: str | Iterable[str] = "default",
         trajectories: bool = False,
         capture_tokens: bool = False,
+        rotation: Rotation | None = None,
     ) -> None:
         if concurrency < 1 or repeats < 1 or max_attempts < 1:
             raise ValueError("concurrency, repeats and max_attempts must be at least 1")
@@ -134,6 +139,7 @@ class Collector:
         self._timeout_s = timeout_s
         self._metrics = metrics
         self._http_metrics = http_metrics
+        self._rotation = rotation
         self._client: HttpClient | None = None
         self._pool: WorkerPool[WorkItem] | None = None
         self._caller_tracing = CallerTracing(span_groups)
@@ -190,8 +196,12 @@ class Collector:
 
     def _entries(self, rows: Any) -> Iterator[TaskRow | BadLine] | AsyncIterator[TaskRow | BadLine]:
         if isinstance(rows, AsyncIterable):
-            return aread_mappings(rows, self.router)
-        return read_mappings(rows, self.router)
+            return aread_mappings(rows, self.router, ids=self.unique_ids())
+        return read_mappings(rows, self.router, ids=self.unique_ids())
+
+    def unique_ids(self) -> UniqueIds:
+        """A fresh explicit-id check for one stream of rows (repeats and retries included)."""
+        return UniqueIds(self.repeats, self.policy.max_attempts)
 
     def _items(
         self, entries: Any, skip: Skip | None
@@ -207,7 +217,9 @@ class Collector:
 
         ``room`` (the stream form) bounds records waiting for a slow consumer.
         """
-        send = Dispatcher(self.client, self._urls, self._timeout_s, self._capture).send_attempt
+        send = Dispatcher(
+            self.client, self._urls, self._timeout_s, self._capture, self._rotation
+        ).send_attempt
         policy, in_flight, metrics = self.policy, self.in_flight, self._metrics
 
         async def work(item: WorkItem) -> None:

@@ -19,22 +19,26 @@ trajectory line and every pointer stays valid.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 
 from rollgym.driver.outcomes import Outcome, RolloutResult
+from rollgym.errors import OutputError
 
 ROLLOUTS = "rollouts.jsonl"
 FAILURES = "failures.jsonl"
 TRAJECTORIES = "trajectories.jsonl"
 _log = logging.getLogger(__name__)
 #: The identity of a trajectory line, as :meth:`RolloutResult.trajectory_record` writes it.
+_NEWLINE = orjson.OPT_APPEND_NEWLINE
 _IDENTITY = re.compile(rb',"task_index":(\d+),"rollout_index":(\d+),')
 
 
@@ -62,7 +66,13 @@ class Bitmap:
 
 
 class OutcomeWriter:
-    """Appends records to ``rollouts.jsonl`` / ``failures.jsonl``, one flushed line each."""
+    """Appends records to ``rollouts.jsonl`` / ``failures.jsonl``, one flushed line each.
+
+    A write that fails (a full disk) or writes only part of its line is undone (the file is
+    truncated back to its last whole line) and raises :class:`~rollgym.errors.OutputError`;
+    from then on the writer is *broken* and refuses every record, so nothing after the gap is
+    written either: the files hold exactly the records before it, and a resume runs the rest.
+    """
 
     def __init__(self, output_dir: Path) -> None:
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -70,28 +80,49 @@ class OutcomeWriter:
         self._rollouts = open(output_dir / ROLLOUTS, "ab", buffering=0)  # noqa: SIM115 - lives as long as the writer
         self._failures = open(output_dir / FAILURES, "ab", buffering=0)  # noqa: SIM115
         self._trajectories: Any = None  # opened with the first trajectory
-        self._trajectory_end = 0
+        self._ends = {self._rollouts: self._rollouts.tell(), self._failures: self._failures.tell()}
+        #: The first write error; set, every later record is refused (and not recorded).
+        self.broken: OutputError | None = None
 
     def write(self, outcome: Outcome) -> None:
+        """Record one outcome, or raise :class:`OutputError` (the record is not recorded)."""
+        if self.broken is not None:
+            raise self.broken
         if not isinstance(outcome, RolloutResult):
-            self._failures.write(
-                orjson.dumps(outcome.to_record(), option=orjson.OPT_APPEND_NEWLINE)
-            )
+            self._append(self._failures, orjson.dumps(outcome.to_record(), option=_NEWLINE))
             return
         pointer = self._write_trajectory(outcome) if outcome.trajectory is not None else None
-        line = orjson.dumps(outcome.to_record(pointer), option=orjson.OPT_APPEND_NEWLINE)
-        self._rollouts.write(line)
+        self._append(self._rollouts, orjson.dumps(outcome.to_record(pointer), option=_NEWLINE))
 
     def _write_trajectory(self, outcome: RolloutResult) -> dict[str, Any]:
         """Append the trajectory line; return the rollout line's pointer to it."""
         if self._trajectories is None:
             self._trajectories = open(self._dir / TRAJECTORIES, "ab", buffering=0)  # noqa: SIM115
-            self._trajectory_end = os.fstat(self._trajectories.fileno()).st_size
-        line = orjson.dumps(outcome.trajectory_record(), option=orjson.OPT_APPEND_NEWLINE)
-        offset = self._trajectory_end
-        self._trajectories.write(line)
-        self._trajectory_end += len(line)
+            self._ends[self._trajectories] = os.fstat(self._trajectories.fileno()).st_size
+        line = orjson.dumps(outcome.trajectory_record(), option=_NEWLINE)
+        offset = self._ends[self._trajectories]
+        self._append(self._trajectories, line)
         return {"file": TRAJECTORIES, "offset": offset, "bytes": len(line)}
+
+    def _append(self, out: Any, line: bytes) -> None:
+        """Write all of ``line`` to ``out``, or undo the part written and raise why."""
+        written = 0
+        try:
+            while written < len(line):  # a short write (a filling disk) goes on, or raises why
+                count = out.write(line[written:])
+                if not count:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                written += count
+        except OSError as exc:
+            self._undo(out, OutputError(out.name, exc))
+        self._ends[out] += written
+
+    def _undo(self, out: Any, error: OutputError) -> NoReturn:
+        """Cut a partial line off (truncating frees space, so this works on a full disk)."""
+        with contextlib.suppress(OSError):
+            os.ftruncate(out.fileno(), self._ends[out])
+        self.broken = error
+        raise error
 
     def close(self) -> None:
         self._rollouts.close()
