@@ -30,7 +30,6 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
 from opentelemetry.trace import (
-    INVALID_SPAN_CONTEXT,
     Link,
     NonRecordingSpan,
     SpanContext,
@@ -49,6 +48,8 @@ _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _DEFAULT_TRACE_STATE = TraceState()
 _SCALARS = (str, bool, int, float)
+_INTERNAL = SpanKind.INTERNAL
+_CLIENT = SpanKind.CLIENT
 #: The SDK's default limits (``OTEL_SPAN_*_COUNT_LIMIT``): a span's memory stays bounded.
 MAX_ATTRIBUTES = 128
 MAX_EVENTS = 128
@@ -56,6 +57,7 @@ MAX_LINKS = 128
 _new_tuple = tuple.__new__
 _getrandbits = random.getrandbits
 _time_ns = time.time_ns
+_get_current_span = trace.get_current_span
 
 Sink = Callable[[SpanRecord], None]
 
@@ -246,6 +248,7 @@ class RecordingSpan(trace.Span):
         ctx = self._context
         parent = self._parent
         state = ctx.trace_state
+        kind = self._kind  # ``SpanKind.value`` is a Python-level descriptor: test identity first
         self._sink(
             (
                 ctx.trace_id,
@@ -253,7 +256,7 @@ class RecordingSpan(trace.Span):
                 parent.span_id if parent is not None else 0,
                 parent.is_remote if parent is not None else False,
                 self._name,
-                self._kind.value,
+                0 if kind is _INTERNAL else 2 if kind is _CLIENT else kind.value,
                 self._start,
                 end,
                 self._attributes,
@@ -262,7 +265,7 @@ class RecordingSpan(trace.Span):
                 self._status_code,
                 self._status_message,
                 self._scope,
-                tuple(state.items()) if state else None,
+                None if state is _DEFAULT_TRACE_STATE or not state else tuple(state.items()),
             )
         )
 
@@ -290,6 +293,7 @@ class RecordingTracer(trace.Tracer):
         self._sampler = sampler
         self._inline_sampler = sampler is DEFAULT_ON
         self._trace_id = id_generator.generate_trace_id if id_generator is not None else None
+        self._new_span_id = id_generator.generate_span_id if id_generator is not None else _span_id
         self._sink = sink
 
     def start_span(
@@ -303,7 +307,7 @@ class RecordingTracer(trace.Tracer):
         record_exception: bool = True,
         set_status_on_exception: bool = True,
     ) -> trace.Span:
-        parent: SpanContext | None = trace.get_current_span(context).get_span_context()
+        parent: SpanContext | None = _get_current_span(context).get_span_context()
         if parent is not None and parent.is_valid:
             trace_id = parent.trace_id
         else:
@@ -318,10 +322,12 @@ class RecordingTracer(trace.Tracer):
             sampled = result.decision.is_sampled()
             state = result.trace_state or _DEFAULT_TRACE_STATE
             extra = result.attributes
-        span_id = _span_id()
+        span_id = self._new_span_id()
         if not sampled:
             return NonRecordingSpan(_span_context(trace_id, span_id, _NOT_SAMPLED, state))
-        recorded = clean_attributes(attributes)
+        # Our helpers pass valid values; anything else is cleaned off the hot path (see
+        # shipper.clean_record) rather than checked here value by value.
+        recorded = dict(attributes) if attributes else {}
         if extra:
             recorded.update(extra)
         link_records = None
@@ -417,7 +423,6 @@ class RecordingTracerProvider(trace.TracerProvider):
 
 
 __all__ = [
-    "INVALID_SPAN_CONTEXT",
     "RecordingSpan",
     "RecordingTracer",
     "RecordingTracerProvider",

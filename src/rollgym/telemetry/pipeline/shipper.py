@@ -34,10 +34,30 @@ from rollgym.telemetry.dropping import (
     SpanCounts,
 )
 from rollgym.telemetry.pipeline.frames import HEADER
-from rollgym.telemetry.pipeline.records import SpanRecord
+from rollgym.telemetry.pipeline.recording import clean_attributes
+from rollgym.telemetry.pipeline.records import ATTRIBUTES, EVENTS, LINKS, STATUS_CODE, SpanRecord
 
 _log = logging.getLogger(__name__)
 CHILD_MODULE = "rollgym.telemetry.pipeline.child"
+
+
+def clean_record(record: SpanRecord) -> SpanRecord:
+    """``record`` with every attribute value the API does not allow dropped (logged once).
+
+    The recording side copies attribute mappings without checking each value (the hot path);
+    the writer calls this only for a batch that ``marshal`` refused.
+    """
+    events = record[EVENTS]
+    links = record[LINKS]
+    return (
+        *record[:ATTRIBUTES],
+        clean_attributes(record[ATTRIBUTES]),
+        [(name, when, clean_attributes(attrs)) for name, when, attrs in events] if events else None,
+        [(t, s, remote, clean_attributes(attrs) or None) for t, s, remote, attrs in links]
+        if links
+        else None,
+        *record[STATUS_CODE:],
+    )
 
 
 class ShipperCounts(SpanCounts):
@@ -155,10 +175,8 @@ class SpanShipper:
                 counts.accepted += n
             try:
                 frame = marshal.dumps(batch)
-            except ValueError:  # an unmarshallable value slipped through: this batch only
-                _log.exception("span batch could not be serialised")
-                self._count_drop(REASON_EXPORT_FAILED, n)
-                continue
+            except ValueError:  # a value of a type the API does not allow: clean, then retry
+                frame = marshal.dumps([clean_record(record) for record in batch])
             with self._io_lock:
                 if self._dead:
                     self._count_drop(REASON_EXPORT_FAILED, n)
