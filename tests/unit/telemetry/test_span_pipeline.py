@@ -34,9 +34,9 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from rollgym.telemetry import spans
 from rollgym.telemetry.groups import ALL_GROUPS, configure_gate
 from rollgym.telemetry.pipeline import records as R
-from rollgym.telemetry.pipeline.encode import encode_request
 from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
 from rollgym.telemetry.pipeline.shipper import SpanShipper, clean_record
+from rollgym.telemetry.pipeline.wire import encode_request
 from rollgym.telemetry.sampling import SingleTraceIdGenerator
 from rollgym.telemetry.settings import TelemetrySettings
 from rollgym.telemetry.setup import setup_telemetry
@@ -64,7 +64,19 @@ def _scenario(tracer: trace.Tracer) -> None:
         {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
     )
     root = tracer.start_span(
-        "gym.job", attributes={"gym.run.id": "run-1", "n": 3, "ok": True}, start_time=T0
+        "gym.job",
+        attributes={
+            "gym.run.id": "run-1",
+            "n": 3,
+            "ok": True,
+            "neg": -5,
+            "no": False,
+            "uni": "é✓",
+            "floats": (1.5, -2.5),
+            "ints": [1, -2],
+            "big": 2**62,
+        },
+        start_time=T0,
     )
     token = context_api.attach(trace.set_span_in_context(root))
     try:
@@ -112,7 +124,7 @@ def _our_records() -> list[R.SpanRecord]:
 def test_our_encoding_of_our_spans_equals_the_sdk_encoding_of_sdk_spans() -> None:
     records = marshal.loads(marshal.dumps(_our_records()))  # what crosses the pipe
     ours = ExportTraceServiceRequest()
-    ours.ParseFromString(encode_request(RESOURCE, records).SerializeToString())
+    ours.ParseFromString(encode_request(RESOURCE, records))
     theirs = _sdk_request()
     assert len(ours.resource_spans[0].scope_spans[0].spans) == 3
     # Field by field first (a readable failure), then the whole message.
@@ -127,7 +139,8 @@ def test_our_encoding_of_our_spans_equals_the_sdk_encoding_of_sdk_spans() -> Non
 
 def test_unencodable_values_lose_only_their_attribute() -> None:
     (record,) = _records_of(lambda t: t.start_span("s", attributes={"big": 2**70, "ok": 1}).end())
-    request = encode_request(RESOURCE, [record])
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(encode_request(RESOURCE, [record]))
     (span,) = request.resource_spans[0].scope_spans[0].spans
     assert [kv.key for kv in span.attributes] == ["ok"]
 

@@ -8,6 +8,6 @@ sdk``) keeps the SDK's ``TracerProvider`` and batch processor. See ``docs/teleme
 
 Modules: :mod:`.records` (the record layout), :mod:`.recording` (tracer, spans),
 :mod:`.shipper` (queue, pipe, counts), :mod:`.frames` (the pipe's framing), :mod:`.child` (the
-exporter process), :mod:`.encode` (records -> OTLP protobuf), :mod:`.build` (wiring). This
+exporter process), :mod:`.wire` (records -> OTLP protobuf bytes), :mod:`.build` (wiring). This
 package imports nothing itself, so the child starts without loading the SDK.
 """

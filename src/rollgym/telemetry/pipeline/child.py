@@ -26,8 +26,8 @@ from typing import Any, BinaryIO
 
 import requests
 
-from rollgym.telemetry.pipeline.encode import encode_request
 from rollgym.telemetry.pipeline.frames import read_frame
+from rollgym.telemetry.pipeline.wire import encode_request
 
 _log = logging.getLogger("rollgym.telemetry.exporter")
 #: HTTP statuses worth retrying (OTLP/HTTP spec: 429, 502, 503, 504).
@@ -99,7 +99,7 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
             return
         records = marshal.loads(frame)
         try:
-            ok = poster.post(encode_request(resource, records).SerializeToString())
+            ok = poster.post(encode_request(resource, records))
         except Exception:  # an encoding bug loses this batch (counted), not the exporter
             _log.exception("encoding a batch of %d spans failed", len(records))
             ok = False
