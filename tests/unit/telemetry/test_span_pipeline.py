@@ -309,3 +309,30 @@ def test_setup_uses_the_pipeline_for_otlp_http_and_the_sdk_when_asked(
     finally:
         handle.shutdown(10.0)
         configure_gate((), tracing_active=False)
+
+
+@pytest.mark.parametrize("flags", [0, 1])
+@pytest.mark.parametrize("state", ["", "vendor=x,other=y"])
+def test_fast_injection_writes_what_the_propagator_writes(flags: int, state: str) -> None:
+    from opentelemetry import baggage, propagate
+    from opentelemetry.trace import TraceState
+
+    from rollgym.telemetry.context import inject_span
+
+    span_context = SpanContext(
+        trace_id=0x0AF7651916CD43DD8448EB211C80319C,
+        span_id=0xB7AD6B7169203331,
+        is_remote=False,
+        trace_flags=trace.TraceFlags(flags),
+        trace_state=TraceState.from_header([state]) if state else None,
+    )
+    for ctx in (None, baggage.set_baggage("k", "v")):  # with baggage: the propagator's path
+        token = context_api.attach(trace.set_span_in_context(NonRecordingSpan(span_context), ctx))
+        try:
+            fast: dict[str, str] = {}
+            inject_span(fast, span_context)
+            reference: dict[str, str] = {}
+            propagate.inject(reference)
+        finally:
+            context_api.detach(token)
+        assert fast == reference
