@@ -336,3 +336,17 @@ def test_fast_injection_writes_what_the_propagator_writes(flags: int, state: str
         finally:
             context_api.detach(token)
         assert fast == reference
+
+
+def test_force_flush_waits_until_every_span_has_an_outcome() -> None:
+    shipper = _shipper(schedule_delay_ms=60_000)  # only a flush or a full batch ships
+    provider = RecordingTracerProvider(shipper.on_end, on_flush=shipper.flush)
+    tracer = provider.get_tracer("rollgym")
+    for i in range(20):
+        tracer.start_span(f"s{i}").end()
+    try:
+        assert provider.force_flush(30_000)
+        # Nothing listens on the endpoint: all 20 were tried and counted, before shutdown.
+        assert shipper.counts.dropped["export_failed"] == 20
+    finally:
+        shipper.shutdown(timeout_s=10.0)

@@ -182,7 +182,16 @@ class RecordingSpan(trace.Span):
             current[key] = value
 
     def set_attribute(self, key: str, value: AttributeValue) -> None:
-        self.set_attributes({key: value})
+        if self._end is not None:
+            return
+        if type(value) not in _SCALARS:
+            value = clean_value(value)
+            if value is None:
+                warn_once(f"attribute {key!r} has an invalid type; dropped")
+                return
+        current = self._attributes
+        if len(current) < MAX_ATTRIBUTES or key in current:
+            current[key] = value
 
     def add_event(
         self, name: str, attributes: Attributes = None, timestamp: int | None = None

@@ -23,6 +23,7 @@ import marshal
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Mapping
 from typing import IO, Any
@@ -228,9 +229,23 @@ class SpanShipper:
 
     # --- lifecycle ----------------------------------------------------------------------------
     def flush(self, timeout_s: float) -> bool:
-        """Hand everything queued to the child now (not waiting for its answers)."""
+        """Ship everything queued now and wait (bounded) until the child answered for all of it.
+
+        True when every span accepted so far has an outcome (exported or counted dropped).
+        """
+        deadline = time.monotonic() + timeout_s
         self._wake.set()
-        return True
+        counts = self.counts
+        while True:
+            with counts._lock:
+                settled = counts.exported + counts.dropped[REASON_EXPORT_FAILED]
+                done = not self._queue and counts.handed == counts.accepted <= settled
+            if done or self._dead:
+                return done
+            if time.monotonic() >= deadline:
+                return False
+            self._wake.set()
+            time.sleep(0.01)
 
     def shutdown(self, timeout_s: float | None = None) -> None:
         """Ship the backlog, close the child's input, wait for its last answers (bounded).
