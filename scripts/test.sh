@@ -13,12 +13,38 @@ if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -
     || echo "warning: could not install chromium; browser tests will be skipped" >&2
 fi
 
+# The sandbox tests and the code/terminal environments run real bubblewrap sandboxes (prlimit
+# and setpriv come from util-linux); without it those tests are skipped, saying why.
+if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap util-linux >/dev/null) \
+    || echo "warning: could not install bubblewrap; sandbox tests will be skipped" >&2
+fi
+
 # The Phoenix integration test and the Ray placement test need optional extras; they are
 # large, so a failed install only skips those tests (and says so) instead of failing the suite.
 for extra in phoenix ray; do
   python -m pip install --quiet -e ".[$extra]" >/dev/null 2>&1 \
     || echo "warning: could not install the '$extra' extra; its tests will be skipped" >&2
 done
+
+# The real-engine tests serve a model with llama.cpp's server (llama-cpp-python), which
+# builds from source (about 20-30 minutes on 2 cores). The wheel is built once per machine
+# into a cache outside the repo and reused; a failed build only skips those tests.
+# ROLLGYM_SKIP_ENGINE_BUILD=1 skips the build (those tests are then skipped, saying so).
+LLAMA_CPP_VERSION=0.3.36
+WHEELS="${ROLLGYM_WHEEL_CACHE:-$HOME/.cache/rollgym-wheels}"
+if [ "${ROLLGYM_SKIP_ENGINE_BUILD:-0}" != 1 ] && ! python -c "import llama_cpp.server.app" >/dev/null 2>&1; then
+  mkdir -p "$WHEELS"
+  if ! ls "$WHEELS"/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl >/dev/null 2>&1; then
+    echo "building llama-cpp-python $LLAMA_CPP_VERSION once (cached in $WHEELS); this takes a while" >&2
+    CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_BLAS=OFF -DGGML_NATIVE=OFF" \
+      python -m pip wheel --quiet --no-deps --no-binary llama-cpp-python -w "$WHEELS" \
+      "llama-cpp-python==$LLAMA_CPP_VERSION" >/dev/null 2>&1 \
+      || echo "warning: could not build llama-cpp-python; the real-engine tests will be skipped" >&2
+  fi
+  python -m pip install --quiet --find-links "$WHEELS" "llama-cpp-python[server]==$LLAMA_CPP_VERSION" >/dev/null 2>&1 \
+    || echo "warning: could not install llama-cpp-python; the real-engine tests will be skipped" >&2
+fi
 
 python -m ruff check src tests bench
 python -m ruff format --check src tests bench

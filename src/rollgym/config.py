@@ -115,6 +115,25 @@ class ServerConfig(BaseModel):
         return dict(self.model_extra or {})
 
 
+def _split_bind(bind: str) -> tuple[str, int]:
+    """``host``, ``host:port`` or ``[v6]:port`` as ``(host, port)``; ValueError when malformed."""
+    text = bind.strip()
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else rest
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    else:
+        host, port_text = text, ""  # a bare host or IPv6 address
+    if not host:
+        raise ValueError(f"expected host[:port], got {bind!r}")
+    if not port_text:
+        return host, 0
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"expected host[:port] with a port 0-65535, got {bind!r}")
+    return host, int(port_text)
+
+
 class TelemetryConfig(BaseModel):
     """The ``telemetry:`` block. A user's ``OTEL_*`` environment variable wins over it."""
 
@@ -148,6 +167,28 @@ class TelemetryConfig(BaseModel):
     )
     max_export_batch_size: int = Field(4096, ge=1, description="Spans per export request.")
     schedule_delay_ms: int = Field(500, ge=1, description="Longest wait between exports.")
+    flush_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="How long each process waits at its end for unsent spans to reach the "
+        "backend; what is still unsent then is counted as dropped and reported.",
+    )
+    store_bind: str | None = Field(
+        None,
+        description="host[:port] the local trace store listens on (default 127.0.0.1 and a "
+        "free port); any other host requires a bearer token, generated per run and printed.",
+    )
+
+    @field_validator("store_bind")
+    @classmethod
+    def _host_and_port(cls, value: str | None) -> str | None:
+        if value is not None:
+            _split_bind(value)
+        return value
+
+    def store_address(self) -> tuple[str, int]:
+        """``store_bind`` as ``(host, port)``; port 0 picks a free one."""
+        return _split_bind(self.store_bind) if self.store_bind else ("127.0.0.1", 0)
 
     @field_validator("preset", mode="before")
     @classmethod

@@ -26,9 +26,9 @@ ROOT = HERE.parents[2]
 pytestmark = [*BROWSER_MARKS, pytest.mark.e2e]
 
 
-@pytest.fixture(scope="module")
-def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("quickstart") / "run"
+def run_example(tmp_path_factory: pytest.TempPathFactory, example: str) -> Path:
+    """Run ``examples/<example>.yaml`` once (one repeat) into a fresh folder; its run dir."""
+    out = tmp_path_factory.mktemp(example) / "run"
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     result = subprocess.run(
         [
@@ -36,7 +36,7 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "-m",
             "rollgym",
             "run",
-            str(ROOT / "examples" / "quickstart.yaml"),
+            str(ROOT / "examples" / f"{example}.yaml"),
             f"run.output_dir={out}",
             "run.repeats=1",
             "--no-table",
@@ -44,17 +44,24 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         env=env,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     return out
 
 
+def serve_store(run: Path) -> TraceStoreProcess:
+    return start_trace_store(run / "traces.db", run / "logs" / "viewer.log", run_dir=run)
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return run_example(tmp_path_factory, "quickstart")
+
+
 @pytest.fixture(scope="module")
 def store(real_run: Path) -> Iterator[TraceStoreProcess]:
-    process = start_trace_store(
-        real_run / "traces.db", real_run / "logs" / "viewer.log", run_dir=real_run
-    )
+    process = serve_store(real_run)
     try:
         yield process
     finally:
@@ -88,3 +95,42 @@ def test_open_a_real_rollout_and_see_every_process(store: TraceStoreProcess, pag
     assert "chatcmpl-50-0.0" in details
     if os.environ.get("ROLLGYM_SCREENSHOTS") == "1":
         page.screenshot(path=str(IMAGES / "viewer-real-rollout.png"), full_page=True)
+
+
+def test_a_sandboxed_rollout_shows_its_sandbox_spans(
+    tmp_path_factory: pytest.TempPathFactory, page: Any
+) -> None:
+    if sandbox_missing():
+        pytest.skip(f"no sandbox here: {sandbox_missing()}")
+    process = serve_store(run_example(tmp_path_factory, "code"))
+    try:
+        page.goto(process.endpoint + "/")
+        page.wait_for_selector("#rollout-table tr.row")
+        page.fill("#search", "0-0")  # the first code row: run_public_tests, then verify
+        page.click("#search-form button")
+        page.wait_for_selector(".waterfall .span-row")
+        shown = page.locator(".waterfall").first.locator(".span-row")
+        span_names = shown.evaluate_all("rows => rows.map(r => r.dataset.name)")
+        for expected in (
+            names.SPAN_SANDBOX_CREATE,
+            names.SPAN_SANDBOX_EXEC,
+            names.SPAN_SANDBOX_DESTROY,
+        ):
+            assert expected in span_names, (expected, span_names)
+        page.locator(f".span-row[data-name='{names.SPAN_SANDBOX_EXEC}']").first.click()
+        details = page.locator(".details").first.inner_text()
+        assert names.SANDBOX_EXIT_CODE in details and names.SANDBOX_WALL_TIME in details
+        if os.environ.get("ROLLGYM_SCREENSHOTS") == "1":
+            page.screenshot(path=str(IMAGES / "viewer-sandbox-rollout.png"), full_page=True)
+    finally:
+        process.stop()
+
+
+def sandbox_missing() -> str | None:
+    from rollgym.sandbox import SandboxUnavailable, check_support
+
+    try:
+        check_support()
+    except SandboxUnavailable as exc:
+        return str(exc)
+    return None

@@ -14,7 +14,7 @@ import aiohttp
 from fastapi import Request
 from starlette.responses import Response
 
-from rollgym.servers.agent import Agent, AgentOptions
+from rollgym.servers.agent import Agent, AgentOptions, task_of
 from rollgym.servers.rollout_context import RolloutContext
 
 _HEADERS: ContextVar[dict[str, str] | None] = ContextVar("telemetry_agents_headers", default=None)
@@ -58,3 +58,45 @@ class BareModelAgent(Agent):
             sent = {k.lower(): v for k, v in response.request_info.headers.items()}
             answer = await response.json()
         return {"reward": 1.0, "answer_id": answer.get("id"), "sent_headers": sent}
+
+
+class SdkAgent(Agent):
+    """A single-turn agent written with the official OpenAI SDK (``rollout.async_openai()``),
+    the way a user who already has an SDK agent writes one. Its answer says the request id
+    the model server answered with, so the test can check the attribution."""
+
+    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+        seeded = await rollout.env.seed(task_of(row))
+        client = rollout.async_openai()
+        completion = await client.chat.completions.create(
+            model="policy", messages=seeded["messages"]
+        )
+        answer = completion.choices[0].message.content
+        verdict = await rollout.env.verify(answer)
+        usage = completion.usage.model_dump() if completion.usage is not None else None
+        return {"reward": verdict["reward"], "completion_id": completion.id, "usage": usage}
+
+
+class HeaderlessAgent(Agent):
+    """Posts to the rollout-scoped model URL with no ``X-Request-Id`` (only the process's
+    HttpClient, which forwards ``traceparent``): an unmodified agent that knows only its
+    base URL. Its answer says which completion id came back."""
+
+    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+        options = self.options
+        assert isinstance(options, AgentOptions) and options.model is not None
+        seeded = await rollout.env.seed(task_of(row))
+        url = self.context.url_of(options.model) + f"/r/{quote(str(rollout.rollout_id))}/v1"
+        ids = []
+        answer = None
+        for _ in range(2):  # two turns: the proxy counts them
+            response = await self.client.post_json(
+                options.model,
+                url + "/chat/completions",
+                {"messages": seeded["messages"]},
+                route="/r/{rollout_id}/v1/chat/completions",
+            )
+            ids.append(response.data["id"])
+            answer = response.data["choices"][0]["message"]["content"]
+        verdict = await rollout.env.verify(answer)
+        return {"reward": verdict["reward"], "completion_ids": ids}

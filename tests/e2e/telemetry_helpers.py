@@ -335,12 +335,18 @@ def failing_endpoint() -> Iterator[tuple[str, type[_Answer500]]]:
 # --- in-process: real servers for the library API ------------------------------------------------
 @asynccontextmanager
 async def launched_servers(
-    servers: dict[str, Any], out: Path, *, traces_to: str | None, run_id: str = "e2e-run"
+    servers: dict[str, Any],
+    out: Path,
+    *,
+    traces_to: str | None,
+    run_id: str = "e2e-run",
+    groups: Iterable[Any] | None = None,
 ) -> AsyncIterator[dict[str, str]]:
     """Launch ``servers`` with the real launcher; their spans go over OTLP to ``traces_to``.
 
     ``traces_to`` is an OTLP/HTTP base URL (the trace store's endpoint); None launches them with
-    tracing off. Yields ``{name: base URL}``; the servers flush and stop on leaving.
+    tracing off. ``groups`` are the servers' span groups (default: all). Yields
+    ``{name: base URL}``; the servers flush and stop on leaving.
     """
     from rollgym.config import JobConfig
     from rollgym.servers.launcher import launch_servers
@@ -357,7 +363,7 @@ async def launched_servers(
         settings = TelemetrySettings(run_id=run_id)
     else:
         settings = TelemetrySettings(
-            groups=ALL_GROUPS,
+            groups=ALL_GROUPS if groups is None else frozenset(groups),
             traces_exporter="otlp",
             endpoint=traces_to,
             schedule_delay_ms=100,

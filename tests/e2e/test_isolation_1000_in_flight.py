@@ -65,15 +65,18 @@ def test_isolation_holds_with_1000_rollouts_in_flight(tmp_path: Path) -> None:
     for record in records:
         assert roots[record["rollout_id"]].trace_id == record["trace_id"]
     carrying = [s for s in spans.all if s.rollout_id is not None]
-    # dispatch, gym.rollout, seed, chat, engine, verify: every one of them per rollout
+    # dispatch, gym.rollout, seed, chat, the model server's span, engine, verify: every one
+    # of them per rollout
     per_rollout = {
         names.SPAN_DISPATCH,
         names.SPAN_ROLLOUT,
         names.SPAN_ENV_SEED,
         names.SPAN_MODEL_CHAT,
+        "POST /r/{rollout_id}/v1/chat/completions",
         names.SPAN_ENGINE_REQUEST,
         names.SPAN_VERIFY,
     }
+    assert {s.name for s in carrying} == per_rollout
     assert len(carrying) == len(per_rollout) * ROLLOUTS
     assert spans.foreign_spans() == []
     assert spans.missing_parents() == []

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from telemetry_helpers import TracedJob, closed_port, failing_endpoint, quick_rows, quick_servers
 
-from rollgym.telemetry.setup import DEFAULT_SHUTDOWN_TIMEOUT_S
-
 pytestmark = pytest.mark.e2e
 
 ROLLOUTS = 120
+#: ``telemetry.flush_timeout_s`` of these runs: a dead endpoint is what the option bounds.
+FLUSH_S = 5.0
 
 
 def _run(root: Path, env: dict[str, str]) -> tuple[float, TracedJob]:
@@ -27,6 +27,7 @@ def _run(root: Path, env: dict[str, str]) -> tuple[float, TracedJob]:
     job.write(
         quick_servers(0.01),
         quick_rows(20, 10, 10),
+        telemetry={"preset": "default", "flush_timeout_s": FLUSH_S},
         agent="solver",
         environment_routes={"keychain_episodes": "keys"},
         repeats=3,
@@ -36,6 +37,7 @@ def _run(root: Path, env: dict[str, str]) -> tuple[float, TracedJob]:
     proc = job.run(env=env)
     wall = time.monotonic() - start
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    job.stderr = proc.stderr  # type: ignore[attr-defined]
     return wall, job
 
 
@@ -90,8 +92,8 @@ def test_a_dead_endpoint_does_not_slow_the_run(loss: LossRuns, label: str) -> No
     job, wall = loss.traced[label]
     assert _collection_s(job) < 2 * _collection_s(loss.off) + 5
     # The run's end includes bounded flushes: the servers' (in parallel), then the driver's,
-    # each at most DEFAULT_SHUTDOWN_TIMEOUT_S; nothing else may grow.
-    flushes = 2 * DEFAULT_SHUTDOWN_TIMEOUT_S
+    # each at most FLUSH_S (telemetry.flush_timeout_s); nothing else may grow.
+    flushes = 2 * FLUSH_S
     assert wall < 2 * loss.off_wall + 5 + flushes, (wall, loss.off_wall)
 
 
@@ -108,3 +110,7 @@ def test_undelivered_spans_are_reported_as_dropped(loss: LossRuns, label: str) -
     assert telemetry["spans_exported"] == 0
     # every rollout produced at least its dispatch, client, server and gym.rollout spans
     assert telemetry["spans_dropped"] >= 4 * ROLLOUTS, telemetry
+    # and the loss is said loudly at the end of the run, with its count
+    stderr: str = job.stderr  # type: ignore[attr-defined]
+    dropped = telemetry["spans_dropped"]
+    assert f"{dropped} of {dropped} span(s) were NOT delivered" in stderr, stderr[-2000:]

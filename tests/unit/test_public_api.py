@@ -49,3 +49,12 @@ def test_every_public_name_is_listed_in_the_lazy_table() -> None:
         assert "NoSuchThing" in str(exc)
     else:
         raise AssertionError("unknown names must raise AttributeError")
+
+
+def test_the_sandbox_door_is_sorted_and_its_error_shares_the_root() -> None:
+    import rollgym.sandbox as sandbox
+
+    assert list(sandbox.__all__) == sorted(sandbox.__all__)
+    for name in sandbox.__all__:
+        assert getattr(sandbox, name).__module__.startswith("rollgym.sandbox"), name
+    assert issubclass(sandbox.SandboxUnavailable, rollgym.RollgymError)

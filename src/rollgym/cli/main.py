@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 def build_parser() -> argparse.ArgumentParser:
     from rollgym.cli import run as run_command
+    from rollgym.cli import serve as serve_command
     from rollgym.cli import traces as traces_command
 
     parser = argparse.ArgumentParser(
@@ -19,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     subcommands = parser.add_subparsers(dest="command", metavar="COMMAND")
     subcommands.required = True
     run_command.register(subcommands)
+    serve_command.register(subcommands)
     traces_command.register(subcommands)
     return parser
 

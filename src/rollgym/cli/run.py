@@ -51,7 +51,7 @@ def handle(args: argparse.Namespace) -> int:
     """Run the job; exit 0 when it finished, 130 when interrupted, 2 for a bad config."""
     from rollgym.config import load_config
     from rollgym.driver.job import run_job
-    from rollgym.driver.report import print_report
+    from rollgym.driver.report import print_report, telemetry_loss_line
     from rollgym.errors import ConfigError, RollgymError
     from rollgym.event_loop import loop_factory
 
@@ -74,4 +74,7 @@ def handle(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     if not args.no_table:
         print_report(summary)
+    loss = telemetry_loss_line(summary)
+    if loss is not None:
+        print(loss, file=sys.stderr)  # said loudly, with or without the table
     return EXIT_INTERRUPTED if summary.status == "interrupted" else 0

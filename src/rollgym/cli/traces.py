@@ -63,7 +63,12 @@ def add_serve_parser(commands: Any) -> argparse.ArgumentParser:
         default=Path("traces.db"),
         help="SQLite file (default traces.db, or RUN_DIR/traces.db)",
     )
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on; beyond loopback a bearer token is required "
+        "(ROLLGYM_TRACE_STORE_TOKEN, else one is generated and printed)",
+    )
     serve.add_argument("--port", type=int, default=4318, help="0 picks a free port")
     serve.add_argument("--run-dir", type=Path, help="run directory shown by the viewer")
     serve.add_argument("--ready-file", type=Path, help="write {endpoint, port, pid} when ready")
@@ -84,13 +89,22 @@ def _run_dir(parser: argparse.ArgumentParser) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
+    import os
 
     from rollgym.event_loop import loop_factory
+    from rollgym.tracestore.access import TOKEN_ENV, otel_headers_value, store_token
     from rollgym.tracestore.serve import serve
 
     db = args.db
     if args.run_dir is not None and args.db == Path("traces.db"):
         db = args.run_dir / "traces.db"
+    token = store_token(args.host)
+    if token is not None and not os.environ.get(TOKEN_ENV):
+        print(
+            f"bearer token required: give exporters "
+            f"OTEL_EXPORTER_OTLP_TRACES_HEADERS={otel_headers_value(token)}",
+            flush=True,
+        )
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         runner.run(
             serve(
@@ -100,6 +114,7 @@ def _serve(args: argparse.Namespace) -> int:
                 run_dir=args.run_dir,
                 ready_file=args.ready_file,
                 max_body=args.max_body_bytes,
+                token=token,
             )
         )
     return 0

@@ -10,6 +10,10 @@ directly; no CLI, no output directory, no server launch::
 ``rollgym run`` is this same Collector plus server launch, output files and the summary, so
 the two share one code path: rows -> admission -> retry -> dispatch. Called inside an
 embedder's span, each dispatch span nests under it (see TELEMETRY.md, the split rule).
+
+A trainer that set its own recording global tracer provider needs nothing more: while the
+Collector is open it traces into that provider (``span_groups`` chooses which of the driver's
+spans exist), and it never replaces or shuts that provider down.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from rollgym.driver.rows import (
     read_mappings,
 )
 from rollgym.http.client import HttpClient
+from rollgym.telemetry.embedder import CallerTracing
 
 _DONE = object()
 
@@ -82,6 +87,10 @@ class Collector:
     names, else to the ``agent`` given here; rows of a materialized task set
     (``task_id: {taskset, task_id}``) whose task set is in ``environment_routes`` go to that
     environment server's episode ``/run``.
+
+    ``span_groups`` (a preset name or a list of groups, as ``telemetry.preset``) chooses the
+    driver's spans when the Collector traces into the embedder's own provider; it is ignored
+    where rollgym's own telemetry is set up (``rollgym run`` uses its config).
     """
 
     def __init__(
@@ -99,6 +108,7 @@ class Collector:
         agents: Collection[str] | None = None,
         metrics: Any = None,
         http_metrics: Any = None,
+        span_groups: str | Iterable[str] = "default",
     ) -> None:
         if concurrency < 1 or repeats < 1 or max_attempts < 1:
             raise ValueError("concurrency, repeats and max_attempts must be at least 1")
@@ -120,18 +130,27 @@ class Collector:
         self._http_metrics = http_metrics
         self._client: HttpClient | None = None
         self._pool: WorkerPool[WorkItem] | None = None
+        self._caller_tracing = CallerTracing(span_groups)
 
     async def __aenter__(self) -> Collector:
-        """Open the connection pool (outside any span: it outlives every rollout)."""
+        """Open the connection pool (outside any span: it outlives every rollout).
+
+        Also opens the span gate onto the embedder's own recording tracer provider, if one is
+        installed and rollgym's own telemetry is not set up in this process.
+        """
         raise_open_files_limit(2 * self.concurrency + 512)
+        self._caller_tracing.start()
         self._client = HttpClient(limit=self.concurrency, metrics=self._http_metrics)
         await self._client.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
+        try:
+            if self._client is not None:
+                await self._client.close()
+                self._client = None
+        finally:
+            self._caller_tracing.stop()
 
     @property
     def client(self) -> HttpClient:

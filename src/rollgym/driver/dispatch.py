@@ -135,12 +135,7 @@ class Dispatcher:
             from rollgym.telemetry import spans
 
             with spans.dispatch_span(row, target.dispatch_name, server) as span:
-                try:
-                    answer: HttpResponse | DispatchError = await post(
-                        server, url, body, timeout=self._timeout, route="/run"
-                    )
-                except DispatchError as exc:
-                    answer = exc
+                answer = await _post(post, server, url, body, self._timeout)
                 reward, result, error, trace_id = interpret(answer, server)
                 spans.record_dispatch_outcome(span, outcome_label(error), reward)
                 context = span.get_span_context()
@@ -148,10 +143,13 @@ class Dispatcher:
                     trace_id = format(context.trace_id, "032x")
                     sampled = context.trace_flags.sampled
         else:
-            try:
-                answer = await post(server, url, body, timeout=self._timeout, route="/run")
-            except DispatchError as exc:
-                answer = exc
+            if gate.tracing:
+                from rollgym.telemetry import spans
+
+                with spans.outside_owned_job():
+                    answer = await _post(post, server, url, body, self._timeout)
+            else:
+                answer = await _post(post, server, url, body, self._timeout)
             reward, result, error, trace_id = interpret(answer, server)
         return AttemptOutcome(
             rollout_id,
@@ -164,6 +162,17 @@ class Dispatcher:
             time.perf_counter() - t0,
             sampled,
         )
+
+
+async def _post(
+    post: Any, server: str, url: str, body: Any, timeout: float
+) -> HttpResponse | DispatchError:
+    """The single POST ``/run`` of an attempt: its answer, or the error that ended it."""
+    try:
+        answer: HttpResponse = await post(server, url, body, timeout=timeout, route="/run")
+    except DispatchError as exc:
+        return exc
+    return answer
 
 
 def interpret(

@@ -32,6 +32,19 @@ def summary_table(summary: Summary) -> Table:
     return table
 
 
+def telemetry_loss_line(summary: Summary) -> str | None:
+    """One loud line when spans of the run never reached the trace backend, else None."""
+    dropped = int(summary.telemetry.get("spans_dropped", 0))
+    if not dropped:
+        return None
+    exported = int(summary.telemetry.get("spans_exported", 0))
+    return (
+        f"rollgym: telemetry: {dropped} of {dropped + exported} span(s) were NOT delivered to "
+        f"the trace backend (all processes; summary.json telemetry). If the backend was slow "
+        f"to answer, raise telemetry.flush_timeout_s."
+    )
+
+
 def print_report(summary: Summary, console: Console | None = None) -> None:
     console = console or Console()
     console.print(summary_table(summary))

@@ -9,6 +9,8 @@ everything.
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,8 @@ class JobTelemetry:
         self.store: Any = None
         self.handle: Any = None
         self.server_env: dict[str, str] = {}
+        #: Bearer token of the local store when it listens beyond loopback (never written out).
+        self.store_token: str | None = None
 
     @property
     def metrics(self) -> Any:
@@ -43,23 +47,44 @@ class JobTelemetry:
             return
         endpoint = None
         if TelemetrySettings.needs_local_store(config.telemetry):
-            endpoint = self._start_store(output_dir)
+            endpoint = self._start_store(output_dir, config.telemetry.store_address())
         settings = TelemetrySettings.from_config(
             config.telemetry, output_dir, local_store_endpoint=endpoint, run_id=run_id
         )
-        self.handle = setup_telemetry(settings, service_name="rollgym-driver", run_id=run_id)
+        # ``embedded``: inside a trainer with its own recording provider, trace into that one
+        self.handle = setup_telemetry(
+            settings,
+            service_name="rollgym-driver",
+            run_id=run_id,
+            embedded=True,
+            store_token=self.store_token,
+        )
         self.server_env = server_env(settings)
+        if self.store_token is not None:
+            from rollgym.telemetry.environment import ROLLGYM_TRACE_STORE_TOKEN
 
-    def _start_store(self, output_dir: Path) -> str | None:
+            self.server_env[ROLLGYM_TRACE_STORE_TOKEN] = self.store_token
+
+    def _start_store(self, output_dir: Path, address: tuple[str, int]) -> str | None:
         try:
+            from rollgym.tracestore.access import store_token
             from rollgym.tracestore.launch import start_trace_store
 
+            host, port = address
+            self.store_token = store_token(host)
             self.store = start_trace_store(
-                output_dir / "traces.db", output_dir / "logs" / "tracestore.log"
+                output_dir / "traces.db",
+                output_dir / "logs" / "tracestore.log",
+                host=host,
+                port=port,
+                token=self.store_token,
             )
         except Exception as exc:  # noqa: BLE001 - telemetry never decides whether a run runs
             _log.warning("local trace store did not start (%s); traces are not exported", exc)
+            self.store_token = None
             return None
+        if self.store_token is not None:
+            _announce_remote_store(host, self.store.endpoint, self.store_token)
         return str(self.store.endpoint)
 
     def flush(self) -> dict[str, int]:
@@ -80,3 +105,26 @@ class JobTelemetry:
             else:
                 self.store.stop()
             self.store = None
+
+
+def _announce_remote_store(host: str, local_endpoint: str, token: str) -> None:
+    """Tell the user how an engine on another machine exports into this run's store.
+
+    A generated token is printed (the user must hand it to the engine); one the user set in
+    ``ROLLGYM_TRACE_STORE_TOKEN`` is named, not repeated.
+    """
+    from rollgym.tracestore.access import TOKEN_ENV, otel_headers_value
+
+    port = local_endpoint.rsplit(":", 1)[1]
+    reach = "<this machine's address>" if host in ("0.0.0.0", "::") else host
+    given = os.environ.get(TOKEN_ENV) == token
+    headers = f"authorization=Bearer%20${TOKEN_ENV}" if given else otel_headers_value(token)
+    print(
+        f"rollgym: the trace store listens on {host}:{port} and requires a bearer token. An "
+        f"engine elsewhere exports into it with: vllm serve ... --otlp-traces-endpoint "
+        f"http://{reach}:{port}/v1/traces and the environment "
+        f"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf "
+        f"OTEL_EXPORTER_OTLP_TRACES_HEADERS={headers}",
+        file=sys.stderr,
+        flush=True,
+    )

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
+from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
 from contextvars import ContextVar
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
@@ -295,6 +296,57 @@ class HttpClient:
         _reused.set(False)
         async with response:
             return response.status, await response.read()
+
+    @asynccontextmanager
+    async def stream(
+        self,
+        destination: str,
+        url: str,
+        body: Any,
+        *,
+        timeout: float | None = None,
+        headers: Mapping[str, str] | None = None,
+        route: str | None = None,
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """POST ``body`` as JSON and yield the open response, to read as it arrives (SSE).
+
+        The same context, span and error translation as :meth:`request_json`; the span ends
+        when the block ends, so it covers the whole stream.
+        """
+        if self._session is None:
+            raise RuntimeError("HttpClient used before start(); create it at process start-up")
+        sent_headers = _with_json(headers)
+        span_scope: AbstractContextManager[Any] = nullcontext()
+        if gate.http:
+            from rollgym.telemetry.spans import http_client_span
+
+            span_scope = http_client_span("POST", destination, url, route)
+        with span_scope as span:
+            if gate.tracing:
+                _inject(sent_headers, span)
+            try:
+                async with self._session.post(
+                    url,
+                    data=orjson.dumps(body),
+                    headers=sent_headers,
+                    timeout=self._timeout(timeout),
+                ) as response:
+                    if span is not None:
+                        _record_status(span, response.status)
+                    yield response
+            except TimeoutError:
+                raise TransientDispatchError(
+                    f"no answer from {destination!r} within {timeout}s (POST {_path(url)})",
+                    kind="timeout",
+                    server=destination,
+                ) from None
+            except aiohttp.ClientError as exc:
+                raise TransientDispatchError(
+                    f"cannot reach {destination!r} (POST {_path(url)}): "
+                    f"{type(exc).__name__}: {exc}",
+                    kind="connection_error",
+                    server=destination,
+                ) from None
 
 
 def _with_json(headers: Mapping[str, str] | None) -> dict[str, str]:

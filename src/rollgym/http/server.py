@@ -58,6 +58,10 @@ def error_body(message: str, field: str | None = None) -> dict[str, Any]:
     return body
 
 
+#: Builds an error body from (status, message, field): the server's own shape.
+ErrorShape = Callable[[int, str, "str | None"], dict[str, Any]]
+
+
 # --- middleware -------------------------------------------------------------------------------
 
 
@@ -69,9 +73,10 @@ class BodyLimitMiddleware:
     here first, then replayed to the app, so the app never sees a partial body.
     """
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, shape: ErrorShape | None = None) -> None:
         self.app = app
         self.limit = limit
+        self.shape = shape or (lambda status, message, field: error_body(message, field))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -108,7 +113,8 @@ class BodyLimitMiddleware:
         await self.app(scope, replayed, send)
 
     async def _refuse(self, send: Send, size: str) -> None:
-        body = error_body(
+        body = self.shape(
+            413,
             f"request body is too large: {size}; the limit is {self.limit} bytes "
             "(run.max_request_bytes)",
             "body",
@@ -164,7 +170,8 @@ class TelemetryMiddleware:
             await send(message)
 
         method = scope["method"]
-        with spans.http_server_span(method, scope["path"], _headers(scope)) as span:
+        scheme = scope.get("scheme", "http")
+        with spans.http_server_span(method, scope["path"], _headers(scope), scheme) as span:
             try:
                 await self.app(scope, receive, send_status)
             finally:
@@ -202,30 +209,41 @@ def _route_template(scope: Scope) -> str | None:
 # --- handlers ---------------------------------------------------------------------------------
 
 
-async def _validation_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, RequestValidationError)
-    errors = exc.errors()
-    first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
-    field = ".".join(str(part) for part in first.get("loc", ()))
-    message = f"{field}: {first.get('msg', 'invalid')}"
-    if len(errors) > 1:
-        message += f" (and {len(errors) - 1} more problem(s))"
-    return OrjsonResponse(error_body(message, field), status_code=400)
+def _error_handlers(
+    shape: ErrorShape,
+) -> Mapping[Any, Callable[[Request, Exception], Awaitable[Response]]]:
+    """The exception handlers of one app, all answering in the server's error shape."""
 
+    def answer(status: int, message: str, field: str | None = None) -> Response:
+        return OrjsonResponse(shape(status, message, field), status_code=status)
 
-async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPError)
-    return OrjsonResponse(error_body(exc.message, exc.field), status_code=exc.status)
+    async def validation_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        errors = exc.errors()
+        first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
+        field = ".".join(str(part) for part in first.get("loc", ()))
+        message = f"{field}: {first.get('msg', 'invalid')}"
+        if len(errors) > 1:
+            message += f" (and {len(errors) - 1} more problem(s))"
+        return answer(400, message, field)
 
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPError)
+        return answer(exc.status, exc.message, exc.field)
 
-async def _unexpected_error(request: Request, exc: Exception) -> Response:
-    message = f"internal error: {type(exc).__name__}: {exc}"
-    return OrjsonResponse(error_body(message), status_code=500)
+    async def unexpected_error(request: Request, exc: Exception) -> Response:
+        return answer(500, f"internal error: {type(exc).__name__}: {exc}")
 
+    async def starlette_http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        return answer(exc.status_code, str(exc.detail))
 
-async def _starlette_http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, StarletteHTTPException)
-    return OrjsonResponse(error_body(str(exc.detail)), status_code=exc.status_code)
+    return {
+        RequestValidationError: validation_error,
+        HTTPError: http_error,
+        StarletteHTTPException: starlette_http_error,
+        Exception: unexpected_error,
+    }
 
 
 def _native_telemetry_off() -> dict[str, Any]:
@@ -265,13 +283,7 @@ def create_app(server: Server) -> FastAPI:
         default_response_class=OrjsonResponse,
         **_NATIVE_TELEMETRY_OFF,
     )
-    handlers: Mapping[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
-        RequestValidationError: _validation_error,
-        HTTPError: _http_error,
-        StarletteHTTPException: _starlette_http_error,
-        Exception: _unexpected_error,
-    }
-    for exc_type, handler in handlers.items():
+    for exc_type, handler in _error_handlers(server.error_body).items():
         app.add_exception_handler(exc_type, handler)
 
     health = {"status": "ok", "name": server.context.name, "kind": server.kind}
@@ -282,6 +294,8 @@ def create_app(server: Server) -> FastAPI:
 
     server.add_routes(app)
     # Added last = outermost: the span covers a refused (413) request too.
-    app.add_middleware(BodyLimitMiddleware, limit=server.context.max_request_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware, limit=server.context.max_request_bytes, shape=server.error_body
+    )
     app.add_middleware(TelemetryMiddleware)
     return app

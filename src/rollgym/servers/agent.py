@@ -97,7 +97,11 @@ class Agent(Server):
         who = f"agent {self.context.name!r}"
 
         async def attempt() -> dict[str, Any]:
-            return await self.run(row, self.rollout_context(rollout_id))
+            rollout = self.rollout_context(rollout_id)
+            try:
+                return await self.run(row, rollout)
+            finally:
+                await rollout.aclose()
 
         answer = await guarded(who, attempt())
         return check_reward(answer, who)

@@ -2,7 +2,7 @@
 
 Both places that perform a rollout must refuse the same bad bodies, map the same failures to
 the same statuses (whose fault: the task's -> 400, the model's or environment's -> 502/504,
-our own -> 500), and refuse the same answers without a finite numeric reward.
+or 424 when it refused for good (a 4xx: not retried), our own -> 500), and refuse the same answers without a finite numeric reward.
 """
 
 from __future__ import annotations
@@ -19,6 +19,14 @@ from rollgym.http.server import HTTPError
 from rollgym.servers.rollout_context import ServerCallError
 
 T = TypeVar("T")
+
+#: The status of a rollout whose model or environment refused a call for good (a 4xx other
+#: than 408/429): a 4xx, so the driver does not retry it, and not 400, which blames the task.
+FAILED_DEPENDENCY = 424
+
+
+def _permanent(status: int) -> bool:
+    return 400 <= status < 500 and status not in (408, 429)
 
 
 def check_reward(answer: Any, who: str) -> dict[str, Any]:
@@ -58,6 +66,9 @@ async def guarded(who: str, work: Awaitable[T]) -> T:
     except ServerCallError as exc:
         if exc.bad_input:
             raise HTTPError(400, str(exc), field=exc.field or "task") from None
+        if exc.status is not None and _permanent(exc.status):
+            # The model or environment refused for good: retrying the rollout cannot help.
+            raise HTTPError(FAILED_DEPENDENCY, f"{who}: {exc}") from None
         raise HTTPError(502, f"{who}: {exc}") from None
     except DispatchError as exc:
         status = 504 if exc.kind == "timeout" else 502

@@ -17,6 +17,7 @@ from fastapi import FastAPI
 
 from rollgym.config import ServerKind, ServerOptions
 from rollgym.http.client import HttpClient
+from rollgym.http.server import error_body
 
 
 @dataclass
@@ -93,3 +94,7 @@ class Server:
 
     def add_routes(self, app: FastAPI) -> None:
         """Hook: add this server's routes (``app.post(...)(handler)``)."""
+
+    def error_body(self, status: int, message: str, field: str | None) -> dict[str, Any]:
+        """Hook: the JSON body of an error answer (model servers speak OpenAI's shape)."""
+        return error_body(message, field)

@@ -111,7 +111,9 @@ class Environment(Server):
     def __init__(self, context: ServerContext) -> None:
         super().__init__(context)
         options = self.env_options
-        self.sessions: SessionStore[SessionState] = SessionStore(options.session_ttl_s)
+        self.sessions: SessionStore[SessionState] = SessionStore(
+            options.session_ttl_s, on_expire=self.on_session_expired
+        )
         self.aggregates = EnvAggregates(pass_threshold=options.pass_threshold)
         self._tool_schemas = [spec.openai_schema() for spec in self.tools.values()]
 
@@ -129,6 +131,9 @@ class Environment(Server):
     async def verify(self, state: SessionState, answer: str | None) -> float | Verdict:
         """Score the final answer (and anything recorded in ``state``)."""
         raise NotImplementedError
+
+    def on_session_expired(self, state: SessionState) -> None:
+        """Hook: a session nobody verified was dropped; free what its state holds."""
 
     async def play_episode(self, rollout: RolloutContext, task: dict[str, Any]) -> dict[str, Any]:
         """One episode for ``/run``; default: the shared multi-turn tool loop."""
@@ -296,7 +301,11 @@ class Environment(Server):
                 model_name=options.model_name,
                 timeout=options.request_timeout_s,
             )
-            return await self.play_episode(RolloutContext(rollout_id, model, env), task)
+            rollout = RolloutContext(rollout_id, model, env)
+            try:
+                return await self.play_episode(rollout, task)
+            finally:
+                await rollout.aclose()
 
         try:
             answer = await guarded(who, attempt())

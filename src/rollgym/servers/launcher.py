@@ -157,9 +157,11 @@ class _Launch:
     async def stop(self) -> None:
         """Stop every launched process (or actor), concurrently; if interrupted, kill the rest."""
         try:
-            await asyncio.gather(*(process.stop(STOP_GRACE_S) for process in self.processes))
+            # a stopping server first flushes its spans, for up to telemetry.flush_timeout_s
+            grace_s = STOP_GRACE_S + self.config.telemetry.flush_timeout_s
+            await asyncio.gather(*(process.stop(grace_s) for process in self.processes))
             if self.ray is not None:
-                await self.ray.stop(STOP_GRACE_S)
+                await self.ray.stop(grace_s)
         finally:
             for process in self.processes:
                 process.kill_now()

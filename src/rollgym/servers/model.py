@@ -3,50 +3,121 @@
 Two routes reach the same ``complete``: the plain ``/v1/chat/completions`` (the rollout id is
 the prefix of ``X-Request-Id: <rollout id>.<turn>``) and the rollout-scoped
 ``/r/<rollout id>/v1/chat/completions``, so an unmodified agent that forwards no headers is
-still attributed to its rollout. The Responses API (``/v1/responses`` and
+still attributed to its rollout: a header-less request there gets the request id
+``<rollout id>.<turn>`` from a bounded per-rollout turn counter, and the HTTP server span
+carries ``gym.rollout.id``. The Responses API (``/v1/responses`` and
 ``/r/<rollout id>/v1/responses``) is translated to the same ``complete`` by :meth:`respond`,
 with the same attribution. Subclasses implement only :meth:`ModelServer.complete`; one whose
-upstream speaks the Responses API natively may override :meth:`ModelServer.respond`.
+upstream speaks the Responses API natively may override :meth:`ModelServer.respond`, and one
+whose upstream streams may override the two ``*_events`` methods.
+
+What an OpenAI client expects of any server lives here, once for every model server:
+``stream: true`` answers server-sent events (:mod:`rollgym.servers.sse`), ``null`` means
+"default" for every optional field, ``GET /v1/models`` lists the served model, and errors have
+OpenAI's shape (``{"error": {"message", "type", "param", "code"}}``) so an SDK shows the
+message.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, ClassVar
 
 from fastapi import Body, FastAPI, Request
-from pydantic import BaseModel, ConfigDict, Field
-from starlette.responses import Response
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from starlette.responses import Response, StreamingResponse
 
 from rollgym.config import ServerKind
-from rollgym.http.server import HTTPError, OrjsonResponse
-from rollgym.servers import responses_api
+from rollgym.http.server import OrjsonResponse
+from rollgym.servers import responses_api, sse
 from rollgym.servers.base import Server
+from rollgym.servers.request_ids import TurnCounter, rollout_of_request_id
 from rollgym.telemetry import names
+from rollgym.telemetry.groups import gate
+
+__all__ = ["ChatRequest", "ModelServer", "openai_error", "rollout_of_request_id"]
+
+_TOOL_CHOICE_MODES = ("none", "auto", "required")
 
 
 class ChatRequest(BaseModel):
-    """An OpenAI chat completion request; fields we do not use are kept and forwarded."""
+    """An OpenAI chat completion request; fields we do not use are kept and forwarded.
+
+    Every optional field accepts ``null`` as "the default", as OpenAI does.
+    """
 
     model_config = ConfigDict(extra="allow")
 
     model: str | None = None
     messages: list[dict[str, Any]] = Field(min_length=1)
     tools: list[dict[str, Any]] | None = None
-    stream: bool = False
+    tool_choice: str | dict[str, Any] | None = None
+    stream: bool | None = None
+    stream_options: dict[str, Any] | None = None
+    n: int | None = Field(None, ge=1, le=128)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _known_tool_choice(cls, value: Any) -> Any:
+        if value is None or value in _TOOL_CHOICE_MODES:
+            return value
+        if isinstance(value, dict) and isinstance((value.get("function") or {}).get("name"), str):
+            return value
+        raise ValueError(
+            "must be 'none', 'auto', 'required' or "
+            '{"type": "function", "function": {"name": ...}}'
+        )
+
+    @property
+    def token_limit(self) -> int | None:
+        """``max_completion_tokens``, else the older ``max_tokens``; None: no limit."""
+        return self.max_completion_tokens or self.max_tokens
+
+    @property
+    def forced_tool(self) -> str | None:
+        """``"none"``, ``"required"``, a function name, or None (``auto``: the model decides)."""
+        choice = self.tool_choice
+        if isinstance(choice, dict):
+            return str(choice["function"]["name"])
+        return choice if choice in ("none", "required") else None
+
+    @property
+    def usage_in_stream(self) -> bool:
+        return bool((self.stream_options or {}).get("include_usage"))
 
 
-def rollout_of_request_id(request_id: str | None) -> str | None:
-    """``"3-0.2"`` -> ``"3-0"``; None unless the id has the ``<rollout id>.<turn>`` shape."""
-    if not request_id:
-        return None
-    prefix, dot, turn = request_id.rpartition(".")
-    return prefix if dot and prefix and turn.isdigit() else None
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def openai_error(status: int, message: str, field: str | None = None) -> dict[str, Any]:
+    """OpenAI's error body, so an SDK shows ``message`` (``param`` is the field, if known)."""
+    kind = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": kind, "param": field, "code": None}}
 
 
 class ModelServer(Server):
     """Base of every model server; subclasses implement :meth:`complete`."""
 
     kind: ClassVar[ServerKind] = "model"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._turns = TurnCounter()
+
+    # --- what subclasses implement -------------------------------------------------------------
 
     async def complete(
         self, request: ChatRequest, request_id: str | None, rollout_id: str | None
@@ -66,47 +137,87 @@ class ModelServer(Server):
         answer = await self.complete(chat, request_id, rollout_id)
         return responses_api.to_response(answer, request, request_id)
 
+    async def chat_events(
+        self, request: ChatRequest, request_id: str | None, rollout_id: str | None
+    ) -> AsyncIterator[bytes]:
+        """The SSE stream of a chat completion: by default the finished answer, chunked."""
+        answer = await self.complete(request, request_id, rollout_id)
+        for chunk in sse.chat_chunks(answer, include_usage=request.usage_in_stream):
+            yield chunk
+
+    async def response_events(
+        self, body: dict[str, Any], request_id: str | None, rollout_id: str | None
+    ) -> AsyncIterator[bytes]:
+        """The SSE stream of a Responses request: by default the finished response, as events."""
+        response = await self.respond({**body, "stream": False}, request_id, rollout_id)
+        for item in sse.response_events(response):
+            yield item
+
+    def model_names(self) -> list[str]:
+        """What ``GET /v1/models`` lists: the model this server answers as."""
+        return [self.context.name]
+
+    def error_body(self, status: int, message: str, field: str | None) -> dict[str, Any]:
+        return openai_error(status, message, field)
+
+    # --- routes --------------------------------------------------------------------------------
+
     def add_routes(self, app: FastAPI) -> None:
         app.post("/v1/chat/completions")(self._chat)
         app.post("/r/{rollout_id:path}/v1/chat/completions")(self._scoped_chat)
         app.post("/v1/responses")(self._responses)
         app.post("/r/{rollout_id:path}/v1/responses")(self._scoped_responses)
+        app.get("/v1/models")(self._models)
+        app.get("/r/{rollout_id:path}/v1/models")(self._models)
+
+    async def _models(self) -> Response:
+        models = [
+            {"id": name, "object": "model", "created": 0, "owned_by": "rollgym"}
+            for name in self.model_names()
+        ]
+        return OrjsonResponse({"object": "list", "data": models})
+
+    def _identify(self, request: Request, rollout_id: str | None) -> tuple[str | None, str | None]:
+        """(request id, rollout id) of one call: the header's, or ``<rollout>.<turn>``."""
+        request_id = request.headers.get(names.HEADER_REQUEST_ID)
+        if rollout_id is None:
+            rollout_id = rollout_of_request_id(request_id)
+        elif not request_id:
+            request_id = self._turns.next_request_id(rollout_id)
+        if rollout_id and gate.http:
+            from opentelemetry import trace
+
+            trace.get_current_span().set_attribute(names.ROLLOUT_ID, rollout_id)
+        return request_id, rollout_id
 
     async def _chat(self, body: ChatRequest, request: Request) -> Response:
-        request_id = request.headers.get(names.HEADER_REQUEST_ID)
-        return await self._answer(body, request_id, rollout_of_request_id(request_id))
+        return await self._answer(body, *self._identify(request, None))
 
     async def _scoped_chat(self, rollout_id: str, body: ChatRequest, request: Request) -> Response:
-        return await self._answer(body, request.headers.get(names.HEADER_REQUEST_ID), rollout_id)
+        return await self._answer(body, *self._identify(request, rollout_id))
 
     async def _answer(
         self, body: ChatRequest, request_id: str | None, rollout_id: str | None
     ) -> Response:
         if body.stream:
-            raise _streaming_refused()
+            events = await sse.primed(self.chat_events(body, request_id, rollout_id))
+            return StreamingResponse(events, media_type=sse.MEDIA_TYPE)
         return OrjsonResponse(await self.complete(body, request_id, rollout_id))
 
     async def _responses(
         self, body: Annotated[dict[str, Any], Body()], request: Request
     ) -> Response:
-        request_id = request.headers.get(names.HEADER_REQUEST_ID)
-        return await self._answer_responses(body, request_id, rollout_of_request_id(request_id))
+        return await self._answer_responses(body, *self._identify(request, None))
 
     async def _scoped_responses(
         self, rollout_id: str, body: Annotated[dict[str, Any], Body()], request: Request
     ) -> Response:
-        request_id = request.headers.get(names.HEADER_REQUEST_ID)
-        return await self._answer_responses(body, request_id, rollout_id)
+        return await self._answer_responses(body, *self._identify(request, rollout_id))
 
     async def _answer_responses(
         self, body: dict[str, Any], request_id: str | None, rollout_id: str | None
     ) -> Response:
-        # Checked here, before any override of respond: no model server streams.
-        if body.get("stream") not in (None, False):
-            raise _streaming_refused()
+        if body.get("stream"):
+            events = await sse.primed(self.response_events(body, request_id, rollout_id))
+            return StreamingResponse(events, media_type=sse.MEDIA_TYPE)
         return OrjsonResponse(await self.respond(body, request_id, rollout_id))
-
-
-def _streaming_refused() -> HTTPError:
-    """The one answer to ``stream: true`` on either API: no model server streams."""
-    return HTTPError(400, "streaming is not supported; send stream: false", field="body.stream")

@@ -19,6 +19,8 @@ BUILTINS: dict[str, tuple[str, str]] = {
     "openai": ("model", "rollgym.builtins.models.openai_upstream:OpenAIUpstream"),
     "arithmetic": ("environment", "rollgym.builtins.envs.arithmetic:ArithmeticEnv"),
     "keychain": ("environment", "rollgym.builtins.envs.keychain:KeychainEnv"),
+    "code": ("environment", "rollgym.builtins.envs.code:CodeEnv"),
+    "terminal": ("environment", "rollgym.builtins.envs.terminal:TerminalEnv"),
     "single_turn": ("agent", "rollgym.builtins.agents.single_turn:SingleTurnAgent"),
     "tool_loop": ("agent", "rollgym.builtins.agents.tool_loop:ToolLoopAgent"),
 }

@@ -107,7 +107,7 @@ class ResponsesRequest(BaseModel):
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, ge=0, le=1)
     previous_response_id: str | None = None
-    stream: bool = False
+    stream: bool | None = None
 
     @field_validator("previous_response_id")
     @classmethod

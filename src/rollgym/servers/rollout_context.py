@@ -15,10 +15,13 @@ from urllib.parse import quote
 
 from rollgym.errors import RollgymError
 from rollgym.http.client import HttpClient, HttpResponse
+from rollgym.servers.request_ids import request_id_of
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import gate
 
 if TYPE_CHECKING:
+    import openai
+
     from rollgym.servers.base import ServerContext
 
 CHAT_ROUTE = "/v1/chat/completions"
@@ -52,9 +55,13 @@ class ServerCallError(RollgymError):
 
 
 def _refusal(what: str, server: str, response: HttpResponse) -> tuple[str, str | None]:
+    """The message and field of an error answer, in rollgym's shape or OpenAI's."""
     data = response.data
     detail = data.get("error") if isinstance(data, dict) else None
     field = data.get("field") if isinstance(data, dict) else None
+    if isinstance(detail, dict):  # OpenAI's {"error": {"message", "param", ...}}
+        field = field or detail.get("param")
+        detail = detail.get("message")
     detail = detail or response.text or "no error message"
     return f"{what} on server {server!r} answered HTTP {response.status}: {detail}", field
 
@@ -74,18 +81,22 @@ class ModelClient:
     ) -> None:
         self._client = client
         self._server = server
-        self._model_name = model_name
-        self._timeout = timeout
+        self.model_name = model_name
+        self.timeout = timeout
         self._turn = 0
         if rollout_id is not None:
-            self._url = f"{base_url}/r/{quote(rollout_id, safe='')}{CHAT_ROUTE}"
+            scoped = f"{base_url}/r/{quote(rollout_id, safe='')}"
+            self._url = scoped + CHAT_ROUTE
             self._route = SCOPED_CHAT_ROUTE
             self._prefix: str | None = rollout_id
         else:
+            scoped = base_url
             self._url = base_url + CHAT_ROUTE
             self._route = CHAT_ROUTE
             # No rollout: a request id without a "<id>.<turn>" shape, so nothing is attributed.
             self._prefix = None
+        #: The OpenAI SDK's ``base_url`` for this rollout (``<model>/r/<rollout id>/v1``).
+        self.sdk_base_url = scoped + "/v1"
         self.rollout_id = rollout_id
 
     @classmethod
@@ -108,20 +119,27 @@ class ModelClient:
             timeout=timeout,
         )
 
+    def next_request_id(self) -> str:
+        """``<rollout id>.<turn>`` of the next call (turns count every call of the rollout,
+        through :meth:`chat` or an SDK client); a random id outside a rollout."""
+        turn = self._turn
+        self._turn += 1
+        if self._prefix is None:
+            return uuid.uuid4().hex
+        return request_id_of(self._prefix, turn)
+
     async def chat(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
     ) -> dict[str, Any]:
-        turn = self._turn
-        self._turn += 1
-        request_id = f"{self._prefix}.{turn}" if self._prefix is not None else uuid.uuid4().hex
-        body: dict[str, Any] = {"model": self._model_name, "messages": messages}
+        request_id = self.next_request_id()
+        body: dict[str, Any] = {"model": self.model_name, "messages": messages}
         if tools:
             body["tools"] = tools
         headers = {names.HEADER_REQUEST_ID: request_id}
         if gate.model:
             from rollgym.telemetry import spans
 
-            with spans.model_chat_span(self.rollout_id, self._model_name, PROVIDER) as span:
+            with spans.model_chat_span(self.rollout_id, self.model_name, PROVIDER) as span:
                 answer = await self._post(body, headers)
                 spans.record_model_response(span, answer)
                 return answer
@@ -129,7 +147,7 @@ class ModelClient:
 
     async def _post(self, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
         response = await self._client.post_json(
-            self._server, self._url, body, timeout=self._timeout, headers=headers, route=self._route
+            self._server, self._url, body, timeout=self.timeout, headers=headers, route=self._route
         )
         if response.status != 200 or not isinstance(response.data, dict):
             message, field = _refusal("chat completion", self._server, response)
@@ -227,6 +245,44 @@ class RolloutContext:
         self.rollout_id = rollout_id
         self._model = model
         self._env = env
+        self._sdk_clients: list[Any] = []
+
+    def _model_client(self) -> ModelClient:
+        if self._model is None:
+            raise ServerCallError(
+                "this server has no 'model' option, so a rollout cannot call a model"
+            )
+        return self._model
+
+    def async_openai(self) -> openai.AsyncOpenAI:
+        """An OpenAI SDK ``AsyncOpenAI`` client for this rollout's model server.
+
+        Its base URL is the rollout-scoped model URL; each request carries ``X-Request-Id:
+        <rollout id>.<turn>`` and the rollout's ``traceparent`` and is a ``gym.model.chat``
+        span. Closed when the rollout ends. Needs the ``openai`` package.
+        """
+        from rollgym.servers.openai_sdk import async_client
+
+        client = async_client(self._model_client())
+        self._sdk_clients.append(client)
+        return client
+
+    def openai(self) -> openai.OpenAI:
+        """The blocking ``OpenAI`` twin of :meth:`async_openai` (call it from a thread: it
+        would block the event loop)."""
+        from rollgym.servers.openai_sdk import sync_client
+
+        client = sync_client(self._model_client())
+        self._sdk_clients.append(client)
+        return client
+
+    async def aclose(self) -> None:
+        """Close the SDK clients this rollout made; the server calls it when the rollout ends."""
+        clients, self._sdk_clients = self._sdk_clients, []
+        for client in clients:
+            closed = client.close()
+            if closed is not None:
+                await closed
 
     @property
     def env(self) -> EnvSession:
@@ -240,8 +296,4 @@ class RolloutContext:
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
     ) -> dict[str, Any]:
         """One model call: the model server's OpenAI chat completion answer."""
-        if self._model is None:
-            raise ServerCallError(
-                "this server has no 'model' option, so a rollout cannot call a model"
-            )
-        return await self._model.chat(messages, tools)
+        return await self._model_client().chat(messages, tools)

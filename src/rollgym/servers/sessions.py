@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -29,8 +30,10 @@ class Session(Generic[State]):
 class SessionStore(Generic[State]):
     """Sessions by id; ``ttl_s`` after their last use they are swept."""
 
-    def __init__(self, ttl_s: float) -> None:
+    def __init__(self, ttl_s: float, on_expire: Callable[[State], None] | None = None) -> None:
         self.ttl_s = ttl_s
+        #: Called with the state of each session dropped for expiry (to free what it held).
+        self._on_expire = on_expire
         self._sessions: dict[str, Session[State]] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self.expired = 0
@@ -52,6 +55,7 @@ class SessionStore(Generic[State]):
         if session.expires_at <= now:
             del self._sessions[session_id]
             self.expired += 1
+            self._expired(session)
             return None
         session.expires_at = now + self.ttl_s
         return session
@@ -68,9 +72,13 @@ class SessionStore(Generic[State]):
         now = time.monotonic()
         dead = [sid for sid, session in self._sessions.items() if session.expires_at <= now]
         for sid in dead:
-            del self._sessions[sid]
+            self._expired(self._sessions.pop(sid))
         self.expired += len(dead)
         return len(dead)
+
+    def _expired(self, session: Session[State]) -> None:
+        if self._on_expire is not None:
+            self._on_expire(session.state)
 
     def start_sweeper(self) -> None:
         """Sweep every ``ttl_s / 4`` (at least 1 s) until :meth:`stop_sweeper`."""

@@ -9,7 +9,9 @@ and fork handling are the SDK's) and put two thin public-API wrappers around it:
   SDK's real queue length (the SDK pops a batch just before calling ``export``), so the SDK
   never reaches its own silent-drop branch: every drop is ours, and counted.
 - :class:`_CountingExporter` counts spans whose export succeeded, and spans whose export failed
-  (a dead or erroring endpoint), logging the first failure only.
+  (a dead or erroring endpoint), logging the first failure only. A failed batch is tried
+  again, with backoff, for up to ``patience_s`` (and never past the shutdown deadline), so a
+  backend that is merely slow to start (a fresh MLflow server) loses nothing.
 
 ``on_end`` is called by whichever thread ends a span; it does a lock, two integer operations and
 an append onto the SDK's deque. Export runs on the SDK's background thread with a bounded
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 
 from opentelemetry.context import Context
@@ -32,6 +35,8 @@ REASON_QUEUE_FULL = "queue_full"
 REASON_EXPORT_FAILED = "export_failed"
 REASON_SHUTDOWN = "shutdown"
 DROP_REASONS = (REASON_QUEUE_FULL, REASON_EXPORT_FAILED, REASON_SHUTDOWN)
+_FIRST_RETRY_S = 0.5
+_MAX_RETRY_S = 5.0
 
 
 class SpanCounts:
@@ -73,21 +78,21 @@ class SpanCounts:
 class _CountingExporter(SpanExporter):
     """Wraps the real exporter: counts results, never raises, logs the first failure once."""
 
-    def __init__(self, inner: SpanExporter, counts: SpanCounts) -> None:
+    def __init__(self, inner: SpanExporter, counts: SpanCounts, patience_s: float = 0.0) -> None:
         self._inner = inner
         self._counts = counts
         self._failure_logged = False
+        self._patience_s = patience_s
+        #: Monotonic time after which no failed batch is tried again (set at shutdown).
+        self.deadline: float | None = None
+        self._stopped = threading.Event()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         n = len(spans)
         counts = self._counts
         with counts._lock:
             counts.handed += n
-        try:
-            result = self._inner.export(spans)
-        except Exception as exc:  # an exporter bug must not kill the SDK worker thread
-            result = SpanExportResult.FAILURE
-            self._log_failure(f"{type(exc).__name__}: {exc}")
+        result = self._export_patiently(spans)
         with counts._lock:
             if counts.closed:
                 pass  # already counted as dropped at shutdown
@@ -99,6 +104,26 @@ class _CountingExporter(SpanExporter):
             self._log_failure("the exporter reported failure")
         return result
 
+    def _export_patiently(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """One batch, tried again with backoff until ``patience_s`` or the deadline runs out."""
+        give_up_at = time.monotonic() + self._patience_s
+        backoff = _FIRST_RETRY_S
+        while True:
+            result = self._attempt(spans)
+            if result is SpanExportResult.SUCCESS:
+                return result
+            limit = give_up_at if self.deadline is None else min(give_up_at, self.deadline)
+            if time.monotonic() + backoff >= limit or self._stopped.wait(backoff):
+                return result
+            backoff = min(2 * backoff, _MAX_RETRY_S)
+
+    def _attempt(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        try:
+            return self._inner.export(spans)
+        except Exception as exc:  # an exporter bug must not kill the SDK worker thread
+            self._log_failure(f"{type(exc).__name__}: {exc}")
+            return SpanExportResult.FAILURE
+
     def _log_failure(self, why: str) -> None:
         if not self._failure_logged:
             self._failure_logged = True
@@ -109,6 +134,7 @@ class _CountingExporter(SpanExporter):
             )
 
     def shutdown(self) -> None:
+        self._stopped.set()
         try:
             self._inner.shutdown()
         except Exception:  # noqa: BLE001 - shutdown never raises
@@ -131,12 +157,14 @@ class CountingSpanProcessor(SpanProcessor):
         max_queue_size: int = 65536,
         max_export_batch_size: int = 4096,
         schedule_delay_ms: float = 500,
+        patience_s: float = 0.0,
     ) -> None:
         self.counts = SpanCounts()
         self._max_queue_size = max_queue_size
         self._shutdown = False
+        self._exporter = _CountingExporter(exporter, self.counts, patience_s)
         self._batch = BatchSpanProcessor(
-            _CountingExporter(exporter, self.counts),
+            self._exporter,
             max_queue_size=max_queue_size,
             schedule_delay_millis=schedule_delay_ms,
             max_export_batch_size=min(max_export_batch_size, max_queue_size),
@@ -159,9 +187,15 @@ class CountingSpanProcessor(SpanProcessor):
             counts.accepted += 1
         self._batch.on_end(span)
 
+    def stop_retrying_at(self, deadline: float) -> None:
+        """No failed batch is tried again after ``deadline`` (monotonic): the flush limit."""
+        self._exporter.deadline = deadline
+
     def shutdown(self) -> None:
+        """Export everything queued (patiently, up to the deadline), then stop the SDK's worker."""
         with self.counts._lock:
             self._shutdown = True
+        self._batch.force_flush()  # on this thread; the SDK's own shutdown would cap it at 30 s
         self._batch.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:

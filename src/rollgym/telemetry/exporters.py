@@ -18,8 +18,18 @@ from rollgym.telemetry import environment as env
 from rollgym.telemetry.settings import TelemetrySettings
 
 
-def _headers(settings: TelemetrySettings) -> dict[str, str] | None:
-    """Headers from the config's ``headers_env``; None lets the SDK read ``OTEL_*_HEADERS``."""
+def _headers(
+    settings: TelemetrySettings, store_token: str | None, signal_env: str
+) -> dict[str, str] | None:
+    """Headers from the config's ``headers_env``; None lets the SDK read ``OTEL_*_HEADERS``.
+
+    Sending to the run's local trace store behind a token (``store_token``, else the
+    ``ROLLGYM_TRACE_STORE_TOKEN`` a launched server inherits), the bearer header is all; a
+    signal sent elsewhere by its own ``OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT`` never gets it.
+    """
+    if settings.to_local_store and not os.environ.get(signal_env):
+        token = store_token or os.environ.get(env.ROLLGYM_TRACE_STORE_TOKEN)
+        return {"authorization": f"Bearer {token}"} if token else None
     if os.environ.get(env.OTEL_EXPORTER_OTLP_HEADERS) or not settings.headers_env:
         return None
     raw = os.environ.get(settings.headers_env)
@@ -39,7 +49,7 @@ def _signal_endpoint(settings: TelemetrySettings, signal_env: str, path: str) ->
 
 
 def otlp_http_traces_target(
-    settings: TelemetrySettings,
+    settings: TelemetrySettings, store_token: str | None = None
 ) -> tuple[str, dict[str, str], str | None]:
     """(URL, headers, compression) the OTLP/HTTP trace exporter would use, by the SDK's rules.
 
@@ -53,7 +63,7 @@ def otlp_http_traces_target(
         or _signal_endpoint(settings, env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "v1/traces")
         or "http://localhost:4318/v1/traces"
     )
-    headers = _headers(settings)
+    headers = _headers(settings, store_token, env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
     if headers is None:
         raw = os.environ.get(env.OTEL_EXPORTER_OTLP_TRACES_HEADERS) or os.environ.get(
             env.OTEL_EXPORTER_OTLP_HEADERS, ""
@@ -67,7 +77,9 @@ def otlp_http_traces_target(
     return url, headers, compression
 
 
-def build_span_exporter(settings: TelemetrySettings) -> SpanExporter | None:
+def build_span_exporter(
+    settings: TelemetrySettings, store_token: str | None = None
+) -> SpanExporter | None:
     """The span exporter, or None when traces are off."""
     kind = settings.traces_exporter
     if kind == "console":
@@ -76,7 +88,7 @@ def build_span_exporter(settings: TelemetrySettings) -> SpanExporter | None:
         return None
     kwargs: dict[str, Any] = {
         "endpoint": _signal_endpoint(settings, env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "v1/traces"),
-        "headers": _headers(settings),
+        "headers": _headers(settings, store_token, env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT),
         "timeout": settings.export_timeout_s,
     }
     if settings.protocol == "grpc":
@@ -90,7 +102,9 @@ def build_span_exporter(settings: TelemetrySettings) -> SpanExporter | None:
     return OTLPSpanExporter(**kwargs)
 
 
-def build_metric_exporter(settings: TelemetrySettings) -> MetricExporter | None:
+def build_metric_exporter(
+    settings: TelemetrySettings, store_token: str | None = None
+) -> MetricExporter | None:
     """The metric exporter, or None when metrics are off."""
     kind = settings.metrics_exporter
     if kind == "console":
@@ -101,7 +115,7 @@ def build_metric_exporter(settings: TelemetrySettings) -> MetricExporter | None:
         "endpoint": _signal_endpoint(
             settings, env.OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, "v1/metrics"
         ),
-        "headers": _headers(settings),
+        "headers": _headers(settings, store_token, env.OTEL_EXPORTER_OTLP_METRICS_ENDPOINT),
         "timeout": settings.export_timeout_s,
     }
     if settings.protocol == "grpc":

@@ -23,6 +23,7 @@ class SpanGroup(StrEnum):
     MODEL = "model"  # gym.model.chat, the engine's llm_request
     ENV = "env"  # gym.env.tool, gym.env.seed_session
     VERIFY = "verify"  # gym.verify
+    SANDBOX = "sandbox"  # gym.sandbox.create, gym.sandbox.exec, gym.sandbox.destroy
 
 
 ALL_GROUPS: Final = frozenset(SpanGroup)
@@ -62,12 +63,14 @@ def resolve_groups(spec: str | Iterable[str]) -> frozenset[SpanGroup]:
 class _Gate:
     """Precomputed per-group flags: enabled **and** a trace exporter is active."""
 
-    __slots__ = ("job", "startup", "rollout", "http", "model", "env", "verify", "tracing")
+    __slots__ = (
+        "job", "startup", "rollout", "http", "model", "env", "verify", "sandbox", "tracing"
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.tracing = False
         self.job = self.startup = self.rollout = self.http = False
-        self.model = self.env = self.verify = False
+        self.model = self.env = self.verify = self.sandbox = False
 
     def enabled_groups(self) -> frozenset[SpanGroup]:
         return frozenset(g for g in SpanGroup if getattr(self, g.value))

@@ -134,6 +134,37 @@ class HttpClientMetrics:
             self._queue.record(max(0.0, time.monotonic() - started), self._attrs(destination))
 
 
+class SandboxMetrics:
+    """``gym.sandbox.*``: the warm pool's size and waiters (observed) and exec durations."""
+
+    def __init__(self, meter: Meter, ready: Callable[[], int], waiting: Callable[[], int]) -> None:
+        self._duration = meter.create_histogram(
+            names.METRIC_SANDBOX_EXEC_DURATION, unit="s", description="Sandbox exec wall time."
+        )
+
+        def observe_size(_options: CallbackOptions) -> list[Observation]:
+            return [Observation(ready())]
+
+        def observe_waiting(_options: CallbackOptions) -> list[Observation]:
+            return [Observation(waiting())]
+
+        meter.create_observable_gauge(
+            names.METRIC_SANDBOX_POOL_SIZE,
+            [observe_size],
+            unit="{sandbox}",
+            description="Sandboxes ready in the warm pool.",
+        )
+        meter.create_observable_gauge(
+            names.METRIC_SANDBOX_POOL_WAITING,
+            [observe_waiting],
+            unit="{rollout}",
+            description="Rollouts waiting for a sandbox (the pool is at its maximum).",
+        )
+
+    def exec_finished(self, wall_s: float) -> None:
+        self._duration.record(wall_s)
+
+
 def register_dropped_spans(meter: Meter, read: Callable[[], Iterable[tuple[str, int]]]) -> None:
     """``gym.telemetry.spans.dropped{reason}``, observed from the processor's own tallies.
 

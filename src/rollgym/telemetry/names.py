@@ -24,6 +24,9 @@ SPAN_MODEL_CHAT: Final = "gym.model.chat"
 SPAN_ENV_TOOL: Final = "gym.env.tool"
 SPAN_ENV_SEED: Final = "gym.env.seed_session"
 SPAN_VERIFY: Final = "gym.verify"
+SPAN_SANDBOX_CREATE: Final = "gym.sandbox.create"
+SPAN_SANDBOX_EXEC: Final = "gym.sandbox.exec"
+SPAN_SANDBOX_DESTROY: Final = "gym.sandbox.destroy"
 #: The simulated engine's span, named like vLLM's so correlation is tested without a GPU.
 SPAN_ENGINE_REQUEST: Final = "llm_request"
 
@@ -44,6 +47,27 @@ ROLLOUT_REWARD: Final = "gym.rollout.reward"
 ROLLOUT_OUTCOME: Final = "gym.rollout.outcome"
 TELEMETRY_DROP_REASON: Final = "reason"
 ENV_TOOL_NAME: Final = "gym.env.tool.name"
+#: On a proxy's model span: the rollgym request id of the call (``<rollout id>.<turn>``) ...
+MODEL_REQUEST_ID: Final = "gym.model.request_id"
+#: ... and the id sent upstream in its place (the same, a UUID derived from it, or absent):
+#: an engine span whose ``gen_ai.request.id`` holds this id belongs to that rollout.
+MODEL_UPSTREAM_REQUEST_ID: Final = "gym.model.upstream_request_id"
+
+# --- sandbox attributes (gym.sandbox.* spans) ---------------------------------------------------
+SANDBOX_ID: Final = "gym.sandbox.id"
+#: create: the sandbox came ready from the warm pool (False: made on the rollout's path).
+SANDBOX_WARM: Final = "gym.sandbox.warm"
+SANDBOX_COMMAND: Final = "gym.sandbox.command"
+SANDBOX_EXIT_CODE: Final = "gym.sandbox.exit_code"
+SANDBOX_TIMED_OUT: Final = "gym.sandbox.timed_out"
+SANDBOX_KILLED: Final = "gym.sandbox.killed"
+#: Which limit ended an exec: ``wall``, ``cpu`` or ``output`` (absent when none did).
+SANDBOX_LIMIT: Final = "gym.sandbox.limit"
+SANDBOX_WALL_TIME: Final = "gym.sandbox.wall_time_s"
+SANDBOX_CPU_TIME: Final = "gym.sandbox.cpu_time_s"
+SANDBOX_STDOUT_BYTES: Final = "gym.sandbox.stdout_bytes"
+SANDBOX_STDERR_BYTES: Final = "gym.sandbox.stderr_bytes"
+SANDBOX_OUTPUT_TRUNCATED: Final = "gym.sandbox.output_truncated"
 
 OUTCOME_OK: Final = "ok"
 OUTCOME_ERROR: Final = "error"
@@ -61,6 +85,7 @@ GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
 GEN_AI_LATENCY_TIME_IN_QUEUE: Final = "gen_ai.latency.time_in_queue"
 GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN: Final = "gen_ai.latency.time_to_first_token"
 GEN_AI_LATENCY_E2E: Final = "gen_ai.latency.e2e"
+GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
 
 # --- stable HTTP semantic conventions ---------------------------------------------------------
 HTTP_REQUEST_METHOD: Final = "http.request.method"
@@ -70,7 +95,13 @@ SERVER_ADDRESS_HTTP: Final = "server.address"
 SERVER_PORT: Final = "server.port"
 URL_FULL: Final = "url.full"
 URL_PATH: Final = "url.path"
+URL_SCHEME: Final = "url.scheme"
+#: The URL template a client span is named after (``/r/{rollout_id}/v1/chat/completions``).
+URL_TEMPLATE: Final = "url.template"
 ERROR_TYPE: Final = "error.type"
+
+#: ``gen_ai.operation.name`` of a chat completion, and the GenAI span-name form built on it.
+GEN_AI_OPERATION_CHAT: Final = "chat"
 
 # --- headers ------------------------------------------------------------------------------------
 HEADER_REQUEST_ID: Final = "X-Request-Id"
@@ -83,3 +114,6 @@ METRIC_ROLLOUT_IN_FLIGHT: Final = "gym.rollout.in_flight"
 METRIC_HTTP_CLIENT_CONNECTIONS: Final = "gym.http.client.connections"
 METRIC_HTTP_CLIENT_QUEUE_DURATION: Final = "gym.http.client.queue_duration"
 METRIC_SPANS_DROPPED: Final = "gym.telemetry.spans.dropped"
+METRIC_SANDBOX_POOL_SIZE: Final = "gym.sandbox.pool.size"
+METRIC_SANDBOX_POOL_WAITING: Final = "gym.sandbox.pool.waiting"
+METRIC_SANDBOX_EXEC_DURATION: Final = "gym.sandbox.exec.duration"

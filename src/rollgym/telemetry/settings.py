@@ -30,6 +30,9 @@ _EXPORTERS: tuple[str, ...] = ("otlp", "console", "none")
 _PROTOCOLS: tuple[str, ...] = ("http/protobuf", "grpc")
 #: Bounded per-request export timeout, so a dead endpoint costs the background thread seconds.
 DEFAULT_EXPORT_TIMEOUT_S = 10.0
+#: How long each process waits at its end for queued spans to reach the backend: generous, so
+#: a backend that is merely slow to start (a fresh MLflow tracking server) loses nothing.
+DEFAULT_FLUSH_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +56,7 @@ class TelemetrySettings:
     max_export_batch_size: int = 4096
     schedule_delay_ms: int = 500
     export_timeout_s: float = DEFAULT_EXPORT_TIMEOUT_S
+    flush_timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S
     run_id: str | None = None
 
     @property
@@ -80,7 +84,11 @@ class TelemetrySettings:
         del output_dir
         environ = os.environ if environ is None else environ
         if _truthy(environ.get(env.OTEL_SDK_DISABLED)):
-            return cls(groups=resolve_groups(config.preset), run_id=run_id)
+            return cls(
+                groups=resolve_groups(config.preset),
+                flush_timeout_s=config.flush_timeout_s,
+                run_id=run_id,
+            )
 
         explicit_endpoint = environ.get(env.OTEL_EXPORTER_OTLP_ENDPOINT) or config.endpoint
         # A per-signal URL is read by the SDK exporter itself; it still means "a destination".
@@ -135,6 +143,7 @@ class TelemetrySettings:
             export_timeout_s=_float(
                 environ.get(env.OTEL_EXPORTER_OTLP_TIMEOUT), DEFAULT_EXPORT_TIMEOUT_S
             ),
+            flush_timeout_s=config.flush_timeout_s,
             run_id=run_id,
         )
 

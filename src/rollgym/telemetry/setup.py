@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -29,8 +30,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 
 from rollgym.telemetry import environment as env
 from rollgym.telemetry import names
-from rollgym.telemetry._state import INSTRUMENTATION_NAME, state
+from rollgym.telemetry._state import INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION, state, tracer_of
 from rollgym.telemetry.dropping import CountingSpanProcessor
+from rollgym.telemetry.embedder import caller_provider
 from rollgym.telemetry.exporters import build_metric_exporter, build_span_exporter
 from rollgym.telemetry.groups import ALL_GROUPS, SpanGroup, configure_gate, gate
 from rollgym.telemetry.metrics import HttpClientMetrics, RolloutMetrics, register_dropped_spans
@@ -38,7 +40,7 @@ from rollgym.telemetry.pipeline import build as pipeline
 from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
 from rollgym.telemetry.pipeline.shipper import SpanShipper
 from rollgym.telemetry.sampling import SingleTraceIdGenerator, make_sampler, run_trace_id
-from rollgym.telemetry.settings import TelemetrySettings, server_env
+from rollgym.telemetry.settings import DEFAULT_FLUSH_TIMEOUT_S, TelemetrySettings, server_env
 
 __all__ = [
     "TelemetryHandle",
@@ -59,7 +61,9 @@ _EXPORTER_LOGGERS = (
     "opentelemetry.exporter.otlp.common.http",
     "opentelemetry.sdk._shared_internal",
 )
-DEFAULT_SHUTDOWN_TIMEOUT_S = 5.0
+#: How long a process waits, at its end, for queued spans to reach the backend (the default of
+#: ``telemetry.flush_timeout_s``): a backend merely slow to start must lose nothing.
+DEFAULT_SHUTDOWN_TIMEOUT_S = DEFAULT_FLUSH_TIMEOUT_S
 _METRIC_INTERVAL_MS = 10_000
 
 
@@ -73,6 +77,10 @@ class TelemetryHandle:
     processor: CountingSpanProcessor | SpanShipper | None = None
     metrics: RolloutMetrics | None = None
     http_metrics: HttpClientMetrics | None = None
+    #: The embedder's own provider the gate traces into (never shut down by rollgym).
+    caller_provider: trace.TracerProvider | None = None
+    #: Default limit of :meth:`shutdown` (``telemetry.flush_timeout_s``).
+    flush_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S
     _closed: bool = field(default=False, repr=False)
 
     def counts(self) -> dict[str, int]:
@@ -84,13 +92,23 @@ class TelemetryHandle:
     def dropped_by_reason(self) -> dict[str, int]:
         return dict(self.processor.counts.dropped) if self.processor is not None else {}
 
-    def shutdown(self, timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S) -> None:
-        """Close the gates, flush what is queued, stop the providers. Bounded; never raises."""
+    def shutdown(self, timeout_s: float | None = None) -> None:
+        """Close the gates, flush what is queued, stop the providers. Bounded; never raises.
+
+        ``timeout_s`` defaults to the handle's ``flush_timeout_s``. Spans still unsent when it
+        runs out are counted as dropped (reason ``shutdown``) and the loss is logged as a
+        warning with its count.
+        """
         if self._closed:
             return
         self._closed = True
-        if self.tracer_provider is not None and state.provider is self.tracer_provider:
+        timeout_s = self.flush_timeout_s if timeout_s is None else timeout_s
+        if self.processor is not None:
+            self.processor.stop_retrying_at(time.monotonic() + timeout_s)
+        installed = self.tracer_provider or self.caller_provider
+        if installed is not None and state.provider is installed:
             configure_gate((), tracing_active=False)
+            state.reset()
         worker = threading.Thread(
             target=self._shutdown_providers, name="rollgym-telemetry-shutdown"
         )
@@ -105,6 +123,7 @@ class TelemetryHandle:
             )
         if self.processor is not None:
             self.processor.counts.close()
+            _report_loss(self.processor.counts.dropped)
 
     def _shutdown_providers(self) -> None:
         for provider in (self.tracer_provider, self.meter_provider):
@@ -130,32 +149,46 @@ def setup_telemetry(
     server_kind: str | None = None,
     span_exporter: SpanExporter | None = None,
     metric_reader: MetricReader | None = None,
+    embedded: bool = False,
+    store_token: str | None = None,
 ) -> TelemetryHandle:
     """Install providers for this process and configure the gate.
 
     ``span_exporter`` / ``metric_reader`` replace the configured exporters (tests, benches).
     With ``OTEL_SDK_DISABLED`` or nothing to export, no provider is built and every gate stays
-    closed.
+    closed. ``store_token`` is the bearer token of the run's local trace store when it listens
+    beyond loopback. ``embedded`` (the driver sets it) traces into an embedder's own recording global
+    provider when there is one, instead of building a provider: the trainer's provider is the
+    exporter, and it is never replaced or shut down.
     """
     _quiet_exporter_logs()
+    handle = TelemetryHandle(flush_timeout_s=settings.flush_timeout_s)
+    caller = caller_provider() if embedded and settings.groups else None
     resource = _resource(service_name, run_id, server_name, server_kind)
-    handle = TelemetryHandle()
-    if span_exporter is None and pipeline.wanted(settings):
-        _start_process_pipeline(handle, settings, resource, run_id)
     exporter = None
-    if handle.tracer_provider is None:
-        exporter = span_exporter or _safe(build_span_exporter, settings)
+    if caller is not None:
+        handle.caller_provider = caller
+        state.tracer = tracer_of(caller)
+        state.provider = caller
+    elif span_exporter is not None:
+        exporter = span_exporter
+    elif not (
+        pipeline.wanted(settings)
+        and _start_process_pipeline(handle, settings, resource, run_id, store_token)
+    ):
+        exporter = _safe(build_span_exporter, settings, store_token)
     if exporter is not None:
         handle.processor = CountingSpanProcessor(
             exporter,
             max_queue_size=settings.max_queue_size,
             max_export_batch_size=settings.max_export_batch_size,
             schedule_delay_ms=settings.schedule_delay_ms,
+            patience_s=settings.flush_timeout_s,
         )
         handle.tracer_provider = _tracer_provider(settings, resource, run_id, handle.processor)
     reader = metric_reader
     if reader is None:
-        metric_exporter = _safe(build_metric_exporter, settings)
+        metric_exporter = _safe(build_metric_exporter, settings, store_token)
         if metric_exporter is not None:
             reader = PeriodicExportingMetricReader(
                 metric_exporter,
@@ -167,13 +200,14 @@ def setup_telemetry(
             resource=resource, metric_readers=[reader], shutdown_on_exit=False
         )
         _install_meter_provider(handle.meter_provider)
-        meter = handle.meter_provider.get_meter(INSTRUMENTATION_NAME)
+        meter = handle.meter_provider.get_meter(INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION)
         handle.metrics = RolloutMetrics(meter)
         handle.http_metrics = HttpClientMetrics(meter)
         if handle.processor is not None:
             counts = handle.processor.counts
             register_dropped_spans(meter, lambda: list(counts.dropped.items()))
-    configure_gate(settings.groups, tracing_active=handle.tracer_provider is not None)
+    tracing = handle.tracer_provider is not None or handle.caller_provider is not None
+    configure_gate(settings.groups, tracing_active=tracing)
     return handle
 
 
@@ -218,22 +252,28 @@ def _id_generator(settings: TelemetrySettings, run_id: str) -> SingleTraceIdGene
 
 def _install_tracer_provider(provider: trace.TracerProvider) -> None:
     """Our tracer from now on; also the global provider if this is the process's first."""
+    state.created.add(provider)
     if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         trace.set_tracer_provider(provider)  # first setup in this process: make it global too
-    state.tracer = provider.get_tracer(INSTRUMENTATION_NAME)
+    state.tracer = tracer_of(provider)
     state.provider = provider
 
 
 def _start_process_pipeline(
-    handle: TelemetryHandle, settings: TelemetrySettings, resource: Resource, run_id: str
-) -> None:
-    """rollgym's own span pipeline (:mod:`rollgym.telemetry.pipeline`); the SDK's if it fails."""
+    handle: TelemetryHandle,
+    settings: TelemetrySettings,
+    resource: Resource,
+    run_id: str,
+    store_token: str | None,
+) -> bool:
+    """rollgym's own span pipeline (:mod:`rollgym.telemetry.pipeline`); False: use the SDK's."""
     try:
         provider, shipper = pipeline.build_process_pipeline(
             settings,
             resource,
             make_sampler(settings.sampler, settings.sampler_arg),
             _id_generator(settings, run_id),
+            store_token,
         )
     except Exception as exc:
         _log.warning(
@@ -241,10 +281,11 @@ def _start_process_pipeline(
             type(exc).__name__,
             exc,
         )
-        return
+        return False
     _install_tracer_provider(provider)
     handle.tracer_provider = provider
     handle.processor = shipper
+    return True
 
 
 _global_meter_set = False
@@ -276,16 +317,31 @@ def _resource(
 
 
 def _safe(
-    build: Callable[[TelemetrySettings], _T | None], settings: TelemetrySettings
+    build: Callable[[TelemetrySettings, str | None], _T | None],
+    settings: TelemetrySettings,
+    store_token: str | None,
 ) -> _T | None:
     """An exporter that cannot be built (missing package, bad URL) means no export, logged."""
     try:
-        return build(settings)
+        return build(settings, store_token)
     except Exception as exc:
         _log.warning(
             "telemetry exporter not available (%s: %s); exporting nothing", type(exc).__name__, exc
         )
         return None
+
+
+def _report_loss(dropped: dict[str, int]) -> None:
+    """Say loudly, once per process at its end, how many spans never reached the backend."""
+    lost = {reason: n for reason, n in dropped.items() if n}
+    if lost:
+        detail = ", ".join(f"{reason}: {n}" for reason, n in sorted(lost.items()))
+        _log.warning(
+            "telemetry: %d span(s) were NOT delivered to the trace backend (%s); raise "
+            "telemetry.flush_timeout_s if the backend was slow to answer",
+            sum(lost.values()),
+            detail,
+        )
 
 
 class _OncePerMessage(logging.Filter):

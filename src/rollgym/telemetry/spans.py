@@ -20,9 +20,10 @@ from contextvars import ContextVar
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from opentelemetry import context as context_api
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace import INVALID_SPAN, Link, Span, SpanContext, SpanKind, Status, StatusCode
 
 from rollgym.identity import ATTEMPT, rollout_id_of
 from rollgym.telemetry import names
@@ -127,6 +128,39 @@ def dispatch_span(
     return current_span(names.SPAN_DISPATCH, attributes=attributes, context=parent, links=links)
 
 
+class outside_owned_job:  # noqa: N801 - used like a function: ``with outside_owned_job():``
+    """With the ``rollout`` group off, step out of the owned ``gym.job`` span for one attempt.
+
+    What would have been a child of the dispatch span (the driver's HTTP client span, the
+    ``traceparent`` sent on ``/run``) then starts a fresh root instead of joining the job's
+    trace: presets choose which spans exist, never the trace shape. Anywhere else (an
+    embedder's span, a job that is not owned) the current context is left as it is, so the
+    attempt nests there, exactly as the dispatch span would have. Baggage is kept.
+    """
+
+    __slots__ = ("_token",)
+
+    def __init__(self) -> None:
+        self._token: object | None = None
+
+    def __enter__(self) -> None:
+        owned = _OWNED_JOB_SPAN_CONTEXT.get()
+        if owned is None:
+            return
+        try:
+            if trace.get_current_span().get_span_context() == owned:
+                self._token = context_api.attach(trace.set_span_in_context(INVALID_SPAN))
+        except Exception:
+            warn_once("leaving the job span for a rollout failed")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            try:
+                context_api.detach(self._token)  # type: ignore[arg-type]
+            except Exception:
+                warn_once("returning to the job span after a rollout failed")
+
+
 def record_dispatch_outcome(span: Span, outcome: str, reward: float | None) -> None:
     """Outcome (``ok`` / ``error`` / ``timeout``) and reward; error status unless ``ok``."""
     try:
@@ -158,14 +192,40 @@ def model_chat_span(
     rollout_id: str | None, model: str, provider: str
 ) -> AbstractContextManager[Span]:
     """``gym.model.chat``: one model call, caller side (GenAI client conventions)."""
-    attributes: dict[str, Any] = {
-        names.GEN_AI_OPERATION_NAME: "chat",
-        names.GEN_AI_PROVIDER_NAME: provider,
-        names.GEN_AI_REQUEST_MODEL: model,
-    }
+    attributes = _genai_attributes(names.GEN_AI_OPERATION_CHAT, model, provider)
     if rollout_id:
         attributes[names.ROLLOUT_ID] = rollout_id
     return current_span(names.SPAN_MODEL_CHAT, kind=SpanKind.CLIENT, attributes=attributes)
+
+
+def _genai_attributes(operation: str, model: str, provider: str) -> dict[str, Any]:
+    return {
+        names.GEN_AI_OPERATION_NAME: operation,
+        names.GEN_AI_PROVIDER_NAME: provider,
+        names.GEN_AI_REQUEST_MODEL: model,
+    }
+
+
+def genai_span(
+    rollout_id: str | None,
+    model: str,
+    provider: str,
+    *,
+    upstream: bool,
+    operation: str = names.GEN_AI_OPERATION_CHAT,
+) -> AbstractContextManager[Span]:
+    """The model server's own span, named as the GenAI conventions name one: ``chat <model>``.
+
+    ``gym.model.chat`` (the agent's side) keeps its contract name; this is the span a GenAI
+    backend groups by operation and model. Kind CLIENT when the server forwards to an
+    ``upstream`` engine (the ``openai`` proxy), INTERNAL when it answers in-process (the
+    simulated policy), as the conventions say for a remote versus a local model.
+    """
+    attributes = _genai_attributes(operation, model, provider)
+    if rollout_id:
+        attributes[names.ROLLOUT_ID] = rollout_id
+    kind = SpanKind.CLIENT if upstream else SpanKind.INTERNAL
+    return current_span(f"{operation} {model}", kind=kind, attributes=attributes)
 
 
 def record_model_response(span: Span, response_json: Mapping[str, Any]) -> None:
@@ -176,6 +236,9 @@ def record_model_response(span: Span, response_json: Mapping[str, Any]) -> None:
         response_id = response_json.get("id")
         if isinstance(response_id, str):
             span.set_attribute(names.GEN_AI_RESPONSE_ID, response_id)
+        response_model = response_json.get("model")
+        if isinstance(response_model, str):
+            span.set_attribute(names.GEN_AI_RESPONSE_MODEL, response_model)
         choices = response_json.get("choices")
         if isinstance(choices, list):
             reasons = [
@@ -198,6 +261,26 @@ def record_model_response(span: Span, response_json: Mapping[str, Any]) -> None:
                     span.set_attribute(attr, value)
     except Exception:
         warn_once("recording a model response failed")
+
+
+def record_upstream_request(
+    span: Span, request_id: str | None, sent_id: str | None, first_token_s: float | None
+) -> None:
+    """A proxy's model span: which request id went upstream in place of which (the mapping
+    from an engine's own id back to the rollout) and, when streaming, time to first token."""
+    try:
+        if not span.is_recording():
+            return
+        attributes: dict[str, Any] = {}
+        if request_id:
+            attributes[names.MODEL_REQUEST_ID] = request_id
+        if sent_id:
+            attributes[names.MODEL_UPSTREAM_REQUEST_ID] = sent_id
+        if first_token_s is not None:
+            attributes[names.GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN] = first_token_s
+        span.set_attributes(attributes)
+    except Exception:
+        warn_once("recording an upstream request failed")
 
 
 def engine_request_span(
@@ -261,20 +344,82 @@ def verify_span(rollout_id: str | None) -> AbstractContextManager[Span]:
     return current_span(names.SPAN_VERIFY, attributes=_rollout_attrs(rollout_id))
 
 
+# --- sandbox -----------------------------------------------------------------------------------------
+def _sandbox_attrs(rollout_id: str | None, sandbox_id: str) -> dict[str, Any]:
+    attributes: dict[str, Any] = {names.SANDBOX_ID: sandbox_id}
+    if rollout_id:
+        attributes[names.ROLLOUT_ID] = rollout_id
+    return attributes
+
+
+def sandbox_create_span(rollout_id: str | None) -> AbstractContextManager[Span]:
+    """``gym.sandbox.create``: a rollout getting its sandbox (from the warm pool or made now)."""
+    return current_span(names.SPAN_SANDBOX_CREATE, attributes=_rollout_attrs(rollout_id))
+
+
+def record_sandbox_created(span: Span, sandbox_id: str, warm: bool) -> None:
+    try:
+        span.set_attributes({names.SANDBOX_ID: sandbox_id, names.SANDBOX_WARM: warm})
+    except Exception:
+        warn_once("recording a sandbox creation failed")
+
+
+def sandbox_exec_span(
+    rollout_id: str | None, sandbox_id: str, command: str
+) -> AbstractContextManager[Span]:
+    """``gym.sandbox.exec``: one command run in a sandbox (``command``: the program's name)."""
+    attributes = _sandbox_attrs(rollout_id, sandbox_id)
+    attributes[names.SANDBOX_COMMAND] = command
+    return current_span(names.SPAN_SANDBOX_EXEC, attributes=attributes)
+
+
+def record_sandbox_exec(span: Span, result: Any) -> None:
+    """Exit code, limit flags, durations and output sizes of an :class:`ExecResult`."""
+    try:
+        if not span.is_recording():
+            return
+        attributes: dict[str, Any] = {
+            names.SANDBOX_EXIT_CODE: result.exit_code,
+            names.SANDBOX_TIMED_OUT: result.timed_out,
+            names.SANDBOX_KILLED: result.killed,
+            names.SANDBOX_WALL_TIME: result.wall_s,
+            names.SANDBOX_CPU_TIME: result.cpu_s,
+            names.SANDBOX_STDOUT_BYTES: result.stdout_bytes,
+            names.SANDBOX_STDERR_BYTES: result.stderr_bytes,
+            names.SANDBOX_OUTPUT_TRUNCATED: result.truncated,
+        }
+        if result.limit is not None:
+            attributes[names.SANDBOX_LIMIT] = result.limit
+        span.set_attributes(attributes)
+    except Exception:
+        warn_once("recording a sandbox exec failed")
+
+
+def sandbox_destroy_span(rollout_id: str | None, sandbox_id: str) -> AbstractContextManager[Span]:
+    """``gym.sandbox.destroy``: a rollout's sandbox removed, with every file it wrote."""
+    return current_span(
+        names.SPAN_SANDBOX_DESTROY, attributes=_sandbox_attrs(rollout_id, sandbox_id)
+    )
+
+
 # --- HTTP --------------------------------------------------------------------------------------------
 #: Client-span attributes per (method, destination, url): the driver posts to the same few URLs
 #: all run long, so parsing each URL once keeps the traced hot path short. Bounded, because
 #: rollout-scoped model URLs are distinct per rollout.
-_CLIENT_ATTRIBUTES: dict[tuple[str, str, str], dict[str, Any]] = {}
+_CLIENT_ATTRIBUTES: dict[tuple[str, str, str, str | None], dict[str, Any]] = {}
 _CLIENT_ATTRIBUTES_MAX = 1024
 
 
-def _client_attributes(method: str, destination: str, url: str) -> dict[str, Any]:
-    key = (method, destination, url)
+def _client_attributes(
+    method: str, destination: str, url: str, route: str | None
+) -> dict[str, Any]:
+    key = (method, destination, url, route)
     attributes = _CLIENT_ATTRIBUTES.get(key)
     if attributes is not None:
         return attributes
     attributes = {names.HTTP_REQUEST_METHOD: method, names.DESTINATION_SERVER_NAME: destination}
+    if route:
+        attributes[names.URL_TEMPLATE] = route  # the span is named after it
     try:
         parts = urlsplit(url)
         if parts.hostname:
@@ -303,12 +448,12 @@ def http_client_span(
     attribute mapping is shared between spans of the same URL: the SDK copies it on start.
     """
     name = f"{method} {route}" if route else method
-    attributes = _client_attributes(method, destination, url)
+    attributes = _client_attributes(method, destination, url, route)
     return current_span(name, kind=SpanKind.CLIENT, attributes=attributes)
 
 
 def http_server_span(
-    method: str, path: str, headers: Mapping[str, str]
+    method: str, path: str, headers: Mapping[str, str], scheme: str = "http"
 ) -> AbstractContextManager[Span]:
     """Server span of one request, child of the W3C context extracted from ``headers``.
 
@@ -316,7 +461,7 @@ def http_server_span(
     ``http.response.status_code`` once the app has matched and answered.
     """
     incoming = extract_context(headers)
-    attributes = {names.HTTP_REQUEST_METHOD: method, names.URL_PATH: path}
+    attributes = {names.HTTP_REQUEST_METHOD: method, names.URL_PATH: path, names.URL_SCHEME: scheme}
     return current_span(
         method, kind=SpanKind.SERVER, attributes=attributes, context=incoming, attach_to=incoming
     )

@@ -17,6 +17,7 @@ import orjson
 
 from rollgym.telemetry import names
 from rollgym.tracestore.decode import hex_id
+from rollgym.tracestore.engine_ids import rollout_of_engine_id
 from rollgym.tracestore.queries import trace_exists
 
 _MAX_LISTED = 50  # per rule; the count is always exact
@@ -55,9 +56,13 @@ def check_run(run_dir: str | Path, conn: sqlite3.Connection) -> CheckReport:
     report = CheckReport()
     job = _check_job(conn, report)
     _check_dispatches(conn, report, job)
-    _check_isolation(conn, report)
+    if report.stats["dispatch_spans"]:
+        _check_isolation(conn, report)
+    else:
+        _check_isolation_without_dispatch(conn, report)
+    _check_engine_spans(conn, report, has_dispatch=report.stats["dispatch_spans"] > 0)
     _check_parents(conn, report)
-    _check_outputs(Path(run_dir), conn, report)
+    _check_outputs(Path(run_dir), conn, report, require_ids=report.stats["dispatch_spans"] > 0)
     _largest(conn, report)
     return report
 
@@ -165,6 +170,79 @@ def _check_isolation(conn: sqlite3.Connection, report: CheckReport) -> None:
         )
 
 
+def _check_isolation_without_dispatch(conn: sqlite3.Connection, report: CheckReport) -> None:
+    """The ``rollout`` group off: no dispatch roots to walk to, so isolation means no trace
+    holds spans of two rollouts (and, checked with the job, none sits in the job trace)."""
+    for trace_id, count, ids in conn.execute(
+        """SELECT trace_id, COUNT(DISTINCT rollout_id), GROUP_CONCAT(DISTINCT rollout_id)
+           FROM spans WHERE rollout_id IS NOT NULL GROUP BY trace_id
+           HAVING COUNT(DISTINCT rollout_id) > 1"""
+    ):
+        report.add(
+            "isolation",
+            f"one trace holds spans of {count} rollouts ({str(ids)[:200]})",
+            trace_id=hex_id(trace_id),
+        )
+
+
+def _sent_request_ids(conn: sqlite3.Connection) -> dict[str, str]:
+    """Ids model servers sent upstream in another form (a UUID), mapped to their rollout."""
+    key = f'$."{names.MODEL_UPSTREAM_REQUEST_ID}"'
+    return {
+        str(sent): rollout_id
+        for sent, rollout_id in conn.execute(
+            "SELECT json_extract(attributes, ?), rollout_id FROM spans "
+            "WHERE rollout_id IS NOT NULL AND instr(attributes, ?) > 0",
+            (key, names.MODEL_UPSTREAM_REQUEST_ID),
+        )
+        if sent is not None
+    }
+
+
+def _check_engine_spans(
+    conn: sqlite3.Connection, report: CheckReport, *, has_dispatch: bool
+) -> None:
+    """An engine span (vLLM's ``llm_request``) carries no ``gym.rollout.id``; its
+    ``gen_ai.request.id`` names the rollout (see :mod:`~rollgym.tracestore.engine_ids`), and
+    it must sit in that rollout's trace like any other span of the rollout."""
+    sent = _sent_request_ids(conn)
+    key = f'$."{names.GEN_AI_REQUEST_ID}"'
+    attributed = unattributed = 0
+    for trace_id, span_id, name, engine_id in conn.execute(
+        "SELECT trace_id, span_id, name, json_extract(attributes, ?) FROM spans "
+        "WHERE instr(attributes, ?) > 0",
+        (key, names.GEN_AI_REQUEST_ID),
+    ):
+        rollout_id = rollout_of_engine_id(str(engine_id), sent) if engine_id else None
+        if rollout_id is None:
+            unattributed += 1
+            continue
+        attributed += 1
+        if has_dispatch:
+            home = conn.execute(
+                "SELECT 1 FROM dispatches WHERE trace_id = ? AND is_root = 1 AND rollout_id = ?",
+                (trace_id, rollout_id),
+            ).fetchone()
+        else:
+            home = not conn.execute(
+                "SELECT 1 FROM spans WHERE trace_id = ? AND rollout_id IS NOT NULL "
+                "AND rollout_id != ? LIMIT 1",
+                (trace_id, rollout_id),
+            ).fetchone()
+        if not home:
+            report.add(
+                "engine_isolation",
+                f"engine span {name!r} ({names.GEN_AI_REQUEST_ID} {engine_id!r}) names rollout "
+                f"{rollout_id}, but its trace is not that rollout's",
+                trace_id=hex_id(trace_id),
+                span_id=hex_id(span_id),
+                rollout_id=rollout_id,
+            )
+    report.stats["engine_spans_attributed"] = attributed
+    if unattributed:
+        report.stats["engine_spans_unattributed"] = unattributed
+
+
 def _check_parents(conn: sqlite3.Connection, report: CheckReport) -> None:
     for trace_id, span_id, name, parent in conn.execute(
         """SELECT s.trace_id, s.span_id, s.name, s.parent_span_id FROM spans s
@@ -180,7 +258,14 @@ def _check_parents(conn: sqlite3.Connection, report: CheckReport) -> None:
         )
 
 
-def _check_outputs(run_dir: Path, conn: sqlite3.Connection, report: CheckReport) -> None:
+def _check_outputs(
+    run_dir: Path, conn: sqlite3.Connection, report: CheckReport, *, require_ids: bool
+) -> None:
+    """Each written trace id is in the store; with dispatch spans, each result names one.
+
+    Without dispatch spans (the ``rollout`` group off) an attempt whose driver opened no
+    span at all (no ``http`` either) has no trace id to write, which is not a violation.
+    """
     for file_name, rule in (
         ("rollouts.jsonl", "rollout_has_trace"),
         ("failures.jsonl", "failure_has_trace"),
@@ -197,7 +282,7 @@ def _check_outputs(run_dir: Path, conn: sqlite3.Connection, report: CheckReport)
                     continue
                 trace_id = row.get("trace_id") if row else None
                 if row is None or not isinstance(trace_id, str) or not trace_id:
-                    if rule == "rollout_has_trace" and row is not None:
+                    if rule == "rollout_has_trace" and row is not None and require_ids:
                         report.add(rule, f"{file_name}:{number} has no trace_id")
                     continue
                 checked += 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollgym.errors import LaunchError
+from rollgym.tracestore.access import TOKEN_ENV
 
 _PR_SET_PDEATHSIG = 1
 STOP_GRACE_S = 10.0
@@ -71,36 +73,58 @@ def start_trace_store(
     run_dir: str | Path | None = None,
     max_body_bytes: int | None = None,
     timeout_s: float = 30.0,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token: str | None = None,
 ) -> TraceStoreProcess:
-    """Start ``python -m rollgym.tracestore serve --port 0`` and wait until it answers."""
+    """Start ``python -m rollgym.tracestore serve`` and wait until it answers.
+
+    ``host``/``port`` are where it listens (port 0: a free one); ``token`` (required beyond
+    loopback) reaches the child through its environment, never its command line. The
+    returned ``endpoint`` is the URL this machine's processes use (loopback for a wildcard
+    host).
+    """
     db = Path(db_path)
     log = Path(log_path)
     db.parent.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     ready = log.with_name(log.name + ".ready.json")
     ready.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "rollgym.tracestore", "serve", "--db", str(db), "--port", "0"]
+    command = [sys.executable, "-m", "rollgym.tracestore", "serve", "--db", str(db)]
+    command += ["--host", host, "--port", str(port)]
     command += ["--ready-file", str(ready)]
     if run_dir is not None:
         command += ["--run-dir", str(run_dir)]
     if max_body_bytes is not None:
         command += ["--max-body-bytes", str(max_body_bytes)]
+    child_env = {**os.environ, TOKEN_ENV: token} if token else None
+    if token is None:
+        child_env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
     with log.open("ab") as log_file:
         process = subprocess.Popen(
             command,
             stdout=log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            env=child_env,
             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
         )
     try:
-        endpoint = _wait_ready(process, ready, timeout_s)
+        endpoint = _local_url(_wait_ready(process, ready, timeout_s))
     except BaseException:
         process.kill()
         process.wait()
         raise
     ready.unlink(missing_ok=True)
     return TraceStoreProcess(process, endpoint, db, log)
+
+
+def _local_url(endpoint: str) -> str:
+    """The store's URL as this machine reaches it: a wildcard bind answers on loopback."""
+    for wildcard in ("//0.0.0.0:", "//[::]:", "//:::"):
+        if wildcard in endpoint:
+            return endpoint.replace(wildcard, "//127.0.0.1:")
+    return endpoint
 
 
 def _wait_ready(process: subprocess.Popen[bytes], ready: Path, timeout_s: float) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from contextlib import AsyncExitStack
 from typing import Any
 
+import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from rollgym.builtins.agents.single_turn import SingleTurnAgent
@@ -12,9 +13,11 @@ from rollgym.builtins.agents.tool_loop import ToolLoopAgent
 from rollgym.builtins.envs.arithmetic import ArithmeticEnv
 from rollgym.builtins.envs.keychain import KeychainEnv
 from rollgym.builtins.models.simulated import SimulatedModel
+from rollgym.http.server import HTTPError
 from rollgym.identity import episode_body
 from rollgym.servers.agent import Agent, task_of
-from rollgym.servers.rollout_context import RolloutContext
+from rollgym.servers.answers import FAILED_DEPENDENCY, guarded
+from rollgym.servers.rollout_context import RolloutContext, ServerCallError
 from rollgym.telemetry import names
 
 FAST = {"kind": "fixed", "seconds": 0.0}
@@ -233,3 +236,18 @@ def test_task_of_strips_identity_and_routing():
             "rollout_id": "x",
         }
     ) == {"seed": 1}
+
+
+async def test_a_call_refused_for_good_is_424_not_a_retried_502():
+    async def refused(status: int) -> None:
+        raise ServerCallError(f"chat completion answered HTTP {status}", status=status)
+
+    for status, expected in (
+        (400, FAILED_DEPENDENCY),
+        (401, FAILED_DEPENDENCY),
+        (429, 502),
+        (503, 502),
+    ):
+        with pytest.raises(HTTPError) as answer:
+            await guarded("agent 'a'", refused(status))
+        assert answer.value.status == expected, status

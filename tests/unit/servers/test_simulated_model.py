@@ -82,9 +82,6 @@ async def test_completion_shape_determinism_and_tool_calls(serving, client):
             },
             headers={"X-Request-Id": "5-2.0"},
         )
-        stream = await client.post_json(
-            "policy", url + "/v1/chat/completions", {"messages": ARITH, "stream": True}
-        )
         empty = await client.post_json("policy", url + "/v1/chat/completions", {"messages": []})
     answer = first.data
     assert answer["id"] == "chatcmpl-5-1.0"
@@ -96,8 +93,7 @@ async def test_completion_shape_determinism_and_tool_calls(serving, client):
     call = tool.data["choices"][0]["message"]["tool_calls"][0]
     assert tool.data["choices"][0]["finish_reason"] == "tool_calls"
     assert orjson.loads(call["function"]["arguments"]) == {"key": "k-1"}
-    assert stream.status == 400 and stream.data["field"] == "body.stream"
-    assert empty.status == 400 and empty.data["field"] == "body.messages"
+    assert empty.status == 400 and empty.data["error"]["param"] == "body.messages"
 
 
 async def test_accuracy_is_per_rollout_and_roughly_respected(serving, client):
@@ -129,8 +125,11 @@ async def test_latency_is_slept_not_burnt(serving, client):
             )
         )
         elapsed = time.monotonic() - started
-    assert 0.3 <= elapsed < 2.0
-    assert time.process_time() - cpu < 2.0
+    # Slept, not burnt: 100 requests of 0.3 s overlap (served one after another they would
+    # take 30 s), and the CPU they cost is far below their latency. The bounds leave a wide
+    # margin so a loaded machine cannot fail the test; only serial or busy-waiting latency can.
+    assert 0.3 <= elapsed < 15.0
+    assert time.process_time() - cpu < 5.0
 
 
 async def test_engine_span_names_the_rollout(serving, client):

@@ -1,32 +1,54 @@
-"""A model server in front of any OpenAI-compatible upstream (vLLM, OpenAI, a gateway).
+"""A model server in front of any OpenAI-compatible upstream (vLLM, llama.cpp, OpenAI, a gateway).
 
 Requests go out through the process's one HttpClient, so ``traceparent`` reaches the upstream
-and an engine such as vLLM joins the rollout's trace; ``X-Request-Id`` is forwarded so the
-engine's own request id names the rollout. The Responses API (``/v1/responses``) is forwarded
-as-is to the upstream's ``/v1/responses`` (only ``model`` replaced), not translated: the
-upstream speaks it natively; both paths share one forwarding method. The API key is read
-from the environment variable that ``api_key_env`` names, at start-up, and never appears in
-a log line, an error or a span: upstream error texts are scrubbed of it before they are
-passed on.
+and an engine such as vLLM joins the rollout's trace. Each call opens a ``chat <model>``
+span (gate ``model``) that records usage, time to first token when streaming, and which
+request id went upstream (``gym.model.request_id`` -> ``gym.model.upstream_request_id``).
+
+How the request id goes upstream is the ``request_id`` option (:class:`RequestIdPolicy`):
+``header`` sends ``X-Request-Id: <rollout id>.<turn>``; ``uuid`` sends a UUID derived from it
+(engines such as llama.cpp's Python server refuse anything else); ``none`` sends nothing;
+``auto`` (default) sends the header and, when the upstream refuses it with a 400, retries once
+with the UUID and keeps the UUID form from then on.
+
+Streaming (``stream: true``) is passed through from the upstream as it arrives. The Responses
+API is forwarded to the upstream's ``/v1/responses``; an upstream without that route (a 404
+or 405) gets the request translated to chat completions from then on.
+
+Errors: an upstream refusal is answered with the upstream's status and its message, so the
+caller's retry rules see a 4xx as permanent; 401/403 say "authentication" and name the key's
+environment variable. The API key is read from ``api_key_env`` at start-up and never appears
+in a log line, an error or a span: every upstream text is scrubbed of it before it is passed on.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from typing import Any, ClassVar
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, ClassVar, Literal
 
+import orjson
 from pydantic import Field, model_validator
 
 from rollgym.config import ServerOptions
 from rollgym.errors import DispatchError
 from rollgym.http.server import HTTPError
 from rollgym.servers.model import ChatRequest, ModelServer
+from rollgym.servers.request_ids import is_uuid, upstream_uuid
 from rollgym.telemetry import names
+from rollgym.telemetry.groups import gate
 
 _KEY_LIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-*.]{6,}|Bearer\s+\S+)")
 _CHAT = "/chat/completions"
 _RESPONSES = "/responses"
+#: ``gen_ai.provider.name`` of the upstream: it speaks the OpenAI API.
+_PROVIDER = "openai"
+#: How much of an upstream's error text is passed on.
+_DETAIL_LIMIT = 2000
+
+RequestIdPolicy = Literal["auto", "header", "uuid", "none"]
 
 
 class OpenAIUpstreamOptions(ServerOptions):
@@ -43,6 +65,12 @@ class OpenAIUpstreamOptions(ServerOptions):
     model: str = Field(description="The model name sent upstream (replaces the request's).")
     api_key_env: str | None = Field(None, description="Environment variable holding the API key.")
     timeout_s: float = Field(600.0, gt=0, description="Time limit of one upstream request.")
+    request_id: RequestIdPolicy = Field(
+        "auto",
+        description="How the request id goes upstream: 'header' (X-Request-Id: <rollout>.<turn>), "
+        "'uuid' (a UUID derived from it), 'none', or 'auto' (the header; on a 400 retry once "
+        "with the UUID and keep that).",
+    )
 
     @model_validator(mode="after")
     def _one_upstream(self) -> OpenAIUpstreamOptions:
@@ -52,14 +80,17 @@ class OpenAIUpstreamOptions(ServerOptions):
 
 
 class OpenAIUpstream(ModelServer):
-    """Forwards chat completions and responses to ``base_url``; answers what the upstream
-    answers."""
+    """Forwards chat completions and responses to the upstream; answers what it answers."""
 
     Options: ClassVar[type[ServerOptions]] = OpenAIUpstreamOptions
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._key: str | None = None
+        #: The request-id form in use; ``auto`` until the upstream has told.
+        self.id_policy: RequestIdPolicy = self.upstream.request_id
+        #: Whether the upstream has ``/v1/responses``; None until it has told.
+        self.native_responses: bool | None = None
 
     @property
     def upstream(self) -> OpenAIUpstreamOptions:
@@ -76,55 +107,291 @@ class OpenAIUpstream(ModelServer):
                 )
             self._key = key
 
+    def model_names(self) -> list[str]:
+        return [self.upstream.model]
+
     def scrub(self, text: str) -> str:
         """``text`` without the API key or anything that looks like one."""
         if self._key:
             text = text.replace(self._key, "<redacted>")
         return _KEY_LIKE.sub("<redacted>", text)
 
+    # --- the two APIs --------------------------------------------------------------------------
+
     async def complete(
         self, request: ChatRequest, request_id: str | None, rollout_id: str | None
     ) -> dict[str, Any]:
-        return await self._forward(_CHAT, request.model_dump(exclude_none=True), request_id)
+        body = request.model_dump(exclude_none=True)
+        body.pop("stream", None)
+        return await self._forward(_CHAT, body, request_id, rollout_id)
 
     async def respond(
         self, body: dict[str, Any], request_id: str | None, rollout_id: str | None
     ) -> dict[str, Any]:
-        return await self._forward(_RESPONSES, body, request_id)
+        if self.native_responses is False:
+            return await super().respond(body, request_id, rollout_id)
+        try:
+            answer = await self._forward(_RESPONSES, body, request_id, rollout_id)
+        except _NoRoute:
+            self.native_responses = False
+            return await super().respond(body, request_id, rollout_id)
+        self.native_responses = True
+        return answer
 
-    async def _forward(
-        self, route: str, body: dict[str, Any], request_id: str | None
-    ) -> dict[str, Any]:
-        """POST ``body`` (its ``model`` replaced) to the upstream's ``route``; its answer."""
+    async def chat_events(
+        self, request: ChatRequest, request_id: str | None, rollout_id: str | None
+    ) -> AsyncIterator[bytes]:
+        body = request.model_dump(exclude_none=True)
+        # Ask for usage so the span can record it; the client sees the usage chunk only if
+        # it asked for it itself.
+        body["stream_options"] = {**(request.stream_options or {}), "include_usage": True}
+        relay = _Relay(drop_usage_chunk=not request.usage_in_stream)
+        async for chunk in self._stream(_CHAT, body, request_id, rollout_id, relay):
+            yield chunk
+
+    async def response_events(
+        self, body: dict[str, Any], request_id: str | None, rollout_id: str | None
+    ) -> AsyncIterator[bytes]:
+        if self.native_responses is not False:
+            try:
+                async for chunk in self._stream(
+                    _RESPONSES, body, request_id, rollout_id, _Relay(drop_usage_chunk=False)
+                ):
+                    yield chunk
+                self.native_responses = True
+                return
+            except _NoRoute:
+                self.native_responses = False
+        async for chunk in super().response_events(body, request_id, rollout_id):
+            yield chunk
+
+    # --- the upstream call ---------------------------------------------------------------------
+
+    def _target(self) -> tuple[str, str]:
+        """(destination server name, base URL) of the upstream."""
         options = self.upstream
-        body = {**body, "model": options.model}
+        if options.upstream is not None:
+            return options.upstream, self.context.url_of(options.upstream) + "/v1"
+        return "upstream", (options.base_url or "").rstrip("/")
+
+    def _ids_to_try(self, request_id: str | None) -> Iterator[str | None]:
+        """The request ids to send, in order: a second only while ``auto`` is undecided."""
+        if request_id is None or self.id_policy == "none":
+            yield None
+        elif self.id_policy == "uuid" or is_uuid(request_id):
+            yield request_id if is_uuid(request_id) else upstream_uuid(request_id)
+        else:
+            yield request_id
+            if self.id_policy == "auto":
+                yield upstream_uuid(request_id)
+
+    def _learn(self, request_id: str | None, sent: str | None) -> None:
+        """``auto`` decides on the first answer that is not the request-id refusal."""
+        if self.id_policy == "auto" and request_id and sent and not is_uuid(request_id):
+            self.id_policy = "uuid" if sent != request_id else "header"
+
+    def _headers(self, sent_id: str | None) -> dict[str, str]:
         headers = {}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
-        if request_id:
-            headers[names.HEADER_REQUEST_ID] = request_id
-        if options.upstream is not None:
-            destination = options.upstream
-            base = self.context.url_of(options.upstream) + "/v1"
+        if sent_id:
+            headers[names.HEADER_REQUEST_ID] = sent_id
+        return headers
+
+    async def _forward(
+        self, route: str, body: dict[str, Any], request_id: str | None, rollout_id: str | None
+    ) -> dict[str, Any]:
+        """POST ``body`` (its ``model`` replaced) to the upstream's ``route``; its answer."""
+        body = {**body, "model": self.upstream.model}
+        with _model_span(rollout_id, self.upstream.model) as span:
+            destination, base = self._target()
+            tries = list(self._ids_to_try(request_id))
+            for attempt, sent_id in enumerate(tries):
+                try:
+                    response = await self.client.post_json(
+                        destination,
+                        base + route,
+                        body,
+                        timeout=self.upstream.timeout_s,
+                        headers=self._headers(sent_id),
+                        route="/v1" + route,
+                    )
+                except DispatchError as exc:
+                    raise self._unreachable(exc) from None
+                if response.status == 400 and attempt + 1 < len(tries):
+                    continue  # perhaps the request id: try the next form
+                if response.status == 200 and isinstance(response.data, dict):
+                    self._learn(request_id, sent_id)
+                    _record(span, request_id, sent_id, response.data, None)
+                    return response.data
+                detail = response.data if response.data is not None else response.text
+                raise self._refusal(route, response.status, detail)
+        raise AssertionError("unreachable: at least one request id form is tried")
+
+    async def _stream(
+        self,
+        route: str,
+        body: dict[str, Any],
+        request_id: str | None,
+        rollout_id: str | None,
+        relay: _Relay,
+    ) -> AsyncIterator[bytes]:
+        """The upstream's event stream, line by line as it arrives."""
+        body = {**body, "model": self.upstream.model, "stream": True}
+        with _model_span(rollout_id, self.upstream.model) as span:
+            destination, base = self._target()
+            tries = list(self._ids_to_try(request_id))
+            for attempt, sent_id in enumerate(tries):
+                try:
+                    async with self.client.stream(
+                        destination,
+                        base + route,
+                        body,
+                        timeout=self.upstream.timeout_s,
+                        headers=self._headers(sent_id),
+                        route="/v1" + route,
+                    ) as response:
+                        if response.status == 400 and attempt + 1 < len(tries):
+                            continue
+                        if response.status != 200:
+                            raw = await response.read()
+                            raise self._refusal(route, response.status, _decoded(raw))
+                        self._learn(request_id, sent_id)
+                        async for line in response.content:
+                            kept = relay.see(line)
+                            if kept:
+                                yield kept
+                except DispatchError as exc:
+                    raise self._unreachable(exc) from None
+                _record(span, request_id, sent_id, relay.answer, relay.first_token_s)
+                return
+
+    # --- errors --------------------------------------------------------------------------------
+
+    def _unreachable(self, exc: DispatchError) -> HTTPError:
+        status = 504 if exc.kind == "timeout" else 502
+        return HTTPError(status, self.scrub(f"upstream model server: {exc}"))
+
+    def _refusal(self, route: str, status: int, detail: Any) -> Exception:
+        """The error to answer for an upstream's non-success answer (scrubbed of the key)."""
+        if route == _RESPONSES and status in (404, 405):
+            return _NoRoute()
+        text = _detail_text(detail)
+        if status in (401, 403):
+            env_name = self.upstream.api_key_env
+            where = (
+                f"check the key in environment variable {env_name!r} (api_key_env)"
+                if env_name
+                else "no api_key_env is configured for this upstream"
+            )
+            message = f"upstream refused authentication (HTTP {status}): {where}: {text}"
         else:
-            destination, base = "upstream", options.base_url or ""
-        url = base.rstrip("/") + route
+            message = f"upstream answered HTTP {status}: {text}"
+        return HTTPError(status if 400 <= status < 600 else 502, self.scrub(message))
+
+
+class _NoRoute(Exception):
+    """The upstream has no ``/v1/responses``: translate to chat completions instead."""
+
+
+def _decoded(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw) if raw else None
+    except orjson.JSONDecodeError:
+        return raw.decode("utf-8", "replace")
+
+
+def _detail_text(detail: Any) -> str:
+    """The upstream's error message: OpenAI's ``error.message``, else its body, never empty."""
+    if isinstance(detail, dict):
+        error = detail.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            detail = error["message"]
+        elif isinstance(error, str) and error:
+            detail = error
+        elif isinstance(detail.get("detail"), str):
+            detail = detail["detail"]
+        else:
+            detail = orjson.dumps(detail).decode()
+    text = str(detail).strip() if detail is not None else ""
+    return text[:_DETAIL_LIMIT] if text else "(empty body)"
+
+
+class _Relay:
+    """Reads an SSE stream line by line on its way through: what the span records.
+
+    Keeps the first token's time, the usage (chat's last chunk, or the Responses
+    ``response.completed`` event) and the answer's id; drops the usage-only chat chunk the
+    proxy asked for when the client did not.
+    """
+
+    def __init__(self, *, drop_usage_chunk: bool) -> None:
+        self._drop_usage_chunk = drop_usage_chunk
+        self._started = time.perf_counter()
+        self.first_token_s: float | None = None
+        self.answer: dict[str, Any] = {}
+
+    def see(self, line: bytes) -> bytes | None:
+        if not line.startswith(b"data:"):
+            return line
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            return line
         try:
-            response = await self.client.post_json(
-                destination,
-                url,
-                body,
-                timeout=options.timeout_s,
-                headers=headers,
-                route="/v1" + route,
-            )
-        except DispatchError as exc:
-            status = 504 if exc.kind == "timeout" else 502
-            raise HTTPError(status, self.scrub(f"upstream model server: {exc}")) from None
-        if response.status != 200 or not isinstance(response.data, dict):
-            detail = response.data if response.data is not None else response.text
-            status = response.status if 400 <= response.status < 600 else 502
-            raise HTTPError(
-                status, self.scrub(f"upstream answered HTTP {response.status}: {detail}")
-            )
-        return response.data
+            event = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return line
+        if not isinstance(event, dict):
+            return line
+        if self.first_token_s is None and _has_token(event):
+            self.first_token_s = time.perf_counter() - self._started
+        response = event.get("response") if event.get("type") == "response.completed" else None
+        if isinstance(response, dict):
+            self.answer = response
+        elif event.get("usage"):
+            self.answer = {"id": event.get("id"), "usage": event["usage"]}
+            if self._drop_usage_chunk and not event.get("choices"):
+                return None
+        elif "id" in event and "id" not in self.answer:
+            self.answer = {"id": event["id"]}
+        return line
+
+
+def _has_token(event: dict[str, Any]) -> bool:
+    if event.get("type") in (
+        "response.output_text.delta",
+        "response.function_call_arguments.delta",
+    ):
+        return True
+    for choice in event.get("choices") or []:
+        delta = choice.get("delta") or {} if isinstance(choice, dict) else {}
+        if delta.get("content") or delta.get("tool_calls"):
+            return True
+    return False
+
+
+def _model_span(rollout_id: str | None, model: str) -> Any:
+    """The proxy's ``chat <model>`` span (its call to the upstream, GenAI-named), or nothing."""
+    if not gate.model:
+        from contextlib import nullcontext
+
+        return nullcontext(None)
+    from rollgym.telemetry import spans
+
+    return spans.genai_span(rollout_id, model, _PROVIDER, upstream=True)
+
+
+def _record(
+    span: Any,
+    request_id: str | None,
+    sent_id: str | None,
+    answer: dict[str, Any],
+    first_token_s: float | None,
+) -> None:
+    """Usage, the answer's id, the request-id mapping and time to first token on the span."""
+    if span is None:
+        return
+    from rollgym.telemetry import spans
+
+    spans.record_model_response(span, answer)
+    spans.record_upstream_request(span, request_id, sent_id, first_token_s)

@@ -4,6 +4,7 @@ Kept apart from the HTTP server so the rules read in one page. The policy really
 built-in tasks when correct: it computes the arithmetic expression of the prompt, and follows
 the keychain one ``read_key`` call per turn using the previous tool output. When incorrect it
 gives a plausible wrong answer (an off-by-a-little number, a wrong or early-guessed secret).
+The sandboxed environments (code, terminal) are played by :mod:`sandbox_play`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ def decide(
     messages: list[dict[str, Any]], tool_names: set[str], correct: bool, rng: random.Random
 ) -> Reply:
     """The next assistant message for this conversation."""
+    if "run_public_tests" in tool_names or "run_shell" in tool_names:
+        from rollgym.builtins.models import sandbox_play
+
+        return sandbox_play.turn(messages, tool_names, correct, rng)
     if "read_key" in tool_names:
         return _keychain(messages, correct, rng)
     return _arithmetic(messages, correct, rng)

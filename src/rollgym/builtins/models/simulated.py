@@ -164,41 +164,113 @@ class SimulatedModel(ModelServer):
             await asyncio.sleep(prefill)
         timings.time_to_first_token = time.perf_counter() - arrived
         await asyncio.sleep(latency - prefill)
-        tool_names = {str((t.get("function") or {}).get("name")) for t in request.tools or []}
-        reply = decide(request.messages, tool_names, correct, rng)
+        replies = [
+            _sampled_reply(request, correct, rng if index == 0 else _choice_rng(request_id, index))
+            for index in range(request.n or 1)
+        ]
         timings.e2e = time.perf_counter() - arrived
         return completion(
-            request_id, options.model_name, reply, prompt_tokens=_prompt_words(request.messages)
+            request_id,
+            options.model_name,
+            replies,
+            prompt_tokens=_prompt_words(request.messages),
+            token_limit=request.token_limit,
         )
 
+    def model_names(self) -> list[str]:
+        return [self.sim_options.model_name]
 
-def completion(request_id: str, model: str, reply: Reply, *, prompt_tokens: int) -> dict[str, Any]:
-    """An OpenAI ``chat.completion`` object for one reply."""
-    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
-    finish_reason = "stop"
-    output_words = _words(reply.content)
-    if reply.tool_call is not None:
-        name, arguments = reply.tool_call
-        encoded = orjson.dumps(arguments).decode()
-        message["tool_calls"] = [
-            {
-                "id": f"call-{request_id}",
-                "type": "function",
-                "function": {"name": name, "arguments": encoded},
-            }
-        ]
-        finish_reason = "tool_calls"
-        output_words += 1 + _words(arguments)
-    completion_tokens = max(1, output_words)
+
+def _choice_rng(request_id: str, index: int) -> random.Random:
+    """The randomness of choice ``index`` (> 0) of a request with ``n`` > 1."""
+    return random.Random(stable_seed(f"{request_id}#{index}"))
+
+
+def _sampled_reply(request: ChatRequest, correct: bool, rng: random.Random) -> Reply:
+    """The policy's reply under the request's ``tool_choice`` and ``temperature``.
+
+    ``temperature: 0`` is greedy: every choice is the first one (the rng is not consulted
+    beyond its seed). ``tool_choice: "none"`` hides the tools from the policy; ``"required"``
+    or a named function turns a text reply into a call of that (or the first) tool.
+    """
+    if request.temperature == 0:
+        rng = random.Random(0)
+    tools = request.tools or []
+    names_of = [str((t.get("function") or {}).get("name")) for t in tools]
+    forced = request.forced_tool
+    reply = decide(request.messages, set() if forced == "none" else set(names_of), correct, rng)
+    if forced in (None, "none") or not names_of:
+        return reply
+    wanted = names_of[0] if forced == "required" else forced
+    if reply.tool_call is not None and (forced == "required" or reply.tool_call[0] == wanted):
+        return reply
+    schema = next((t.get("function") or {} for t in tools if _name(t) == wanted), {})
+    return Reply(tool_call=(wanted, _arguments_for(schema, reply.content or "")))
+
+
+def _name(tool: dict[str, Any]) -> str:
+    return str((tool.get("function") or {}).get("name"))
+
+
+def _arguments_for(function: dict[str, Any], text: str) -> dict[str, Any]:
+    """Arguments for a forced call: each required parameter gets the reply's text."""
+    parameters = function.get("parameters") or {}
+    return {name: text for name in parameters.get("required") or []}
+
+
+def completion(
+    request_id: str,
+    model: str,
+    replies: list[Reply],
+    *,
+    prompt_tokens: int,
+    token_limit: int | None = None,
+) -> dict[str, Any]:
+    """An OpenAI ``chat.completion`` object with one choice per reply."""
+    choices = []
+    completion_tokens = 0
+    for index, reply in enumerate(replies):
+        choice, tokens = _choice(request_id, index, reply, token_limit)
+        choices.append(choice)
+        completion_tokens += tokens
     return {
         "id": f"chatcmpl-{request_id}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        "choices": choices,
         "usage": {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
         },
     }
+
+
+def _choice(
+    request_id: str, index: int, reply: Reply, token_limit: int | None
+) -> tuple[dict[str, Any], int]:
+    """One choice and its "tokens" (words). Past ``token_limit`` the text is cut there and
+    ``finish_reason`` is ``length``; a tool call that does not fit becomes its cut text."""
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    finish_reason = "stop"
+    output_words = _words(reply.content)
+    if reply.tool_call is not None:
+        name, arguments = reply.tool_call
+        encoded = orjson.dumps(arguments).decode()
+        suffix = "" if index == 0 else f"-{index}"
+        message["tool_calls"] = [
+            {
+                "id": f"call-{request_id}{suffix}",
+                "type": "function",
+                "function": {"name": name, "arguments": encoded},
+            }
+        ]
+        finish_reason = "tool_calls"
+        output_words += 1 + _words(arguments)
+    tokens = max(1, output_words)
+    if token_limit is not None and tokens > token_limit:
+        text = reply.content if reply.tool_call is None else orjson.dumps(reply.tool_call).decode()
+        message = {"role": "assistant", "content": " ".join((text or "").split()[:token_limit])}
+        finish_reason, tokens = "length", token_limit
+    return {"index": index, "message": message, "finish_reason": finish_reason}, tokens

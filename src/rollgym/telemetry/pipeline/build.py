@@ -34,15 +34,17 @@ def build_process_pipeline(
     resource: Resource,
     sampler: Sampler | None,
     id_generator: IdGenerator | None,
+    store_token: str | None = None,
 ) -> tuple[RecordingTracerProvider, SpanShipper]:
     """Start the exporter child and return the provider whose spans feed it."""
-    url, headers, compression = otlp_http_traces_target(settings)
+    url, headers, compression = otlp_http_traces_target(settings, store_token)
     shipper = SpanShipper(
         url=url,
         headers=headers,
         compression=compression,
         resource=dict(resource.attributes),
         timeout_s=settings.export_timeout_s,
+        patience_s=settings.flush_timeout_s,
         max_queue_size=settings.max_queue_size,
         max_export_batch_size=settings.max_export_batch_size,
         schedule_delay_ms=settings.schedule_delay_ms,

@@ -1,4 +1,4 @@
-"""The pipe's framing between the recording process and its exporter child.
+"""The protocol between the recording process and its exporter child: framing, one signal.
 
 A frame is a 4-byte big-endian length, then that many bytes of :mod:`marshal` data. marshal
 (rather than pickle or JSON) because both ends are the same interpreter build, it is the
@@ -7,10 +7,13 @@ fastest serialiser CPython has for tuples of ints and strings, and it cannot run
 
 from __future__ import annotations
 
+import signal
 import struct
 from typing import BinaryIO
 
 HEADER = struct.Struct(">I")
+#: Sent by the parent at its flush limit: from then on the child tries every batch once.
+STOP_RETRYING = signal.SIGUSR1
 
 
 def frame(payload: bytes) -> bytes:

@@ -34,7 +34,7 @@ from rollgym.telemetry.dropping import (
     REASON_SHUTDOWN,
     SpanCounts,
 )
-from rollgym.telemetry.pipeline.frames import HEADER
+from rollgym.telemetry.pipeline.frames import HEADER, STOP_RETRYING
 from rollgym.telemetry.pipeline.recording import clean_attributes
 from rollgym.telemetry.pipeline.records import ATTRIBUTES, EVENTS, LINKS, STATUS_CODE, SpanRecord
 
@@ -92,6 +92,7 @@ class SpanShipper:
         headers: Mapping[str, str] | None,
         resource: Mapping[str, Any],
         timeout_s: float,
+        patience_s: float = 0.0,
         compression: str | None = None,
         max_queue_size: int = 65536,
         max_export_batch_size: int = 4096,
@@ -104,6 +105,9 @@ class SpanShipper:
         self._batch = max(1, min(max_export_batch_size, max_queue_size))
         self._delay_s = max(schedule_delay_ms, 1) / 1000
         self._timeout_s = timeout_s
+        self._patience_s = patience_s
+        #: Set by :meth:`stop_retrying_at`: when shutdown stops waiting for the child.
+        self._deadline: float | None = None
         self._wake = threading.Event()
         self._stopping = False
         self._closed = False
@@ -121,6 +125,7 @@ class SpanShipper:
             "url": url,
             "headers": dict(headers or {}),
             "timeout_s": float(timeout_s),
+            "patience_s": float(patience_s),
             "compression": compression,
             "resource": dict(resource),
         }
@@ -247,27 +252,49 @@ class SpanShipper:
             self._wake.set()
             time.sleep(0.01)
 
+    def stop_retrying_at(self, deadline: float) -> None:
+        """The flush limit (monotonic): :meth:`shutdown` stops the child then, retrying or not."""
+        self._deadline = deadline
+
     def shutdown(self, timeout_s: float | None = None) -> None:
         """Ship the backlog, close the child's input, wait for its last answers (bounded).
 
         Blocking; :class:`~rollgym.telemetry.setup.TelemetryHandle` runs it on a helper thread
         under its own limit and counts what is left as dropped. A child that has not finished by
-        ``timeout_s`` (default: twice the export timeout plus five seconds) is killed.
+        ``timeout_s`` (default: the deadline given to :meth:`stop_retrying_at`, else the
+        patience plus twice the export timeout plus five seconds) is killed.
         """
         if self._stopping:
             return
         self._stopping = True
         self._closed = True
-        limit = timeout_s if timeout_s is not None else 2 * self._timeout_s + 5.0
+        if timeout_s is not None:
+            limit = timeout_s
+        elif self._deadline is not None:
+            limit = max(0.0, self._deadline - time.monotonic())
+        else:
+            limit = self._patience_s + 2 * self._timeout_s + 5.0
+        end = time.monotonic() + limit
+        # Near the limit the child stops retrying and answers the rest as failed at once.
+        grace = min(2.0, 0.25 * limit)
         self._wake.set()
-        self._writer.join(limit)
+        self._writer.join(max(0.0, end - grace - time.monotonic()))
+        if not self._finished_by(end - grace):
+            with contextlib.suppress(OSError):
+                self._child.send_signal(STOP_RETRYING)
+            if not self._finished_by(end):
+                _log.warning("span exporter process did not finish within %.1fs; stopped", limit)
+                self._child.kill()
+                self._child.wait()
+        self._writer.join(max(0.0, end - time.monotonic()))
+        self._reader.join(max(0.1, end - time.monotonic()))
+
+    def _finished_by(self, when: float) -> bool:
         try:
-            self._child.wait(limit)
+            self._child.wait(max(0.0, when - time.monotonic()))
         except subprocess.TimeoutExpired:
-            _log.warning("span exporter process did not finish within %.1fs; stopped", limit)
-            self._child.kill()
-            self._child.wait()
-        self._reader.join(limit)
+            return False
+        return True
 
     @property
     def child_pid(self) -> int:

@@ -1,0 +1,106 @@
+"""One sandbox: a private work directory that commands run in, one ``bwrap`` per exec.
+
+Files persist in the work directory between execs of the same sandbox (a terminal task's
+state); processes do not: when an exec's command ends, its pid namespace ends with it, so
+nothing it started in the background (a daemon, a zombie, a fork bomb's children) outlives
+the exec. Every exec is a ``gym.sandbox.exec`` span in the calling rollout's trace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from rollgym.sandbox._bwrap import bwrap_argv, sandbox_owner
+from rollgym.sandbox._process import run_exec
+from rollgym.sandbox.limits import ExecResult, SandboxLimits
+from rollgym.telemetry.groups import gate
+
+if TYPE_CHECKING:
+    from rollgym.sandbox.pool import SandboxPool
+
+
+class Sandbox:
+    """A sandbox handed out by a :class:`~rollgym.sandbox.pool.SandboxPool`."""
+
+    def __init__(self, pool: SandboxPool, sandbox_id: str, work_dir: Path) -> None:
+        self.pool = pool
+        self.sandbox_id = sandbox_id
+        self.work_dir = work_dir
+        #: The rollout this sandbox serves (set when acquired), for its spans.
+        self.rollout_id: str | None = None
+        self.destroyed = False
+        self._execs = 0
+
+    def __repr__(self) -> str:
+        return f"Sandbox({self.sandbox_id!r}, rollout={self.rollout_id!r})"
+
+    def write_files(self, files: Mapping[str, str | bytes]) -> None:
+        """Create files in the work directory (relative paths, no ``..``), owned by the
+        sandbox user so commands can change them. ValueError names a bad path."""
+        owner = sandbox_owner()
+        for name, content in files.items():
+            path = self._inside(name)
+            for parent in reversed(path.relative_to(self.work_dir).parents[:-1]):
+                folder = self.work_dir / parent
+                if not folder.exists():
+                    folder.mkdir()
+                    os.chown(folder, *owner)
+            data = content.encode() if isinstance(content, str) else content
+            path.write_bytes(data)
+            os.chown(path, *owner)
+
+    def _inside(self, name: str) -> Path:
+        relative = PurePosixPath(name)
+        if relative.is_absolute() or ".." in relative.parts or not relative.parts:
+            raise ValueError(f"file path {name!r} must be relative to the work directory")
+        return self.work_dir.joinpath(*relative.parts)
+
+    async def exec(
+        self,
+        command: list[str] | str,
+        *,
+        stdin: str | bytes | None = None,
+        files: Mapping[str, str | bytes] | None = None,
+        limits: SandboxLimits | None = None,
+    ) -> ExecResult:
+        """Run ``command`` (an argv, or a string for ``sh -c``) in the work directory.
+
+        The program's failures (non-zero exit, a crash, a limit, a refused escape) come back
+        in the :class:`ExecResult`; only misuse (a destroyed sandbox, a bad file path) raises.
+        """
+        if self.destroyed:
+            raise RuntimeError(f"sandbox {self.sandbox_id} was destroyed")
+        argv = ["sh", "-c", command] if isinstance(command, str) else list(command)
+        if files:
+            self.write_files(files)
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        effective = limits or self.pool.limits
+        if gate.sandbox:
+            from rollgym.telemetry import spans
+
+            name = argv[0] if isinstance(command, list) else "sh"
+            with spans.sandbox_exec_span(self.rollout_id, self.sandbox_id, name) as span:
+                result = await self._run(argv, data, effective)
+                spans.record_sandbox_exec(span, result)
+                return result
+        return await self._run(argv, data, effective)
+
+    async def _run(self, argv: list[str], stdin: bytes | None, limits: SandboxLimits) -> ExecResult:
+        self._execs += 1
+        name = f"{self.sandbox_id}.{self._execs}"
+        loop = asyncio.get_running_loop()
+        full = bwrap_argv(self.work_dir, self.sandbox_id, limits, argv, name)
+        result = await loop.run_in_executor(
+            self.pool.executor, run_exec, full, stdin, limits, self.pool.cgroup, name
+        )
+        self.pool.record_exec(result)
+        return result
+
+    def remove_files(self) -> None:
+        """Delete the work directory (blocking; the pool calls it on a worker thread)."""
+        shutil.rmtree(self.work_dir, ignore_errors=True)

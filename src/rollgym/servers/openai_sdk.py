@@ -1,0 +1,182 @@
+"""OpenAI SDK clients that stay in their rollout's trace.
+
+``RolloutContext.async_openai()`` / ``.openai()`` hand an agent an ``openai.AsyncOpenAI`` /
+``openai.OpenAI`` whose base URL is the rollout-scoped model URL (``<model>/r/<rollout id>/v1``)
+and whose every request goes through :class:`RolloutTransport`. The SDK's HTTP client is one
+that OpenTelemetry's httpx instrumentation cannot hook, so without this the SDK sends no
+``traceparent`` and the model server's spans start traces of their own.
+
+The one place a request and its answer are seen is :meth:`RolloutTransport.before_send` /
+:meth:`RolloutTransport.after_answer`: the request gets ``X-Request-Id: <rollout id>.<turn>``
+(the same turn counter as ``RolloutContext.chat``) and the current ``traceparent``, and the
+call is a ``gym.model.chat`` span (gate ``model``) with the answer's usage. Extend those two
+methods (for example to record trajectories), not the SDK.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext, suppress
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from rollgym.telemetry import names
+from rollgym.telemetry.groups import gate
+
+if TYPE_CHECKING:
+    import httpx2
+    import openai
+
+    from rollgym.servers.rollout_context import ModelClient
+
+#: ``gen_ai.provider.name`` of SDK calls: every model server speaks the OpenAI API.
+PROVIDER = "openai"
+#: The SDK needs some key; rollgym's model servers need none (a proxy holds the real one).
+PLACEHOLDER_KEY = "rollgym-no-key"
+
+
+def _require_openai() -> Any:
+    try:
+        import openai
+    except ImportError:
+        raise ImportError(
+            "RolloutContext.openai()/async_openai() need the OpenAI SDK: pip install 'rollgym[openai]'"
+        ) from None
+    return openai
+
+
+def _http_library() -> Any:
+    """The HTTP library the installed SDK is built on: ``httpx2`` (openai 3.x) or ``httpx``
+    (1.x); both have the same transport API, and the SDK accepts only its own."""
+    import importlib
+
+    openai = _require_openai()
+    for cls in openai.DefaultAsyncHttpxClient.__mro__:
+        if cls.__name__ == "AsyncClient":
+            return importlib.import_module(cls.__module__.split(".")[0])
+    import httpx2
+
+    return httpx2
+
+
+class _RolloutHooks:
+    """What both transports do around one request, for one rollout's model client."""
+
+    def __init__(self, model: ModelClient) -> None:
+        self.model = model
+
+    def before_send(self, request: httpx2.Request) -> None:
+        """Stamp the request: its request id and the current trace context."""
+        request.headers[names.HEADER_REQUEST_ID] = self.model.next_request_id()
+        if gate.tracing:
+            from opentelemetry import propagate
+
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier)
+            request.headers.update(carrier)
+
+    def span(self) -> AbstractContextManager[Any]:
+        if not gate.model:
+            return nullcontext(None)
+        from rollgym.telemetry import spans
+
+        return spans.model_chat_span(self.model.rollout_id, self.model.model_name, PROVIDER)
+
+    def after_answer(self, span: Any, response: httpx2.Response, body: bytes | None) -> None:
+        """Record the answer on the span: status, and usage when the body was JSON."""
+        if span is None:
+            return
+        from rollgym.telemetry import spans
+
+        span.set_attribute(names.HTTP_RESPONSE_STATUS_CODE, response.status_code)
+        if body:
+            with suppress(orjson.JSONDecodeError):
+                spans.record_model_response(span, orjson.loads(body))
+
+
+def _is_json(response: httpx2.Response) -> bool:
+    return response.headers.get("content-type", "").startswith("application/json")
+
+
+def _rebuilt(request: httpx2.Request, response: httpx2.Response, body: bytes) -> httpx2.Response:
+    """The same answer with its (already decoded) body in memory."""
+    headers = [(k, v) for k, v in response.headers.items() if k.lower() != "content-encoding"]
+    return type(response)(
+        response.status_code,
+        headers=headers,
+        content=body,
+        request=request,
+        extensions=response.extensions,
+    )
+
+
+def async_transport(model: ModelClient) -> httpx2.AsyncBaseTransport:
+    http = _http_library()
+
+    class RolloutTransport(http.AsyncBaseTransport):  # type: ignore[name-defined]
+        """An httpx2 transport that stamps and traces each request of one rollout."""
+
+        def __init__(self) -> None:
+            self.hooks = _RolloutHooks(model)
+            self.inner = http.AsyncHTTPTransport()
+
+        async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+            with self.hooks.span() as span:
+                self.hooks.before_send(request)
+                response = await self.inner.handle_async_request(request)
+                if span is None or not _is_json(response):
+                    self.hooks.after_answer(span, response, None)
+                    return response
+                body = await response.aread()
+                self.hooks.after_answer(span, response, body)
+                return _rebuilt(request, response, body)
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    return RolloutTransport()
+
+
+def sync_transport(model: ModelClient) -> httpx2.BaseTransport:
+    http = _http_library()
+
+    class RolloutTransport(http.BaseTransport):  # type: ignore[name-defined]
+        """The blocking twin of the async transport (same hooks)."""
+
+        def __init__(self) -> None:
+            self.hooks = _RolloutHooks(model)
+            self.inner = http.HTTPTransport()
+
+        def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+            with self.hooks.span() as span:
+                self.hooks.before_send(request)
+                response = self.inner.handle_request(request)
+                if span is None or not _is_json(response):
+                    self.hooks.after_answer(span, response, None)
+                    return response
+                body = response.read()
+                self.hooks.after_answer(span, response, body)
+                return _rebuilt(request, response, body)
+
+        def close(self) -> None:
+            self.inner.close()
+
+    return RolloutTransport()
+
+
+def async_client(model: ModelClient) -> openai.AsyncOpenAI:
+    """An ``AsyncOpenAI`` on the rollout-scoped URL of ``model``, stamped and traced."""
+    openai = _require_openai()
+    http = _http_library().AsyncClient(transport=async_transport(model), timeout=model.timeout)
+    return openai.AsyncOpenAI(
+        base_url=model.sdk_base_url, api_key=PLACEHOLDER_KEY, http_client=http, max_retries=0
+    )
+
+
+def sync_client(model: ModelClient) -> openai.OpenAI:
+    """An ``OpenAI`` (blocking) client like :func:`async_client`; for a thread, not the loop."""
+    openai = _require_openai()
+    http = _http_library().Client(transport=sync_transport(model), timeout=model.timeout)
+    return openai.OpenAI(
+        base_url=model.sdk_base_url, api_key=PLACEHOLDER_KEY, http_client=http, max_retries=0
+    )

@@ -1,0 +1,150 @@
+"""Server-sent events of the OpenAI APIs, built from a finished answer.
+
+A model server that generates a whole answer at once (the simulated policy, or a proxy whose
+upstream answered without streaming) still streams to a client that asked for it: the answer
+is cut into the chunks (chat, ``chat.completion.chunk``) or the events (Responses,
+``response.output_text.delta`` and friends) the OpenAI SDKs parse. A proxy in front of an
+upstream that streams passes the upstream's bytes through instead (see ``openai_upstream``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import orjson
+
+DONE = b"data: [DONE]\n\n"
+MEDIA_TYPE = "text/event-stream"
+
+
+def data_line(payload: Any) -> bytes:
+    """One ``data:`` event (chat completions name no event type)."""
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def event(kind: str, payload: dict[str, Any]) -> bytes:
+    """One named event (the Responses API names each event by its ``type``)."""
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+
+async def primed(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """``events`` with its first item already produced.
+
+    A stream whose start fails (a refusal, an unreachable upstream) raises here, before the
+    HTTP status is sent, so the client gets a normal error answer instead of a broken stream.
+    """
+    try:
+        first = await anext(events)
+    except StopAsyncIteration:
+        first = b""
+
+    async def rest() -> AsyncIterator[bytes]:
+        if first:
+            yield first
+        async for item in events:
+            yield item
+
+    return rest()
+
+
+# --- chat completions -------------------------------------------------------------------------
+
+
+def chat_chunks(answer: dict[str, Any], *, include_usage: bool) -> Iterator[bytes]:
+    """The ``chat.completion.chunk`` events of a ``chat.completion``, then ``[DONE]``.
+
+    Per choice: the role, the content word by word, the tool calls (whole), the finish reason.
+    With ``include_usage`` (``stream_options.include_usage``) a last chunk with no choices
+    carries the usage, as OpenAI sends it.
+    """
+    head = {
+        "id": answer.get("id"),
+        "object": "chat.completion.chunk",
+        "created": answer.get("created"),
+        "model": answer.get("model"),
+    }
+
+    def chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice: dict[str, Any] = {"index": index, "delta": delta, "finish_reason": finish}
+        return data_line({**head, "choices": [choice]})
+
+    for choice in answer.get("choices") or []:
+        index = choice.get("index", 0)
+        message = choice.get("message") or {}
+        yield chunk(index, {"role": "assistant", "content": ""})
+        for piece in _pieces(message.get("content")):
+            yield chunk(index, {"content": piece})
+        calls = message.get("tool_calls") or []
+        if calls:
+            indexed = [{"index": i, **call} for i, call in enumerate(calls)]
+            yield chunk(index, {"tool_calls": indexed})
+        yield chunk(index, {}, choice.get("finish_reason") or "stop")
+    if include_usage:
+        yield data_line({**head, "choices": [], "usage": answer.get("usage")})
+    yield DONE
+
+
+def _pieces(content: Any) -> list[str]:
+    """Text cut after each space, so the pieces join back to exactly the text."""
+    if not isinstance(content, str) or not content:
+        return []
+    words = content.split(" ")
+    return [word + " " for word in words[:-1]] + [words[-1]]
+
+
+# --- Responses --------------------------------------------------------------------------------
+
+
+def response_events(response: dict[str, Any]) -> Iterator[bytes]:
+    """The Responses API stream of a finished ``response`` object, in the API's order."""
+    sequence = iter(range(1 << 30))
+
+    def emit(kind: str, **fields: Any) -> bytes:
+        return event(kind, {"type": kind, "sequence_number": next(sequence), **fields})
+
+    started = {**response, "status": "in_progress", "output": [], "usage": None}
+    yield emit("response.created", response=started)
+    yield emit("response.in_progress", response=started)
+    for index, item in enumerate(response.get("output") or []):
+        if item.get("type") == "message":
+            yield from _message_events(emit, index, item)
+        elif item.get("type") == "function_call":
+            yield from _call_events(emit, index, item)
+    kind = "response.completed" if response.get("status") == "completed" else "response.incomplete"
+    yield emit(kind, response=response)
+
+
+def _message_events(emit: Any, index: int, item: dict[str, Any]) -> Iterator[bytes]:
+    item_id = item["id"]
+    yield emit(
+        "response.output_item.added",
+        output_index=index,
+        item={**item, "status": "in_progress", "content": []},
+    )
+    for part_index, part in enumerate(item.get("content") or []):
+        where = {"item_id": item_id, "output_index": index, "content_index": part_index}
+        empty = {**part, "text": ""}
+        yield emit("response.content_part.added", **where, part=empty)
+        text = part.get("text", "")
+        for piece in _pieces(text):
+            yield emit("response.output_text.delta", **where, delta=piece, logprobs=[])
+        yield emit("response.output_text.done", **where, text=text, logprobs=[])
+        yield emit("response.content_part.done", **where, part=part)
+    yield emit("response.output_item.done", output_index=index, item=item)
+
+
+def _call_events(emit: Any, index: int, item: dict[str, Any]) -> Iterator[bytes]:
+    item_id = item["id"]
+    yield emit(
+        "response.output_item.added",
+        output_index=index,
+        item={**item, "status": "in_progress", "arguments": ""},
+    )
+    where = {"item_id": item_id, "output_index": index}
+    arguments = item.get("arguments", "")
+    yield emit("response.function_call_arguments.delta", **where, delta=arguments)
+    yield emit(
+        "response.function_call_arguments.done", **where, name=item.get("name"), arguments=arguments
+    )
+    yield emit("response.output_item.done", output_index=index, item=item)

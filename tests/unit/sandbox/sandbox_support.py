@@ -1,0 +1,42 @@
+"""Helpers of the sandbox tests: the skip marker, small limits, a process finder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rollgym.sandbox import SandboxLimits, SandboxUnavailable, check_support
+
+#: Small limits so every abuse ends quickly, even on a saturated machine.
+LIMITS = SandboxLimits(wall_s=20, cpu_s=2, memory_mb=256, processes=32, output_bytes=1 << 16)
+
+
+def sandbox_support() -> str | None:
+    """None when sandboxes work here, else the reason (the error users would see)."""
+    try:
+        check_support()
+    except SandboxUnavailable as exc:
+        return str(exc)
+    return None
+
+
+requires_sandbox = pytest.mark.skipif(
+    sandbox_support() is not None, reason=f"no sandbox here: {sandbox_support()}"
+)
+
+
+def processes_of(sandbox_id: str) -> list[int]:
+    """Live processes started in a sandbox (they carry its id in their environment)."""
+    marker = f"ROLLGYM_SANDBOX_ID={sandbox_id}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
