@@ -45,7 +45,7 @@ class _AnsweringClient:
 
 
 class _DropGatedBranch(ast.NodeTransformer):
-    """``if gate.<group>: <traced> else: <work>`` -> ``<work>``."""
+    """``if gate.<flag>: <traced> else: <work>`` -> ``<work>``, nested sites included."""
 
     def visit_If(self, node: ast.If) -> Any:  # noqa: N802 - ast visitor naming
         test = node.test
@@ -54,7 +54,11 @@ class _DropGatedBranch(ast.NodeTransformer):
             and isinstance(test.value, ast.Name)
             and test.value.id == "gate"
         ):
-            return [self.visit(stmt) for stmt in node.orelse]
+            kept: list[ast.stmt] = []
+            for stmt in node.orelse:  # a nested gated site is stripped too
+                visited = self.visit(stmt)
+                kept.extend(visited if isinstance(visited, list) else [visited])
+            return kept or [ast.Pass()]
         return self.generic_visit(node)
 
 
