@@ -18,6 +18,7 @@ import os
 import re
 import secrets as _secrets
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -40,6 +41,18 @@ class ServerOptions(BaseModel):
 
     model_config = _FROZEN
     server_refs: ClassVar[dict[str, ServerKind]] = {}
+
+    def references(self) -> Iterator[tuple[str, str, ServerKind]]:
+        """(key path, server name, kind) of every server these options name: a
+        ``server_refs`` field holds one name, or a mapping whose values are names."""
+        for field, kind in self.server_refs.items():
+            value = getattr(self, field, None)
+            if isinstance(value, dict):
+                for key, target in value.items():
+                    if isinstance(target, str):
+                        yield f"{field}.{key}", target, kind
+            elif isinstance(value, str):
+                yield field, value, kind
 
 
 class RunConfig(BaseModel):
@@ -79,6 +92,14 @@ class RunConfig(BaseModel):
     max_request_bytes: int = Field(
         16 * 1024 * 1024, ge=1024, description="Largest request body a server accepts."
     )
+    trajectories: bool = Field(
+        False,
+        description="Agents return each rollout's turns; written to trajectories.jsonl.",
+    )
+    capture_tokens: bool = Field(
+        False,
+        description="Trajectories also hold the engine's token ids and log-probabilities.",
+    )
     placement: Literal["local", "ray"] = Field(
         "local", description="Launched servers run as local processes, or as Ray actors."
     )
@@ -98,6 +119,11 @@ class ServerConfig(BaseModel):
     kind: ServerKind
     impl: str | None = Field(None, description="Built-in name or 'package.module:Class'.")
     url: str | None = Field(None, description="Base URL of a server already running elsewhere.")
+    restart: int = Field(
+        3,
+        ge=0,
+        description="Times a launched server that dies during the run is restarted (0: never).",
+    )
 
     @model_validator(mode="after")
     def _impl_xor_url(self) -> ServerConfig:
@@ -105,6 +131,8 @@ class ServerConfig(BaseModel):
             raise ValueError(
                 "give exactly one of 'impl' (launch it) or 'url' (use a running server)"
             )
+        if self.url is not None and "restart" in self.model_fields_set:
+            raise ValueError("'restart' applies to launched servers ('impl'), not to a 'url'")
         if self.url is not None and not re.match(r"^https?://[^/]+", self.url):
             raise ValueError(f"'url' must be an http(s) URL, got {self.url!r}")
         return self
@@ -271,9 +299,18 @@ def load_config(
     """
     source = Path(path)
     try:
-        text = source.read_text(encoding="utf-8")
+        raw = source.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read config: {exc.strerror}", source=str(source)) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"line {line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+            "save the config as UTF-8",
+            source=str(source),
+        ) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -368,23 +405,26 @@ def _check_servers(config: JobConfig, source: str) -> None:
         except ValidationError as exc:
             key_path, message = _describe(exc)
             raise ConfigError(message, source=source, key_path=f"{base}.{key_path}") from None
-        for field, kind in impl.Options.server_refs.items():
-            target = getattr(options, field, None)
-            if target is None:
-                continue
-            other = config.servers.get(target)
-            if other is None:
-                raise ConfigError(
-                    f"names server {target!r}, which is not in servers: (have {sorted(config.servers)})",
-                    source=source,
-                    key_path=f"{base}.{field}",
-                )
-            if other.kind != kind:
-                raise ConfigError(
-                    f"names server {target!r} of kind {other.kind!r}; expected a {kind} server",
-                    source=source,
-                    key_path=f"{base}.{field}",
-                )
+        for field, target, kind in options.references():
+            _check_reference(config, source, f"{base}.{field}", target, kind)
+
+
+def _check_reference(
+    config: JobConfig, source: str, key_path: str, target: str, kind: ServerKind
+) -> None:
+    other = config.servers.get(target)
+    if other is None:
+        raise ConfigError(
+            f"names server {target!r}, which is not in servers: (have {sorted(config.servers)})",
+            source=source,
+            key_path=key_path,
+        )
+    if other.kind != kind:
+        raise ConfigError(
+            f"names server {target!r} of kind {other.kind!r}; expected a {kind} server",
+            source=source,
+            key_path=key_path,
+        )
 
 
 def _check_routes(config: JobConfig, source: str) -> None:

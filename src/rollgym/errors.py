@@ -19,6 +19,11 @@ A failed rollout is data, not an exception that takes the run down: the driver t
 
 from __future__ import annotations
 
+#: The error ``field`` that marks a refused credential (an upstream 401/403) all the way to
+#: the driver, which records it as a permanent ``authentication`` failure, never retried.
+AUTHENTICATION = "authentication"
+AUTH_STATUSES = (401, 403)
+
 
 class RollgymError(Exception):
     """Root of every error rollgym raises on purpose."""
@@ -47,6 +52,18 @@ class InputError(RollgymError):
         self.detail = message
         where = f"{path}:{line}" + (f": field {field!r}" if field else "")
         super().__init__(f"{where}: {message}")
+
+
+class OutputError(RollgymError):
+    """A record could not be written (a full disk, a lost mount): the run stops, resumable."""
+
+    def __init__(self, path: object, exc: OSError | str) -> None:
+        self.path = path
+        reason = exc if isinstance(exc, str) else (exc.strerror or str(exc))
+        super().__init__(
+            f"cannot write {path}: {reason}; the run stopped after its last whole record: "
+            "free space and run the same command again to resume"
+        )
 
 
 class LaunchError(RollgymError):

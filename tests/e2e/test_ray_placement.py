@@ -35,7 +35,8 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "examples" / "quickstart.yaml"
 SERVERS = {"policy", "arith", "keys", "solver", "walker"}
-RAY_INIT = {"num_cpus": 2, "include_dashboard": False, "log_to_driver": False}
+#: address="local": always a fresh local Ray, never an earlier one's stale ray_current_cluster.
+RAY_INIT = {"address": "local", "num_cpus": 2, "include_dashboard": False, "log_to_driver": False}
 
 
 @pytest.fixture

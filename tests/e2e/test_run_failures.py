@@ -59,7 +59,7 @@ def test_agent_without_numeric_reward_is_a_permanent_failure(
 
 def test_agent_killed_mid_run_keeps_exact_accounting(job: Job, no_leftover_servers: None) -> None:
     job.write(
-        {"a": agent("agents:DyingAgent", die_after=10)},
+        {"a": agent("agents:DyingAgent", die_after=10, restart=0)},
         [{"q": i} for i in range(40)],
         agent="a",
         concurrency=4,
@@ -70,7 +70,7 @@ def test_agent_killed_mid_run_keeps_exact_accounting(job: Job, no_leftover_serve
     _accounting_holds(job, 40)
     assert 1 <= len(job.rollouts) <= 10  # requests in flight when it died are lost with it
     kinds = {f["error_kind"] for f in job.failures}
-    assert kinds <= {"connection_error", "http_5xx"} and kinds
+    assert kinds <= {"connection_error", "http_5xx", "server_down"} and kinds
     assert all(isinstance(r["reward"], float) for r in job.rollouts)
 
 

@@ -182,7 +182,7 @@ async def test_crash_at_start_is_a_launch_error_quoting_the_log(tmp_path, custom
             pytest.fail("the block must not run")
     assert info.value.server == "vault"
     assert "crashy refuses to start: the vault is missing" in str(info.value)
-    assert "exited with code" in str(info.value)
+    assert "exited (exit status 1) before it was healthy" in str(info.value)
     assert launched_pids() == []
 
 

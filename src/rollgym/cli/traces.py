@@ -71,6 +71,14 @@ def add_serve_parser(commands: Any) -> argparse.ArgumentParser:
     )
     serve.add_argument("--port", type=int, default=4318, help="0 picks a free port")
     serve.add_argument("--run-dir", type=Path, help="run directory shown by the viewer")
+    serve.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name requests may address besides loopback and --host (repeatable); "
+        "others are refused (DNS rebinding protection)",
+    )
     serve.add_argument("--ready-file", type=Path, help="write {endpoint, port, pid} when ready")
     serve.add_argument(
         "--max-body-bytes",
@@ -114,6 +122,7 @@ def _serve(args: argparse.Namespace) -> int:
                 run_dir=args.run_dir,
                 ready_file=args.ready_file,
                 max_body=args.max_body_bytes,
+                allow_hosts=tuple(args.allow_host),
                 token=token,
             )
         )

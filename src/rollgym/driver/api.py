@@ -34,7 +34,7 @@ from collections.abc import (
 from typing import Any
 
 from rollgym.driver.admission import SharedSource, WorkerPool
-from rollgym.driver.dispatch import Dispatcher
+from rollgym.driver.dispatch import Dispatcher, Rotation
 from rollgym.driver.outcomes import Outcome, RolloutFailure
 from rollgym.driver.retry import InFlight, RetryPolicy, cancelled_failure, run_rollout
 from rollgym.driver.rows import (
@@ -47,8 +47,10 @@ from rollgym.driver.rows import (
     expand,
     read_mappings,
 )
+from rollgym.driver.unique_ids import UniqueIds
 from rollgym.http.client import HttpClient
 from rollgym.telemetry.embedder import CallerTracing
+from rollgym.trajectory.record import Capture
 
 _DONE = object()
 
@@ -83,7 +85,9 @@ def _expand_sync(
 class Collector:
     """Runs rollouts against running servers with bounded concurrency, retries and identity.
 
-    ``servers`` maps server name -> base URL. Rows go to the agent their ``agent`` field
+    ``servers`` maps server name -> base URL. With ``trajectories`` (or ``capture_tokens``,
+    which adds the engine's token ids and log-probabilities) each :class:`RolloutResult`
+    carries the rollout's trajectory. Rows go to the agent their ``agent`` field
     names, else to the ``agent`` given here; rows of a materialized task set
     (``task_id: {taskset, task_id}``) whose task set is in ``environment_routes`` go to that
     environment server's episode ``/run``.
@@ -91,6 +95,9 @@ class Collector:
     ``span_groups`` (a preset name or a list of groups, as ``telemetry.preset``) chooses the
     driver's spans when the Collector traces into the embedder's own provider; it is ignored
     where rollgym's own telemetry is set up (``rollgym run`` uses its config).
+
+    ``rotation`` (the CLI job's server supervisor) holds back attempts for a server that is
+    restarting.
     """
 
     def __init__(
@@ -109,6 +116,9 @@ class Collector:
         metrics: Any = None,
         http_metrics: Any = None,
         span_groups: str | Iterable[str] = "default",
+        trajectories: bool = False,
+        capture_tokens: bool = False,
+        rotation: Rotation | None = None,
     ) -> None:
         if concurrency < 1 or repeats < 1 or max_attempts < 1:
             raise ValueError("concurrency, repeats and max_attempts must be at least 1")
@@ -125,9 +135,11 @@ class Collector:
         self.policy = RetryPolicy(max_attempts, retry_backoff_s, retry_backoff_max_s)
         self.in_flight = InFlight()
         self._urls = dict(servers)
+        self._capture: Capture = "tokens" if capture_tokens else "turns" if trajectories else "off"
         self._timeout_s = timeout_s
         self._metrics = metrics
         self._http_metrics = http_metrics
+        self._rotation = rotation
         self._client: HttpClient | None = None
         self._pool: WorkerPool[WorkItem] | None = None
         self._caller_tracing = CallerTracing(span_groups)
@@ -184,8 +196,12 @@ class Collector:
 
     def _entries(self, rows: Any) -> Iterator[TaskRow | BadLine] | AsyncIterator[TaskRow | BadLine]:
         if isinstance(rows, AsyncIterable):
-            return aread_mappings(rows, self.router)
-        return read_mappings(rows, self.router)
+            return aread_mappings(rows, self.router, ids=self.unique_ids())
+        return read_mappings(rows, self.router, ids=self.unique_ids())
+
+    def unique_ids(self) -> UniqueIds:
+        """A fresh explicit-id check for one stream of rows (repeats and retries included)."""
+        return UniqueIds(self.repeats, self.policy.max_attempts)
 
     def _items(
         self, entries: Any, skip: Skip | None
@@ -201,7 +217,9 @@ class Collector:
 
         ``room`` (the stream form) bounds records waiting for a slow consumer.
         """
-        send = Dispatcher(self.client, self._urls, self._timeout_s).send_attempt
+        send = Dispatcher(
+            self.client, self._urls, self._timeout_s, self._capture, self._rotation
+        ).send_attempt
         policy, in_flight, metrics = self.policy, self.in_flight, self._metrics
 
         async def work(item: WorkItem) -> None:

@@ -9,21 +9,29 @@ row, never from the posted body (an episode body carries it only as ``episode_id
 The answer is classified here, once: transient failures (connection error, timeout, HTTP 5xx
 and 429) may be retried by :mod:`rollgym.driver.retry`; permanent ones (other 4xx, a non-JSON
 answer, an answer without a numeric ``reward``, including a rollgym server's own refusal of one
-with ``{"field": "reward"}`` in its error body) may not.
+with ``{"field": "reward"}`` in its error body; a refused credential: 401/403, or an error body
+with ``{"field": "authentication"}`` from an agent whose upstream refused its key) may not.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from rollgym.driver.rows import Rollout, collector_row, task_of
-from rollgym.errors import DispatchError, PermanentDispatchError, TransientDispatchError
+from rollgym.errors import (
+    AUTH_STATUSES,
+    AUTHENTICATION,
+    DispatchError,
+    PermanentDispatchError,
+    TransientDispatchError,
+)
 from rollgym.http.client import HttpClient, HttpResponse
 from rollgym.identity import episode_body, make_rollout_id
 from rollgym.rewards import is_reward
 from rollgym.telemetry.groups import gate
 from rollgym.telemetry.names import OUTCOME_ERROR, OUTCOME_OK, OUTCOME_TIMEOUT
+from rollgym.trajectory.record import CAPTURE_HEADER, Capture
 
 
 class AttemptOutcome(NamedTuple):
@@ -60,14 +68,25 @@ def _error_text(response: HttpResponse) -> str:
     return response.text or (repr(data)[:200] if data is not None else "")
 
 
+def _field_of(response: HttpResponse) -> Any:
+    data = response.data
+    return data.get("field") if isinstance(data, dict) else None
+
+
 def _says_no_reward(response: HttpResponse) -> bool:
     """A rollgym server refuses its own reward-less answer as ``{"field": "reward"}``.
 
     Another attempt would produce the same kind of answer, so it is permanent, like a 200
     without a reward.
     """
-    data = response.data
-    return isinstance(data, dict) and data.get("field") == "reward"
+    return _field_of(response) == "reward"
+
+
+def _refuses_row(response: HttpResponse) -> bool:
+    """A 400 naming a field of the row itself (``{"field": "row.<key>"}``): the agent cannot
+    serve that row (an image input, an unknown sampling parameter), which is the row's fault."""
+    field = _field_of(response)
+    return response.status == 400 and isinstance(field, str) and field.startswith("row.")
 
 
 def classify(response: HttpResponse, server: str) -> tuple[float, dict[str, Any]]:
@@ -78,6 +97,11 @@ def classify(response: HttpResponse, server: str) -> tuple[float, dict[str, Any]
         message = f"{server!r} answered HTTP {status}: {text}"
         if _says_no_reward(response):
             raise PermanentDispatchError(message, kind="missing_reward", server=server)
+        if _refuses_row(response):
+            raise PermanentDispatchError(message, kind="invalid_row", server=server)
+        if status in AUTH_STATUSES or _field_of(response) == AUTHENTICATION:
+            # A refused credential fails every attempt alike: permanent, never retried.
+            raise PermanentDispatchError(message, kind="authentication", server=server)
         if status >= 500:
             raise TransientDispatchError(message, kind="http_5xx", server=server)
         if status == 429:
@@ -107,13 +131,42 @@ def classify(response: HttpResponse, server: str) -> tuple[float, dict[str, Any]
     return float(reward), data
 
 
-class Dispatcher:
-    """Sends attempts through the one :class:`HttpClient` to the servers' base URLs."""
+class Rotation(Protocol):
+    """Which servers are out of rotation (dead, restarting): the run's server supervisor.
 
-    def __init__(self, client: HttpClient, urls: dict[str, str], timeout_s: float) -> None:
+    ``out_of_rotation`` is empty while every server serves, so the hot path pays one check.
+    """
+
+    out_of_rotation: dict[str, str]
+
+    async def wait_in_rotation(self, server: str) -> DispatchError | None: ...
+
+    def note_unreachable(self, server: str) -> None: ...
+
+
+class Dispatcher:
+    """Sends attempts through the one :class:`HttpClient` to the servers' base URLs.
+
+    With a ``rotation``, an attempt for a server that is out of rotation (or calls one that
+    is) waits until it is back, or fails at once when it is gone for good.
+    """
+
+    def __init__(
+        self,
+        client: HttpClient,
+        urls: dict[str, str],
+        timeout_s: float,
+        capture: Capture = "off",
+        rotation: Rotation | None = None,
+    ) -> None:
         self._client = client
         self._run_urls = {name: url.rstrip("/") + "/run" for name, url in urls.items()}
         self._timeout = timeout_s
+        #: Asks the agent for a trajectory; None keeps the no-header fast path.
+        self._headers: dict[str, str] | None = (
+            {CAPTURE_HEADER: capture} if capture != "off" else None
+        )
+        self._rotation = rotation
 
     async def send_attempt(self, rollout: Rollout, attempt: int) -> AttemptOutcome:
         """One POST ``/run`` for ``rollout``'s attempt ``attempt``; never raises a DispatchError."""
@@ -126,8 +179,14 @@ class Dispatcher:
         )
         body = episode_body(rollout_id, attempt, task_of(row)) if target.episode else row
         server = target.server_name
+        rotation = self._rotation
+        if rotation is not None and rotation.out_of_rotation:
+            down = await rotation.wait_in_rotation(server)
+            if down is not None:
+                return AttemptOutcome(rollout_id, attempt, None, None, down, None, time.time(), 0.0)
         post = self._client.post_json
         url = self._run_urls[server]
+        headers = self._headers
         started_at = time.time()
         t0 = time.perf_counter()
         sampled = True
@@ -135,7 +194,7 @@ class Dispatcher:
             from rollgym.telemetry import spans
 
             with spans.dispatch_span(row, target.dispatch_name, server) as span:
-                answer = await _post(post, server, url, body, self._timeout)
+                answer = await _post(post, server, url, body, self._timeout, headers)
                 reward, result, error, trace_id = interpret(answer, server)
                 spans.record_dispatch_outcome(span, outcome_label(error), reward)
                 context = span.get_span_context()
@@ -147,10 +206,12 @@ class Dispatcher:
                 from rollgym.telemetry import spans
 
                 with spans.outside_owned_job():
-                    answer = await _post(post, server, url, body, self._timeout)
+                    answer = await _post(post, server, url, body, self._timeout, headers)
             else:
-                answer = await _post(post, server, url, body, self._timeout)
+                answer = await _post(post, server, url, body, self._timeout, headers)
             reward, result, error, trace_id = interpret(answer, server)
+        if error is not None and error.transient and rotation is not None:
+            rotation.note_unreachable(server)
         return AttemptOutcome(
             rollout_id,
             attempt,
@@ -165,11 +226,18 @@ class Dispatcher:
 
 
 async def _post(
-    post: Any, server: str, url: str, body: Any, timeout: float
+    post: Any,
+    server: str,
+    url: str,
+    body: Any,
+    timeout: float,
+    headers: dict[str, str] | None,
 ) -> HttpResponse | DispatchError:
     """The single POST ``/run`` of an attempt: its answer, or the error that ended it."""
     try:
-        answer: HttpResponse = await post(server, url, body, timeout=timeout, route="/run")
+        answer: HttpResponse = await post(
+            server, url, body, timeout=timeout, headers=headers, route="/run"
+        )
     except DispatchError as exc:
         return exc
     return answer

@@ -25,6 +25,7 @@ from rollgym.driver.outcomes import Outcome, RolloutResult
 from rollgym.driver.output import Ledger, OutcomeWriter
 from rollgym.driver.progress import ProgressReporter, count_rows
 from rollgym.driver.rows import read_jsonl
+from rollgym.driver.sessions import SessionLog
 from rollgym.driver.summary import (
     Aggregator,
     Summary,
@@ -33,7 +34,8 @@ from rollgym.driver.summary import (
     write_json_atomic,
 )
 from rollgym.driver.telemetry_setup import JobTelemetry
-from rollgym.errors import ConfigError, DispatchError
+from rollgym.errors import ConfigError, DispatchError, OutputError
+from rollgym.servers.supervisor import Supervisor, report_to_stderr
 from rollgym.telemetry.groups import gate
 
 RUN_FILE = "run.json"
@@ -123,17 +125,36 @@ class Interrupts:
             self.main_task.cancel()
 
 
+def make_supervisor(config: JobConfig) -> Supervisor:
+    """The watch over the run's launched servers, with each one's ``restart`` budget."""
+    from rollgym.servers.launcher import dependencies
+
+    limits = {name: server.restart for name, server in config.servers.items() if server.impl}
+    return Supervisor(limits, dependencies(config))
+
+
 @asynccontextmanager
 async def _servers(
-    config: JobConfig, run_id: str, output_dir: Path, env: dict[str, str]
+    config: JobConfig,
+    run_id: str,
+    output_dir: Path,
+    env: dict[str, str],
+    supervisor: Supervisor | None,
 ) -> AsyncIterator[dict[str, str]]:
     from rollgym.servers.launcher import launch_servers
 
-    async with launch_servers(config, run_id=run_id, output_dir=output_dir, env=env) as urls:
+    async with launch_servers(
+        config, run_id=run_id, output_dir=output_dir, env=env, supervisor=supervisor
+    ) as urls:
         yield dict(urls)
 
 
-def make_collector(config: JobConfig, urls: dict[str, str], telemetry: JobTelemetry) -> Collector:
+def make_collector(
+    config: JobConfig,
+    urls: dict[str, str],
+    telemetry: JobTelemetry,
+    rotation: Supervisor | None = None,
+) -> Collector:
     """The job's Collector: agent and environment servers of the config, at their live URLs."""
     run = config.run
     agents = config.servers_of_kind("agent")
@@ -151,6 +172,9 @@ def make_collector(config: JobConfig, urls: dict[str, str], telemetry: JobTeleme
         agents=agents,
         metrics=telemetry.metrics,
         http_metrics=telemetry.http_metrics,
+        trajectories=run.trajectories,
+        capture_tokens=run.capture_tokens,
+        rotation=rotation,
     )
 
 
@@ -166,15 +190,23 @@ async def collect(
 
     def record(outcome: Outcome) -> None:
         nonlocal count
-        writer.write(outcome)
+        try:
+            writer.write(outcome)
+        except OutputError:
+            # A full disk: stop the run. What is in flight is cancelled and, the writer being
+            # broken, not recorded: the files end at the last whole record, a resume runs the rest.
+            collector.interrupt()
+            return
         if isinstance(outcome, RolloutResult):
             aggregator.add_result(outcome.dispatch_name, outcome.task_index, outcome.reward)
         else:
             aggregator.add_failure(outcome.dispatch_name, outcome.error_kind)
         count += 1
 
-    entries = read_jsonl(config.run.input, collector.router)
+    entries = read_jsonl(config.run.input, collector.router, collector.unique_ids())
     await collector.run_entries(entries, record, ledger.skip if ledger.resumed else None)
+    if writer.broken is not None:
+        raise writer.broken
     return count
 
 
@@ -216,9 +248,9 @@ def finalize(summary: Summary, output_dir: Path) -> None:
         from rollgym.telemetry import spans
 
         with spans.finalize_span():
-            write_json_atomic(output_dir / "summary.json", summary.to_json())
+            write_summary(summary, output_dir)
     else:
-        write_json_atomic(output_dir / "summary.json", summary.to_json())
+        write_summary(summary, output_dir)
 
 
 class JobState:
@@ -239,6 +271,9 @@ class JobState:
         self.count = 0
         self.environments: dict[str, Any] = {}
         self.started = time.monotonic()
+        self.supervisor = make_supervisor(config)
+        self.warnings: list[str] = []
+        self.sessions = SessionLog(output_dir)
 
     def summary(self) -> Summary:
         duration = time.monotonic() - self.started
@@ -246,6 +281,8 @@ class JobState:
             self.run_id, self.status, self.aggregator, duration, self.count
         )
         summary.environments = self.environments
+        summary.servers = self.supervisor.to_json()
+        summary.warnings = self.warnings + self.supervisor.gone()
         summary.output_dir = str(self.output_dir)
         return summary
 
@@ -263,9 +300,14 @@ async def _collect_phase(state: JobState, collector: Collector, interrupts: Inte
     interrupts.collector = collector
     try:
         with OutcomeWriter(state.output_dir) as writer:
-            state.count = await collect(
-                collector, state.config, state.ledger, writer, state.aggregator
-            )
+            try:
+                state.count = await collect(
+                    collector, state.config, state.ledger, writer, state.aggregator
+                )
+            except OutputError as exc:
+                state.status = "output_error"
+                state.warnings.append(str(exc))
+                raise
         state.status = "completed"
     finally:
         interrupts.collector = None
@@ -278,6 +320,7 @@ async def _job_body(
     state: JobState, collector: Collector, urls: dict[str, str], interrupts: Interrupts
 ) -> None:
     """The run-level work ``gym.job`` holds: collection, aggregate metrics, finalization."""
+    state.sessions.begin(_current_trace_id())
     await _collect_phase(state, collector, interrupts)
     if state.status == "completed":
         state.environments = await aggregate_metrics(collector, state.config, urls)
@@ -289,9 +332,10 @@ async def _serve_and_collect(
 ) -> None:
     """Launch the servers, open the one client (outside any span), run the job body."""
     config, run_id = state.config, state.run_id
+    supervisor = state.supervisor
     async with (
-        _servers(config, run_id, state.output_dir, telemetry.server_env) as urls,
-        make_collector(config, urls, telemetry) as collector,
+        _servers(config, run_id, state.output_dir, telemetry.server_env, supervisor) as urls,
+        make_collector(config, urls, telemetry, supervisor) as collector,
     ):
         if gate.job:
             from rollgym.telemetry import spans
@@ -300,6 +344,16 @@ async def _serve_and_collect(
                 await _job_body(state, collector, urls, interrupts)
         else:
             await _job_body(state, collector, urls, interrupts)
+
+
+def _current_trace_id() -> str | None:
+    """The job's trace id when ``gym.job`` is open (for ``sessions.jsonl``), else None."""
+    if not gate.job:
+        return None
+    from opentelemetry import trace
+
+    context = trace.get_current_span().get_span_context()
+    return format(context.trace_id, "032x") if context.is_valid else None
 
 
 def _total(config: JobConfig) -> int | None:
@@ -317,7 +371,10 @@ async def run_job(config: JobConfig, *, handle_signals: bool = False) -> Summary
     """
     run_id, output_dir = resolve_run(config)
     if not config.run.input.is_file():
-        raise ConfigError(f"input file {config.run.input} does not exist", key_path="run.input")
+        problem = (
+            "is a directory, not a JSONL file" if config.run.input.is_dir() else "does not exist"
+        )
+        raise ConfigError(f"input file {config.run.input} {problem}", key_path="run.input")
     prepare_output(config, run_id, output_dir)
     state = JobState(config, run_id, output_dir)
     interrupts = Interrupts()
@@ -327,6 +384,7 @@ async def run_job(config: JobConfig, *, handle_signals: bool = False) -> Summary
     telemetry = JobTelemetry()
     try:
         telemetry.start(config, output_dir, run_id)
+        telemetry.watch_store()
         try:
             await _serve_and_collect(state, telemetry, interrupts)
         finally:
@@ -335,12 +393,39 @@ async def run_job(config: JobConfig, *, handle_signals: bool = False) -> Summary
             summary = state.summary()
             # servers have stopped and written their span counts; the driver flushes last
             summary.telemetry = _telemetry_counts(telemetry.flush(), config, output_dir)
-            write_json_atomic(output_dir / "summary.json", summary.to_json())
+            summary.telemetry.update(telemetry.store_counts())
+            summary.warnings += telemetry_warnings(summary.telemetry)
+            write_summary(summary, output_dir)
+            state.sessions.end()
     finally:
         await telemetry.stop_store()
         if handle_signals:
             interrupts.remove(loop)
     return summary
+
+
+def write_summary(summary: Summary, output_dir: Path) -> None:
+    """``summary.json``, if it can be written: on a full disk the run's own error (which says
+    how to resume) matters more than a second one, so this only says it could not."""
+    try:
+        write_json_atomic(output_dir / "summary.json", summary.to_json())
+    except OSError as exc:
+        report_to_stderr(
+            f"rollgym: summary.json could not be written ({exc.strerror or exc}); "
+            "rollouts.jsonl and failures.jsonl hold every recorded rollout"
+        )
+
+
+def telemetry_warnings(counts: dict[str, Any]) -> list[str]:
+    """What the person running the job must hear about its trace store (dropped spans have
+    their own line: :func:`rollgym.driver.report.telemetry_loss_line`)."""
+    warnings = []
+    if counts.get("store_deaths"):
+        warnings.append(
+            f"the trace store died {counts['store_deaths']} time(s) and was restarted "
+            f"{counts['store_restarts']} time(s); it was down {counts['store_down_s']} s"
+        )
+    return warnings
 
 
 def _telemetry_counts(

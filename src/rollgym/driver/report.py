@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rollgym.driver.summary import Summary
@@ -10,6 +11,12 @@ from rollgym.driver.summary import Summary
 
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
+
+
+def _rate(summary: Summary) -> str:
+    if summary.rollouts_per_s is None:
+        return "nothing left to run: every rollout was recorded by an earlier session"
+    return f"{summary.rollouts_per_s:.1f} rollouts/s"
 
 
 def summary_table(summary: Summary) -> Table:
@@ -51,8 +58,14 @@ def print_report(summary: Summary, console: Console | None = None) -> None:
     kinds = ", ".join(f"{kind}: {n}" for kind, n in summary.failed_by_kind.items()) or "none"
     console.print(
         f"requested {summary.requested} = completed {summary.completed} + failed {summary.failed} "
-        f"(failures by kind: {kinds}); {summary.rollouts_per_s:.1f} rollouts/s"
+        f"(failures by kind: {kinds}); {_rate(summary)}"
     )
+    restarts = {name: s["restarts"] for name, s in summary.servers.items() if s.get("deaths")}
+    if restarts:
+        listed = ", ".join(f"{name}: {n}" for name, n in restarts.items())
+        console.print(f"[yellow]server restarts[/]: {listed}", markup=True)
+    for warning in summary.warnings:
+        console.print(f"[yellow]warning[/]: {escape(warning)}")
     if summary.output_dir:
         console.print(
             f"results: {summary.output_dir}/ (rollouts.jsonl, failures.jsonl, summary.json)"

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from rollgym.driver.outcomes import RolloutFailure
+from rollgym.driver.unique_ids import UniqueIds
 from rollgym.errors import InputError
 from rollgym.identity import (
     ATTEMPT,
@@ -184,19 +185,30 @@ def _entry(
     line: int,
     router: Router,
     where: str,
+    ids: UniqueIds | None,
 ) -> TaskRow | BadLine:
     if isinstance(row_or_error, InputError):
         return BadLine(task_index, line, str(row_or_error), None)
     row = row_or_error
-    routed = router.route(row, where)
     explicit = row.get(EXPLICIT_ID)
+    if ids is not None:
+        taken = ids.claim(explicit, task_index, line)
+        if taken is not None:
+            return BadLine(task_index, line, f"{where}: field {EXPLICIT_ID!r}: {taken}", None)
+    routed = router.route(row, where)
     if isinstance(routed, Target):
         return TaskRow(task_index, line, row, explicit, routed)
     return TaskRow(task_index, line, row, explicit, None, routed)
 
 
-def read_jsonl(path: str | Path, router: Router) -> Iterator[TaskRow | BadLine]:
-    """Stream the rows of a JSONL file, one line in memory at a time."""
+def read_jsonl(
+    path: str | Path, router: Router, ids: UniqueIds | None = None
+) -> Iterator[TaskRow | BadLine]:
+    """Stream the rows of a JSONL file, one line in memory at a time.
+
+    ``ids`` (one per run) turns a row whose explicit rollout id collides with an earlier row's
+    ids into a :class:`BadLine`.
+    """
     name = str(path)
     task_index = 0
     with open(path, "rb") as handle:
@@ -207,11 +219,13 @@ def read_jsonl(path: str | Path, router: Router) -> Iterator[TaskRow | BadLine]:
                 parsed: dict[str, Any] | InputError = parse_line(raw, path=name, line=line_number)
             except InputError as exc:
                 parsed = exc
-            yield _entry(parsed, task_index, line_number, router, f"{name}:{line_number}")
+            yield _entry(parsed, task_index, line_number, router, f"{name}:{line_number}", ids)
             task_index += 1
 
 
-def _mapping_entry(item: Any, position: int, router: Router, source: str) -> TaskRow | BadLine:
+def _mapping_entry(
+    item: Any, position: int, router: Router, source: str, ids: UniqueIds | None
+) -> TaskRow | BadLine:
     line = position + 1
     try:
         if type(item) is not dict and isinstance(item, Mapping):
@@ -219,22 +233,24 @@ def _mapping_entry(item: Any, position: int, router: Router, source: str) -> Tas
         parsed: dict[str, Any] | InputError = check_row(item, path=source, line=line)
     except InputError as exc:
         parsed = exc
-    return _entry(parsed, position, line, router, f"{source}:{line}")
+    return _entry(parsed, position, line, router, f"{source}:{line}", ids)
 
 
 def read_mappings(
-    rows: Iterable[Any], router: Router, source: str = "<rows>"
+    rows: Iterable[Any], router: Router, source: str = "<rows>", ids: UniqueIds | None = None
 ) -> Iterator[TaskRow | BadLine]:
     """Rows given by an embedder as mappings; "line" is the 1-based position."""
     for position, item in enumerate(rows):
-        yield _mapping_entry(item, position, router, source)
+        yield _mapping_entry(item, position, router, source, ids)
 
 
-async def aread_mappings(rows: AsyncIterable[Any], router: Router, source: str = "<rows>"):
+async def aread_mappings(
+    rows: AsyncIterable[Any], router: Router, source: str = "<rows>", ids: UniqueIds | None = None
+):
     """Like :func:`read_mappings` for an async iterable of rows."""
     position = 0
     async for item in rows:
-        yield _mapping_entry(item, position, router, source)
+        yield _mapping_entry(item, position, router, source, ids)
         position += 1
 
 

@@ -10,7 +10,6 @@ costs a few MB, not a dict of tuples.
 
 from __future__ import annotations
 
-import os
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from rollgym.files import write_atomically
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -138,19 +139,25 @@ class Summary:
     failed_by_kind: dict[str, int]
     by_dispatch_name: dict[str, Any]
     environments: dict[str, Any] = field(default_factory=dict)
-    telemetry: dict[str, int] = field(
+    telemetry: dict[str, Any] = field(
         default_factory=lambda: {"spans_exported": 0, "spans_dropped": 0}
     )
     duration_s: float = 0.0
-    rollouts_per_s: float = 0.0
+    #: Records per second of this session; None when it recorded none (nothing left to run).
+    rollouts_per_s: float | None = 0.0
     output_dir: str | None = None
+    #: Per launched server: deaths, restarts, whether it ended the run down.
+    servers: dict[str, Any] = field(default_factory=dict)
+    #: Things the person running the job must see (a server gone, spans dropped).
+    warnings: list[str] = field(default_factory=list)
 
     @classmethod
     def from_aggregator(
         cls, run_id: str, status: str, aggregator: Aggregator, duration_s: float, session_count: int
     ) -> Summary:
         """``session_count``: records of this session only, for the rate."""
-        rate = session_count / duration_s if duration_s > 0 else 0.0
+        # A session that ran nothing (a resume of a finished run) has no rate, not 0/s.
+        rate = session_count / duration_s if session_count and duration_s > 0 else None
         return cls(
             run_id=run_id,
             status=status,
@@ -160,7 +167,7 @@ class Summary:
             failed_by_kind=dict(sorted(aggregator.failed_by_kind.items())),
             by_dispatch_name=aggregator.by_dispatch_name(),
             duration_s=round(duration_s, 3),
-            rollouts_per_s=round(rate, 3),
+            rollouts_per_s=round(rate, 3) if rate is not None else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -176,14 +183,14 @@ class Summary:
             "telemetry": self.telemetry,
             "duration_s": self.duration_s,
             "rollouts_per_s": self.rollouts_per_s,
+            "servers": self.servers,
+            "warnings": self.warnings,
         }
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write a JSON file so a reader never sees half of it (temp file + ``os.replace``)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
-    os.replace(tmp, path)
+    """Write a JSON file so a reader never sees half of it (:func:`write_atomically`)."""
+    write_atomically(path, orjson.dumps(data, option=orjson.OPT_INDENT_2))
 
 
 def add_telemetry_counts(total: dict[str, int], counts: dict[str, Any] | None) -> None:

@@ -8,15 +8,24 @@ everything.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from rollgym.config import JobConfig
+from rollgym.servers.supervisor import report_to_stderr
 
 _log = logging.getLogger(__name__)
+
+#: How often the driver checks that its trace store is alive.
+STORE_POLL_S = 0.5
+#: Restarts of the run's trace store before the run goes on without one.
+STORE_RESTARTS = 3
 
 
 class JobTelemetry:
@@ -28,6 +37,13 @@ class JobTelemetry:
         self.server_env: dict[str, str] = {}
         #: Bearer token of the local store when it listens beyond loopback (never written out).
         self.store_token: str | None = None
+        #: The store's deaths and restarts, and the seconds it was down (summary.json).
+        self.store_deaths = 0
+        self.store_restarts = 0
+        self.store_down_s = 0.0
+        self._store_args: tuple[Path, Path] | None = None
+        self._store_options: dict[str, Any] = {}
+        self._watch: asyncio.Task[None] | None = None
 
     @property
     def metrics(self) -> Any:
@@ -72,13 +88,9 @@ class JobTelemetry:
 
             host, port = address
             self.store_token = store_token(host)
-            self.store = start_trace_store(
-                output_dir / "traces.db",
-                output_dir / "logs" / "tracestore.log",
-                host=host,
-                port=port,
-                token=self.store_token,
-            )
+            self._store_args = (output_dir / "traces.db", output_dir / "logs" / "tracestore.log")
+            self._store_options = {"host": host, "token": self.store_token}
+            self.store = start_trace_store(*self._store_args, port=port, **self._store_options)
         except Exception as exc:  # noqa: BLE001 - telemetry never decides whether a run runs
             _log.warning("local trace store did not start (%s); traces are not exported", exc)
             self.store_token = None
@@ -97,7 +109,64 @@ class JobTelemetry:
         except Exception:  # noqa: BLE001
             return {"spans_exported": 0, "spans_dropped": 0}
 
+    def watch_store(self) -> None:
+        """Watch the run's store; restart it on its port when it dies (bounded). Call it in
+        the run's event loop, outside any span."""
+        if self.store is not None and self._watch is None:
+            self._watch = asyncio.get_running_loop().create_task(self._watch_store())
+
+    async def _watch_store(self) -> None:
+        """Spans sent while the store is down are dropped by their exporters (and counted
+        there); this only brings it back and measures the gap."""
+        while self.store is not None:
+            await asyncio.sleep(STORE_POLL_S)
+            process = self.store.process
+            if process.poll() is None:
+                continue
+            self.store_deaths += 1
+            died = time.monotonic()
+            port = int(self.store.endpoint.rsplit(":", 1)[1])
+            report_to_stderr(
+                f"rollgym: the trace store died (exit status {process.returncode}); spans "
+                "sent until it is back are dropped and counted"
+            )
+            if self.store_restarts >= STORE_RESTARTS or self._store_args is None:
+                report_to_stderr(
+                    f"rollgym: the trace store was restarted {STORE_RESTARTS} times; not again"
+                )
+                self.store = None
+                return
+            self.store_restarts += 1
+            try:
+                from rollgym.tracestore.launch import start_trace_store
+
+                self.store = await asyncio.to_thread(
+                    start_trace_store, *self._store_args, port=port, **self._store_options
+                )
+            except Exception as exc:  # noqa: BLE001 - telemetry never decides whether a run runs
+                report_to_stderr(
+                    f"rollgym: the trace store did not restart ({exc}); going on without it"
+                )
+                self.store = None
+                return
+            finally:
+                self.store_down_s += time.monotonic() - died
+            report_to_stderr(f"rollgym: the trace store is back at {self.store.endpoint}")
+
+    def store_counts(self) -> dict[str, Any]:
+        """The store's availability for ``summary.json`` -> ``telemetry``."""
+        return {
+            "store_deaths": self.store_deaths,
+            "store_restarts": self.store_restarts,
+            "store_down_s": round(self.store_down_s, 3),
+        }
+
     async def stop_store(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+            self._watch = None
         if self.store is not None:
             stop = getattr(self.store, "astop", None)
             if stop is not None:

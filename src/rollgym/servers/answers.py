@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import orjson
 from fastapi import Request
 
-from rollgym.errors import DispatchError
+from rollgym.errors import AUTH_STATUSES, AUTHENTICATION, DispatchError
 from rollgym.http.server import HTTPError
 from rollgym.servers.rollout_context import ServerCallError
 
@@ -66,6 +66,9 @@ async def guarded(who: str, work: Awaitable[T]) -> T:
     except ServerCallError as exc:
         if exc.bad_input:
             raise HTTPError(400, str(exc), field=exc.field or "task") from None
+        if exc.field == AUTHENTICATION or exc.status in AUTH_STATUSES:
+            # A refused credential: permanent, and the driver records it as authentication.
+            raise HTTPError(FAILED_DEPENDENCY, f"{who}: {exc}", field=AUTHENTICATION) from None
         if exc.status is not None and _permanent(exc.status):
             # The model or environment refused for good: retrying the rollout cannot help.
             raise HTTPError(FAILED_DEPENDENCY, f"{who}: {exc}") from None

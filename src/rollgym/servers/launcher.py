@@ -7,6 +7,12 @@ implementation's ``Options.server_refs``), concurrently where the order allows; 
 by ``url`` are only health-checked. Leaving the block for any reason (normal exit, an
 exception, Ctrl-C, cancellation) stops every launched process: SIGTERM, up to 10 s, SIGKILL.
 
+A launched server that exits during the launch (even after it was healthy) stops the launch
+with a :class:`~rollgym.errors.LaunchError` naming it, its exit status and its log tail,
+before the servers that depend on it start. During the run, a
+:class:`~rollgym.servers.supervisor.Supervisor` given to :func:`launch_servers` watches the
+processes and restarts a dead one on its port (:meth:`_Launch.restart`).
+
 With ``run.placement: ray`` the same servers are placed as Ray actors instead
 (:mod:`rollgym.scale.ray_placement`); everything else here is the same.
 
@@ -17,6 +23,7 @@ server, ending when it is healthy (gate.startup).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -27,12 +34,15 @@ import aiohttp
 
 from rollgym.config import JobConfig, ServerConfig
 from rollgym.errors import LaunchError
-from rollgym.servers.process import ServerProcess, wait_healthy
+from rollgym.servers.process import ServerProcess, describe_exit, wait_healthy
 from rollgym.servers.registry import resolve_impl
 from rollgym.servers.spec import ServeSpec
+from rollgym.servers.supervisor import POLL_S, Supervisor
 from rollgym.telemetry.groups import gate
 
 HEALTH_TIMEOUT_S = 60.0
+#: A ``url:`` server that refuses every connection this long is not there: fail fast.
+REFUSED_FOR_S = 5.0
 STOP_GRACE_S = 10.0
 
 
@@ -44,10 +54,7 @@ def dependencies(config: JobConfig) -> dict[str, set[str]]:
             continue
         cls = resolve_impl(server.impl, server.kind)
         options = cls.Options.model_validate(server.options)
-        named = {getattr(options, field, None) for field in cls.Options.server_refs}
-        deps[name] = {
-            target for target in named if isinstance(target, str) and target in config.servers
-        }
+        deps[name] = {target for _, target, _ in options.references() if target in config.servers}
     return deps
 
 
@@ -83,6 +90,8 @@ class _Launch:
         self.logs = output_dir / "logs"
         self.urls: dict[str, str] = {}
         self.processes: list[ServerProcess] = []
+        #: The current process of each launched server (a restart replaces its entry).
+        self.by_name: dict[str, ServerProcess] = {}
         #: Set for ``run.placement: ray``: servers become Ray actors instead of processes.
         self.ray: Any = None
 
@@ -94,12 +103,44 @@ class _Launch:
         ]
         await _all_or_cancel(checks)
         for wave in launch_waves(dependencies(self.config)):
-            await _all_or_cancel(
-                [
-                    self._traced(name, self.config.servers[name], self._start(name, session))
-                    for name in wave
-                ]
-            )
+            self.raise_if_one_died(before=wave)
+            starts = [
+                self._traced(name, self.config.servers[name], self._start(name, session))
+                for name in wave
+            ]
+            await _all_or_cancel([*starts, self._deaths_while(wave)])
+        self.raise_if_one_died(before=None)
+
+    def raise_if_one_died(self, *, before: list[str] | None) -> None:
+        """A :class:`LaunchError` for the first launched process that has exited."""
+        for name, process in self.by_name.items():
+            returncode = process.popen.poll()
+            if returncode is not None and name in self.urls:
+                after = f", before {', '.join(before)} started" if before else ""
+                raise process.failure(
+                    f"exited ({describe_exit(returncode)}) during the launch, after it was "
+                    f"healthy{after}"
+                )
+
+    async def _deaths_while(self, wave: list[str]) -> None:
+        """Until the wave is healthy, raise as soon as an earlier (healthy) server exits."""
+        while not all(name in self.urls for name in wave):
+            self.raise_if_one_died(before=[name for name in wave if name not in self.urls])
+            await asyncio.sleep(POLL_S)
+
+    def launched(self) -> dict[str, ServerProcess]:
+        return self.by_name
+
+    async def restart(self, name: str) -> str:
+        """Start server ``name`` again on the port it had; its URL is unchanged."""
+        old = self.by_name[name]
+        port = int(self.urls[name].rsplit(":", 1)[1])
+        spec = dataclasses.replace(old.spec, port=port)
+        process = ServerProcess(spec, self.env, old.log_path)
+        self.processes.append(process)
+        self.by_name[name] = process
+        async with aiohttp.ClientSession() as session:
+            return await process.wait_healthy(session, HEALTH_TIMEOUT_S)
 
     async def _traced(self, name: str, server: ServerConfig, work: Any) -> None:
         if gate.startup:
@@ -127,6 +168,7 @@ class _Launch:
             deadline=time.monotonic() + HEALTH_TIMEOUT_S,
             failure=failure,
             strict=False,
+            refused_for_s=REFUSED_FOR_S,
         )
         self.urls[name] = url
         return url
@@ -150,6 +192,7 @@ class _Launch:
         else:
             process = ServerProcess(spec, self.env, self.logs / f"{name}.log")
             self.processes.append(process)
+            self.by_name[name] = process
             url = await process.wait_healthy(session, HEALTH_TIMEOUT_S)
         self.urls[name] = url
         return url
@@ -183,12 +226,18 @@ async def _all_or_cancel(works: list[Any]) -> None:
 
 @asynccontextmanager
 async def launch_servers(
-    config: JobConfig, *, run_id: str, output_dir: Path, env: Mapping[str, str]
+    config: JobConfig,
+    *,
+    run_id: str,
+    output_dir: Path,
+    env: Mapping[str, str],
+    supervisor: Supervisor | None = None,
 ) -> AsyncIterator[dict[str, str]]:
     """Launch the configured servers; yield ``{name: base URL}``; stop them all on leaving.
 
     Raises :class:`~rollgym.errors.LaunchError` naming the server (and quoting the last lines
-    of its log) when one does not become healthy within 60 s.
+    of its log) when one does not become healthy within 60 s, or exits during the launch.
+    ``supervisor`` watches the launched processes while the block runs (local placement).
     """
     launch = _Launch(config, run_id, Path(output_dir), env)
     if config.run.placement == "ray":
@@ -204,6 +253,10 @@ async def launch_servers(
                     await launch.run(session)
             else:
                 await launch.run(session)
+        if supervisor is not None and launch.ray is None:
+            supervisor.start(launch)
         yield dict(launch.urls)
     finally:
+        if supervisor is not None:
+            await supervisor.stop()
         await launch.stop()

@@ -7,6 +7,10 @@ servers), announces the port by writing ``ready_file`` atomically, and serves wi
 On SIGTERM it shuts down gracefully, flushes telemetry and writes the telemetry counts to
 ``<output_dir>/logs/<name>.telemetry.json`` for the run's summary.
 
+When the driver is gone (``kill -9``; the process was re-parented), nobody waits for its
+answers and the trace store died with the driver: it stops at once (no graceful drain) and
+gives telemetry :data:`ORPHANED_FLUSH_S` instead of retrying exports to a dead store.
+
 :class:`AppServer` (build the app, bind, serve with uvicorn) is the part shared with the Ray
 placement (:mod:`rollgym.scale.ray_placement`), which runs it on a thread of its own inside an
 actor instead of as this process's main loop.
@@ -29,6 +33,8 @@ from typing import Any
 import uvicorn
 
 from rollgym.event_loop import loop_factory
+from rollgym.files import write_atomically
+from rollgym.http.bounded_reads import BoundedH11Protocol
 from rollgym.http.client import SERVER_KEEPALIVE_S, HttpClient
 from rollgym.http.server import create_app
 from rollgym.servers.base import ServerContext
@@ -36,25 +42,25 @@ from rollgym.servers.registry import resolve_impl
 from rollgym.servers.spec import ServeSpec
 
 BACKLOG = 16384
+#: How often a server checks that the driver that launched it is still there.
+ORPHAN_POLL_S = 0.5
+#: Telemetry's flush budget once the driver is gone (its store went with it).
+ORPHANED_FLUSH_S = 0.5
 log = logging.getLogger("rollgym.serve")
 
 
-def bind_loopback(host: str = "127.0.0.1") -> socket.socket:
-    """A listening socket on ``host`` (loopback unless told) with a port the OS chose."""
+def bind_loopback(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+    """A listening socket on ``host`` (loopback unless told); ``port`` 0: one the OS chose."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
     sock.listen(BACKLOG)
     sock.set_inheritable(True)
     return sock
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write then rename, so a reader never sees a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def setup_server_telemetry(spec: ServeSpec, environ: Mapping[str, str] | None = None) -> Any | None:
@@ -73,11 +79,14 @@ def setup_server_telemetry(spec: ServeSpec, environ: Mapping[str, str] | None = 
     )
 
 
-def finish_telemetry(handle: Any | None) -> dict[str, int]:
+def finish_telemetry(handle: Any | None, timeout_s: float | None = None) -> dict[str, int]:
     """Flush and shut the server's telemetry down; its span counts for the run's summary."""
     if handle is None:
         return {"spans_exported": 0, "spans_dropped": 0}
-    handle.shutdown()
+    if timeout_s is None:
+        handle.shutdown()
+    else:
+        handle.shutdown(timeout_s)
     return dict(handle.counts())
 
 
@@ -106,7 +115,7 @@ class AppServer:
             client=HttpClient(metrics=getattr(telemetry, "http_metrics", None)),
         )
         app = create_app(cls(context))
-        self.socket = bind_loopback(host)
+        self.socket = bind_loopback(host, spec.port)
         self.host = host
         self.port: int = self.socket.getsockname()[1]
         self.server = uvicorn.Server(
@@ -114,6 +123,8 @@ class AppServer:
                 app,
                 log_level="warning",
                 access_log=False,
+                # A request must be whole within REQUEST_READ_TIMEOUT_S (slow clients).
+                http=BoundedH11Protocol,
                 backlog=BACKLOG,
                 lifespan="on",
                 # Longer than the client pool's idle time (KEEPALIVE_S): the pool lets an
@@ -139,14 +150,35 @@ class AppServer:
 
 async def serve(spec: ServeSpec) -> bool:
     """Serve until SIGTERM/SIGINT; True when the server started and stopped cleanly."""
+    parent = os.getppid()
     handle = setup_server_telemetry(spec)
+    watch: asyncio.Task[None] | None = None
     try:
         server = AppServer(spec, handle)
         write_atomically(Path(spec.ready_file), str(server.port))
+        watch = asyncio.get_running_loop().create_task(_stop_when_orphaned(server, parent))
         with _signals_returning_normally():
             return await server.serve()
     finally:
-        write_telemetry_counts(spec.output_dir, spec.name, finish_telemetry(handle))
+        if watch is not None:
+            watch.cancel()
+        orphaned = os.getppid() != parent
+        budget = ORPHANED_FLUSH_S if orphaned else None
+        write_telemetry_counts(spec.output_dir, spec.name, finish_telemetry(handle, budget))
+
+
+async def _stop_when_orphaned(server: AppServer, parent: int) -> None:
+    """Stop now, without the graceful drain, once the launching driver is gone."""
+    while os.getppid() == parent:
+        await asyncio.sleep(ORPHAN_POLL_S)
+    log.warning(
+        "the driver (pid %d) is gone; stopping now without draining requests or flushing "
+        "telemetry for more than %.1f s",
+        parent,
+        ORPHANED_FLUSH_S,
+    )
+    server.request_stop()
+    server.server.force_exit = True
 
 
 def _ignore_signal(signum: int, frame: object) -> None:

@@ -26,6 +26,9 @@ class ServeSpec:
     run_id: str = ""
     output_dir: str | None = None
     max_request_bytes: int = 16 * 1024 * 1024
+    #: 0: the process picks a free port. A restart asks for the port the server had, so the
+    #: servers that call it (their URLs were fixed at launch) reach it again.
+    port: int = 0
 
     @classmethod
     def from_env(cls) -> ServeSpec:

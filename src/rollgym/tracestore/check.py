@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from rollgym.driver.sessions import killed_ranges, read_sessions
 from rollgym.telemetry import names
 from rollgym.tracestore.decode import hex_id
 from rollgym.tracestore.engine_ids import rollout_of_engine_id
@@ -31,6 +32,14 @@ class CheckReport:
     counts: dict[str, int] = field(default_factory=dict)
     largest_trace: dict[str, Any] | None = None
     stats: dict[str, int] = field(default_factory=dict)
+    #: Rows whose traces died with a killed session (``kill -9``): not violations; listed
+    #: (the first 50) so a reader sees which.
+    killed_session_rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def add_killed_session_row(self, **where: Any) -> None:
+        self.stats["lost_with_killed_session"] = self.stats.get("lost_with_killed_session", 0) + 1
+        if len(self.killed_session_rows) < _MAX_LISTED:
+            self.killed_session_rows.append(where)
 
     @property
     def ok(self) -> bool:
@@ -48,33 +57,51 @@ class CheckReport:
             "violations": self.violations,
             "largest_trace": self.largest_trace,
             "stats": self.stats,
+            "killed_session_rows": self.killed_session_rows,
         }
 
 
 def check_run(run_dir: str | Path, conn: sqlite3.Connection) -> CheckReport:
     """Run every rule over the store ``conn`` and the run directory's output files."""
     report = CheckReport()
-    job = _check_job(conn, report)
-    _check_dispatches(conn, report, job)
+    sessions = read_sessions(Path(run_dir))
+    jobs = _check_job(conn, report, sessions)
+    killed_jobs = {s["job_trace_id"] for s in sessions if not s["ended"] and s.get("job_trace_id")}
+    _check_dispatches(conn, report, jobs, killed_jobs)
+    killed = _KilledSessions(conn, sessions)
     if report.stats["dispatch_spans"]:
-        _check_isolation(conn, report)
+        _check_isolation(conn, report, killed)
     else:
         _check_isolation_without_dispatch(conn, report)
     _check_engine_spans(conn, report, has_dispatch=report.stats["dispatch_spans"] > 0)
-    _check_parents(conn, report)
-    _check_outputs(Path(run_dir), conn, report, require_ids=report.stats["dispatch_spans"] > 0)
+    _check_parents(conn, report, killed)
+    _check_outputs(
+        Path(run_dir),
+        conn,
+        report,
+        sessions,
+        require_ids=report.stats["dispatch_spans"] > 0,
+    )
     _largest(conn, report)
     return report
 
 
-def _check_job(conn: sqlite3.Connection, report: CheckReport) -> tuple[bytes, bytes] | None:
+def _check_job(
+    conn: sqlite3.Connection, report: CheckReport, sessions: list[dict[str, Any]]
+) -> set[tuple[bytes, bytes]]:
+    """One ``gym.job`` per session that ended (a resumed run has one per session; a killed
+    session's job span died unexported); returns the job spans found."""
     jobs = conn.execute(
         "SELECT trace_id, span_id FROM spans WHERE parent_span_id IS NULL AND name = ?",
         (names.SPAN_JOB,),
     ).fetchall()
     report.stats["job_traces"] = len(jobs)
-    if len(jobs) > 1:
-        report.add("one_job_trace", f"{len(jobs)} {names.SPAN_JOB} roots in one run")
+    allowed = max(1, sum(1 for session in sessions if session["ended"]))
+    if len(jobs) > allowed:
+        report.add(
+            "one_job_trace",
+            f"{len(jobs)} {names.SPAN_JOB} roots in one run of {allowed} finished session(s)",
+        )
     for trace_id, _span_id in jobs:
         for span_id, name, rollout_id in conn.execute(
             "SELECT span_id, name, rollout_id FROM spans WHERE trace_id = ? "
@@ -87,11 +114,14 @@ def _check_job(conn: sqlite3.Connection, report: CheckReport) -> tuple[bytes, by
                 trace_id=hex_id(trace_id),
                 span_id=hex_id(span_id),
             )
-    return (jobs[0][0], jobs[0][1]) if len(jobs) == 1 else None
+    return {(trace_id, span_id) for trace_id, span_id in jobs}
 
 
 def _check_dispatches(
-    conn: sqlite3.Connection, report: CheckReport, job: tuple[bytes, bytes] | None
+    conn: sqlite3.Connection,
+    report: CheckReport,
+    jobs: set[tuple[bytes, bytes]],
+    killed_jobs: set[str],
 ) -> None:
     has_job = report.stats["job_traces"] > 0
     rows = conn.execute(
@@ -113,9 +143,9 @@ def _check_dispatches(
             continue
         if link_count != 1:
             report.add("dispatch_job_link", f"dispatch has {link_count} links, expected 1", **where)
-        elif job is not None:
+        else:
             target = _link_target(conn, trace_id, span_id)
-            if target != job:
+            if target not in jobs and (target is None or hex_id(target[0]) not in killed_jobs):
                 report.add("dispatch_job_link", "dispatch link does not name the job span", **where)
     if len(targets) > 1:
         report.add(
@@ -154,13 +184,44 @@ def _check_link_without_job(
         targets.add(_link_target(conn, trace_id, span_id))
 
 
-def _check_isolation(conn: sqlite3.Connection, report: CheckReport) -> None:
-    for trace_id, span_id, name, rollout_id in conn.execute(
-        """SELECT s.trace_id, s.span_id, s.name, s.rollout_id FROM spans s
+class _KilledSessions:
+    """Traces cut short by a killed session: their dispatch span (in the killed driver's
+    queue) was never exported, so the spans the servers did export hang without it."""
+
+    def __init__(self, conn: sqlite3.Connection, sessions: list[dict[str, Any]]) -> None:
+        self._conn = conn
+        self._windows = []
+        for index, session in enumerate(sessions):
+            if session["ended"]:
+                continue
+            later = sessions[index + 1 :]
+            end = float(later[0]["at"]) if later else float("inf")
+            self._windows.append((float(session["at"]) * 1e9, end * 1e9))
+
+    def owns(self, report: CheckReport, trace_id: bytes, start_ns: int) -> bool:
+        """True (and counted) when the span's trace lost its dispatch with a killed session."""
+        if not any(start <= start_ns < end for start, end in self._windows):
+            return False
+        if self._conn.execute(
+            "SELECT 1 FROM dispatches WHERE trace_id = ? LIMIT 1", (trace_id,)
+        ).fetchone():
+            return False
+        key = "spans_in_traces_cut_by_killed_session"
+        report.stats[key] = report.stats.get(key, 0) + 1
+        return True
+
+
+def _check_isolation(
+    conn: sqlite3.Connection, report: CheckReport, killed: _KilledSessions
+) -> None:
+    for trace_id, span_id, name, rollout_id, start_ns in conn.execute(
+        """SELECT s.trace_id, s.span_id, s.name, s.rollout_id, s.start_ns FROM spans s
            WHERE s.rollout_id IS NOT NULL AND NOT EXISTS (
                SELECT 1 FROM dispatches d WHERE d.trace_id = s.trace_id
                AND d.is_root = 1 AND d.rollout_id = s.rollout_id)"""
     ):
+        if killed.owns(report, trace_id, start_ns):
+            continue
         report.add(
             "isolation",
             f"span {name!r} of rollout {rollout_id} is not in that rollout's dispatch trace",
@@ -243,13 +304,15 @@ def _check_engine_spans(
         report.stats["engine_spans_unattributed"] = unattributed
 
 
-def _check_parents(conn: sqlite3.Connection, report: CheckReport) -> None:
-    for trace_id, span_id, name, parent in conn.execute(
-        """SELECT s.trace_id, s.span_id, s.name, s.parent_span_id FROM spans s
+def _check_parents(conn: sqlite3.Connection, report: CheckReport, killed: _KilledSessions) -> None:
+    for trace_id, span_id, name, parent, start_ns in conn.execute(
+        """SELECT s.trace_id, s.span_id, s.name, s.parent_span_id, s.start_ns FROM spans s
            WHERE s.parent_span_id IS NOT NULL AND NOT EXISTS (
                SELECT 1 FROM spans p WHERE p.trace_id = s.trace_id
                AND p.span_id = s.parent_span_id)"""
     ):
+        if killed.owns(report, trace_id, start_ns):
+            continue
         report.add(
             "missing_parent",
             f"span {name!r} names parent {hex_id(parent)}, absent from its trace",
@@ -259,12 +322,19 @@ def _check_parents(conn: sqlite3.Connection, report: CheckReport) -> None:
 
 
 def _check_outputs(
-    run_dir: Path, conn: sqlite3.Connection, report: CheckReport, *, require_ids: bool
+    run_dir: Path,
+    conn: sqlite3.Connection,
+    report: CheckReport,
+    sessions: list[dict[str, Any]],
+    *,
+    require_ids: bool,
 ) -> None:
     """Each written trace id is in the store; with dispatch spans, each result names one.
 
     Without dispatch spans (the ``rollout`` group off) an attempt whose driver opened no
     span at all (no ``http`` either) has no trace id to write, which is not a violation.
+    Rows of a killed session whose traces are absent are counted apart (see
+    :mod:`rollgym.driver.sessions`).
     """
     for file_name, rule in (
         ("rollouts.jsonl", "rollout_has_trace"),
@@ -273,9 +343,12 @@ def _check_outputs(
         path = run_dir / file_name
         if not path.exists():
             continue
+        killed = killed_ranges(sessions, file_name)
         checked = unsampled = 0
+        offset = 0
         with path.open("rb") as lines:
             for number, line in enumerate(lines, start=1):
+                at, offset = offset, offset + len(line)
                 row = _json_line(line)
                 if row is not None and row.get("trace_sampled") is False:
                     unsampled += 1  # the sampler dropped this trace: no store has it
@@ -287,6 +360,14 @@ def _check_outputs(
                     continue
                 checked += 1
                 if not trace_exists(conn, trace_id):
+                    if any(start <= at < end for start, end in killed):
+                        report.add_killed_session_row(
+                            file=file_name,
+                            line=number,
+                            trace_id=trace_id,
+                            rollout_id=row.get("rollout_id"),
+                        )
+                        continue
                     report.add(
                         rule,
                         f"{file_name}:{number} rollout {row.get('rollout_id')} names trace "

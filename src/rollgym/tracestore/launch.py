@@ -83,6 +83,8 @@ def start_trace_store(
     loopback) reaches the child through its environment, never its command line. The
     returned ``endpoint`` is the URL this machine's processes use (loopback for a wildcard
     host).
+    A restart passes the ``port`` the store had, so exporters configured with its endpoint
+    reach it again.
     """
     db = Path(db_path)
     log = Path(log_path)
@@ -132,7 +134,7 @@ def _wait_ready(process: subprocess.Popen[bytes], ready: Path, timeout_s: float)
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise LaunchError(
-                f"exited with code {process.returncode} before ready", server="tracestore"
+                f"exited (exit status {process.returncode}) before ready", server="tracestore"
             )
         if ready.exists():
             endpoint = json.loads(ready.read_text())["endpoint"]

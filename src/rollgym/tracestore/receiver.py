@@ -22,6 +22,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
+from rollgym.http import REQUEST_READ_TIMEOUT_S
 from rollgym.tracestore.decode import JSON_TYPE, PROTOBUF_TYPE, PayloadError, decompress
 from rollgym.tracestore.writer import BatchWriter
 
@@ -31,15 +32,26 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 WRITER_KEY = web.AppKey("writer", BatchWriter)
 MAX_BODY_KEY = web.AppKey("max_body", int)
+READ_TIMEOUT_KEY = web.AppKey("read_timeout_s", float)
 _INVALID_ARGUMENT = 3
 _RESOURCE_EXHAUSTED = 8
 _UNAVAILABLE = 14
 
 
-def add_otlp_routes(app: web.Application, writer: BatchWriter, max_body: int) -> None:
-    """Mount the OTLP routes on ``app``; ``writer`` must be started before the app serves."""
+def add_otlp_routes(
+    app: web.Application,
+    writer: BatchWriter,
+    max_body: int,
+    read_timeout_s: float = REQUEST_READ_TIMEOUT_S,
+) -> None:
+    """Mount the OTLP routes on ``app``; ``writer`` must be started before the app serves.
+
+    A body not received within ``read_timeout_s`` is refused (400), so slow senders cannot
+    hold connections open.
+    """
     app[WRITER_KEY] = writer
     app[MAX_BODY_KEY] = max_body
+    app[READ_TIMEOUT_KEY] = read_timeout_s
     app.router.add_post("/v1/traces", _traces)
     app.router.add_post("/v1/metrics", _metrics)
 
@@ -54,10 +66,14 @@ async def _read_body(request: web.Request) -> bytes:
         raise PayloadError(
             f"body of {request.content_length} bytes exceeds {limit}", too_large=True
         )
+    seconds = request.app[READ_TIMEOUT_KEY]
     try:
-        body = await request.read()
+        async with asyncio.timeout(seconds):  # a slow or stalled sender holds nothing for long
+            body = await request.read()
     except web.HTTPRequestEntityTooLarge as exc:
         raise PayloadError(f"body exceeds {limit} bytes", too_large=True) from exc
+    except TimeoutError:
+        raise PayloadError(f"body not received within {seconds:g} s") from None
     return decompress(body, request.headers.get("Content-Encoding", ""), limit)
 
 

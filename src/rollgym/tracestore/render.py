@@ -6,10 +6,12 @@ this module only decides how a person sees them.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
@@ -29,6 +31,21 @@ _INLINE = (
 )
 
 
+#: C0 and C1 control characters and DEL: an id may carry ANSI/OSC escapes meant for a terminal.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def safe(value: Any) -> str:
+    """``value`` as inert text for the console: control characters shown as ``\\x1b``-style
+    escapes, rich markup (``[bold]``, ``[link=...]``, ``[/]``) escaped.
+
+    Everything printed from the store (ids, names, attribute values) was written by whoever
+    could post OTLP, so none of it may reach the terminal as markup or escape sequences.
+    """
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
+    return escape(text)
+
+
 def _fmt(value: float | None, spec: str = ".3f") -> str:
     return "-" if value is None else format(value, spec)
 
@@ -42,27 +59,27 @@ def rollouts_table(console: Console, page: dict[str, Any]) -> None:
         table.add_column(column, justify="right" if column in ("reward", "ms", "spans") else "left")
     for row in page["rows"]:
         table.add_row(
-            str(row["rollout_id"]),
-            str(row["attempt"]),
-            str(row["dispatch_name"]),
-            str(row["outcome"]),
+            safe(row["rollout_id"]),
+            safe(row["attempt"]),
+            safe(row["dispatch_name"]),
+            safe(row["outcome"]),
             _fmt(row["reward"]),
             _fmt(row["duration_ms"], ".1f"),
-            str(row["span_count"]),
-            row["trace_id"],
+            safe(row["span_count"]),
+            safe(row["trace_id"]),
         )
     console.print(table)
 
 
 def rollout_trees(console: Console, detail: dict[str, Any]) -> None:
     if not detail["attempts"]:
-        console.print(f"no dispatch for rollout {detail['rollout_id']!r} in this store")
+        console.print(f"no dispatch for rollout {safe(repr(detail['rollout_id']))} in this store")
         return
     for attempt in detail["attempts"]:
         console.print(
-            f"[bold]{attempt['rollout_id']}[/] attempt {attempt['attempt']} "
-            f"outcome={attempt['outcome']} reward={_fmt(attempt['reward'])} "
-            f"{_fmt(attempt['duration_ms'], '.1f')} ms  trace {attempt['trace_id']} "
+            f"[bold]{safe(attempt['rollout_id'])}[/] attempt {safe(attempt['attempt'])} "
+            f"outcome={safe(attempt['outcome'])} reward={_fmt(attempt['reward'])} "
+            f"{_fmt(attempt['duration_ms'], '.1f')} ms  trace {safe(attempt['trace_id'])} "
             f"({attempt['span_count']} spans)"
         )
         console.print(trace_tree(attempt["spans"]))
@@ -82,9 +99,10 @@ def trace_tree(spans: list[dict[str, Any]]) -> Tree:
         orphan = span["parent_span_id"] and span["parent_span_id"] not in by_id
         branch = node.add(_label(span, origin) + (" [red](parent missing)[/]" if orphan else ""))
         for link in span["links"]:
-            target = link["name"] or "span not in store"
+            target = safe(link["name"]) if link["name"] else "span not in store"
             branch.add(
-                f"[cyan]link -> {target}: trace {link['trace_id']} span {link['span_id']}[/]"
+                f"[cyan]link -> {target}: trace {safe(link['trace_id'])} "
+                f"span {safe(link['span_id'])}[/]"
             )
         for child in sorted(children.get(span["span_id"], []), key=lambda s: s["start_ns"]):
             add(branch, child)
@@ -96,11 +114,11 @@ def trace_tree(spans: list[dict[str, Any]]) -> Tree:
 
 def _label(span: dict[str, Any], origin: int) -> str:
     inline = " ".join(
-        f"{key}={span['attributes'][key]}" for key in _INLINE if key in span["attributes"]
+        f"{key}={safe(span['attributes'][key])}" for key in _INLINE if key in span["attributes"]
     )
     status = " [red]ERROR[/]" if span["status_code"] == 2 else ""
     return (
-        f"[bold]{span['name']}[/] {span['duration_ms']:.2f} ms "
+        f"[bold]{safe(span['name'])}[/] {span['duration_ms']:.2f} ms "
         f"[dim]@+{(span['start_ns'] - origin) / 1e6:.2f} ms[/]{status} [dim]{inline}[/]"
     )
 
@@ -108,13 +126,13 @@ def _label(span: dict[str, Any], origin: int) -> str:
 def slowest_list(console: Console, items: list[dict[str, Any]]) -> None:
     for rank, item in enumerate(items, start=1):
         console.print(
-            f"{rank:>3}. [bold]{item['rollout_id']}[/] {item['duration_ms']:.1f} ms "
-            f"outcome={item['outcome']} dispatch={item['dispatch_name']} "
-            f"spans={item['span_count']} trace {item['trace_id']}"
+            f"{rank:>3}. [bold]{safe(item['rollout_id'])}[/] {item['duration_ms']:.1f} ms "
+            f"outcome={safe(item['outcome'])} dispatch={safe(item['dispatch_name'])} "
+            f"spans={item['span_count']} trace {safe(item['trace_id'])}"
         )
         total = sum(item["self_time_ms"].values()) or 1.0
         for name, ms in list(item["self_time_ms"].items())[:6]:
-            console.print(f"       {ms:10.2f} ms {100 * ms / total:5.1f}%  {name}")
+            console.print(f"       {ms:10.2f} ms {100 * ms / total:5.1f}%  {safe(name)}")
 
 
 def check_report(console: Console, report: CheckReport) -> None:
@@ -128,15 +146,26 @@ def check_report(console: Console, report: CheckReport) -> None:
     if report.largest_trace:
         largest = report.largest_trace
         console.print(
-            f"largest trace: {largest['spans']} spans ({largest['root']}) {largest['trace_id']}"
+            f"largest trace: {largest['spans']} spans ({safe(largest['root'])}) "
+            f"{safe(largest['trace_id'])}"
+        )
+    lost = stats.get("lost_with_killed_session", 0)
+    cut = stats.get("spans_in_traces_cut_by_killed_session", 0)
+    if lost or cut:
+        console.print(
+            f"[yellow]killed session[/]: {lost} row(s) lost their traces and {cut} span check(s) "
+            "hit traces cut short (kill -9: spans still queued in its processes were never "
+            "exported); not contract violations"
         )
     if report.ok:
         console.print("[green]OK[/]: the trace contract holds")
         return
     for violation in report.violations:
         where = " ".join(
-            f"{k}={v}" for k, v in violation.items() if k not in ("rule", "message") and v
+            f"{k}={safe(v)}" for k, v in violation.items() if k not in ("rule", "message") and v
         )
-        console.print(f"[red]VIOLATION[/] {violation['rule']}: {violation['message']} {where}")
+        console.print(
+            f"[red]VIOLATION[/] {violation['rule']}: {safe(violation['message'])} {where}"
+        )
     counts = ", ".join(f"{rule}={n}" for rule, n in report.counts.items())
     console.print(f"[red]FAILED[/]: {sum(report.counts.values())} violations ({counts})")

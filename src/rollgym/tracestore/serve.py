@@ -17,8 +17,11 @@ from pathlib import Path
 
 from aiohttp import web
 
+from rollgym.files import write_atomically
+from rollgym.http import REQUEST_READ_TIMEOUT_S
 from rollgym.tracestore.access import TOKEN_ENV, is_loopback, require_token
 from rollgym.tracestore.api import add_api_routes
+from rollgym.tracestore.guard import allowed_hosts, guard_middleware
 from rollgym.tracestore.receiver import DEFAULT_MAX_BODY_BYTES, add_otlp_routes, viewer_dir
 from rollgym.tracestore.writer import BatchWriter
 
@@ -31,14 +34,23 @@ def build_app(
     run_dir: Path | None,
     max_body: int,
     token: str | None = None,
+    read_timeout_s: float = REQUEST_READ_TIMEOUT_S,
+    hosts: frozenset[str] | None = None,
 ) -> web.Application:
     """The one app: OTLP receiver, viewer JSON API, static viewer, /health.
 
     With ``token`` every route but ``/health`` requires ``Authorization: Bearer <token>``.
+    ``hosts``: the names a request's ``Host`` may carry (default: loopback names only); with a
+    token the token is the protection and any ``Host`` is accepted (engines on other machines
+    address the store by their own name for it). See :mod:`rollgym.tracestore.guard`.
     """
-    middlewares = [require_token(token)] if token else []
+    if token:
+        guard = guard_middleware(None)
+    else:
+        guard = guard_middleware(hosts if hosts is not None else allowed_hosts("127.0.0.1"))
+    middlewares = [require_token(token), guard] if token else [guard]
     app = web.Application(client_max_size=max_body + 1, middlewares=middlewares)
-    add_otlp_routes(app, writer, max_body)
+    add_otlp_routes(app, writer, max_body, read_timeout_s)
     add_api_routes(app, db_path, run_dir)
     static = viewer_dir()
 
@@ -54,6 +66,20 @@ def build_app(
     return app
 
 
+def make_runner(app: web.Application, read_timeout_s: float) -> web.AppRunner:
+    """The store's runner. Its keep-alive timer also closes a connection whose request head
+    is not whole in ``read_timeout_s`` (aiohttp arms it at connect), so slow clients are
+    bounded; the body has its own limit in the receiver, after which the rest of a refused
+    body is read for at most a second (``lingering_time``) before the connection closes."""
+    return web.AppRunner(
+        app,
+        access_log=None,
+        auto_decompress=False,
+        keepalive_timeout=read_timeout_s,
+        lingering_time=1.0,
+    )
+
+
 async def serve(
     db_path: Path,
     host: str = "127.0.0.1",
@@ -63,10 +89,13 @@ async def serve(
     ready_file: Path | None = None,
     max_body: int = DEFAULT_MAX_BODY_BYTES,
     token: str | None = None,
+    allow_hosts: tuple[str, ...] = (),
 ) -> None:
     """Serve until a termination signal; every accepted batch is committed before return.
 
     Listening beyond loopback requires ``token`` (see :mod:`rollgym.tracestore.access`).
+    ``allow_hosts``: host names besides loopback and ``host`` that requests may address
+    (without a token; a machine name when serving on 0.0.0.0).
     """
     if not token and not is_loopback(host):
         raise ValueError(
@@ -76,8 +105,9 @@ async def serve(
     writer = BatchWriter(db_path)
     writer.start()
     # auto_decompress=False: receiver.decompress inflates gzip itself, bounded by max_body.
-    app = build_app(writer, db_path, run_dir, max_body, token)
-    runner = web.AppRunner(app, access_log=None, auto_decompress=False)
+    hosts = allowed_hosts(host, allow_hosts)
+    app = build_app(writer, db_path, run_dir, max_body, token, REQUEST_READ_TIMEOUT_S, hosts)
+    runner = make_runner(app, REQUEST_READ_TIMEOUT_S)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024)
     await site.start()
@@ -103,6 +133,4 @@ async def serve(
 
 
 def _write_ready(path: Path, data: dict[str, object]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data))
-    tmp.replace(path)
+    write_atomically(path, json.dumps(data))

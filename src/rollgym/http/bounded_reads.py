@@ -1,0 +1,79 @@
+"""A time limit on reading each request, so slow or half-sent requests cannot pile up.
+
+uvicorn's h11 protocol has no such limit: a client that opens a connection and sends nothing,
+or half a request head, or a body slower than a trickle, holds a connection (and its memory)
+for as long as it likes; thousands of them exhaust the server. :class:`BoundedH11Protocol`
+gives every request :data:`REQUEST_READ_TIMEOUT_S` from its connection (or its first byte on
+a kept-alive connection) until it is fully received, then closes the connection. Once a
+request is whole, the limit is off: how long the handler takes is the rollout's business
+(``run.timeout_s`` on the driver's side), and idle kept-alive connections are uvicorn's
+keep-alive timer's business. rollgym's trace store (aiohttp) gets the same limit from
+:data:`REQUEST_READ_TIMEOUT_S` (its keep-alive timer covers the head, a timeout the body).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from rollgym.http import REQUEST_READ_TIMEOUT_S
+
+log = logging.getLogger("rollgym.http")
+
+#: States in which the client has nothing more to send for the current request.
+_RECEIVED = (h11.DONE, h11.MUST_CLOSE, h11.CLOSED, h11.ERROR)
+
+
+class BoundedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol, closing a connection whose request is not whole in time.
+
+    Pass it as ``uvicorn.Config(http=BoundedH11Protocol)``. ``read_timeout_s`` is a class
+    attribute so a test can shorten it in a subclass.
+    """
+
+    read_timeout_s: float = REQUEST_READ_TIMEOUT_S
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._read_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()  # a connection that never sends a byte is a slow request too
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.conn.their_state in _RECEIVED:
+            self._disarm()
+        elif self._read_timer is None:
+            self._arm()
+
+    def on_response_complete(self) -> None:
+        self._disarm()  # from here the idle connection is the keep-alive timer's
+        super().on_response_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._read_timer = self.loop.call_later(self.read_timeout_s, self._too_slow)
+
+    def _disarm(self) -> None:
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+
+    def _too_slow(self) -> None:
+        self._read_timer = None
+        if not self.transport.is_closing():
+            log.info(
+                "closing a connection from %s: its request was not received within %.0f s",
+                self.client,
+                self.read_timeout_s,
+            )
+            self.transport.close()

@@ -1,0 +1,211 @@
+"""Watch the launched server processes during the run: report a death at once, restart it.
+
+Without a watch a server killed mid-run is invisible: every later rollout to it is tried
+``max_attempts`` times against a closed port and fails as ``connection_error``, and the run
+still ends ``completed``. The supervisor polls each launched process (cheap: ``poll()``), and
+when one has exited it
+
+1. prints one line naming the server, its exit status and the last lines of its log;
+2. takes it out of rotation: an attempt for it (or for an agent that calls it) waits for it
+   to come back instead of burning attempts on a closed port;
+3. restarts it on the same port (the servers that call it keep their URLs), at most
+   ``servers.<name>.restart`` times over the run; with no restart left it stays out of
+   rotation for good, and attempts that need it fail at once as ``server_down`` (permanent).
+
+Deaths and restarts are counted per server for ``summary.json``. Only local processes are
+watched; Ray actors are restarted by Ray's own policy (``run.placement: ray``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from rollgym.errors import DispatchError, LaunchError, PermanentDispatchError
+from rollgym.servers.process import ServerProcess, describe_exit, log_tail
+
+POLL_S = 0.2
+#: Longest an attempt waits for a restarting server before it is tried anyway.
+WAIT_FOR_RESTART_S = 120.0
+_TAIL_LINES = 10
+
+
+class Restarter(Protocol):
+    """What the supervisor needs from the launch: the processes, and a way to start one again."""
+
+    def launched(self) -> Mapping[str, ServerProcess]: ...
+
+    async def restart(self, name: str) -> str: ...
+
+
+@dataclass
+class ServerHealth:
+    """One launched server's history over the run (``summary.json`` -> ``servers``)."""
+
+    restart_limit: int
+    deaths: int = 0
+    restarts: int = 0
+    #: Set while the server serves; cleared while it is dead or restarting.
+    up: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Why it is out of rotation for good (no restart left), else None.
+    gone: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"deaths": self.deaths, "restarts": self.restarts, "down": self.gone is not None}
+
+
+class Supervisor:
+    """Watches launched servers; the dispatcher asks it whether a server is in rotation.
+
+    ``dependencies`` maps a server to the servers it calls (an agent -> its model and
+    environment), so an attempt for an agent also waits while its model restarts.
+    ``report`` prints one line (stderr by default).
+    """
+
+    def __init__(
+        self,
+        restart_limits: Mapping[str, int],
+        dependencies: Mapping[str, set[str]],
+        report: Callable[[str], None] | None = None,
+    ) -> None:
+        self.health = {name: ServerHealth(limit) for name, limit in restart_limits.items()}
+        self._needs = {name: _closure(name, dependencies) for name in restart_limits}
+        self._report = report or report_to_stderr
+        #: Servers out of rotation now; empty while all serve, so the hot path checks one dict.
+        self.out_of_rotation: dict[str, str] = {}
+        self._task: asyncio.Task[None] | None = None
+        #: One recovery task per dead server, so a death is reported while another restarts.
+        self._recovering: dict[str, asyncio.Task[None]] = {}
+        self._restarter: Restarter | None = None
+
+    # --- the watch -----------------------------------------------------------------------
+
+    def start(self, restarter: Restarter) -> None:
+        """Begin watching the processes ``restarter`` launched (all healthy now)."""
+        self._restarter = restarter
+        for name in restarter.launched():
+            self.health[name].up.set()
+        self._task = asyncio.get_running_loop().create_task(self._watch())
+
+    async def stop(self) -> None:
+        """Stop watching (before the launcher stops the servers, so no stop looks like a death)."""
+        tasks = [task for task in (self._task, *self._recovering.values()) if task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._task = None
+        self._recovering.clear()
+        self._restarter = None
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(POLL_S)
+            self._check(None)
+
+    def note_unreachable(self, server: str) -> None:
+        """An attempt for ``server`` just failed transiently: look at its processes now rather
+        than at the next poll, so the retry already waits for the restart."""
+        self._check(self._needs.get(server, ()))
+
+    def _check(self, names: Iterable[str] | None) -> None:
+        """Take every exited process (of ``names``, or all) out of rotation and recover it."""
+        if self._restarter is None:
+            return
+        launched = self._restarter.launched()
+        for name in launched if names is None else names:
+            process = launched.get(name)
+            if process is None or name in self._recovering or process.popen.poll() is None:
+                continue
+            health = self.health[name]
+            health.deaths += 1
+            health.up.clear()
+            status = describe_exit(process.popen.returncode)
+            self.out_of_rotation[name] = f"server {name!r} died ({status})"
+            tail = log_tail(process.log_path, _TAIL_LINES)
+            quoted = f"; last lines of {process.log_path}:\n{tail}" if tail else ""
+            self._report(f"rollgym: server {name!r} died ({status}){quoted}")
+            # An empty context: called from a rollout's attempt, the recovery must not run
+            # inside that rollout's trace.
+            task = asyncio.get_running_loop().create_task(
+                self._recover(name, status), context=contextvars.Context()
+            )
+            self._recovering[name] = task
+
+    async def _recover(self, name: str, status: str) -> None:
+        """Restart while restarts are left; a server with none left stays in ``_recovering``
+        (its dead process is not reported twice)."""
+        assert self._restarter is not None
+        health = self.health[name]
+        while health.restarts < health.restart_limit:
+            health.restarts += 1
+            self._report(
+                f"rollgym: restarting server {name!r} "
+                f"(restart {health.restarts} of {health.restart_limit}, servers.{name}.restart)"
+            )
+            try:
+                url = await self._restarter.restart(name)
+            except LaunchError as exc:
+                self._report(f"rollgym: restart of {name!r} failed: {exc}")
+                continue
+            del self.out_of_rotation[name]
+            health.up.set()
+            self._report(f"rollgym: server {name!r} is back at {url}")
+            del self._recovering[name]
+            return
+        health.gone = (
+            f"server {name!r} is down: it died ({status}) and was not restarted "
+            f"(servers.{name}.restart: {health.restart_limit} restart(s), all used)"
+        )
+        self.out_of_rotation[name] = health.gone
+        health.up.set()  # wake the waiters: they fail at once now
+        self._report(f"rollgym: {health.gone}; attempts that need it fail as server_down")
+
+    # --- what the dispatcher asks --------------------------------------------------------
+
+    async def wait_in_rotation(self, server: str) -> DispatchError | None:
+        """None once ``server`` and everything it calls serve; the error when one is gone.
+
+        A restarting server is waited for (at most :data:`WAIT_FOR_RESTART_S`); a server
+        not watched here (given by ``url:``) is always in rotation.
+        """
+        for name in self._needs.get(server, ()):
+            if name not in self.out_of_rotation:
+                continue
+            health = self.health[name]
+            if health.gone is None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(health.up.wait(), WAIT_FOR_RESTART_S)
+            if health.gone is not None:
+                return PermanentDispatchError(health.gone, kind="server_down", server=name)
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        """``summary.json`` -> ``servers``: deaths, restarts and whether it ended down."""
+        return {name: health.to_json() for name, health in sorted(self.health.items())}
+
+    def gone(self) -> list[str]:
+        """Why each server that ended the run out of rotation is gone (for the final report)."""
+        return [health.gone for health in self.health.values() if health.gone is not None]
+
+
+def _closure(name: str, dependencies: Mapping[str, set[str]]) -> list[str]:
+    """``name`` and every server it calls, directly or not (dependencies first)."""
+    seen: list[str] = []
+    stack = [name]
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.append(current)
+        stack.extend(sorted(dependencies.get(current, ())))
+    return seen[::-1]
+
+
+def report_to_stderr(line: str) -> None:
+    """Print one event of the run (a death, a restart) where the person running it looks."""
+    print(line, file=sys.stderr, flush=True)

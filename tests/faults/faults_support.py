@@ -1,0 +1,32 @@
+"""What every fault test asserts about a finished (or resumed) run: exact accounting."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from e2e_support import Job
+
+
+def assert_exact_accounting(job: Job, rows: int, repeats: int = 1) -> None:
+    """requested == completed + failed == rows x repeats (a row that is an ``invalid_row``
+    counts once); every rollout recorded exactly once (no duplicate, no lost one); every line
+    of the output files whole (no torn row)."""
+    for name in ("rollouts.jsonl", "failures.jsonl"):
+        path = job.out / name
+        if path.exists():
+            data = path.read_bytes()
+            assert not data or data.endswith(b"\n"), f"{name} ends with a torn line"
+    summary = job.summary
+    invalid = {f["task_index"] for f in job.failures if f["error_kind"] == "invalid_row"}
+    expected = {(t, r) for t in range(rows) for r in range(1 if t in invalid else repeats)}
+    requested = len(expected)
+    assert summary["requested"] == summary["completed"] + summary["failed"] == requested, summary
+    assert summary["completed"] == len(job.rollouts)
+    assert summary["failed"] == len(job.failures)
+    keys = Counter(
+        (r["task_index"], r.get("rollout_index") or 0) for r in job.rollouts + job.failures
+    )
+    assert [k for k, n in keys.items() if n > 1] == [], "a rollout was recorded twice"
+    assert set(keys) == expected, f"lost rollouts: {sorted(expected - set(keys))[:10]}"
+    ids = [r["rollout_id"] for r in job.rollouts + job.failures if r.get("rollout_id")]
+    assert len(ids) == len(set(ids)), "a rollout id appears twice"

@@ -1,0 +1,82 @@
+"""Launched servers dying: during the run (reported, restarted, counted) and during start-up."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+from e2e_support import Job, server_pids_alive, wait_for
+from faults_support import assert_exact_accounting
+
+pytestmark = pytest.mark.e2e
+
+
+def _agent(**options: object) -> dict[str, object]:
+    return {"kind": "agent", "impl": "fault_parts:FaultAgent", **options}
+
+
+def test_an_agent_killed_mid_run_is_reported_restarted_and_counted(
+    job: Job, no_leftover_servers: None
+) -> None:
+    rows = [{"q": i} for i in range(60)]
+    job.write({"a": _agent(delay_s=0.1)}, rows, agent="a", concurrency=4, max_attempts=3)
+    proc = job.start()
+    try:
+        assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 5, timeout=120)
+        (pid,) = server_pids_alive(under=str(job.root))
+        os.kill(pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out
+    assert "server 'a' died (killed by SIGKILL (exit status -9))" in out
+    assert "restarting server 'a' (restart 1 of 3, servers.a.restart)" in out
+    assert "server 'a' is back at http://127.0.0.1:" in out
+    assert "server restarts: a: 1" in out
+    # Rollouts in flight when it died were retried once it was back: none lost, none failed.
+    assert_exact_accounting(job, 60)
+    assert job.summary["failed"] == 0
+    assert job.summary["servers"]["a"] == {"deaths": 1, "restarts": 1, "down": False}
+
+
+def test_a_server_with_no_restart_left_fails_its_rollouts_at_once(
+    job: Job, no_leftover_servers: None
+) -> None:
+    rows = [{"q": i, "fault": "die_once" if i == 3 else "ok"} for i in range(20)]
+    job.write({"a": _agent(restart=0)}, rows, agent="a", concurrency=2, max_attempts=3)
+    proc = job.run(timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "server 'a' died (exit status 9)" in proc.stderr
+    assert "server 'a' is down: it died (exit status 9) and was not restarted" in proc.stderr
+    assert "servers.a.restart: 0" in proc.stderr
+    assert_exact_accounting(job, 20)
+    summary = job.summary
+    assert summary["servers"]["a"] == {"deaths": 1, "restarts": 0, "down": True}
+    assert summary["failed_by_kind"].get("server_down", 0) >= 1
+    assert set(summary["failed_by_kind"]) <= {"server_down", "connection_error"}
+    assert any("is down" in warning for warning in summary["warnings"])
+    assert "warning: server 'a' is down" in " ".join(proc.stdout.split())
+    down = [f for f in job.failures if f["error_kind"] == "server_down"]
+    assert all(f["attempt"] == 0 or "is down" in f["message"] for f in down)
+
+
+def test_a_server_dying_during_start_up_stops_the_run_before_its_dependents_serve(
+    job: Job, no_leftover_servers: None
+) -> None:
+    servers = {
+        "env": {"kind": "environment", "impl": "fault_parts:FaultEnv", "die_after_start_s": 1.0},
+        "a": _agent(environment="env"),
+    }
+    job.write(servers, [{"q": i} for i in range(10)], agent="a")
+    proc = job.run(timeout=180)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    # Usually it dies while 'a' starts; on a very slow machine, before it was even healthy.
+    assert "server 'env': exited (exit status 7)" in proc.stderr
+    assert "during the launch, after it was healthy" in proc.stderr or "before it was healthy" in (
+        proc.stderr
+    )
+    assert "last lines of" in proc.stderr or "is empty" in proc.stderr
+    assert job.rollouts == [] and job.failures == []

@@ -1,0 +1,150 @@
+"""Telemetry failures never decide a rollout: the store killed mid-run is restarted and the
+gap counted; an OTLP endpoint that is closed, failing or slow loses spans, counted and warned."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from e2e_support import Job, wait_for
+from faults_support import assert_exact_accounting
+
+pytestmark = pytest.mark.e2e
+
+ROWS = 150
+
+
+def _agent(**options: object) -> dict[str, object]:
+    return {"kind": "agent", "impl": "fault_parts:FaultAgent", **options}
+
+
+def _store_pid(job: Job) -> int | None:
+    """The run's trace store process (its command line names the run's traces.db)."""
+    db = str(job.out / "traces.db").encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"rollgym.tracestore" in cmdline and db in cmdline:
+            return int(entry.name)
+    return None
+
+
+def test_the_trace_store_killed_mid_run_is_restarted_and_the_gap_counted(
+    job: Job, no_leftover_servers: None
+) -> None:
+    job.write(
+        {"a": _agent(delay_s=0.05)},
+        [{"q": i} for i in range(ROWS)],
+        agent="a",
+        concurrency=4,
+        telemetry={"preset": "default", "exporter": "auto", "schedule_delay_ms": 100},
+    )
+    proc = subprocess.Popen(
+        job.command(),
+        env=job.env(telemetry=True),
+        cwd=job.root,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 20, timeout=120)
+        pid = _store_pid(job)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out + err
+    assert "the trace store died (exit status -9)" in err
+    assert "the trace store is back at http://127.0.0.1:" in err
+    assert_exact_accounting(job, ROWS)
+    assert job.summary["failed"] == 0  # telemetry never fails a rollout
+    telemetry = job.summary["telemetry"]
+    assert telemetry["store_deaths"] == 1 and telemetry["store_restarts"] == 1
+    assert telemetry["store_down_s"] > 0
+    assert any("the trace store died 1 time(s)" in w for w in job.summary["warnings"])
+    with sqlite3.connect(job.out / "traces.db") as conn:
+        (spans,) = conn.execute("SELECT count(*) FROM spans").fetchone()
+    assert spans > 0  # the store took spans again after its restart
+
+
+class _Failing(BaseHTTPRequestHandler):
+    """An OTLP endpoint answering 500 to every export (and reading nothing it need not)."""
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(500)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def failing_endpoint() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Failing)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def tarpit_endpoint() -> Iterator[str]:
+    """Accepts connections (the kernel's backlog) and never reads or answers."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(128)
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+def _closed_endpoint() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("endpoint_kind", ["closed", "500", "tarpit"])
+def test_an_unusable_otlp_endpoint_loses_spans_counted_and_warned_never_rollouts(
+    job: Job,
+    no_leftover_servers: None,
+    endpoint_kind: str,
+    request: pytest.FixtureRequest,
+) -> None:
+    endpoint = {
+        "closed": _closed_endpoint,
+        "500": lambda: request.getfixturevalue("failing_endpoint"),
+        "tarpit": lambda: request.getfixturevalue("tarpit_endpoint"),
+    }[endpoint_kind]()
+    job.write(
+        {"a": _agent(delay_s=0.0)},
+        [{"q": i} for i in range(30)],
+        agent="a",
+        telemetry={"preset": "default", "exporter": "otlp", "endpoint": endpoint},
+    )
+    proc = job.run(timeout=300, telemetry=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_exact_accounting(job, 30)
+    assert job.summary["failed"] == 0
+    dropped = job.summary["telemetry"]["spans_dropped"]
+    assert dropped > 0
+    assert f"rollgym: telemetry: {dropped} of " in proc.stderr and "NOT delivered" in proc.stderr

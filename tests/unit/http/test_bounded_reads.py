@@ -1,0 +1,121 @@
+"""Slow and half-sent requests: rollgym's servers and its trace store drop them in bounded time.
+
+Real uvicorn (with rollgym's protocol) and the real store app on loopback; the read limit is
+shortened to 0.5 s so the test is quick, and every wait is generous.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+from fastapi import FastAPI
+
+from rollgym.http.bounded_reads import BoundedH11Protocol
+from rollgym.tracestore.serve import build_app, make_runner
+from rollgym.tracestore.writer import BatchWriter
+
+LIMIT_S = 0.5
+#: How long a test waits for the server to hang up: far above LIMIT_S, far below "forever".
+PATIENCE_S = 30.0
+
+HALF_SENT = [
+    b"",  # connects, sends nothing
+    b"POST /run HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le",  # half a head
+    b'POST /run HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{"q": ',  # half a body
+]
+
+
+class QuickBoundedH11(BoundedH11Protocol):
+    read_timeout_s = LIMIT_S
+
+
+@contextlib.contextmanager
+def uvicorn_server() -> Iterator[int]:
+    app = FastAPI()
+
+    @app.post("/run")
+    async def run() -> dict[str, float]:
+        await asyncio.sleep(2 * LIMIT_S)  # a slow handler is not a slow client
+        return {"reward": 1.0}
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="error", http=QuickBoundedH11))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        for _ in range(3000):
+            if server.started:
+                break
+            threading.Event().wait(0.01)
+        assert server.started
+        yield sock.getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def _hung_up(port: int, sent: bytes) -> bool:
+    """Send ``sent`` and nothing more; True when the server closes the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=PATIENCE_S) as conn:
+        conn.sendall(sent)
+        try:
+            while True:
+                data = conn.recv(4096)
+                if not data:
+                    return True
+        except TimeoutError:
+            return False
+        except ConnectionResetError:
+            return True
+
+
+@pytest.mark.parametrize("sent", HALF_SENT, ids=["nothing", "half-head", "half-body"])
+def test_uvicorn_with_rollgyms_protocol_drops_a_half_sent_request(sent: bytes) -> None:
+    with uvicorn_server() as port:
+        assert _hung_up(port, sent)
+
+
+def test_a_whole_request_with_a_slow_handler_is_answered() -> None:
+    with (
+        uvicorn_server() as port,
+        socket.create_connection(("127.0.0.1", port), timeout=PATIENCE_S) as conn,
+    ):
+        conn.sendall(b"POST /run HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+        answer = b""
+        while b"reward" not in answer:
+            chunk = conn.recv(4096)
+            assert chunk, "the server hung up on a whole request"
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 200")
+
+
+@contextlib.asynccontextmanager
+async def store_app(tmp_path: Path) -> AsyncIterator[int]:
+    from aiohttp import web
+
+    writer = BatchWriter(tmp_path / "traces.db")
+    writer.start()
+    runner = make_runner(build_app(writer, tmp_path / "traces.db", None, 1 << 20, LIMIT_S), LIMIT_S)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield runner.addresses[0][1]
+    finally:
+        await runner.cleanup()
+        await asyncio.to_thread(writer.close)
+
+
+@pytest.mark.parametrize("sent", HALF_SENT, ids=["nothing", "half-head", "half-body"])
+async def test_the_trace_store_drops_a_half_sent_request(tmp_path: Path, sent: bytes) -> None:
+    sent = sent.replace(b"/run", b"/v1/traces")
+    async with store_app(tmp_path) as port:
+        assert await asyncio.to_thread(_hung_up, port, sent)

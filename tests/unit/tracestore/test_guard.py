@@ -1,0 +1,68 @@
+"""The store's port against a browser: DNS rebinding and cross-site OTLP writes are refused.
+
+Requests go to a real store process on 127.0.0.1 with the headers a browser would send.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from rollgym.tracestore.guard import allowed_hosts, host_name
+from rollgym.tracestore.launch import TraceStoreProcess
+
+EMPTY_EXPORT = ExportTraceServiceRequest().SerializeToString()
+
+
+def _status(url: str, *, data: bytes | None = None, headers: dict[str, str]) -> int:
+    request = urllib.request.Request(url, data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_a_rebound_host_cannot_read_the_viewer(store: TraceStoreProcess) -> None:
+    base = store.endpoint
+    port = base.rsplit(":", 1)[1]
+    assert _status(f"{base}/api/overview", headers={}) == 200
+    assert _status(f"{base}/api/overview", headers={"Host": f"localhost:{port}"}) == 200
+    for evil in (f"evil.example:{port}", "evil.example", f"127.0.0.1.evil.example:{port}"):
+        assert _status(f"{base}/api/overview", headers={"Host": evil}) == 403
+        assert _status(f"{base}/", headers={"Host": evil}) == 403
+
+
+def test_otlp_writes_from_a_web_page_are_refused(store: TraceStoreProcess) -> None:
+    url = store.traces_endpoint
+    protobuf = {"Content-Type": "application/x-protobuf"}
+    assert _status(url, data=EMPTY_EXPORT, headers=protobuf) == 200  # an exporter
+    # a page's fetch(): same body, but the browser adds Origin
+    origin = {**protobuf, "Origin": "https://evil.example"}
+    assert _status(url, data=EMPTY_EXPORT, headers=origin) == 403
+    # a "simple" no-cors POST is text/plain (no preflight): not OTLP
+    assert _status(url, data=EMPTY_EXPORT, headers={"Content-Type": "text/plain"}) == 415
+    rebound = {**protobuf, "Host": "evil.example"}
+    assert _status(url, data=EMPTY_EXPORT, headers=rebound) == 403
+
+
+@pytest.mark.parametrize(
+    ("header", "name"),
+    [
+        ("127.0.0.1:4318", "127.0.0.1"),
+        ("[::1]:80", "::1"),
+        ("LocalHost", "localhost"),
+        ("::1", "::1"),
+    ],
+)
+def test_host_names(header: str, name: str) -> None:
+    assert host_name(header) == name
+
+
+def test_allowed_hosts_add_the_bound_address_and_extras_never_any() -> None:
+    assert "10.0.0.5" in allowed_hosts("10.0.0.5")
+    assert "0.0.0.0" not in allowed_hosts("0.0.0.0")
+    assert "box.lan" in allowed_hosts("0.0.0.0", ["Box.lan"])
