@@ -1,11 +1,15 @@
-"""Span export rate: where loss begins through rollgym's processor and the OTLP/HTTP exporter.
+"""Span export rate: where loss begins through rollgym's span pipeline (or the SDK's).
 
 A loopback OTLP receiver (aiohttp, in its own process like the real trace store) accepts
 ``POST /v1/traces``, decodes each request with ``opentelemetry.proto`` and counts spans, bytes
 and requests. The bench offers spans at increasing rates, paced in 10 ms ticks, through
 :class:`~rollgym.telemetry.dropping.CountingSpanProcessor` with the config's default queue
-settings, and reports the first offered rate at which spans are dropped. Target: loss begins at
->= 20,000 spans/s.
+settings, and reports the first offered rate at which spans are dropped. Target: no loss up to
+>= 50,000 spans/s offered.
+
+``--pipeline process`` (default) offers span records to rollgym's own pipeline
+(:mod:`rollgym.telemetry.pipeline`: a queue here, OTLP encoding and export in a child process);
+``--pipeline sdk`` offers SDK spans to the SDK's batch processor and OTLP/HTTP exporter.
 
 By default the offered spans are finished SDK spans built before the clock starts, handed to
 the processor's ``on_end`` exactly as the SDK does when a span ends: that measures the
@@ -14,6 +18,7 @@ ends a real span per offer instead (end to end; in one process the producer then
 GIL with the exporter thread, so on a small machine it saturates before loss begins).
 
     python bench/export_rate.py [--duration 3] [--rates 5000,10000,...] [--create]
+                                [--pipeline process|sdk]
 """
 
 from __future__ import annotations
@@ -24,14 +29,18 @@ import multiprocessing as mp
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
 from rollgym.config import TelemetryConfig
 from rollgym.telemetry.dropping import CountingSpanProcessor
+from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
+from rollgym.telemetry.pipeline.records import SpanRecord
+from rollgym.telemetry.pipeline.shipper import SpanShipper
 
-TARGET = 20_000
-DEFAULT_RATES = (5_000, 10_000, 15_000, 20_000, 25_000, 30_000, 40_000, 50_000, 70_000)
+TARGET = 50_000
+DEFAULT_RATES = (10_000, 20_000, 30_000, 40_000, 50_000, 60_000, 70_000, 85_000, 100_000)
 #: Attributes like a real rollout span (identity, dispatch name, HTTP destination).
 ATTRS = {
     "gym.rollout.id": "1234-3-a1",
@@ -115,11 +124,20 @@ def prebuilt_spans(n: int) -> list[ReadableSpan]:
     return list(memory.get_finished_spans())
 
 
-def run_step(port: int, rate: int, duration: float, pool: list[ReadableSpan] | None) -> Step:
+def prebuilt_records(n: int) -> list[SpanRecord]:
+    """``n`` distinct finished span records, as rollgym's own pipeline queues them."""
+    records: list[SpanRecord] = []
+    tracer = RecordingTracerProvider(records.append).get_tracer("bench")
+    for _ in range(n):
+        tracer.start_span("gym.rollout", attributes=ATTRS).end()
+    return records
+
+
+def _sdk_path(port: int) -> tuple[Any, Any, Any]:
+    """(offer, tracer, counts-holder) for the SDK's batch processor + OTLP/HTTP exporter."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     defaults = TelemetryConfig()
-    before = _stats(port)["spans"]
     processor = CountingSpanProcessor(
         OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces", timeout=10),
         max_queue_size=defaults.max_queue_size,
@@ -128,12 +146,33 @@ def run_step(port: int, rate: int, duration: float, pool: list[ReadableSpan] | N
     )
     provider = TracerProvider(shutdown_on_exit=False)
     provider.add_span_processor(processor)
+    return processor.on_end, provider, processor
+
+
+def _process_path(port: int) -> tuple[Any, Any, Any]:
+    """The same for rollgym's own pipeline: a queue here, encoding and export in a child."""
+    defaults = TelemetryConfig()
+    shipper = SpanShipper(
+        url=f"http://127.0.0.1:{port}/v1/traces",
+        headers=None,
+        resource={"service.name": "bench"},
+        timeout_s=10,
+        max_queue_size=defaults.max_queue_size,
+        max_export_batch_size=defaults.max_export_batch_size,
+        schedule_delay_ms=defaults.schedule_delay_ms,
+    )
+    provider = RecordingTracerProvider(shipper.on_end, on_shutdown=shipper.shutdown)
+    return shipper.on_end, provider, shipper
+
+
+def run_step(port: int, rate: int, duration: float, pool: list[Any] | None, pipeline: str) -> Step:
+    before = _stats(port)["spans"]
+    offer, provider, processor = (_process_path if pipeline == "process" else _sdk_path)(port)
     tracer = provider.get_tracer("bench")
     tick = 0.01
     per_tick = max(1, round(rate * tick))
     ticks = round(duration / tick)
     start = time.perf_counter()
-    offer = processor.on_end
     k = 0
     for i in range(ticks):
         if pool is None:
@@ -151,6 +190,7 @@ def run_step(port: int, rate: int, duration: float, pool: list[ReadableSpan] | N
     provider.shutdown()
     flush_s = time.perf_counter() - t0
     counts = processor.counts
+    counts.close()
     return Step(
         rate=rate,
         offered=per_tick * ticks / elapsed,
@@ -167,10 +207,19 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=3.0, help="seconds per offered rate")
     parser.add_argument("--rates", default=",".join(map(str, DEFAULT_RATES)))
     parser.add_argument("--create", action="store_true", help="create a real span per offer")
+    parser.add_argument(
+        "--pipeline",
+        choices=("process", "sdk"),
+        default="process",
+        help="rollgym's own pipeline (default) or the SDK's batch processor",
+    )
     args = parser.parse_args()
     rates = [int(r) for r in args.rates.split(",")]
-    pool = None if args.create else prebuilt_spans(20_000)
+    pool: list[Any] | None = None
+    if not args.create:
+        pool = prebuilt_records(20_000) if args.pipeline == "process" else prebuilt_spans(20_000)
     mode = "spans created and ended per offer" if args.create else "prebuilt finished spans"
+    mode += f", {args.pipeline} pipeline"
 
     parent, child = mp.Pipe()
     receiver = mp.get_context("spawn").Process(target=_receiver_main, args=(child,), daemon=True)
@@ -185,7 +234,7 @@ def main() -> int:
             f"{'target/s':>9} {'offered/s':>10} {'exported':>9} {'dropped':>8} {'received':>9} {'flush s':>8}"
         )
         for rate in rates:
-            step = run_step(port, rate, args.duration, pool)
+            step = run_step(port, rate, args.duration, pool, args.pipeline)
             print(
                 f"{step.rate:>9} {step.offered:>10.0f} {step.exported:>9} {step.dropped:>8} "
                 f"{step.received:>9} {step.flush_s:>8.2f}"

@@ -8,15 +8,19 @@ process: ``rollgym.tracestore.launch.start_trace_store``), exactly as ``rollgym 
 a shared machine affects both. The export backlog is flushed after each traced round's clock
 stops, and its spans counted: exported + dropped must equal what the round produced.
 
-Prints both rates, the ratio traced / off (target >= 0.9) and the span counts.
+Each round runs three ways: tracing off, traced through rollgym's own span pipeline (the
+default: ``rollgym.telemetry.pipeline``, encoding and export in a child process), and traced
+through the OpenTelemetry SDK's batch processor (``ROLLGYM_SPAN_PIPELINE=sdk``, the reference).
+Prints the rates, each traced/off ratio (target >= 0.7, goal 0.9) and the span counts.
 
-    python bench/tracing_overhead.py [--quick] [-n 10000] [--rounds 4]
+    python bench/tracing_overhead.py [--quick] [-n 10000] [--rounds 4] [--no-sdk]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import tempfile
@@ -30,6 +34,7 @@ from rollgym import (
     Collector,  # noqa: E402
     event_loop,  # noqa: E402
 )
+from rollgym.telemetry.environment import ROLLGYM_SPAN_PIPELINE  # noqa: E402
 from rollgym.telemetry.groups import ALL_GROUPS, configure_gate  # noqa: E402
 from rollgym.telemetry.settings import TelemetrySettings  # noqa: E402
 from rollgym.telemetry.setup import setup_telemetry  # noqa: E402
@@ -38,20 +43,31 @@ from rollgym.tracestore.launch import start_trace_store  # noqa: E402
 CONCURRENCY = 64
 
 
+#: CPU seconds this process spent per rollout in the last ``collect`` (all its threads): on a
+#: shared machine the wall-clock rate moves with other load, the CPU a rollout costs much less.
+last_cpu_per_rollout: list[float] = [0.0]
+
+
 async def collect(url: str, n: int) -> float:
     """Rollouts per second of ``n`` rows through the Collector (rows, admission, dispatch)."""
     async with Collector({"agent": url}, agent="agent", concurrency=CONCURRENCY) as collector:
         start = time.perf_counter()
+        cpu = time.process_time()
         done = 0
         async for outcome in collector.stream({"q": i} for i in range(n)):
             assert outcome.reward == 1  # type: ignore[union-attr]
             done += 1
         elapsed = time.perf_counter() - start
+        last_cpu_per_rollout[0] = (time.process_time() - cpu) / n
     assert done == n
     return n / elapsed
 
 
-async def traced_round(url: str, n: int, endpoint: str) -> tuple[float, dict[str, int]]:
+async def traced_round(
+    url: str, n: int, endpoint: str, pipeline: str
+) -> tuple[float, dict[str, int]]:
+    """One traced round; ``pipeline`` is ``process`` (rollgym's default) or ``sdk``."""
+    os.environ[ROLLGYM_SPAN_PIPELINE] = pipeline
     settings = TelemetrySettings(
         groups=ALL_GROUPS, traces_exporter="otlp", endpoint=endpoint, run_id="bench"
     )
@@ -63,17 +79,27 @@ async def traced_round(url: str, n: int, endpoint: str) -> tuple[float, dict[str
     return rate, handle.counts()
 
 
-async def measure(url: str, n: int, rounds: int, endpoint: str) -> dict[str, list]:
+async def measure(
+    url: str, n: int, rounds: int, endpoint: str, pipelines: tuple[str, ...]
+) -> dict[str, list]:
     configure_gate((), tracing_active=False)
-    await collect(url, min(n, 2000))  # warm up both paths
-    await traced_round(url, min(n, 2000), endpoint)
-    out: dict[str, list] = {"off": [], "traced": [], "counts": []}
+    await collect(url, min(n, 2000))  # warm up every path
+    for pipeline in pipelines:
+        await traced_round(url, min(n, 2000), endpoint, pipeline)
+    out: dict[str, list] = {"off": [], "counts": [], "cpu off": []}
+    for pipeline in pipelines:
+        out[pipeline] = []
+        out[f"cpu {pipeline}"] = []
     for _ in range(rounds):
         configure_gate((), tracing_active=False)
         out["off"].append(await collect(url, n))
-        rate, counts = await traced_round(url, n, endpoint)
-        out["traced"].append(rate)
-        out["counts"].append(counts)
+        out["cpu off"].append(last_cpu_per_rollout[0])
+        for pipeline in pipelines:
+            rate, counts = await traced_round(url, n, endpoint, pipeline)
+            out[pipeline].append(rate)
+            out[f"cpu {pipeline}"].append(last_cpu_per_rollout[0])
+            if pipeline == "process":
+                out["counts"].append(counts)
     return out
 
 
@@ -82,36 +108,50 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="3,000 rollouts x 3 rounds")
     parser.add_argument("-n", type=int, default=10_000, help="rollouts per round")
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument(
+        "--no-sdk", action="store_true", help="skip the SDK-pipeline rounds (reference)"
+    )
     args = parser.parse_args()
     n, rounds = (3_000, 3) if args.quick else (args.n, args.rounds)
+    pipelines = ("process",) if args.no_sdk else ("process", "sdk")
     with tempfile.TemporaryDirectory(prefix="rollgym-bench-") as tmp:
         store = start_trace_store(Path(tmp) / "traces.db", Path(tmp) / "tracestore.log")
         try:
             with AgentProcess() as agent:
-                result = event_loop.run(measure(agent.url, n, rounds, store.endpoint))
+                result = event_loop.run(measure(agent.url, n, rounds, store.endpoint, pipelines))
         finally:
             store.stop()
-    off, traced = result["off"], result["traced"]
-    pairwise = [t / o for t, o in zip(traced, off, strict=True)]
-    exported = sum(c["spans_exported"] for c in result["counts"])
-    dropped = sum(c["spans_dropped"] for c in result["counts"])
+    off = result["off"]
     print(f"rollouts per round: {n}, concurrency {CONCURRENCY}, {rounds} rounds (interleaved)")
     print("traced: every span group on, OTLP/HTTP to the rollgym trace store (own process)")
+    print(f"tracing off:     {_rates(off)}")
+    cpu_off = statistics.median(result["cpu off"])
+    print(f"  driver CPU per rollout (all threads): {cpu_off * 1e6:.1f} us")
+    for pipeline in pipelines:
+        traced = result[pipeline]
+        pairwise = [t / o for t, o in zip(traced, off, strict=True)]
+        print(f"traced ({pipeline + '):':8} {_rates(traced)}")
+        print(
+            f"  ratio traced/off: {statistics.median(traced) / statistics.median(off):.2f} of "
+            f"medians, {statistics.median(pairwise):.2f} median of adjacent pairs "
+            f"(range {min(pairwise):.2f}-{max(pairwise):.2f}; target >= 0.70, goal 0.90)"
+        )
+        cpu = statistics.median(result[f"cpu {pipeline}"])
+        print(
+            f"  driver CPU per rollout (all threads): {cpu * 1e6:.1f} us; "
+            f"CPU ratio off/traced {cpu_off / cpu:.2f}"
+        )
+    exported = sum(c["spans_exported"] for c in result["counts"])
+    dropped = sum(c["spans_dropped"] for c in result["counts"])
     print(
-        f"tracing off: {' '.join(f'{x:,.0f}' for x in off)} /s (median {statistics.median(off):,.0f})"
-    )
-    print(
-        f"traced:      {' '.join(f'{x:,.0f}' for x in traced)} /s "
-        f"(median {statistics.median(traced):,.0f})"
-    )
-    print(
-        f"ratio traced/off: {statistics.median(traced) / statistics.median(off):.2f} of medians, "
-        f"{statistics.median(pairwise):.2f} median of adjacent pairs (target >= 0.90)"
-    )
-    print(
-        f"spans (traced rounds): {exported:,} exported, {dropped:,} dropped "
+        f"spans (process-pipeline rounds): {exported:,} exported, {dropped:,} dropped "
         f"({2 * n * rounds:,} produced: dispatch + HTTP client span per rollout)"
     )
+
+
+def _rates(rates: list[float]) -> str:
+    listed = " ".join(f"{x:,.0f}" for x in rates)
+    return f"{listed} /s (median {statistics.median(rates):,.0f})"
 
 
 if __name__ == "__main__":

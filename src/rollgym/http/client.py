@@ -362,8 +362,14 @@ def _inject(headers: dict[str, str], span: Any = None) -> str | None:
     """
     from opentelemetry import propagate, trace
 
-    propagate.inject(headers)
-    context = (span if span is not None else trace.get_current_span()).get_span_context()
+    if span is not None:
+        from rollgym.telemetry.context import inject_span
+
+        context = span.get_span_context()
+        inject_span(headers, context)
+    else:
+        propagate.inject(headers)
+        context = trace.get_current_span().get_span_context()
     return format(context.trace_id, "032x") if context.is_valid else None
 
 

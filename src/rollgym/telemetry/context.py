@@ -11,11 +11,13 @@ a long-lived worker.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
+from opentelemetry import baggage, propagate, trace
 from opentelemetry import context as context_api
-from opentelemetry import propagate, trace
 from opentelemetry.context import Context
+from opentelemetry.trace import SpanContext
 
 from rollgym.telemetry._span import warn_once
 
@@ -46,6 +48,40 @@ def detach_context(token: object | None) -> None:
         context_api.detach(token)  # type: ignore[arg-type]
     except Exception:
         warn_once("detaching a request's trace context failed")
+
+
+#: The propagator the API built at import from ``OTEL_PROPAGATORS`` (unset: W3C trace context +
+#: baggage). :func:`inject_span` writes its headers itself only while it is still the global one.
+_DEFAULT_TEXTMAP = propagate.get_global_textmap()
+_W3C_DEFAULT = os.environ.get("OTEL_PROPAGATORS", "tracecontext,baggage").replace(" ", "") in (
+    "tracecontext,baggage",
+    "tracecontext",
+)
+
+
+def inject_span(headers: dict[str, str], span_context: SpanContext) -> None:
+    """``propagate.inject(headers)`` for a client span that is current, without the detour.
+
+    With the default W3C propagator and no baggage in the context, the headers are exactly
+    ``traceparent`` (and ``tracestate`` when set), formatted here in one step: on the driver's
+    traced hot path the generic path costs about as much as recording a span. Any other
+    propagator, or baggage to send, goes through ``propagate.inject``.
+    """
+    if (
+        _W3C_DEFAULT
+        and propagate.get_global_textmap() is _DEFAULT_TEXTMAP
+        and span_context.is_valid
+        and not baggage.get_all()
+    ):
+        headers["traceparent"] = (
+            f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-"
+            f"{span_context.trace_flags:02x}"
+        )
+        state = span_context.trace_state
+        if state:
+            headers["tracestate"] = state.to_header()
+        return
+    propagate.inject(headers)
 
 
 def current_carrier() -> dict[str, str]:

@@ -13,6 +13,9 @@ from typing import Final
 #: JSON of the resolved non-secret settings a launched server needs (preset, queue, run id).
 ROLLGYM_TELEMETRY: Final = "ROLLGYM_TELEMETRY"
 
+#: ``sdk`` keeps the OpenTelemetry SDK's span processor in rollgym's own processes instead of
+#: the exporter-child pipeline (``rollgym.telemetry.pipeline``); default ``process``.
+ROLLGYM_SPAN_PIPELINE: Final = "ROLLGYM_SPAN_PIPELINE"
 #: Bearer token of the run's local trace store when it listens beyond loopback; handed to the
 #: servers the run launches (in their environment only, never in a file or a log line).
 ROLLGYM_TRACE_STORE_TOKEN: Final = "ROLLGYM_TRACE_STORE_TOKEN"
@@ -33,6 +36,10 @@ OTEL_EXPORTER_OTLP_PROTOCOL: Final = "OTEL_EXPORTER_OTLP_PROTOCOL"
 OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: Final = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
 #: ``k=v,k2=v2``; may hold an API key, so it is never logged or written to a file.
 OTEL_EXPORTER_OTLP_HEADERS: Final = "OTEL_EXPORTER_OTLP_HEADERS"
+OTEL_EXPORTER_OTLP_TRACES_HEADERS: Final = "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
+#: ``gzip`` or ``none``.
+OTEL_EXPORTER_OTLP_COMPRESSION: Final = "OTEL_EXPORTER_OTLP_COMPRESSION"
+OTEL_EXPORTER_OTLP_TRACES_COMPRESSION: Final = "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION"
 #: Seconds per export request (the SDK reads it; we default to a bounded value).
 OTEL_EXPORTER_OTLP_TIMEOUT: Final = "OTEL_EXPORTER_OTLP_TIMEOUT"
 OTEL_SERVICE_NAME: Final = "OTEL_SERVICE_NAME"

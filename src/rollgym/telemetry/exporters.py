@@ -48,6 +48,35 @@ def _signal_endpoint(settings: TelemetrySettings, signal_env: str, path: str) ->
     return f"{settings.endpoint.rstrip('/')}/{path}"
 
 
+def otlp_http_traces_target(
+    settings: TelemetrySettings, store_token: str | None = None
+) -> tuple[str, dict[str, str], str | None]:
+    """(URL, headers, compression) the OTLP/HTTP trace exporter would use, by the SDK's rules.
+
+    For rollgym's exporter child (:mod:`rollgym.telemetry.pipeline`), which posts what it
+    encodes itself but must reach the same place with the same headers as the SDK exporter.
+    """
+    from opentelemetry.util.re import parse_env_headers
+
+    url = (
+        os.environ.get(env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
+        or _signal_endpoint(settings, env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "v1/traces")
+        or "http://localhost:4318/v1/traces"
+    )
+    headers = _headers(settings, store_token, env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
+    if headers is None:
+        raw = os.environ.get(env.OTEL_EXPORTER_OTLP_TRACES_HEADERS) or os.environ.get(
+            env.OTEL_EXPORTER_OTLP_HEADERS, ""
+        )
+        headers = dict(parse_env_headers(raw, liberal=True)) if raw else {}
+    compression = (
+        os.environ.get(env.OTEL_EXPORTER_OTLP_TRACES_COMPRESSION)
+        or os.environ.get(env.OTEL_EXPORTER_OTLP_COMPRESSION)
+        or ""
+    ).strip().lower() or None
+    return url, headers, compression
+
+
 def build_span_exporter(
     settings: TelemetrySettings, store_token: str | None = None
 ) -> SpanExporter | None:

@@ -36,6 +36,9 @@ from rollgym.telemetry.embedder import caller_provider
 from rollgym.telemetry.exporters import build_metric_exporter, build_span_exporter
 from rollgym.telemetry.groups import ALL_GROUPS, SpanGroup, configure_gate, gate
 from rollgym.telemetry.metrics import HttpClientMetrics, RolloutMetrics, register_dropped_spans
+from rollgym.telemetry.pipeline import build as pipeline
+from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
+from rollgym.telemetry.pipeline.shipper import SpanShipper
 from rollgym.telemetry.sampling import SingleTraceIdGenerator, make_sampler, run_trace_id
 from rollgym.telemetry.settings import DEFAULT_FLUSH_TIMEOUT_S, TelemetrySettings, server_env
 
@@ -68,9 +71,10 @@ _METRIC_INTERVAL_MS = 10_000
 class TelemetryHandle:
     """What :func:`setup_telemetry` returns: recorders, counts, and a safe shutdown."""
 
-    tracer_provider: TracerProvider | None = None
+    #: The SDK's provider, or rollgym's own (:mod:`rollgym.telemetry.pipeline`).
+    tracer_provider: TracerProvider | RecordingTracerProvider | None = None
     meter_provider: MeterProvider | None = None
-    processor: CountingSpanProcessor | None = None
+    processor: CountingSpanProcessor | SpanShipper | None = None
     metrics: RolloutMetrics | None = None
     http_metrics: HttpClientMetrics | None = None
     #: The embedder's own provider the gate traces into (never shut down by rollgym).
@@ -160,16 +164,19 @@ def setup_telemetry(
     _quiet_exporter_logs()
     handle = TelemetryHandle(flush_timeout_s=settings.flush_timeout_s)
     caller = caller_provider() if embedded and settings.groups else None
+    resource = _resource(service_name, run_id, server_name, server_kind)
+    exporter = None
     if caller is not None:
         handle.caller_provider = caller
         state.tracer = tracer_of(caller)
         state.provider = caller
-        exporter = None
     elif span_exporter is not None:
         exporter = span_exporter
-    else:
+    elif not (
+        pipeline.wanted(settings)
+        and _start_process_pipeline(handle, settings, resource, run_id, store_token)
+    ):
         exporter = _safe(build_span_exporter, settings, store_token)
-    resource = _resource(service_name, run_id, server_name, server_kind)
     if exporter is not None:
         handle.processor = CountingSpanProcessor(
             exporter,
@@ -231,18 +238,54 @@ def _tracer_provider(
     provider = TracerProvider(
         resource=resource,
         sampler=make_sampler(settings.sampler, settings.sampler_arg),
-        id_generator=SingleTraceIdGenerator(run_trace_id(run_id))
-        if settings.single_trace
-        else None,
+        id_generator=_id_generator(settings, run_id),
         shutdown_on_exit=False,
     )
     provider.add_span_processor(processor)
+    _install_tracer_provider(provider)
+    return provider
+
+
+def _id_generator(settings: TelemetrySettings, run_id: str) -> SingleTraceIdGenerator | None:
+    return SingleTraceIdGenerator(run_trace_id(run_id)) if settings.single_trace else None
+
+
+def _install_tracer_provider(provider: trace.TracerProvider) -> None:
+    """Our tracer from now on; also the global provider if this is the process's first."""
     state.created.add(provider)
     if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         trace.set_tracer_provider(provider)  # first setup in this process: make it global too
     state.tracer = tracer_of(provider)
     state.provider = provider
-    return provider
+
+
+def _start_process_pipeline(
+    handle: TelemetryHandle,
+    settings: TelemetrySettings,
+    resource: Resource,
+    run_id: str,
+    store_token: str | None,
+) -> bool:
+    """rollgym's own span pipeline (:mod:`rollgym.telemetry.pipeline`); False: use the SDK's."""
+    try:
+        provider, shipper = pipeline.build_process_pipeline(
+            settings,
+            resource,
+            make_sampler(settings.sampler, settings.sampler_arg),
+            _id_generator(settings, run_id),
+            store_token,
+        )
+    except Exception as exc:
+        _log.warning(
+            "span exporter process did not start (%s: %s); using the SDK exporter",
+            type(exc).__name__,
+            exc,
+        )
+        return False
+    _install_tracer_provider(provider)
+    handle.tracer_provider = provider
+    handle.processor = shipper
+    return True
 
 
 _global_meter_set = False

@@ -1,0 +1,79 @@
+"""The quickstart, traced with the default preset vs tracing off, side by side.
+
+Runs ``rollgym run examples/quickstart.yaml run.repeats=8`` (880 rollouts through the built-in
+servers: simulated model with ~20 ms latency, two environments, two agents, all on this
+machine) alternately with ``telemetry.preset=off`` and with the default preset exporting to the
+run's local trace store, each in a fresh output directory, and reads ``rollouts_per_s`` from
+each run's ``summary.json`` (the rollout phase: server start-up and shutdown excluded). Prints
+both rates, the ratio default / off of the medians (target >= 0.8) and the span counts.
+
+    python bench/quickstart_tracing.py [--rounds 3] [--repeats 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "examples" / "quickstart.yaml"
+TARGET = 0.8
+
+
+def run_once(preset: str, repeats: int, out: Path) -> dict:
+    command = [
+        sys.executable,
+        "-m",
+        "rollgym",
+        "run",
+        str(CONFIG),
+        f"run.repeats={repeats}",
+        f"run.output_dir={out}",
+        f"telemetry.preset={preset}",
+    ]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    summary = json.loads((out / "summary.json").read_text())
+    if summary["completed"] != summary["requested"]:
+        raise SystemExit(f"{preset}: {summary['completed']} of {summary['requested']} completed")
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=8)
+    args = parser.parse_args()
+    rates: dict[str, list[float]] = {"off": [], "default": []}
+    spans: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="rollgym-quickstart-") as tmp:
+        for i in range(args.rounds):
+            for preset in ("off", "default"):
+                summary = run_once(preset, args.repeats, Path(tmp) / f"{preset}-{i}")
+                rates[preset].append(summary["rollouts_per_s"])
+                if preset == "default":
+                    spans.append(summary["telemetry"])
+    print(f"quickstart, run.repeats={args.repeats}, {args.rounds} rounds (alternating)")
+    for preset, values in rates.items():
+        listed = " ".join(f"{v:,.0f}" for v in values)
+        print(
+            f"telemetry.preset={preset:<8} {listed} rollouts/s "
+            f"(median {statistics.median(values):,.0f})"
+        )
+    pairs = [d / o for d, o in zip(rates["default"], rates["off"], strict=True)]
+    ratio = statistics.median(rates["default"]) / statistics.median(rates["off"])
+    print(
+        f"ratio default / off: {ratio:.2f} of medians, pairs {min(pairs):.2f}-{max(pairs):.2f} "
+        f"(target >= {TARGET})"
+    )
+    exported = sum(s.get("spans_exported", 0) for s in spans)
+    dropped = sum(s.get("spans_dropped", 0) for s in spans)
+    print(f"spans (default rounds, all processes): {exported:,} exported, {dropped:,} dropped")
+
+
+if __name__ == "__main__":
+    main()

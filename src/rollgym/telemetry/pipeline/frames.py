@@ -1,0 +1,31 @@
+"""The protocol between the recording process and its exporter child: framing, one signal.
+
+A frame is a 4-byte big-endian length, then that many bytes of :mod:`marshal` data. marshal
+(rather than pickle or JSON) because both ends are the same interpreter build, it is the
+fastest serialiser CPython has for tuples of ints and strings, and it cannot run code.
+"""
+
+from __future__ import annotations
+
+import signal
+import struct
+from typing import BinaryIO
+
+HEADER = struct.Struct(">I")
+#: Sent by the parent at its flush limit: from then on the child tries every batch once.
+STOP_RETRYING = signal.SIGUSR1
+
+
+def frame(payload: bytes) -> bytes:
+    """Header and payload as one buffer: one write, never interleaved."""
+    return HEADER.pack(len(payload)) + payload
+
+
+def read_frame(stream: BinaryIO) -> bytes | None:
+    """One frame's payload, or None at end of stream (a truncated frame is also the end)."""
+    head = stream.read(HEADER.size)
+    if len(head) < HEADER.size:
+        return None
+    (size,) = HEADER.unpack(head)
+    body = stream.read(size)
+    return body if len(body) == size else None

@@ -1,0 +1,46 @@
+"""The compact span record: what a finished span becomes in the recording process.
+
+Why a plain tuple: it is the cheapest object Python can build on the event loop, it holds no
+reference cycles (so the garbage collector never has to trace it), and :mod:`marshal` turns a
+list of them into bytes at C speed for the exporter child. The fields, by position:
+
+====  =====================  =================================================================
+ 0    trace_id               int (128 bit)
+ 1    span_id                int (64 bit)
+ 2    parent_span_id         int, 0 for a root
+ 3    parent_is_remote       bool
+ 4    name                   str
+ 5    kind                   int, ``opentelemetry.trace.SpanKind`` value
+ 6    start_time             int, ns since the epoch
+ 7    end_time               int, ns since the epoch
+ 8    attributes             dict of str -> str | bool | int | float | tuple of those
+ 9    events                 None or list of (name, time ns, attributes)
+ 10   links                  None or list of (trace_id, span_id, is_remote, attributes | None)
+ 11   status_code            int, ``StatusCode`` value (0 unset, 1 ok, 2 error)
+ 12   status_message         str or None
+ 13   scope                  (name, version or None, schema_url or None)
+ 14   trace_state            None or ((key, value), ...)
+====  =====================  =================================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SpanRecord = tuple[Any, ...]
+
+TRACE_ID = 0
+SPAN_ID = 1
+PARENT_SPAN_ID = 2
+PARENT_IS_REMOTE = 3
+NAME = 4
+KIND = 5
+START = 6
+END = 7
+ATTRIBUTES = 8
+EVENTS = 9
+LINKS = 10
+STATUS_CODE = 11
+STATUS_MESSAGE = 12
+SCOPE = 13
+TRACE_STATE = 14

@@ -1,0 +1,301 @@
+"""The recording process's half of the export pipeline: a bounded queue and a pipe to a child.
+
+Hot path (:meth:`SpanShipper.on_end`, called by ``RecordingSpan.end`` on whatever thread ends a
+span): a length check and a ``deque.append`` (both atomic under the GIL, no lock), and once per
+batch an ``Event.set``. Everything else happens on two daemon threads:
+
+- the *writer* takes up to ``max_export_batch_size`` records at a time, ``marshal`` s them (C
+  speed) and writes the frame to the child's stdin; a full pipe blocks only this thread;
+- the *reader* reads the child's ``ok n`` / ``fail n`` lines and counts them.
+
+Loss is counted, never hidden and never blocking: a full queue drops the new span
+(``queue_full``); a batch the child could not deliver, or one written to a child that died,
+is ``export_failed``; whatever is still unresolved when the shutdown limit runs out is
+``shutdown`` (:class:`ShipperCounts`). Memory is bounded by ``max_queue_size`` records here,
+one frame in the pipe and one batch in the child.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import marshal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from typing import IO, Any
+
+from rollgym.telemetry.dropping import (
+    REASON_EXPORT_FAILED,
+    REASON_QUEUE_FULL,
+    REASON_SHUTDOWN,
+    SpanCounts,
+)
+from rollgym.telemetry.pipeline.frames import HEADER, STOP_RETRYING
+from rollgym.telemetry.pipeline.recording import clean_attributes
+from rollgym.telemetry.pipeline.records import ATTRIBUTES, EVENTS, LINKS, STATUS_CODE, SpanRecord
+
+_log = logging.getLogger(__name__)
+CHILD_MODULE = "rollgym.telemetry.pipeline.child"
+
+
+def clean_record(record: SpanRecord) -> SpanRecord:
+    """``record`` with every attribute value the API does not allow dropped (logged once).
+
+    The recording side copies attribute mappings without checking each value (the hot path);
+    the writer calls this only for a batch that ``marshal`` refused.
+    """
+    events = record[EVENTS]
+    links = record[LINKS]
+    return (
+        *record[:ATTRIBUTES],
+        clean_attributes(record[ATTRIBUTES]),
+        [(name, when, clean_attributes(attrs)) for name, when, attrs in events] if events else None,
+        [(t, s, remote, clean_attributes(attrs) or None) for t, s, remote, attrs in links]
+        if links
+        else None,
+        *record[STATUS_CODE:],
+    )
+
+
+class ShipperCounts(SpanCounts):
+    """``SpanCounts`` whose ``accepted`` also includes the records still queued here.
+
+    The hot path does not count accepted spans (that would need a lock per span); the writer
+    counts a batch as accepted when it takes it, and :meth:`close` adds what is still queued,
+    so everything that never reached an outcome is counted as dropped at shutdown.
+    """
+
+    __slots__ = ("_queued",)
+
+    def __init__(self, queued: deque[SpanRecord]) -> None:
+        super().__init__()
+        self._queued = queued
+
+    def close(self) -> None:
+        with self._lock:
+            if not self.closed:
+                self.accepted += len(self._queued)
+        super().close()
+
+
+class SpanShipper:
+    """Queue + exporter child for one process; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        headers: Mapping[str, str] | None,
+        resource: Mapping[str, Any],
+        timeout_s: float,
+        patience_s: float = 0.0,
+        compression: str | None = None,
+        max_queue_size: int = 65536,
+        max_export_batch_size: int = 4096,
+        schedule_delay_ms: float = 500,
+        command: list[str] | None = None,
+    ) -> None:
+        self._queue: deque[SpanRecord] = deque()
+        self.counts = ShipperCounts(self._queue)
+        self._max_queue = max_queue_size
+        self._batch = max(1, min(max_export_batch_size, max_queue_size))
+        self._delay_s = max(schedule_delay_ms, 1) / 1000
+        self._timeout_s = timeout_s
+        self._patience_s = patience_s
+        #: Set by :meth:`stop_retrying_at`: when shutdown stops waiting for the child.
+        self._deadline: float | None = None
+        self._wake = threading.Event()
+        self._stopping = False
+        self._closed = False
+        self._io_lock = threading.Lock()
+        self._dead = False
+        self._child = subprocess.Popen(
+            command or [sys.executable, "-m", CHILD_MODULE],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            close_fds=True,
+        )
+        assert self._child.stdin is not None and self._child.stdout is not None
+        self._stdin: IO[bytes] = self._child.stdin
+        config = {
+            "url": url,
+            "headers": dict(headers or {}),
+            "timeout_s": float(timeout_s),
+            "patience_s": float(patience_s),
+            "compression": compression,
+            "resource": dict(resource),
+        }
+        self._write_frame(marshal.dumps(config))
+        self._writer = threading.Thread(
+            target=self._write_loop, name="rollgym-span-writer", daemon=True
+        )
+        self._reader = threading.Thread(
+            target=self._read_loop,
+            args=(self._child.stdout,),
+            name="rollgym-span-acks",
+            daemon=True,
+        )
+        self._writer.start()
+        self._reader.start()
+
+    # --- hot path -----------------------------------------------------------------------------
+    def on_end(self, record: SpanRecord) -> None:
+        """Queue one finished span, or count it dropped; never blocks."""
+        queue = self._queue
+        size = len(queue)
+        if size >= self._max_queue or self._closed:
+            self._count_drop(REASON_SHUTDOWN if self._closed else REASON_QUEUE_FULL)
+            return
+        queue.append(record)
+        if size + 1 == self._batch:
+            self._wake.set()
+
+    def _count_drop(self, reason: str, n: int = 1) -> None:
+        counts = self.counts
+        with counts._lock:
+            if not counts.closed:
+                counts.dropped[reason] += n
+
+    # --- writer thread ------------------------------------------------------------------------
+    def _write_loop(self) -> None:
+        while True:
+            self._wake.wait(self._delay_s)
+            self._wake.clear()
+            stopping = self._stopping
+            self._ship_queued()
+            if stopping:
+                break
+        with contextlib.suppress(OSError):  # end of input: the child finishes and exits
+            self._stdin.close()
+
+    def _ship_queued(self) -> None:
+        queue, popleft, counts = self._queue, self._queue.popleft, self.counts
+        while queue:
+            n = min(len(queue), self._batch)
+            batch = [popleft() for _ in range(n)]
+            with counts._lock:
+                counts.accepted += n
+            try:
+                frame = marshal.dumps(batch)
+            except ValueError:  # a value of a type the API does not allow: clean, then retry
+                frame = marshal.dumps([clean_record(record) for record in batch])
+            with self._io_lock:
+                if self._dead:
+                    self._count_drop(REASON_EXPORT_FAILED, n)
+                    continue
+                with counts._lock:
+                    counts.handed += n
+                try:
+                    self._write_frame(frame)
+                except (OSError, ValueError):  # the child died (broken pipe) or stdin closed
+                    self._dead = True
+                    _log.warning("span exporter process is gone; further spans are dropped")
+                    self._unresolved_failed()
+
+    def _write_frame(self, frame: bytes) -> None:
+        self._stdin.write(HEADER.pack(len(frame)))
+        self._stdin.write(frame)
+        self._stdin.flush()
+
+    # --- reader thread ------------------------------------------------------------------------
+    def _read_loop(self, stdout: IO[bytes]) -> None:
+        counts = self.counts
+        for line in stdout:
+            verdict, _, number = line.partition(b" ")
+            try:
+                n = int(number)
+            except ValueError:
+                continue
+            with counts._lock:
+                if counts.closed:
+                    continue
+                if verdict == b"ok":
+                    counts.exported += n
+                else:
+                    counts.dropped[REASON_EXPORT_FAILED] += n
+        with self._io_lock:  # the child is gone: what it was given and never answered is lost
+            if not self._dead and not self._stopping:
+                _log.warning("span exporter process exited; further spans are dropped")
+            self._dead = True
+            self._unresolved_failed()
+
+    def _unresolved_failed(self) -> None:
+        counts = self.counts
+        with counts._lock:
+            if counts.closed:
+                return
+            unresolved = counts.handed - counts.exported - counts.dropped[REASON_EXPORT_FAILED]
+            if unresolved > 0:
+                counts.dropped[REASON_EXPORT_FAILED] += unresolved
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    def flush(self, timeout_s: float) -> bool:
+        """Ship everything queued now and wait (bounded) until the child answered for all of it.
+
+        True when every span accepted so far has an outcome (exported or counted dropped).
+        """
+        deadline = time.monotonic() + timeout_s
+        self._wake.set()
+        counts = self.counts
+        while True:
+            with counts._lock:
+                settled = counts.exported + counts.dropped[REASON_EXPORT_FAILED]
+                done = not self._queue and counts.handed == counts.accepted <= settled
+            if done or self._dead:
+                return done
+            if time.monotonic() >= deadline:
+                return False
+            self._wake.set()
+            time.sleep(0.01)
+
+    def stop_retrying_at(self, deadline: float) -> None:
+        """The flush limit (monotonic): :meth:`shutdown` stops the child then, retrying or not."""
+        self._deadline = deadline
+
+    def shutdown(self, timeout_s: float | None = None) -> None:
+        """Ship the backlog, close the child's input, wait for its last answers (bounded).
+
+        Blocking; :class:`~rollgym.telemetry.setup.TelemetryHandle` runs it on a helper thread
+        under its own limit and counts what is left as dropped. A child that has not finished by
+        ``timeout_s`` (default: the deadline given to :meth:`stop_retrying_at`, else the
+        patience plus twice the export timeout plus five seconds) is killed.
+        """
+        if self._stopping:
+            return
+        self._stopping = True
+        self._closed = True
+        if timeout_s is not None:
+            limit = timeout_s
+        elif self._deadline is not None:
+            limit = max(0.0, self._deadline - time.monotonic())
+        else:
+            limit = self._patience_s + 2 * self._timeout_s + 5.0
+        end = time.monotonic() + limit
+        # Near the limit the child stops retrying and answers the rest as failed at once.
+        grace = min(2.0, 0.25 * limit)
+        self._wake.set()
+        self._writer.join(max(0.0, end - grace - time.monotonic()))
+        if not self._finished_by(end - grace):
+            with contextlib.suppress(OSError):
+                self._child.send_signal(STOP_RETRYING)
+            if not self._finished_by(end):
+                _log.warning("span exporter process did not finish within %.1fs; stopped", limit)
+                self._child.kill()
+                self._child.wait()
+        self._writer.join(max(0.0, end - time.monotonic()))
+        self._reader.join(max(0.1, end - time.monotonic()))
+
+    def _finished_by(self, when: float) -> bool:
+        try:
+            self._child.wait(max(0.0, when - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    @property
+    def child_pid(self) -> int:
+        return self._child.pid

@@ -1,0 +1,352 @@
+"""rollgym's own span pipeline: same spans as the SDK, same bytes on the wire, loss counted.
+
+The round-trip tests drive the SDK's TracerProvider and our RecordingTracerProvider through the
+same API calls with the same ids and times, then compare what the SDK's OTLP encoder makes of
+the SDK spans with what our encoder (the exporter child's) makes of our records, both parsed
+back with ``opentelemetry-proto``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import marshal
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from opentelemetry import context as context_api
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, TraceIdRatioBased
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from rollgym.telemetry import spans
+from rollgym.telemetry.groups import ALL_GROUPS, configure_gate
+from rollgym.telemetry.pipeline import records as R
+from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
+from rollgym.telemetry.pipeline.shipper import SpanShipper, clean_record
+from rollgym.telemetry.pipeline.wire import encode_request
+from rollgym.telemetry.sampling import SingleTraceIdGenerator
+from rollgym.telemetry.settings import TelemetrySettings
+from rollgym.telemetry.setup import setup_telemetry
+
+RESOURCE = {"service.name": "rollgym-test", "gym.run.id": "run-1"}
+T0 = 1_700_000_000_000_000_000
+
+
+class _CountingIds(IdGenerator):
+    """The same id sequence for both providers, so their spans can be compared field by field."""
+
+    def __init__(self) -> None:
+        self._next = itertools.count(1)
+
+    def generate_span_id(self) -> int:
+        return 0x1000 + next(self._next)
+
+    def generate_trace_id(self) -> int:
+        return 0xABC0_0000 + next(self._next)
+
+
+def _scenario(tracer: trace.Tracer) -> None:
+    """Every API feature our spans must carry: nesting, kinds, links, events, status, remote."""
+    remote = TraceContextTextMapPropagator().extract(
+        {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    )
+    root = tracer.start_span(
+        "gym.job",
+        attributes={
+            "gym.run.id": "run-1",
+            "n": 3,
+            "ok": True,
+            "neg": -5,
+            "no": False,
+            "uni": "é✓",
+            "floats": (1.5, -2.5),
+            "ints": [1, -2],
+            "big": 2**62,
+        },
+        start_time=T0,
+    )
+    token = context_api.attach(trace.set_span_in_context(root))
+    try:
+        child = tracer.start_span(
+            "POST /run",
+            kind=SpanKind.CLIENT,
+            attributes={"http.request.method": "POST", "server.port": 8000, "x": 1.5},
+            links=[Link(root.get_span_context(), {"why": "job"})],
+            start_time=T0 + 10,
+        )
+        child.set_attribute("tags", ["a", "b"])
+        child.set_attributes({"gym.rollout.reward": 1.0, "gym.rollout.outcome": "ok"})
+        child.add_event("retry", {"attempt": 2}, timestamp=T0 + 15)
+        child.set_status(Status(StatusCode.ERROR, "timeout"))
+        child.update_name("POST /run/{id}")
+        child.end(T0 + 20)
+        server = tracer.start_span("GET /x", context=remote, kind=SpanKind.SERVER, start_time=T0)
+        server.set_status(StatusCode.OK)
+        server.set_status(StatusCode.ERROR, "ignored after OK")
+        server.end(T0 + 30)
+    finally:
+        context_api.detach(token)
+    root.end(T0 + 40)
+
+
+def _sdk_request() -> ExportTraceServiceRequest:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(
+        resource=Resource(RESOURCE), id_generator=_CountingIds(), shutdown_on_exit=False
+    )
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    _scenario(provider.get_tracer("rollgym", "1.0"))
+    out = ExportTraceServiceRequest()
+    out.ParseFromString(encode_spans(exporter.get_finished_spans()).SerializeToString())
+    return out
+
+
+def _our_records() -> list[R.SpanRecord]:
+    records: list[R.SpanRecord] = []
+    provider = RecordingTracerProvider(records.append, id_generator=_CountingIds())
+    _scenario(provider.get_tracer("rollgym", "1.0"))
+    return records
+
+
+def test_our_encoding_of_our_spans_equals_the_sdk_encoding_of_sdk_spans() -> None:
+    records = marshal.loads(marshal.dumps(_our_records()))  # what crosses the pipe
+    ours = ExportTraceServiceRequest()
+    ours.ParseFromString(encode_request(RESOURCE, records))
+    theirs = _sdk_request()
+    assert len(ours.resource_spans[0].scope_spans[0].spans) == 3
+    # Field by field first (a readable failure), then the whole message.
+    for mine, sdk in zip(
+        ours.resource_spans[0].scope_spans[0].spans,
+        theirs.resource_spans[0].scope_spans[0].spans,
+        strict=True,
+    ):
+        assert mine == sdk, f"{mine.name}:\n{mine}\n!=\n{sdk}"
+    assert ours == theirs
+
+
+def test_unencodable_values_lose_only_their_attribute() -> None:
+    (record,) = _records_of(lambda t: t.start_span("s", attributes={"big": 2**70, "ok": 1}).end())
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(encode_request(RESOURCE, [record]))
+    (span,) = request.resource_spans[0].scope_spans[0].spans
+    assert [kv.key for kv in span.attributes] == ["ok"]
+
+
+def _records_of(body: Callable[[trace.Tracer], None], **kw: Any) -> list[R.SpanRecord]:
+    records: list[R.SpanRecord] = []
+    body(RecordingTracerProvider(records.append, **kw).get_tracer("rollgym"))
+    return records
+
+
+def test_invalid_attribute_types_are_cleaned_before_the_pipe() -> None:
+    class Opaque:
+        pass
+
+    (record,) = _records_of(
+        lambda t: t.start_span("s", attributes={"bad": Opaque(), "good": "x"}).end()
+    )
+    with pytest.raises(ValueError):
+        marshal.dumps([record])
+    cleaned = clean_record(record)
+    assert cleaned[R.ATTRIBUTES] == {"good": "x"}
+    assert marshal.loads(marshal.dumps([cleaned]))[0][R.NAME] == "s"
+
+
+def test_unsampled_spans_are_not_recording_and_never_reach_the_sink() -> None:
+    def body(tracer: trace.Tracer) -> None:
+        span = tracer.start_span("dropped")
+        assert isinstance(span, NonRecordingSpan) and not span.is_recording()
+        assert span.get_span_context().is_valid and not span.get_span_context().trace_flags.sampled
+        span.end()
+
+    assert _records_of(body, sampler=ALWAYS_OFF) == []
+    kept = _records_of(
+        lambda t: [t.start_span(f"s{i}").end() for i in range(400)],
+        sampler=TraceIdRatioBased(0.5),
+    )
+    assert 100 < len(kept) < 300  # each root decided by its trace id, as the SDK decides
+
+
+def test_children_follow_the_parents_sampling_decision() -> None:
+    def body(tracer: trace.Tracer) -> None:
+        unsampled = NonRecordingSpan(
+            SpanContext(trace_id=5, span_id=6, is_remote=True, trace_flags=trace.TraceFlags(0))
+        )
+        with trace.use_span(unsampled):
+            child = tracer.start_span("child")
+            assert not child.is_recording()
+            assert child.get_span_context().trace_id == 5
+        child.end()
+
+    assert _records_of(body) == []
+
+
+def test_single_trace_mode_gives_every_root_the_run_trace_id() -> None:
+    records = _records_of(
+        lambda t: [t.start_span("root").end() for _ in range(3)],
+        id_generator=SingleTraceIdGenerator(1234),
+    )
+    assert {r[R.TRACE_ID] for r in records} == {1234}
+    assert len({r[R.SPAN_ID] for r in records}) == 3
+
+
+def test_record_exception_and_current_span_as_the_api_promises() -> None:
+    def body(tracer: trace.Tracer) -> None:
+        with pytest.raises(KeyError), tracer.start_as_current_span("work") as span:
+            assert trace.get_current_span() is span
+            raise KeyError("k")
+        assert not span.is_recording()
+        span.set_attribute("late", 1)  # after end: ignored, as in the SDK
+
+    (record,) = _records_of(body)
+    assert record[R.STATUS_CODE] == StatusCode.ERROR.value
+    (event,) = record[R.EVENTS]
+    assert event[0] == "exception" and event[2]["exception.type"] == "KeyError"
+    assert "late" not in record[R.ATTRIBUTES]
+
+
+def _shipper(**kw: Any) -> SpanShipper:
+    base: dict[str, Any] = {
+        "url": "http://127.0.0.1:9/v1/traces",
+        "headers": None,
+        "resource": RESOURCE,
+        "timeout_s": 1.0,
+        "schedule_delay_ms": 10,
+    }
+    return SpanShipper(**{**base, **kw})
+
+
+def _record(i: int) -> R.SpanRecord:
+    return (
+        1,
+        i + 1,
+        0,
+        False,
+        "s",
+        0,
+        T0,
+        T0 + 1,
+        {},
+        None,
+        None,
+        0,
+        None,
+        ("rollgym", None, None),
+        None,
+    )
+
+
+def _wait(predicate: Callable[[], bool], timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+def test_a_stalled_child_fills_the_queue_and_drops_are_counted_without_blocking() -> None:
+    stalled = [sys.executable, "-c", "import time; time.sleep(120)"]  # never reads its input
+    shipper = _shipper(command=stalled, max_queue_size=50, max_export_batch_size=10)
+    payload = "x" * 2000  # ~2 kB a span: the pipe's buffer holds a few dozen at most
+    for i in range(5000):
+        shipper.on_end((*_record(i)[:8], {"p": payload}, *_record(i)[9:]))
+    dropped = shipper.counts.dropped["queue_full"]
+    assert dropped > 0
+    shipper.shutdown(timeout_s=2.0)  # the child is killed: everything left is counted
+    shipper.counts.close()
+    counts = shipper.counts.snapshot()
+    assert counts == {"spans_exported": 0, "spans_dropped": 5000}
+
+
+def test_a_dead_child_drops_and_counts_and_never_blocks() -> None:
+    shipper = _shipper()
+    os.kill(shipper.child_pid, signal.SIGKILL)
+    assert _wait(lambda: shipper._dead)
+    for i in range(300):
+        shipper.on_end(_record(i))
+    shipper.shutdown(timeout_s=10.0)
+    shipper.counts.close()
+    assert shipper.counts.snapshot() == {"spans_exported": 0, "spans_dropped": 300}
+    assert shipper.counts.dropped["export_failed"] == 300
+
+
+def test_setup_uses_the_pipeline_for_otlp_http_and_the_sdk_when_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = TelemetrySettings(
+        groups=ALL_GROUPS,
+        traces_exporter="otlp",
+        endpoint="http://127.0.0.1:9",
+        export_timeout_s=0.5,
+        schedule_delay_ms=10,
+    )
+    handle = setup_telemetry(settings, service_name="t", run_id="r")
+    try:
+        assert isinstance(handle.processor, SpanShipper)
+        with spans.rollout_span("1-0") as span:
+            assert span.is_recording()
+    finally:
+        handle.shutdown(10.0)
+    assert handle.counts() == {"spans_exported": 0, "spans_dropped": 1}
+    monkeypatch.setenv("ROLLGYM_SPAN_PIPELINE", "sdk")
+    handle = setup_telemetry(settings, service_name="t", run_id="r")
+    try:
+        assert isinstance(handle.tracer_provider, TracerProvider)
+    finally:
+        handle.shutdown(10.0)
+        configure_gate((), tracing_active=False)
+
+
+@pytest.mark.parametrize("flags", [0, 1])
+@pytest.mark.parametrize("state", ["", "vendor=x,other=y"])
+def test_fast_injection_writes_what_the_propagator_writes(flags: int, state: str) -> None:
+    from opentelemetry import baggage, propagate
+    from opentelemetry.trace import TraceState
+
+    from rollgym.telemetry.context import inject_span
+
+    span_context = SpanContext(
+        trace_id=0x0AF7651916CD43DD8448EB211C80319C,
+        span_id=0xB7AD6B7169203331,
+        is_remote=False,
+        trace_flags=trace.TraceFlags(flags),
+        trace_state=TraceState.from_header([state]) if state else None,
+    )
+    for ctx in (None, baggage.set_baggage("k", "v")):  # with baggage: the propagator's path
+        token = context_api.attach(trace.set_span_in_context(NonRecordingSpan(span_context), ctx))
+        try:
+            fast: dict[str, str] = {}
+            inject_span(fast, span_context)
+            reference: dict[str, str] = {}
+            propagate.inject(reference)
+        finally:
+            context_api.detach(token)
+        assert fast == reference
+
+
+def test_force_flush_waits_until_every_span_has_an_outcome() -> None:
+    shipper = _shipper(schedule_delay_ms=60_000)  # only a flush or a full batch ships
+    provider = RecordingTracerProvider(shipper.on_end, on_flush=shipper.flush)
+    tracer = provider.get_tracer("rollgym")
+    for i in range(20):
+        tracer.start_span(f"s{i}").end()
+    try:
+        assert provider.force_flush(30_000)
+        # Nothing listens on the endpoint: all 20 were tried and counted, before shutdown.
+        assert shipper.counts.dropped["export_failed"] == 20
+    finally:
+        shipper.shutdown(timeout_s=10.0)
