@@ -19,27 +19,18 @@ import re
 import secrets as _secrets
 import time
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rollgym.errors import ConfigError
-
-ServerKind = Literal["agent", "environment", "model"]
+from rollgym.server_options import ServerKind
+from rollgym.server_options import (
+    ServerOptions as ServerOptions,  # public: implementations import it from here
+)
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
-
-
-class ServerOptions(BaseModel):
-    """Base of every implementation's ``Options`` model.
-
-    ``server_refs`` maps an option field to the server kind it must name; the config loader
-    checks those references across the whole ``servers:`` block.
-    """
-
-    model_config = _FROZEN
-    server_refs: ClassVar[dict[str, ServerKind]] = {}
 
 
 class RunConfig(BaseModel):

@@ -35,7 +35,7 @@ from rollgym.driver.summary import (
 )
 from rollgym.driver.telemetry_setup import JobTelemetry
 from rollgym.errors import ConfigError, DispatchError, OutputError
-from rollgym.servers.supervisor import Supervisor, report_to_stderr
+from rollgym.placement.supervisor import Supervisor, report_to_stderr
 from rollgym.telemetry.groups import gate
 
 RUN_FILE = "run.json"
@@ -127,7 +127,7 @@ class Interrupts:
 
 def make_supervisor(config: JobConfig) -> Supervisor:
     """The watch over the run's launched servers, with each one's ``restart`` budget."""
-    from rollgym.servers.launcher import dependencies
+    from rollgym.placement.launcher import dependencies
 
     limits = {name: server.restart for name, server in config.servers.items() if server.impl}
     return Supervisor(limits, dependencies(config))
@@ -141,7 +141,7 @@ async def _servers(
     env: dict[str, str],
     supervisor: Supervisor | None,
 ) -> AsyncIterator[dict[str, str]]:
-    from rollgym.servers.launcher import launch_servers
+    from rollgym.placement.launcher import launch_servers
 
     async with launch_servers(
         config, run_id=run_id, output_dir=output_dir, env=env, supervisor=supervisor

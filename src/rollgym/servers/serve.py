@@ -12,7 +12,7 @@ answers and the trace store died with the driver: it stops at once (no graceful 
 gives telemetry :data:`ORPHANED_FLUSH_S` instead of retrying exports to a dead store.
 
 :class:`AppServer` (build the app, bind, serve with uvicorn) is the part shared with the Ray
-placement (:mod:`rollgym.scale.ray_placement`), which runs it on a thread of its own inside an
+placement (:mod:`rollgym.placement.ray`), which runs it on a thread of its own inside an
 actor instead of as this process's main loop.
 """
 

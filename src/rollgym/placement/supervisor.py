@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rollgym.errors import DispatchError, LaunchError, PermanentDispatchError
-from rollgym.servers.process import ServerProcess, describe_exit, log_tail
+from rollgym.placement.child import describe_exit, log_tail
+from rollgym.placement.local import ServerProcess
 
 POLL_S = 0.2
 #: Longest an attempt waits for a restarting server before it is tried anyway.
