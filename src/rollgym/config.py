@@ -78,6 +78,20 @@ class RunConfig(BaseModel):
     )
 
 
+class RayResources(BaseModel):
+    """``servers.<name>.ray``: what each of the server's Ray actors asks the cluster for."""
+
+    model_config = _FROZEN
+
+    num_cpus: float = Field(0, ge=0, description="CPUs each actor reserves (0: none).")
+    resources: dict[str, float] = Field(
+        default_factory=dict, description="Custom Ray resources each actor reserves."
+    )
+    strategy: Literal["SPREAD", "DEFAULT"] = Field(
+        "SPREAD", description="SPREAD: replicas across nodes; DEFAULT: Ray's packing."
+    )
+
+
 class ServerConfig(BaseModel):
     """One entry of ``servers:``. Either ``impl`` (launched by the run) or ``url`` (already up).
 
@@ -94,6 +108,12 @@ class ServerConfig(BaseModel):
         ge=0,
         description="Times a launched server that dies during the run is restarted (0: never).",
     )
+    replicas: int = Field(
+        1, ge=1, description="Processes (or Ray actors) serving this server; callers balance."
+    )
+    ray: RayResources = Field(
+        default_factory=RayResources, description="Ray resources per replica (placement: ray)."
+    )
 
     @model_validator(mode="after")
     def _impl_xor_url(self) -> ServerConfig:
@@ -101,8 +121,9 @@ class ServerConfig(BaseModel):
             raise ValueError(
                 "give exactly one of 'impl' (launch it) or 'url' (use a running server)"
             )
-        if self.url is not None and "restart" in self.model_fields_set:
-            raise ValueError("'restart' applies to launched servers ('impl'), not to a 'url'")
+        for key in ("restart", "replicas", "ray"):
+            if self.url is not None and key in self.model_fields_set:
+                raise ValueError(f"'{key}' applies to launched servers ('impl'), not to a 'url'")
         if self.url is not None and not re.match(r"^https?://[^/]+", self.url):
             raise ValueError(f"'url' must be an http(s) URL, got {self.url!r}")
         return self

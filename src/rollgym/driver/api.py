@@ -114,6 +114,7 @@ class Collector:
         http_metrics: Any = None,
         span_groups: str | Iterable[str] = "default",
         rotation: Rotation | None = None,
+        replicas: Mapping[str, list[str]] | None = None,
     ) -> None:
         if concurrency < 1 or repeats < 1 or max_attempts < 1:
             raise ValueError("concurrency, repeats and max_attempts must be at least 1")
@@ -134,6 +135,8 @@ class Collector:
         self._metrics = metrics
         self._http_metrics = http_metrics
         self._rotation = rotation
+        #: ``{server: [replica URLs]}``: the client balances over them (``servers`` names the first).
+        self._replicas = dict(replicas or {})
         self._client: HttpClient | None = None
         self._pool: WorkerPool[WorkItem] | None = None
         self._caller_tracing = CallerTracing(span_groups)
@@ -146,7 +149,9 @@ class Collector:
         """
         raise_open_files_limit(2 * self.concurrency + 512)
         self._caller_tracing.start()
-        self._client = HttpClient(limit=self.concurrency, metrics=self._http_metrics)
+        self._client = HttpClient(
+            limit=self.concurrency, metrics=self._http_metrics, replicas=self._replicas
+        )
         await self._client.start()
         return self
 

@@ -129,8 +129,10 @@ def make_supervisor(config: JobConfig) -> Supervisor:
     """The watch over the run's launched servers, with each one's ``restart`` budget."""
     from rollgym.placement.launcher import dependencies
 
-    limits = {name: server.restart for name, server in config.servers.items() if server.impl}
-    return Supervisor(limits, dependencies(config))
+    launched = {name: server for name, server in config.servers.items() if server.impl}
+    limits = {name: server.restart for name, server in launched.items()}
+    replicas = {name: server.replicas for name, server in launched.items()}
+    return Supervisor(limits, dependencies(config), replicas=replicas)
 
 
 @asynccontextmanager
@@ -146,7 +148,7 @@ async def _servers(
     async with launch_servers(
         config, run_id=run_id, output_dir=output_dir, env=env, supervisor=supervisor
     ) as urls:
-        yield dict(urls)
+        yield urls
 
 
 def make_collector(
@@ -173,6 +175,7 @@ def make_collector(
         metrics=telemetry.metrics,
         http_metrics=telemetry.http_metrics,
         rotation=rotation,
+        replicas=getattr(urls, "replicas", None),
     )
 
 
@@ -211,16 +214,25 @@ async def collect(
 async def aggregate_metrics(
     collector: Collector, config: JobConfig, urls: dict[str, str]
 ) -> dict[str, Any]:
-    """Each environment server's ``/aggregate_metrics`` answer (or the error getting it)."""
+    """Each environment server's ``/aggregate_metrics`` answer (or the error getting it).
+
+    A server with several replicas answers once per replica, under ``name`` (the first) and
+    ``name@<i>``: each replica holds the aggregates of the sessions it served.
+    """
+    from rollgym.servers.spec import instance_name
+
+    replicas: dict[str, list[str]] = getattr(urls, "replicas", {})
     answers: dict[str, Any] = {}
     for name in config.servers_of_kind("environment"):
-        if gate.job:
-            from rollgym.telemetry import spans
+        for replica, url in enumerate(replicas.get(name, [urls[name]])):
+            instance = instance_name(name, replica)
+            if gate.job:
+                from rollgym.telemetry import spans
 
-            with spans.aggregate_metrics_span(name):
-                answers[name] = await _aggregate_one(collector, name, urls[name])
-        else:
-            answers[name] = await _aggregate_one(collector, name, urls[name])
+                with spans.aggregate_metrics_span(name):
+                    answers[instance] = await _aggregate_one(collector, name, url)
+            else:
+                answers[instance] = await _aggregate_one(collector, name, url)
     return answers
 
 
@@ -232,6 +244,7 @@ async def _aggregate_one(collector: Collector, name: str, url: str) -> Any:
             {},
             timeout=AGGREGATE_TIMEOUT_S,
             route="/aggregate_metrics",
+            pinned=True,
         )
     except DispatchError as exc:
         return {"error": str(exc)}

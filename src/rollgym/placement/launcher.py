@@ -40,7 +40,7 @@ from rollgym.placement.health import wait_healthy
 from rollgym.placement.local import LocalPlacement, ServerProcess
 from rollgym.placement.supervisor import POLL_S, Supervisor
 from rollgym.servers.registry import resolve_impl
-from rollgym.servers.spec import ServeSpec
+from rollgym.servers.spec import ServeSpec, instance_name
 from rollgym.telemetry.groups import gate
 
 HEALTH_TIMEOUT_S = 60.0
@@ -83,6 +83,15 @@ def launch_waves(deps: Mapping[str, set[str]]) -> list[list[str]]:
     return waves
 
 
+class ServerUrls(dict[str, str]):
+    """``{server name: base URL}``, plus ``replicas``: ``{server: [replica URLs]}`` for the
+    servers launched with more than one replica."""
+
+    def __init__(self, urls: Mapping[str, str], *, replicas: Mapping[str, list[str]]) -> None:
+        super().__init__(urls)
+        self.replicas = {name: list(urls) for name, urls in replicas.items()}
+
+
 class _Launch:
     """The state of one launch: the processes started so far and the URLs known so far."""
 
@@ -94,6 +103,8 @@ class _Launch:
         self.output_dir = output_dir
         self.logs = output_dir / "logs"
         self.urls: dict[str, str] = {}
+        #: ``{server: [replica URLs]}`` of the servers with several replicas.
+        self.replicas: dict[str, list[str]] = {}
         self.placement = placement
 
     async def run(self, session: aiohttp.ClientSession) -> None:
@@ -170,22 +181,35 @@ class _Launch:
         return url
 
     async def _start(self, name: str, session: aiohttp.ClientSession) -> str:
+        """Start every replica of server ``name`` concurrently; its first replica's URL."""
         server = self.config.servers[name]
         assert server.impl is not None
-        spec = ServeSpec(
-            name=name,
-            kind=server.kind,
-            impl=server.impl,
-            ready_file=str(self.logs / f"{name}.ready"),
-            options=server.options,
-            server_urls=dict(self.urls),
-            run_id=self.run_id,
-            output_dir=str(self.output_dir),
-            max_request_bytes=self.config.run.max_request_bytes,
+        specs = [
+            ServeSpec(
+                name=name,
+                kind=server.kind,
+                impl=server.impl,
+                ready_file=str(self.logs / f"{instance_name(name, replica)}.ready"),
+                options=server.options,
+                server_urls=dict(self.urls),
+                server_replicas=dict(self.replicas),
+                run_id=self.run_id,
+                output_dir=str(self.output_dir),
+                max_request_bytes=self.config.run.max_request_bytes,
+                replica=replica,
+            )
+            for replica in range(server.replicas)
+        ]
+        urls = await asyncio.gather(
+            *(
+                self.placement.start(spec, session=session, timeout_s=HEALTH_TIMEOUT_S)
+                for spec in specs
+            )
         )
-        url = await self.placement.start(spec, session=session, timeout_s=HEALTH_TIMEOUT_S)
-        self.urls[name] = url
-        return url
+        if len(urls) > 1:
+            self.replicas[name] = list(urls)
+        self.urls[name] = urls[0]
+        return urls[0]
 
     async def stop(self) -> None:
         """Stop every launched server, concurrently; if interrupted, kill the rest."""
@@ -216,8 +240,11 @@ async def launch_servers(
     output_dir: Path,
     env: Mapping[str, str],
     supervisor: Supervisor | None = None,
-) -> AsyncIterator[dict[str, str]]:
+) -> AsyncIterator[ServerUrls]:
     """Launch the configured servers; yield ``{name: base URL}``; stop them all on leaving.
+
+    A server with several replicas is known by its first replica's URL; the yielded dict's
+    ``replicas`` lists all of them (hand it to :class:`~rollgym.http.client.HttpClient`).
 
     Raises :class:`~rollgym.errors.LaunchError` naming the server (and quoting the last lines
     of its log) when one does not become healthy within 60 s, or exits during the launch.
@@ -235,7 +262,7 @@ async def launch_servers(
                 await launch.run(session)
         if supervisor is not None and isinstance(launch.placement, LocalPlacement):
             supervisor.start(launch)
-        yield dict(launch.urls)
+        yield ServerUrls(launch.urls, replicas=launch.replicas)
     finally:
         if supervisor is not None:
             await supervisor.stop()
@@ -249,5 +276,8 @@ def _placement(
     if config.run.placement == "ray":
         from rollgym.placement.ray import RayPlacement
 
-        return RayPlacement.connect(config.run.ray_address, run_id=run_id, env=dict(env))
+        ray = RayPlacement.connect(config.run.ray_address, run_id=run_id, env=dict(env))
+        for name, server in config.servers.items():
+            ray.configure(name, server.ray)
+        return ray
     return LocalPlacement(env, Path(output_dir) / "logs")

@@ -28,7 +28,7 @@ _POLL_S = 0.05
 
 
 class ServerProcess:
-    """A server started with ``python -m rollgym.servers.serve``."""
+    """A server (one replica of it) started with ``python -m rollgym.servers.serve``."""
 
     def __init__(self, spec: ServeSpec, env: Mapping[str, str], log_path: Path) -> None:
         self.spec = spec
@@ -51,7 +51,7 @@ class ServerProcess:
         quoted = (
             f"; last lines of {self.log_path}:\n{tail}" if tail else f"; {self.log_path} is empty"
         )
-        return LaunchError(problem + quoted, server=self.spec.name)
+        return LaunchError(problem + quoted, server=self.spec.instance)
 
     async def wait_healthy(self, session: aiohttp.ClientSession, timeout_s: float) -> str:
         return await wait_healthy(
@@ -103,11 +103,11 @@ class LocalPlacement:
         self, spec: ServeSpec, *, session: aiohttp.ClientSession, timeout_s: float
     ) -> str:
         """Start one server; its base URL once ``GET /health`` answers."""
-        process = ServerProcess(spec, self.env, self.logs / f"{spec.name}.log")
+        process = ServerProcess(spec, self.env, self.logs / f"{spec.instance}.log")
         self.processes.append(process)
-        self.by_name[spec.name] = process
+        self.by_name[spec.instance] = process
         url = await process.wait_healthy(session, timeout_s)
-        self.urls[spec.name] = url
+        self.urls[spec.instance] = url
         return url
 
     def exited(self) -> tuple[str, ServerProcess] | None:
@@ -118,10 +118,11 @@ class LocalPlacement:
         return None
 
     def launched(self) -> dict[str, ServerProcess]:
+        """``{instance: its current process}`` (``name``, or ``name@<i>`` for replica i)."""
         return self.by_name
 
     async def restart(self, name: str, timeout_s: float) -> str:
-        """Start server ``name`` again on the port it had; its URL is unchanged."""
+        """Start instance ``name`` again on the port it had; its URL is unchanged."""
         old = self.by_name[name]
         port = int(self.urls[name].rsplit(":", 1)[1])
         spec = dataclasses.replace(old.spec, port=port)

@@ -33,6 +33,7 @@ from typing import Any
 
 import aiohttp
 
+from rollgym.config import RayResources
 from rollgym.errors import ConfigError, LaunchError
 from rollgym.placement.child import log_tail
 from rollgym.placement.health import wait_healthy
@@ -109,14 +110,14 @@ class ServerActor:
         self.server = AppServer(self.spec, self.telemetry, host)
         # A new thread starts in an empty context: the startup trace stays out of requests.
         self.thread = threading.Thread(
-            target=self._serve, name=f"rollgym-server-{self.spec.name}", daemon=True
+            target=self._serve, name=f"rollgym-server-{self.spec.instance}", daemon=True
         )
         self.thread.start()
         deadline = time.monotonic() + timeout_s
         while not self.server.server.started:
             if not self.thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"server {self.spec.name!r} did not start: {self.error or 'timed out'}"
+                    f"server {self.spec.instance!r} did not start: {self.error or 'timed out'}"
                 )
             time.sleep(_POLL_S)
         return str(self.server.url)
@@ -180,6 +181,17 @@ class RayPlacement:
         self.actor_cls = ray.remote(num_cpus=0, max_restarts=0)(ServerActor)
         self.actors: dict[str, Any] = {}
         self.output_dirs: dict[str, str | None] = {}
+        #: Per server: the ``.options(...)`` of its actors (resources, scheduling strategy).
+        self.options: dict[str, dict[str, Any]] = {}
+
+    def configure(self, server: str, ray: RayResources) -> None:
+        """What each actor of ``server`` reserves, and whether its replicas spread over nodes."""
+        options: dict[str, Any] = {"num_cpus": ray.num_cpus}
+        if ray.resources:
+            options["resources"] = dict(ray.resources)
+        if ray.strategy == "SPREAD":
+            options["scheduling_strategy"] = "SPREAD"
+        self.options[server] = options
 
     @classmethod
     def connect(cls, address: str | None, *, run_id: str, env: dict[str, str]) -> RayPlacement:
@@ -195,17 +207,20 @@ class RayPlacement:
             started = True
         return cls(ray, run_id=run_id, env=env, started=started, host=_bind_host(ray))
 
-    def actor_name(self, server: str) -> str:
-        """The Ray name of a server's actor (``ray.get_actor`` finds it while the run lasts)."""
-        return f"rollgym:{self.run_id}:{server}"
+    def actor_name(self, instance: str) -> str:
+        """The Ray name of a replica's actor (``ray.get_actor`` finds it while the run lasts):
+        ``rollgym:<run id>:<server>`` for the first replica, ``...:<server>@<i>`` for others."""
+        return f"rollgym:{self.run_id}:{instance}"
 
     async def start(
         self, spec: ServeSpec, *, session: aiohttp.ClientSession, timeout_s: float
     ) -> str:
         """Place one server, wait for its URL and for ``GET /health``; return the base URL."""
-        actor = self.actor_cls.options(name=self.actor_name(spec.name)).remote(spec, self.env)
-        self.actors[spec.name] = actor
-        self.output_dirs[spec.name] = spec.output_dir
+        actor = self.actor_cls.options(
+            name=self.actor_name(spec.instance), **self.options.get(spec.name, {})
+        ).remote(spec, self.env)
+        self.actors[spec.instance] = actor
+        self.output_dirs[spec.instance] = spec.output_dir
         deadline = time.monotonic() + timeout_s
 
         def failure(problem: str) -> LaunchError:
@@ -272,8 +287,8 @@ def _bind_host(ray: ModuleType) -> str | None:
 
 
 def _log_path(spec: ServeSpec) -> Path | None:
-    """``<output_dir>/logs/<name>.log``, where a local server's log is too (None: no output)."""
-    return Path(spec.output_dir) / "logs" / f"{spec.name}.log" if spec.output_dir else None
+    """``<output_dir>/logs/<instance>.log``, where a local server's log is too (None: none)."""
+    return Path(spec.output_dir) / "logs" / f"{spec.instance}.log" if spec.output_dir else None
 
 
 def _failure(spec: ServeSpec, problem: str) -> LaunchError:
@@ -283,4 +298,4 @@ def _failure(spec: ServeSpec, problem: str) -> LaunchError:
         tail = log_tail(path)
         if tail:
             problem += f"; last lines of {path}:\n{tail}"
-    return LaunchError(problem, server=spec.name)
+    return LaunchError(problem, server=spec.instance)

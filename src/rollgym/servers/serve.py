@@ -112,7 +112,9 @@ class AppServer:
             urls=spec.server_urls,
             run_id=spec.run_id,
             max_request_bytes=spec.max_request_bytes,
-            client=HttpClient(metrics=getattr(telemetry, "http_metrics", None)),
+            client=HttpClient(
+                metrics=getattr(telemetry, "http_metrics", None), replicas=spec.server_replicas
+            ),
         )
         app = create_app(cls(context))
         self.socket = bind_loopback(host, spec.port)
@@ -164,7 +166,7 @@ async def serve(spec: ServeSpec) -> bool:
             watch.cancel()
         orphaned = os.getppid() != parent
         budget = ORPHANED_FLUSH_S if orphaned else None
-        write_telemetry_counts(spec.output_dir, spec.name, finish_telemetry(handle, budget))
+        write_telemetry_counts(spec.output_dir, spec.instance, finish_telemetry(handle, budget))
 
 
 async def _stop_when_orphaned(server: AppServer, parent: int) -> None:
