@@ -19,8 +19,6 @@ spans exist), and it never replaces or shuts that provider down.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import resource
 from collections.abc import (
     AsyncIterable,
     AsyncIterator,
@@ -49,21 +47,10 @@ from rollgym.driver.rows import (
 )
 from rollgym.driver.unique_ids import UniqueIds
 from rollgym.http.client import HttpClient
+from rollgym.open_files import raise_open_files_limit
 from rollgym.telemetry.embedder import CallerTracing
 
 _DONE = object()
-
-
-def raise_open_files_limit(wanted: int) -> None:
-    """Raise the soft RLIMIT_NOFILE towards the hard limit: each in-flight rollout is a socket."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or soft >= wanted:
-        return
-    # Under an unlimited hard limit (macOS) ask for what is wanted: a soft limit of
-    # RLIM_INFINITY is refused for open files, and the limit would then not be raised at all.
-    target = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
-    with contextlib.suppress(ValueError, OSError):  # best effort: the run goes on with what it has
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
 async def _expand_async(

@@ -37,6 +37,7 @@ from rollgym.files import write_atomically
 from rollgym.http.bounded_reads import BoundedH11Protocol
 from rollgym.http.client import SERVER_KEEPALIVE_S, HttpClient
 from rollgym.http.server import create_app
+from rollgym.open_files import raise_open_files_limit
 from rollgym.servers.base import ServerContext
 from rollgym.servers.registry import resolve_impl
 from rollgym.servers.spec import ServeSpec
@@ -204,6 +205,7 @@ def main() -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     spec = ServeSpec.from_env()
+    raise_open_files_limit(1 << 20)  # one socket per request served: as many as allowed
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         started = runner.run(serve(spec))
     if not started:
