@@ -70,6 +70,14 @@ class RunConfig(BaseModel):
     max_request_bytes: int = Field(
         16 * 1024 * 1024, ge=1024, description="Largest request body a server accepts."
     )
+    trajectories: bool = Field(
+        False,
+        description="Agents return each rollout's turns; written to trajectories.jsonl.",
+    )
+    capture_tokens: bool = Field(
+        False,
+        description="Trajectories also hold the engine's token ids and log-probabilities.",
+    )
     placement: Literal["local", "ray"] = Field(
         "local", description="Launched servers run as local processes, or as Ray actors."
     )
@@ -396,23 +404,26 @@ def _check_servers(config: JobConfig, source: str) -> None:
         except ValidationError as exc:
             key_path, message = _describe(exc)
             raise ConfigError(message, source=source, key_path=f"{base}.{key_path}") from None
-        for field, kind in impl.Options.server_refs.items():
-            target = getattr(options, field, None)
-            if target is None:
-                continue
-            other = config.servers.get(target)
-            if other is None:
-                raise ConfigError(
-                    f"names server {target!r}, which is not in servers: (have {sorted(config.servers)})",
-                    source=source,
-                    key_path=f"{base}.{field}",
-                )
-            if other.kind != kind:
-                raise ConfigError(
-                    f"names server {target!r} of kind {other.kind!r}; expected a {kind} server",
-                    source=source,
-                    key_path=f"{base}.{field}",
-                )
+        for field, target, kind in options.references():
+            _check_reference(config, source, f"{base}.{field}", target, kind)
+
+
+def _check_reference(
+    config: JobConfig, source: str, key_path: str, target: str, kind: ServerKind
+) -> None:
+    other = config.servers.get(target)
+    if other is None:
+        raise ConfigError(
+            f"names server {target!r}, which is not in servers: (have {sorted(config.servers)})",
+            source=source,
+            key_path=key_path,
+        )
+    if other.kind != kind:
+        raise ConfigError(
+            f"names server {target!r} of kind {other.kind!r}; expected a {kind} server",
+            source=source,
+            key_path=key_path,
+        )
 
 
 def _check_routes(config: JobConfig, source: str) -> None:

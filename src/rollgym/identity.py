@@ -8,6 +8,10 @@ The driver stamps each dispatch onto the *collector row* (the task row plus
 - else ``<task_index>-<rollout_index>`` (``3-0``);
 - attempts after the first add ``-a<attempt>`` (``3-0-a2``, ``custom-a2``).
 
+:func:`request_id_of` spells the id of one model call of a rollout, ``<rollout id>.<turn>``
+(``3-0.2``): the ``X-Request-Id`` sent upstream, so an engine's own id names the rollout;
+:func:`rollout_of_request_id` reads it back.
+
 :func:`rollout_id_of` never raises: a row whose identity fields have the wrong types (an attempt
 that is a list, an index that is a string) has no id, and telemetry simply omits the attribute.
 """
@@ -71,3 +75,16 @@ def rollout_id_of_episode(body: Mapping[str, Any]) -> str | None:
     except Exception:
         return None
     return value if isinstance(value, str) and value else None
+
+
+def request_id_of(rollout_id: str, turn: int) -> str:
+    """``"3-0", 2`` -> ``"3-0.2"``: the one spelling of a model call's request id."""
+    return f"{rollout_id}.{turn}"
+
+
+def rollout_of_request_id(request_id: str | None) -> str | None:
+    """``"3-0.2"`` -> ``"3-0"``; None unless the id has the ``<rollout id>.<turn>`` shape."""
+    if not request_id:
+        return None
+    prefix, dot, turn = request_id.rpartition(".")
+    return prefix if dot and prefix and turn.isdigit() else None

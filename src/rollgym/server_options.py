@@ -7,6 +7,7 @@ subclass) import this, so neither imports the other: imports run downwards.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -23,3 +24,15 @@ class ServerOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     server_refs: ClassVar[dict[str, ServerKind]] = {}
+
+    def references(self) -> Iterator[tuple[str, str, ServerKind]]:
+        """(key path, server name, kind) of every server these options name: a
+        ``server_refs`` field holds one name, or a mapping whose values are names."""
+        for field, kind in self.server_refs.items():
+            value = getattr(self, field, None)
+            if isinstance(value, dict):
+                for key, target in value.items():
+                    if isinstance(target, str):
+                        yield f"{field}.{key}", target, kind
+            elif isinstance(value, str):
+                yield field, value, kind

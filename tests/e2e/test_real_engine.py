@@ -135,7 +135,8 @@ def test_a_real_job_completes_and_the_trace_check_passes(engine_run: TracedJob) 
 
 def test_usage_in_spans_is_the_engines(engine_run: TracedJob) -> None:
     spans = engine_run.spans()
-    chats = spans.named(names.SPAN_MODEL_CHAT)
+    # the agent's gym.model.chat and the proxy's GenAI-named span of its call upstream
+    chats = spans.named(names.SPAN_MODEL_CHAT) + spans.named("chat tiny")
     sdk_rollouts = [r for r in engine_run.rollouts if r["dispatch_name"] == "sdk"]
     assert sdk_rollouts
     for rollout in sdk_rollouts:
@@ -151,7 +152,7 @@ def test_usage_in_spans_is_the_engines(engine_run: TracedJob) -> None:
 def test_the_proxy_switched_to_uuids_and_kept_the_mapping(engine_run: TracedJob) -> None:
     proxied = [
         c
-        for c in engine_run.spans().named(names.SPAN_MODEL_CHAT)
+        for c in engine_run.spans().named("chat tiny")
         if names.MODEL_UPSTREAM_REQUEST_ID in c.attributes
     ]
     assert len(proxied) == 2 * len(ROWS)

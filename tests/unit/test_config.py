@@ -160,3 +160,28 @@ def test_a_bare_yaml_off_is_the_off_preset(tmp_path) -> None:
     assert load_config(path).telemetry.preset == "off"
     path.write_text("run: {input: rows.jsonl}\n")
     assert load_config(path, ["telemetry.preset=off"]).telemetry.preset == "off"
+
+
+def test_sampling_option_names_the_bad_key(tmp_path: Path) -> None:
+    data = _base()
+    data["servers"]["solver"]["sampling"] = {"temperature": 0.5, "n": 4}
+    error = _error(tmp_path, data)
+    assert error.key_path == "servers.solver.sampling" and "'n' is not supported" in str(error)
+    data["servers"]["solver"]["sampling"] = {"temprature": 0.5}
+    assert "unknown sampling parameter 'temprature'" in str(_error(tmp_path, data))
+
+
+def test_a_mapping_of_server_references_is_checked(tmp_path: Path) -> None:
+    data = _base()
+    data["servers"]["nemo"] = {
+        "kind": "agent",
+        "impl": "nemo_gym_row",
+        "model": "policy",
+        "environments": {"math_agent": "arith", "vault_agent": "policy"},
+    }
+    error = _error(tmp_path, data)
+    assert error.key_path == "servers.nemo.environments.vault_agent"
+    assert "expected a environment server" in str(error)
+    data["servers"]["nemo"]["environments"]["vault_agent"] = "arith"
+    config = load_config(_config(tmp_path, data), ["run.capture_tokens=true"])
+    assert config.run.capture_tokens is True and config.run.trajectories is False

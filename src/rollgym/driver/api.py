@@ -49,6 +49,7 @@ from rollgym.driver.unique_ids import UniqueIds
 from rollgym.http.client import HttpClient
 from rollgym.open_files import raise_open_files_limit
 from rollgym.telemetry.embedder import CallerTracing
+from rollgym.trajectory.record import Capture
 
 _DONE = object()
 
@@ -71,7 +72,9 @@ def _expand_sync(
 class Collector:
     """Runs rollouts against running servers with bounded concurrency, retries and identity.
 
-    ``servers`` maps server name -> base URL. Rows go to the agent their ``agent`` field
+    ``servers`` maps server name -> base URL. With ``trajectories`` (or ``capture_tokens``,
+    which adds the engine's token ids and log-probabilities) each :class:`RolloutResult`
+    carries the rollout's trajectory. Rows go to the agent their ``agent`` field
     names, else to the ``agent`` given here; rows of a materialized task set
     (``task_id: {taskset, task_id}``) whose task set is in ``environment_routes`` go to that
     environment server's episode ``/run``.
@@ -100,6 +103,8 @@ class Collector:
         metrics: Any = None,
         http_metrics: Any = None,
         span_groups: str | Iterable[str] = "default",
+        trajectories: bool = False,
+        capture_tokens: bool = False,
         rotation: Rotation | None = None,
         replicas: Mapping[str, list[str]] | None = None,
     ) -> None:
@@ -118,6 +123,7 @@ class Collector:
         self.policy = RetryPolicy(max_attempts, retry_backoff_s, retry_backoff_max_s)
         self.in_flight = InFlight()
         self._urls = dict(servers)
+        self._capture: Capture = "tokens" if capture_tokens else "turns" if trajectories else "off"
         self._timeout_s = timeout_s
         self._metrics = metrics
         self._http_metrics = http_metrics
@@ -203,7 +209,9 @@ class Collector:
 
         ``room`` (the stream form) bounds records waiting for a slow consumer.
         """
-        send = Dispatcher(self.client, self._urls, self._timeout_s, self._rotation).send_attempt
+        send = Dispatcher(
+            self.client, self._urls, self._timeout_s, self._capture, self._rotation
+        ).send_attempt
         policy, in_flight, metrics = self.policy, self.in_flight, self._metrics
 
         async def work(item: WorkItem) -> None:

@@ -31,6 +31,7 @@ from rollgym.identity import episode_body, make_rollout_id
 from rollgym.rewards import is_reward
 from rollgym.telemetry.groups import gate
 from rollgym.telemetry.names import OUTCOME_ERROR, OUTCOME_OK, OUTCOME_TIMEOUT
+from rollgym.trajectory.record import CAPTURE_HEADER, Capture
 
 
 class AttemptOutcome(NamedTuple):
@@ -81,6 +82,13 @@ def _says_no_reward(response: HttpResponse) -> bool:
     return _field_of(response) == "reward"
 
 
+def _refuses_row(response: HttpResponse) -> bool:
+    """A 400 naming a field of the row itself (``{"field": "row.<key>"}``): the agent cannot
+    serve that row (an image input, an unknown sampling parameter), which is the row's fault."""
+    field = _field_of(response)
+    return response.status == 400 and isinstance(field, str) and field.startswith("row.")
+
+
 def classify(response: HttpResponse, server: str) -> tuple[float, dict[str, Any]]:
     """Return ``(reward, answer)`` or raise the right :class:`DispatchError`."""
     status = response.status
@@ -89,6 +97,8 @@ def classify(response: HttpResponse, server: str) -> tuple[float, dict[str, Any]
         message = f"{server!r} answered HTTP {status}: {text}"
         if _says_no_reward(response):
             raise PermanentDispatchError(message, kind="missing_reward", server=server)
+        if _refuses_row(response):
+            raise PermanentDispatchError(message, kind="invalid_row", server=server)
         if status in AUTH_STATUSES or _field_of(response) == AUTHENTICATION:
             # A refused credential fails every attempt alike: permanent, never retried.
             raise PermanentDispatchError(message, kind="authentication", server=server)
@@ -146,11 +156,16 @@ class Dispatcher:
         client: HttpClient,
         urls: dict[str, str],
         timeout_s: float,
+        capture: Capture = "off",
         rotation: Rotation | None = None,
     ) -> None:
         self._client = client
         self._run_urls = {name: url.rstrip("/") + "/run" for name, url in urls.items()}
         self._timeout = timeout_s
+        #: Asks the agent for a trajectory; None keeps the no-header fast path.
+        self._headers: dict[str, str] | None = (
+            {CAPTURE_HEADER: capture} if capture != "off" else None
+        )
         self._rotation = rotation
 
     async def send_attempt(self, rollout: Rollout, attempt: int) -> AttemptOutcome:
@@ -171,6 +186,7 @@ class Dispatcher:
                 return AttemptOutcome(rollout_id, attempt, None, None, down, None, time.time(), 0.0)
         post = self._client.post_json
         url = self._run_urls[server]
+        headers = self._headers
         started_at = time.time()
         t0 = time.perf_counter()
         sampled = True
@@ -178,7 +194,7 @@ class Dispatcher:
             from rollgym.telemetry import spans
 
             with spans.dispatch_span(row, target.dispatch_name, server) as span:
-                answer = await _post(post, server, url, body, self._timeout)
+                answer = await _post(post, server, url, body, self._timeout, headers)
                 reward, result, error, trace_id = interpret(answer, server)
                 spans.record_dispatch_outcome(span, outcome_label(error), reward)
                 context = span.get_span_context()
@@ -190,9 +206,9 @@ class Dispatcher:
                 from rollgym.telemetry import spans
 
                 with spans.outside_owned_job():
-                    answer = await _post(post, server, url, body, self._timeout)
+                    answer = await _post(post, server, url, body, self._timeout, headers)
             else:
-                answer = await _post(post, server, url, body, self._timeout)
+                answer = await _post(post, server, url, body, self._timeout, headers)
             reward, result, error, trace_id = interpret(answer, server)
         if error is not None and error.transient and rotation is not None:
             rotation.note_unreachable(server)
@@ -210,11 +226,18 @@ class Dispatcher:
 
 
 async def _post(
-    post: Any, server: str, url: str, body: Any, timeout: float
+    post: Any,
+    server: str,
+    url: str,
+    body: Any,
+    timeout: float,
+    headers: dict[str, str] | None,
 ) -> HttpResponse | DispatchError:
     """The single POST ``/run`` of an attempt: its answer, or the error that ended it."""
     try:
-        answer: HttpResponse = await post(server, url, body, timeout=timeout, route="/run")
+        answer: HttpResponse = await post(
+            server, url, body, timeout=timeout, headers=headers, route="/run"
+        )
     except DispatchError as exc:
         return exc
     return answer

@@ -174,6 +174,8 @@ def make_collector(
         agents=agents,
         metrics=telemetry.metrics,
         http_metrics=telemetry.http_metrics,
+        trajectories=run.trajectories,
+        capture_tokens=run.capture_tokens,
         rotation=rotation,
         replicas=getattr(urls, "replicas", None),
     )

@@ -29,10 +29,13 @@ class RolloutResult:
     result: dict[str, Any]
     #: False when the sampler dropped that trace (``OTEL_TRACES_SAMPLER``): no backend has it.
     trace_sampled: bool = True
+    #: The rollout's trajectory (docs/trajectories.md) when the run asked for one; it is taken
+    #: out of ``result`` so it is stored once, in ``trajectories.jsonl``.
+    trajectory: dict[str, Any] | None = None
 
-    def to_record(self) -> dict[str, Any]:
-        """The ``rollouts.jsonl`` line."""
-        return {
+    def to_record(self, trajectory_at: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The ``rollouts.jsonl`` line; ``trajectory_at`` points at its trajectory line."""
+        record = {
             "rollout_id": self.rollout_id,
             "task_index": self.task_index,
             "rollout_index": self.rollout_index,
@@ -45,6 +48,21 @@ class RolloutResult:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "result": self.result,
+        }
+        if trajectory_at is not None:
+            record["trajectory"] = trajectory_at
+        return record
+
+    def trajectory_record(self) -> dict[str, Any]:
+        """The ``trajectories.jsonl`` line: the rollout's identity, reward and trajectory."""
+        return {
+            "rollout_id": self.rollout_id,
+            "task_index": self.task_index,
+            "rollout_index": self.rollout_index,
+            "attempt": self.attempt,
+            "dispatch_name": self.dispatch_name,
+            "reward": self.reward,
+            "trajectory": self.trajectory,
         }
 
 

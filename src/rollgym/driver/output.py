@@ -9,6 +9,12 @@ bit-packed bitmap indexed by ``task_index * repeats + rollout_index`` (300,000 r
 is 300 KB), feeds every record to the summary so totals span sessions, and rewrites
 ``failures.jsonl`` without the records that must run again (``cancelled``, or every failure
 with ``run.retry_failed``), atomically (temp file + ``os.replace``).
+
+A rollout's trajectory is written to ``trajectories.jsonl`` just before its rollout line,
+which points at it (``{"file", "offset", "bytes"}``). The rollout line is the commit: a
+``kill -9`` between the two leaves a trajectory line with no rollout line, always at the end
+of the file, and the ledger cuts it off on resume, so each finished rollout has exactly one
+trajectory line and every pointer stays valid.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import contextlib
 import errno
 import logging
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -28,7 +35,11 @@ from rollgym.errors import OutputError
 
 ROLLOUTS = "rollouts.jsonl"
 FAILURES = "failures.jsonl"
+TRAJECTORIES = "trajectories.jsonl"
 _log = logging.getLogger(__name__)
+#: The identity of a trajectory line, as :meth:`RolloutResult.trajectory_record` writes it.
+_NEWLINE = orjson.OPT_APPEND_NEWLINE
+_IDENTITY = re.compile(rb',"task_index":(\d+),"rollout_index":(\d+),')
 
 
 class Bitmap:
@@ -65,8 +76,10 @@ class OutcomeWriter:
 
     def __init__(self, output_dir: Path) -> None:
         output_dir.mkdir(parents=True, exist_ok=True)
+        self._dir = output_dir
         self._rollouts = open(output_dir / ROLLOUTS, "ab", buffering=0)  # noqa: SIM115 - lives as long as the writer
         self._failures = open(output_dir / FAILURES, "ab", buffering=0)  # noqa: SIM115
+        self._trajectories: Any = None  # opened with the first trajectory
         self._ends = {self._rollouts: self._rollouts.tell(), self._failures: self._failures.tell()}
         #: The first write error; set, every later record is refused (and not recorded).
         self.broken: OutputError | None = None
@@ -75,8 +88,24 @@ class OutcomeWriter:
         """Record one outcome, or raise :class:`OutputError` (the record is not recorded)."""
         if self.broken is not None:
             raise self.broken
-        line = orjson.dumps(outcome.to_record(), option=orjson.OPT_APPEND_NEWLINE)
-        out = self._rollouts if isinstance(outcome, RolloutResult) else self._failures
+        if not isinstance(outcome, RolloutResult):
+            self._append(self._failures, orjson.dumps(outcome.to_record(), option=_NEWLINE))
+            return
+        pointer = self._write_trajectory(outcome) if outcome.trajectory is not None else None
+        self._append(self._rollouts, orjson.dumps(outcome.to_record(pointer), option=_NEWLINE))
+
+    def _write_trajectory(self, outcome: RolloutResult) -> dict[str, Any]:
+        """Append the trajectory line; return the rollout line's pointer to it."""
+        if self._trajectories is None:
+            self._trajectories = open(self._dir / TRAJECTORIES, "ab", buffering=0)  # noqa: SIM115
+            self._ends[self._trajectories] = os.fstat(self._trajectories.fileno()).st_size
+        line = orjson.dumps(outcome.trajectory_record(), option=_NEWLINE)
+        offset = self._ends[self._trajectories]
+        self._append(self._trajectories, line)
+        return {"file": TRAJECTORIES, "offset": offset, "bytes": len(line)}
+
+    def _append(self, out: Any, line: bytes) -> None:
+        """Write all of ``line`` to ``out``, or undo the part written and raise why."""
         written = 0
         try:
             while written < len(line):  # a short write (a filling disk) goes on, or raises why
@@ -98,6 +127,8 @@ class OutcomeWriter:
     def close(self) -> None:
         self._rollouts.close()
         self._failures.close()
+        if self._trajectories is not None:
+            self._trajectories.close()
 
     def __enter__(self) -> OutcomeWriter:
         return self
@@ -160,6 +191,42 @@ class Ledger:
         self.resumed += 1
         return True
 
+    def _trim_trajectories(self, path: Path) -> None:
+        """Drop trajectory lines whose rollout line was never written (``kill -9`` between the
+        two writes) or that repeat one already kept: cut off at the end, where they are."""
+        if not path.exists():
+            return
+        kept = Bitmap()
+        first_orphan: int | None = None
+        orphan_inside = False
+        offset = 0
+        with open(path, "rb") as handle:
+            for raw in handle:
+                start, offset = offset, offset + len(raw)
+                key = self._key_of_line(raw) if raw.endswith(b"\n") else None
+                if key is None or key not in self.done or key in kept:
+                    first_orphan = start if first_orphan is None else first_orphan
+                    continue
+                kept.add(key)
+                orphan_inside = orphan_inside or first_orphan is not None
+        if orphan_inside:  # only a hand-edited file gets here; pointers past it go stale
+            _log.warning("%s: trajectory lines without a rollout line in the middle", path)
+        elif first_orphan is not None:
+            _log.warning("%s: cutting %d bytes of unfinished rollouts", path, offset - first_orphan)
+            os.truncate(path, first_orphan)
+
+    def _key_of_line(self, raw: bytes) -> int | None:
+        """The ledger key of a trajectory line, read from its identity fields at the start of
+        the line (a trajectory is kilobytes; its identity a few dozen bytes). Inside a JSON
+        string a quote is escaped, so the pattern can only match the fields themselves."""
+        found = _IDENTITY.search(raw, 0, 4096)
+        if found is None:
+            return None
+        task_index, rollout_index = int(found[1]), int(found[2])
+        if rollout_index >= self.repeats:
+            return None
+        return task_index * self.repeats + rollout_index
+
     @classmethod
     def load(
         cls,
@@ -174,6 +241,7 @@ class Ledger:
         for record in _records(output_dir / ROLLOUTS):
             if ledger._mark(record):
                 feed(record, True)
+        ledger._trim_trajectories(output_dir / TRAJECTORIES)
         failures = output_dir / FAILURES
         if not failures.exists():
             return ledger

@@ -21,6 +21,7 @@ from rollgym.driver.outcomes import Outcome, RolloutFailure, RolloutResult
 from rollgym.driver.rows import Rollout
 from rollgym.identity import make_rollout_id
 from rollgym.telemetry.names import OUTCOME_ERROR
+from rollgym.trajectory.record import TRAJECTORY_KEY
 
 SendAttempt = Callable[[Rollout, int], Awaitable[AttemptOutcome]]
 
@@ -77,6 +78,11 @@ def result_of(rollout: Rollout, outcome: AttemptOutcome, name: str) -> Outcome:
     task = rollout.task
     if outcome.error is None:
         assert outcome.reward is not None and outcome.result is not None
+        trajectory = outcome.result.get(TRAJECTORY_KEY)
+        if isinstance(trajectory, dict):  # stored once, in trajectories.jsonl
+            del outcome.result[TRAJECTORY_KEY]
+        else:
+            trajectory = None  # not a trajectory: left in the result as the agent sent it
         return RolloutResult(
             outcome.rollout_id,
             task.task_index,
@@ -90,6 +96,7 @@ def result_of(rollout: Rollout, outcome: AttemptOutcome, name: str) -> Outcome:
             outcome.started_at + outcome.duration_s,
             outcome.result,
             outcome.trace_sampled,
+            trajectory,
         )
     error = outcome.error
     message = str(error)

@@ -57,10 +57,7 @@ def dependencies(config: JobConfig) -> dict[str, set[str]]:
             continue
         cls = resolve_impl(server.impl, server.kind)
         options = cls.Options.model_validate(server.options)
-        named = {getattr(options, field, None) for field in cls.Options.server_refs}
-        deps[name] = {
-            target for target in named if isinstance(target, str) and target in config.servers
-        }
+        deps[name] = {target for _, target, _ in options.references() if target in config.servers}
     return deps
 
 

@@ -21,10 +21,12 @@ from rollgym.server_options import ServerKind, ServerOptions
 from rollgym.servers.answers import check_reward, guarded, json_object
 from rollgym.servers.base import Server
 from rollgym.servers.rollout_context import HttpEnvSession, ModelClient, RolloutContext
+from rollgym.servers.rollout_options import RolloutOptions
 from rollgym.telemetry.groups import gate
+from rollgym.trajectory.record import CAPTURE_HEADER, attach
 
 #: Row keys that are routing or identity, not part of the task the environment sees.
-_NOT_TASK = frozenset((*STAMPED_FIELDS, EXPLICIT_ID, "agent"))
+_NOT_TASK = frozenset((*STAMPED_FIELDS, EXPLICIT_ID, "agent", "sampling"))
 
 
 def task_of(row: dict[str, Any]) -> dict[str, Any]:
@@ -32,8 +34,9 @@ def task_of(row: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in row.items() if key not in _NOT_TASK}
 
 
-class AgentOptions(ServerOptions):
-    """Options every agent understands; ``model``/``environment`` name servers of the run."""
+class AgentOptions(RolloutOptions):
+    """Options every agent understands; ``model``/``environment`` name servers of the run;
+    ``sampling``, ``trajectories``, ``capture_tokens`` come from :class:`RolloutOptions`."""
 
     server_refs: ClassVar[dict[str, ServerKind]] = {"model": "model", "environment": "environment"}
 
@@ -46,7 +49,11 @@ class AgentOptions(ServerOptions):
 
 
 class Agent(Server):
-    """Base of every agent server; subclasses implement :meth:`run`."""
+    """Base of every agent server; subclasses implement :meth:`run`.
+
+    When the run asks for trajectories, the base records every call the rollout makes through
+    its :class:`RolloutContext` and adds the trajectory to the answer: ``run`` does nothing.
+    """
 
     kind: ClassVar[ServerKind] = "agent"
     Options: ClassVar[type[ServerOptions]] = AgentOptions
@@ -58,10 +65,20 @@ class Agent(Server):
     def add_routes(self, app: FastAPI) -> None:
         app.post("/run")(self._handle_run)
 
-    def rollout_context(self, rollout_id: str | None) -> RolloutContext:
-        """The model client and environment session of one rollout, from this agent's options."""
+    def rollout_context(
+        self,
+        rollout_id: str | None,
+        row: dict[str, Any] | None = None,
+        capture: str | None = None,
+    ) -> RolloutContext:
+        """The model client, environment session, sampling and trajectory recorder of one
+        rollout, from this agent's options, the row's ``sampling`` and the driver's capture
+        header."""
         options = self.options
         assert isinstance(options, AgentOptions)
+        row = row or {}
+        sampling = options.sampling_for(self.row_sampling(row))
+        environment = self.environment_for(row)
         model = env = None
         if options.model is not None:
             model = ModelClient.of_server(
@@ -71,35 +88,49 @@ class Agent(Server):
                 model_name=options.model_name,
                 timeout=options.request_timeout_s,
             )
-        if options.environment is not None:
+        if environment is not None:
             env = HttpEnvSession(
                 self.client,
-                options.environment,
-                self.context.url_of(options.environment),
+                environment,
+                self.context.url_of(environment),
                 rollout_id=rollout_id,
                 timeout=options.request_timeout_s,
             )
-        return RolloutContext(rollout_id, model, env)
+        return RolloutContext(
+            rollout_id, model, env, sampling=sampling, trajectory=options.recorder_for(capture)
+        )
+
+    def environment_for(self, row: dict[str, Any]) -> str | None:
+        """The environment server a row's rollout uses: the ``environment`` option."""
+        assert isinstance(self.options, AgentOptions)
+        return self.options.environment
+
+    def row_sampling(self, row: dict[str, Any]) -> Any:
+        """The row's own sampling parameters (its ``sampling`` object), if any."""
+        return row.get("sampling")
 
     async def _handle_run(self, request: Request) -> Response:
         row = await json_object(request)
         rollout_id = rollout_id_of(row)
+        capture = request.headers.get(CAPTURE_HEADER)
         if gate.rollout:
             from rollgym.telemetry import spans
 
             with spans.rollout_span(rollout_id):
-                answer = await self._run_checked(row, rollout_id)
+                answer = await self._run_checked(row, rollout_id, capture)
         else:
-            answer = await self._run_checked(row, rollout_id)
+            answer = await self._run_checked(row, rollout_id, capture)
         return OrjsonResponse(answer)
 
-    async def _run_checked(self, row: dict[str, Any], rollout_id: str | None) -> dict[str, Any]:
+    async def _run_checked(
+        self, row: dict[str, Any], rollout_id: str | None, capture: str | None
+    ) -> dict[str, Any]:
         who = f"agent {self.context.name!r}"
 
         async def attempt() -> dict[str, Any]:
-            rollout = self.rollout_context(rollout_id)
+            rollout = self.rollout_context(rollout_id, row, capture)
             try:
-                return await self.run(row, rollout)
+                return attach(await self.run(row, rollout), rollout.trajectory)
             finally:
                 await rollout.aclose()
 

@@ -40,9 +40,11 @@ from rollgym.servers.env_metrics import EnvAggregates
 from rollgym.servers.episode_loop import play_tool_loop
 from rollgym.servers.local_session import LocalEnvSession
 from rollgym.servers.rollout_context import ModelClient, RolloutContext
+from rollgym.servers.rollout_options import RolloutOptions
 from rollgym.servers.sessions import Session, SessionStore
 from rollgym.servers.tools import ToolArgumentsError, ToolSpec, tools_of
 from rollgym.telemetry.groups import gate
+from rollgym.trajectory.record import CAPTURE_HEADER, attach
 
 
 @dataclass
@@ -61,7 +63,7 @@ class Verdict:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-class EnvironmentOptions(ServerOptions):
+class EnvironmentOptions(RolloutOptions):
     """Options every environment understands."""
 
     server_refs: ClassVar[dict[str, ServerKind]] = {"model": "model"}
@@ -277,16 +279,19 @@ class Environment(Server):
         if not isinstance(task, dict):
             raise HTTPError(400, "an episode body needs 'task', a JSON object", field="task")
         rollout_id = rollout_id_of_episode(body)
+        capture = request.headers.get(CAPTURE_HEADER)
         if gate.rollout:
             from rollgym.telemetry import spans
 
             with spans.rollout_span(rollout_id):
-                answer = await self._episode(rollout_id, task)
+                answer = await self._episode(rollout_id, task, capture)
         else:
-            answer = await self._episode(rollout_id, task)
+            answer = await self._episode(rollout_id, task, capture)
         return OrjsonResponse(answer)
 
-    async def _episode(self, rollout_id: str | None, task: dict[str, Any]) -> dict[str, Any]:
+    async def _episode(
+        self, rollout_id: str | None, task: dict[str, Any], capture: str | None
+    ) -> dict[str, Any]:
         options = self.env_options
         model_server = options.model
         assert model_server is not None
@@ -301,9 +306,13 @@ class Environment(Server):
                 model_name=options.model_name,
                 timeout=options.request_timeout_s,
             )
-            rollout = RolloutContext(rollout_id, model, env)
+            sampling = options.sampling_for(task.get("sampling"))
+            trajectory = options.recorder_for(capture)
+            rollout = RolloutContext(
+                rollout_id, model, env, sampling=sampling, trajectory=trajectory
+            )
             try:
-                return await self.play_episode(rollout, task)
+                return attach(await self.play_episode(rollout, task), trajectory)
             finally:
                 await rollout.aclose()
 

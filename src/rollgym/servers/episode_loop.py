@@ -24,8 +24,18 @@ async def play_tool_loop(
     Answers ``{"reward", "details", "answer", "turns", "tool_calls"}``.
     """
     seeded = await rollout.env.seed(task)
-    messages: list[dict[str, Any]] = list(seeded.get("messages") or [])
-    tools = seeded.get("tools") or None
+    messages = list(seeded.get("messages") or [])
+    return await play_and_verify(rollout, messages, seeded.get("tools") or None, max_turns)
+
+
+async def play_and_verify(
+    rollout: RolloutContext,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    max_turns: int,
+) -> dict[str, Any]:
+    """The turns from ``messages`` (the environment already seeded), then verify the answer."""
+    messages = list(messages)
     answer: str | None = None
     turns = tool_calls = 0
     while turns < max_turns:

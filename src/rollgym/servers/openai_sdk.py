@@ -9,12 +9,14 @@ that OpenTelemetry's httpx instrumentation cannot hook, so without this the SDK 
 The one place a request and its answer are seen is :meth:`RolloutTransport.before_send` /
 :meth:`RolloutTransport.after_answer`: the request gets ``X-Request-Id: <rollout id>.<turn>``
 (the same turn counter as ``RolloutContext.chat``) and the current ``traceparent``, and the
-call is a ``gym.model.chat`` span (gate ``model``) with the answer's usage. Extend those two
-methods (for example to record trajectories), not the SDK.
+call is a ``gym.model.chat`` span (gate ``model``) with the answer's usage, and, when the
+rollout records a trajectory, each chat completion (request body and JSON answer) goes into it
+through ``record``. Extend those two methods, not the SDK.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext, suppress
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
 PROVIDER = "openai"
 #: The SDK needs some key; rollgym's model servers need none (a proxy holds the real one).
 PLACEHOLDER_KEY = "rollgym-no-key"
+#: Puts one chat completion (request body, answer) into the rollout's trajectory.
+Record = Callable[[dict[str, Any], dict[str, Any]], None]
 
 
 def _require_openai() -> Any:
@@ -62,8 +66,13 @@ def _http_library() -> Any:
 class _RolloutHooks:
     """What both transports do around one request, for one rollout's model client."""
 
-    def __init__(self, model: ModelClient) -> None:
+    def __init__(self, model: ModelClient, record: Record | None) -> None:
         self.model = model
+        self.record = record
+
+    def wants_body(self, span: Any, response: httpx2.Response) -> bool:
+        """Read the answer's body only for the span or the trajectory, and only JSON."""
+        return (span is not None or self.record is not None) and _is_json(response)
 
     def before_send(self, request: httpx2.Request) -> None:
         """Stamp the request: its request id and the current trace context."""
@@ -82,16 +91,26 @@ class _RolloutHooks:
 
         return spans.model_chat_span(self.model.rollout_id, self.model.model_name, PROVIDER)
 
-    def after_answer(self, span: Any, response: httpx2.Response, body: bytes | None) -> None:
-        """Record the answer on the span: status, and usage when the body was JSON."""
+    def after_answer(
+        self, span: Any, request: httpx2.Request, response: httpx2.Response, body: bytes | None
+    ) -> None:
+        """Record the answer on the span (status, usage when the body was JSON) and a chat
+        completion in the trajectory."""
+        answer = None
+        if body:
+            with suppress(orjson.JSONDecodeError):
+                answer = orjson.loads(body)
+        chat = request.url.path.endswith("/chat/completions") and response.status_code == 200
+        if self.record is not None and chat and isinstance(answer, dict):
+            with suppress(orjson.JSONDecodeError):
+                self.record(orjson.loads(request.content), answer)
         if span is None:
             return
         from rollgym.telemetry import spans
 
         span.set_attribute(names.HTTP_RESPONSE_STATUS_CODE, response.status_code)
-        if body:
-            with suppress(orjson.JSONDecodeError):
-                spans.record_model_response(span, orjson.loads(body))
+        if answer is not None:
+            spans.record_model_response(span, answer)
 
 
 def _is_json(response: httpx2.Response) -> bool:
@@ -110,25 +129,25 @@ def _rebuilt(request: httpx2.Request, response: httpx2.Response, body: bytes) ->
     )
 
 
-def async_transport(model: ModelClient) -> httpx2.AsyncBaseTransport:
+def async_transport(model: ModelClient, record: Record | None = None) -> httpx2.AsyncBaseTransport:
     http = _http_library()
 
     class RolloutTransport(http.AsyncBaseTransport):  # type: ignore[name-defined]
         """An httpx2 transport that stamps and traces each request of one rollout."""
 
         def __init__(self) -> None:
-            self.hooks = _RolloutHooks(model)
+            self.hooks = _RolloutHooks(model, record)
             self.inner = http.AsyncHTTPTransport()
 
         async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
             with self.hooks.span() as span:
                 self.hooks.before_send(request)
                 response = await self.inner.handle_async_request(request)
-                if span is None or not _is_json(response):
-                    self.hooks.after_answer(span, response, None)
+                if not self.hooks.wants_body(span, response):
+                    self.hooks.after_answer(span, request, response, None)
                     return response
                 body = await response.aread()
-                self.hooks.after_answer(span, response, body)
+                self.hooks.after_answer(span, request, response, body)
                 return _rebuilt(request, response, body)
 
         async def aclose(self) -> None:
@@ -137,25 +156,25 @@ def async_transport(model: ModelClient) -> httpx2.AsyncBaseTransport:
     return RolloutTransport()
 
 
-def sync_transport(model: ModelClient) -> httpx2.BaseTransport:
+def sync_transport(model: ModelClient, record: Record | None = None) -> httpx2.BaseTransport:
     http = _http_library()
 
     class RolloutTransport(http.BaseTransport):  # type: ignore[name-defined]
         """The blocking twin of the async transport (same hooks)."""
 
         def __init__(self) -> None:
-            self.hooks = _RolloutHooks(model)
+            self.hooks = _RolloutHooks(model, record)
             self.inner = http.HTTPTransport()
 
         def handle_request(self, request: httpx2.Request) -> httpx2.Response:
             with self.hooks.span() as span:
                 self.hooks.before_send(request)
                 response = self.inner.handle_request(request)
-                if span is None or not _is_json(response):
-                    self.hooks.after_answer(span, response, None)
+                if not self.hooks.wants_body(span, response):
+                    self.hooks.after_answer(span, request, response, None)
                     return response
                 body = response.read()
-                self.hooks.after_answer(span, response, body)
+                self.hooks.after_answer(span, request, response, body)
                 return _rebuilt(request, response, body)
 
         def close(self) -> None:
@@ -164,19 +183,21 @@ def sync_transport(model: ModelClient) -> httpx2.BaseTransport:
     return RolloutTransport()
 
 
-def async_client(model: ModelClient) -> openai.AsyncOpenAI:
-    """An ``AsyncOpenAI`` on the rollout-scoped URL of ``model``, stamped and traced."""
+def async_client(model: ModelClient, record: Record | None = None) -> openai.AsyncOpenAI:
+    """An ``AsyncOpenAI`` on the rollout-scoped URL of ``model``, stamped and traced; with
+    ``record``, its chat completions go into the rollout's trajectory."""
     openai = _require_openai()
-    http = _http_library().AsyncClient(transport=async_transport(model), timeout=model.timeout)
+    transport = async_transport(model, record)
+    http = _http_library().AsyncClient(transport=transport, timeout=model.timeout)
     return openai.AsyncOpenAI(
         base_url=model.sdk_base_url, api_key=PLACEHOLDER_KEY, http_client=http, max_retries=0
     )
 
 
-def sync_client(model: ModelClient) -> openai.OpenAI:
+def sync_client(model: ModelClient, record: Record | None = None) -> openai.OpenAI:
     """An ``OpenAI`` (blocking) client like :func:`async_client`; for a thread, not the loop."""
     openai = _require_openai()
-    http = _http_library().Client(transport=sync_transport(model), timeout=model.timeout)
+    http = _http_library().Client(transport=sync_transport(model, record), timeout=model.timeout)
     return openai.OpenAI(
         base_url=model.sdk_base_url, api_key=PLACEHOLDER_KEY, http_client=http, max_retries=0
     )

@@ -23,6 +23,7 @@ BUILTINS: dict[str, tuple[str, str]] = {
     "terminal": ("environment", "rollgym.builtins.envs.terminal:TerminalEnv"),
     "single_turn": ("agent", "rollgym.builtins.agents.single_turn:SingleTurnAgent"),
     "tool_loop": ("agent", "rollgym.builtins.agents.tool_loop:ToolLoopAgent"),
+    "nemo_gym_row": ("agent", "rollgym.builtins.agents.nemo_gym_row:NemoGymRowAgent"),
 }
 
 

@@ -1,7 +1,8 @@
 """Request ids of model calls: ``<rollout id>.<turn>``, and the forms an upstream accepts.
 
 Every model call of a rollout carries ``X-Request-Id: <rollout id>.<turn>``, so an engine's
-own request id (vLLM answers ``chatcmpl-<that>``) names the rollout. Two things live here:
+own request id (vLLM answers ``chatcmpl-<that>``) names the rollout (the spelling lives in
+:mod:`rollgym.identity`). Two things live here:
 
 - :class:`TurnCounter`: a model server that gets a header-less request on the rollout-scoped
   URL (``/r/<rollout id>/v1/...``) numbers that rollout's turns itself. Its memory is bounded
@@ -17,23 +18,20 @@ import uuid
 from collections import OrderedDict
 from typing import Final
 
+from rollgym.identity import request_id_of, rollout_of_request_id
+
+__all__ = [
+    "TurnCounter",
+    "is_uuid",
+    "request_id_of",
+    "rollout_of_request_id",
+    "upstream_uuid",
+]
+
 #: The namespace of :func:`upstream_uuid`; fixed forever, so ids stay comparable across runs.
 NAMESPACE: Final = uuid.UUID("5f0c1f7e-6a43-4c55-9a37-0b3f6f2d8e11")
 #: How many rollouts a :class:`TurnCounter` remembers.
 DEFAULT_CAPACITY: Final = 65_536
-
-
-def request_id_of(rollout_id: str, turn: int) -> str:
-    """``"3-0", 2`` -> ``"3-0.2"``: the one spelling of a model call's request id."""
-    return f"{rollout_id}.{turn}"
-
-
-def rollout_of_request_id(request_id: str | None) -> str | None:
-    """``"3-0.2"`` -> ``"3-0"``; None unless the id has the ``<rollout id>.<turn>`` shape."""
-    if not request_id:
-        return None
-    prefix, dot, turn = request_id.rpartition(".")
-    return prefix if dot and prefix and turn.isdigit() else None
 
 
 def upstream_uuid(request_id: str) -> str:

@@ -10,6 +10,7 @@ sessions in-process while an agent reaches them over HTTP, with the same loop co
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
@@ -19,6 +20,7 @@ from rollgym.http.replicas import on_replica, origin
 from rollgym.servers.request_ids import request_id_of
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import gate
+from rollgym.trajectory.record import TrajectoryRecorder
 
 if TYPE_CHECKING:
     import openai
@@ -130,12 +132,18 @@ class ModelClient:
         return request_id_of(self._prefix, turn)
 
     async def chat(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        params: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        """One chat completion; ``params`` (sampling, token capture) join the body."""
         request_id = self.next_request_id()
         body: dict[str, Any] = {"model": self.model_name, "messages": messages}
         if tools:
             body["tools"] = tools
+        if params:
+            body.update(params)
         headers = {names.HEADER_REQUEST_ID: request_id}
         if gate.model:
             from rollgym.telemetry import spans
@@ -248,15 +256,51 @@ class HttpEnvSession(SessionBase):
         return await self._post("/verify", "/verify", body, "verify")
 
 
+class RecordingEnvSession:
+    """An :class:`EnvSession` that writes each tool call and the verification into the
+    rollout's trajectory, in the order they happen."""
+
+    def __init__(self, inner: EnvSession, recorder: TrajectoryRecorder) -> None:
+        self._inner = inner
+        self._recorder = recorder
+
+    async def seed(self, task: dict[str, Any]) -> dict[str, Any]:
+        return await self._inner.seed(task)
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
+        output = await self._inner.call_tool(name, arguments)
+        self._recorder.tool_call(name, arguments, output)
+        return output
+
+    async def verify(self, answer: str | None) -> dict[str, Any]:
+        verdict = await self._inner.verify(answer)
+        self._recorder.verify(answer, verdict)
+        return verdict
+
+
 class RolloutContext:
-    """The handle an agent gets for one rollout: its id, the model, the environment session."""
+    """The handle an agent gets for one rollout: its id, the model, the environment session.
+
+    ``sampling`` (the server's options merged with the row's ``sampling``) joins every model
+    call; ``trajectory``, when the run asked for one, records every call in order.
+    """
 
     def __init__(
-        self, rollout_id: str | None, model: ModelClient | None, env: EnvSession | None
+        self,
+        rollout_id: str | None,
+        model: ModelClient | None,
+        env: EnvSession | None,
+        *,
+        sampling: dict[str, Any] | None = None,
+        trajectory: TrajectoryRecorder | None = None,
     ) -> None:
         self.rollout_id = rollout_id
         self._model = model
+        if trajectory is not None and env is not None:
+            env = RecordingEnvSession(env, trajectory)
         self._env = env
+        self.trajectory = trajectory
+        self._params = {**(sampling or {}), **(trajectory.request_fields() if trajectory else {})}
         self._sdk_clients: list[Any] = []
 
     def _model_client(self) -> ModelClient:
@@ -275,7 +319,7 @@ class RolloutContext:
         """
         from rollgym.servers.openai_sdk import async_client
 
-        client = async_client(self._model_client())
+        client = async_client(self._model_client(), self._sdk_record())
         self._sdk_clients.append(client)
         return client
 
@@ -284,7 +328,7 @@ class RolloutContext:
         would block the event loop)."""
         from rollgym.servers.openai_sdk import sync_client
 
-        client = sync_client(self._model_client())
+        client = sync_client(self._model_client(), self._sdk_record())
         self._sdk_clients.append(client)
         return client
 
@@ -308,4 +352,19 @@ class RolloutContext:
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
     ) -> dict[str, Any]:
         """One model call: the model server's OpenAI chat completion answer."""
-        return await self._model_client().chat(messages, tools)
+        answer = await self._model_client().chat(messages, tools, self._params)
+        self.record_model_call({"messages": messages, "tools": tools, **self._params}, answer)
+        return answer
+
+    def _sdk_record(self) -> Callable[[dict[str, Any], dict[str, Any]], None] | None:
+        """What an SDK client calls with each chat completion: the trajectory, when asked."""
+        return self.record_model_call if self.trajectory is not None else None
+
+    def record_model_call(self, request: dict[str, Any], answer: dict[str, Any]) -> None:
+        """Put one model call made by any client into the trajectory (a no-op without one).
+
+        ``request`` is the body sent (``messages``, ``tools``, sampling parameters), ``answer``
+        the ``chat.completion`` object as plain data.
+        """
+        if self.trajectory is not None:
+            self.trajectory.model_call(request, answer)

@@ -86,10 +86,6 @@ GEN_AI_LATENCY_TIME_IN_QUEUE: Final = "gen_ai.latency.time_in_queue"
 GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN: Final = "gen_ai.latency.time_to_first_token"
 GEN_AI_LATENCY_E2E: Final = "gen_ai.latency.e2e"
 GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
-#: The request id a model server actually sent upstream when a per-upstream policy sent
-#: another form than ``<rollout id>.<turn>`` (a UUID): set on the model span beside
-#: ``gym.rollout.id``, it maps the engine's ``gen_ai.request.id`` back to the rollout.
-UPSTREAM_REQUEST_ID: Final = "gym.model.upstream_request_id"
 
 # --- stable HTTP semantic conventions ---------------------------------------------------------
 HTTP_REQUEST_METHOD: Final = "http.request.method"

@@ -248,13 +248,13 @@ def _check_isolation_without_dispatch(conn: sqlite3.Connection, report: CheckRep
 
 def _sent_request_ids(conn: sqlite3.Connection) -> dict[str, str]:
     """Ids model servers sent upstream in another form (a UUID), mapped to their rollout."""
-    key = f'$."{names.UPSTREAM_REQUEST_ID}"'
+    key = f'$."{names.MODEL_UPSTREAM_REQUEST_ID}"'
     return {
         str(sent): rollout_id
         for sent, rollout_id in conn.execute(
             "SELECT json_extract(attributes, ?), rollout_id FROM spans "
             "WHERE rollout_id IS NOT NULL AND instr(attributes, ?) > 0",
-            (key, names.UPSTREAM_REQUEST_ID),
+            (key, names.MODEL_UPSTREAM_REQUEST_ID),
         )
         if sent is not None
     }

@@ -16,11 +16,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from rollgym.identity import rollout_of_request_id
+
 #: Prefixes vLLM's OpenAI server puts before the request id (chat, completions, responses...).
 _ENGINE_PREFIXES = ("chatcmpl-", "cmpl-", "resp_", "resp-", "embd-", "score-", "classify-")
 _SUB_REQUEST = re.compile(r"\d+_")
-#: ``<rollout id>.<turn>``, optionally followed by a ``-<alnum>`` suffix an engine appended.
-_ROLLGYM_ID = re.compile(r"(?P<rollout>.+?)\.(?P<turn>\d+)(?:-[0-9A-Za-z]+)?")
+#: A ``-<alnum>`` suffix an engine appended after the ``<turn>`` of ``<rollout id>.<turn>``.
+_ENGINE_SUFFIX = re.compile(r"(\.\d+)-[0-9A-Za-z]+$")
 
 
 def strip_engine_decorations(engine_id: str) -> str:
@@ -47,8 +49,7 @@ def rollout_of_engine_id(engine_id: str, sent_ids: Mapping[str, str] | None = No
         for candidate in (engine_id, core, _without_suffix(core)):
             if candidate in sent_ids:
                 return sent_ids[candidate]
-    match = _ROLLGYM_ID.fullmatch(core)
-    return match.group("rollout") if match is not None else None
+    return rollout_of_request_id(_ENGINE_SUFFIX.sub(r"\1", core))
 
 
 def _without_suffix(core: str) -> str:

@@ -64,3 +64,41 @@ def test_retry_failed_reruns_every_failure(tmp_path: Path) -> None:
 def test_fresh_directory_has_nothing_to_skip(tmp_path: Path) -> None:
     ledger = Ledger.load(tmp_path, 4, retry_failed=False, feed=lambda rec, ok: None)
     assert ledger.resumed == 0 and not ledger.skip(0, 0)
+
+
+def _traced(t: int, r: int) -> RolloutResult:
+    trajectory = {"version": 1, "capture": "turns", "turns": [{"type": "model", "call": 0}]}
+    return RolloutResult(
+        f"{t}-{r}", t, r, 0, "a", 1.0, 0.1, None, 1.0, 1.1, {"reward": 1.0}, True, trajectory
+    )
+
+
+def test_trajectory_lines_are_pointed_at_and_orphans_cut_on_resume(tmp_path: Path) -> None:
+    with OutcomeWriter(tmp_path) as writer:
+        writer.write(_traced(0, 0))
+        writer.write(_failure(1, 0, "http_4xx"))  # a failure has no trajectory
+        writer.write(_traced(2, 0))
+    good = (tmp_path / "trajectories.jsonl").read_bytes()
+    records = [
+        orjson.loads(line) for line in (tmp_path / "rollouts.jsonl").read_bytes().splitlines()
+    ]
+    for record in records:
+        pointer = record["trajectory"]
+        line = orjson.loads(good[pointer["offset"] : pointer["offset"] + pointer["bytes"]])
+        assert line["rollout_id"] == record["rollout_id"] and line["trajectory"]["turns"]
+        assert "trajectory" not in record["result"]
+    # kill -9 after a trajectory line, before its rollout line; then a torn trajectory line
+    with open(tmp_path / "trajectories.jsonl", "ab") as handle:
+        handle.write(orjson.dumps(_traced(3, 0).trajectory_record()) + b"\n")
+        handle.write(b'{"rollout_id": "4-0", "task_ind')
+    ledger = Ledger.load(tmp_path, 1, retry_failed=False, feed=lambda record, ok: None)
+    assert (tmp_path / "trajectories.jsonl").read_bytes() == good
+    assert ledger.skip(0, 0) and ledger.skip(2, 0) and not ledger.skip(3, 0)
+    with OutcomeWriter(tmp_path) as writer:  # the resumed session appends after the good part
+        writer.write(_traced(3, 0))
+    (last,) = [
+        orjson.loads(line)
+        for line in (tmp_path / "rollouts.jsonl").read_bytes().splitlines()
+        if b'"3-0"' in line
+    ]
+    assert last["trajectory"]["offset"] == len(good)

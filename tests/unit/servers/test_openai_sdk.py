@@ -17,6 +17,7 @@ import orjson
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from rollgym.builtins.models import toy_tokenizer
 from rollgym.builtins.models.openai_upstream import OpenAIUpstream
 from rollgym.builtins.models.simulated import SimulatedModel
 from rollgym.servers.base import Server
@@ -84,7 +85,8 @@ async def test_chat_completion_and_models(model_url):
         models = await client.models.list()
     assert answer.choices[0].message.content == "Answer: 33"
     assert answer.id == "chatcmpl-7-1.0"  # header-less on the scoped URL: <rollout>.<turn>
-    assert answer.usage is not None and answer.usage.completion_tokens == 2
+    # the simulated model's toy tokenizer: "Answer", ":", " 33", <|im_end|>
+    assert answer.usage is not None and answer.usage.completion_tokens == 4
     assert [m.id for m in models.data] == ["sim"]
 
 
@@ -102,7 +104,7 @@ async def test_streaming_chat_joins_to_the_same_answer(model_url):
     assert text == whole.choices[0].message.content == "Answer: 33"
     assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) >= 2
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
-    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 2
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 4
     assert all(c.usage is None for c in bare_chunks)  # no usage chunk unless asked for
 
 
@@ -140,13 +142,16 @@ async def test_n_choices_temperature_and_token_limits(model_url):
             model="sim", messages=ARITH, max_completion_tokens=1
         )
     assert [c.index for c in three.choices] == [0, 1, 2]
-    assert three.usage is not None and three.usage.completion_tokens == 6
+    generated = sum(
+        len(toy_tokenizer.body_pieces({"content": c.message.content})) for c in three.choices
+    )
+    assert three.usage is not None and three.usage.completion_tokens == generated
     assert greedy.choices[0].message.tool_calls[0].function.arguments == (
         greedy.choices[1].message.tool_calls[0].function.arguments
     )
     for cut in (short, shorter):
         assert cut.choices[0].finish_reason == "length"
-        assert cut.choices[0].message.content == "Answer:"
+        assert cut.choices[0].message.content == "Answer"  # one toy token
         assert cut.usage is not None and cut.usage.completion_tokens == 1
 
 
@@ -214,7 +219,7 @@ async def test_responses_plain_and_streamed(model_url):
     deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert deltas == "Answer: 33"
     assert events[-1].type == "response.completed"
-    assert events[-1].response.usage is not None and events[-1].response.usage.output_tokens == 2
+    assert events[-1].response.usage is not None and events[-1].response.usage.output_tokens == 4
     (call,) = [item for item in final.output if item.type == "function_call"]
     assert call.name == "read_key" and orjson.loads(call.arguments) == {"key": "k-00ab"}
 
@@ -252,4 +257,4 @@ async def test_rollout_sdk_clients_carry_the_trace_and_the_request_id(serving, c
         assert span.attributes[names.ROLLOUT_ID] == "9-0"
     for chat in chats:
         assert chat.parent.span_id == parent.get_span_context().span_id
-        assert chat.attributes[names.GEN_AI_USAGE_OUTPUT_TOKENS] == 2
+        assert chat.attributes[names.GEN_AI_USAGE_OUTPUT_TOKENS] == 4  # "Answer: 33" in toy tokens

@@ -1,7 +1,7 @@
 """A model server in front of any OpenAI-compatible upstream (vLLM, llama.cpp, OpenAI, a gateway).
 
 Requests go out through the process's one HttpClient, so ``traceparent`` reaches the upstream
-and an engine such as vLLM joins the rollout's trace. Each call opens a ``gym.model.chat``
+and an engine such as vLLM joins the rollout's trace. Each call opens a ``chat <model>``
 span (gate ``model``) that records usage, time to first token when streaming, and which
 request id went upstream (``gym.model.request_id`` -> ``gym.model.upstream_request_id``).
 
@@ -371,14 +371,14 @@ def _has_token(event: dict[str, Any]) -> bool:
 
 
 def _model_span(rollout_id: str | None, model: str) -> Any:
-    """The proxy's ``gym.model.chat`` span (a call to the upstream), or nothing."""
+    """The proxy's ``chat <model>`` span (its call to the upstream, GenAI-named), or nothing."""
     if not gate.model:
         from contextlib import nullcontext
 
         return nullcontext(None)
     from rollgym.telemetry import spans
 
-    return spans.model_chat_span(rollout_id, model, _PROVIDER)
+    return spans.genai_span(rollout_id, model, _PROVIDER, upstream=True)
 
 
 def _record(

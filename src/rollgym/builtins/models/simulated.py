@@ -1,7 +1,7 @@
 """The simulated policy model server: OpenAI-compatible, deterministic, cheap, GPU-free.
 
-Answers chat completions with text or tool calls from :mod:`policy`, ``usage`` from word
-counts, ``id = "chatcmpl-<request id>"``, after a sampled latency (``asyncio.sleep``: no CPU
+Answers chat completions with text or tool calls from :mod:`policy`, ``usage`` (and, when
+asked, vLLM's token ids and log-probabilities) from :mod:`toy_tokenizer`, ``id = "chatcmpl-<request id>"``, after a sampled latency (``asyncio.sleep``: no CPU
 is burnt, so thousands of rollouts can be in flight). Everything random is seeded from a
 stable hash (blake2b) of the request id, and "correct or not" from the rollout id, so a rerun
 of the same rollout behaves the same and a whole episode is consistently right or wrong.
@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollgym.builtins.models import toy_tokenizer
 from rollgym.builtins.models.policy import decide
 from rollgym.builtins.models.reply import Reply
 from rollgym.server_options import ServerOptions
@@ -73,21 +74,6 @@ class SimulatedOptions(ServerOptions):
 def stable_seed(text: str) -> int:
     """A seed that is the same in every process and run (unlike ``hash()``)."""
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
-
-
-def _words(value: Any) -> int:
-    if isinstance(value, str):
-        return len(value.split())
-    if isinstance(value, dict):
-        return sum(_words(item) for item in value.values())
-    if isinstance(value, list):
-        return sum(_words(item) for item in value)
-    return 0
-
-
-def _prompt_words(messages: list[dict[str, Any]]) -> int:
-    """Prompt "tokens": the words of the contents and tool calls, not of roles or ids."""
-    return sum(_words(m.get("content")) + _words(m.get("tool_calls")) for m in messages)
 
 
 @dataclass(slots=True)
@@ -170,12 +156,18 @@ class SimulatedModel(ModelServer):
             for index in range(request.n or 1)
         ]
         timings.e2e = time.perf_counter() - arrived
-        return completion(
-            request_id,
-            options.model_name,
-            replies,
-            prompt_tokens=_prompt_words(request.messages),
-            token_limit=request.token_limit,
+        answer = completion(
+            request_id, options.model_name, replies, token_limit=request.token_limit
+        )
+        # usage, token ids and log-probabilities from one tokenizer, so they always agree
+        return toy_tokenizer.annotate(
+            answer,
+            request.messages,
+            request.tools,
+            rng,
+            token_ids=bool((request.model_extra or {}).get("return_token_ids")),
+            logprobs=bool(request.logprobs),
+            top_logprobs=request.top_logprobs or 0,
         )
 
     def model_names(self) -> list[str]:
@@ -224,38 +216,26 @@ def completion(
     model: str,
     replies: list[Reply],
     *,
-    prompt_tokens: int,
     token_limit: int | None = None,
 ) -> dict[str, Any]:
-    """An OpenAI ``chat.completion`` object with one choice per reply."""
-    choices = []
-    completion_tokens = 0
-    for index, reply in enumerate(replies):
-        choice, tokens = _choice(request_id, index, reply, token_limit)
-        choices.append(choice)
-        completion_tokens += tokens
+    """An OpenAI ``chat.completion`` object with one choice per reply (``usage``, token ids
+    and log-probabilities are added by :func:`toy_tokenizer.annotate`)."""
     return {
         "id": f"chatcmpl-{request_id}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": choices,
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
+        "choices": [
+            _choice(request_id, index, reply, token_limit) for index, reply in enumerate(replies)
+        ],
     }
 
 
-def _choice(
-    request_id: str, index: int, reply: Reply, token_limit: int | None
-) -> tuple[dict[str, Any], int]:
-    """One choice and its "tokens" (words). Past ``token_limit`` the text is cut there and
+def _choice(request_id: str, index: int, reply: Reply, token_limit: int | None) -> dict[str, Any]:
+    """One choice. Past ``token_limit`` tokens (of the toy tokenizer) the text is cut there and
     ``finish_reason`` is ``length``; a tool call that does not fit becomes its cut text."""
     message: dict[str, Any] = {"role": "assistant", "content": reply.content}
     finish_reason = "stop"
-    output_words = _words(reply.content)
     if reply.tool_call is not None:
         name, arguments = reply.tool_call
         encoded = orjson.dumps(arguments).decode()
@@ -268,10 +248,9 @@ def _choice(
             }
         ]
         finish_reason = "tool_calls"
-        output_words += 1 + _words(arguments)
-    tokens = max(1, output_words)
-    if token_limit is not None and tokens > token_limit:
+    if token_limit is not None and len(toy_tokenizer.body_pieces(message)) > token_limit:
         text = reply.content if reply.tool_call is None else orjson.dumps(reply.tool_call).decode()
-        message = {"role": "assistant", "content": " ".join((text or "").split()[:token_limit])}
-        finish_reason, tokens = "length", token_limit
-    return {"index": index, "message": message, "finish_reason": finish_reason}, tokens
+        cut = "".join(toy_tokenizer.pieces(text or "")[:token_limit])
+        message = {"role": "assistant", "content": cut}
+        finish_reason = "length"
+    return {"index": index, "message": message, "finish_reason": finish_reason}

@@ -1,0 +1,133 @@
+"""The NeMo Gym row agent: runs a NeMo Gym dataset row as it is.
+
+A NeMo Gym row holds the model request in ``responses_create_params`` (an OpenAI Responses API
+body: ``input``, ``tools``, ``temperature``, ``max_output_tokens`` ...), the agent it belongs to
+in ``agent_ref: {type, name}``, and whatever its verifier needs (``expected_answer`` ...). This
+agent seeds a session of the environment that ``agent_ref.name`` maps to (``environments``,
+else ``environment``) with the rest of the row, plays the request's conversation with tool
+calls against the model, and verifies the final answer there.
+
+The Responses body is validated and translated by :mod:`rollgym.servers.responses_api` (the
+code behind the model servers' ``/v1/responses``) and sent as chat completions, so the engine's
+token ids and log-probabilities come back for the trajectory, as NeMo Gym's own vLLM model
+server does. What rollgym cannot serve is refused as ``invalid_row`` naming the field: image,
+file or audio inputs, reasoning items, ``previous_response_id``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from rollgym.http.server import HTTPError
+from rollgym.server_options import ServerKind, ServerOptions
+from rollgym.servers import responses_api
+from rollgym.servers.agent import Agent, AgentOptions, task_of
+from rollgym.servers.episode_loop import play_and_verify
+from rollgym.servers.rollout_context import RolloutContext, ServerCallError
+
+PARAMS = "responses_create_params"
+AGENT_REF = "agent_ref"
+_ROW_PREFIX = f"row.{PARAMS}"
+#: Content part types that carry something other than text.
+_MEDIA_PARTS = frozenset(("input_image", "input_file", "input_audio", "image_url"))
+
+
+class NemoGymRowOptions(AgentOptions):
+    server_refs: ClassVar[dict[str, ServerKind]] = {
+        **AgentOptions.server_refs,
+        "environments": "environment",
+    }
+
+    model: str
+    environment: str | None = None
+    environments: dict[str, str] = Field(
+        default_factory=dict,
+        description="agent_ref.name -> environment server that verifies that row's rollouts.",
+    )
+    max_turns: int = Field(16, ge=1, description="Most model calls per rollout.")
+
+
+def _refuse(message: str, field: str) -> ServerCallError:
+    return ServerCallError(f"row field {field!r}: {message}", field=field, bad_input=True)
+
+
+def _unsupported(params: dict[str, Any]) -> ServerCallError | None:
+    """Images and reasoning items get their own message (the generic one only lists types)."""
+    items = params.get("input")
+    if not isinstance(items, list):
+        return None
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            continue
+        where = f"{_ROW_PREFIX}.input.{index}"
+        if item.get("type") == "reasoning":
+            return _refuse("reasoning items are not supported", f"{where}.type")
+        content = item.get("content")
+        for part_index, part in enumerate(content if isinstance(content, list) else []):
+            if isinstance(part, dict) and part.get("type") in _MEDIA_PARTS:
+                return _refuse(
+                    f"{part.get('type')} inputs are not supported (text only)",
+                    f"{where}.content.{part_index}.type",
+                )
+    return None
+
+
+def chat_request_of(row: dict[str, Any]) -> dict[str, Any]:
+    """The chat completion request the row's ``responses_create_params`` asks for."""
+    params = row.get(PARAMS)
+    if not isinstance(params, dict):
+        raise _refuse("must be an object (an OpenAI Responses API request)", f"row.{PARAMS}")
+    problem = _unsupported(params)
+    if problem is not None:
+        raise problem
+    try:
+        request = responses_api.parse_request(params)
+    except HTTPError as exc:
+        field = _ROW_PREFIX + (exc.field or "body").removeprefix("body")
+        raise _refuse(exc.message.split(": ", 1)[-1], field) from None
+    return responses_api.to_chat_request(request)
+
+
+def _conversation_keys(chat: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in chat.items() if k not in ("model", "messages", "tools")}
+
+
+class NemoGymRowAgent(Agent):
+    """Play a NeMo Gym row's ``responses_create_params``; verify in its environment."""
+
+    Options: ClassVar[type[ServerOptions]] = NemoGymRowOptions
+
+    @property
+    def row_options(self) -> NemoGymRowOptions:
+        assert isinstance(self.options, NemoGymRowOptions)
+        return self.options
+
+    def environment_for(self, row: dict[str, Any]) -> str | None:
+        ref = row.get(AGENT_REF)
+        name = ref.get("name") if isinstance(ref, dict) else None
+        routes = self.row_options.environments
+        if isinstance(name, str) and name in routes:
+            return routes[name]
+        if self.row_options.environment is None:
+            raise _refuse(
+                f"names {name!r}, which no entry of 'environments' maps to "
+                f"(known: {sorted(routes)}) and this agent has no default 'environment'",
+                f"row.{AGENT_REF}.name",
+            )
+        return self.row_options.environment
+
+    def row_sampling(self, row: dict[str, Any]) -> Any:
+        """The request's own parameters (temperature, max_output_tokens ...), then the row's
+        ``sampling`` over them."""
+        own = row.get("sampling")
+        merged = _conversation_keys(chat_request_of(row))
+        return {**merged, **own} if isinstance(own, dict) else own or merged
+
+    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+        chat = chat_request_of(row)
+        task = {k: v for k, v in task_of(row).items() if k not in (PARAMS, AGENT_REF)}
+        seeded = await rollout.env.seed(task)
+        tools = chat.get("tools") or seeded.get("tools") or None
+        return await play_and_verify(rollout, chat["messages"], tools, self.row_options.max_turns)

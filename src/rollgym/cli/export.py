@@ -1,0 +1,38 @@
+"""``rollgym export RUN --format parquet``: options -> :func:`rollgym.driver.export.export_parquet`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    """Add ``export`` to the ``rollgym`` parser."""
+    export = subparsers.add_parser(
+        "export", help="a run's trajectories as a training table (one row per rollout)"
+    )
+    export.add_argument("run_dir", type=Path, help="the run's output folder (run.output_dir)")
+    export.add_argument(
+        "--format", default="parquet", choices=["parquet"], help="table format (default parquet)"
+    )
+    export.add_argument(
+        "--output",
+        "-o",
+        type=Path,
+        help="file to write (default: RUN/trajectories.parquet)",
+    )
+    export.set_defaults(handler=_export)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from rollgym.driver.export import ExportError, export_parquet
+
+    try:
+        path, rows = export_parquet(args.run_dir, args.output)
+    except ExportError as exc:
+        print(f"rollgym export: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {rows} rows to {path}")
+    return 0

@@ -1,0 +1,144 @@
+"""``rollgym export RUN --format parquet``: a run's trajectories as one table a trainer reads.
+
+One row per finished rollout, plain columns (``datasets.load_dataset("parquet", ...)`` reads
+them as they are): ``rollout_id``, ``group_id`` (the task index: the rollouts of one task row
+form the group of group-relative methods), ``task_index``, ``rollout_index``, ``attempt``,
+``dispatch_name``, ``reward``, ``prompt_ids``, ``completion_ids``, ``logprobs``, ``loss_mask``,
+``has_tokens``, ``prefix_ok``, ``model_calls``, ``prompt_tokens``, ``completion_tokens``.
+
+Memory stays bounded: lines are streamed and written in row groups of ``batch_rows``. Only
+committed trajectories are read: those before the end of the last one a rollout line points
+at (a ``kill -9`` can leave one unfinished line after it, which a resume cuts off).
+pyarrow is imported only here (the ``parquet`` extra).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from rollgym.driver.output import ROLLOUTS, TRAJECTORIES
+from rollgym.errors import RollgymError
+from rollgym.trajectory.tokens import token_sequence
+
+DEFAULT_NAME = "trajectories.parquet"
+
+
+class ExportError(RollgymError):
+    """A run folder that cannot be exported (no trajectories, pyarrow missing)."""
+
+
+def _committed_end(run_dir: Path) -> int:
+    """Byte offset of the end of the last trajectory line a rollout line points at."""
+    end = 0
+    path = run_dir / ROLLOUTS
+    if not path.exists():
+        return 0
+    with open(path, "rb") as handle:
+        for raw in handle:
+            if b'"trajectory"' not in raw:
+                continue
+            try:
+                pointer = orjson.loads(raw).get("trajectory")
+            except (orjson.JSONDecodeError, AttributeError):
+                continue
+            if isinstance(pointer, dict):
+                end = max(end, int(pointer.get("offset", 0)) + int(pointer.get("bytes", 0)))
+    return end
+
+
+def _trajectory_lines(run_dir: Path) -> Iterator[dict[str, Any]]:
+    path = run_dir / TRAJECTORIES
+    if not path.exists():
+        raise ExportError(
+            f"{path} does not exist: run with run.trajectories=true or run.capture_tokens=true"
+        )
+    end = _committed_end(run_dir)
+    offset = 0
+    with open(path, "rb") as handle:
+        for raw in handle:
+            offset += len(raw)
+            if offset > end:
+                break
+            record = orjson.loads(raw)
+            if isinstance(record, dict):
+                yield record
+
+
+def export_row(record: dict[str, Any]) -> dict[str, Any]:
+    """One table row of one ``trajectories.jsonl`` line."""
+    trajectory = record.get("trajectory") or {}
+    sequence = token_sequence(trajectory)
+    usage = trajectory.get("usage") or {}
+    return {
+        "rollout_id": record.get("rollout_id"),
+        "group_id": record.get("task_index"),
+        "task_index": record.get("task_index"),
+        "rollout_index": record.get("rollout_index"),
+        "attempt": record.get("attempt"),
+        "dispatch_name": record.get("dispatch_name"),
+        "reward": record.get("reward"),
+        "prompt_ids": sequence.prompt_ids if sequence else [],
+        "completion_ids": sequence.completion_ids if sequence else [],
+        "logprobs": sequence.logprobs if sequence else [],
+        "loss_mask": sequence.loss_mask if sequence else [],
+        "has_tokens": sequence is not None,
+        "prefix_ok": sequence.prefix_ok if sequence else False,
+        "model_calls": trajectory.get("model_calls", 0),
+        "prompt_tokens": usage.get("prompt_tokens", 0),
+        "completion_tokens": usage.get("completion_tokens", 0),
+    }
+
+
+def _schema(pa: Any) -> Any:
+    return pa.schema(
+        [
+            ("rollout_id", pa.string()),
+            ("group_id", pa.int64()),
+            ("task_index", pa.int64()),
+            ("rollout_index", pa.int64()),
+            ("attempt", pa.int64()),
+            ("dispatch_name", pa.string()),
+            ("reward", pa.float64()),
+            ("prompt_ids", pa.list_(pa.int64())),
+            ("completion_ids", pa.list_(pa.int64())),
+            ("logprobs", pa.list_(pa.float64())),
+            ("loss_mask", pa.list_(pa.int8())),
+            ("has_tokens", pa.bool_()),
+            ("prefix_ok", pa.bool_()),
+            ("model_calls", pa.int64()),
+            ("prompt_tokens", pa.int64()),
+            ("completion_tokens", pa.int64()),
+        ]
+    )
+
+
+def export_parquet(
+    run_dir: Path, output: Path | None = None, *, batch_rows: int = 1024
+) -> tuple[Path, int]:
+    """Write the run's trajectories as Parquet; return (path written, rows)."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ExportError(
+            "the Parquet export needs pyarrow: pip install 'rollgym[parquet]'"
+        ) from None
+    output = output or run_dir / DEFAULT_NAME
+    schema = _schema(pa)
+    rows = 0
+    batch: list[dict[str, Any]] = []
+    with pq.ParquetWriter(output, schema) as writer:
+        for record in _trajectory_lines(run_dir):
+            batch.append(export_row(record))
+            if len(batch) >= batch_rows:
+                writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+                rows += len(batch)
+                batch.clear()
+        if batch or rows == 0:
+            writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+            rows += len(batch)
+    return output, rows

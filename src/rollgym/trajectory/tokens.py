@@ -1,0 +1,60 @@
+"""One rollout's tokens as a trainer reads them: the first prompt, then everything after it.
+
+A multi-turn rollout is one token sequence when each turn's prompt extends the previous prompt
++ completion (the recorder checked it and kept only the new prompt tokens). Everything after
+the first prompt is the "completion" of the row: the model's generated tokens (loss mask 1,
+with their log-probabilities) interleaved with the tool and template tokens the environment
+added between turns (loss mask 0, log-probability 0.0). When a turn's prompt does not extend
+the previous one, its whole prompt is appended with mask 0 and ``prefix_ok`` is False, so a
+trainer can drop or handle such rows; nothing is re-tokenized to hide it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class TokenSequence:
+    """The columns of one export row (``completion_ids``, ``logprobs`` and ``loss_mask`` have
+    the same length)."""
+
+    prompt_ids: list[int] = field(default_factory=list)
+    completion_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    prefix_ok: bool = True
+    #: False when an engine answered token ids without log-probabilities for some turn.
+    logprobs_complete: bool = True
+
+    def _context(self, ids: list[int]) -> None:
+        self.completion_ids += ids
+        self.logprobs += [0.0] * len(ids)
+        self.loss_mask += [0] * len(ids)
+
+    def _generated(self, ids: list[int], logprobs: list[float] | None) -> None:
+        if logprobs is None or len(logprobs) != len(ids):
+            self.logprobs_complete = False
+            logprobs = [0.0] * len(ids)
+        self.completion_ids += ids
+        self.logprobs += logprobs
+        self.loss_mask += [1] * len(ids)
+
+
+def token_sequence(trajectory: dict[str, Any]) -> TokenSequence | None:
+    """The sequence of a trajectory recorded with ``capture: tokens``; None without tokens."""
+    model_turns = [t for t in trajectory.get("turns") or [] if t.get("type") == "model"]
+    if not model_turns or any("prompt_ids" not in t for t in model_turns):
+        return None
+    sequence = TokenSequence(prefix_ok=bool(trajectory.get("prefix_ok", True)))
+    for index, turn in enumerate(model_turns):
+        prompt = list(turn["prompt_ids"])
+        if index == 0:
+            sequence.prompt_ids = prompt
+        else:
+            if not turn.get("extends_previous", False):
+                sequence.prefix_ok = False
+            sequence._context(prompt)
+        sequence._generated(list(turn.get("completion_ids") or []), turn.get("logprobs"))
+    return sequence
