@@ -138,7 +138,7 @@ class _Launch:
             await asyncio.sleep(POLL_S)
 
     def launched(self) -> dict[str, ServerProcess]:
-        """The watchable processes (none for a Ray placement: Ray restarts its actors)."""
+        """The watchable processes (none for a Ray placement: its actors are not watched)."""
         return self.placement.launched() if isinstance(self.placement, LocalPlacement) else {}
 
     async def restart(self, name: str) -> str:
