@@ -3,13 +3,20 @@
 The driver runs in its own subprocess (so its peak RSS is its own), with concurrency 10,000 and
 10,000 rows: every rollout must be admitted at once, complete, and the wall time must stay near
 the 5 s hold (target < 15 s), with peak RSS < 1.5 GB.
+
+``--n 65536 --replicas 4``: the scale-out figure (issue 12): 65,536 in flight over 4 agent
+replicas, balanced by the driver's HTTP client. Every in-flight rollout is one socket of the
+driver, so the driver raises its open-file limit; where the machine's *hard* limit is lower
+than that, the run is capped to what the limit allows and says so.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -21,33 +28,52 @@ from _minimal_agent import AgentProcess  # noqa: E402
 
 from rollgym import event_loop  # noqa: E402
 
+#: File descriptors the driver needs beyond one socket per rollout (stdio, pool, loop).
+FD_HEADROOM = 1024
 
-async def child(url: str, n: int) -> dict[str, float]:
+
+async def child(urls: list[str], n: int) -> dict[str, float]:
     from rollgym import Collector, RolloutResult
 
     peak = 0
+    peak_fds = 0
     completed = 0
+    failed = 0
     all_in_flight_at = float("nan")
-    async with Collector({"agent": url}, agent="agent", concurrency=n, timeout_s=60) as collector:
+    async with Collector(
+        {"agent": urls[0]},
+        agent="agent",
+        concurrency=n,
+        timeout_s=120,
+        replicas={"agent": urls} if len(urls) > 1 else None,
+    ) as collector:
         start = time.perf_counter()
 
         async def watch() -> None:
-            nonlocal peak, all_in_flight_at
+            nonlocal peak, all_in_flight_at, peak_fds
+            ticks = 0
             while True:
                 peak = max(peak, len(collector.in_flight))
                 if peak == n and all_in_flight_at != all_in_flight_at:
                     all_in_flight_at = time.perf_counter() - start
+                if ticks % 10 == 0:
+                    with contextlib.suppress(OSError):
+                        peak_fds = max(peak_fds, len(os.listdir("/proc/self/fd")))
+                ticks += 1
                 await asyncio.sleep(0.05)
 
         watcher = asyncio.create_task(watch())
         async for outcome in collector.stream({"q": i} for i in range(n)):
             completed += isinstance(outcome, RolloutResult)
+            failed += not isinstance(outcome, RolloutResult)
         wall = time.perf_counter() - start
         watcher.cancel()
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {
         "n": n,
         "completed": completed,
+        "failed": failed,
+        "peak_fds": peak_fds,
         "peak_in_flight": peak,
         "wall_s": wall,
         "peak_rss_mb": rss_mb,
@@ -58,24 +84,44 @@ async def child(url: str, n: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="2,000 in flight, 2 s hold")
-    parser.add_argument("--child", nargs=2, metavar=("URL", "N"), help=argparse.SUPPRESS)
+    parser.add_argument("--n", type=int, default=10_000, help="rollouts, all in flight at once")
+    parser.add_argument("--hold", type=float, default=5.0, help="seconds the agent holds each")
+    parser.add_argument("--replicas", type=int, default=1, help="agent replicas to balance over")
+    parser.add_argument("--child", nargs=2, metavar=("URLS", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(event_loop.run(child(args.child[0], int(args.child[1])))))
+        urls = args.child[0].split(",")
+        print(json.dumps(event_loop.run(child(urls, int(args.child[1])))))
         return
-    n, hold = (2_000, 2.0) if args.quick else (10_000, 5.0)
-    with AgentProcess(hold_s=hold) as agent:
+    n, hold = (2_000, 2.0) if args.quick else (args.n, args.hold)
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < n + FD_HEADROOM:
+        print(
+            f"NOTE: this machine's hard open-file limit is {hard:,}: one process holds at most "
+            f"~{hard - FD_HEADROOM:,} sockets, so {n:,} in flight is capped to "
+            f"{hard - FD_HEADROOM:,} here (raise it with `ulimit -Hn` as root / "
+            "CAP_SYS_RESOURCE, or LimitNOFILE= in systemd)"
+        )
+        n = hard - FD_HEADROOM
+    agents = [AgentProcess(hold_s=hold) for _ in range(args.replicas)]
+    try:
         out = subprocess.run(
-            [sys.executable, __file__, "--child", agent.url, str(n)],
+            [sys.executable, __file__, "--child", ",".join(a.url for a in agents), str(n)],
             capture_output=True,
             text=True,
             check=True,
         )
+    finally:
+        for agent in agents:
+            agent.stop()
     result = json.loads(out.stdout.strip().splitlines()[-1])
     print(
-        f"in flight at once: {result['peak_in_flight']:,} of {n:,} (all admitted after "
-        f"{result['admitted_s']:.2f} s); completed {result['completed']:,}"
+        f"in flight at once: {result['peak_in_flight']:,} of {n:,} over {args.replicas} agent "
+        f"replica(s) (all admitted after {result['admitted_s']:.2f} s); completed "
+        f"{result['completed']:,}, failed {result['failed']:,} (exact: "
+        f"{result['completed'] + result['failed'] == n})"
     )
+    print(f"driver peak open fds: {result['peak_fds']:,}")
     print(
         f"wall time: {result['wall_s']:.2f} s for a {hold:.0f} s hold (ratio {result['wall_s'] / hold:.2f}; target < 3)"
     )

@@ -18,41 +18,19 @@ import os
 import re
 import secrets as _secrets
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rollgym.errors import ConfigError
-
-ServerKind = Literal["agent", "environment", "model"]
+from rollgym.server_options import ServerKind
+from rollgym.server_options import (
+    ServerOptions as ServerOptions,  # public: implementations import it from here
+)
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
-
-
-class ServerOptions(BaseModel):
-    """Base of every implementation's ``Options`` model.
-
-    ``server_refs`` maps an option field to the server kind it must name; the config loader
-    checks those references across the whole ``servers:`` block.
-    """
-
-    model_config = _FROZEN
-    server_refs: ClassVar[dict[str, ServerKind]] = {}
-
-    def references(self) -> Iterator[tuple[str, str, ServerKind]]:
-        """(key path, server name, kind) of every server these options name: a
-        ``server_refs`` field holds one name, or a mapping whose values are names."""
-        for field, kind in self.server_refs.items():
-            value = getattr(self, field, None)
-            if isinstance(value, dict):
-                for key, target in value.items():
-                    if isinstance(target, str):
-                        yield f"{field}.{key}", target, kind
-            elif isinstance(value, str):
-                yield field, value, kind
 
 
 class RunConfig(BaseModel):
@@ -108,6 +86,20 @@ class RunConfig(BaseModel):
     )
 
 
+class RayResources(BaseModel):
+    """``servers.<name>.ray``: what each of the server's Ray actors asks the cluster for."""
+
+    model_config = _FROZEN
+
+    num_cpus: float = Field(0, ge=0, description="CPUs each actor reserves (0: none).")
+    resources: dict[str, float] = Field(
+        default_factory=dict, description="Custom Ray resources each actor reserves."
+    )
+    strategy: Literal["SPREAD", "DEFAULT"] = Field(
+        "SPREAD", description="SPREAD: replicas across nodes; DEFAULT: Ray's packing."
+    )
+
+
 class ServerConfig(BaseModel):
     """One entry of ``servers:``. Either ``impl`` (launched by the run) or ``url`` (already up).
 
@@ -124,6 +116,12 @@ class ServerConfig(BaseModel):
         ge=0,
         description="Times a launched server that dies during the run is restarted (0: never).",
     )
+    replicas: int = Field(
+        1, ge=1, description="Processes (or Ray actors) serving this server; callers balance."
+    )
+    ray: RayResources = Field(
+        default_factory=RayResources, description="Ray resources per replica (placement: ray)."
+    )
 
     @model_validator(mode="after")
     def _impl_xor_url(self) -> ServerConfig:
@@ -131,8 +129,9 @@ class ServerConfig(BaseModel):
             raise ValueError(
                 "give exactly one of 'impl' (launch it) or 'url' (use a running server)"
             )
-        if self.url is not None and "restart" in self.model_fields_set:
-            raise ValueError("'restart' applies to launched servers ('impl'), not to a 'url'")
+        for key in ("restart", "replicas", "ray"):
+            if self.url is not None and key in self.model_fields_set:
+                raise ValueError(f"'{key}' applies to launched servers ('impl'), not to a 'url'")
         if self.url is not None and not re.match(r"^https?://[^/]+", self.url):
             raise ValueError(f"'url' must be an http(s) URL, got {self.url!r}")
         return self

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from rollgym.config import ServerOptions
+from rollgym.server_options import ServerOptions
 from rollgym.servers.agent import Agent, AgentOptions
 from rollgym.servers.rollout_context import RolloutContext
 

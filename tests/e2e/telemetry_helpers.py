@@ -349,7 +349,7 @@ async def launched_servers(
     ``{name: base URL}``; the servers flush and stop on leaving.
     """
     from rollgym.config import JobConfig
-    from rollgym.servers.launcher import launch_servers
+    from rollgym.placement.launcher import launch_servers
     from rollgym.telemetry.groups import ALL_GROUPS
     from rollgym.telemetry.settings import TelemetrySettings, server_env
 

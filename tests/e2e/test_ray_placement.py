@@ -26,8 +26,8 @@ from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from rollgym.config import JobConfig, load_config  # noqa: E402
 from rollgym.driver.job import run_job  # noqa: E402
 from rollgym.errors import ConfigError  # noqa: E402
-from rollgym.scale import in_context, remote_with_context  # noqa: E402
-from rollgym.scale.ray_placement import import_ray  # noqa: E402
+from rollgym.placement.ray import import_ray  # noqa: E402
+from rollgym.placement.ray_context import in_context, remote_with_context  # noqa: E402
 from rollgym.telemetry.context import current_carrier  # noqa: E402
 
 pytestmark = pytest.mark.e2e

@@ -16,8 +16,8 @@ from rollgym.builtins.models.sandbox_play import CODE_ABUSES, SHELL_ABUSES
 from rollgym.config import validate_config
 from rollgym.errors import LaunchError
 from rollgym.http.client import HttpClient
+from rollgym.placement.launcher import launch_servers
 from rollgym.sandbox import SandboxUnavailable, check_support
-from rollgym.servers.launcher import launch_servers
 
 
 def _unsupported() -> str | None:

@@ -18,8 +18,8 @@ from rollgym.config import JobConfig, validate_config
 from rollgym.errors import LaunchError
 from rollgym.http.client import HttpClient
 from rollgym.identity import episode_body
-from rollgym.servers import launcher
-from rollgym.servers.launcher import launch_servers
+from rollgym.placement import launcher
+from rollgym.placement.launcher import launch_servers
 
 pytestmark = pytest.mark.e2e
 
@@ -209,7 +209,7 @@ def test_servers_die_with_a_killed_driver(tmp_path):
         f"""
         import asyncio
         from rollgym.config import validate_config
-        from rollgym.servers.launcher import launch_servers
+        from rollgym.placement.launcher import launch_servers
 
         config = validate_config({{"run": {{"input": "rows.jsonl"}},
             "servers": {{"policy": {{"kind": "model", "impl": "simulated"}}}}}})

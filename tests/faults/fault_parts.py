@@ -24,8 +24,8 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from rollgym.config import ServerOptions
 from rollgym.http.server import HTTPError
+from rollgym.server_options import ServerOptions
 from rollgym.servers.agent import Agent, AgentOptions
 from rollgym.servers.environment import Environment, EnvironmentOptions, SessionState
 from rollgym.servers.model import ChatRequest, ModelServer

@@ -80,3 +80,36 @@ def test_a_server_dying_during_start_up_stops_the_run_before_its_dependents_serv
     )
     assert "last lines of" in proc.stderr or "is empty" in proc.stderr
     assert job.rollouts == [] and job.failures == []
+
+
+def _replica_pid(job: Job, replica: int) -> int:
+    """The PID of replica ``replica`` of the job's one server (its spec names its replica)."""
+    for pid in server_pids_alive(under=str(job.root)):
+        with open(f"/proc/{pid}/environ", "rb") as environ:
+            if f'"replica": {replica}'.encode() in environ.read():
+                return pid
+    raise AssertionError(f"no live process for replica {replica}")
+
+
+def test_a_replica_killed_mid_run_leaves_rotation_and_is_replaced(
+    job: Job, no_leftover_servers: None
+) -> None:
+    rows = [{"q": i} for i in range(80)]
+    job.write({"a": _agent(delay_s=0.1, replicas=2)}, rows, agent="a", concurrency=4)
+    proc = job.start()
+    try:
+        assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 5, timeout=120)
+        os.kill(_replica_pid(job, 1), signal.SIGKILL)
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out
+    assert "server 'a@1' died (killed by SIGKILL (exit status -9))" in out
+    assert "server 'a@1' is back at http://127.0.0.1:" in out
+    # its rollouts failed as transient and were retried on the other replica: none lost
+    assert_exact_accounting(job, 80)
+    assert job.summary["failed"] == 0
+    assert job.summary["servers"]["a@1"] == {"deaths": 1, "restarts": 1, "down": False}
+    assert job.summary["servers"]["a"] == {"deaths": 0, "restarts": 0, "down": False}

@@ -8,9 +8,11 @@ never pays for an import.
 from __future__ import annotations
 
 import argparse
+import ast
 import pkgutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -41,6 +43,122 @@ def test_cli_parser_imports_nothing_heavy() -> None:
 def test_module_imports_alone(module: str) -> None:
     """Each module imports in a fresh interpreter: a cycle would fail here."""
     subprocess.run([sys.executable, "-c", f"import {module}"], check=True, capture_output=True)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """``{module: rollgym modules it imports}``, counting imports inside functions too (they
+    run later, but a cycle through them is still a cycle) and leaving out ``TYPE_CHECKING``
+    blocks (never run)."""
+    root = Path(rollgym.__file__).parent
+    paths = {
+        ".".join(("rollgym", *path.relative_to(root).with_suffix("").parts)).removesuffix(
+            ".__init__"
+        ): path
+        for path in root.rglob("*.py")
+    }
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        named: set[str] = set()
+        for node in _run_time_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                named.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*parent, base] if base else parent)
+                named.update(f"{base}.{alias.name}" for alias in node.names)
+                named.add(base)
+        graph[module] = {
+            target
+            for target in (_known(name, paths) for name in named)
+            if target not in ("", module)
+        }
+    return graph
+
+
+def _run_time_nodes(tree: ast.AST):
+    """Every node that can run, i.e. all but the bodies of ``if TYPE_CHECKING:``."""
+    for child in ast.iter_child_nodes(tree):
+        test = child.test if isinstance(child, ast.If) else None
+        if isinstance(test, ast.Name | ast.Attribute) and "TYPE_CHECKING" in ast.unparse(test):
+            for other in child.orelse:
+                yield other
+                yield from _run_time_nodes(other)
+            continue
+        yield child
+        yield from _run_time_nodes(child)
+
+
+def _known(name: str, modules: dict[str, Path]) -> str:
+    """The rollgym module ``name`` is, or lives in ('' for a third-party one)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        while work:
+            node, targets = work[-1]
+            target = next(targets, None)
+            if target is not None:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                elif target in stack:
+                    low[node] = min(low[node], index[target])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+    return found
+
+
+def test_imports_run_downwards() -> None:
+    """No two modules import each other, even through an import inside a function."""
+    assert _cycles(_import_graph()) == []
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_servers_never_import_their_placement() -> None:
+    """What a server is (``servers/``) knows nothing of where it runs (``placement/``)."""
+    graph = _import_graph()
+    upward = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if module.startswith(("rollgym.servers", "rollgym.tracestore"))
+        for target in targets
+        if target.startswith("rollgym.placement")
+        and target != "rollgym.placement.child"
+        and target != "rollgym.placement"
+    )
+    assert upward == []
 
 
 def _parsers(parser: argparse.ArgumentParser, path: str = "rollgym"):

@@ -19,8 +19,6 @@ spans exist), and it never replaces or shuts that provider down.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import resource
 from collections.abc import (
     AsyncIterable,
     AsyncIterator,
@@ -49,22 +47,11 @@ from rollgym.driver.rows import (
 )
 from rollgym.driver.unique_ids import UniqueIds
 from rollgym.http.client import HttpClient
+from rollgym.open_files import raise_open_files_limit
 from rollgym.telemetry.embedder import CallerTracing
 from rollgym.trajectory.record import Capture
 
 _DONE = object()
-
-
-def raise_open_files_limit(wanted: int) -> None:
-    """Raise the soft RLIMIT_NOFILE towards the hard limit: each in-flight rollout is a socket."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or soft >= wanted:
-        return
-    # Under an unlimited hard limit (macOS) ask for what is wanted: a soft limit of
-    # RLIM_INFINITY is refused for open files, and the limit would then not be raised at all.
-    target = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
-    with contextlib.suppress(ValueError, OSError):  # best effort: the run goes on with what it has
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
 async def _expand_async(
@@ -119,6 +106,7 @@ class Collector:
         trajectories: bool = False,
         capture_tokens: bool = False,
         rotation: Rotation | None = None,
+        replicas: Mapping[str, list[str]] | None = None,
     ) -> None:
         if concurrency < 1 or repeats < 1 or max_attempts < 1:
             raise ValueError("concurrency, repeats and max_attempts must be at least 1")
@@ -140,6 +128,8 @@ class Collector:
         self._metrics = metrics
         self._http_metrics = http_metrics
         self._rotation = rotation
+        #: ``{server: [replica URLs]}``: the client balances over them (``servers`` names the first).
+        self._replicas = dict(replicas or {})
         self._client: HttpClient | None = None
         self._pool: WorkerPool[WorkItem] | None = None
         self._caller_tracing = CallerTracing(span_groups)
@@ -152,7 +142,9 @@ class Collector:
         """
         raise_open_files_limit(2 * self.concurrency + 512)
         self._caller_tracing.start()
-        self._client = HttpClient(limit=self.concurrency, metrics=self._http_metrics)
+        self._client = HttpClient(
+            limit=self.concurrency, metrics=self._http_metrics, replicas=self._replicas
+        )
         await self._client.start()
         return self
 

@@ -35,7 +35,7 @@ from rollgym.driver.summary import (
 )
 from rollgym.driver.telemetry_setup import JobTelemetry
 from rollgym.errors import ConfigError, DispatchError, OutputError
-from rollgym.servers.supervisor import Supervisor, report_to_stderr
+from rollgym.placement.supervisor import Supervisor, report_to_stderr
 from rollgym.telemetry.groups import gate
 
 RUN_FILE = "run.json"
@@ -127,10 +127,12 @@ class Interrupts:
 
 def make_supervisor(config: JobConfig) -> Supervisor:
     """The watch over the run's launched servers, with each one's ``restart`` budget."""
-    from rollgym.servers.launcher import dependencies
+    from rollgym.placement.launcher import dependencies
 
-    limits = {name: server.restart for name, server in config.servers.items() if server.impl}
-    return Supervisor(limits, dependencies(config))
+    launched = {name: server for name, server in config.servers.items() if server.impl}
+    limits = {name: server.restart for name, server in launched.items()}
+    replicas = {name: server.replicas for name, server in launched.items()}
+    return Supervisor(limits, dependencies(config), replicas=replicas)
 
 
 @asynccontextmanager
@@ -141,12 +143,12 @@ async def _servers(
     env: dict[str, str],
     supervisor: Supervisor | None,
 ) -> AsyncIterator[dict[str, str]]:
-    from rollgym.servers.launcher import launch_servers
+    from rollgym.placement.launcher import launch_servers
 
     async with launch_servers(
         config, run_id=run_id, output_dir=output_dir, env=env, supervisor=supervisor
     ) as urls:
-        yield dict(urls)
+        yield urls
 
 
 def make_collector(
@@ -175,6 +177,7 @@ def make_collector(
         trajectories=run.trajectories,
         capture_tokens=run.capture_tokens,
         rotation=rotation,
+        replicas=getattr(urls, "replicas", None),
     )
 
 
@@ -213,16 +216,25 @@ async def collect(
 async def aggregate_metrics(
     collector: Collector, config: JobConfig, urls: dict[str, str]
 ) -> dict[str, Any]:
-    """Each environment server's ``/aggregate_metrics`` answer (or the error getting it)."""
+    """Each environment server's ``/aggregate_metrics`` answer (or the error getting it).
+
+    A server with several replicas answers once per replica, under ``name`` (the first) and
+    ``name@<i>``: each replica holds the aggregates of the sessions it served.
+    """
+    from rollgym.servers.spec import instance_name
+
+    replicas: dict[str, list[str]] = getattr(urls, "replicas", {})
     answers: dict[str, Any] = {}
     for name in config.servers_of_kind("environment"):
-        if gate.job:
-            from rollgym.telemetry import spans
+        for replica, url in enumerate(replicas.get(name, [urls[name]])):
+            instance = instance_name(name, replica)
+            if gate.job:
+                from rollgym.telemetry import spans
 
-            with spans.aggregate_metrics_span(name):
-                answers[name] = await _aggregate_one(collector, name, urls[name])
-        else:
-            answers[name] = await _aggregate_one(collector, name, urls[name])
+                with spans.aggregate_metrics_span(name):
+                    answers[instance] = await _aggregate_one(collector, name, url)
+            else:
+                answers[instance] = await _aggregate_one(collector, name, url)
     return answers
 
 
@@ -234,6 +246,7 @@ async def _aggregate_one(collector: Collector, name: str, url: str) -> Any:
             {},
             timeout=AGGREGATE_TIMEOUT_S,
             route="/aggregate_metrics",
+            pinned=True,
         )
     except DispatchError as exc:
         return {"error": str(exc)}

@@ -31,7 +31,7 @@ class Served:
 
 def with_dependencies(config: JobConfig, names: Iterable[str]) -> JobConfig:
     """The config cut down to ``names`` and everything they need (all servers when empty)."""
-    from rollgym.servers.launcher import dependencies
+    from rollgym.placement.launcher import dependencies
 
     wanted = list(names)
     if not wanted:
@@ -61,7 +61,7 @@ async def serve_servers(config: JobConfig, names: Iterable[str] = ()) -> AsyncIt
 
     Leaving the block for any reason stops every launched process, as a run does.
     """
-    from rollgym.servers.launcher import launch_servers
+    from rollgym.placement.launcher import launch_servers
 
     config = with_dependencies(config, names)
     run_id, output_dir = resolve_run(config)

@@ -204,10 +204,12 @@ def add_telemetry_counts(total: dict[str, int], counts: dict[str, Any] | None) -
 
 
 def read_server_telemetry(logs_dir: Path, names: list[str]) -> dict[str, int]:
-    """Sum the counts each server wrote at shutdown (``logs/<name>.telemetry.json``)."""
+    """Sum the counts each server wrote at shutdown (``logs/<name>.telemetry.json``, and
+    ``logs/<name>@<i>.telemetry.json`` for its other replicas)."""
     total = {"spans_exported": 0, "spans_dropped": 0}
-    for name in names:
-        path = logs_dir / f"{name}.telemetry.json"
+    paths = [logs_dir / f"{name}.telemetry.json" for name in names]
+    paths += [path for name in names for path in sorted(logs_dir.glob(f"{name}@*.telemetry.json"))]
+    for path in paths:
         try:
             add_telemetry_counts(total, orjson.loads(path.read_bytes()))
         except (OSError, orjson.JSONDecodeError):

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rollgym.config import JobConfig
-from rollgym.servers.supervisor import report_to_stderr
+from rollgym.placement.supervisor import report_to_stderr
 
 _log = logging.getLogger(__name__)
 

@@ -18,6 +18,12 @@ when no request is in progress on it, so the first copy was never handed to the 
 fresh connection, or after the answer started, is never resent here: the server may have run
 the request, and only the driver (with a new attempt id) decides whether to try again.
 
+Replicas: a server launched with several replicas is known by its first replica's URL; the
+client sends each request to that URL to the replica with the fewest requests in flight
+(:mod:`rollgym.http.replicas`), takes a replica that refuses connections out of rotation at
+once, and sends ``pinned`` requests (an environment session's calls) to exactly the replica
+they name. The answer says which replica served it (:attr:`HttpResponse.replica`).
+
 Create the client once per process, outside any span (``async with HttpClient() as client``),
 so its pool and background tasks never capture a rollout's context.
 """
@@ -36,6 +42,7 @@ import aiohttp
 import orjson
 
 from rollgym.errors import TransientDispatchError
+from rollgym.http.replicas import ReplicaTable, on_replica, origin
 from rollgym.telemetry.groups import gate
 
 _JSON_HEADERS = {"Content-Type": "application/json"}
@@ -91,18 +98,32 @@ class HttpResponse(NamedTuple):
     text: str
     #: The trace the request was sent in (32 hex digits), or None when nothing was injected.
     trace_id: str | None = None
+    #: The replica (``scheme://host:port``) that answered, when the server has replicas.
+    replica: str | None = None
+
+
+class ConnectionRefused(TransientDispatchError):
+    """Nothing listens at the address (a dead server or replica): transient, retried elsewhere."""
 
 
 class HttpClient:
     """A pooled aiohttp client that speaks JSON and knows which server it talks to.
 
     ``limit`` caps open connections (0 = no cap). ``metrics`` is the connection-pool recorder
-    set up by telemetry, or None.
+    set up by telemetry, or None. ``replicas``: ``{server: [replica URLs]}`` of the servers
+    launched with several replicas (their first URL is the one callers use).
     """
 
-    def __init__(self, *, limit: int = 0, metrics: Any | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        limit: int = 0,
+        metrics: Any | None = None,
+        replicas: Mapping[str, list[str]] | None = None,
+    ) -> None:
         self._limit = limit
         self._metrics = metrics
+        self.replicas = ReplicaTable(replicas)
         self._session: aiohttp.ClientSession | None = None
         #: Sends the one resend after a stale pooled connection: never pools, so always fresh.
         self._fresh: aiohttp.ClientSession | None = None
@@ -154,16 +175,25 @@ class HttpClient:
         timeout: float | None = None,
         headers: Mapping[str, str] | None = None,
         route: str | None = None,
+        pinned: bool = False,
     ) -> Awaitable[HttpResponse]:
         """POST ``body`` as JSON to ``url`` on server ``destination``; await the result.
 
         ``route`` is the URL template for the span name (``/v1/chat/completions``), so a
         rollout-scoped URL never makes span names high-cardinality. Raises
         ``TransientDispatchError`` for connection errors and timeouts; any HTTP status is
-        returned, the caller decides what it means.
+        returned, the caller decides what it means. ``pinned``: send to exactly ``url``'s
+        replica, never balanced away (session affinity).
         """
         return self.request_json(
-            "POST", destination, url, body, timeout=timeout, headers=headers, route=route
+            "POST",
+            destination,
+            url,
+            body,
+            timeout=timeout,
+            headers=headers,
+            route=route,
+            pinned=pinned,
         )
 
     def get_json(
@@ -181,6 +211,7 @@ class HttpClient:
         timeout: float | None = None,
         headers: Mapping[str, str] | None = None,
         route: str | None = None,
+        pinned: bool = False,
     ) -> Awaitable[HttpResponse]:
         """The single send, wrapped in the HTTP client span when the ``http`` group is on.
 
@@ -188,6 +219,46 @@ class HttpClient:
         path (every rollout posts through here) pays for one coroutine frame, not three. The
         context is read now, in the caller's task, which is where ``traceparent`` belongs.
         """
+        if self.replicas:
+            target = self.replicas.containing(url) if pinned else self.replicas.for_url(url)
+            if target is not None:
+                replica = origin(url) if pinned else target.pick()
+                sent = self._single(
+                    method,
+                    destination,
+                    on_replica(url, origin(url), replica),
+                    body,
+                    timeout,
+                    headers,
+                    route,
+                )
+                return self._on_replica(sent, target, replica)
+        return self._single(method, destination, url, body, timeout, headers, route)
+
+    async def _on_replica(
+        self, sent: Awaitable[HttpResponse], target: Any, replica: str
+    ) -> HttpResponse:
+        """Count ``sent`` against ``replica`` while in flight; a refusal takes it out."""
+        target.started(replica)
+        try:
+            response = await sent
+        except ConnectionRefused:
+            target.mark_down(replica)
+            raise
+        finally:
+            target.finished(replica)
+        return response._replace(replica=replica)
+
+    def _single(
+        self,
+        method: str,
+        destination: str,
+        url: str,
+        body: Any,
+        timeout: float | None,
+        headers: Mapping[str, str] | None,
+        route: str | None,
+    ) -> Awaitable[HttpResponse]:
         if gate.http:
             return self._traced(method, destination, url, body, timeout, headers, route)
         if headers or gate.tracing:
@@ -257,7 +328,8 @@ class HttpClient:
                 server=destination,
             ) from None
         except aiohttp.ClientError as exc:
-            raise TransientDispatchError(
+            error = ConnectionRefused if _refused(exc) else TransientDispatchError
+            raise error(
                 f"cannot reach {destination!r} ({method} {_path(url)}): {type(exc).__name__}: {exc}",
                 kind="connection_error",
                 server=destination,
@@ -347,6 +419,13 @@ class HttpClient:
                     kind="connection_error",
                     server=destination,
                 ) from None
+
+
+def _refused(exc: aiohttp.ClientError) -> bool:
+    """Whether nothing listened at the address (the connection was refused)."""
+    return isinstance(exc, aiohttp.ClientConnectorError) and isinstance(
+        exc.os_error, ConnectionRefusedError
+    )
 
 
 def _with_json(headers: Mapping[str, str] | None) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """Server base classes: write an agent, an environment or a model server by subclassing one.
 
-The launcher (:mod:`rollgym.servers.launcher`) starts them as local processes through
+The launcher (:mod:`rollgym.placement.launcher`) starts them as local processes through
 :mod:`rollgym.servers.serve`; :func:`rollgym.servers.registry.resolve_impl` turns a config's
 ``impl`` into the class. Names are imported on first use, so the driver (which only needs the
 registry and the launcher) does not pay for FastAPI at import.

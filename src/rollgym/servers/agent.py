@@ -15,9 +15,9 @@ from typing import Any, ClassVar
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
-from rollgym.config import ServerKind, ServerOptions
 from rollgym.http.server import OrjsonResponse
 from rollgym.identity import EXPLICIT_ID, STAMPED_FIELDS, rollout_id_of
+from rollgym.server_options import ServerKind, ServerOptions
 from rollgym.servers.answers import check_reward, guarded, json_object
 from rollgym.servers.base import Server
 from rollgym.servers.rollout_context import HttpEnvSession, ModelClient, RolloutContext

@@ -15,9 +15,9 @@ from typing import Any, ClassVar
 
 from fastapi import FastAPI
 
-from rollgym.config import ServerKind, ServerOptions
 from rollgym.http.client import HttpClient
 from rollgym.http.server import error_body
+from rollgym.server_options import ServerKind, ServerOptions
 
 
 @dataclass

@@ -30,10 +30,10 @@ from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
-from rollgym.config import ServerKind, ServerOptions
 from rollgym.http.server import HTTPError, OrjsonResponse
 from rollgym.identity import rollout_id_of_episode
 from rollgym.rewards import is_reward
+from rollgym.server_options import ServerKind, ServerOptions
 from rollgym.servers.answers import check_reward, guarded, json_object
 from rollgym.servers.base import Server, ServerContext
 from rollgym.servers.env_metrics import EnvAggregates

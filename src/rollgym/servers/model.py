@@ -27,8 +27,8 @@ from fastapi import Body, FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.responses import Response, StreamingResponse
 
-from rollgym.config import ServerKind
 from rollgym.http.server import OrjsonResponse
+from rollgym.server_options import ServerKind
 from rollgym.servers import responses_api, sse
 from rollgym.servers.base import Server
 from rollgym.servers.request_ids import TurnCounter, rollout_of_request_id

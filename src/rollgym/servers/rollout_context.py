@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 from rollgym.errors import RollgymError
 from rollgym.http.client import HttpClient, HttpResponse
+from rollgym.http.replicas import on_replica, origin
 from rollgym.servers.request_ids import request_id_of
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import gate
@@ -214,16 +215,27 @@ class HttpEnvSession(SessionBase):
         self._client = client
         self._server = server
         self._base_url = base_url
+        #: Set once the session exists: its calls go to the replica that created it.
+        self._pinned = False
         self._rollout_id = rollout_id
         self._timeout = timeout
 
     async def _post(self, path: str, route: str, body: dict[str, Any], what: str) -> dict[str, Any]:
         response = await self._client.post_json(
-            self._server, self._base_url + path, body, timeout=self._timeout, route=route
+            self._server,
+            self._base_url + path,
+            body,
+            timeout=self._timeout,
+            route=route,
+            pinned=self._pinned,
         )
         if response.status != 200 or not isinstance(response.data, dict):
             message, field = _refusal(what, self._server, response)
             raise self._refused(message, what, response.status, field)
+        if response.replica is not None and not self._pinned:
+            # Session affinity: the session lives in this replica's memory; stay there.
+            self._base_url = on_replica(self._base_url, origin(self._base_url), response.replica)
+            self._pinned = True
         return response.data
 
     async def seed(self, task: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from rollgym.config import ServerOptions
+from rollgym.server_options import ServerOptions
 from rollgym.servers.rollout_context import ServerCallError
 from rollgym.trajectory.record import Capture, TrajectoryRecorder, capture_mode
 

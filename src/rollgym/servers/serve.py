@@ -12,7 +12,7 @@ answers and the trace store died with the driver: it stops at once (no graceful 
 gives telemetry :data:`ORPHANED_FLUSH_S` instead of retrying exports to a dead store.
 
 :class:`AppServer` (build the app, bind, serve with uvicorn) is the part shared with the Ray
-placement (:mod:`rollgym.scale.ray_placement`), which runs it on a thread of its own inside an
+placement (:mod:`rollgym.placement.ray`), which runs it on a thread of its own inside an
 actor instead of as this process's main loop.
 """
 
@@ -37,6 +37,7 @@ from rollgym.files import write_atomically
 from rollgym.http.bounded_reads import BoundedH11Protocol
 from rollgym.http.client import SERVER_KEEPALIVE_S, HttpClient
 from rollgym.http.server import create_app
+from rollgym.open_files import raise_open_files_limit
 from rollgym.servers.base import ServerContext
 from rollgym.servers.registry import resolve_impl
 from rollgym.servers.spec import ServeSpec
@@ -112,7 +113,9 @@ class AppServer:
             urls=spec.server_urls,
             run_id=spec.run_id,
             max_request_bytes=spec.max_request_bytes,
-            client=HttpClient(metrics=getattr(telemetry, "http_metrics", None)),
+            client=HttpClient(
+                metrics=getattr(telemetry, "http_metrics", None), replicas=spec.server_replicas
+            ),
         )
         app = create_app(cls(context))
         self.socket = bind_loopback(host, spec.port)
@@ -164,7 +167,7 @@ async def serve(spec: ServeSpec) -> bool:
             watch.cancel()
         orphaned = os.getppid() != parent
         budget = ORPHANED_FLUSH_S if orphaned else None
-        write_telemetry_counts(spec.output_dir, spec.name, finish_telemetry(handle, budget))
+        write_telemetry_counts(spec.output_dir, spec.instance, finish_telemetry(handle, budget))
 
 
 async def _stop_when_orphaned(server: AppServer, parent: int) -> None:
@@ -202,6 +205,7 @@ def main() -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     spec = ServeSpec.from_env()
+    raise_open_files_limit(1 << 20)  # one socket per request served: as many as allowed
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         started = runner.run(serve(spec))
     if not started:

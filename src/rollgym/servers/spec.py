@@ -23,12 +23,24 @@ class ServeSpec:
     ready_file: str
     options: dict[str, Any] = field(default_factory=dict)
     server_urls: dict[str, str] = field(default_factory=dict)
+    #: ``{server: [replica URLs]}`` of the servers it calls that have several replicas.
+    server_replicas: dict[str, list[str]] = field(default_factory=dict)
+    #: Which replica of ``name`` this process is (0 .. ``servers.<name>.replicas`` - 1).
+    replica: int = 0
     run_id: str = ""
     output_dir: str | None = None
     max_request_bytes: int = 16 * 1024 * 1024
     #: 0: the process picks a free port. A restart asks for the port the server had, so the
     #: servers that call it (their URLs were fixed at launch) reach it again.
     port: int = 0
+
+    @property
+    def instance(self) -> str:
+        """This replica's own name: ``name`` for the first, ``name@<i>`` for the others.
+
+        Names its log, ready file and telemetry counts (``@`` is never in a server name).
+        """
+        return instance_name(self.name, self.replica)
 
     @classmethod
     def from_env(cls) -> ServeSpec:
@@ -39,3 +51,8 @@ class ServeSpec:
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
+
+
+def instance_name(server: str, replica: int) -> str:
+    """``server`` for replica 0, ``server@<replica>`` for the others."""
+    return server if replica == 0 else f"{server}@{replica}"

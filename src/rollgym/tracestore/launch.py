@@ -11,7 +11,6 @@ its parent dies, so a crashed run never leaves a server behind.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import json
 import os
 import signal
@@ -23,18 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollgym.errors import LaunchError
+from rollgym.placement.child import describe_exit, read_ready_file, spawn_child
 from rollgym.tracestore.access import TOKEN_ENV
 
-_PR_SET_PDEATHSIG = 1
 STOP_GRACE_S = 10.0
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
 
 
 @dataclass
@@ -99,18 +90,10 @@ def start_trace_store(
         command += ["--run-dir", str(run_dir)]
     if max_body_bytes is not None:
         command += ["--max-body-bytes", str(max_body_bytes)]
-    child_env = {**os.environ, TOKEN_ENV: token} if token else None
-    if token is None:
-        child_env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
-    with log.open("ab") as log_file:
-        process = subprocess.Popen(
-            command,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=child_env,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-        )
+    child_env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    if token:
+        child_env[TOKEN_ENV] = token
+    process = spawn_child(command, env=child_env, log_path=log, on_parent_death=signal.SIGKILL)
     try:
         endpoint = _local_url(_wait_ready(process, ready, timeout_s))
     except BaseException:
@@ -134,10 +117,11 @@ def _wait_ready(process: subprocess.Popen[bytes], ready: Path, timeout_s: float)
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise LaunchError(
-                f"exited (exit status {process.returncode}) before ready", server="tracestore"
+                f"exited ({describe_exit(process.returncode)}) before ready", server="tracestore"
             )
-        if ready.exists():
-            endpoint = json.loads(ready.read_text())["endpoint"]
+        announced = read_ready_file(ready)
+        if announced:
+            endpoint = json.loads(announced)["endpoint"]
             try:
                 with urllib.request.urlopen(endpoint + "/health", timeout=2) as answer:
                     if answer.status == 200:

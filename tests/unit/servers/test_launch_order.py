@@ -6,7 +6,7 @@ import pytest
 
 from rollgym.config import validate_config
 from rollgym.errors import LaunchError
-from rollgym.servers.launcher import dependencies, launch_waves
+from rollgym.placement.launcher import dependencies, launch_waves
 
 
 def test_models_and_environments_before_the_agents_that_name_them(tmp_path):

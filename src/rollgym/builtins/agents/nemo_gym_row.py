@@ -20,8 +20,8 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from rollgym.config import ServerKind, ServerOptions
 from rollgym.http.server import HTTPError
+from rollgym.server_options import ServerKind, ServerOptions
 from rollgym.servers import responses_api
 from rollgym.servers.agent import Agent, AgentOptions, task_of
 from rollgym.servers.episode_loop import play_and_verify

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from rollgym.config import ServerOptions
+from rollgym.server_options import ServerOptions
 from rollgym.servers.agent import Agent, AgentOptions, task_of
 from rollgym.servers.episode_loop import play_tool_loop
 from rollgym.servers.rollout_context import RolloutContext

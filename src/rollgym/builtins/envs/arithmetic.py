@@ -14,7 +14,7 @@ from pydantic import Field
 
 from rollgym.builtins.answer_text import extract_answer
 from rollgym.builtins.arith import evaluate, format_number, parse_number
-from rollgym.config import ServerOptions
+from rollgym.server_options import ServerOptions
 from rollgym.servers.environment import Environment, EnvironmentOptions, SessionState, Verdict
 
 SYSTEM_PROMPT = "You are a careful calculator. Reply with the final result as 'Answer: <number>'."

@@ -27,8 +27,8 @@ from rollgym.builtins.envs.sandboxed import (
     shown,
     task_from_row,
 )
-from rollgym.config import ServerOptions
 from rollgym.sandbox import ExecResult, Sandbox
+from rollgym.server_options import ServerOptions
 from rollgym.servers import SessionState, Verdict, tool
 
 SYSTEM_PROMPT = (

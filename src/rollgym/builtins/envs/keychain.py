@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from rollgym.builtins.answer_text import extract_answer
-from rollgym.config import ServerOptions
+from rollgym.server_options import ServerOptions
 from rollgym.servers.environment import Environment, EnvironmentOptions, SessionState, Verdict
 from rollgym.servers.tools import tool
 

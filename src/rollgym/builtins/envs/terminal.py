@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from rollgym.builtins.envs.sandboxed import SandboxedEnv, SandboxedOptions, shown, task_from_row
-from rollgym.config import ServerOptions
 from rollgym.sandbox import Sandbox
+from rollgym.server_options import ServerOptions
 from rollgym.servers import SessionState, Verdict, tool
 
 SYSTEM_PROMPT = (

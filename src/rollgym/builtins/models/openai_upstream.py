@@ -32,9 +32,9 @@ from typing import Any, ClassVar, Literal
 import orjson
 from pydantic import Field, model_validator
 
-from rollgym.config import ServerOptions
 from rollgym.errors import DispatchError
 from rollgym.http.server import HTTPError
+from rollgym.server_options import ServerOptions
 from rollgym.servers.model import ChatRequest, ModelServer
 from rollgym.servers.request_ids import is_uuid, upstream_uuid
 from rollgym.telemetry import names

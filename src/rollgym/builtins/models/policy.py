@@ -11,24 +11,16 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from rollgym.builtins.arith import evaluate, format_number
+from rollgym.builtins.models.reply import Reply
 
 _COMPUTE = re.compile(r"compute:\s*(.+)", re.IGNORECASE)
 _START_KEY = re.compile(r"start key:\s*([\w-]+)", re.IGNORECASE)
 _NEXT_KEY = re.compile(r"next key:\s*([\w-]+)", re.IGNORECASE)
 _SECRET = re.compile(r"secret:\s*([\w-]+)", re.IGNORECASE)
 _HEX = "0123456789abcdef"
-
-
-@dataclass(frozen=True)
-class Reply:
-    """The assistant's next message: a text, or one tool call (name, arguments)."""
-
-    content: str | None = None
-    tool_call: tuple[str, dict[str, Any]] | None = None
 
 
 def decide(

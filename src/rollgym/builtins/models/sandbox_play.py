@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from rollgym.builtins.envs.tasksets import load_taskset
-from rollgym.builtins.models.policy import Reply
+from rollgym.builtins.models.reply import Reply
 
 _TASK_ID = re.compile(r"^(?:Problem|Task) ([\w.-]+):", re.MULTILINE)
 _DEF = re.compile(r"^def (\w+)\(", re.MULTILINE)

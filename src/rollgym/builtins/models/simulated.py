@@ -25,8 +25,9 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollgym.builtins.models import toy_tokenizer
-from rollgym.builtins.models.policy import Reply, decide
-from rollgym.config import ServerOptions
+from rollgym.builtins.models.policy import decide
+from rollgym.builtins.models.reply import Reply
+from rollgym.server_options import ServerOptions
 from rollgym.servers.model import ChatRequest, ModelServer
 from rollgym.telemetry.groups import gate
 

@@ -14,6 +14,11 @@ when one has exited it
 
 Deaths and restarts are counted per server for ``summary.json``. Only local processes are
 watched; Ray actors are restarted by Ray's own policy (``run.placement: ray``).
+
+Replicas (``servers.<name>.replicas``) are watched one by one (``name``, ``name@1``, ...):
+each has its own restart budget and its own line in ``summary.json``. A server is out of
+rotation only while *all* of its replicas are; while one serves, callers' HTTP clients
+balance away from the dead one (it refuses connections) and attempts go on.
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rollgym.errors import DispatchError, LaunchError, PermanentDispatchError
-from rollgym.servers.process import ServerProcess, describe_exit, log_tail
+from rollgym.placement.child import describe_exit, log_tail
+from rollgym.placement.local import ServerProcess
+from rollgym.servers.spec import instance_name
 
 POLL_S = 0.2
 #: Longest an attempt waits for a restarting server before it is tried anyway.
@@ -72,8 +79,19 @@ class Supervisor:
         restart_limits: Mapping[str, int],
         dependencies: Mapping[str, set[str]],
         report: Callable[[str], None] | None = None,
+        replicas: Mapping[str, int] | None = None,
     ) -> None:
-        self.health = {name: ServerHealth(limit) for name, limit in restart_limits.items()}
+        counts = replicas or {}
+        #: Each server's replicas by instance name (``name``, ``name@1``, ...).
+        self._instances = {
+            name: [instance_name(name, i) for i in range(counts.get(name, 1))]
+            for name in restart_limits
+        }
+        self.health = {
+            instance: ServerHealth(limit)
+            for name, limit in restart_limits.items()
+            for instance in self._instances[name]
+        }
         self._needs = {name: _closure(name, dependencies) for name in restart_limits}
         self._report = report or report_to_stderr
         #: Servers out of rotation now; empty while all serve, so the hot path checks one dict.
@@ -117,7 +135,12 @@ class Supervisor:
         if self._restarter is None:
             return
         launched = self._restarter.launched()
-        for name in launched if names is None else names:
+        watched = (
+            launched
+            if names is None
+            else [i for name in names for i in self._instances.get(name, [name])]
+        )
+        for name in watched:
             process = launched.get(name)
             if process is None or name in self._recovering or process.popen.poll() is None:
                 continue
@@ -174,14 +197,17 @@ class Supervisor:
         not watched here (given by ``url:``) is always in rotation.
         """
         for name in self._needs.get(server, ()):
-            if name not in self.out_of_rotation:
-                continue
-            health = self.health[name]
-            if health.gone is None:
+            instances = self._instances.get(name, [name])
+            if any(instance not in self.out_of_rotation for instance in instances):
+                continue  # one replica serves: the HTTP client balances away from the others
+            healths = [self.health[instance] for instance in instances]
+            if any(health.gone is None for health in healths):
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(health.up.wait(), WAIT_FOR_RESTART_S)
-            if health.gone is not None:
-                return PermanentDispatchError(health.gone, kind="server_down", server=name)
+                    await asyncio.wait_for(_first_up(healths), WAIT_FOR_RESTART_S)
+            if all(health.gone is not None for health in healths):
+                gone = healths[0].gone
+                assert gone is not None
+                return PermanentDispatchError(gone, kind="server_down", server=name)
         return None
 
     def to_json(self) -> dict[str, Any]:
@@ -191,6 +217,16 @@ class Supervisor:
     def gone(self) -> list[str]:
         """Why each server that ended the run out of rotation is gone (for the final report)."""
         return [health.gone for health in self.health.values() if health.gone is not None]
+
+
+async def _first_up(healths: list[ServerHealth]) -> None:
+    """Return once one of ``healths`` is up again (or gone for good: ``up`` is set then too)."""
+    waits = [asyncio.ensure_future(health.up.wait()) for health in healths]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
 
 
 def _closure(name: str, dependencies: Mapping[str, set[str]]) -> list[str]:

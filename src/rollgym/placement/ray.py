@@ -1,6 +1,6 @@
 """``run.placement: ray``: every launched server runs as a Ray actor instead of a local process.
 
-The driver does not change: :func:`rollgym.servers.launcher.launch_servers` still yields
+The driver does not change: :func:`rollgym.placement.launcher.launch_servers` still yields
 ``{name: base URL}``, health-checks each URL and stops everything on leaving. Only where a
 server runs changes. Each :class:`ServerActor` (one Ray worker process per server,
 ``num_cpus=0``) serves the same app as ``python -m rollgym.servers.serve``
@@ -12,7 +12,7 @@ Nothing crosses implicitly (TELEMETRY.md, "Propagation and correlation"):
 - telemetry settings: the launcher hands the actor the same env dict a local server gets
   (``ROLLGYM_TELEMETRY`` + the resolved ``OTEL_*``), as a constructor argument;
 - trace context: ``start`` receives the ``gym.server.startup`` span's context as a W3C carrier
-  dict (:func:`~rollgym.scale.ray_context.remote_with_context`) and attaches it while it builds
+  dict (:func:`~rollgym.placement.ray_context.remote_with_context`) and attaches it while it builds
   and starts the server; the server thread itself starts in an empty context, so no request
   ever inherits the startup trace.
 
@@ -33,9 +33,12 @@ from typing import Any
 
 import aiohttp
 
+from rollgym.config import RayResources
 from rollgym.errors import ConfigError, LaunchError
-from rollgym.scale.ray_context import in_context, remote_with_context
-from rollgym.servers.process import log_tail, wait_healthy
+from rollgym.placement.child import log_tail
+from rollgym.placement.health import wait_healthy
+from rollgym.placement.local import ServerProcess
+from rollgym.placement.ray_context import in_context, remote_with_context
 from rollgym.servers.spec import ServeSpec
 
 _log = logging.getLogger(__name__)
@@ -107,14 +110,14 @@ class ServerActor:
         self.server = AppServer(self.spec, self.telemetry, host)
         # A new thread starts in an empty context: the startup trace stays out of requests.
         self.thread = threading.Thread(
-            target=self._serve, name=f"rollgym-server-{self.spec.name}", daemon=True
+            target=self._serve, name=f"rollgym-server-{self.spec.instance}", daemon=True
         )
         self.thread.start()
         deadline = time.monotonic() + timeout_s
         while not self.server.server.started:
             if not self.thread.is_alive() or time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"server {self.spec.name!r} did not start: {self.error or 'timed out'}"
+                    f"server {self.spec.instance!r} did not start: {self.error or 'timed out'}"
                 )
             time.sleep(_POLL_S)
         return str(self.server.url)
@@ -160,18 +163,38 @@ def _redirect_output(spec: ServeSpec) -> Path | None:
 class RayPlacement:
     """The Ray side of one launch: connect, start actors, stop and kill them, disconnect."""
 
-    def __init__(self, ray: ModuleType, *, run_id: str, started: bool, host: str | None) -> None:
+    def __init__(
+        self,
+        ray: ModuleType,
+        *,
+        run_id: str,
+        env: dict[str, str],
+        started: bool,
+        host: str | None,
+    ) -> None:
         self.ray = ray
         self.run_id = run_id
+        self.env = actor_env(env)
         self.started = started
         #: Where servers bind: loopback on a one-machine cluster, else None (each node's IP).
         self.host = host
         self.actor_cls = ray.remote(num_cpus=0, max_restarts=0)(ServerActor)
         self.actors: dict[str, Any] = {}
         self.output_dirs: dict[str, str | None] = {}
+        #: Per server: the ``.options(...)`` of its actors (resources, scheduling strategy).
+        self.options: dict[str, dict[str, Any]] = {}
+
+    def configure(self, server: str, ray: RayResources) -> None:
+        """What each actor of ``server`` reserves, and whether its replicas spread over nodes."""
+        options: dict[str, Any] = {"num_cpus": ray.num_cpus}
+        if ray.resources:
+            options["resources"] = dict(ray.resources)
+        if ray.strategy == "SPREAD":
+            options["scheduling_strategy"] = "SPREAD"
+        self.options[server] = options
 
     @classmethod
-    def connect(cls, address: str | None, *, run_id: str) -> RayPlacement:
+    def connect(cls, address: str | None, *, run_id: str, env: dict[str, str]) -> RayPlacement:
         """Use the Ray already initialised in this process, else start a local one
         (``address`` None) or join the cluster at ``address``."""
         ray = import_ray()
@@ -182,24 +205,22 @@ class RayPlacement:
             else:
                 ray.init(address=address, log_to_driver=False)
             started = True
-        return cls(ray, run_id=run_id, started=started, host=_bind_host(ray))
+        return cls(ray, run_id=run_id, env=env, started=started, host=_bind_host(ray))
 
-    def actor_name(self, server: str) -> str:
-        """The Ray name of a server's actor (``ray.get_actor`` finds it while the run lasts)."""
-        return f"rollgym:{self.run_id}:{server}"
+    def actor_name(self, instance: str) -> str:
+        """The Ray name of a replica's actor (``ray.get_actor`` finds it while the run lasts):
+        ``rollgym:<run id>:<server>`` for the first replica, ``...:<server>@<i>`` for others."""
+        return f"rollgym:{self.run_id}:{instance}"
 
     async def start(
-        self,
-        spec: ServeSpec,
-        env: dict[str, str],
-        *,
-        session: aiohttp.ClientSession,
-        timeout_s: float,
+        self, spec: ServeSpec, *, session: aiohttp.ClientSession, timeout_s: float
     ) -> str:
         """Place one server, wait for its URL and for ``GET /health``; return the base URL."""
-        actor = self.actor_cls.options(name=self.actor_name(spec.name)).remote(spec, actor_env(env))
-        self.actors[spec.name] = actor
-        self.output_dirs[spec.name] = spec.output_dir
+        actor = self.actor_cls.options(
+            name=self.actor_name(spec.instance), **self.options.get(spec.name, {})
+        ).remote(spec, self.env)
+        self.actors[spec.instance] = actor
+        self.output_dirs[spec.instance] = spec.output_dir
         deadline = time.monotonic() + timeout_s
 
         def failure(problem: str) -> LaunchError:
@@ -229,6 +250,10 @@ class RayPlacement:
             _log.warning("server actor %r did not stop cleanly: %s", name, exc)
         finally:
             self._kill(name)
+
+    def exited(self) -> tuple[str, ServerProcess] | None:
+        """Never: a dead actor surfaces as a failed call (Ray's own restart policy applies)."""
+        return None
 
     def kill_now(self) -> None:
         """Kill whatever actor is left: the last resort, usable without a loop."""
@@ -262,8 +287,8 @@ def _bind_host(ray: ModuleType) -> str | None:
 
 
 def _log_path(spec: ServeSpec) -> Path | None:
-    """``<output_dir>/logs/<name>.log``, where a local server's log is too (None: no output)."""
-    return Path(spec.output_dir) / "logs" / f"{spec.name}.log" if spec.output_dir else None
+    """``<output_dir>/logs/<instance>.log``, where a local server's log is too (None: none)."""
+    return Path(spec.output_dir) / "logs" / f"{spec.instance}.log" if spec.output_dir else None
 
 
 def _failure(spec: ServeSpec, problem: str) -> LaunchError:
@@ -273,4 +298,4 @@ def _failure(spec: ServeSpec, problem: str) -> LaunchError:
         tail = log_tail(path)
         if tail:
             problem += f"; last lines of {path}:\n{tail}"
-    return LaunchError(problem, server=spec.name)
+    return LaunchError(problem, server=spec.instance)

@@ -10,11 +10,12 @@ exception, Ctrl-C, cancellation) stops every launched process: SIGTERM, up to 10
 A launched server that exits during the launch (even after it was healthy) stops the launch
 with a :class:`~rollgym.errors.LaunchError` naming it, its exit status and its log tail,
 before the servers that depend on it start. During the run, a
-:class:`~rollgym.servers.supervisor.Supervisor` given to :func:`launch_servers` watches the
+:class:`~rollgym.placement.supervisor.Supervisor` given to :func:`launch_servers` watches the
 processes and restarts a dead one on its port (:meth:`_Launch.restart`).
 
-With ``run.placement: ray`` the same servers are placed as Ray actors instead
-(:mod:`rollgym.scale.ray_placement`); everything else here is the same.
+Where the servers run is the placement's business (:class:`~rollgym.placement.base.Placement`):
+local processes (:mod:`rollgym.placement.local`) or, with ``run.placement: ray``, Ray actors
+(:mod:`rollgym.placement.ray`); everything else here is the same.
 
 Startup telemetry: ``gym.startup`` around the whole launch and one ``gym.server.startup`` per
 server, ending when it is healthy (gate.startup).
@@ -23,7 +24,6 @@ server, ending when it is healthy (gate.startup).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -34,10 +34,13 @@ import aiohttp
 
 from rollgym.config import JobConfig, ServerConfig
 from rollgym.errors import LaunchError
-from rollgym.servers.process import ServerProcess, describe_exit, wait_healthy
+from rollgym.placement.base import Placement
+from rollgym.placement.child import describe_exit
+from rollgym.placement.health import wait_healthy
+from rollgym.placement.local import LocalPlacement, ServerProcess
+from rollgym.placement.supervisor import POLL_S, Supervisor
 from rollgym.servers.registry import resolve_impl
-from rollgym.servers.spec import ServeSpec
-from rollgym.servers.supervisor import POLL_S, Supervisor
+from rollgym.servers.spec import ServeSpec, instance_name
 from rollgym.telemetry.groups import gate
 
 HEALTH_TIMEOUT_S = 60.0
@@ -77,23 +80,29 @@ def launch_waves(deps: Mapping[str, set[str]]) -> list[list[str]]:
     return waves
 
 
+class ServerUrls(dict[str, str]):
+    """``{server name: base URL}``, plus ``replicas``: ``{server: [replica URLs]}`` for the
+    servers launched with more than one replica."""
+
+    def __init__(self, urls: Mapping[str, str], *, replicas: Mapping[str, list[str]]) -> None:
+        super().__init__(urls)
+        self.replicas = {name: list(urls) for name, urls in replicas.items()}
+
+
 class _Launch:
     """The state of one launch: the processes started so far and the URLs known so far."""
 
     def __init__(
-        self, config: JobConfig, run_id: str, output_dir: Path, env: Mapping[str, str]
+        self, config: JobConfig, run_id: str, output_dir: Path, placement: Placement
     ) -> None:
         self.config = config
         self.run_id = run_id
         self.output_dir = output_dir
-        self.env = dict(env)
         self.logs = output_dir / "logs"
         self.urls: dict[str, str] = {}
-        self.processes: list[ServerProcess] = []
-        #: The current process of each launched server (a restart replaces its entry).
-        self.by_name: dict[str, ServerProcess] = {}
-        #: Set for ``run.placement: ray``: servers become Ray actors instead of processes.
-        self.ray: Any = None
+        #: ``{server: [replica URLs]}`` of the servers with several replicas.
+        self.replicas: dict[str, list[str]] = {}
+        self.placement = placement
 
     async def run(self, session: aiohttp.ClientSession) -> None:
         checks = [
@@ -112,15 +121,15 @@ class _Launch:
         self.raise_if_one_died(before=None)
 
     def raise_if_one_died(self, *, before: list[str] | None) -> None:
-        """A :class:`LaunchError` for the first launched process that has exited."""
-        for name, process in self.by_name.items():
-            returncode = process.popen.poll()
-            if returncode is not None and name in self.urls:
-                after = f", before {', '.join(before)} started" if before else ""
-                raise process.failure(
-                    f"exited ({describe_exit(returncode)}) during the launch, after it was "
-                    f"healthy{after}"
-                )
+        """A :class:`LaunchError` for the first launched server that has exited since healthy."""
+        exited = self.placement.exited()
+        if exited is not None:
+            _, process = exited
+            after = f", before {', '.join(before)} started" if before else ""
+            raise process.failure(
+                f"exited ({describe_exit(process.popen.returncode)}) during the launch, after "
+                f"it was healthy{after}"
+            )
 
     async def _deaths_while(self, wave: list[str]) -> None:
         """Until the wave is healthy, raise as soon as an earlier (healthy) server exits."""
@@ -129,18 +138,13 @@ class _Launch:
             await asyncio.sleep(POLL_S)
 
     def launched(self) -> dict[str, ServerProcess]:
-        return self.by_name
+        """The watchable processes (none for a Ray placement: its actors are not watched)."""
+        return self.placement.launched() if isinstance(self.placement, LocalPlacement) else {}
 
     async def restart(self, name: str) -> str:
         """Start server ``name`` again on the port it had; its URL is unchanged."""
-        old = self.by_name[name]
-        port = int(self.urls[name].rsplit(":", 1)[1])
-        spec = dataclasses.replace(old.spec, port=port)
-        process = ServerProcess(spec, self.env, old.log_path)
-        self.processes.append(process)
-        self.by_name[name] = process
-        async with aiohttp.ClientSession() as session:
-            return await process.wait_healthy(session, HEALTH_TIMEOUT_S)
+        assert isinstance(self.placement, LocalPlacement)
+        return await self.placement.restart(name, HEALTH_TIMEOUT_S)
 
     async def _traced(self, name: str, server: ServerConfig, work: Any) -> None:
         if gate.startup:
@@ -174,42 +178,43 @@ class _Launch:
         return url
 
     async def _start(self, name: str, session: aiohttp.ClientSession) -> str:
+        """Start every replica of server ``name`` concurrently; its first replica's URL."""
         server = self.config.servers[name]
         assert server.impl is not None
-        spec = ServeSpec(
-            name=name,
-            kind=server.kind,
-            impl=server.impl,
-            ready_file=str(self.logs / f"{name}.ready"),
-            options=server.options,
-            server_urls=dict(self.urls),
-            run_id=self.run_id,
-            output_dir=str(self.output_dir),
-            max_request_bytes=self.config.run.max_request_bytes,
+        specs = [
+            ServeSpec(
+                name=name,
+                kind=server.kind,
+                impl=server.impl,
+                ready_file=str(self.logs / f"{instance_name(name, replica)}.ready"),
+                options=server.options,
+                server_urls=dict(self.urls),
+                server_replicas=dict(self.replicas),
+                run_id=self.run_id,
+                output_dir=str(self.output_dir),
+                max_request_bytes=self.config.run.max_request_bytes,
+                replica=replica,
+            )
+            for replica in range(server.replicas)
+        ]
+        urls = await asyncio.gather(
+            *(
+                self.placement.start(spec, session=session, timeout_s=HEALTH_TIMEOUT_S)
+                for spec in specs
+            )
         )
-        if self.ray is not None:
-            url = await self.ray.start(spec, self.env, session=session, timeout_s=HEALTH_TIMEOUT_S)
-        else:
-            process = ServerProcess(spec, self.env, self.logs / f"{name}.log")
-            self.processes.append(process)
-            self.by_name[name] = process
-            url = await process.wait_healthy(session, HEALTH_TIMEOUT_S)
-        self.urls[name] = url
-        return url
+        if len(urls) > 1:
+            self.replicas[name] = list(urls)
+        self.urls[name] = urls[0]
+        return urls[0]
 
     async def stop(self) -> None:
-        """Stop every launched process (or actor), concurrently; if interrupted, kill the rest."""
+        """Stop every launched server, concurrently; if interrupted, kill the rest."""
         try:
             # a stopping server first flushes its spans, for up to telemetry.flush_timeout_s
-            grace_s = STOP_GRACE_S + self.config.telemetry.flush_timeout_s
-            await asyncio.gather(*(process.stop(grace_s) for process in self.processes))
-            if self.ray is not None:
-                await self.ray.stop(grace_s)
+            await self.placement.stop(STOP_GRACE_S + self.config.telemetry.flush_timeout_s)
         finally:
-            for process in self.processes:
-                process.kill_now()
-            if self.ray is not None:
-                self.ray.close()
+            self.placement.close()
 
 
 async def _all_or_cancel(works: list[Any]) -> None:
@@ -232,18 +237,17 @@ async def launch_servers(
     output_dir: Path,
     env: Mapping[str, str],
     supervisor: Supervisor | None = None,
-) -> AsyncIterator[dict[str, str]]:
+) -> AsyncIterator[ServerUrls]:
     """Launch the configured servers; yield ``{name: base URL}``; stop them all on leaving.
+
+    A server with several replicas is known by its first replica's URL; the yielded dict's
+    ``replicas`` lists all of them (hand it to :class:`~rollgym.http.client.HttpClient`).
 
     Raises :class:`~rollgym.errors.LaunchError` naming the server (and quoting the last lines
     of its log) when one does not become healthy within 60 s, or exits during the launch.
     ``supervisor`` watches the launched processes while the block runs (local placement).
     """
-    launch = _Launch(config, run_id, Path(output_dir), env)
-    if config.run.placement == "ray":
-        from rollgym.scale.ray_placement import RayPlacement
-
-        launch.ray = RayPlacement.connect(config.run.ray_address, run_id=run_id)
+    launch = _Launch(config, run_id, Path(output_dir), _placement(config, run_id, output_dir, env))
     try:
         async with aiohttp.ClientSession() as session:
             if gate.startup:
@@ -253,10 +257,24 @@ async def launch_servers(
                     await launch.run(session)
             else:
                 await launch.run(session)
-        if supervisor is not None and launch.ray is None:
+        if supervisor is not None and isinstance(launch.placement, LocalPlacement):
             supervisor.start(launch)
-        yield dict(launch.urls)
+        yield ServerUrls(launch.urls, replicas=launch.replicas)
     finally:
         if supervisor is not None:
             await supervisor.stop()
         await launch.stop()
+
+
+def _placement(
+    config: JobConfig, run_id: str, output_dir: Path, env: Mapping[str, str]
+) -> Placement:
+    """Local processes, or Ray actors for ``run.placement: ray`` (Ray imported only then)."""
+    if config.run.placement == "ray":
+        from rollgym.placement.ray import RayPlacement
+
+        ray = RayPlacement.connect(config.run.ray_address, run_id=run_id, env=dict(env))
+        for name, server in config.servers.items():
+            ray.configure(name, server.ray)
+        return ray
+    return LocalPlacement(env, Path(output_dir) / "logs")

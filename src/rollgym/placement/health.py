@@ -1,0 +1,90 @@
+"""Is a server there and healthy? One poll loop for every placement and every ``url:`` server.
+
+A launched local server announces its port in a ready file (:mod:`rollgym.placement.child`);
+a Ray actor returns its URL; a ``url:`` server has one from the config. All three then wait
+here until ``GET <url>/health`` answers, failing early when the process exits or when
+nothing listens at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import aiohttp
+
+from rollgym.errors import LaunchError
+from rollgym.placement.child import describe_exit, read_ready_file
+
+_POLL_S = 0.05
+
+
+async def wait_healthy(
+    url: str | None,
+    *,
+    session: aiohttp.ClientSession,
+    deadline: float,
+    ready_file: Path | None = None,
+    process: subprocess.Popen[bytes] | None = None,
+    failure: Callable[[str], LaunchError],
+    strict: bool = True,
+    refused_for_s: float | None = None,
+) -> str:
+    """Poll until ``GET <url>/health`` answers ok; return the base URL.
+
+    For a launched server the URL comes from its ready file; its exit first is a failure.
+    ``strict=False`` (a server given by ``url:``, which may be vLLM or any OpenAI-compatible
+    endpoint rather than a rollgym server) only asks that it answers HTTP below 500.
+    ``refused_for_s``: fail once every connection was refused for that long (nothing listens
+    there), rather than waiting for the whole deadline.
+    """
+    last_problem = "no answer yet"
+    refused_since: float | None = None
+    while True:
+        if process is not None and process.poll() is not None:
+            raise failure(f"exited ({describe_exit(process.returncode)}) before it was healthy")
+        if url is None and ready_file is not None:
+            port = read_ready_file(ready_file)
+            url = f"http://127.0.0.1:{int(port)}" if port else None
+        if url is not None:
+            last_problem = await _health_problem(session, url, strict)
+            if not last_problem:
+                return url
+            if last_problem.startswith(_REFUSED):
+                refused_since = refused_since or time.monotonic()
+                if refused_for_s is not None and time.monotonic() - refused_since > refused_for_s:
+                    raise failure(
+                        f"refusing connections for {refused_for_s:.0f} s: nothing listens there "
+                        f"({last_problem})"
+                    )
+            else:
+                refused_since = None
+        if time.monotonic() > deadline:
+            raise failure(f"not healthy in time ({last_problem})")
+        await asyncio.sleep(_POLL_S)
+
+
+_REFUSED = "connection refused"
+
+
+async def _health_problem(session: aiohttp.ClientSession, url: str, strict: bool = True) -> str:
+    """'' when healthy, else why not (starting with ``connection refused`` when it was)."""
+    try:
+        async with session.get(f"{url}/health", timeout=aiohttp.ClientTimeout(total=2)) as resp:
+            if not strict:
+                return "" if resp.status < 500 else f"GET /health answered HTTP {resp.status}"
+            if resp.status != 200:
+                return f"GET /health answered HTTP {resp.status}"
+            body = await resp.json(content_type=None)
+    except aiohttp.ClientConnectorError as exc:
+        if isinstance(exc.os_error, ConnectionRefusedError):
+            return f"{_REFUSED}: GET {url}/health: {exc}"
+        return f"GET {url}/health: {type(exc).__name__}: {exc}".rstrip(": ")
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        return f"GET {url}/health: {type(exc).__name__}: {exc}".rstrip(": ")
+    if not isinstance(body, dict) or body.get("status") != "ok":
+        return f"GET /health answered {body!r}"
+    return ""

@@ -1,0 +1,147 @@
+"""Local placement: each launched server is a child process of the driver on this machine.
+
+Children die with the driver (:mod:`rollgym.placement.child`), run in their own session so a
+terminal's Ctrl-C reaches only the driver (which then stops them in order), and write their
+output to ``logs/<name>.log``, whose last lines are quoted when a server does not come up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import signal
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import aiohttp
+
+from rollgym.errors import LaunchError
+from rollgym.placement.child import describe_exit, log_tail, spawn_child
+from rollgym.placement.health import wait_healthy
+from rollgym.servers.spec import ENV_SPEC, ServeSpec
+
+_POLL_S = 0.05
+
+
+class ServerProcess:
+    """A server (one replica of it) started with ``python -m rollgym.servers.serve``."""
+
+    def __init__(self, spec: ServeSpec, env: Mapping[str, str], log_path: Path) -> None:
+        self.spec = spec
+        self.log_path = log_path
+        self.ready_file = Path(spec.ready_file)
+        self.ready_file.unlink(missing_ok=True)
+        self.popen = spawn_child(
+            [sys.executable, "-m", "rollgym.servers.serve"],
+            env={**os.environ, **env, ENV_SPEC: spec.to_env()},
+            log_path=log_path,
+            new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def failure(self, problem: str) -> LaunchError:
+        tail = log_tail(self.log_path)
+        quoted = (
+            f"; last lines of {self.log_path}:\n{tail}" if tail else f"; {self.log_path} is empty"
+        )
+        return LaunchError(problem + quoted, server=self.spec.instance)
+
+    async def wait_healthy(self, session: aiohttp.ClientSession, timeout_s: float) -> str:
+        return await wait_healthy(
+            None,
+            session=session,
+            deadline=time.monotonic() + timeout_s,
+            ready_file=self.ready_file,
+            process=self.popen,
+            failure=self.failure,
+        )
+
+    async def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM, wait up to ``grace_s``, then SIGKILL. Safe to call twice."""
+        if self.popen.poll() is None:
+            self._signal(signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            while self.popen.poll() is None and time.monotonic() < deadline:
+                await asyncio.sleep(_POLL_S)
+        self.kill_now()
+
+    def kill_now(self) -> None:
+        """SIGKILL if still running, and reap: the last resort, usable without a loop."""
+        if self.popen.poll() is None:
+            self._signal(signal.SIGKILL)
+            self.popen.wait()
+        self.ready_file.unlink(missing_ok=True)
+
+    def _signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.popen.send_signal(sig)
+
+
+class LocalPlacement:
+    """Servers as local processes: start, restart on the same port, stop, kill.
+
+    Also what the :class:`~rollgym.placement.supervisor.Supervisor` watches
+    (:meth:`launched`, :meth:`restart`).
+    """
+
+    def __init__(self, env: Mapping[str, str], logs: Path) -> None:
+        self.env = dict(env)
+        self.logs = logs
+        self.processes: list[ServerProcess] = []
+        #: The current process of each launched server (a restart replaces its entry).
+        self.by_name: dict[str, ServerProcess] = {}
+        self.urls: dict[str, str] = {}
+
+    async def start(
+        self, spec: ServeSpec, *, session: aiohttp.ClientSession, timeout_s: float
+    ) -> str:
+        """Start one server; its base URL once ``GET /health`` answers."""
+        process = ServerProcess(spec, self.env, self.logs / f"{spec.instance}.log")
+        self.processes.append(process)
+        self.by_name[spec.instance] = process
+        url = await process.wait_healthy(session, timeout_s)
+        self.urls[spec.instance] = url
+        return url
+
+    def exited(self) -> tuple[str, ServerProcess] | None:
+        """The first healthy server whose process has exited since, if any."""
+        for name, process in self.by_name.items():
+            if name in self.urls and process.popen.poll() is not None:
+                return name, process
+        return None
+
+    def launched(self) -> dict[str, ServerProcess]:
+        """``{instance: its current process}`` (``name``, or ``name@<i>`` for replica i)."""
+        return self.by_name
+
+    async def restart(self, name: str, timeout_s: float) -> str:
+        """Start instance ``name`` again on the port it had; its URL is unchanged."""
+        old = self.by_name[name]
+        port = int(self.urls[name].rsplit(":", 1)[1])
+        spec = dataclasses.replace(old.spec, port=port)
+        process = ServerProcess(spec, self.env, old.log_path)
+        self.processes.append(process)
+        self.by_name[name] = process
+        async with aiohttp.ClientSession() as session:
+            return await process.wait_healthy(session, timeout_s)
+
+    async def stop(self, grace_s: float) -> None:
+        """SIGTERM every process concurrently, SIGKILL what is left after ``grace_s``."""
+        await asyncio.gather(*(process.stop(grace_s) for process in self.processes))
+
+    def kill_now(self) -> None:
+        for process in self.processes:
+            process.kill_now()
+
+    def close(self) -> None:
+        self.kill_now()
+
+
+__all__ = ["LocalPlacement", "ServerProcess", "describe_exit"]

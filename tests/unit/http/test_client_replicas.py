@@ -1,0 +1,143 @@
+"""Balancing over replicas: least outstanding requests, session affinity, dead replicas out.
+
+Real aiohttp servers on loopback play the replicas; each counts the requests it answered and
+holds every answer until told, so "in flight" is exact rather than timed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+
+from rollgym.http import replicas as replicas_module
+from rollgym.http.client import ConnectionRefused, HttpClient
+from rollgym.http.replicas import ReplicaSet, ReplicaTable, on_replica
+
+
+class Replica:
+    """One replica: answers ``{"port": <its port>}``; holds answers while ``hold`` is clear."""
+
+    def __init__(self) -> None:
+        self.served = 0
+        self.hold = asyncio.Event()
+        self.hold.set()
+        self.runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.served += 1
+        await self.hold.wait()
+        return web.json_response({"url": self.url, "path": request.path})
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/{tail:.*}", self.handle)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+
+    async def stop(self) -> None:
+        assert self.runner is not None
+        await self.runner.cleanup()
+
+
+@pytest.fixture
+async def replicas() -> AsyncIterator[list[Replica]]:
+    started = [Replica() for _ in range(3)]
+    for replica in started:
+        await replica.start()
+    yield started
+    for replica in started:
+        await replica.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_least_outstanding_then_round_robin() -> None:
+    replicas = ReplicaSet(["http://a:1", "http://b:2", "http://c:3/"])
+    first = [replicas.pick() for _ in range(3)]
+    assert first == ["http://a:1", "http://b:2", "http://c:3"]  # idle: round-robin
+    replicas.started("http://a:1")
+    replicas.started("http://a:1")
+    replicas.started("http://b:2")
+    assert replicas.pick() == "http://c:3"  # the one with nothing in flight
+    replicas.finished("http://a:1")
+    replicas.finished("http://a:1")
+    assert replicas.pick() == "http://a:1"
+
+
+def test_a_replica_marked_down_is_skipped_until_it_comes_back() -> None:
+    replicas = ReplicaSet(["http://a:1", "http://b:2"])
+    replicas.mark_down("http://a:1")
+    assert {replicas.pick() for _ in range(5)} == {"http://b:2"}
+    replicas.mark_up("http://a:1/")
+    assert {replicas.pick() for _ in range(4)} == {"http://a:1", "http://b:2"}
+
+
+def test_table_balances_only_servers_with_several_replicas() -> None:
+    table = ReplicaTable({"env": ["http://a:1", "http://b:2"], "solo": ["http://s:9"]})
+    assert table.for_url("http://a:1/seed_session") is not None
+    assert table.for_url("http://s:9/run") is None
+    assert table.containing("http://b:2/tools/x") is table.for_url("http://a:1")
+    assert on_replica("http://a:1/tools/x", "http://a:1", "http://b:2") == "http://b:2/tools/x"
+
+
+async def test_client_spreads_concurrent_requests_evenly(replicas: list[Replica]) -> None:
+    for replica in replicas:
+        replica.hold.clear()
+    urls = [replica.url for replica in replicas]
+    async with HttpClient(replicas={"env": urls}) as client:
+        sends = [
+            asyncio.ensure_future(client.post_json("env", urls[0] + "/run", {})) for _ in range(9)
+        ]
+        while sum(replica.served for replica in replicas) < 9:
+            await asyncio.sleep(0.01)
+        assert [replica.served for replica in replicas] == [3, 3, 3]
+        for replica in replicas:
+            replica.hold.set()
+        answers = await asyncio.gather(*sends)
+    assert sorted(answer.replica for answer in answers) == sorted(urls * 3)
+    assert all(answer.data["url"] == answer.replica for answer in answers)
+
+
+async def test_pinned_requests_stay_on_their_replica(replicas: list[Replica]) -> None:
+    urls = [replica.url for replica in replicas]
+    async with HttpClient(replicas={"env": urls}) as client:
+        for _ in range(6):
+            answer = await client.post_json("env", urls[1] + "/tools/x", {}, pinned=True)
+            assert answer.data == {"url": urls[1], "path": "/tools/x"}
+        # pinned to the first replica (whose URL is the server's): not balanced away either
+        answer = await client.post_json("env", urls[0] + "/verify", {}, pinned=True)
+        assert answer.replica == urls[0]
+    assert [replica.served for replica in replicas] == [1, 6, 0]
+
+
+async def test_a_refusing_replica_leaves_rotation_at_once(
+    replicas: list[Replica], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(replicas_module, "RETRY_DOWN_S", 3600.0)  # no retry of it in this test
+    dead = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    urls = [replicas[0].url, dead, replicas[1].url]
+    async with HttpClient(replicas={"env": urls}) as client:
+        outcomes = []
+        for _ in range(8):
+            try:
+                outcomes.append((await client.post_json("env", urls[0] + "/run", {})).replica)
+            except ConnectionRefused as exc:
+                assert exc.transient and exc.kind == "connection_error"
+                outcomes.append("refused")
+        target = client.replicas.for_url(urls[0])
+        assert target is not None and dead in target.down
+    assert outcomes.count("refused") == 1  # the first pick of it, then never again
+    assert set(outcomes) - {"refused"} == {replicas[0].url, replicas[1].url}
