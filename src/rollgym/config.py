@@ -420,7 +420,8 @@ def _check_reference(
         )
     if other.kind != kind:
         raise ConfigError(
-            f"names server {target!r} of kind {other.kind!r}; expected a {kind} server",
+            f"names server {target!r} of kind {other.kind!r}; "
+            f"expected {'an' if kind[0] in 'aeiou' else 'a'} {kind} server",
             source=source,
             key_path=key_path,
         )

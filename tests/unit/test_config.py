@@ -181,7 +181,7 @@ def test_a_mapping_of_server_references_is_checked(tmp_path: Path) -> None:
     }
     error = _error(tmp_path, data)
     assert error.key_path == "servers.nemo.environments.vault_agent"
-    assert "expected a environment server" in str(error)
+    assert "expected an environment server" in str(error)
     data["servers"]["nemo"]["environments"]["vault_agent"] = "arith"
     config = load_config(_config(tmp_path, data), ["run.capture_tokens=true"])
     assert config.run.capture_tokens is True and config.run.trajectories is False
