@@ -100,8 +100,10 @@ def test_open_a_real_rollout_and_see_every_process(store: TraceStoreProcess, pag
 def test_a_sandboxed_rollout_shows_its_sandbox_spans(
     tmp_path_factory: pytest.TempPathFactory, page: Any
 ) -> None:
-    if sandbox_missing():
-        pytest.skip(f"no sandbox here: {sandbox_missing()}")
+    from rollgym.sandbox import unavailable_reason
+
+    if unavailable_reason():
+        pytest.skip(f"no sandbox here: {unavailable_reason()}")
     process = serve_store(run_example(tmp_path_factory, "code"))
     try:
         page.goto(process.endpoint + "/")
@@ -124,13 +126,3 @@ def test_a_sandboxed_rollout_shows_its_sandbox_spans(
             page.screenshot(path=str(IMAGES / "viewer-sandbox-rollout.png"), full_page=True)
     finally:
         process.stop()
-
-
-def sandbox_missing() -> str | None:
-    from rollgym.sandbox import SandboxUnavailable, check_support
-
-    try:
-        check_support()
-    except SandboxUnavailable as exc:
-        return str(exc)
-    return None

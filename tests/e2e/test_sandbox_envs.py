@@ -17,20 +17,11 @@ from rollgym.config import validate_config
 from rollgym.errors import LaunchError
 from rollgym.http.client import HttpClient
 from rollgym.placement.launcher import launch_servers
-from rollgym.sandbox import SandboxUnavailable, check_support
-
-
-def _unsupported() -> str | None:
-    try:
-        check_support()
-    except SandboxUnavailable as exc:
-        return str(exc)
-    return None
-
+from rollgym.sandbox import unavailable_reason
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(_unsupported() is not None, reason=f"{_unsupported()}"),
+    pytest.mark.skipif(unavailable_reason() is not None, reason=f"{unavailable_reason()}"),
 ]
 LIMITS = {"wall_s": 15, "cpu_s": 2, "memory_mb": 256, "processes": 32, "output_bytes": 65536}
 FAST = {"kind": "fixed", "seconds": 0.001}

@@ -7,7 +7,7 @@ rollout with ``acquire``, runs commands with ``Sandbox.exec`` (an :class:`ExecRe
 whatever the program did), and gives it back with ``release``. See ``docs/sandbox.md``.
 """
 
-from rollgym.sandbox._bwrap import SandboxUnavailable, check_support
+from rollgym.sandbox._bwrap import SandboxUnavailable, check_support, unavailable_reason
 from rollgym.sandbox.limits import ExecResult, SandboxLimits
 from rollgym.sandbox.pool import PoolStats, SandboxPool
 from rollgym.sandbox.sandbox import Sandbox
@@ -20,4 +20,5 @@ __all__ = [
     "SandboxPool",
     "SandboxUnavailable",
     "check_support",
+    "unavailable_reason",
 ]

@@ -118,6 +118,16 @@ def bwrap_argv(
     ]  # fmt: skip
 
 
+def unavailable_reason() -> str | None:
+    """Why sandboxes cannot run on this machine (what :func:`check_support` would raise), or
+    None when they can: for callers that report or skip instead of failing, such as tests."""
+    try:
+        check_support()
+    except SandboxUnavailable as exc:
+        return str(exc)
+    return None
+
+
 @cache
 def check_support() -> str:
     """Run one tiny sandbox; raise :class:`SandboxUnavailable` naming the fix when it fails.

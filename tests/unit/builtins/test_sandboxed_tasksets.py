@@ -11,18 +11,11 @@ import pytest
 from rollgym.builtins.envs.code import check_problem, run_tests
 from rollgym.builtins.envs.tasksets import load_taskset
 from rollgym.builtins.envs.terminal import check_task
-from rollgym.sandbox import Sandbox, SandboxLimits, SandboxPool, SandboxUnavailable, check_support
+from rollgym.sandbox import Sandbox, SandboxLimits, SandboxPool, unavailable_reason
 
-
-def _unsupported() -> str | None:
-    try:
-        check_support()
-    except SandboxUnavailable as exc:
-        return str(exc)
-    return None
-
-
-needs_sandbox = pytest.mark.skipif(_unsupported() is not None, reason=f"{_unsupported()}")
+needs_sandbox = pytest.mark.skipif(
+    unavailable_reason() is not None, reason=f"{unavailable_reason()}"
+)
 LIMITS = SandboxLimits(wall_s=30, cpu_s=5)
 
 

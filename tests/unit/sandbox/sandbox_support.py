@@ -6,23 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from rollgym.sandbox import SandboxLimits, SandboxUnavailable, check_support
+from rollgym.sandbox import SandboxLimits, unavailable_reason
 
 #: Small limits so every abuse ends quickly, even on a saturated machine.
 LIMITS = SandboxLimits(wall_s=20, cpu_s=2, memory_mb=256, processes=32, output_bytes=1 << 16)
 
 
-def sandbox_support() -> str | None:
-    """None when sandboxes work here, else the reason (the error users would see)."""
-    try:
-        check_support()
-    except SandboxUnavailable as exc:
-        return str(exc)
-    return None
-
-
 requires_sandbox = pytest.mark.skipif(
-    sandbox_support() is not None, reason=f"no sandbox here: {sandbox_support()}"
+    unavailable_reason() is not None, reason=f"no sandbox here: {unavailable_reason()}"
 )
 
 

@@ -10,22 +10,13 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from rollgym.sandbox import SandboxLimits, SandboxPool, SandboxUnavailable, check_support
+from rollgym.sandbox import SandboxLimits, SandboxPool, unavailable_reason
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import SpanGroup, configure_gate
 from rollgym.telemetry.metrics import SandboxMetrics
 from rollgym.telemetry.setup import install_for_tests
 
-
-def _unsupported() -> str | None:
-    try:
-        check_support()
-    except SandboxUnavailable as exc:
-        return str(exc)
-    return None
-
-
-pytestmark = pytest.mark.skipif(_unsupported() is not None, reason=f"{_unsupported()}")
+pytestmark = pytest.mark.skipif(unavailable_reason() is not None, reason=f"{unavailable_reason()}")
 LIMITS = SandboxLimits(wall_s=20, output_bytes=4096)
 
 
