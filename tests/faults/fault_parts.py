@@ -42,12 +42,19 @@ def _fault(row: dict[str, Any]) -> str:
 class FaultAgentOptions(AgentOptions):
     delay_s: float = Field(0.02, ge=0, description="Time each ok rollout takes.")
     log_dir: str | None = Field(None, description="Where <name>.served is appended.")
+    start_delay_s: float = Field(0.0, ge=0, description="Time start-up takes before healthy.")
 
 
 class FaultAgent(Agent):
     """Meets the fault its row names; with an ``environment``, seeds and verifies there."""
 
     Options: ClassVar[type[ServerOptions]] = FaultAgentOptions
+
+    async def on_startup(self) -> None:
+        await super().on_startup()
+        options = self.options
+        assert isinstance(options, FaultAgentOptions)
+        await asyncio.sleep(options.start_delay_s)
 
     async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
         options = self.options

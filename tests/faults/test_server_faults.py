@@ -68,12 +68,13 @@ def test_a_server_dying_during_start_up_stops_the_run_before_its_dependents_serv
 ) -> None:
     servers = {
         "env": {"kind": "environment", "impl": "fault_parts:FaultEnv", "die_after_start_s": 1.0},
-        "a": _agent(environment="env"),
+        # 'a' cannot be healthy before 'env' has died, however fast the machine.
+        "a": _agent(environment="env", start_delay_s=5.0),
     }
     job.write(servers, [{"q": i} for i in range(10)], agent="a")
     proc = job.run(timeout=180)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    # Usually it dies while 'a' starts; on a very slow machine, before it was even healthy.
+    # It dies while 'a' starts; on a very slow machine, before it was even healthy.
     assert "server 'env': exited (exit status 7)" in proc.stderr
     assert "during the launch, after it was healthy" in proc.stderr or "before it was healthy" in (
         proc.stderr
