@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any, Literal
 
+#: Marks a streamed answer whose stream ended before ``[DONE]`` (see ``trajectory.stream``).
+STREAM_INCOMPLETE = "stream_incomplete"
 #: Header on ``POST /run`` through which the driver asks for a trajectory: ``turns`` or
 #: ``tokens`` (turns plus the engine's token ids and log-probabilities).
 CAPTURE_HEADER = "X-Rollgym-Capture"
@@ -199,6 +201,10 @@ class TrajectoryRecorder:
             choice = {}
         message = choice.get("message")
         turn["response_id"] = answer.get("id")
+        if request.get("stream"):
+            turn["streamed"] = True  # joined from its chunks (trajectory.stream)
+            if answer.get(STREAM_INCOMPLETE):
+                turn[STREAM_INCOMPLETE] = True
         turn["message"] = message
         turn["finish_reason"] = choice.get("finish_reason")
         usage = answer.get("usage")
