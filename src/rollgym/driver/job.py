@@ -30,6 +30,7 @@ from rollgym.driver.summary import (
     Aggregator,
     Summary,
     add_telemetry_counts,
+    merge_replicas,
     read_server_telemetry,
     write_json_atomic,
 )
@@ -218,23 +219,26 @@ async def aggregate_metrics(
 ) -> dict[str, Any]:
     """Each environment server's ``/aggregate_metrics`` answer (or the error getting it).
 
-    A server with several replicas answers once per replica, under ``name`` (the first) and
-    ``name@<i>``: each replica holds the aggregates of the sessions it served.
+    A server with several replicas is asked once per replica (each holds the aggregates of
+    the sessions it served); its entry adds them up and lists each replica's answer under
+    ``replicas`` (:func:`~rollgym.driver.summary.merge_replicas`).
     """
     from rollgym.servers.spec import instance_name
 
     replicas: dict[str, list[str]] = getattr(urls, "replicas", {})
     answers: dict[str, Any] = {}
     for name in config.servers_of_kind("environment"):
+        each: dict[str, Any] = {}
         for replica, url in enumerate(replicas.get(name, [urls[name]])):
             instance = instance_name(name, replica)
             if gate.job:
                 from rollgym.telemetry import spans
 
                 with spans.aggregate_metrics_span(name):
-                    answers[instance] = await _aggregate_one(collector, name, url)
+                    each[instance] = await _aggregate_one(collector, name, url)
             else:
-                answers[instance] = await _aggregate_one(collector, name, url)
+                each[instance] = await _aggregate_one(collector, name, url)
+        answers[name] = each[name] if len(each) == 1 else merge_replicas(each)
     return answers
 
 
