@@ -84,6 +84,9 @@ class Supervisor:
         replicas: Mapping[str, int] | None = None,
     ) -> None:
         counts = replicas or {}
+        #: Told ``(instance, serving)`` when a replica leaves rotation or comes back (the
+        #: driver's HTTP client holds a dead replica out until then).
+        self.on_rotation: Callable[[str, bool], None] | None = None
         #: Each server's replicas by instance name (``name``, ``name@1``, ...).
         self._instances = {
             name: [instance_name(name, i) for i in range(counts.get(name, 1))]
@@ -153,6 +156,8 @@ class Supervisor:
             health.deaths += 1
             health.up.clear()
             self.out_of_rotation[name] = f"server {name!r} died ({status})"
+            if self.on_rotation is not None:
+                self.on_rotation(name, False)
             tail = log_tail(replica.log_path, _TAIL_LINES) if replica.log_path else ""
             quoted = f"; last lines of {replica.log_path}:\n{tail}" if tail else ""
             self._report(f"rollgym: server {name!r} died ({status}){quoted}")
@@ -180,6 +185,8 @@ class Supervisor:
                 self._report(f"rollgym: restart of {name!r} failed: {exc}")
                 continue
             del self.out_of_rotation[name]
+            if self.on_rotation is not None:
+                self.on_rotation(name, True)
             health.up.set()
             self._report(f"rollgym: server {name!r} is back at {url}")
             del self._recovering[name]

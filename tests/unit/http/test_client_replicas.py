@@ -101,6 +101,19 @@ def test_a_replica_marked_down_is_skipped_until_it_comes_back() -> None:
     assert {replicas.pick() for _ in range(4)} == {"http://a:1", "http://b:2"}
 
 
+def test_a_held_replica_stays_out_until_released(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(replicas_module, "RETRY_DOWN_S", 0.0)  # refused ones are retried at once
+    replicas = ReplicaSet(["http://a:1", "http://b:2"])
+    replicas.mark_down("http://a:1")
+    replicas.hold("http://a:1/")  # the supervisor saw it die: not retried, however long
+    assert {replicas.pick() for _ in range(5)} == {"http://b:2"}
+    replicas.release("http://a:1")  # its restart is healthy
+    assert {replicas.pick() for _ in range(4)} == {"http://a:1", "http://b:2"}
+    replicas.hold("http://a:1")
+    replicas.hold("http://b:2")
+    assert replicas.pick() in {"http://a:1", "http://b:2"}  # all out: still an answer
+
+
 def test_table_balances_only_servers_with_several_replicas() -> None:
     table = ReplicaTable({"env": ["http://a:1", "http://b:2"], "solo": ["http://s:9"]})
     assert table.for_url("http://a:1/seed_session") is not None
