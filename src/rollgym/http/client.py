@@ -382,9 +382,38 @@ class HttpClient:
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """POST ``body`` as JSON and yield the open response, to read as it arrives (SSE).
 
-        The same context, span and error translation as :meth:`request_json`; the span ends
-        when the block ends, so it covers the whole stream.
+        The same context, span, error translation and replica choice as :meth:`request_json`;
+        the span ends when the block ends, so it covers the whole stream, and a stream counts
+        as outstanding on its replica until then.
         """
+        target = self.replicas.for_url(url) if self.replicas else None
+        if target is None:
+            async with self._stream_one(destination, url, body, timeout, headers, route) as answer:
+                yield answer
+            return
+        replica = target.pick()
+        target.started(replica)
+        try:
+            async with self._stream_one(
+                destination, on_replica(url, origin(url), replica), body, timeout, headers, route
+            ) as answer:
+                yield answer
+        except ConnectionRefused:
+            target.mark_down(replica)
+            raise
+        finally:
+            target.finished(replica)
+
+    @asynccontextmanager
+    async def _stream_one(
+        self,
+        destination: str,
+        url: str,
+        body: Any,
+        timeout: float | None,
+        headers: Mapping[str, str] | None,
+        route: str | None,
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
         if self._session is None:
             raise RuntimeError("HttpClient used before start(); create it at process start-up")
         sent_headers = _with_json(headers)
@@ -413,7 +442,8 @@ class HttpClient:
                     server=destination,
                 ) from None
             except aiohttp.ClientError as exc:
-                raise TransientDispatchError(
+                error = ConnectionRefused if _refused(exc) else TransientDispatchError
+                raise error(
                     f"cannot reach {destination!r} (POST {_path(url)}): "
                     f"{type(exc).__name__}: {exc}",
                     kind="connection_error",
