@@ -62,8 +62,12 @@ class DecodePool:
         self._pool: ProcessPoolExecutor | None = None
 
     def start(self) -> None:
-        """Create the pool (workers start on first use); the store file must exist."""
+        """Create the pool and start its workers in the background; the store file must exist.
+
+        The first request need not wait for the workers' imports (the OTLP protobuf modules).
+        """
         self._pool = self._new_pool()
+        self._pool.submit(int)  # any call starts the workers
 
     async def decode(self, body: bytes, content_type: str) -> bytes:
         """One request's rows, packed (see :func:`unpack`); raises PayloadError for a bad one."""
