@@ -1,13 +1,20 @@
-"""A CPU-bound environment for the replica benchmark: every call burns 5 ms of CPU.
+"""Replica-bound environments for the replica benchmark: each call costs a replica 5 ms.
 
 ``BurnEnv`` spends :data:`BURN_S` of its own CPU time (not wall time: a busy machine makes it
 take longer, never shorter) in ``seed`` and in ``verify``, on its event loop, as a verifier
-or a sandbox would. ``SeedVerifyAgent`` seeds and verifies, with no model in between, so the
-environment is what limits the throughput.
+would. Two replicas of it can only go twice as fast with two cores free for them alone.
+
+``HoldEnv`` holds its one slot for :data:`BURN_S` of wall time in each call and serves one call
+at a time, as a replica fronting one sandbox or one accelerator does: its capacity is per
+replica and costs almost no CPU, so a second replica doubles it whatever the driver costs.
+
+``SeedVerifyAgent`` seeds and verifies, with no model in between, so the environment is what
+limits the throughput.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, ClassVar
 
@@ -37,6 +44,28 @@ class BurnEnv(Environment):
 
     async def verify(self, state: SessionState, answer: str | None) -> Verdict:
         burn()
+        return Verdict(reward=1.0)
+
+
+class HoldEnv(Environment):
+    """One call at a time per replica, each holding the slot 5 ms; every answer is right."""
+
+    Options: ClassVar[type[ServerOptions]] = EnvironmentOptions
+
+    async def on_startup(self) -> None:
+        await super().on_startup()
+        self.slot = asyncio.Lock()
+
+    async def _hold(self) -> None:
+        async with self.slot:
+            await asyncio.sleep(BURN_S)
+
+    async def seed(self, task: dict[str, Any]) -> SessionState:
+        await self._hold()
+        return SessionState(messages=[{"role": "user", "content": "hold"}])
+
+    async def verify(self, state: SessionState, answer: str | None) -> Verdict:
+        await self._hold()
         return Verdict(reward=1.0)
 
 

@@ -6,8 +6,11 @@ the 5 s hold (target < 15 s), with peak RSS < 1.5 GB.
 
 ``--n 65536 --replicas 4``: the scale-out figure (issue 12): 65,536 in flight over 4 agent
 replicas, balanced by the driver's HTTP client. Every in-flight rollout is one socket of the
-driver, so the driver raises its open-file limit; where the machine's *hard* limit is lower
-than that, the run is capped to what the limit allows and says so.
+driver, so the driver raises its soft open-file limit (towards the hard limit, which only a
+privileged process can raise); where the hard limit is lower than the run needs, the run is
+capped to what the limit allows, and the script says what it raised, what it capped and why.
+It also prints the open fds the driver used per in-flight rollout and, from that, the hard
+limit a machine needs for 65,536 in flight.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import resource
 import subprocess
@@ -32,8 +36,19 @@ from rollgym import event_loop  # noqa: E402
 FD_HEADROOM = 1024
 
 
+#: The scale-out target: the hard open-file limit it needs is printed from the measured fds.
+TARGET_IN_FLIGHT = 65_536
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
 async def child(urls: list[str], n: int) -> dict[str, float]:
     from rollgym import Collector, RolloutResult
+
+    soft_before = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    fds_before = _open_fds()
 
     peak = 0
     peak_fds = 0
@@ -47,6 +62,7 @@ async def child(urls: list[str], n: int) -> dict[str, float]:
         timeout_s=120,
         replicas={"agent": urls} if len(urls) > 1 else None,
     ) as collector:
+        soft_after = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         start = time.perf_counter()
 
         async def watch() -> None:
@@ -58,7 +74,7 @@ async def child(urls: list[str], n: int) -> dict[str, float]:
                     all_in_flight_at = time.perf_counter() - start
                 if ticks % 10 == 0:
                     with contextlib.suppress(OSError):
-                        peak_fds = max(peak_fds, len(os.listdir("/proc/self/fd")))
+                        peak_fds = max(peak_fds, _open_fds())
                 ticks += 1
                 await asyncio.sleep(0.05)
 
@@ -78,6 +94,9 @@ async def child(urls: list[str], n: int) -> dict[str, float]:
         "wall_s": wall,
         "peak_rss_mb": rss_mb,
         "admitted_s": all_in_flight_at,
+        "soft_limit_before": soft_before,
+        "soft_limit_after": soft_after,
+        "fds_before": fds_before,
     }
 
 
@@ -94,15 +113,18 @@ def main() -> None:
         print(json.dumps(event_loop.run(child(urls, int(args.child[1])))))
         return
     n, hold = (2_000, 2.0) if args.quick else (args.n, args.hold)
-    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    print(f"open-file limit here: soft {_limit(soft)}, hard {_limit(hard)}")
     if hard != resource.RLIM_INFINITY and hard < n + FD_HEADROOM:
+        capped = hard - FD_HEADROOM
         print(
-            f"NOTE: this machine's hard open-file limit is {hard:,}: one process holds at most "
-            f"~{hard - FD_HEADROOM:,} sockets, so {n:,} in flight is capped to "
-            f"{hard - FD_HEADROOM:,} here (raise it with `ulimit -Hn` as root / "
-            "CAP_SYS_RESOURCE, or LimitNOFILE= in systemd)"
+            f"CAPPED: {n:,} in flight needs one driver socket each plus ~{FD_HEADROOM:,} more "
+            f"({n + FD_HEADROOM:,} open files), above this machine's hard limit of {hard:,}, "
+            f"which an unprivileged process cannot raise; running {capped:,} in flight "
+            f"instead. To run {n:,}: raise the hard limit (`ulimit -Hn` as root or with "
+            "CAP_SYS_RESOURCE, LimitNOFILE= in systemd, --ulimit nofile= in docker)."
         )
-        n = hard - FD_HEADROOM
+        n = capped
     agents = [AgentProcess(hold_s=hold) for _ in range(args.replicas)]
     try:
         out = subprocess.run(
@@ -121,11 +143,26 @@ def main() -> None:
         f"{result['completed']:,}, failed {result['failed']:,} (exact: "
         f"{result['completed'] + result['failed'] == n})"
     )
-    print(f"driver peak open fds: {result['peak_fds']:,}")
+    print(
+        f"driver open-file limit: soft raised from {_limit(result['soft_limit_before'])} to "
+        f"{_limit(result['soft_limit_after'])} by the driver itself (hard {_limit(hard)})"
+    )
+    per_rollout = (result["peak_fds"] - result["fds_before"]) / max(result["peak_in_flight"], 1)
+    needed = math.ceil(TARGET_IN_FLIGHT * per_rollout) + int(result["fds_before"])
+    print(
+        f"driver peak open fds: {result['peak_fds']:,} ({result['fds_before']:,} before the run): "
+        f"{per_rollout:.3f} fds per in-flight rollout, so {TARGET_IN_FLIGHT:,} in flight needs "
+        f"~{needed:,} open files in the driver (a hard limit of at least that) and each of "
+        f"{args.replicas} agent replica(s) ~{math.ceil(TARGET_IN_FLIGHT / args.replicas):,}"
+    )
     print(
         f"wall time: {result['wall_s']:.2f} s for a {hold:.0f} s hold (ratio {result['wall_s'] / hold:.2f}; target < 3)"
     )
     print(f"driver peak RSS: {result['peak_rss_mb']:.0f} MB (target < 1536 MB)")
+
+
+def _limit(value: int) -> str:
+    return "unlimited" if value == resource.RLIM_INFINITY else f"{value:,}"
 
 
 if __name__ == "__main__":

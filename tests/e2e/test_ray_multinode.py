@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -164,8 +165,13 @@ def test_replicas_land_on_both_nodes_and_traces_check(tmp_path: Path, cluster: C
     summary = orjson.loads((out / "summary.json").read_bytes())
     assert (summary["requested"], summary["completed"], summary["failed"]) == (60, 60, 0)
     # both replicas of the environment served (each has its own aggregates)
-    assert summary["environments"]["arith"]["seeded"] > 0
-    assert summary["environments"]["arith@1"]["seeded"] > 0
+    arith = summary["environments"]["arith"]
+    assert arith["replicas"]["arith"]["seeded"] > 0
+    assert arith["replicas"]["arith@1"]["seeded"] > 0
+    assert (
+        arith["seeded"]
+        == arith["replicas"]["arith"]["seeded"] + arith["replicas"]["arith@1"]["seeded"]
+    )
     check = subprocess.run(
         [sys.executable, "-m", "rollgym", "traces", "check", str(out)],
         env=_env(),
@@ -215,3 +221,57 @@ def test_killing_one_nodes_raylet_mid_run_loses_no_rollout(
     assert len({record["rollout_id"] for record in records}) == len(records) == 150
     # the kill hit rollouts in flight on that node: they succeeded on a later attempt
     assert any(record["attempt"] > 0 for record in records), output
+
+
+def _serving_pids(log: Path) -> list[int]:
+    """The pids a replica's actors announced in its log (``... Ray actor pid N ...``)."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return [int(pid) for pid in re.findall(r"serving at \S+ \(Ray actor pid (\d+),", text)]
+
+
+def test_a_ray_replica_killed_mid_run_is_replaced(tmp_path: Path, cluster: Cluster) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        _command(tmp_path, cluster, 50, "servers.policy.latency.seconds=0.2"),
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    log = out / "logs" / "arith@1.log"
+    try:
+        rollouts = out / "rollouts.jsonl"
+        assert wait_for(
+            lambda: rollouts.exists() and rollouts.read_bytes().count(b"\n") >= 10, timeout=300
+        )
+        [pid] = _serving_pids(log)
+        os.kill(pid, signal.SIGKILL)  # the actor's worker process only: its node lives on
+        output, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, output
+    assert f"server 'arith@1' died (its Ray actor died (pid {pid}" in output
+    assert "server 'arith@1' is back at http://127.0.0.1:" in output
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    assert (summary["requested"], summary["completed"], summary["failed"]) == (150, 150, 0), output
+    records = [orjson.loads(line) for line in rollouts.read_bytes().splitlines()]
+    assert len({record["rollout_id"] for record in records}) == len(records) == 150
+    # the kill hit sessions in flight on that replica: they succeeded on a later attempt
+    assert any(record["attempt"] > 0 for record in records), output
+    arith = summary["servers"]["arith"]
+    assert arith["replicas"]["arith@1"] == {"deaths": 1, "restarts": 1, "down": False}
+    assert arith["replicas"]["arith"] == {"deaths": 0, "restarts": 0, "down": False}
+    assert (arith["deaths"], arith["restarts"], arith["down"]) == (1, 1, False)
+    # a new actor (a new process) took the replica's place
+    pids = _serving_pids(log)
+    assert len(pids) == 2 and pids[0] == pid and pids[1] != pid, log.read_text()
+    check = subprocess.run(
+        [sys.executable, "-m", "rollgym", "traces", "check", str(out)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr

@@ -55,13 +55,29 @@ def test_quickstart_with_two_replicas_of_every_server(tmp_path: Path) -> None:
     # every replica is its own process with its own log, watched and counted
     for instance in ("policy@1", "arith@1", "keys@1", "solver@1", "walker@1", "walker@2"):
         assert (out / "logs" / f"{instance}.log").exists()
-        assert summary["servers"][instance] == {"deaths": 0, "restarts": 0, "down": False}
-    # both replicas of each environment served sessions (balanced, then pinned)
+        server = summary["servers"][instance.split("@")[0]]
+        assert server["replicas"][instance] == {"deaths": 0, "restarts": 0, "down": False}
+    # a server's entry adds its replicas up; each replica is still listed
+    assert summary["servers"]["walker"] == {
+        "deaths": 0,
+        "restarts": 0,
+        "down": False,
+        "replicas": {
+            name: {"deaths": 0, "restarts": 0, "down": False}
+            for name in ("walker", "walker@1", "walker@2")
+        },
+    }
+    # both replicas of each environment served sessions (balanced, then pinned), and the
+    # environment's figures are their sum
     environments = summary["environments"]
     for name in ("arith", "keys"):
-        seeds = [_seeds(environments[name]), _seeds(environments[f"{name}@1"])]
+        each = environments[name]["replicas"]
+        seeds = [_seeds(each[name]), _seeds(each[f"{name}@1"])]
         assert all(count > 0 for count in seeds), environments
-        assert sum(seeds) == 30
+        assert sum(seeds) == _seeds(environments[name]) == 30
+        assert environments[name]["count"] == each[name]["count"] + each[f"{name}@1"]["count"]
+        assert environments[name]["count"] == 30
+        assert environments[name]["mean_reward"] == 1.0  # accuracy 1.0 on every replica
 
 
 def _seeds(aggregates: dict[str, object]) -> int:

@@ -43,6 +43,9 @@ class FaultAgentOptions(AgentOptions):
     delay_s: float = Field(0.02, ge=0, description="Time each ok rollout takes.")
     log_dir: str | None = Field(None, description="Where <name>.served is appended.")
     start_delay_s: float = Field(0.0, ge=0, description="Time start-up takes before healthy.")
+    hold_file: str | None = Field(
+        None, description="While this file exists, ok rollouts wait before they answer."
+    )
 
 
 class FaultAgent(Agent):
@@ -69,6 +72,8 @@ class FaultAgent(Agent):
         if fault == "hang":
             await asyncio.sleep(3600)
         await asyncio.sleep(options.delay_s)
+        while options.hold_file is not None and Path(options.hold_file).exists():
+            await asyncio.sleep(0.05)
         if fault == "no_reward":
             return {"answer": "no reward here"}
         reward = 1.0

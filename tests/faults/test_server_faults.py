@@ -92,15 +92,34 @@ def _replica_pid(job: Job, replica: int) -> int:
     raise AssertionError(f"no live process for replica {replica}")
 
 
+def _restarted(job: Job, killed: int) -> bool:
+    """Whether replica 1 runs again, in a new process."""
+    try:
+        return _replica_pid(job, 1) != killed
+    except AssertionError:
+        return False
+
+
 def test_a_replica_killed_mid_run_leaves_rotation_and_is_replaced(
     job: Job, no_leftover_servers: None
 ) -> None:
     rows = [{"q": i} for i in range(80)]
-    job.write({"a": _agent(delay_s=0.1, replicas=2)}, rows, agent="a", concurrency=4)
+    # Rollouts wait in the agents while the hold file exists: the run cannot end before the
+    # killed replica is back, however slowly it restarts on a busy machine.
+    hold = job.root / "hold"
+    job.root.mkdir(parents=True, exist_ok=True)
+    hold.touch()
+    agent = _agent(delay_s=0.1, replicas=2, hold_file=str(hold))
+    job.write({"a": agent}, rows, agent="a", concurrency=4)
     proc = job.start()
     try:
-        assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 5, timeout=120)
-        os.kill(_replica_pid(job, 1), signal.SIGKILL)
+        # progress.json: every replica is healthy and rollouts are being dispatched
+        assert wait_for(lambda: (job.out / "progress.json").exists(), timeout=120)
+        killed = _replica_pid(job, 1)
+        os.kill(killed, signal.SIGKILL)
+        ready = job.out / "logs" / "a@1.ready"
+        assert wait_for(lambda: _restarted(job, killed) and ready.exists(), timeout=120)
+        hold.unlink()
         out, _ = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
@@ -112,5 +131,14 @@ def test_a_replica_killed_mid_run_leaves_rotation_and_is_replaced(
     # its rollouts failed as transient and were retried on the other replica: none lost
     assert_exact_accounting(job, 80)
     assert job.summary["failed"] == 0
-    assert job.summary["servers"]["a@1"] == {"deaths": 1, "restarts": 1, "down": False}
-    assert job.summary["servers"]["a"] == {"deaths": 0, "restarts": 0, "down": False}
+    replicas = job.summary["servers"]["a"]["replicas"]
+    assert replicas["a@1"] == {"deaths": 1, "restarts": 1, "down": False}
+    assert replicas["a"] == {"deaths": 0, "restarts": 0, "down": False}
+    # the server's own entry adds its replicas up
+    assert {k: v for k, v in job.summary["servers"]["a"].items() if k != "replicas"} == {
+        "deaths": 1,
+        "restarts": 1,
+        "down": False,
+    }
+    # the final table names the replica that was restarted
+    assert "server restarts: a: 1 (a@1: 1)" in out

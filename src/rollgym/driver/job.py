@@ -11,7 +11,7 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from rollgym.driver.summary import (
     Aggregator,
     Summary,
     add_telemetry_counts,
+    merge_replicas,
     read_server_telemetry,
     write_json_atomic,
 )
@@ -218,23 +219,26 @@ async def aggregate_metrics(
 ) -> dict[str, Any]:
     """Each environment server's ``/aggregate_metrics`` answer (or the error getting it).
 
-    A server with several replicas answers once per replica, under ``name`` (the first) and
-    ``name@<i>``: each replica holds the aggregates of the sessions it served.
+    A server with several replicas is asked once per replica (each holds the aggregates of
+    the sessions it served); its entry adds them up and lists each replica's answer under
+    ``replicas`` (:func:`~rollgym.driver.summary.merge_replicas`).
     """
     from rollgym.servers.spec import instance_name
 
     replicas: dict[str, list[str]] = getattr(urls, "replicas", {})
     answers: dict[str, Any] = {}
     for name in config.servers_of_kind("environment"):
+        each: dict[str, Any] = {}
         for replica, url in enumerate(replicas.get(name, [urls[name]])):
             instance = instance_name(name, replica)
             if gate.job:
                 from rollgym.telemetry import spans
 
                 with spans.aggregate_metrics_span(name):
-                    answers[instance] = await _aggregate_one(collector, name, url)
+                    each[instance] = await _aggregate_one(collector, name, url)
             else:
-                answers[instance] = await _aggregate_one(collector, name, url)
+                each[instance] = await _aggregate_one(collector, name, url)
+        answers[name] = each[name] if len(each) == 1 else merge_replicas(each)
     return answers
 
 
@@ -350,6 +354,7 @@ async def _serve_and_collect(
         _servers(config, run_id, state.output_dir, telemetry.server_env, supervisor) as urls,
         make_collector(config, urls, telemetry, supervisor) as collector,
     ):
+        supervisor.on_rotation = replica_rotation(collector, urls)
         if gate.job:
             from rollgym.telemetry import spans
 
@@ -357,6 +362,31 @@ async def _serve_and_collect(
                 await _job_body(state, collector, urls, interrupts)
         else:
             await _job_body(state, collector, urls, interrupts)
+
+
+def replica_rotation(collector: Collector, urls: dict[str, str]) -> Callable[[str, bool], None]:
+    """What the supervisor calls when a replica dies or is back: the driver's client holds a
+    dead replica out of rotation until its restart is healthy (no attempt is spent on it)."""
+    from rollgym.servers.spec import instance_name
+
+    replicas: dict[str, list[str]] = getattr(urls, "replicas", {})
+    by_instance = {
+        instance_name(name, index): url
+        for name, replica_urls in replicas.items()
+        for index, url in enumerate(replica_urls)
+    }
+
+    def changed(instance: str, serving: bool) -> None:
+        url = by_instance.get(instance)
+        target = collector.client.replicas.containing(url) if url else None
+        if target is None or url is None:
+            return
+        if serving:
+            target.release(url)
+        else:
+            target.hold(url)
+
+    return changed
 
 
 def _current_trace_id() -> str | None:

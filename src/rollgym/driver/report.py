@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -52,6 +54,17 @@ def telemetry_loss_line(summary: Summary) -> str | None:
     )
 
 
+def _restarts(name: str, server: dict[str, Any]) -> str:
+    """``name: 2``, and for a server with replicas which of them: ``name: 2 (name@1: 2)``."""
+    replicas = server.get("replicas") or {}
+    which = ", ".join(
+        f"{instance}: {entry['restarts']}"
+        for instance, entry in replicas.items()
+        if entry.get("deaths")
+    )
+    return f"{name}: {server['restarts']}" + (f" ({which})" if which else "")
+
+
 def print_report(summary: Summary, console: Console | None = None) -> None:
     console = console or Console()
     console.print(summary_table(summary))
@@ -60,10 +73,11 @@ def print_report(summary: Summary, console: Console | None = None) -> None:
         f"requested {summary.requested} = completed {summary.completed} + failed {summary.failed} "
         f"(failures by kind: {kinds}); {_rate(summary)}"
     )
-    restarts = {name: s["restarts"] for name, s in summary.servers.items() if s.get("deaths")}
+    restarts = [
+        _restarts(name, server) for name, server in summary.servers.items() if server.get("deaths")
+    ]
     if restarts:
-        listed = ", ".join(f"{name}: {n}" for name, n in restarts.items())
-        console.print(f"[yellow]server restarts[/]: {listed}", markup=True)
+        console.print(f"[yellow]server restarts[/]: {escape(', '.join(restarts))}", markup=True)
     for warning in summary.warnings:
         console.print(f"[yellow]warning[/]: {escape(warning)}")
     if summary.output_dir:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -186,6 +187,59 @@ class Summary:
             "servers": self.servers,
             "warnings": self.warnings,
         }
+
+
+#: Aggregates that are means over ``count``: merged across replicas weighted by each one's count.
+_MEANS_OVER_COUNT = frozenset({"mean_reward", "pass_rate"})
+
+
+def merge_replicas(per_replica: Mapping[str, Any]) -> dict[str, Any]:
+    """One server's figures from its replicas' (``{instance: figures}``), each still listed.
+
+    Counts (integers) add up, nested tables merge key by key, ``mean_reward`` and
+    ``pass_rate`` are weighted by each replica's ``count``; any other value is kept when every
+    replica reports the same and left out otherwise (it is still under ``replicas``). A
+    replica that answered with an error is left out of the sum (its error stays listed).
+    """
+    answered = [
+        figures
+        for figures in per_replica.values()
+        if isinstance(figures, dict) and "error" not in figures
+    ]
+    merged: dict[str, Any] = _merge(answered) if answered else {"error": "no replica answered"}
+    merged["replicas"] = dict(per_replica)
+    return merged
+
+
+def _merge(tables: list[dict[str, Any]]) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    keys = dict.fromkeys(key for table in tables for key in table)
+    for key in keys:
+        values = [table[key] for table in tables if key in table]
+        if all(_is_count(value) for value in values):
+            merged[key] = sum(values)
+        elif all(isinstance(value, dict) for value in values):
+            merged[key] = _merge(values)
+        elif key in _MEANS_OVER_COUNT:
+            merged[key] = _weighted_mean(tables, key)
+        elif all(value == values[0] for value in values):
+            merged[key] = values[0]
+    return merged
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _weighted_mean(tables: list[dict[str, Any]], key: str) -> float | None:
+    """The mean of ``key`` over all replicas' samples (each replica's weighs its ``count``)."""
+    total, weight = 0.0, 0
+    for table in tables:
+        value, count = table.get(key), table.get("count")
+        if isinstance(value, int | float) and isinstance(count, int) and count > 0:
+            total += float(value) * count
+            weight += count
+    return total / weight if weight else None
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -7,10 +7,10 @@ to the replica with the fewest requests in flight from this process (ties: the o
 longest ago, so an idle set is used round-robin).
 
 A replica that refuses a connection leaves rotation at once (:meth:`ReplicaSet.mark_down`);
-the requests of that attempt fail as transient and the retry goes elsewhere. A replica comes
-back when its health check answers again (:meth:`ReplicaSet.mark_up`, from the supervisor
-after a restart, or from :meth:`ReplicaSet.probe_down` on the next pick after
-:data:`RETRY_DOWN_S`).
+the requests of that attempt fail as transient and the retry goes elsewhere; a pick tries it
+again after :data:`RETRY_DOWN_S` (it may have been restarted on its port meanwhile). In the
+driver, the supervisor knows more: it holds a dead replica out (:meth:`ReplicaSet.hold`)
+until its restart is healthy (:meth:`ReplicaSet.release`), so no attempt is spent on it.
 
 Affinity: an environment session lives in the memory of the replica that created it, so a
 caller that must stay there (the session's tool calls and verify) names that replica
@@ -45,6 +45,8 @@ class ReplicaSet:
         self.outstanding = dict.fromkeys(self.urls, 0)
         #: Replicas out of rotation -> when they left (monotonic seconds).
         self.down: dict[str, float] = {}
+        #: Replicas known dead (the supervisor said so): out until released, never retried.
+        self.held: set[str] = set()
         self._order = itertools.count()
         self._last_pick = dict.fromkeys(self.urls, -1)
 
@@ -53,9 +55,9 @@ class ReplicaSet:
         then fails fast as refused, so the attempt is retried rather than waiting here)."""
         if self.down:
             self._retry_expired()
-        live = [url for url in self.urls if url not in self.down] or [
-            min(self.down, key=self.down.__getitem__)
-        ]
+        live = [url for url in self.urls if url not in self.down and url not in self.held]
+        if not live:  # a refused one may be back by now; a held one is known dead
+            live = [min(self.down, key=self.down.__getitem__)] if self.down else sorted(self.held)
         best = min(live, key=lambda url: (self.outstanding[url], self._last_pick[url]))
         self._last_pick[best] = next(self._order)
         return best
@@ -74,6 +76,16 @@ class ReplicaSet:
     def mark_up(self, replica: str) -> None:
         """Back in rotation (healthy again)."""
         self.down.pop(origin(replica), None)
+
+    def hold(self, replica: str) -> None:
+        """Out of rotation until :meth:`release`: it is dead and being restarted."""
+        if origin(replica) in self.outstanding:
+            self.held.add(origin(replica))
+
+    def release(self, replica: str) -> None:
+        """Back in rotation: its restart is healthy."""
+        self.held.discard(origin(replica))
+        self.mark_up(replica)
 
     def _retry_expired(self) -> None:
         now = time.monotonic()

@@ -2,16 +2,43 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Protocol
 
 import aiohttp
 
-from rollgym.placement.local import ServerProcess
+from rollgym.errors import LaunchError
 from rollgym.servers.spec import ServeSpec
 
 
+class PlacedServer(Protocol):
+    """One placed replica of a server, as the launch and the supervisor watch it.
+
+    A local child process (:class:`~rollgym.placement.local.ServerProcess`) or a Ray actor
+    (:class:`~rollgym.placement.ray.ActorReplica`): the supervisor treats both alike.
+    """
+
+    @property
+    def spec(self) -> ServeSpec: ...
+
+    @property
+    def log_path(self) -> Path | None:
+        """Its output (quoted when it dies), or None where there is none."""
+        ...
+
+    def exit_status(self) -> str | None:
+        """None while it runs; once it has ended, how (``exit code 1``, ``killed by SIGKILL``,
+        ``its Ray actor died``)."""
+        ...
+
+    def failure(self, problem: str) -> LaunchError:
+        """A LaunchError naming this replica, quoting the last lines of its log."""
+        ...
+
+
 class Placement(Protocol):
-    """Start servers somewhere, know their URLs, stop them for sure."""
+    """Start servers somewhere, know their URLs, watch them, restart one, stop them for sure."""
 
     async def start(
         self, spec: ServeSpec, *, session: aiohttp.ClientSession, timeout_s: float
@@ -19,8 +46,13 @@ class Placement(Protocol):
         """Place one server; its base URL once ``GET /health`` answers."""
         ...
 
-    def exited(self) -> tuple[str, ServerProcess] | None:
-        """A healthy server whose process has exited since (None: none, or not watchable)."""
+    def launched(self) -> Mapping[str, PlacedServer]:
+        """``{instance: its current replica}`` (``name``, or ``name@<i>`` for replica i)."""
+        ...
+
+    async def restart(self, name: str, timeout_s: float) -> str:
+        """Place instance ``name`` again where it was, on the port it had: its URL is unchanged
+        (every caller's replica list was fixed at launch)."""
         ...
 
     async def stop(self, grace_s: float) -> None:

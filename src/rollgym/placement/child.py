@@ -29,15 +29,19 @@ _PR_SET_PDEATHSIG = 1
 _LOG_TAIL_LINES = 20
 
 
-def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
+def die_with_parent(
+    sig: int = signal.SIGTERM, *, parent: int | None = None
+) -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the child receive ``sig`` when its parent dies (Linux only).
 
     Servers get SIGTERM (they flush their telemetry on the way out); the trace store SIGKILL.
+    ``parent``: the parent's pid when the function is called in the child itself (a worker
+    process's initializer) rather than created in the parent (default: this process).
     """
     if not sys.platform.startswith("linux"):
         return None
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    parent = os.getpid()
+    parent = os.getpid() if parent is None else parent
 
     def preexec() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)

@@ -11,7 +11,7 @@ A launched server that exits during the launch (even after it was healthy) stops
 with a :class:`~rollgym.errors.LaunchError` naming it, its exit status and its log tail,
 before the servers that depend on it start. During the run, a
 :class:`~rollgym.placement.supervisor.Supervisor` given to :func:`launch_servers` watches the
-processes and restarts a dead one on its port (:meth:`_Launch.restart`).
+replicas and restarts a dead one on its port (:meth:`_Launch.restart`), in either placement.
 
 Where the servers run is the placement's business (:class:`~rollgym.placement.base.Placement`):
 local processes (:mod:`rollgym.placement.local`) or, with ``run.placement: ray``, Ray actors
@@ -34,10 +34,9 @@ import aiohttp
 
 from rollgym.config import JobConfig, ServerConfig
 from rollgym.errors import LaunchError
-from rollgym.placement.base import Placement
-from rollgym.placement.child import describe_exit
+from rollgym.placement.base import PlacedServer, Placement
 from rollgym.placement.health import wait_healthy
-from rollgym.placement.local import LocalPlacement, ServerProcess
+from rollgym.placement.local import LocalPlacement
 from rollgym.placement.supervisor import POLL_S, Supervisor
 from rollgym.servers.registry import resolve_impl
 from rollgym.servers.spec import ServeSpec, instance_name
@@ -122,14 +121,13 @@ class _Launch:
 
     def raise_if_one_died(self, *, before: list[str] | None) -> None:
         """A :class:`LaunchError` for the first launched server that has exited since healthy."""
-        exited = self.placement.exited()
-        if exited is not None:
-            _, process = exited
-            after = f", before {', '.join(before)} started" if before else ""
-            raise process.failure(
-                f"exited ({describe_exit(process.popen.returncode)}) during the launch, after "
-                f"it was healthy{after}"
-            )
+        for replica in self.placement.launched().values():
+            status = replica.exit_status()
+            if status is not None:
+                after = f", before {', '.join(before)} started" if before else ""
+                raise replica.failure(
+                    f"exited ({status}) during the launch, after it was healthy{after}"
+                )
 
     async def _deaths_while(self, wave: list[str]) -> None:
         """Until the wave is healthy, raise as soon as an earlier (healthy) server exits."""
@@ -137,13 +135,12 @@ class _Launch:
             self.raise_if_one_died(before=[name for name in wave if name not in self.urls])
             await asyncio.sleep(POLL_S)
 
-    def launched(self) -> dict[str, ServerProcess]:
-        """The watchable processes (none for a Ray placement: its actors are not watched)."""
-        return self.placement.launched() if isinstance(self.placement, LocalPlacement) else {}
+    def launched(self) -> Mapping[str, PlacedServer]:
+        """The healthy replicas, local processes or Ray actors (what the supervisor watches)."""
+        return self.placement.launched()
 
     async def restart(self, name: str) -> str:
-        """Start server ``name`` again on the port it had; its URL is unchanged."""
-        assert isinstance(self.placement, LocalPlacement)
+        """Place replica ``name`` again where it was, on the port it had; its URL is unchanged."""
         return await self.placement.restart(name, HEALTH_TIMEOUT_S)
 
     async def _traced(self, name: str, server: ServerConfig, work: Any) -> None:
@@ -245,7 +242,7 @@ async def launch_servers(
 
     Raises :class:`~rollgym.errors.LaunchError` naming the server (and quoting the last lines
     of its log) when one does not become healthy within 60 s, or exits during the launch.
-    ``supervisor`` watches the launched processes while the block runs (local placement).
+    ``supervisor`` watches the launched replicas while the block runs (either placement).
     """
     launch = _Launch(config, run_id, Path(output_dir), _placement(config, run_id, output_dir, env))
     try:
@@ -257,7 +254,7 @@ async def launch_servers(
                     await launch.run(session)
             else:
                 await launch.run(session)
-        if supervisor is not None and isinstance(launch.placement, LocalPlacement):
+        if supervisor is not None:
             supervisor.start(launch)
         yield ServerUrls(launch.urls, replicas=launch.replicas)
     finally:

@@ -46,6 +46,11 @@ class ServerProcess:
     def pid(self) -> int:
         return self.popen.pid
 
+    def exit_status(self) -> str | None:
+        """None while the process runs, else how it ended (``exit code 1``, ``killed by ...``)."""
+        code = self.popen.poll()
+        return None if code is None else describe_exit(code)
+
     def failure(self, problem: str) -> LaunchError:
         tail = log_tail(self.log_path)
         quoted = (
@@ -87,8 +92,8 @@ class ServerProcess:
 class LocalPlacement:
     """Servers as local processes: start, restart on the same port, stop, kill.
 
-    Also what the :class:`~rollgym.placement.supervisor.Supervisor` watches
-    (:meth:`launched`, :meth:`restart`).
+    The :class:`~rollgym.placement.supervisor.Supervisor` watches :meth:`launched` and
+    calls :meth:`restart`, as for the Ray placement.
     """
 
     def __init__(self, env: Mapping[str, str], logs: Path) -> None:
@@ -110,16 +115,10 @@ class LocalPlacement:
         self.urls[spec.instance] = url
         return url
 
-    def exited(self) -> tuple[str, ServerProcess] | None:
-        """The first healthy server whose process has exited since, if any."""
-        for name, process in self.by_name.items():
-            if name in self.urls and process.popen.poll() is not None:
-                return name, process
-        return None
-
     def launched(self) -> dict[str, ServerProcess]:
-        """``{instance: its current process}`` (``name``, or ``name@<i>`` for replica i)."""
-        return self.by_name
+        """``{instance: its current process}`` (``name``, or ``name@<i>`` for replica i) of
+        the servers that have been healthy."""
+        return {name: process for name, process in self.by_name.items() if name in self.urls}
 
     async def restart(self, name: str, timeout_s: float) -> str:
         """Start instance ``name`` again on the port it had; its URL is unchanged."""

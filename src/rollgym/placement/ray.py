@@ -16,6 +16,12 @@ Nothing crosses implicitly (TELEMETRY.md, "Propagation and correlation"):
   and starts the server; the server thread itself starts in an empty context, so no request
   ever inherits the startup trace.
 
+A replica whose actor dies (its worker process killed, its node gone) or whose server ends on
+its own is seen at once: each replica has one pending ``until_stopped`` call, which Ray fails
+when the actor dies. The :class:`~rollgym.placement.supervisor.Supervisor` then treats it like
+a dead local process: out of rotation, reported, and placed again (:meth:`RayPlacement.restart`)
+on the same node and port, within ``servers.<name>.restart``.
+
 ``ray`` is imported lazily: the core install does not have it.
 """
 
@@ -23,10 +29,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import dataclasses
 import logging
 import os
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -37,7 +46,6 @@ from rollgym.config import RayResources
 from rollgym.errors import ConfigError, LaunchError
 from rollgym.placement.child import log_tail
 from rollgym.placement.health import wait_healthy
-from rollgym.placement.local import ServerProcess
 from rollgym.placement.ray_context import in_context, remote_with_context
 from rollgym.servers.spec import ServeSpec
 
@@ -46,6 +54,8 @@ _log = logging.getLogger(__name__)
 RAY_MISSING = "ray needs the 'ray' extra: pip install 'rollgym[ray]'"
 LOOPBACK = "127.0.0.1"
 _POLL_S = 0.02
+#: Calls one actor serves at once: ``until_stopped`` waits on one while ``stop`` runs.
+_ACTOR_CONCURRENCY = 4
 #: Driver ``OTEL_*`` variables whose names contain one of these are never shipped to an actor.
 _SECRET_MARKERS = ("HEADERS", "KEY", "TOKEN", "SECRET", "PASSWORD", "CERTIFICATE")
 
@@ -94,18 +104,21 @@ class ServerActor:
         self.server: Any = None
         self.thread: threading.Thread | None = None
         self.error: BaseException | None = None
+        #: Set by :meth:`stop`: the server's end is then expected, not a death.
+        self.stopping = threading.Event()
 
     @in_context
-    def start(self, host: str | None, timeout_s: float = 60.0) -> str:
-        """Build the app and serve it on a thread; the base URL once uvicorn has started.
+    def start(self, host: str | None, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Build the app and serve it on a thread; once uvicorn has started, where it serves:
+        ``{"url", "pid", "node_id"}`` (a restart places the replica on that node again).
 
         Runs with the launcher's ``gym.server.startup`` context attached (``trace_carrier``).
         """
+        import ray
+
         from rollgym.servers.serve import AppServer
 
         if host is None:
-            import ray
-
             host = ray.util.get_node_ip_address()
         self.server = AppServer(self.spec, self.telemetry, host)
         # A new thread starts in an empty context: the startup trace stays out of requests.
@@ -120,7 +133,30 @@ class ServerActor:
                     f"server {self.spec.instance!r} did not start: {self.error or 'timed out'}"
                 )
             time.sleep(_POLL_S)
-        return str(self.server.url)
+        where = {
+            "url": str(self.server.url),
+            "pid": os.getpid(),
+            "node_id": ray.get_runtime_context().get_node_id(),
+        }
+        # in its log, where an operator (or a test) finds the process that serves this replica
+        print(
+            f"rollgym: server {self.spec.instance!r} serving at {where['url']} "
+            f"(Ray actor pid {where['pid']}, node {where['node_id']})",
+            flush=True,
+        )
+        return where
+
+    def until_stopped(self) -> str | None:
+        """Return when the server has ended: None after :meth:`stop`, else why it ended.
+
+        The launcher keeps one such call pending per replica; if the actor's process dies, Ray
+        fails the call, so a death is known without polling.
+        """
+        if self.thread is not None:
+            self.thread.join()
+        if self.stopping.is_set():
+            return None
+        return f"its server ended on its own: {self.error!r}" if self.error else "its server ended"
 
     def _serve(self) -> None:
         from rollgym.event_loop import loop_factory
@@ -136,6 +172,7 @@ class ServerActor:
         """Graceful uvicorn shutdown, then flush telemetry; the server's span counts."""
         from rollgym.servers.serve import finish_telemetry
 
+        self.stopping.set()
         if self.server is not None:
             self.server.request_stop()
         if self.thread is not None:
@@ -160,6 +197,27 @@ def _redirect_output(spec: ServeSpec) -> Path | None:
     return path
 
 
+@dataclass
+class ActorReplica:
+    """One healthy replica placed as a Ray actor (a :class:`~rollgym.placement.base.PlacedServer`)."""
+
+    spec: ServeSpec
+    actor: Any
+    url: str
+    pid: int
+    node_id: str
+    log_path: Path | None
+    #: How it ended (set by the placement's watch), None while it serves.
+    ended: str | None = None
+    watch: asyncio.Task[None] | None = None
+
+    def exit_status(self) -> str | None:
+        return self.ended
+
+    def failure(self, problem: str) -> LaunchError:
+        return _failure(self.spec, problem)
+
+
 class RayPlacement:
     """The Ray side of one launch: connect, start actors, stop and kill them, disconnect."""
 
@@ -178,8 +236,13 @@ class RayPlacement:
         self.started = started
         #: Where servers bind: loopback on a one-machine cluster, else None (each node's IP).
         self.host = host
-        self.actor_cls = ray.remote(num_cpus=0, max_restarts=0)(ServerActor)
+        self.actor_cls = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=_ACTOR_CONCURRENCY)(
+            ServerActor
+        )
+        #: Every actor started and not yet killed, by instance (also those still starting).
         self.actors: dict[str, Any] = {}
+        #: The healthy replicas by instance (what the supervisor watches).
+        self.replicas: dict[str, ActorReplica] = {}
         self.output_dirs: dict[str, str | None] = {}
         #: Per server: the ``.options(...)`` of its actors (resources, scheduling strategy).
         self.options: dict[str, dict[str, Any]] = {}
@@ -216,9 +279,34 @@ class RayPlacement:
         self, spec: ServeSpec, *, session: aiohttp.ClientSession, timeout_s: float
     ) -> str:
         """Place one server, wait for its URL and for ``GET /health``; return the base URL."""
-        actor = self.actor_cls.options(
-            name=self.actor_name(spec.instance), **self.options.get(spec.name, {})
-        ).remote(spec, self.env)
+        return await self._place(spec, self.options.get(spec.name, {}), session, timeout_s)
+
+    async def restart(self, name: str, timeout_s: float) -> str:
+        """Place replica ``name`` again: a new actor on the node the dead one was on, bound to
+        the port it had, so every caller's URL for it holds."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        old = self.replicas[name]
+        self._kill(name)  # the dead actor's handle; its name is free for the new one
+        spec = dataclasses.replace(old.spec, port=int(old.url.rsplit(":", 1)[1]))
+        options = {
+            **self.options.get(spec.name, {}),
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(old.node_id, soft=False),
+        }
+        async with aiohttp.ClientSession() as session:
+            return await self._place(spec, options, session, timeout_s)
+
+    async def _place(
+        self,
+        spec: ServeSpec,
+        options: dict[str, Any],
+        session: aiohttp.ClientSession,
+        timeout_s: float,
+    ) -> str:
+        """Start one actor for ``spec``; once healthy, watch it; its base URL."""
+        actor = self.actor_cls.options(name=self.actor_name(spec.instance), **options).remote(
+            spec, self.env
+        )
         self.actors[spec.instance] = actor
         self.output_dirs[spec.instance] = spec.output_dir
         deadline = time.monotonic() + timeout_s
@@ -227,16 +315,36 @@ class RayPlacement:
             return _failure(spec, problem)
 
         try:
-            ref = remote_with_context(actor.start, self.host, timeout_s)
-            url = await asyncio.wait_for(ref, timeout_s)
-        except TimeoutError:
-            raise failure(f"Ray actor did not start within {timeout_s:.0f}s") from None
-        except Exception as exc:  # RayActorError / RayTaskError carry the actor's traceback
-            raise failure(f"Ray actor failed to start: {exc}") from None
-        return await wait_healthy(url, session=session, deadline=deadline, failure=failure)
+            try:
+                ref = remote_with_context(actor.start, self.host, timeout_s)
+                where = await asyncio.wait_for(ref, timeout_s)
+            except TimeoutError:
+                raise failure(f"Ray actor did not start within {timeout_s:.0f}s") from None
+            except Exception as exc:  # RayActorError / RayTaskError carry the actor's traceback
+                raise failure(f"Ray actor failed to start: {exc}") from None
+            url = await wait_healthy(
+                where["url"], session=session, deadline=deadline, failure=failure
+            )
+        except BaseException:
+            self._kill(spec.instance)
+            raise
+        replica = ActorReplica(
+            spec, actor, url, int(where["pid"]), str(where["node_id"]), _log_path(spec)
+        )
+        # An empty context: the watch outlives the startup span it would otherwise inherit.
+        replica.watch = asyncio.get_running_loop().create_task(
+            _watch(replica), context=contextvars.Context()
+        )
+        self.replicas[spec.instance] = replica
+        return url
+
+    def launched(self) -> dict[str, ActorReplica]:
+        """``{instance: its current replica}`` of the replicas that have been healthy."""
+        return self.replicas
 
     async def stop(self, grace_s: float) -> None:
         """Stop every actor's server gracefully (flushing its telemetry), then kill the actors."""
+        self._unwatch()
         await asyncio.gather(*(self._stop_one(name, grace_s) for name in list(self.actors)))
 
     async def _stop_one(self, name: str, grace_s: float) -> None:
@@ -251,12 +359,15 @@ class RayPlacement:
         finally:
             self._kill(name)
 
-    def exited(self) -> tuple[str, ServerProcess] | None:
-        """Never: a dead actor surfaces as a failed call (Ray's own restart policy applies)."""
-        return None
+    def _unwatch(self) -> None:
+        """Stop watching: from now on an actor's end is the stop, not a death."""
+        for replica in self.replicas.values():
+            if replica.watch is not None:
+                replica.watch.cancel()
 
     def kill_now(self) -> None:
         """Kill whatever actor is left: the last resort, usable without a loop."""
+        self._unwatch()
         for name in list(self.actors):
             self._kill(name)
 
@@ -272,6 +383,19 @@ class RayPlacement:
         if self.started:
             self.started = False
             self.ray.shutdown()
+
+
+async def _watch(replica: ActorReplica) -> None:
+    """Wait for the replica's end; record how it ended unless it was stopped."""
+    try:
+        reason = await replica.actor.until_stopped.remote()
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - RayActorError / ActorDiedError: it is gone
+        replica.ended = f"its Ray actor died (pid {replica.pid}: {type(exc).__name__})"
+        return
+    if reason is not None:
+        replica.ended = reason
 
 
 def _bind_host(ray: ModuleType) -> str | None:

@@ -1,22 +1,24 @@
-"""Watch the launched server processes during the run: report a death at once, restart it.
+"""Watch the launched servers during the run: report a death at once, restart it.
 
 Without a watch a server killed mid-run is invisible: every later rollout to it is tried
 ``max_attempts`` times against a closed port and fails as ``connection_error``, and the run
-still ends ``completed``. The supervisor polls each launched process (cheap: ``poll()``), and
-when one has exited it
+still ends ``completed``. The supervisor looks at each launched replica (cheap: a local
+process's ``poll()``, a Ray actor's death as Ray reported it), and when one has ended it
 
-1. prints one line naming the server, its exit status and the last lines of its log;
+1. prints one line naming the server, how it ended and the last lines of its log;
 2. takes it out of rotation: an attempt for it (or for an agent that calls it) waits for it
    to come back instead of burning attempts on a closed port;
 3. restarts it on the same port (the servers that call it keep their URLs), at most
    ``servers.<name>.restart`` times over the run; with no restart left it stays out of
    rotation for good, and attempts that need it fail at once as ``server_down`` (permanent).
 
-Deaths and restarts are counted per server for ``summary.json``. Only local processes are
-watched; Ray actors are restarted by Ray's own policy (``run.placement: ray``).
+Deaths and restarts are counted per replica for ``summary.json``. The same logic serves both
+placements: it sees only :class:`~rollgym.placement.base.PlacedServer` (how a replica ended,
+its log) and the placement's ``restart`` (a local process again, or a new Ray actor on the
+node and port the dead one had).
 
 Replicas (``servers.<name>.replicas``) are watched one by one (``name``, ``name@1``, ...):
-each has its own restart budget and its own line in ``summary.json``. A server is out of
+each has its own restart budget and its own entry in ``summary.json``. A server is out of
 rotation only while *all* of its replicas are; while one serves, callers' HTTP clients
 balance away from the dead one (it refuses connections) and attempts go on.
 """
@@ -32,8 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rollgym.errors import DispatchError, LaunchError, PermanentDispatchError
-from rollgym.placement.child import describe_exit, log_tail
-from rollgym.placement.local import ServerProcess
+from rollgym.placement.base import PlacedServer
+from rollgym.placement.child import log_tail
 from rollgym.servers.spec import instance_name
 
 POLL_S = 0.2
@@ -43,9 +45,9 @@ _TAIL_LINES = 10
 
 
 class Restarter(Protocol):
-    """What the supervisor needs from the launch: the processes, and a way to start one again."""
+    """What the supervisor needs from the launch: the replicas, and a way to place one again."""
 
-    def launched(self) -> Mapping[str, ServerProcess]: ...
+    def launched(self) -> Mapping[str, PlacedServer]: ...
 
     async def restart(self, name: str) -> str: ...
 
@@ -82,6 +84,9 @@ class Supervisor:
         replicas: Mapping[str, int] | None = None,
     ) -> None:
         counts = replicas or {}
+        #: Told ``(instance, serving)`` when a replica leaves rotation or comes back (the
+        #: driver's HTTP client holds a dead replica out until then).
+        self.on_rotation: Callable[[str, bool], None] | None = None
         #: Each server's replicas by instance name (``name``, ``name@1``, ...).
         self._instances = {
             name: [instance_name(name, i) for i in range(counts.get(name, 1))]
@@ -104,7 +109,7 @@ class Supervisor:
     # --- the watch -----------------------------------------------------------------------
 
     def start(self, restarter: Restarter) -> None:
-        """Begin watching the processes ``restarter`` launched (all healthy now)."""
+        """Begin watching the replicas ``restarter`` launched (all healthy now)."""
         self._restarter = restarter
         for name in restarter.launched():
             self.health[name].up.set()
@@ -126,12 +131,12 @@ class Supervisor:
             self._check(None)
 
     def note_unreachable(self, server: str) -> None:
-        """An attempt for ``server`` just failed transiently: look at its processes now rather
+        """An attempt for ``server`` just failed transiently: look at its replicas now rather
         than at the next poll, so the retry already waits for the restart."""
         self._check(self._needs.get(server, ()))
 
     def _check(self, names: Iterable[str] | None) -> None:
-        """Take every exited process (of ``names``, or all) out of rotation and recover it."""
+        """Take every ended replica (of ``names``, or all) out of rotation and recover it."""
         if self._restarter is None:
             return
         launched = self._restarter.launched()
@@ -141,16 +146,20 @@ class Supervisor:
             else [i for name in names for i in self._instances.get(name, [name])]
         )
         for name in watched:
-            process = launched.get(name)
-            if process is None or name in self._recovering or process.popen.poll() is None:
+            replica = launched.get(name)
+            if replica is None or name in self._recovering:
+                continue
+            status = replica.exit_status()
+            if status is None:
                 continue
             health = self.health[name]
             health.deaths += 1
             health.up.clear()
-            status = describe_exit(process.popen.returncode)
             self.out_of_rotation[name] = f"server {name!r} died ({status})"
-            tail = log_tail(process.log_path, _TAIL_LINES)
-            quoted = f"; last lines of {process.log_path}:\n{tail}" if tail else ""
+            if self.on_rotation is not None:
+                self.on_rotation(name, False)
+            tail = log_tail(replica.log_path, _TAIL_LINES) if replica.log_path else ""
+            quoted = f"; last lines of {replica.log_path}:\n{tail}" if tail else ""
             self._report(f"rollgym: server {name!r} died ({status}){quoted}")
             # An empty context: called from a rollout's attempt, the recovery must not run
             # inside that rollout's trace.
@@ -161,7 +170,7 @@ class Supervisor:
 
     async def _recover(self, name: str, status: str) -> None:
         """Restart while restarts are left; a server with none left stays in ``_recovering``
-        (its dead process is not reported twice)."""
+        (its dead replica is not reported twice)."""
         assert self._restarter is not None
         health = self.health[name]
         while health.restarts < health.restart_limit:
@@ -176,6 +185,8 @@ class Supervisor:
                 self._report(f"rollgym: restart of {name!r} failed: {exc}")
                 continue
             del self.out_of_rotation[name]
+            if self.on_rotation is not None:
+                self.on_rotation(name, True)
             health.up.set()
             self._report(f"rollgym: server {name!r} is back at {url}")
             del self._recovering[name]
@@ -211,8 +222,22 @@ class Supervisor:
         return None
 
     def to_json(self) -> dict[str, Any]:
-        """``summary.json`` -> ``servers``: deaths, restarts and whether it ended down."""
-        return {name: health.to_json() for name, health in sorted(self.health.items())}
+        """``summary.json`` -> ``servers``: per server, deaths, restarts and whether it ended
+        down. A server with replicas adds them up (``down``: all of them ended down) and
+        lists each under ``replicas``."""
+        servers: dict[str, Any] = {}
+        for name, instances in sorted(self._instances.items()):
+            each = {instance: self.health[instance].to_json() for instance in instances}
+            if len(instances) == 1:
+                servers[name] = each[name]
+                continue
+            servers[name] = {
+                "deaths": sum(entry["deaths"] for entry in each.values()),
+                "restarts": sum(entry["restarts"] for entry in each.values()),
+                "down": all(entry["down"] for entry in each.values()),
+                "replicas": each,
+            }
+        return servers
 
     def gone(self) -> list[str]:
         """Why each server that ended the run out of rotation is gone (for the final report)."""

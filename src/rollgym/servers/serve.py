@@ -77,6 +77,7 @@ def setup_server_telemetry(spec: ServeSpec, environ: Mapping[str, str] | None = 
         run_id=spec.run_id,
         server_name=spec.name,
         server_kind=spec.kind,
+        server_instance=spec.instance,
     )
 
 

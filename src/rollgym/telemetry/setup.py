@@ -24,7 +24,7 @@ from opentelemetry import metrics as metrics_api
 from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
-from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 
@@ -147,6 +147,7 @@ def setup_telemetry(
     run_id: str,
     server_name: str | None = None,
     server_kind: str | None = None,
+    server_instance: str | None = None,
     span_exporter: SpanExporter | None = None,
     metric_reader: MetricReader | None = None,
     embedded: bool = False,
@@ -154,6 +155,10 @@ def setup_telemetry(
 ) -> TelemetryHandle:
     """Install providers for this process and configure the gate.
 
+    ``server_instance`` names this replica of the server (``name`` or ``name@<i>``): it makes
+    ``service.instance.id`` (``<run id>:<instance>``), so the replicas of one server are one
+    server in every query by ``gym.server.name`` and still apart where a backend needs each
+    process's metric streams apart.
     ``span_exporter`` / ``metric_reader`` replace the configured exporters (tests, benches).
     With ``OTEL_SDK_DISABLED`` or nothing to export, no provider is built and every gate stays
     closed. ``store_token`` is the bearer token of the run's local trace store when it listens
@@ -164,7 +169,7 @@ def setup_telemetry(
     _quiet_exporter_logs()
     handle = TelemetryHandle(flush_timeout_s=settings.flush_timeout_s)
     caller = caller_provider() if embedded and settings.groups else None
-    resource = _resource(service_name, run_id, server_name, server_kind)
+    resource = _resource(service_name, run_id, server_name, server_kind, server_instance)
     exporter = None
     if caller is not None:
         handle.caller_provider = caller
@@ -300,10 +305,20 @@ def _install_meter_provider(provider: MeterProvider) -> None:
 
 
 def _resource(
-    service_name: str, run_id: str, server_name: str | None, server_kind: str | None
+    service_name: str,
+    run_id: str,
+    server_name: str | None,
+    server_kind: str | None,
+    server_instance: str | None = None,
 ) -> Resource:
-    """Run and server identity on every span and point; ``OTEL_SERVICE_NAME`` wins for the name."""
+    """Run and server identity on every span and point; ``OTEL_SERVICE_NAME`` wins for the name.
+
+    A server's replica sets ``service.instance.id``: replicas share everything else, and two
+    processes exporting the same metric under one identity would overwrite each other.
+    """
     attributes: dict[str, str] = {names.RUN_ID: run_id}
+    if server_instance:
+        attributes[SERVICE_INSTANCE_ID] = f"{run_id}:{server_instance}"
     if server_name:
         attributes[names.SERVER_NAME] = server_name
     if server_kind:

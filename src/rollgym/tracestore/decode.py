@@ -25,6 +25,8 @@ from rollgym.telemetry import names
 
 JSON_TYPE = "application/json"
 PROTOBUF_TYPE = "application/x-protobuf"
+#: Media types read as OTLP protobuf (an absent Content-Type too).
+PROTOBUF_MEDIA_TYPES = frozenset({PROTOBUF_TYPE, "application/protobuf", ""})
 
 
 class PayloadError(ValueError):
@@ -33,6 +35,14 @@ class PayloadError(ValueError):
     def __init__(self, message: str, *, too_large: bool = False) -> None:
         super().__init__(message)
         self.too_large = too_large
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Raised in a decode worker process and re-raised in the receiver: keep ``too_large``.
+        return (_payload_error, (str(self), self.too_large))
+
+
+def _payload_error(message: str, too_large: bool) -> PayloadError:
+    return PayloadError(message, too_large=too_large)
 
 
 def decompress(body: bytes, encoding: str, limit: int) -> bytes:
@@ -54,10 +64,15 @@ def decompress(body: bytes, encoding: str, limit: int) -> bytes:
     return data
 
 
+def media_type(content_type: str) -> str:
+    """``Content-Type`` without parameters, lowercase."""
+    return content_type.split(";", 1)[0].strip().lower()
+
+
 def parse_traces(body: bytes, content_type: str) -> ExportTraceServiceRequest:
     """Parse an ExportTraceServiceRequest in either OTLP/HTTP encoding."""
     request = ExportTraceServiceRequest()
-    mime = content_type.split(";", 1)[0].strip().lower()
+    mime = media_type(content_type)
     if mime == JSON_TYPE:
         try:
             document = orjson.loads(body)
@@ -71,7 +86,7 @@ def parse_traces(body: bytes, content_type: str) -> ExportTraceServiceRequest:
         except (json_format.ParseError, TypeError, ValueError) as exc:
             raise PayloadError(f"invalid OTLP JSON: {exc}") from exc
         return request
-    if mime in (PROTOBUF_TYPE, "application/protobuf", ""):
+    if mime in PROTOBUF_MEDIA_TYPES:
         try:
             request.ParseFromString(body)
         except (ProtobufDecodeError, RuntimeError, ValueError) as exc:
@@ -164,10 +179,11 @@ def to_rows(request: ExportTraceServiceRequest, resource_id: ResourceIds) -> Spa
     ``resource_id`` maps a Resource to a stable row id so identical resources are stored once;
     every batch carries the rows of the resources it references (inserted OR IGNORE), so a
     batch is self-contained whatever happened to earlier ones. Dispatch spans also get a row in
-    ``dispatches`` so ``ls`` never scans spans.
+    ``dispatches`` so ``ls`` never scans spans. This reads message objects (the JSON encoding,
+    and the reference for :mod:`rollgym.tracestore.wire_rows`, which reads protobuf bytes
+    directly into the same :func:`add_span`).
     """
     batch = SpanBatch()
-    span_rows = batch.spans.append
     for resource_spans in request.resource_spans:
         res_id, run_id, resource_row = resource_id(resource_spans.resource)
         batch.resources.append(resource_row)
@@ -179,79 +195,105 @@ def to_rows(request: ExportTraceServiceRequest, resource_id: ResourceIds) -> Spa
                     value = kv.value
                     kind = value.WhichOneof("value")
                     attrs[kv.key] = getattr(value, kind) if kind in _SCALARS else any_value(value)
-                rollout_id = attrs.get(names.ROLLOUT_ID)
-                if rollout_id is not None and not isinstance(rollout_id, str):
-                    rollout_id = str(rollout_id)
-                trace_id = span.trace_id
-                span_id = span.span_id
-                if len(trace_id) != 16 or len(span_id) != 8:
-                    raise PayloadError("span with invalid trace_id or span_id length")
-                parent = span.parent_span_id or None
-                events = None
-                if span.events:
-                    events = json_text(
-                        [
-                            {
-                                "name": event.name,
-                                "time_ns": event.time_unix_nano,
-                                "attributes": attributes(event.attributes),
-                            }
-                            for event in span.events
-                        ]
-                    )
-                for index, link in enumerate(span.links):
-                    batch.links.append(
-                        (
-                            trace_id,
-                            span_id,
-                            index,
-                            link.trace_id,
-                            link.span_id,
-                            json_text(attributes(link.attributes)) if link.attributes else None,
-                        )
-                    )
-                span_rows(
-                    (
-                        trace_id,
-                        span_id,
-                        parent,
-                        span.name,
-                        span.kind,
-                        span.start_time_unix_nano,
-                        span.end_time_unix_nano,
-                        span.status.code,
-                        span.status.message or None,
-                        res_id,
-                        scope,
-                        rollout_id,
-                        run_id,
-                        json_text(attrs),
-                        events,
-                        len(span.links),
-                    )
+                events = [
+                    {
+                        "name": event.name,
+                        "time_ns": event.time_unix_nano,
+                        "attributes": attributes(event.attributes),
+                    }
+                    for event in span.events
+                ]
+                links = [
+                    (link.trace_id, link.span_id, attributes(link.attributes) or None)
+                    for link in span.links
+                ]
+                add_span(
+                    batch,
+                    (span.trace_id, span.span_id, span.parent_span_id, span.name, span.kind),
+                    (span.start_time_unix_nano, span.end_time_unix_nano),
+                    (span.status.code, span.status.message),
+                    (res_id, scope, run_id),
+                    attrs,
+                    events,
+                    links,
                 )
-                if span.name == names.SPAN_DISPATCH:
-                    batch.dispatches.append(_dispatch_row(span, attrs, rollout_id, run_id))
     return batch
 
 
-def _dispatch_row(span: Any, attrs: dict[str, Any], rollout_id: str | None, run_id: str | None):
-    reward = attrs.get(names.ROLLOUT_REWARD)
-    attempt = attrs.get(names.ROLLOUT_ATTEMPT)
-    return (
-        span.trace_id,
-        span.span_id,
-        1 if not span.parent_span_id else 0,
-        rollout_id,
-        attempt if isinstance(attempt, int) else None,
-        attrs.get(names.DISPATCH_NAME),
-        attrs.get(names.ROLLOUT_OUTCOME),
-        float(reward) if isinstance(reward, int | float) else None,
-        span.start_time_unix_nano,
-        max(0, span.end_time_unix_nano - span.start_time_unix_nano),
-        run_id,
-        len(span.links),
+#: A link as read from a request: (trace id, span id, attributes or None).
+LinkParts = tuple[bytes, bytes, dict[str, Any] | None]
+
+
+def add_span(
+    batch: SpanBatch,
+    identity: tuple[bytes, bytes, bytes, str, int],
+    times: tuple[int, int],
+    status: tuple[int, str],
+    origin: tuple[int, str | None, str | None],
+    attrs: dict[str, Any],
+    events: list[dict[str, Any]],
+    links: list[LinkParts],
+) -> None:
+    """Append one span's rows: ``identity`` = (trace id, span id, parent id or b"", name,
+    kind), ``origin`` = (resource row id, scope name or None, run id)."""
+    trace_id, span_id, parent, name, kind = identity
+    if len(trace_id) != 16 or len(span_id) != 8:
+        raise PayloadError("span with invalid trace_id or span_id length")
+    start_ns, end_ns = times
+    res_id, scope, run_id = origin
+    rollout_id = attrs.get(names.ROLLOUT_ID)
+    if rollout_id is not None and not isinstance(rollout_id, str):
+        rollout_id = str(rollout_id)
+    for index, (linked_trace, linked_span, link_attrs) in enumerate(links):
+        batch.links.append(
+            (
+                trace_id,
+                span_id,
+                index,
+                linked_trace,
+                linked_span,
+                json_text(link_attrs) if link_attrs else None,
+            )
+        )
+    batch.spans.append(
+        (
+            trace_id,
+            span_id,
+            parent or None,
+            name,
+            kind,
+            start_ns,
+            end_ns,
+            status[0],
+            status[1] or None,
+            res_id,
+            scope,
+            rollout_id,
+            run_id,
+            json_text(attrs),
+            json_text(events) if events else None,
+            len(links),
+        )
     )
+    if name == names.SPAN_DISPATCH:
+        reward = attrs.get(names.ROLLOUT_REWARD)
+        attempt = attrs.get(names.ROLLOUT_ATTEMPT)
+        batch.dispatches.append(
+            (
+                trace_id,
+                span_id,
+                0 if parent else 1,
+                rollout_id,
+                attempt if isinstance(attempt, int) else None,
+                attrs.get(names.DISPATCH_NAME),
+                attrs.get(names.ROLLOUT_OUTCOME),
+                float(reward) if isinstance(reward, int | float) else None,
+                start_ns,
+                max(0, end_ns - start_ns),
+                run_id,
+                len(links),
+            )
+        )
 
 
 def hex_id(raw: bytes | None) -> str | None:
@@ -270,12 +312,14 @@ def id_bytes(text: str) -> bytes:
 __all__ = [
     "PayloadError",
     "SpanBatch",
+    "add_span",
     "any_value",
     "attributes",
     "decompress",
     "hex_id",
     "id_bytes",
     "json_text",
+    "media_type",
     "parse_traces",
     "to_rows",
 ]

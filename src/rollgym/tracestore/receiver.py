@@ -80,9 +80,7 @@ async def _read_body(request: web.Request) -> bytes:
 async def _traces(request: web.Request) -> web.Response:
     try:
         body = await _read_body(request)
-        writer = request.app[WRITER_KEY]
-        batch = await asyncio.to_thread(writer.decode_rows, body, request.content_type)
-        await writer.submit(batch)
+        await request.app[WRITER_KEY].store(body, request.content_type)
     except PayloadError as exc:
         return _error(request, exc)
     except Exception as exc:  # a storage failure: retryable for the exporter

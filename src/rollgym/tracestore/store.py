@@ -8,8 +8,8 @@ request is one transaction, so a batch is never half-written.
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -97,18 +97,20 @@ def connect_readonly(db_path: str | Path) -> sqlite3.Connection:
 
 
 class ResourceRegistry:
-    """Thread-safe Resource -> row id, so decoding can run outside the writer thread.
+    """Resource -> row id, the same in every process that decodes for one store.
 
-    Ids are assigned in memory (seeded from the database) and each batch re-inserts the rows
-    it references with INSERT OR IGNORE, so a rolled-back batch never leaves a dangling id.
+    A resource already in the database keeps its id (read once, when the registry is made); a
+    new one gets an id derived from its fingerprint (the deterministic serialization), so
+    decode workers need no shared counter and a restarted store gives it the same id again.
+    Each batch re-inserts the resource rows it references with INSERT OR IGNORE, so a
+    rolled-back batch never leaves a dangling id. Safe to share between threads: a racing
+    first sight of a resource computes the same entry twice.
     """
 
     def __init__(self, conn: sqlite3.Connection) -> None:
-        self._lock = threading.Lock()
         self._known: dict[bytes, tuple[int, str | None, tuple[Any, ...]]] = {}
         for row in conn.execute("SELECT * FROM resources"):
-            self._known[row[1]] = (row[0], row[2], tuple(row))
-        self._next = 1 + max((known[0] for known in self._known.values()), default=0)
+            self._known[bytes(row[1])] = (row[0], row[2], tuple(row))
 
     def __call__(self, resource: Resource) -> tuple[int, str | None, tuple[Any, ...]]:
         fingerprint = resource.SerializeToString(deterministic=True)
@@ -119,13 +121,16 @@ class ResourceRegistry:
         run_id = attrs.get(names.RUN_ID)
         run_id = None if run_id is None else str(run_id)
         service = attrs.get(names.SERVICE_NAME)
-        with self._lock:
-            known = self._known.get(fingerprint)
-            if known is None:
-                row = (self._next, fingerprint, run_id, service, json_text(attrs))
-                known = self._known[fingerprint] = (self._next, run_id, row)
-                self._next += 1
+        row_id = resource_row_id(fingerprint)
+        row = (row_id, fingerprint, run_id, service, json_text(attrs))
+        known = self._known[fingerprint] = (row_id, run_id, row)
         return known
+
+
+def resource_row_id(fingerprint: bytes) -> int:
+    """A positive 63-bit id from a resource's fingerprint (collisions: about 2**-63 a pair)."""
+    digest = hashlib.blake2b(fingerprint, digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
 
 
 class TraceStore:

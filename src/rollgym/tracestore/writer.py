@@ -1,14 +1,16 @@
 """The store's writer thread: inserts off the event loop, one transaction per request.
 
 Why a thread: SQLite writes are blocking work; on the event loop they would stall every other
-exporter's connection. Decoding happens before (in worker threads: ``decode_rows``), so a bad
-payload is answered 400 without touching the queue, and decoding of the next request overlaps
-with SQLite's insert of the previous one (sqlite3 releases the GIL while it steps). The loop
-hands each decoded batch to this thread and awaits a future that resolves only after the
+exporter's connection. Decoding happens before, in worker processes
+(:mod:`rollgym.tracestore.decode_pool`), so a bad payload is answered 400 without touching the
+queue, and decoding of the next requests runs beside SQLite's insert of the previous ones on
+other cores. The loop hands each packed batch to this thread (which unpacks it right before
+the insert) and awaits a future that resolves only after the
 batch's transaction has COMMITTED, so
 an HTTP 200 from the receiver means "durably accepted" (WAL with ``synchronous=NORMAL``: survives
 a crash of the process, not necessarily a power loss). Back-pressure: at most ``max_pending``
-requests wait; further senders wait on a semaphore in the loop (they are not rejected).
+requests are being decoded or wait for the writer; further senders wait on a semaphore in the
+loop (they are not rejected), which bounds the store's memory.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollgym.tracestore.decode import SpanBatch, parse_traces, to_rows
-from rollgym.tracestore.store import ResourceRegistry, TraceStore
+from rollgym.tracestore.decode_pool import DEFAULT_WORKERS, DecodePool, unpack
+from rollgym.tracestore.store import TraceStore
 
 log = logging.getLogger(__name__)
 _GROUP = 16  # at most this many queued requests share one COMMIT (each under a SAVEPOINT)
@@ -29,21 +31,23 @@ _GROUP = 16  # at most this many queued requests share one COMMIT (each under a 
 
 @dataclass(frozen=True)
 class _Job:
-    batch: SpanBatch
+    packed: bytes
     future: asyncio.Future[int]
     loop: asyncio.AbstractEventLoop
 
 
 class BatchWriter:
-    """Owns the TraceStore; accepts decoded-later request bodies from the event loop."""
+    """Owns the TraceStore and its decode workers; stores request bodies from the event loop."""
 
-    def __init__(self, db_path: str | Path, *, max_pending: int = 64) -> None:
+    def __init__(
+        self, db_path: str | Path, *, max_pending: int = 64, decode_workers: int = DEFAULT_WORKERS
+    ) -> None:
         self._db_path = Path(db_path)
+        self._decoder = DecodePool(self._db_path, decode_workers)
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._slots = asyncio.Semaphore(max_pending)
         self._ready = threading.Event()
         self._error: BaseException | None = None
-        self._resources: ResourceRegistry | None = None
         self._thread = threading.Thread(target=self._run, name="tracestore-writer", daemon=True)
         self.spans_written = 0
 
@@ -53,22 +57,24 @@ class BatchWriter:
         self._ready.wait()
         if self._error is not None:
             raise self._error
+        self._decoder.start()
 
-    def decode_rows(self, body: bytes, content_type: str) -> SpanBatch:
-        """Payload -> rows (thread-safe; raises PayloadError). Run it in a worker thread."""
-        assert self._resources is not None, "start() first"
-        return to_rows(parse_traces(body, content_type), self._resources)
+    async def store(self, body: bytes, content_type: str) -> int:
+        """Decode and store one OTLP request atomically; its span count once committed.
 
-    async def submit(self, batch: SpanBatch) -> int:
-        """Store one decoded request atomically; returns its span count once committed."""
+        Raises PayloadError (nothing stored) for a bad payload, DecoderUnavailable when a
+        decode worker died under it, and the store's error when its transaction failed.
+        """
         async with self._slots:
+            packed = await self._decoder.decode(body, content_type)
             loop = asyncio.get_running_loop()
             future: asyncio.Future[int] = loop.create_future()
-            self._queue.put(_Job(batch, future, loop))
+            self._queue.put(_Job(packed, future, loop))
             return await asyncio.shield(future)
 
     def close(self) -> None:
         """Finish every queued request, then close (checkpoint) the store. Blocking."""
+        self._decoder.close()
         if self._thread.is_alive():
             self._queue.put(None)
             self._thread.join()
@@ -78,7 +84,6 @@ class BatchWriter:
     def _run(self) -> None:
         try:
             store = TraceStore(self._db_path)
-            self._resources = store.resources
         except BaseException as exc:  # surfaced by start()
             self._error = exc
             self._ready.set()
@@ -100,9 +105,10 @@ class BatchWriter:
     def _write(self, jobs: list[_Job], store: TraceStore) -> None:
         if not jobs:
             return
-        errors = store.write_batches([job.batch for job in jobs])
-        for job, error in zip(jobs, errors, strict=True):
-            count = len(job.batch.spans)
+        batches = [unpack(job.packed) for job in jobs]
+        errors = store.write_batches(batches)
+        for job, batch, error in zip(jobs, batches, errors, strict=True):
+            count = len(batch.spans)
             if error is None:
                 self.spans_written += count
             else:  # answered 503 to the sender; the store stays as it was

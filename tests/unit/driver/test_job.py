@@ -24,3 +24,24 @@ def test_a_given_run_id_names_the_default_output_dir(
     monkeypatch.chdir(tmp_path)
     config = validate_config({"run": {"input": "rows.jsonl", "run_id": "r1"}})
     assert resolve_run(config) == ("r1", Path("runs") / "r1")
+
+
+async def test_a_replica_the_supervisor_saw_die_is_held_out_by_the_drivers_client() -> None:
+    from rollgym.driver.api import Collector
+    from rollgym.driver.job import replica_rotation
+    from rollgym.placement.launcher import ServerUrls
+
+    replicas = ["http://127.0.0.1:1001", "http://127.0.0.1:1002", "http://127.0.0.1:1003"]
+    urls = ServerUrls({"a": replicas[0]}, replicas={"a": replicas})
+    async with Collector({"a": replicas[0]}, agent="a", replicas=urls.replicas) as collector:
+        changed = replica_rotation(collector, urls)
+        target = collector.client.replicas.for_url(replicas[0])
+        assert target is not None
+        changed("a@2", False)  # died: out, and no pick tries it
+        assert target.held == {replicas[2]}
+        assert {target.pick() for _ in range(6)} == set(replicas[:2])
+        changed("a@2", True)  # its restart is healthy
+        assert target.held == set()
+        assert {target.pick() for _ in range(6)} == set(replicas)
+        changed("other", False)  # not a replica of a launched server: nothing to do
+        assert target.held == set()

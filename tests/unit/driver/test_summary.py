@@ -6,7 +6,7 @@ from math import comb
 
 import pytest
 
-from rollgym.driver.summary import Aggregator, pass_at_k
+from rollgym.driver.summary import Aggregator, merge_replicas, pass_at_k
 
 
 @pytest.mark.parametrize(
@@ -43,3 +43,45 @@ def test_failures_are_not_zero_rewards() -> None:
     agg.add_result("a", 0, 1.0)
     agg.add_failure("a", "http_5xx")
     assert agg.by_dispatch_name()["a"]["mean_reward"] == 1.0
+
+
+def test_replicas_add_up_to_their_server() -> None:
+    per_replica = {
+        "env": {
+            "count": 3,
+            "mean_reward": 1.0,
+            "pass_rate": 1.0,
+            "seeded": 4,
+            "tool_calls": {"add": 5, "mul": 1},
+            "sandbox": {"created": 2, "image": "py:3.11"},
+            "flag": True,
+        },
+        "env@1": {
+            "count": 1,
+            "mean_reward": 0.0,
+            "pass_rate": 0.0,
+            "seeded": 1,
+            "tool_calls": {"add": 2},
+            "sandbox": {"created": 1, "image": "py:3.12"},
+            "flag": True,
+        },
+        "env@2": {"error": "HTTP 503: down"},
+    }
+    merged = merge_replicas(per_replica)
+    assert merged["count"] == 4
+    assert merged["seeded"] == 5
+    assert merged["mean_reward"] == pytest.approx(0.75)  # 3 x 1.0 and 1 x 0.0 over 4
+    assert merged["pass_rate"] == pytest.approx(0.75)
+    assert merged["tool_calls"] == {"add": 7, "mul": 1}
+    # values that differ and cannot be added are left to the replicas' own entries
+    assert merged["sandbox"] == {"created": 3}
+    assert merged["flag"] is True
+    assert merged["replicas"] == per_replica  # each replica still listed, its error too
+
+
+def test_a_server_whose_replicas_all_failed_says_so() -> None:
+    merged = merge_replicas({"env": {"error": "x"}, "env@1": {"error": "y"}})
+    assert merged == {
+        "error": "no replica answered",
+        "replicas": {"env": {"error": "x"}, "env@1": {"error": "y"}},
+    }

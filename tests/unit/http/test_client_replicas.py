@@ -27,6 +27,21 @@ class Replica:
         self.hold.set()
         self.runner: web.AppRunner | None = None
         self.url = ""
+        self.streams = 0
+        #: Streams wait here after their first event, until set.
+        self.stream_hold = asyncio.Event()
+        self.stream_hold.set()
+
+    async def handle_stream(self, request: web.Request) -> web.StreamResponse:
+        """Server-sent events: ``first``, then (once ``stream_hold`` is set) this replica's URL."""
+        self.streams += 1
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(b"data: first\n\n")
+        await self.stream_hold.wait()
+        await response.write(f"data: {self.url}\n\n".encode())
+        await response.write_eof()
+        return response
 
     async def handle(self, request: web.Request) -> web.Response:
         self.served += 1
@@ -35,6 +50,7 @@ class Replica:
 
     async def start(self) -> None:
         app = web.Application()
+        app.router.add_post("/stream", self.handle_stream)
         app.router.add_post("/{tail:.*}", self.handle)
         self.runner = web.AppRunner(app)
         await self.runner.setup()
@@ -83,6 +99,19 @@ def test_a_replica_marked_down_is_skipped_until_it_comes_back() -> None:
     assert {replicas.pick() for _ in range(5)} == {"http://b:2"}
     replicas.mark_up("http://a:1/")
     assert {replicas.pick() for _ in range(4)} == {"http://a:1", "http://b:2"}
+
+
+def test_a_held_replica_stays_out_until_released(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(replicas_module, "RETRY_DOWN_S", 0.0)  # refused ones are retried at once
+    replicas = ReplicaSet(["http://a:1", "http://b:2"])
+    replicas.mark_down("http://a:1")
+    replicas.hold("http://a:1/")  # the supervisor saw it die: not retried, however long
+    assert {replicas.pick() for _ in range(5)} == {"http://b:2"}
+    replicas.release("http://a:1")  # its restart is healthy
+    assert {replicas.pick() for _ in range(4)} == {"http://a:1", "http://b:2"}
+    replicas.hold("http://a:1")
+    replicas.hold("http://b:2")
+    assert replicas.pick() in {"http://a:1", "http://b:2"}  # all out: still an answer
 
 
 def test_table_balances_only_servers_with_several_replicas() -> None:
@@ -141,3 +170,55 @@ async def test_a_refusing_replica_leaves_rotation_at_once(
         assert target is not None and dead in target.down
     assert outcomes.count("refused") == 1  # the first pick of it, then never again
     assert set(outcomes) - {"refused"} == {replicas[0].url, replicas[1].url}
+
+
+async def _events(response: object) -> list[str]:
+    """The ``data:`` lines of an SSE answer, read to its end."""
+    content = response.content  # type: ignore[attr-defined]
+    return [line.decode().strip()[6:] async for line in content if line.startswith(b"data: ")]
+
+
+async def test_streams_are_balanced_and_outstanding_until_they_end(
+    replicas: list[Replica],
+) -> None:
+    urls = [replica.url for replica in replicas[:2]]
+    replicas[0].stream_hold.clear()
+    replicas[1].stream_hold.clear()
+    async with HttpClient(replicas={"model": urls}) as client:
+        target = client.replicas.for_url(urls[0])
+        assert target is not None
+        async with client.stream("model", urls[0] + "/stream", {}) as first:
+            assert await first.content.readline() == b"data: first\n"
+            async with client.stream("model", urls[0] + "/stream", {}) as second:
+                assert await second.content.readline() == b"data: first\n"
+                # one open stream on each replica (least outstanding), counted while open
+                assert [replica.streams for replica in replicas[:2]] == [1, 1]
+                assert target.outstanding == {urls[0]: 1, urls[1]: 1}
+                replicas[1].stream_hold.set()
+                assert await _events(second) == [urls[1]]
+            # the second stream has ended: only the first, still open, counts
+            assert target.outstanding == {urls[0]: 1, urls[1]: 0}
+            # so plain requests go to the other replica while it lasts
+            answers = [await client.post_json("model", urls[0] + "/run", {}) for _ in range(3)]
+            assert {answer.replica for answer in answers} == {urls[1]}
+            replicas[0].stream_hold.set()
+            assert await _events(first) == [urls[0]]
+        assert target.outstanding == {urls[0]: 0, urls[1]: 0}
+
+
+async def test_a_refused_stream_takes_its_replica_out(
+    replicas: list[Replica], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(replicas_module, "RETRY_DOWN_S", 3600.0)
+    dead = f"http://127.0.0.1:{_free_port()}"
+    urls = [dead, replicas[0].url]
+    async with HttpClient(replicas={"model": urls}) as client:
+        with pytest.raises(ConnectionRefused):
+            async with client.stream("model", dead + "/stream", {}):
+                pass
+        target = client.replicas.for_url(dead)
+        assert target is not None and dead in target.down
+        for _ in range(3):
+            async with client.stream("model", dead + "/stream", {}) as answer:
+                assert await _events(answer) == ["first", replicas[0].url]
+    assert replicas[0].streams == 3

@@ -45,6 +45,34 @@ def test_resource_attributes_on_every_span(monkeypatch):
     assert handle.counts() == {"spans_exported": 1, "spans_dropped": 0}
 
 
+def test_replicas_of_one_server_differ_only_by_service_instance_id(monkeypatch):
+    """Two replicas' metric points: one server by ``gym.server.name``, two streams apart."""
+    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+    resources = []
+    for instance in ("env", "env@1"):
+        reader = InMemoryMetricReader()
+        handle = setup_telemetry(
+            TelemetrySettings(groups=PRESETS["default"], traces_exporter="none"),
+            service_name="env",
+            run_id="run-42",
+            server_name="env",
+            server_kind="environment",
+            server_instance=instance,
+            metric_reader=reader,
+        )
+        handle.http_metrics.request_started("arith")
+        data = reader.get_metrics_data()
+        handle.shutdown()
+        resources.append(dict(data.resource_metrics[0].resource.attributes))
+    first, second = resources
+    assert first["service.instance.id"] == "run-42:env"
+    assert second["service.instance.id"] == "run-42:env@1"
+    assert {k: v for k, v in first.items() if k != "service.instance.id"} == {
+        k: v for k, v in second.items() if k != "service.instance.id"
+    }
+    assert first["gym.server.name"] == "env"
+
+
 def test_otel_service_name_wins(monkeypatch):
     monkeypatch.setenv("OTEL_SERVICE_NAME", "my-trainer")
     exporter = InMemorySpanExporter()
