@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import struct
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterable
+from itertools import chain
 from operator import itemgetter
 from typing import Any, Literal
 
@@ -59,13 +60,28 @@ def capture_mode(requested: str | None, trajectories: bool | None, tokens: bool 
     return asked
 
 
-def _common_prefix(left: Sequence[Any], right: Sequence[Any]) -> int:
+def _common_prefix(left: Iterable[Any], right: Iterable[Any]) -> int:
     count = 0
     for a, b in zip(left, right, strict=False):
         if a != b:
             break
         count += 1
     return count
+
+
+def _starts_with(ids: array[int], pieces: list[array[int]], length: int) -> bool:
+    """Whether ``ids`` begins with the pieces laid end to end (``length`` in all). Each piece
+    is compared as one array slice (a memcpy and a memcmp), so the previous sequence need not
+    be held a second time: the pieces are the arrays the turns already keep."""
+    if len(ids) < length:
+        return False
+    offset = 0
+    for piece in pieces:
+        end = offset + len(piece)
+        if ids[offset:end] != piece:
+            return False
+        offset = end
+    return True
 
 
 def _token_ids(value: Any) -> array[int] | None:
@@ -157,7 +173,9 @@ class TrajectoryRecorder:
         self.truncated = 0  # texts cut to tool_output_max_bytes
         self._messages: list[dict[str, Any]] = []  # the previous request's + its answer
         self._tools: Any = None
-        self._sequence: array[int] | None = None  # previous prompt + completion ids
+        #: The previous prompt + completion, as the arrays the turns hold; None: unknown.
+        self._pieces: list[array[int]] | None = None
+        self._length = 0
         self._prefix_ok = True
         self._usage = {"prompt_tokens": 0, "completion_tokens": 0}
         self._model_calls = 0
@@ -244,21 +262,21 @@ class TrajectoryRecorder:
         completion = _token_ids(choice.get("token_ids"))
         if prompt is None or completion is None:
             turn["tokens_missing"] = True  # the engine did not answer them; never recomputed
-            self._sequence = None
+            self._pieces = None
             self._prefix_ok = False
             return
-        previous = self._sequence
+        pieces = self._pieces
         extends = False
-        if previous is not None:
-            # arrays compare in C, and the slice is one memcpy: no per-token Python work
-            extends = len(prompt) >= len(previous) and prompt[: len(previous)] == previous
+        if pieces is not None:
+            extends = _starts_with(prompt, pieces, self._length)
             turn["extends_previous"] = extends
             if not extends:
                 self._prefix_ok = False
-                turn["mismatch_at"] = _common_prefix(previous, prompt)
-        start = len(previous) if previous is not None and extends else 0
+                turn["mismatch_at"] = _common_prefix(chain.from_iterable(pieces), prompt)
+        start = self._length if extends else 0
+        kept = prompt[start:] if start else prompt
         turn["prompt_start"] = start
-        turn["prompt_ids"] = prompt[start:] if start else prompt
+        turn["prompt_ids"] = kept
         turn["completion_ids"] = completion
         content = _logprob_content(choice)
         logprobs = _logprobs_of(content) if content is not None else None
@@ -267,7 +285,11 @@ class TrajectoryRecorder:
             turn["logprobs_mismatch"] = True  # recorded as the engine gave them
         if top and content is not None:
             turn["top_tokens"], turn["top_logprobs"] = _top_logprobs_of(content)
-        self._sequence = prompt + completion
+        if extends and pieces is not None:
+            pieces += (kept, completion)
+        else:
+            self._pieces = [kept, completion]
+        self._length = len(prompt) + len(completion)
 
     def tool_call(self, name: str, arguments: dict[str, Any], output: str) -> None:
         """One environment tool call and its text output (what the model reads next); an
