@@ -180,7 +180,10 @@ def test_resume_after_kill_9_keeps_one_trajectory_per_rollout(job: Job) -> None:
 
 def test_parquet_export_reads_back_with_pyarrow(job: Job) -> None:
     pq = pytest.importorskip("pyarrow.parquet")
-    job.write(_servers(), _keychain_rows(6), agent="walker", repeats=3, capture_tokens=True)
+    rows = _keychain_rows(6)
+    for row in rows[::2]:  # half the rows ask for the engine's top-2 alternatives per token
+        row["sampling"] = {"top_logprobs": 2}
+    job.write(_servers(), rows, agent="walker", repeats=3, capture_tokens=True)
     assert job.run().returncode == 0
     out = job.root / "table.parquet"
     exported = subprocess.run(
@@ -216,8 +219,24 @@ def test_parquet_export_reads_back_with_pyarrow(job: Job) -> None:
         assert row["prompt_ids"] == sequence.prompt_ids
         assert row["completion_ids"] == sequence.completion_ids
         assert row["loss_mask"] == sequence.loss_mask
+        _check_top_logprobs(row, asked=row["task_index"] % 2 == 0)
     groups = {row["group_id"] for row in rows}
     assert groups == set(range(6))
+
+
+def _check_top_logprobs(row: dict[str, Any], *, asked: bool) -> None:
+    """Where asked, every generated token has its 2 alternatives, the engine's own token first
+    with its log-probability; tokens the model did not generate (and rows that did not ask)
+    have none."""
+    tokens, logprobs = row["top_tokens"], row["top_logprobs"]
+    assert len(tokens) == len(logprobs) == len(row["completion_ids"])
+    for index, generated in enumerate(row["loss_mask"]):
+        if not (asked and generated):
+            assert tokens[index] == [] and logprobs[index] == []
+            continue
+        assert len(tokens[index]) == len(logprobs[index]) == 2
+        assert toy_tokenizer.token_id(tokens[index][0]) == row["completion_ids"][index]
+        assert logprobs[index][0] == row["logprobs"][index] > logprobs[index][1]
 
 
 def test_export_without_trajectories_says_how_to_get_them(job: Job) -> None:
@@ -356,3 +375,52 @@ def test_token_fields_pass_through_the_openai_upstream_proxy(job: Job) -> None:
     assert len(trajectories) == 4
     for line in trajectories.values():
         _check_tokens(line)
+
+
+@pytest.mark.parametrize("through", ["engine", "proxy"])
+def test_streamed_sdk_answers_are_recorded_like_plain_ones(job: Job, through: str) -> None:
+    """An agent written with the official OpenAI SDK reads every answer as a stream: the
+    trajectory still holds each answer whole (content, tool calls, finish reason, the usage of
+    the last chunk) and the engine's streamed token ids and log-probabilities, so the token
+    sequence is the engine's, exactly as for plain answers; directly and through the
+    ``openai`` proxy, which passes the engine's stream through."""
+    pytest.importorskip("openai")
+    servers = _servers()
+    servers["streamer"] = {
+        "kind": "agent",
+        "impl": "sdk_agents:StreamingToolAgent",
+        "model": "policy",
+        "environment": "keys",
+    }
+    if through == "proxy":
+        servers["engine"] = servers.pop("policy")
+        servers["policy"] = {"kind": "model", "impl": "openai", "upstream": "engine", "model": "m"}
+        servers["keys"]["model"] = servers["walker"]["model"] = "engine"
+    rows = _keychain_rows(6)
+    for row in rows[::2]:
+        row["sampling"] = {"top_logprobs": 2}
+    job.write(servers, rows, agent="streamer", repeats=2, capture_tokens=True)
+    done = job.run()
+    assert done.returncode == 0, done.stdout + done.stderr
+    trajectories = _by_rollout(job)
+    assert len(trajectories) == 12 == len(job.rollouts)
+    for line in trajectories.values():
+        _check_tokens(line)  # the engine's exact sequence, mask and log-probabilities
+        model_turns = [t for t in line["trajectory"]["turns"] if t["type"] == "model"]
+        tool_turns = [t for t in line["trajectory"]["turns"] if t["type"] == "tool"]
+        assert len(tool_turns) == len(model_turns) - 1  # one tool call per turn, then answer
+        for turn in model_turns:
+            assert turn["streamed"] is True and "stream_incomplete" not in turn
+            assert turn["usage"]["completion_tokens"] == len(turn["completion_ids"])
+            assert turn["response_id"].startswith("chatcmpl-" + line["rollout_id"])
+            asked = line["task_index"] % 2 == 0
+            assert ("top_tokens" in turn) is asked
+            if asked:
+                assert [len(t) for t in turn["top_tokens"]] == [2] * len(turn["completion_ids"])
+        *calls, last = model_turns
+        for turn in calls:
+            assert turn["finish_reason"] == "tool_calls"
+            (call,) = turn["message"]["tool_calls"]
+            assert call["id"] and call["function"]["name"] == "read_key"
+            assert "key" in orjson.loads(call["function"]["arguments"])
+        assert last["finish_reason"] == "stop" and last["message"]["content"].startswith("Answer")

@@ -4,7 +4,8 @@ One row per finished rollout, plain columns (``datasets.load_dataset("parquet", 
 them as they are): ``rollout_id``, ``group_id`` (the task index: the rollouts of one task row
 form the group of group-relative methods), ``task_index``, ``rollout_index``, ``attempt``,
 ``dispatch_name``, ``reward``, ``prompt_ids``, ``completion_ids``, ``logprobs``, ``loss_mask``,
-``has_tokens``, ``prefix_ok``, ``model_calls``, ``prompt_tokens``, ``completion_tokens``.
+``top_tokens``, ``top_logprobs`` (per completion token, the alternatives when the run asked
+for ``top_logprobs``), ``has_tokens``, ``prefix_ok``, ``model_calls``, ``prompt_tokens``, ``completion_tokens``.
 
 Memory stays bounded: lines are streamed and written in row groups of ``batch_rows``. Only
 committed trajectories are read: those before the end of the last one a rollout line points
@@ -85,6 +86,8 @@ def export_row(record: dict[str, Any]) -> dict[str, Any]:
         "completion_ids": sequence.completion_ids if sequence else [],
         "logprobs": sequence.logprobs if sequence else [],
         "loss_mask": sequence.loss_mask if sequence else [],
+        "top_tokens": sequence.top_tokens if sequence else [],
+        "top_logprobs": sequence.top_logprobs if sequence else [],
         "has_tokens": sequence is not None,
         "prefix_ok": sequence.prefix_ok if sequence else False,
         "model_calls": trajectory.get("model_calls", 0),
@@ -107,6 +110,8 @@ def _schema(pa: Any) -> Any:
             ("completion_ids", pa.list_(pa.int64())),
             ("logprobs", pa.list_(pa.float64())),
             ("loss_mask", pa.list_(pa.int8())),
+            ("top_tokens", pa.list_(pa.list_(pa.string()))),
+            ("top_logprobs", pa.list_(pa.list_(pa.float64()))),
             ("has_tokens", pa.bool_()),
             ("prefix_ok", pa.bool_()),
             ("model_calls", pa.int64()),

@@ -11,19 +11,24 @@ The one place a request and its answer are seen is :meth:`RolloutTransport.befor
 (the same turn counter as ``RolloutContext.chat``) and the current ``traceparent``, and the
 call is a ``gym.model.chat`` span (gate ``model``) with the answer's usage, and, when the
 rollout records a trajectory, each chat completion (request body and JSON answer) goes into it
-through ``record``. Extend those two methods, not the SDK.
+through ``record``. A streamed chat completion (``stream=True``) is recorded too: its bytes
+pass through a :class:`~rollgym.trajectory.stream.ChatStreamJoiner` as the agent reads them,
+and the joined answer is recorded once the stream ends or is closed. Extend those methods,
+not the SDK.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext, suppress
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from rollgym.servers.sse import MEDIA_TYPE
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import gate
+from rollgym.trajectory.stream import ChatStreamJoiner
 
 if TYPE_CHECKING:
     import httpx2
@@ -74,6 +79,27 @@ class _RolloutHooks:
         """Read the answer's body only for the span or the trajectory, and only JSON."""
         return (span is not None or self.record is not None) and _is_json(response)
 
+    def stream_recorder(
+        self, request: httpx2.Request, response: httpx2.Response
+    ) -> tuple[Callable[[bytes], None], Callable[[], None]] | None:
+        """For a streamed chat completion of a rollout that records a trajectory: what to call
+        with each piece of the stream and once at its end; None for anything else."""
+        record = self.record
+        if record is None or not _is_chat(request, response) or not _is_stream(response):
+            return None
+        joiner = ChatStreamJoiner()
+        finished = False
+
+        def finish() -> None:
+            nonlocal finished
+            if finished:
+                return
+            finished = True
+            with suppress(orjson.JSONDecodeError):
+                record(orjson.loads(request.content), joiner.answer())
+
+        return joiner.feed, finish
+
     def before_send(self, request: httpx2.Request) -> None:
         """Stamp the request: its request id and the current trace context."""
         request.headers[names.HEADER_REQUEST_ID] = self.model.next_request_id()
@@ -100,8 +126,7 @@ class _RolloutHooks:
         if body:
             with suppress(orjson.JSONDecodeError):
                 answer = orjson.loads(body)
-        chat = request.url.path.endswith("/chat/completions") and response.status_code == 200
-        if self.record is not None and chat and isinstance(answer, dict):
+        if self.record is not None and _is_chat(request, response) and isinstance(answer, dict):
             with suppress(orjson.JSONDecodeError):
                 self.record(orjson.loads(request.content), answer)
         if span is None:
@@ -115,6 +140,27 @@ class _RolloutHooks:
 
 def _is_json(response: httpx2.Response) -> bool:
     return response.headers.get("content-type", "").startswith("application/json")
+
+
+def _is_stream(response: httpx2.Response) -> bool:
+    return response.headers.get("content-type", "").startswith(MEDIA_TYPE)
+
+
+def _is_chat(request: httpx2.Request, response: httpx2.Response) -> bool:
+    return request.url.path.endswith("/chat/completions") and response.status_code == 200
+
+
+def _with_stream(
+    request: httpx2.Request, response: httpx2.Response, stream: Any
+) -> httpx2.Response:
+    """The same answer, its body read through ``stream``."""
+    return type(response)(
+        response.status_code,
+        headers=response.headers,
+        stream=stream,
+        request=request,
+        extensions=response.extensions,
+    )
 
 
 def _rebuilt(request: httpx2.Request, response: httpx2.Response, body: bytes) -> httpx2.Response:
@@ -132,6 +178,24 @@ def _rebuilt(request: httpx2.Request, response: httpx2.Response, body: bytes) ->
 def async_transport(model: ModelClient, record: Record | None = None) -> httpx2.AsyncBaseTransport:
     http = _http_library()
 
+    class RecordedStream(http.AsyncByteStream):  # type: ignore[name-defined]
+        """A streamed answer's body, fed to the trajectory as the agent reads it."""
+
+        def __init__(self, inner: Any, feed: Callable[[bytes], None], finish: Callable[[], None]):
+            self.inner, self.feed, self.finish = inner, feed, finish
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            async for chunk in self.inner:
+                self.feed(chunk)
+                yield chunk
+            self.finish()
+
+        async def aclose(self) -> None:
+            try:
+                await self.inner.aclose()
+            finally:
+                self.finish()
+
     class RolloutTransport(http.AsyncBaseTransport):  # type: ignore[name-defined]
         """An httpx2 transport that stamps and traces each request of one rollout."""
 
@@ -143,6 +207,12 @@ def async_transport(model: ModelClient, record: Record | None = None) -> httpx2.
             with self.hooks.span() as span:
                 self.hooks.before_send(request)
                 response = await self.inner.handle_async_request(request)
+                recorder = self.hooks.stream_recorder(request, response)
+                if recorder is not None:
+                    self.hooks.after_answer(span, request, response, None)
+                    return _with_stream(
+                        request, response, RecordedStream(response.stream, *recorder)
+                    )
                 if not self.hooks.wants_body(span, response):
                     self.hooks.after_answer(span, request, response, None)
                     return response
@@ -159,6 +229,24 @@ def async_transport(model: ModelClient, record: Record | None = None) -> httpx2.
 def sync_transport(model: ModelClient, record: Record | None = None) -> httpx2.BaseTransport:
     http = _http_library()
 
+    class RecordedStream(http.SyncByteStream):  # type: ignore[name-defined]
+        """The blocking twin of the async recorded stream."""
+
+        def __init__(self, inner: Any, feed: Callable[[bytes], None], finish: Callable[[], None]):
+            self.inner, self.feed, self.finish = inner, feed, finish
+
+        def __iter__(self) -> Iterator[bytes]:
+            for chunk in self.inner:
+                self.feed(chunk)
+                yield chunk
+            self.finish()
+
+        def close(self) -> None:
+            try:
+                self.inner.close()
+            finally:
+                self.finish()
+
     class RolloutTransport(http.BaseTransport):  # type: ignore[name-defined]
         """The blocking twin of the async transport (same hooks)."""
 
@@ -170,6 +258,12 @@ def sync_transport(model: ModelClient, record: Record | None = None) -> httpx2.B
             with self.hooks.span() as span:
                 self.hooks.before_send(request)
                 response = self.inner.handle_request(request)
+                recorder = self.hooks.stream_recorder(request, response)
+                if recorder is not None:
+                    self.hooks.after_answer(span, request, response, None)
+                    return _with_stream(
+                        request, response, RecordedStream(response.stream, *recorder)
+                    )
                 if not self.hooks.wants_body(span, response):
                     self.hooks.after_answer(span, request, response, None)
                     return response

@@ -16,7 +16,12 @@ from pydantic import Field, field_validator
 
 from rollgym.server_options import ServerOptions
 from rollgym.servers.rollout_context import ServerCallError
-from rollgym.trajectory.record import Capture, TrajectoryRecorder, capture_mode
+from rollgym.trajectory.record import (
+    TOOL_OUTPUT_MAX_BYTES,
+    Capture,
+    TrajectoryRecorder,
+    capture_mode,
+)
 
 #: The sampling parameters a rollout may set (OpenAI's and vLLM's names).
 SAMPLING_KEYS = frozenset(
@@ -66,6 +71,12 @@ class RolloutOptions(ServerOptions):
         None,
         description="Record token ids and log-probabilities; None: as run.capture_tokens says.",
     )
+    tool_output_max_bytes: int = Field(
+        TOOL_OUTPUT_MAX_BYTES,
+        ge=1,
+        description="Most UTF-8 bytes a trajectory keeps of one tool output or message text; "
+        "longer ones are cut and marked 'truncated'.",
+    )
 
     @field_validator("sampling")
     @classmethod
@@ -89,4 +100,6 @@ class RolloutOptions(ServerOptions):
     def recorder_for(self, requested: str | None) -> TrajectoryRecorder | None:
         """A fresh recorder when this rollout records a trajectory, else None (nothing kept)."""
         capture: Capture = capture_mode(requested, self.trajectories, self.capture_tokens)
-        return None if capture == "off" else TrajectoryRecorder(capture)
+        if capture == "off":
+            return None
+        return TrajectoryRecorder(capture, tool_output_max_bytes=self.tool_output_max_bytes)

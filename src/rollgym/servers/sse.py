@@ -51,12 +51,19 @@ async def primed(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
 # --- chat completions -------------------------------------------------------------------------
 
 
+#: Tokens per chunk when an answer's engine token fields are streamed.
+TOKENS_PER_CHUNK = 16
+
+
 def chat_chunks(answer: dict[str, Any], *, include_usage: bool) -> Iterator[bytes]:
     """The ``chat.completion.chunk`` events of a ``chat.completion``, then ``[DONE]``.
 
-    Per choice: the role, the content word by word, the tool calls (whole), the finish reason.
-    With ``include_usage`` (``stream_options.include_usage``) a last chunk with no choices
-    carries the usage, as OpenAI sends it.
+    Per choice: the role, the content word by word, the tool calls (whole), the engine's token
+    fields if the answer has them (``token_ids`` and ``logprobs.content``, as vLLM streams
+    them: per chunk, here :data:`TOKENS_PER_CHUNK` at a time), the finish reason. The first
+    chunk carries the answer's ``prompt_token_ids``, if any. With ``include_usage``
+    (``stream_options.include_usage``) a last chunk with no choices carries the usage, as
+    OpenAI sends it.
     """
     head = {
         "id": answer.get("id"),
@@ -64,10 +71,14 @@ def chat_chunks(answer: dict[str, Any], *, include_usage: bool) -> Iterator[byte
         "created": answer.get("created"),
         "model": answer.get("model"),
     }
+    first = {"prompt_token_ids": answer["prompt_token_ids"]} if "prompt_token_ids" in answer else {}
 
-    def chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> bytes:
-        choice: dict[str, Any] = {"index": index, "delta": delta, "finish_reason": finish}
-        return data_line({**head, "choices": [choice]})
+    def chunk(index: int, delta: dict[str, Any], finish: str | None = None, **engine: Any) -> bytes:
+        nonlocal first
+        choice: dict[str, Any] = {"index": index, "delta": delta, "finish_reason": finish, **engine}
+        line = data_line({**head, **first, "choices": [choice]})
+        first = {}
+        return line
 
     for choice in answer.get("choices") or []:
         index = choice.get("index", 0)
@@ -79,10 +90,27 @@ def chat_chunks(answer: dict[str, Any], *, include_usage: bool) -> Iterator[byte
         if calls:
             indexed = [{"index": i, **call} for i, call in enumerate(calls)]
             yield chunk(index, {"tool_calls": indexed})
+        for engine in _token_fields(choice):
+            yield chunk(index, {}, **engine)
         yield chunk(index, {}, choice.get("finish_reason") or "stop")
     if include_usage:
         yield data_line({**head, "choices": [], "usage": answer.get("usage")})
     yield DONE
+
+
+def _token_fields(choice: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """A choice's ``token_ids`` and ``logprobs.content``, cut into aligned slices."""
+    ids = choice.get("token_ids")
+    logprobs = (choice.get("logprobs") or {}).get("content")
+    size = max(len(ids or []), len(logprobs or []))
+    for start in range(0, size, TOKENS_PER_CHUNK):
+        end = start + TOKENS_PER_CHUNK
+        fields: dict[str, Any] = {}
+        if ids is not None:
+            fields["token_ids"] = ids[start:end]
+        if logprobs is not None:
+            fields["logprobs"] = {"content": logprobs[start:end]}
+        yield fields
 
 
 def _pieces(content: Any) -> list[str]:

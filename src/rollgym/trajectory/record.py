@@ -15,8 +15,15 @@ previous prompt + completion token for token is checked here and written down, n
 
 from __future__ import annotations
 
+import struct
+from array import array
+from collections.abc import Iterable
+from itertools import chain
+from operator import itemgetter
 from typing import Any, Literal
 
+#: Marks a streamed answer whose stream ended before ``[DONE]`` (see ``trajectory.stream``).
+STREAM_INCOMPLETE = "stream_incomplete"
 #: Header on ``POST /run`` through which the driver asks for a trajectory: ``turns`` or
 #: ``tokens`` (turns plus the engine's token ids and log-probabilities).
 CAPTURE_HEADER = "X-Rollgym-Capture"
@@ -32,6 +39,10 @@ _ASKED: dict[str, Capture] = {"turns": "turns", "tokens": "tokens"}
 TOKEN_REQUEST_FIELDS: dict[str, Any] = {"return_token_ids": True, "logprobs": True}
 #: Request keys that are the conversation; the rest (sampling, token capture) are params.
 _NOT_PARAMS = frozenset(("messages", "tools", "model", "stream"))
+#: Default of the most UTF-8 bytes one tool output (or message text) keeps in a trajectory.
+TOOL_OUTPUT_MAX_BYTES = 64 * 1024
+#: Turn fields held as compact arrays while the rollout runs, lists once written.
+_ARRAY_FIELDS = ("prompt_ids", "completion_ids", "logprobs")
 
 
 def capture_mode(requested: str | None, trajectories: bool | None, tokens: bool | None) -> Capture:
@@ -49,7 +60,7 @@ def capture_mode(requested: str | None, trajectories: bool | None, tokens: bool 
     return asked
 
 
-def _common_prefix(left: list[Any], right: list[Any]) -> int:
+def _common_prefix(left: Iterable[Any], right: Iterable[Any]) -> int:
     count = 0
     for a, b in zip(left, right, strict=False):
         if a != b:
@@ -58,31 +69,113 @@ def _common_prefix(left: list[Any], right: list[Any]) -> int:
     return count
 
 
-def _logprobs_of(choice: dict[str, Any]) -> list[float] | None:
+def _starts_with(ids: array[int], pieces: list[array[int]], length: int) -> bool:
+    """Whether ``ids`` begins with the pieces laid end to end (``length`` in all). Each piece
+    is compared as one array slice (a memcpy and a memcmp), so the previous sequence need not
+    be held a second time: the pieces are the arrays the turns already keep."""
+    if len(ids) < length:
+        return False
+    offset = 0
+    for piece in pieces:
+        end = offset + len(piece)
+        if ids[offset:end] != piece:
+            return False
+        offset = end
+    return True
+
+
+def _token_ids(value: Any) -> array[int] | None:
+    """The engine's token ids as a compact array, or None unless a list of integers.
+
+    ``struct.pack`` checks every item in C (a float, a string or null fails), several times
+    faster than a Python loop, and the array keeps 8 bytes a token instead of a list's
+    pointer plus an int object."""
+    if type(value) is not list:
+        return None
+    try:
+        packed = struct.pack(f"{len(value)}q", *value)
+    except struct.error:
+        return None
+    ids = array("q")
+    ids.frombytes(packed)
+    return ids
+
+
+_LOGPROB = itemgetter("logprob")
+
+
+def _logprob_content(choice: dict[str, Any]) -> list[Any] | None:
     logprobs = choice.get("logprobs")
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
-    if not isinstance(content, list):
+    return content if isinstance(content, list) else None
+
+
+def _logprobs_of(content: list[Any]) -> array[float]:
+    """``content[].logprob`` as a compact array (read in C); entries that are not objects or
+    carry no number are left out, so a short result shows as ``logprobs_mismatch``."""
+    try:
+        return array("d", map(_LOGPROB, content))
+    except (KeyError, TypeError):
+        values = [entry.get("logprob") for entry in content if isinstance(entry, dict)]
+        return array("d", [v for v in values if isinstance(v, int | float)])
+
+
+def _top_logprobs_of(content: list[Any]) -> tuple[list[list[str]], list[list[float]]]:
+    """Per generated token, its alternatives: their token strings and log-probabilities, in
+    the engine's order (``content[].top_logprobs[].{token, logprob}``)."""
+    tokens: list[list[str]] = []
+    logprobs: list[list[float]] = []
+    for entry in content:
+        top = entry.get("top_logprobs") if isinstance(entry, dict) else None
+        pairs = [t for t in top if isinstance(t, dict)] if isinstance(top, list) else []
+        tokens.append([str(t.get("token", "")) for t in pairs])
+        logprobs.append([float(t.get("logprob") or 0.0) for t in pairs])
+    return tokens, logprobs
+
+
+def cut_text(text: str, max_bytes: int) -> tuple[str, int] | None:
+    """``text`` cut to at most ``max_bytes`` UTF-8 bytes (at a character boundary) and its
+    whole size in bytes, or None when it fits (a text of at most ``max_bytes / 4``
+    characters fits without being encoded)."""
+    if len(text) <= max_bytes // 4:
         return None
-    values = [entry.get("logprob") for entry in content if isinstance(entry, dict)]
-    return [float(v) for v in values if isinstance(v, int | float)]
+    data = text.encode()
+    if len(data) <= max_bytes:
+        return None
+    return data[:max_bytes].decode("utf-8", "ignore"), len(data)
 
 
-def _int_list(value: Any) -> list[int] | None:
-    if isinstance(value, list) and all(isinstance(v, int) for v in value):
-        return value
-    return None
+def _plain(turn: dict[str, Any]) -> dict[str, Any]:
+    """A model turn with its compact token arrays as lists (what JSON writes)."""
+    if "prompt_ids" not in turn:
+        return turn
+    out = dict(turn)
+    for key in _ARRAY_FIELDS:
+        value = out.get(key)
+        if isinstance(value, array):
+            out[key] = value.tolist()
+    return out
 
 
 class TrajectoryRecorder:
-    """The turns of one rollout, in order; :meth:`to_json` is what travels to the driver."""
+    """The turns of one rollout, in order; :meth:`to_json` is what travels to the driver.
 
-    def __init__(self, capture: Capture) -> None:
+    ``tool_output_max_bytes`` bounds every text it keeps from the environment: a tool turn's
+    ``output`` and the text of a request message longer than that are cut (at a character
+    boundary) and marked, never silently, so one rollout's record stays bounded in memory.
+    """
+
+    def __init__(self, capture: Capture, *, tool_output_max_bytes: int = TOOL_OUTPUT_MAX_BYTES):
         self.capture = capture
+        self.tool_output_max_bytes = tool_output_max_bytes
         self.turns: list[dict[str, Any]] = []
         self.dropped_turns = 0
+        self.truncated = 0  # texts cut to tool_output_max_bytes
         self._messages: list[dict[str, Any]] = []  # the previous request's + its answer
         self._tools: Any = None
-        self._sequence: list[int] | None = None  # previous prompt + completion ids
+        #: The previous prompt + completion, as the arrays the turns hold; None: unknown.
+        self._pieces: list[array[int]] | None = None
+        self._length = 0
         self._prefix_ok = True
         self._usage = {"prompt_tokens": 0, "completion_tokens": 0}
         self._model_calls = 0
@@ -105,23 +198,33 @@ class TrajectoryRecorder:
         """One chat completion: ``request`` is the body posted, ``answer`` the engine's reply."""
         messages = list(request.get("messages") or [])
         start = _common_prefix(self._messages, messages)
+        kept, cut = self._bounded(messages[start:])
         turn: dict[str, Any] = {
             "type": "model",
             "call": self._model_calls,
             "messages_start": start,
-            "messages": messages[start:],
+            "messages": kept,
         }
+        if cut:
+            turn["truncated_messages"] = cut
         tools = request.get("tools")
         if tools != self._tools or self._model_calls == 0:
             turn["tools"] = tools
             self._tools = tools
-        turn["params"] = {k: v for k, v in request.items() if k not in _NOT_PARAMS}
+        params = {k: v for k, v in request.items() if k not in _NOT_PARAMS}
+        turn["params"] = params
         choices = answer.get("choices")
         choice = choices[0] if isinstance(choices, list) and choices else {}
-        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(choice, dict):
+            choice = {}
+        message = choice.get("message")
         turn["response_id"] = answer.get("id")
+        if request.get("stream"):
+            turn["streamed"] = True  # joined from its chunks (trajectory.stream)
+            if answer.get(STREAM_INCOMPLETE):
+                turn[STREAM_INCOMPLETE] = True
         turn["message"] = message
-        turn["finish_reason"] = choice.get("finish_reason") if isinstance(choice, dict) else None
+        turn["finish_reason"] = choice.get("finish_reason")
         usage = answer.get("usage")
         turn["usage"] = usage
         if isinstance(usage, dict):
@@ -130,43 +233,76 @@ class TrajectoryRecorder:
                 if isinstance(value, int):
                     self._usage[key] += value
         if self.tokens:
-            self._record_tokens(turn, answer, choice if isinstance(choice, dict) else {})
+            self._record_tokens(turn, answer, choice, bool(params.get("top_logprobs")))
         self._messages = [*messages, message] if isinstance(message, dict) else messages
         self._model_calls += 1
         self._add(turn)
 
+    def _bounded(self, messages: list[Any]) -> tuple[list[Any], list[dict[str, int]]]:
+        """``messages`` with each text over the cap replaced by a cut copy, and which were cut
+        (``{"message": index, "bytes": whole size}``)."""
+        kept = messages
+        cut: list[dict[str, int]] = []
+        for index, message in enumerate(messages):
+            content = message.get("content") if isinstance(message, dict) else None
+            if not isinstance(content, str):
+                continue
+            short = cut_text(content, self.tool_output_max_bytes)
+            if short is not None:
+                kept = list(messages) if kept is messages else kept
+                kept[index] = {**message, "content": short[0]}
+                cut.append({"message": index, "bytes": short[1]})
+                self.truncated += 1
+        return kept, cut
+
     def _record_tokens(
-        self, turn: dict[str, Any], answer: dict[str, Any], choice: dict[str, Any]
+        self, turn: dict[str, Any], answer: dict[str, Any], choice: dict[str, Any], top: bool
     ) -> None:
-        prompt = _int_list(answer.get("prompt_token_ids"))
-        completion = _int_list(choice.get("token_ids"))
-        logprobs = _logprobs_of(choice)
+        prompt = _token_ids(answer.get("prompt_token_ids"))
+        completion = _token_ids(choice.get("token_ids"))
         if prompt is None or completion is None:
             turn["tokens_missing"] = True  # the engine did not answer them; never recomputed
-            self._sequence = None
+            self._pieces = None
             self._prefix_ok = False
             return
-        previous = self._sequence
-        if previous is not None:
-            extends = len(prompt) >= len(previous) and prompt[: len(previous)] == previous
+        pieces = self._pieces
+        extends = False
+        if pieces is not None:
+            extends = _starts_with(prompt, pieces, self._length)
             turn["extends_previous"] = extends
             if not extends:
                 self._prefix_ok = False
-                turn["mismatch_at"] = _common_prefix(previous, prompt)
-        else:
-            extends = False
-        start = len(previous) if previous is not None and extends else 0
+                turn["mismatch_at"] = _common_prefix(chain.from_iterable(pieces), prompt)
+        start = self._length if extends else 0
+        kept = prompt[start:] if start else prompt
         turn["prompt_start"] = start
-        turn["prompt_ids"] = prompt[start:]
+        turn["prompt_ids"] = kept
         turn["completion_ids"] = completion
+        content = _logprob_content(choice)
+        logprobs = _logprobs_of(content) if content is not None else None
         turn["logprobs"] = logprobs
         if logprobs is not None and len(logprobs) != len(completion):
             turn["logprobs_mismatch"] = True  # recorded as the engine gave them
-        self._sequence = [*prompt, *completion]
+        if top and content is not None:
+            turn["top_tokens"], turn["top_logprobs"] = _top_logprobs_of(content)
+        if extends and pieces is not None:
+            pieces += (kept, completion)
+        else:
+            self._pieces = [kept, completion]
+        self._length = len(prompt) + len(completion)
 
     def tool_call(self, name: str, arguments: dict[str, Any], output: str) -> None:
-        """One environment tool call and its text output (what the model reads next)."""
-        self._add({"type": "tool", "name": name, "arguments": arguments, "output": output})
+        """One environment tool call and its text output (what the model reads next); an
+        output over ``tool_output_max_bytes`` is cut and marked ``truncated``."""
+        turn: dict[str, Any] = {"type": "tool", "name": name, "arguments": arguments}
+        cut = cut_text(output, self.tool_output_max_bytes)
+        if cut is None:
+            turn["output"] = output
+        else:
+            turn["output"], turn["output_bytes"] = cut
+            turn["truncated"] = True
+            self.truncated += 1
+        self._add(turn)
 
     def verify(self, answer: str | None, verdict: dict[str, Any]) -> None:
         """The environment's verification of the final answer."""
@@ -186,12 +322,15 @@ class TrajectoryRecorder:
             "capture": self.capture,
             "model_calls": self._model_calls,
             "usage": dict(self._usage),
-            "turns": self.turns,
+            "turns": [_plain(turn) for turn in self.turns] if self.tokens else self.turns,
         }
         if self.tokens:
             data["prefix_ok"] = self._prefix_ok
         if self.dropped_turns:
             data["dropped_turns"] = self.dropped_turns
+        if self.truncated:
+            data["truncated_texts"] = self.truncated
+            data["tool_output_max_bytes"] = self.tool_output_max_bytes
         return data
 
 

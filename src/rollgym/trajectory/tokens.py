@@ -24,6 +24,10 @@ class TokenSequence:
     completion_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
+    #: Per ``completion_ids`` token: the engine's alternatives (token strings, and their
+    #: log-probabilities) where generated with ``top_logprobs``; empty lists elsewhere.
+    top_tokens: list[list[str]] = field(default_factory=list)
+    top_logprobs: list[list[float]] = field(default_factory=list)
     prefix_ok: bool = True
     #: False when an engine answered token ids without log-probabilities for some turn.
     logprobs_complete: bool = True
@@ -32,14 +36,26 @@ class TokenSequence:
         self.completion_ids += ids
         self.logprobs += [0.0] * len(ids)
         self.loss_mask += [0] * len(ids)
+        self.top_tokens += [[] for _ in ids]
+        self.top_logprobs += [[] for _ in ids]
 
-    def _generated(self, ids: list[int], logprobs: list[float] | None) -> None:
+    def _generated(
+        self, ids: list[int], logprobs: list[float] | None, turn: dict[str, Any]
+    ) -> None:
         if logprobs is None or len(logprobs) != len(ids):
             self.logprobs_complete = False
             logprobs = [0.0] * len(ids)
         self.completion_ids += ids
         self.logprobs += logprobs
         self.loss_mask += [1] * len(ids)
+        top_tokens = turn.get("top_tokens") or []
+        top_logprobs = turn.get("top_logprobs") or []
+        if len(top_tokens) == len(top_logprobs) == len(ids):
+            self.top_tokens += top_tokens
+            self.top_logprobs += top_logprobs
+            return
+        self.top_tokens += [[] for _ in ids]
+        self.top_logprobs += [[] for _ in ids]
 
 
 def token_sequence(trajectory: dict[str, Any]) -> TokenSequence | None:
@@ -56,5 +72,5 @@ def token_sequence(trajectory: dict[str, Any]) -> TokenSequence | None:
             if not turn.get("extends_previous", False):
                 sequence.prefix_ok = False
             sequence._context(prompt)
-        sequence._generated(list(turn.get("completion_ids") or []), turn.get("logprobs"))
+        sequence._generated(list(turn.get("completion_ids") or []), turn.get("logprobs"), turn)
     return sequence

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from test_agents import stack
@@ -90,3 +91,42 @@ async def test_sdk_calls_are_recorded_with_the_engine_tokens(serving: Any) -> No
         sequence = token_sequence(outcome.trajectory)
         assert sequence is not None and sum(sequence.loss_mask) == len(model["completion_ids"]) > 0
         assert model["usage"]["prompt_tokens"] == len(sequence.prompt_ids)
+
+
+class BlockingStreamAgent(Agent):
+    """Reads a streamed answer through the blocking SDK client, in a thread."""
+
+    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+        seeded = await rollout.env.seed(task_of(row))
+        extra = rollout.trajectory.request_fields() if rollout.trajectory is not None else {}
+        client = rollout.openai()
+
+        def ask() -> str:
+            stream = client.chat.completions.create(
+                model="policy", messages=seeded["messages"], stream=True, extra_body=extra
+            )
+            return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+        answer = await asyncio.to_thread(ask)
+        verdict = await rollout.env.verify(answer)
+        return {"reward": verdict["reward"], "answer": answer}
+
+
+async def test_blocking_sdk_streams_are_recorded_whole(serving: Any) -> None:
+    exits, urls = await stack(serving)
+    async with exits:
+        agent = BlockingStreamAgent.build(
+            "sdk", {"model": "policy", "environment": "arith"}, urls=dict(urls)
+        )
+        async with serving(agent) as url:
+            rows = [{"question": f"{i} + 3"} for i in range(2)]
+            async with Collector({"sdk": url}, agent="sdk", capture_tokens=True) as collector:
+                outcomes = [o async for o in collector.stream(rows)]
+    for outcome in outcomes:
+        assert isinstance(outcome, RolloutResult) and outcome.trajectory is not None
+        model = outcome.trajectory["turns"][0]
+        assert model["streamed"] is True and model["finish_reason"] == "stop"
+        assert model["message"]["content"] == outcome.result["answer"]
+        assert model["usage"] is None  # the request did not ask for the usage chunk
+        sequence = token_sequence(outcome.trajectory)
+        assert sequence is not None and sum(sequence.loss_mask) == len(model["completion_ids"]) > 0

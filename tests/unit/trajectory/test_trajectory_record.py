@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from rollgym.trajectory import record
 from rollgym.trajectory.record import TrajectoryRecorder
 from rollgym.trajectory.tokens import token_sequence
@@ -91,3 +93,67 @@ def test_turns_are_bounded(monkeypatch: Any) -> None:
         recorder.tool_call("t", {"i": index}, "")
     data = recorder.to_json()
     assert len(data["turns"]) == 3 and data["dropped_turns"] == 2
+
+
+def test_token_fields_are_kept_compact_and_written_as_plain_lists() -> None:
+    recorder = TrajectoryRecorder("tokens")
+    recorder.model_call({"messages": [USER]}, _answer([1, 2, 3], [4, 5]))
+    turn = recorder.turns[0]
+    # while the rollout runs: arrays of machine integers / doubles, not lists of objects
+    assert turn["prompt_ids"].typecode == "q" and turn["logprobs"].typecode == "d"
+    written = orjson.loads(orjson.dumps(recorder.to_json()))["turns"][0]
+    assert written["prompt_ids"] == [1, 2, 3] and written["completion_ids"] == [4, 5]
+    assert written["logprobs"] == [-0.5, -0.5]
+
+
+def test_ids_that_are_not_integers_count_as_missing_tokens() -> None:
+    for bad in ([1, 2.5], [1, "2"], [1, None], "123", None):
+        recorder = TrajectoryRecorder("tokens")
+        answer = _answer([1], [4])
+        answer["prompt_token_ids"] = bad
+        recorder.model_call({"messages": [USER]}, answer)
+        assert recorder.to_json()["turns"][0]["tokens_missing"] is True
+
+
+def test_logprobs_the_engine_gave_short_are_flagged_not_padded() -> None:
+    recorder = TrajectoryRecorder("tokens")
+    answer = _answer([1], [4, 5, 6])
+    answer["choices"][0]["logprobs"]["content"][1] = {"token": "t", "logprob": None}
+    recorder.model_call({"messages": [USER]}, answer)
+    turn = recorder.to_json()["turns"][0]
+    assert turn["logprobs"] == [-0.5, -0.5] and turn["logprobs_mismatch"] is True
+
+
+def test_top_logprobs_are_kept_per_token_when_asked() -> None:
+    answer = _answer([1], [4, 5])
+    content = answer["choices"][0]["logprobs"]["content"]
+    for entry, tops in zip(content, (["a", "b"], ["c", "d"]), strict=True):
+        entry["top_logprobs"] = [
+            {"token": tops[0], "logprob": -0.5, "bytes": [97]},
+            {"token": tops[1], "logprob": -1.5, "bytes": [98]},
+        ]
+    asked = TrajectoryRecorder("tokens")
+    asked.model_call({"messages": [USER], "logprobs": True, "top_logprobs": 2}, answer)
+    turn = asked.to_json()["turns"][0]
+    assert turn["top_tokens"] == [["a", "b"], ["c", "d"]]
+    assert turn["top_logprobs"] == [[-0.5, -1.5], [-0.5, -1.5]]
+    not_asked = TrajectoryRecorder("tokens")
+    not_asked.model_call({"messages": [USER], "logprobs": True}, answer)
+    assert "top_tokens" not in not_asked.to_json()["turns"][0]
+
+
+def test_long_tool_outputs_are_cut_and_marked_never_silently() -> None:
+    recorder = TrajectoryRecorder("turns", tool_output_max_bytes=10)
+    recorder.tool_call("t", {}, "short")
+    recorder.tool_call("t", {}, "é" * 20)  # 40 bytes: cut at a character boundary
+    big = {"role": "tool", "tool_call_id": "c", "content": "x" * 25}
+    recorder.model_call({"messages": [USER, big]}, _answer([1], [2]))
+    data = recorder.to_json()
+    short, cut, model = data["turns"]
+    assert short["output"] == "short" and "truncated" not in short
+    assert cut["output"] == "é" * 5 and cut["truncated"] is True and cut["output_bytes"] == 40
+    assert model["messages"] == [USER, {**big, "content": "x" * 10}]
+    assert model["truncated_messages"] == [{"message": 1, "bytes": 25}]
+    assert big["content"] == "x" * 25  # the agent's own message is untouched
+    assert data["truncated_texts"] == 2 and data["tool_output_max_bytes"] == 10
+    assert "truncated_texts" not in TrajectoryRecorder("turns").to_json()

@@ -22,7 +22,7 @@ import math
 import random
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -82,57 +82,123 @@ def _tool_calls_text(tool_calls: Any) -> str:
     return "".join(out)
 
 
+class _Special(NamedTuple):
+    """Special tokens in the template: never split, ids fixed."""
+
+    pieces: tuple[str, ...]
+    ids: tuple[int, ...]
+
+
+def _special(piece: str) -> _Special:
+    return _Special((piece,), (SPECIAL_IDS[piece],))
+
+
+#: A piece of the template: a text (tokenized on its own) or special tokens.
+Segment = str | _Special
+_START = _special(IM_START)
+_END = _special(IM_END)
+_TOOLS = _special(TOOLS)
+
+
+@functools.lru_cache(maxsize=8192)
+def text_ids(text: str) -> tuple[int, ...]:
+    """The ids of a text's tokens. Cached per text like :func:`pieces`: a prompt's ids are
+    its segments' cached tuples joined, not one lookup per token."""
+    return tuple(token_id(p) for p in pieces(text))
+
+
+def _body_segments(message: dict[str, Any]) -> list[Segment]:
+    return [_text(message.get("content")) + _tool_calls_text(message.get("tool_calls")), _END]
+
+
+def _prompt_segments(
+    messages: Iterable[dict[str, Any]], tools: list[dict[str, Any]] | None
+) -> list[Segment]:
+    """The template: the tools (if any); each message as ``<|im_start|>role\n body
+    <|im_end|>\n``; then the generation prompt ``<|im_start|>assistant\n``."""
+    out: list[Segment] = []
+    if tools:
+        out += [_TOOLS, orjson.dumps(tools, option=orjson.OPT_SORT_KEYS).decode(), "\n"]
+    for message in messages:
+        out += [_START, str(message.get("role", "user")) + "\n", *_body_segments(message), "\n"]
+    return [*out, _START, "assistant\n"]
+
+
+def _generated_segments(choice: dict[str, Any]) -> list[Segment]:
+    """What a choice generated: its body and end token, or, cut by ``max_tokens``
+    (``finish_reason: length``), only the text it got to (no end token)."""
+    message = choice["message"]
+    if choice.get("finish_reason") == "length":
+        return [_text(message.get("content"))]
+    return _body_segments(message)
+
+
+def _flat_pieces(segments: list[Segment]) -> list[str]:
+    out: list[str] = []
+    for segment in segments:
+        out += segment.pieces if type(segment) is _Special else pieces(segment)
+    return out
+
+
+def _flat_ids(segments: list[Segment]) -> list[int]:
+    ids: list[int] = []
+    for segment in segments:
+        ids += segment.ids if type(segment) is _Special else text_ids(segment)
+    return ids
+
+
 def body_pieces(message: dict[str, Any]) -> list[str]:
     """The tokens of a message's body: its text, then its tool calls, then the end token."""
-    return [
-        *pieces(_text(message.get("content")) + _tool_calls_text(message.get("tool_calls"))),
-        IM_END,
-    ]
-
-
-def message_pieces(message: dict[str, Any]) -> list[str]:
-    """One message in the template: ``<|im_start|>role\\n body <|im_end|>\\n``."""
-    role = str(message.get("role", "user"))
-    return [IM_START, *pieces(role + "\n"), *body_pieces(message), "\n"]
+    return _flat_pieces(_body_segments(message))
 
 
 def prompt_pieces(
     messages: Iterable[dict[str, Any]], tools: list[dict[str, Any]] | None
 ) -> list[str]:
     """The whole prompt: the tools (if any), every message, then the generation prompt."""
-    out: list[str] = []
-    if tools:
-        out += [TOOLS, *pieces(orjson.dumps(tools, option=orjson.OPT_SORT_KEYS).decode()), "\n"]
-    for message in messages:
-        out += message_pieces(message)
-    return [*out, IM_START, *pieces("assistant\n")]
+    return _flat_pieces(_prompt_segments(messages, tools))
 
 
-def _logprob_entry(piece: str, logprob: float) -> dict[str, Any]:
-    return {"token": piece, "logprob": logprob, "bytes": list(piece.encode())}
+def generated_pieces(choice: dict[str, Any]) -> list[str]:
+    """The tokens a choice generated (see :func:`_generated_segments`)."""
+    return _flat_pieces(_generated_segments(choice))
+
+
+@functools.lru_cache(maxsize=65536)
+def _piece_bytes(piece: str) -> list[int]:
+    """A token's UTF-8 bytes (one shared list per token: answers are only serialized)."""
+    return list(piece.encode())
 
 
 def _logprobs(generated: list[str], top: int, rng: random.Random) -> list[dict[str, Any]]:
     """Per generated token: its log-probability and ``top`` alternatives, all consistent:
     the chosen token is the most likely one and the probabilities sum to at most 1."""
     content = []
+    log = math.log
     for piece in generated:
         chosen = 0.5 + 0.5 * rng.random()
-        alternatives = [_logprob_entry(piece, math.log(chosen))]
-        for rank in range(1, top):
-            other = f"{piece}~{rank}"
-            alternatives.append(_logprob_entry(other, math.log((1 - chosen) / 2**rank)))
-        content.append({**alternatives[0], "top_logprobs": alternatives[:top]})
+        logprob = log(chosen)
+        alternatives = []
+        if top:
+            alternatives.append({"token": piece, "logprob": logprob, "bytes": _piece_bytes(piece)})
+            for rank in range(1, top):
+                other = f"{piece}~{rank}"
+                alternatives.append(
+                    {
+                        "token": other,
+                        "logprob": log((1 - chosen) / 2**rank),
+                        "bytes": list(other.encode()),
+                    }
+                )
+        content.append(
+            {
+                "token": piece,
+                "logprob": logprob,
+                "bytes": _piece_bytes(piece),
+                "top_logprobs": alternatives,
+            }
+        )
     return content
-
-
-def generated_pieces(choice: dict[str, Any]) -> list[str]:
-    """The tokens a choice generated: its body and end token, or, cut by ``max_tokens``
-    (``finish_reason: length``), only the text it got to (no end token)."""
-    message = choice["message"]
-    if choice.get("finish_reason") == "length":
-        return list(pieces(_text(message.get("content"))))
-    return body_pieces(message)
 
 
 def annotate(
@@ -148,21 +214,23 @@ def annotate(
     """Set ``usage`` from the tokens of the prompt and of every choice, and the engine fields
     the request asked for (``return_token_ids``, ``logprobs``, ``top_logprobs``). Returns
     ``answer``, changed in place."""
-    prompt = prompt_pieces(messages, tools)
+    prompt = _prompt_segments(messages, tools)
     generated = 0
     top = max(0, min(top_logprobs, MAX_TOP_LOGPROBS))
     for choice in answer["choices"]:
-        tokens = generated_pieces(choice)
-        generated += len(tokens)
+        segments = _generated_segments(choice)
+        ids = _flat_ids(segments)
+        generated += len(ids)
         if token_ids:
-            choice["token_ids"] = [token_id(p) for p in tokens]
+            choice["token_ids"] = ids
         if logprobs:
-            choice["logprobs"] = {"content": _logprobs(tokens, top, rng)}
+            choice["logprobs"] = {"content": _logprobs(_flat_pieces(segments), top, rng)}
+    prompt_ids = _flat_ids(prompt)
     if token_ids:
-        answer["prompt_token_ids"] = [token_id(p) for p in prompt]
+        answer["prompt_token_ids"] = prompt_ids
     answer["usage"] = {
-        "prompt_tokens": len(prompt),
+        "prompt_tokens": len(prompt_ids),
         "completion_tokens": generated,
-        "total_tokens": len(prompt) + generated,
+        "total_tokens": len(prompt_ids) + generated,
     }
     return answer
