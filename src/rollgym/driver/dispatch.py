@@ -27,7 +27,7 @@ from rollgym.errors import (
     TransientDispatchError,
 )
 from rollgym.http.client import HttpClient, HttpResponse
-from rollgym.identity import episode_body, make_rollout_id
+from rollgym.identity import episode_body
 from rollgym.rewards import is_reward
 from rollgym.telemetry.groups import gate
 from rollgym.telemetry.names import OUTCOME_ERROR, OUTCOME_OK, OUTCOME_TIMEOUT
@@ -174,9 +174,7 @@ class Dispatcher:
         target = task.target
         assert target is not None
         row = collector_row(rollout, attempt)
-        rollout_id = make_rollout_id(
-            task.explicit_id, task.task_index, rollout.rollout_index, attempt
-        )
+        rollout_id = rollout.rollout_id(attempt)
         body = episode_body(rollout_id, attempt, task_of(row)) if target.episode else row
         server = target.server_name
         rotation = self._rotation

@@ -29,14 +29,13 @@ from rollgym.driver.sessions import SessionLog
 from rollgym.driver.summary import (
     Aggregator,
     Summary,
-    add_telemetry_counts,
-    read_server_telemetry,
     write_json_atomic,
 )
 from rollgym.driver.telemetry_setup import JobTelemetry
 from rollgym.errors import ConfigError, DispatchError, OutputError
 from rollgym.placement.supervisor import Supervisor, report_to_stderr
 from rollgym.telemetry.groups import gate
+from rollgym.telemetry.span_counts import SpanCountRecord, add_record, read_server_records
 
 RUN_FILE = "run.json"
 AGGREGATE_TIMEOUT_S = 60.0
@@ -442,10 +441,10 @@ def telemetry_warnings(counts: dict[str, Any]) -> list[str]:
 
 
 def _telemetry_counts(
-    driver: dict[str, int], config: JobConfig, output_dir: Path
-) -> dict[str, int]:
+    driver: SpanCountRecord, config: JobConfig, output_dir: Path
+) -> dict[str, Any]:
     """The span counts of every launched server plus the driver's own."""
     launched = [name for name, server in config.servers.items() if server.impl is not None]
-    total = read_server_telemetry(output_dir / "logs", launched)
-    add_telemetry_counts(total, driver)
+    total: dict[str, Any] = dict(read_server_records(output_dir / "logs", launched))
+    add_record(total, driver)
     return total

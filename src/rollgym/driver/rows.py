@@ -73,6 +73,11 @@ class Rollout:
     task: TaskRow
     rollout_index: int
 
+    def rollout_id(self, attempt: int) -> str:
+        """The id of this rollout's attempt ``attempt``: the one place the driver derives it."""
+        task = self.task
+        return make_rollout_id(task.explicit_id, task.task_index, self.rollout_index, attempt)
+
 
 WorkItem = Rollout | RolloutFailure
 
@@ -285,7 +290,7 @@ def expand(entry: TaskRow | BadLine, repeats: int, skip: Skip | None = None) -> 
             assert entry.unroutable is not None
             kind, message = entry.unroutable
             yield RolloutFailure(
-                make_rollout_id(entry.explicit_id, entry.task_index, rollout_index, 0),
+                Rollout(entry, rollout_index).rollout_id(0),
                 entry.task_index,
                 rollout_index,
                 0,

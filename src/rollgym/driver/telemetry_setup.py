@@ -19,6 +19,7 @@ from typing import Any
 
 from rollgym.config import JobConfig
 from rollgym.placement.supervisor import report_to_stderr
+from rollgym.telemetry.span_counts import SpanCountRecord, empty_record
 
 _log = logging.getLogger(__name__)
 
@@ -99,15 +100,15 @@ class JobTelemetry:
             _announce_remote_store(host, self.store.endpoint, self.store_token)
         return str(self.store.endpoint)
 
-    def flush(self) -> dict[str, int]:
+    def flush(self) -> SpanCountRecord:
         """Flush and shut the driver's exporters down; return its span counts."""
         if self.handle is None:
-            return {"spans_exported": 0, "spans_dropped": 0}
+            return empty_record()
         self.handle.shutdown()
         try:
-            return dict(self.handle.counts())
+            return self.handle.counts()
         except Exception:  # noqa: BLE001
-            return {"spans_exported": 0, "spans_dropped": 0}
+            return empty_record()
 
     def watch_store(self) -> None:
         """Watch the run's store; restart it on its port when it dies (bounded). Call it in

@@ -40,6 +40,7 @@ from rollgym.placement.health import wait_healthy
 from rollgym.placement.local import ServerProcess
 from rollgym.placement.ray_context import in_context, remote_with_context
 from rollgym.servers.spec import ServeSpec
+from rollgym.telemetry.span_counts import SpanCountRecord
 
 _log = logging.getLogger(__name__)
 
@@ -132,7 +133,7 @@ class ServerActor:
             self.error = exc
             _log.exception("server %r failed", self.spec.name)
 
-    def stop(self, grace_s: float = 10.0) -> dict[str, int]:
+    def stop(self, grace_s: float = 10.0) -> SpanCountRecord:
         """Graceful uvicorn shutdown, then flush telemetry; the server's span counts."""
         from rollgym.servers.serve import finish_telemetry
 
@@ -240,12 +241,12 @@ class RayPlacement:
         await asyncio.gather(*(self._stop_one(name, grace_s) for name in list(self.actors)))
 
     async def _stop_one(self, name: str, grace_s: float) -> None:
-        from rollgym.servers.serve import write_telemetry_counts
+        from rollgym.telemetry.span_counts import write_server_record
 
         actor = self.actors[name]
         try:
             counts = await asyncio.wait_for(actor.stop.remote(grace_s), grace_s + 5.0)
-            write_telemetry_counts(self.output_dirs.get(name), name, counts)
+            write_server_record(self.output_dirs.get(name), name, counts)
         except Exception as exc:  # noqa: BLE001 - it is killed below either way
             _log.warning("server actor %r did not stop cleanly: %s", name, exc)
         finally:
