@@ -24,7 +24,9 @@ from rollgym.errors import (
     AUTHENTICATION,
     DispatchError,
     PermanentDispatchError,
+    RequestTimeout,
     TransientDispatchError,
+    TransportError,
 )
 from rollgym.http.client import HttpClient, HttpResponse
 from rollgym.identity import episode_body
@@ -236,9 +238,19 @@ async def _post(
         answer: HttpResponse = await post(
             server, url, body, timeout=timeout, headers=headers, route="/run"
         )
-    except DispatchError as exc:
-        return exc
+    except TransportError as exc:
+        return transport_failure(exc)
     return answer
+
+
+def transport_failure(exc: TransportError) -> TransientDispatchError:
+    """The driver's reading of a request that got no answer: worth another attempt.
+
+    The message stays the client's (it names the server, method and path); the kind says
+    which: ``timeout`` or ``connection_error``.
+    """
+    kind = "timeout" if isinstance(exc, RequestTimeout) else "connection_error"
+    return TransientDispatchError(str(exc), kind=kind, server=exc.server)
 
 
 def interpret(

@@ -32,7 +32,7 @@ from rollgym.driver.summary import (
     write_json_atomic,
 )
 from rollgym.driver.telemetry_setup import JobTelemetry
-from rollgym.errors import ConfigError, DispatchError, OutputError
+from rollgym.errors import ConfigError, OutputError, TransportError
 from rollgym.placement.supervisor import Supervisor, report_to_stderr
 from rollgym.telemetry.groups import gate
 from rollgym.telemetry.span_counts import SpanCountRecord, add_record, read_server_records
@@ -247,7 +247,7 @@ async def _aggregate_one(collector: Collector, name: str, url: str) -> Any:
             route="/aggregate_metrics",
             pinned=True,
         )
-    except DispatchError as exc:
+    except TransportError as exc:
         return {"error": str(exc)}
     if response.status != 200:
         return {"error": f"HTTP {response.status}: {response.data or response.text}"}

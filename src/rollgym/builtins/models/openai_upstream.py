@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Literal
 import orjson
 from pydantic import Field, model_validator
 
-from rollgym.errors import DispatchError
+from rollgym.errors import RequestTimeout, TransportError
 from rollgym.http.server import HTTPError
 from rollgym.server_options import ServerOptions
 from rollgym.servers.model import ChatRequest, ModelServer
@@ -216,7 +216,7 @@ class OpenAIUpstream(ModelServer):
                         headers=self._headers(sent_id),
                         route="/v1" + route,
                     )
-                except DispatchError as exc:
+                except TransportError as exc:
                     raise self._unreachable(exc) from None
                 if response.status == 400 and attempt + 1 < len(tries):
                     continue  # perhaps the request id: try the next form
@@ -261,15 +261,15 @@ class OpenAIUpstream(ModelServer):
                             kept = relay.see(line)
                             if kept:
                                 yield kept
-                except DispatchError as exc:
+                except TransportError as exc:
                     raise self._unreachable(exc) from None
                 _record(span, request_id, sent_id, relay.answer, relay.first_token_s)
                 return
 
     # --- errors --------------------------------------------------------------------------------
 
-    def _unreachable(self, exc: DispatchError) -> HTTPError:
-        status = 504 if exc.kind == "timeout" else 502
+    def _unreachable(self, exc: TransportError) -> HTTPError:
+        status = 504 if isinstance(exc, RequestTimeout) else 502
         return HTTPError(status, self.scrub(f"upstream model server: {exc}"))
 
     def _refusal(self, route: str, status: int, detail: Any) -> Exception:
