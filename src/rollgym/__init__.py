@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 #: public name -> the module that defines it
 _EXPORTS = {
-    "Collector": "rollgym.driver.api",
+    "Collector": "rollgym.driver.collector",
     "ConfigError": "rollgym.errors",
     "DispatchError": "rollgym.errors",
     "InputError": "rollgym.errors",
@@ -64,7 +64,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from rollgym.config import JobConfig, load_config
-    from rollgym.driver.api import Collector
+    from rollgym.driver.collector import Collector
     from rollgym.driver.job import run_job
     from rollgym.driver.outcomes import RolloutFailure, RolloutResult
     from rollgym.driver.summary import Summary

@@ -2,7 +2,7 @@
 
 ``run_job`` is deliberately a sequence of named steps (resolve the output directory, open the
 ledger, start telemetry, launch servers, collect, aggregate, finalize) so each step can be read
-and tested on its own; the data path itself lives in the :class:`~rollgym.driver.api.Collector`.
+and tested on its own; the data path itself lives in the :class:`~rollgym.driver.collector.Collector`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import orjson
 import yaml
 
 from rollgym.config import JobConfig, new_run_id, redacted
-from rollgym.driver.api import Collector
+from rollgym.driver.collector import Collector
+from rollgym.driver.job_telemetry import JobTelemetry
 from rollgym.driver.outcomes import Outcome, RolloutResult
 from rollgym.driver.output import Ledger, OutcomeWriter
 from rollgym.driver.progress import ProgressReporter, count_rows
@@ -31,7 +32,6 @@ from rollgym.driver.summary import (
     Summary,
     write_json_atomic,
 )
-from rollgym.driver.telemetry_setup import JobTelemetry
 from rollgym.errors import ConfigError, OutputError, TransportError
 from rollgym.placement.supervisor import Supervisor, report_to_stderr
 from rollgym.telemetry.groups import gate

@@ -3,8 +3,8 @@
 The driver does not change: :func:`rollgym.placement.launcher.launch_servers` still yields
 ``{name: base URL}``, health-checks each URL and stops everything on leaving. Only where a
 server runs changes. Each :class:`ServerActor` (one Ray worker process per server,
-``num_cpus=0``) serves the same app as ``python -m rollgym.servers.serve``
-(:class:`~rollgym.servers.serve.AppServer`) on a thread with its own event loop, bound on its
+``num_cpus=0``) serves the same app as ``python -m rollgym.servers.server_process``
+(:class:`~rollgym.servers.server_process.AppServer`) on a thread with its own event loop, bound on its
 node's IP (``127.0.0.1`` when the whole cluster is the driver's own machine) on a free port.
 
 Nothing crosses implicitly (TELEMETRY.md, "Propagation and correlation"):
@@ -83,7 +83,7 @@ class ServerActor:
     """
 
     def __init__(self, spec: ServeSpec, env: dict[str, str]) -> None:
-        from rollgym.servers.serve import setup_server_telemetry
+        from rollgym.servers.server_process import setup_server_telemetry
 
         os.environ.update(env)  # for OpenTelemetry libraries inside the server, too
         self.spec = spec
@@ -102,7 +102,7 @@ class ServerActor:
 
         Runs with the launcher's ``gym.server.startup`` context attached (``trace_carrier``).
         """
-        from rollgym.servers.serve import AppServer
+        from rollgym.servers.server_process import AppServer
 
         if host is None:
             import ray
@@ -135,7 +135,7 @@ class ServerActor:
 
     def stop(self, grace_s: float = 10.0) -> SpanCountRecord:
         """Graceful uvicorn shutdown, then flush telemetry; the server's span counts."""
-        from rollgym.servers.serve import finish_telemetry
+        from rollgym.servers.server_process import finish_telemetry
 
         if self.server is not None:
             self.server.request_stop()

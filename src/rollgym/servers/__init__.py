@@ -9,7 +9,7 @@ import only from here, so each of them is an example a user can copy; a test
 (``tests/unit/test_public_api.py``) keeps this list and the built-ins honest.
 
 The launcher (:mod:`rollgym.placement.launcher`) starts servers as local processes through
-:mod:`rollgym.servers.serve`; :func:`rollgym.servers.registry.resolve_impl` turns a config's
+:mod:`rollgym.servers.server_process`; :func:`rollgym.servers.registry.resolve_impl` turns a config's
 ``impl`` into the class. Names are imported on first use, so the driver (which only needs the
 registry and the launcher) does not pay for FastAPI at import.
 """

@@ -28,7 +28,7 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 
-from rollgym.telemetry import environment as env
+from rollgym.telemetry import env_vars as env
 from rollgym.telemetry import names
 from rollgym.telemetry._state import INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION, state, tracer_of
 from rollgym.telemetry.dropping import CountingSpanProcessor

@@ -1,4 +1,4 @@
-"""The entry point of every server process: ``python -m rollgym.servers.serve``.
+"""The entry point of every server process: ``python -m rollgym.servers.server_process``.
 
 The launcher passes everything as one JSON spec in ``ROLLGYM_SERVER_SPEC``
 (``name, kind, impl, options, server_urls, run_id, output_dir, max_request_bytes,

@@ -78,14 +78,14 @@ class JobTelemetry:
         )
         self.server_env = server_env(settings)
         if self.store_token is not None:
-            from rollgym.telemetry.environment import ROLLGYM_TRACE_STORE_TOKEN
+            from rollgym.telemetry.env_vars import ROLLGYM_TRACE_STORE_TOKEN
 
             self.server_env[ROLLGYM_TRACE_STORE_TOKEN] = self.store_token
 
     def _start_store(self, output_dir: Path, address: tuple[str, int]) -> str | None:
         try:
             from rollgym.tracestore.access import store_token
-            from rollgym.tracestore.launch import start_trace_store
+            from rollgym.tracestore.store_process import start_trace_store
 
             host, port = address
             self.store_token = store_token(host)
@@ -139,7 +139,7 @@ class JobTelemetry:
                 return
             self.store_restarts += 1
             try:
-                from rollgym.tracestore.launch import start_trace_store
+                from rollgym.tracestore.store_process import start_trace_store
 
                 self.store = await asyncio.to_thread(
                     start_trace_store, *self._store_args, port=port, **self._store_options
