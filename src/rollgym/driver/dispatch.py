@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any, NamedTuple, Protocol
 
-from rollgym.driver.rows import Rollout, collector_row, task_of
+from rollgym.driver.rows import Rollout, collector_row, unstamped
 from rollgym.errors import (
     AUTH_STATUSES,
     AUTHENTICATION,
@@ -177,7 +177,7 @@ class Dispatcher:
         assert target is not None
         row = collector_row(rollout, attempt)
         rollout_id = rollout.rollout_id(attempt)
-        body = episode_body(rollout_id, attempt, task_of(row)) if target.episode else row
+        body = episode_body(rollout_id, attempt, unstamped(row)) if target.episode else row
         server = target.server_name
         rotation = self._rotation
         if rotation is not None and rotation.out_of_rotation:

@@ -310,6 +310,10 @@ def collector_row(rollout: Rollout, attempt: int) -> dict[str, Any]:
     return row
 
 
-def task_of(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The episode's task: the row without the driver's stamps."""
+def unstamped(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The row without the driver's stamps: the task of an episode ``/run`` the driver posts.
+
+    Not :func:`rollgym.servers.task_of`, which an agent uses and which also drops the routing
+    keys and ``sampling``: an episode keeps those for the environment to read.
+    """
     return {key: value for key, value in row.items() if key not in STAMPED_FIELDS}
