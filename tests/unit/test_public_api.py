@@ -87,6 +87,7 @@ SERVERS_DOOR = {
     "SessionState",
     "TransportError",
     "Verdict",
+    "content_text",
     "first_message",
     "gate",
     "is_uuid",

@@ -16,8 +16,9 @@ registry and the launcher) does not pay for FastAPI at import.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rollgym._lazy_door import lazy_door
 
 if TYPE_CHECKING:
     from rollgym.errors import HTTPError, RequestTimeout, ServerCallError, TransportError
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from rollgym.servers import responses_api
     from rollgym.servers.agent import Agent, AgentOptions, task_of
     from rollgym.servers.base import Server, ServerContext
+    from rollgym.servers.chat_content import content_text
     from rollgym.servers.environment import Environment, EnvironmentOptions, SessionState, Verdict
     from rollgym.servers.episode_loop import first_message, play_and_verify, play_tool_loop
     from rollgym.servers.model import ChatRequest, ModelServer
@@ -55,6 +57,7 @@ _EXPORTS = {
     "SessionState": "rollgym.servers.environment",
     "TransportError": "rollgym.errors",
     "Verdict": "rollgym.servers.environment",
+    "content_text": "rollgym.servers.chat_content",
     "first_message": "rollgym.servers.episode_loop",
     "gate": "rollgym.telemetry.groups",
     "is_uuid": "rollgym.servers.request_ids",
@@ -88,6 +91,7 @@ __all__ = [
     "SessionState",
     "TransportError",
     "Verdict",
+    "content_text",
     "first_message",
     "gate",
     "is_uuid",
@@ -101,15 +105,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    home = _EXPORTS.get(name)
-    if home is None:
-        raise AttributeError(f"module 'rollgym.servers' has no attribute {name!r}")
-    module = importlib.import_module(home)
-    value = module if name in _MODULES else getattr(module, name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_door(globals(), _EXPORTS, _MODULES)

@@ -26,6 +26,8 @@ from typing import Any
 
 import orjson
 
+from rollgym.servers import content_text
+
 VOCAB_SIZE = 50_000
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -57,14 +59,6 @@ def token_id(piece: str) -> int:
     return _FIRST_HASHED_ID + int.from_bytes(digest, "big") % (VOCAB_SIZE - _FIRST_HASHED_ID)
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # OpenAI content parts
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return ""
-
-
 def _tool_calls_text(tool_calls: Any) -> str:
     """Tool calls as the model "wrote" them; the arguments string is kept verbatim."""
     if not isinstance(tool_calls, list):
@@ -85,7 +79,7 @@ def _tool_calls_text(tool_calls: Any) -> str:
 def body_pieces(message: dict[str, Any]) -> list[str]:
     """The tokens of a message's body: its text, then its tool calls, then the end token."""
     return [
-        *pieces(_text(message.get("content")) + _tool_calls_text(message.get("tool_calls"))),
+        *pieces(content_text(message.get("content")) + _tool_calls_text(message.get("tool_calls"))),
         IM_END,
     ]
 
@@ -131,7 +125,7 @@ def generated_pieces(choice: dict[str, Any]) -> list[str]:
     (``finish_reason: length``), only the text it got to (no end token)."""
     message = choice["message"]
     if choice.get("finish_reason") == "length":
-        return list(pieces(_text(message.get("content"))))
+        return list(pieces(content_text(message.get("content"))))
     return body_pieces(message)
 
 
