@@ -73,6 +73,7 @@ SERVERS_DOOR = {
     "Agent",
     "AgentOptions",
     "ChatRequest",
+    "ConnectError",
     "Environment",
     "EnvironmentOptions",
     "HTTPError",

@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rollgym.errors import HTTPError as HTTPError  # handlers raise it; create_app answers it
+from rollgym.errors import HTTPError
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import gate
 

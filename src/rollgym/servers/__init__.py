@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING
 from rollgym._lazy_door import lazy_door
 
 if TYPE_CHECKING:
-    from rollgym.errors import HTTPError, RequestTimeout, ServerCallError, TransportError
+    from rollgym.errors import (
+        ConnectError,
+        HTTPError,
+        RequestTimeout,
+        ServerCallError,
+        TransportError,
+    )
     from rollgym.server_options import ServerKind, ServerOptions
     from rollgym.servers import responses_api
     from rollgym.servers.agent import Agent, AgentOptions, task_of
@@ -42,6 +48,7 @@ _EXPORTS = {
     "Agent": "rollgym.servers.agent",
     "AgentOptions": "rollgym.servers.agent",
     "ChatRequest": "rollgym.servers.model",
+    "ConnectError": "rollgym.errors",
     "Environment": "rollgym.servers.environment",
     "EnvironmentOptions": "rollgym.servers.environment",
     "HEADER_REQUEST_ID": "rollgym.telemetry.names",
@@ -77,6 +84,7 @@ __all__ = [
     "Agent",
     "AgentOptions",
     "ChatRequest",
+    "ConnectError",
     "Environment",
     "EnvironmentOptions",
     "HTTPError",

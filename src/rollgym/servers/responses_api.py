@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from rollgym.http.server import HTTPError
+from rollgym.errors import HTTPError
 from rollgym.servers.chat_content import content_text
 
 _CHAT_PREFIX = "chatcmpl-"
