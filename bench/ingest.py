@@ -32,7 +32,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from rollgym.telemetry import names
-from rollgym.tracestore.launch import start_trace_store
+from rollgym.tracestore.store_process import start_trace_store
 
 TARGET = 1.0
 SPAN_NAMES = (names.SPAN_ROLLOUT, names.SPAN_MODEL_CHAT, names.SPAN_ENV_TOOL, "POST /run")

@@ -3,7 +3,7 @@
 The same Collector posts the same rows to the same minimal loopback agent (a separate process,
 ``_minimal_agent.py``) at concurrency 64. "traced" rounds set telemetry up in this process with
 every span group on and the OTLP/HTTP exporter pointed at the rollgym trace store (a separate
-process: ``rollgym.tracestore.launch.start_trace_store``), exactly as ``rollgym run`` does;
+process: ``rollgym.tracestore.store_process.start_trace_store``), exactly as ``rollgym run`` does;
 "off" rounds close the gate. Rounds are interleaved (off, traced, off, traced, ...) so drift of
 a shared machine affects both. The export backlog is flushed after each traced round's clock
 stops, and its spans counted: exported + dropped must equal what the round produced.
@@ -34,11 +34,11 @@ from rollgym import (
     Collector,  # noqa: E402
     event_loop,  # noqa: E402
 )
-from rollgym.telemetry.environment import ROLLGYM_SPAN_PIPELINE  # noqa: E402
+from rollgym.telemetry.env_vars import ROLLGYM_SPAN_PIPELINE  # noqa: E402
 from rollgym.telemetry.groups import ALL_GROUPS, configure_gate  # noqa: E402
 from rollgym.telemetry.settings import TelemetrySettings  # noqa: E402
 from rollgym.telemetry.setup import setup_telemetry  # noqa: E402
-from rollgym.tracestore.launch import start_trace_store  # noqa: E402
+from rollgym.tracestore.store_process import start_trace_store  # noqa: E402
 
 CONCURRENCY = 64
 

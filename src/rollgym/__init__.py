@@ -7,14 +7,15 @@ HTTP client, pydantic models and the driver load only when a program touches the
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rollgym._lazy_door import lazy_door
 
 __version__ = "0.1.0"
 
 #: public name -> the module that defines it
 _EXPORTS = {
-    "Collector": "rollgym.driver.api",
+    "Collector": "rollgym.driver.collector",
     "ConfigError": "rollgym.errors",
     "DispatchError": "rollgym.errors",
     "InputError": "rollgym.errors",
@@ -49,22 +50,12 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rollgym' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_door(globals(), _EXPORTS)
 
 
 if TYPE_CHECKING:
     from rollgym.config import JobConfig, load_config
-    from rollgym.driver.api import Collector
+    from rollgym.driver.collector import Collector
     from rollgym.driver.job import run_job
     from rollgym.driver.outcomes import RolloutFailure, RolloutResult
     from rollgym.driver.summary import Summary

@@ -19,16 +19,27 @@ import re
 import secrets as _secrets
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from rollgym.errors import ConfigError
 from rollgym.server_options import ServerKind
 from rollgym.server_options import (
     ServerOptions as ServerOptions,  # public: implementations import it from here
 )
+
+if TYPE_CHECKING:
+    from rollgym.servers.base import Server
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
@@ -136,10 +147,42 @@ class ServerConfig(BaseModel):
             raise ValueError(f"'url' must be an http(s) URL, got {self.url!r}")
         return self
 
+    #: The implementation class and its validated options, once :meth:`implementation` and
+    #: :meth:`validated_options` have run: the driver's process resolves each server once.
+    _implementation: Any = PrivateAttr(None)
+    _validated_options: Any = PrivateAttr(None)
+
     @property
     def options(self) -> dict[str, Any]:
         """The implementation-specific keys, as written."""
         return dict(self.model_extra or {})
+
+    def implementation(self) -> type[Server]:
+        """The class ``impl`` names, resolved on first use (see :func:`resolve_impl`).
+
+        Raises what :func:`~rollgym.servers.registry.resolve_impl` raises; the config loader
+        turns that into a :class:`ConfigError` naming ``servers.<name>.impl``.
+        """
+        if self._implementation is None:
+            from rollgym.servers.registry import resolve_impl
+
+            if self.impl is None:
+                raise ValueError("a server given by 'url' has no implementation")
+            self._implementation = resolve_impl(self.impl, self.kind)
+        return self._implementation
+
+    def validated_options(self) -> ServerOptions:
+        """The implementation's ``Options`` built from this entry's keys, on first use.
+
+        Raises pydantic's ``ValidationError``; the config loader names the key path.
+        """
+        if self._validated_options is None:
+            self._validated_options = self.implementation().Options.model_validate(self.options)
+        return self._validated_options
+
+    def references(self) -> set[str]:
+        """The servers this one's options name (``server_refs``): it needs them up first."""
+        return {target for _, target, _ in self.validated_options().references()}
 
 
 def _split_bind(bind: str) -> tuple[str, int]:
@@ -240,9 +283,6 @@ class JobConfig(BaseModel):
     run: RunConfig
     servers: dict[str, ServerConfig] = Field(default_factory=dict)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
-
-    def server(self, name: str) -> ServerConfig:
-        return self.servers[name]
 
     def servers_of_kind(self, kind: ServerKind) -> list[str]:
         return [name for name, server in self.servers.items() if server.kind == kind]
@@ -375,8 +415,6 @@ def _describe(exc: ValidationError) -> tuple[str, str]:
 
 
 def _check_servers(config: JobConfig, source: str) -> None:
-    from rollgym.servers.registry import resolve_impl
-
     for name, server in config.servers.items():
         base = f"servers.{name}"
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
@@ -394,13 +432,12 @@ def _check_servers(config: JobConfig, source: str) -> None:
                     key_path=f"{base}.{first}",
                 )
             continue
-        assert server.impl is not None
         try:
-            impl = resolve_impl(server.impl, server.kind)
+            server.implementation()
         except (ImportError, AttributeError, TypeError, ValueError) as exc:
             raise ConfigError(str(exc), source=source, key_path=f"{base}.impl") from None
         try:
-            options = impl.Options.model_validate(server.options)
+            options = server.validated_options()
         except ValidationError as exc:
             key_path, message = _describe(exc)
             raise ConfigError(message, source=source, key_path=f"{base}.{key_path}") from None

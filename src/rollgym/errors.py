@@ -3,18 +3,32 @@
 Every error rollgym raises on purpose is a :class:`RollgymError`, so an embedder can catch the
 whole family with one ``except``. Foreign errors (aiohttp, pydantic, yaml) are translated at
 one boundary each and carry *where* the problem is: a file and line, a config key path, a
-server name, a request field::
+server name, a request field. Errors are named where they happen: the HTTP client raises
+transport errors, and only the caller that knows what the call was for classifies them (the
+driver into ``DispatchError`` kinds, an agent into a ``ServerCallError``)::
 
     RollgymError
-    ├── ConfigError            bad job config: file, key path, what was expected
-    ├── InputError             an input row that cannot be read: file, line, field
-    ├── LaunchError            a server that did not start or never became healthy
-    └── DispatchError          one attempt of one rollout went wrong
+    ├── ConfigError              bad job config: file, key path, what was expected
+    ├── InputError               an input row that cannot be read: file, line, field
+    ├── OutputError              a record that cannot be written (full disk): resumable
+    ├── LaunchError              a server that did not start or never became healthy
+    ├── ExportError              a run folder that cannot be exported to Parquet
+    ├── SandboxUnavailable       sandboxes cannot run on this machine: what to install
+    ├── TransportError           an outgoing HTTP request got no whole answer (HttpClient)
+    │   ├── ConnectError             could not connect, or the connection broke mid-exchange
+    │   │   └── ConnectionRefused        nothing listens at the address (a dead replica)
+    │   └── RequestTimeout           no whole answer within the request's time limit
+    ├── HTTPError                raised in a server's handler: answer this status and message
+    ├── ServerCallError          a rollout's call to its model or environment failed
+    └── DispatchError            one attempt of one rollout went wrong (the driver's view)
         ├── TransientDispatchError   retried: connection error, timeout, HTTP 5xx or 429
         └── PermanentDispatchError   not retried: HTTP 4xx, an answer without a numeric reward
 
-A failed rollout is data, not an exception that takes the run down: the driver turns a
-``DispatchError`` into a failure record (``failures.jsonl``) with its ``error_kind``.
+Any HTTP status comes back as an answer, never as a transport error: the caller decides what
+it means (the driver: ``http_4xx``, ``http_5xx``...; a rollout's model call: a
+``ServerCallError`` with the status). A failed rollout is data, not an exception that takes the
+run down: the driver turns a ``DispatchError`` into a failure record (``failures.jsonl``) with
+its ``error_kind``.
 """
 
 from __future__ import annotations
@@ -72,6 +86,74 @@ class LaunchError(RollgymError):
     def __init__(self, message: str, *, server: str) -> None:
         self.server = server
         super().__init__(f"server {server!r}: {message}")
+
+
+class ExportError(RollgymError):
+    """A run folder that cannot be exported (no trajectories, pyarrow missing)."""
+
+
+class SandboxUnavailable(RollgymError):
+    """Sandboxes cannot run on this machine; the message names what to install or enable."""
+
+
+class TransportError(RollgymError):
+    """An outgoing HTTP request got no whole answer. ``server`` is the server it was sent to.
+
+    Raised only by :class:`~rollgym.http.client.HttpClient`; the message names the server,
+    the method and the path.
+    """
+
+    def __init__(self, message: str, *, server: str) -> None:
+        self.server = server
+        super().__init__(message)
+
+
+class ConnectError(TransportError):
+    """The connection could not be made, or it broke before the whole answer arrived."""
+
+
+class ConnectionRefused(ConnectError):
+    """Nothing listens at the address (a dead server or replica)."""
+
+
+class RequestTimeout(TransportError):
+    """No whole answer within the request's time limit."""
+
+
+class HTTPError(RollgymError):
+    """Raised by a server's handler to answer ``status`` with ``{"error": message, "field": field}``.
+
+    One exception type for every server means one place shapes error bodies
+    (:func:`rollgym.http.server.create_app`).
+    """
+
+    def __init__(self, status: int, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.field = field
+
+
+class ServerCallError(RollgymError):
+    """A model or environment call of a rollout did not succeed.
+
+    ``status`` is the HTTP status the other server answered (None for no answer). ``bad_input``
+    marks a refusal caused by the task itself (the environment rejected it), which the agent
+    reports as 400 instead of its own failure; ``field`` is the field the other server named.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        field: str | None = None,
+        bad_input: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.field = field
+        self.bad_input = bad_input
 
 
 class DispatchError(RollgymError):

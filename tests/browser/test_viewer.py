@@ -14,7 +14,7 @@ import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
 from rollgym.telemetry import names
-from rollgym.tracestore.launch import TraceStoreProcess, start_trace_store
+from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
 from rollgym.tracestore.synthetic import SyntheticRun, emit_run
 
 from .conftest import BROWSER_MARKS, IMAGES

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from rollgym.telemetry import names
-from rollgym.tracestore.launch import TraceStoreProcess, start_trace_store
+from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
 
 from .conftest import BROWSER_MARKS, IMAGES
 

@@ -150,7 +150,7 @@ def children_of(pid: int) -> list[int]:
 
 
 def server_pids_alive(
-    spec_marker: str = "rollgym.servers.serve", under: str | None = None
+    spec_marker: str = "rollgym.servers.server_process", under: str | None = None
 ) -> list[int]:
     """PIDs of server processes still running; with ``under``, only those whose environment
     mentions that folder (their spec names the run's output directory)."""

@@ -378,7 +378,7 @@ async def launched_servers(
 @asynccontextmanager
 async def trace_store(out: Path) -> AsyncIterator[Any]:
     """The rollgym trace store as a child process; stopped (and committed) on leaving."""
-    from rollgym.tracestore.launch import start_trace_store
+    from rollgym.tracestore.store_process import start_trace_store
 
     store = await asyncio.to_thread(
         start_trace_store, out / "traces.db", out / "logs" / "tracestore.log"

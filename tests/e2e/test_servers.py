@@ -80,7 +80,7 @@ def custom_module(tmp_path, monkeypatch) -> dict[str, str]:
 
 
 def launched_pids(parent: int | None = None) -> list[int]:
-    """PIDs of server processes (``-m rollgym.servers.serve``) whose parent is ``parent``
+    """PIDs of server processes (``-m rollgym.servers.server_process``) whose parent is ``parent``
     (default: this test process), from /proc (Linux)."""
     parent = os.getpid() if parent is None else parent
     found = []
@@ -93,7 +93,7 @@ def launched_pids(parent: int | None = None) -> list[int]:
         except OSError:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == parent and b"rollgym.servers.serve" in cmdline:
+        if ppid == parent and b"rollgym.servers.server_process" in cmdline:
             found.append(int(entry.name))
     return found
 

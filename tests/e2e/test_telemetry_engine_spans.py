@@ -41,7 +41,7 @@ from telemetry_helpers import (
 )
 
 from rollgym.telemetry import names
-from rollgym.tracestore.launch import start_trace_store
+from rollgym.tracestore.store_process import start_trace_store
 
 pytestmark = pytest.mark.e2e
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from rollgym.tracestore.launch import start_trace_store
+from rollgym.tracestore.store_process import start_trace_store
 
 pytestmark = pytest.mark.e2e
 
 _PARENT = """
 import sys, time
-from rollgym.tracestore.launch import start_trace_store
+from rollgym.tracestore.store_process import start_trace_store
 store = start_trace_store(sys.argv[1], sys.argv[2])
 print(store.process.pid, flush=True)
 time.sleep(60)

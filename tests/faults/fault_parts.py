@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from rollgym.http.server import HTTPError
+from rollgym.errors import HTTPError
 from rollgym.server_options import ServerOptions
 from rollgym.servers.agent import Agent, AgentOptions
 from rollgym.servers.environment import Environment, EnvironmentOptions, SessionState

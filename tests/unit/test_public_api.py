@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import rollgym
 
 
@@ -56,5 +59,89 @@ def test_the_sandbox_door_is_sorted_and_its_error_shares_the_root() -> None:
 
     assert list(sandbox.__all__) == sorted(sandbox.__all__)
     for name in sandbox.__all__:
-        assert getattr(sandbox, name).__module__.startswith("rollgym.sandbox"), name
+        # its own names, or its error, which lives in the one error tree
+        module = getattr(sandbox, name).__module__
+        assert module.startswith(("rollgym.sandbox", "rollgym.errors")), name
     assert issubclass(sandbox.SandboxUnavailable, rollgym.RollgymError)
+
+
+# --- rollgym.servers: the front door for server authors ---------------------------------------
+
+#: What a server author needs, and nothing else: the list is part of the public API.
+SERVERS_DOOR = {
+    "HEADER_REQUEST_ID",
+    "Agent",
+    "AgentOptions",
+    "ChatRequest",
+    "ConnectError",
+    "Environment",
+    "EnvironmentOptions",
+    "HTTPError",
+    "ModelServer",
+    "RequestTimeout",
+    "RolloutContext",
+    "Server",
+    "ServerCallError",
+    "ServerContext",
+    "ServerKind",
+    "ServerOptions",
+    "SessionState",
+    "TransportError",
+    "Verdict",
+    "content_text",
+    "first_message",
+    "gate",
+    "is_uuid",
+    "play_and_verify",
+    "play_tool_loop",
+    "responses_api",
+    "spans",
+    "task_of",
+    "tool",
+    "upstream_uuid",
+}
+
+#: Where a built-in may import rollgym names from: the servers door, the package door, the
+#: sandbox door (a public package of its own) and the other built-ins.
+BUILTIN_DOORS = ("rollgym", "rollgym.servers", "rollgym.sandbox")
+
+
+def test_the_servers_door_lists_exactly_what_a_server_author_needs() -> None:
+    import rollgym.servers as servers
+
+    assert set(servers.__all__) == SERVERS_DOOR
+    # sorted as ruff sorts it: constants, then classes, then functions and modules
+    order = sorted(servers.__all__, key=lambda n: (not n.isupper(), not n[0].isupper(), n))
+    assert list(servers.__all__) == order
+    for name in servers.__all__:
+        assert getattr(servers, name) is not None, name
+    assert issubclass(servers.ServerCallError, rollgym.RollgymError)
+    try:
+        servers.NoSuchThing  # noqa: B018
+    except AttributeError as exc:
+        assert "NoSuchThing" in str(exc)
+    else:
+        raise AssertionError("unknown names must raise AttributeError")
+
+
+def _rollgym_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every rollgym import in ``path``, function-local ones too."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+    return [(line, module) for line, module in found if module.split(".")[0] == "rollgym"]
+
+
+def test_builtins_import_only_through_the_doors() -> None:
+    """The built-ins are examples a user can copy: no internal module of rollgym in them."""
+    root = Path(rollgym.__file__).parent
+    strays = [
+        f"{path.relative_to(root)}:{line}: {module}"
+        for path in sorted((root / "builtins").rglob("*.py"))
+        for line, module in _rollgym_imports(path)
+        if module not in BUILTIN_DOORS and not module.startswith("rollgym.builtins")
+    ]
+    assert strays == []

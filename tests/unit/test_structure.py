@@ -47,8 +47,9 @@ def test_module_imports_alone(module: str) -> None:
 
 def _import_graph() -> dict[str, set[str]]:
     """``{module: rollgym modules it imports}``, counting imports inside functions too (they
-    run later, but a cycle through them is still a cycle) and leaving out ``TYPE_CHECKING``
-    blocks (never run)."""
+    run later, but a cycle through them is still a cycle), resolving a name imported from a lazy
+    package door to the module that defines it, and leaving out ``TYPE_CHECKING`` blocks
+    (never run)."""
     root = Path(rollgym.__file__).parent
     paths = {
         ".".join(("rollgym", *path.relative_to(root).with_suffix("").parts)).removesuffix(
@@ -56,6 +57,7 @@ def _import_graph() -> dict[str, set[str]]:
         ): path
         for path in root.rglob("*.py")
     }
+    lazy = {module: _lazy_exports(path) for module, path in paths.items()}
     graph: dict[str, set[str]] = {}
     for module, path in paths.items():
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
@@ -69,6 +71,8 @@ def _import_graph() -> dict[str, set[str]]:
                     parent = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join([*parent, base] if base else parent)
                 named.update(f"{base}.{alias.name}" for alias in node.names)
+                # a lazy door (PEP 562) loads the name's home when it is imported from it
+                named.update(lazy.get(base, {}).get(alias.name, base) for alias in node.names)
                 named.add(base)
         graph[module] = {
             target
@@ -76,6 +80,19 @@ def _import_graph() -> dict[str, set[str]]:
             if target not in ("", module)
         }
     return graph
+
+
+def _lazy_exports(path: Path) -> dict[str, str]:
+    """``{name: home module}`` of a package door that loads its names on first use (PEP 562):
+    the ``_EXPORTS`` table of ``rollgym`` and ``rollgym.servers``. Empty for other modules."""
+    if path.name != "__init__.py":
+        return {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else None
+        if isinstance(target, ast.Name) and target.id == "_EXPORTS":
+            table = ast.literal_eval(node.value)
+            return {name: home for name, home in table.items() if home.startswith("rollgym")}
+    return {}
 
 
 def _run_time_nodes(tree: ast.AST):
@@ -139,6 +156,16 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_imports_run_downwards() -> None:
     """No two modules import each other, even through an import inside a function."""
     assert _cycles(_import_graph()) == []
+
+
+def test_the_graph_follows_lazy_doors_and_function_local_imports() -> None:
+    graph = _import_graph()
+    # ``from rollgym.servers import Agent`` in a built-in loads rollgym.servers.agent
+    assert "rollgym.servers.agent" in graph["rollgym.builtins.agents.single_turn"]
+    # importing a door itself loads nothing: no edge from the door to every home
+    assert "rollgym.driver.collector" not in graph["rollgym"]
+    # an import inside a function counts (the client's span helper, behind the gate)
+    assert "rollgym.telemetry.spans" in graph["rollgym.http.client"]
 
 
 def test_cycle_finder_finds_a_cycle() -> None:

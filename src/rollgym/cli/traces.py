@@ -101,7 +101,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from rollgym.event_loop import loop_factory
     from rollgym.tracestore.access import TOKEN_ENV, otel_headers_value, store_token
-    from rollgym.tracestore.serve import serve
+    from rollgym.tracestore.lifecycle import serve
 
     db = args.db
     if args.run_dir is not None and args.db == Path("traces.db"):

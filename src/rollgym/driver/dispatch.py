@@ -20,16 +20,18 @@ import time
 from types import ModuleType
 from typing import Any, NamedTuple, Protocol
 
-from rollgym.driver.rows import Rollout, collector_row, task_of
+from rollgym.driver.rows import Rollout, collector_row, unstamped
 from rollgym.errors import (
     AUTH_STATUSES,
     AUTHENTICATION,
     DispatchError,
     PermanentDispatchError,
+    RequestTimeout,
     TransientDispatchError,
+    TransportError,
 )
 from rollgym.http.client import HttpClient, HttpResponse
-from rollgym.identity import episode_body, make_rollout_id
+from rollgym.identity import episode_body
 from rollgym.rewards import is_reward
 from rollgym.telemetry.groups import gate
 from rollgym.telemetry.names import OUTCOME_ERROR, OUTCOME_OK, OUTCOME_TIMEOUT
@@ -176,10 +178,8 @@ class Dispatcher:
         target = task.target
         assert target is not None
         row = collector_row(rollout, attempt)
-        rollout_id = make_rollout_id(
-            task.explicit_id, task.task_index, rollout.rollout_index, attempt
-        )
-        body = episode_body(rollout_id, attempt, task_of(row)) if target.episode else row
+        rollout_id = rollout.rollout_id(attempt)
+        body = episode_body(rollout_id, attempt, unstamped(row)) if target.episode else row
         server = target.server_name
         rotation = self._rotation
         if rotation is not None and rotation.out_of_rotation:
@@ -246,9 +246,19 @@ async def _post(
         answer: HttpResponse = await post(
             server, url, body, timeout=timeout, headers=headers, route="/run"
         )
-    except DispatchError as exc:
-        return exc
+    except TransportError as exc:
+        return transport_failure(exc)
     return answer
+
+
+def transport_failure(exc: TransportError) -> TransientDispatchError:
+    """The driver's reading of a request that got no answer: worth another attempt.
+
+    The message stays the client's (it names the server, method and path); the kind says
+    which: ``timeout`` or ``connection_error``.
+    """
+    kind = "timeout" if isinstance(exc, RequestTimeout) else "connection_error"
+    return TransientDispatchError(str(exc), kind=kind, server=exc.server)
 
 
 def interpret(

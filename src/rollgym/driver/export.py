@@ -22,14 +22,10 @@ from typing import Any
 import orjson
 
 from rollgym.driver.output import ROLLOUTS, TRAJECTORIES
-from rollgym.errors import RollgymError
+from rollgym.errors import ExportError as ExportError
 from rollgym.trajectory.tokens import token_sequence
 
 DEFAULT_NAME = "trajectories.parquet"
-
-
-class ExportError(RollgymError):
-    """A run folder that cannot be exported (no trajectories, pyarrow missing)."""
 
 
 def _committed_end(run_dir: Path) -> int:

@@ -2,7 +2,7 @@
 
 ``run_job`` is deliberately a sequence of named steps (resolve the output directory, open the
 ledger, start telemetry, launch servers, collect, aggregate, finalize) so each step can be read
-and tested on its own; the data path itself lives in the :class:`~rollgym.driver.api.Collector`.
+and tested on its own; the data path itself lives in the :class:`~rollgym.driver.collector.Collector`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import orjson
 import yaml
 
 from rollgym.config import JobConfig, new_run_id, redacted
-from rollgym.driver.api import Collector
+from rollgym.driver.collector import Collector
+from rollgym.driver.job_telemetry import JobTelemetry
 from rollgym.driver.outcomes import Outcome, RolloutResult
 from rollgym.driver.output import Ledger, OutcomeWriter
 from rollgym.driver.progress import ProgressReporter, count_rows
@@ -29,15 +30,13 @@ from rollgym.driver.sessions import SessionLog
 from rollgym.driver.summary import (
     Aggregator,
     Summary,
-    add_telemetry_counts,
     merge_replicas,
-    read_server_telemetry,
     write_json_atomic,
 )
-from rollgym.driver.telemetry_setup import JobTelemetry
-from rollgym.errors import ConfigError, DispatchError, OutputError
+from rollgym.errors import ConfigError, OutputError, TransportError
 from rollgym.placement.supervisor import Supervisor, report_to_stderr
 from rollgym.telemetry.groups import gate
+from rollgym.telemetry.span_counts import SpanCountRecord, add_record, read_server_records
 
 RUN_FILE = "run.json"
 AGGREGATE_TIMEOUT_S = 60.0
@@ -252,7 +251,7 @@ async def _aggregate_one(collector: Collector, name: str, url: str) -> Any:
             route="/aggregate_metrics",
             pinned=True,
         )
-    except DispatchError as exc:
+    except TransportError as exc:
         return {"error": str(exc)}
     if response.status != 200:
         return {"error": f"HTTP {response.status}: {response.data or response.text}"}
@@ -472,10 +471,10 @@ def telemetry_warnings(counts: dict[str, Any]) -> list[str]:
 
 
 def _telemetry_counts(
-    driver: dict[str, int], config: JobConfig, output_dir: Path
-) -> dict[str, int]:
+    driver: SpanCountRecord, config: JobConfig, output_dir: Path
+) -> dict[str, Any]:
     """The span counts of every launched server plus the driver's own."""
     launched = [name for name, server in config.servers.items() if server.impl is not None]
-    total = read_server_telemetry(output_dir / "logs", launched)
-    add_telemetry_counts(total, driver)
+    total: dict[str, Any] = dict(read_server_records(output_dir / "logs", launched))
+    add_record(total, driver)
     return total

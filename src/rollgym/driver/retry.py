@@ -19,7 +19,6 @@ from typing import Any
 from rollgym.driver.dispatch import AttemptOutcome, outcome_label
 from rollgym.driver.outcomes import Outcome, RolloutFailure, RolloutResult
 from rollgym.driver.rows import Rollout
-from rollgym.identity import make_rollout_id
 from rollgym.telemetry.names import OUTCOME_ERROR
 from rollgym.trajectory.record import TRAJECTORY_KEY
 
@@ -56,10 +55,7 @@ class InFlight:
         now = time.monotonic()
         rows = []
         for rollout, name, attempt, started in self.entries.values():
-            task = rollout.task
-            rollout_id = make_rollout_id(
-                task.explicit_id, task.task_index, rollout.rollout_index, attempt
-            )
+            rollout_id = rollout.rollout_id(attempt)
             rows.append(
                 {
                     "rollout_id": rollout_id,
@@ -120,7 +116,7 @@ def cancelled_failure(rollout: Rollout, attempt: int) -> RolloutFailure:
     """The record of a rollout stopped by Ctrl-C / SIGTERM; a resume runs it again."""
     task = rollout.task
     return RolloutFailure(
-        make_rollout_id(task.explicit_id, task.task_index, rollout.rollout_index, attempt),
+        rollout.rollout_id(attempt),
         task.task_index,
         rollout.rollout_index,
         attempt,

@@ -73,6 +73,11 @@ class Rollout:
     task: TaskRow
     rollout_index: int
 
+    def rollout_id(self, attempt: int) -> str:
+        """The id of this rollout's attempt ``attempt``: the one place the driver derives it."""
+        task = self.task
+        return make_rollout_id(task.explicit_id, task.task_index, self.rollout_index, attempt)
+
 
 WorkItem = Rollout | RolloutFailure
 
@@ -285,7 +290,7 @@ def expand(entry: TaskRow | BadLine, repeats: int, skip: Skip | None = None) -> 
             assert entry.unroutable is not None
             kind, message = entry.unroutable
             yield RolloutFailure(
-                make_rollout_id(entry.explicit_id, entry.task_index, rollout_index, 0),
+                Rollout(entry, rollout_index).rollout_id(0),
                 entry.task_index,
                 rollout_index,
                 0,
@@ -305,6 +310,10 @@ def collector_row(rollout: Rollout, attempt: int) -> dict[str, Any]:
     return row
 
 
-def task_of(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The episode's task: the row without the driver's stamps."""
+def unstamped(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The row without the driver's stamps: the task of an episode ``/run`` the driver posts.
+
+    Not :func:`rollgym.servers.task_of`, which an agent uses and which also drops the routing
+    keys and ``sampling``: an episode keeps those for the environment to read.
+    """
     return {key: value for key, value in row.items() if key not in STAMPED_FIELDS}

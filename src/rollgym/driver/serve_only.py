@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rollgym.config import JobConfig
 from rollgym.driver.job import prepare_output, resolve_run
-from rollgym.driver.telemetry_setup import JobTelemetry
+from rollgym.driver.job_telemetry import JobTelemetry
 from rollgym.errors import ConfigError
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from rollgym.files import write_atomically
+from rollgym.telemetry.span_counts import empty_record
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -140,9 +141,7 @@ class Summary:
     failed_by_kind: dict[str, int]
     by_dispatch_name: dict[str, Any]
     environments: dict[str, Any] = field(default_factory=dict)
-    telemetry: dict[str, Any] = field(
-        default_factory=lambda: {"spans_exported": 0, "spans_dropped": 0}
-    )
+    telemetry: dict[str, Any] = field(default_factory=lambda: dict(empty_record()))
     duration_s: float = 0.0
     #: Records per second of this session; None when it recorded none (nothing left to run).
     rollouts_per_s: float | None = 0.0
@@ -245,27 +244,3 @@ def _weighted_mean(tables: list[dict[str, Any]], key: str) -> float | None:
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write a JSON file so a reader never sees half of it (:func:`write_atomically`)."""
     write_atomically(path, orjson.dumps(data, option=orjson.OPT_INDENT_2))
-
-
-def add_telemetry_counts(total: dict[str, int], counts: dict[str, Any] | None) -> None:
-    """Sum one process's ``{spans_exported, spans_dropped}`` into ``total``."""
-    if not isinstance(counts, dict):
-        return
-    for key in ("spans_exported", "spans_dropped"):
-        value = counts.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            total[key] = total.get(key, 0) + value
-
-
-def read_server_telemetry(logs_dir: Path, names: list[str]) -> dict[str, int]:
-    """Sum the counts each server wrote at shutdown (``logs/<name>.telemetry.json``, and
-    ``logs/<name>@<i>.telemetry.json`` for its other replicas)."""
-    total = {"spans_exported": 0, "spans_dropped": 0}
-    paths = [logs_dir / f"{name}.telemetry.json" for name in names]
-    paths += [path for name in names for path in sorted(logs_dir.glob(f"{name}@*.telemetry.json"))]
-    for path in paths:
-        try:
-            add_telemetry_counts(total, orjson.loads(path.read_bytes()))
-        except (OSError, orjson.JSONDecodeError):
-            continue
-    return total

@@ -3,8 +3,11 @@
 Driver → agent, agent → model server, agent → environment, model server → upstream engine:
 all of them post through :class:`HttpClient`. That gives telemetry exactly one home for the
 HTTP client span, the W3C context injection, and the connection-pool metrics, and gives
-errors one translation boundary (aiohttp's exceptions become
-:class:`~rollgym.errors.TransientDispatchError`).
+errors one translation boundary: aiohttp's exceptions become rollgym's transport errors
+(:class:`~rollgym.errors.ConnectError`, :class:`~rollgym.errors.ConnectionRefused`,
+:class:`~rollgym.errors.RequestTimeout`), which name the server. An answer with any HTTP
+status is returned, not raised: the caller knows what the call was for and classifies both
+(the driver into ``DispatchError`` kinds, a rollout's call into a ``ServerCallError``).
 
 Keep-alive: an idle pooled connection can be closed by the server at the very moment a request
 is written on it (the server's idle timer fired, its FIN is still in flight). The request then
@@ -42,7 +45,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from rollgym.errors import TransientDispatchError
+from rollgym.errors import ConnectError, ConnectionRefused, RequestTimeout
 from rollgym.http.replicas import ReplicaTable, on_replica, origin
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import gate
@@ -102,10 +105,6 @@ class HttpResponse(NamedTuple):
     trace_id: str | None = None
     #: The replica (``scheme://host:port``) that answered, when the server has replicas.
     replica: str | None = None
-
-
-class ConnectionRefused(TransientDispatchError):
-    """Nothing listens at the address (a dead server or replica): transient, retried elsewhere."""
 
 
 class HttpClient:
@@ -183,8 +182,9 @@ class HttpClient:
 
         ``route`` is the URL template for the span name (``/v1/chat/completions``), so a
         rollout-scoped URL never makes span names high-cardinality. Raises
-        ``TransientDispatchError`` for connection errors and timeouts; any HTTP status is
-        returned, the caller decides what it means. ``pinned``: send to exactly ``url``'s
+        :class:`~rollgym.errors.ConnectError` (``ConnectionRefused`` when nothing listens) or
+        :class:`~rollgym.errors.RequestTimeout`; any HTTP status is returned, the caller
+        decides what it means. ``pinned``: send to exactly ``url``'s
         replica, never balanced away (session affinity).
         """
         return self.request_json(
@@ -322,18 +322,9 @@ class HttpClient:
                     self._fresh, method, url, data, headers, timeout, trace_ctx
                 )
         except TimeoutError:
-            raise TransientDispatchError(
-                f"no answer from {destination!r} within {timeout}s ({method} {_path(url)})",
-                kind="timeout",
-                server=destination,
-            ) from None
+            raise _timed_out(destination, method, url, timeout) from None
         except aiohttp.ClientError as exc:
-            error = ConnectionRefused if _refused(exc) else TransientDispatchError
-            raise error(
-                f"cannot reach {destination!r} ({method} {_path(url)}): {type(exc).__name__}: {exc}",
-                kind="connection_error",
-                server=destination,
-            ) from None
+            raise _unreachable(destination, method, url, exc) from None
         finally:
             if metrics is not None:
                 metrics.request_finished(destination)
@@ -436,19 +427,25 @@ class HttpClient:
                         _record_status(span, response.status)
                     yield response
             except TimeoutError:
-                raise TransientDispatchError(
-                    f"no answer from {destination!r} within {timeout}s (POST {_path(url)})",
-                    kind="timeout",
-                    server=destination,
-                ) from None
+                raise _timed_out(destination, "POST", url, timeout) from None
             except aiohttp.ClientError as exc:
-                error = ConnectionRefused if _refused(exc) else TransientDispatchError
-                raise error(
-                    f"cannot reach {destination!r} (POST {_path(url)}): "
-                    f"{type(exc).__name__}: {exc}",
-                    kind="connection_error",
-                    server=destination,
-                ) from None
+                raise _unreachable(destination, "POST", url, exc) from None
+
+
+def _timed_out(destination: str, method: str, url: str, timeout: float | None) -> RequestTimeout:
+    return RequestTimeout(
+        f"no answer from {destination!r} within {timeout}s ({method} {_path(url)})",
+        server=destination,
+    )
+
+
+def _unreachable(destination: str, method: str, url: str, exc: aiohttp.ClientError) -> ConnectError:
+    """aiohttp's failure as rollgym's: ``ConnectionRefused`` when nothing listened."""
+    error = ConnectionRefused if _refused(exc) else ConnectError
+    return error(
+        f"cannot reach {destination!r} ({method} {_path(url)}): {type(exc).__name__}: {exc}",
+        server=destination,
+    )
 
 
 def _refused(exc: aiohttp.ClientError) -> bool:

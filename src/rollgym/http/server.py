@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from rollgym.errors import HTTPError
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import gate
 
@@ -35,19 +36,6 @@ class OrjsonResponse(Response):
 
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content, option=orjson.OPT_NON_STR_KEYS)
-
-
-class HTTPError(Exception):
-    """Raised by a handler to answer ``status`` with ``{"error": message, "field": field}``.
-
-    One exception type for every server means one place shapes error bodies.
-    """
-
-    def __init__(self, status: int, message: str, *, field: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.field = field
 
 
 def error_body(message: str, field: str | None = None) -> dict[str, Any]:

@@ -38,7 +38,6 @@ from rollgym.placement.base import PlacedServer, Placement
 from rollgym.placement.health import wait_healthy
 from rollgym.placement.local import LocalPlacement
 from rollgym.placement.supervisor import POLL_S, Supervisor
-from rollgym.servers.registry import resolve_impl
 from rollgym.servers.spec import ServeSpec, instance_name
 from rollgym.telemetry.groups import gate
 
@@ -54,9 +53,7 @@ def dependencies(config: JobConfig) -> dict[str, set[str]]:
     for name, server in config.servers.items():
         if server.impl is None:
             continue
-        cls = resolve_impl(server.impl, server.kind)
-        options = cls.Options.model_validate(server.options)
-        deps[name] = {target for _, target, _ in options.references() if target in config.servers}
+        deps[name] = {target for target in server.references() if target in config.servers}
     return deps
 
 

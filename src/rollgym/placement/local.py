@@ -28,7 +28,7 @@ _POLL_S = 0.05
 
 
 class ServerProcess:
-    """A server (one replica of it) started with ``python -m rollgym.servers.serve``."""
+    """A server (one replica of it) started with ``python -m rollgym.servers.server_process``."""
 
     def __init__(self, spec: ServeSpec, env: Mapping[str, str], log_path: Path) -> None:
         self.spec = spec
@@ -36,7 +36,7 @@ class ServerProcess:
         self.ready_file = Path(spec.ready_file)
         self.ready_file.unlink(missing_ok=True)
         self.popen = spawn_child(
-            [sys.executable, "-m", "rollgym.servers.serve"],
+            [sys.executable, "-m", "rollgym.servers.server_process"],
             env={**os.environ, **env, ENV_SPEC: spec.to_env()},
             log_path=log_path,
             new_session=True,

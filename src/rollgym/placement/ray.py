@@ -3,8 +3,8 @@
 The driver does not change: :func:`rollgym.placement.launcher.launch_servers` still yields
 ``{name: base URL}``, health-checks each URL and stops everything on leaving. Only where a
 server runs changes. Each :class:`ServerActor` (one Ray worker process per server,
-``num_cpus=0``) serves the same app as ``python -m rollgym.servers.serve``
-(:class:`~rollgym.servers.serve.AppServer`) on a thread with its own event loop, bound on its
+``num_cpus=0``) serves the same app as ``python -m rollgym.servers.server_process``
+(:class:`~rollgym.servers.server_process.AppServer`) on a thread with its own event loop, bound on its
 node's IP (``127.0.0.1`` when the whole cluster is the driver's own machine) on a free port.
 
 Nothing crosses implicitly (TELEMETRY.md, "Propagation and correlation"):
@@ -48,6 +48,7 @@ from rollgym.placement.child import log_tail
 from rollgym.placement.health import wait_healthy
 from rollgym.placement.ray_context import in_context, remote_with_context
 from rollgym.servers.spec import ServeSpec
+from rollgym.telemetry.span_counts import SpanCountRecord
 
 _log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class ServerActor:
     """
 
     def __init__(self, spec: ServeSpec, env: dict[str, str]) -> None:
-        from rollgym.servers.serve import setup_server_telemetry
+        from rollgym.servers.server_process import setup_server_telemetry
 
         os.environ.update(env)  # for OpenTelemetry libraries inside the server, too
         self.spec = spec
@@ -116,7 +117,7 @@ class ServerActor:
         """
         import ray
 
-        from rollgym.servers.serve import AppServer
+        from rollgym.servers.server_process import AppServer
 
         if host is None:
             host = ray.util.get_node_ip_address()
@@ -168,9 +169,9 @@ class ServerActor:
             self.error = exc
             _log.exception("server %r failed", self.spec.name)
 
-    def stop(self, grace_s: float = 10.0) -> dict[str, int]:
+    def stop(self, grace_s: float = 10.0) -> SpanCountRecord:
         """Graceful uvicorn shutdown, then flush telemetry; the server's span counts."""
-        from rollgym.servers.serve import finish_telemetry
+        from rollgym.servers.server_process import finish_telemetry
 
         self.stopping.set()
         if self.server is not None:
@@ -348,12 +349,12 @@ class RayPlacement:
         await asyncio.gather(*(self._stop_one(name, grace_s) for name in list(self.actors)))
 
     async def _stop_one(self, name: str, grace_s: float) -> None:
-        from rollgym.servers.serve import write_telemetry_counts
+        from rollgym.telemetry.span_counts import write_server_record
 
         actor = self.actors[name]
         try:
             counts = await asyncio.wait_for(actor.stop.remote(grace_s), grace_s + 5.0)
-            write_telemetry_counts(self.output_dirs.get(name), name, counts)
+            write_server_record(self.output_dirs.get(name), name, counts)
         except Exception as exc:  # noqa: BLE001 - it is killed below either way
             _log.warning("server actor %r did not stop cleanly: %s", name, exc)
         finally:

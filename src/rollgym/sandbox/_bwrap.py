@@ -21,7 +21,7 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
-from rollgym.errors import RollgymError
+from rollgym.errors import SandboxUnavailable as SandboxUnavailable
 from rollgym.sandbox.limits import SandboxLimits
 
 #: Where the private work directory appears inside the sandbox.
@@ -37,10 +37,6 @@ _INSTALL_HINT = (
     "install it with `apt-get install bubblewrap` (Debian/Ubuntu; `dnf install bubblewrap` "
     "on Fedora); `bash scripts/test.sh` does it on a fresh Debian machine"
 )
-
-
-class SandboxUnavailable(RollgymError):
-    """Sandboxes cannot run on this machine; the message names what to install or enable."""
 
 
 def sandbox_owner() -> tuple[int, int]:

@@ -1,59 +1,116 @@
-"""Server base classes: write an agent, an environment or a model server by subclassing one.
+"""The front door for server authors: write an agent, an environment or a model server here.
 
-The launcher (:mod:`rollgym.placement.launcher`) starts them as local processes through
-:mod:`rollgym.servers.serve`; :func:`rollgym.servers.registry.resolve_impl` turns a config's
+Everything a server implementation needs comes from this one package: the base classes
+(:class:`Agent`, :class:`Environment`, :class:`ModelServer`) and their options, ``@tool``, the
+:class:`RolloutContext` a rollout plays through, the errors a server raises or catches, the
+shared episode loop (:func:`play_tool_loop`), the row and request-id helpers, and the
+telemetry a model server records itself. The built-in servers (:mod:`rollgym.builtins`)
+import only from here, so each of them is an example a user can copy; a test
+(``tests/unit/test_public_api.py``) keeps this list and the built-ins honest.
+
+The launcher (:mod:`rollgym.placement.launcher`) starts servers as local processes through
+:mod:`rollgym.servers.server_process`; :func:`rollgym.servers.registry.resolve_impl` turns a config's
 ``impl`` into the class. Names are imported on first use, so the driver (which only needs the
 registry and the launcher) does not pay for FastAPI at import.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rollgym._lazy_door import lazy_door
 
 if TYPE_CHECKING:
-    from rollgym.servers.agent import Agent, AgentOptions
+    from rollgym.errors import (
+        ConnectError,
+        HTTPError,
+        RequestTimeout,
+        ServerCallError,
+        TransportError,
+    )
+    from rollgym.server_options import ServerKind, ServerOptions
+    from rollgym.servers import responses_api
+    from rollgym.servers.agent import Agent, AgentOptions, task_of
     from rollgym.servers.base import Server, ServerContext
+    from rollgym.servers.chat_content import content_text
     from rollgym.servers.environment import Environment, EnvironmentOptions, SessionState, Verdict
+    from rollgym.servers.episode_loop import first_message, play_and_verify, play_tool_loop
     from rollgym.servers.model import ChatRequest, ModelServer
-    from rollgym.servers.rollout_context import RolloutContext, ServerCallError
+    from rollgym.servers.request_ids import is_uuid, upstream_uuid
+    from rollgym.servers.rollout_context import RolloutContext
     from rollgym.servers.tools import tool
+    from rollgym.telemetry import spans
+    from rollgym.telemetry.groups import gate
+    from rollgym.telemetry.names import HEADER_REQUEST_ID
 
-_HOMES = {
-    "Agent": "agent",
-    "AgentOptions": "agent",
-    "ChatRequest": "model",
-    "Environment": "environment",
-    "EnvironmentOptions": "environment",
-    "ModelServer": "model",
-    "RolloutContext": "rollout_context",
-    "Server": "base",
-    "ServerCallError": "rollout_context",
-    "ServerContext": "base",
-    "SessionState": "environment",
-    "Verdict": "environment",
-    "tool": "tools",
+#: public name -> the module that defines it (or, for a module, the module itself)
+_EXPORTS = {
+    "Agent": "rollgym.servers.agent",
+    "AgentOptions": "rollgym.servers.agent",
+    "ChatRequest": "rollgym.servers.model",
+    "ConnectError": "rollgym.errors",
+    "Environment": "rollgym.servers.environment",
+    "EnvironmentOptions": "rollgym.servers.environment",
+    "HEADER_REQUEST_ID": "rollgym.telemetry.names",
+    "HTTPError": "rollgym.errors",
+    "ModelServer": "rollgym.servers.model",
+    "RequestTimeout": "rollgym.errors",
+    "RolloutContext": "rollgym.servers.rollout_context",
+    "Server": "rollgym.servers.base",
+    "ServerCallError": "rollgym.errors",
+    "ServerContext": "rollgym.servers.base",
+    "ServerKind": "rollgym.server_options",
+    "ServerOptions": "rollgym.server_options",
+    "SessionState": "rollgym.servers.environment",
+    "TransportError": "rollgym.errors",
+    "Verdict": "rollgym.servers.environment",
+    "content_text": "rollgym.servers.chat_content",
+    "first_message": "rollgym.servers.episode_loop",
+    "gate": "rollgym.telemetry.groups",
+    "is_uuid": "rollgym.servers.request_ids",
+    "play_and_verify": "rollgym.servers.episode_loop",
+    "play_tool_loop": "rollgym.servers.episode_loop",
+    "responses_api": "rollgym.servers.responses_api",
+    "spans": "rollgym.telemetry.spans",
+    "task_of": "rollgym.servers.agent",
+    "tool": "rollgym.servers.tools",
+    "upstream_uuid": "rollgym.servers.request_ids",
 }
+#: exported names that are whole modules (``responses_api.parse_request``, ``spans.X``)
+_MODULES = frozenset({"responses_api", "spans"})
 
 __all__ = [
+    "HEADER_REQUEST_ID",
     "Agent",
     "AgentOptions",
     "ChatRequest",
+    "ConnectError",
     "Environment",
     "EnvironmentOptions",
+    "HTTPError",
     "ModelServer",
+    "RequestTimeout",
     "RolloutContext",
     "Server",
     "ServerCallError",
     "ServerContext",
+    "ServerKind",
+    "ServerOptions",
     "SessionState",
+    "TransportError",
     "Verdict",
+    "content_text",
+    "first_message",
+    "gate",
+    "is_uuid",
+    "play_and_verify",
+    "play_tool_loop",
+    "responses_api",
+    "spans",
+    "task_of",
     "tool",
+    "upstream_uuid",
 ]
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'rollgym.servers' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"rollgym.servers.{home}"), name)
+__getattr__, __dir__ = lazy_door(globals(), _EXPORTS, _MODULES)

@@ -14,9 +14,14 @@ from typing import Any, TypeVar
 import orjson
 from fastapi import Request
 
-from rollgym.errors import AUTH_STATUSES, AUTHENTICATION, DispatchError
-from rollgym.http.server import HTTPError
-from rollgym.servers.rollout_context import ServerCallError
+from rollgym.errors import (
+    AUTH_STATUSES,
+    AUTHENTICATION,
+    HTTPError,
+    RequestTimeout,
+    ServerCallError,
+    TransportError,
+)
 
 T = TypeVar("T")
 
@@ -73,8 +78,8 @@ async def guarded(who: str, work: Awaitable[T]) -> T:
             # The model or environment refused for good: retrying the rollout cannot help.
             raise HTTPError(FAILED_DEPENDENCY, f"{who}: {exc}") from None
         raise HTTPError(502, f"{who}: {exc}") from None
-    except DispatchError as exc:
-        status = 504 if exc.kind == "timeout" else 502
+    except TransportError as exc:
+        status = 504 if isinstance(exc, RequestTimeout) else 502
         raise HTTPError(status, f"{who}: {exc}") from None
     except Exception as exc:
         raise HTTPError(500, f"{who} failed: {type(exc).__name__}: {exc}") from None

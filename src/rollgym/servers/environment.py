@@ -30,7 +30,8 @@ from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
-from rollgym.http.server import HTTPError, OrjsonResponse
+from rollgym.errors import HTTPError
+from rollgym.http.server import OrjsonResponse
 from rollgym.identity import rollout_id_of_episode
 from rollgym.rewards import is_reward
 from rollgym.server_options import ServerKind, ServerOptions

@@ -13,7 +13,8 @@ from typing import Any
 
 import orjson
 
-from rollgym.servers.rollout_context import RolloutContext, ServerCallError
+from rollgym.errors import ServerCallError
+from rollgym.servers.rollout_context import RolloutContext
 
 
 async def play_tool_loop(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from rollgym.http.server import HTTPError
+from rollgym.errors import HTTPError
 from rollgym.servers.rollout_context import SEED_SESSION, SessionBase
 
 if TYPE_CHECKING:

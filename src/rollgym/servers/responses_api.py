@@ -20,7 +20,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from rollgym.http.server import HTTPError
+from rollgym.errors import HTTPError
+from rollgym.servers.chat_content import content_text
 
 _CHAT_PREFIX = "chatcmpl-"
 
@@ -271,7 +272,7 @@ def to_response(
     choice = choices[0] if isinstance(choices[0], dict) else {}
     message = choice.get("message") or {}
     output: list[dict[str, Any]] = []
-    text = _text_of(message.get("content"))
+    text = content_text(message.get("content"))
     tool_calls = message.get("tool_calls") or []
     if text or not tool_calls:
         output.append(
@@ -315,14 +316,6 @@ def to_response(
         "tools": [tool.model_dump(exclude_none=True) for tool in request.tools or []],
         "usage": _usage(answer.get("usage")),
     }
-
-
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # chat content parts
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return ""
 
 
 def _usage(usage: Any) -> dict[str, Any]:

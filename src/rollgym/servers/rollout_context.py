@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
-from rollgym.errors import RollgymError
+from rollgym.errors import ServerCallError
 from rollgym.http.client import HttpClient, HttpResponse
 from rollgym.http.replicas import on_replica, origin
 from rollgym.servers.request_ids import request_id_of
@@ -33,28 +33,6 @@ SCOPED_CHAT_ROUTE = "/r/{rollout_id}/v1/chat/completions"
 PROVIDER = "openai"
 #: The environment call whose refusal (4xx) is the task's fault, not the caller's.
 SEED_SESSION = "seed_session"
-
-
-class ServerCallError(RollgymError):
-    """A model or environment call of a rollout did not succeed.
-
-    ``status`` is the HTTP status the other server answered (None for no answer). ``bad_input``
-    marks a refusal caused by the task itself (the environment rejected it), which the agent
-    reports as 400 instead of its own failure; ``field`` is the field the other server named.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None = None,
-        field: str | None = None,
-        bad_input: bool = False,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.field = field
-        self.bad_input = bad_input
 
 
 def _refusal(what: str, server: str, response: HttpResponse) -> tuple[str, str | None]:

@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
+from rollgym.errors import ServerCallError
 from rollgym.server_options import ServerOptions
-from rollgym.servers.rollout_context import ServerCallError
 from rollgym.trajectory.record import (
     TOOL_OUTPUT_MAX_BYTES,
     Capture,

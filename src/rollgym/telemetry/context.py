@@ -19,7 +19,7 @@ from opentelemetry import context as context_api
 from opentelemetry.context import Context
 from opentelemetry.trace import SpanContext
 
-from rollgym.telemetry._span import warn_once
+from rollgym.telemetry.current_span import warn_once
 
 
 def extract_context(headers: Mapping[str, str]) -> Context:

@@ -29,6 +29,8 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from rollgym.telemetry.span_counts import SpanCountRecord, make_record
+
 _log = logging.getLogger(__name__)
 
 REASON_QUEUE_FULL = "queue_full"
@@ -71,8 +73,8 @@ class SpanCounts:
     def total_dropped(self) -> int:
         return sum(self.dropped.values())
 
-    def snapshot(self) -> dict[str, int]:
-        return {"spans_exported": self.exported, "spans_dropped": self.total_dropped()}
+    def snapshot(self) -> SpanCountRecord:
+        return make_record(self.exported, self.total_dropped())
 
 
 class _CountingExporter(SpanExporter):

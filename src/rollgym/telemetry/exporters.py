@@ -14,7 +14,7 @@ from typing import Any
 from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricExporter
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 
-from rollgym.telemetry import environment as env
+from rollgym.telemetry import env_vars as env
 from rollgym.telemetry.settings import TelemetrySettings
 
 

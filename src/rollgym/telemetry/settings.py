@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from rollgym.telemetry import environment as env
+from rollgym.telemetry import env_vars as env
 from rollgym.telemetry.groups import SpanGroup, resolve_groups
 
 _log = logging.getLogger(__name__)

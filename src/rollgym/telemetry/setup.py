@@ -28,7 +28,7 @@ from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resou
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 
-from rollgym.telemetry import environment as env
+from rollgym.telemetry import env_vars as env
 from rollgym.telemetry import names
 from rollgym.telemetry._state import INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION, state, tracer_of
 from rollgym.telemetry.dropping import CountingSpanProcessor
@@ -41,6 +41,7 @@ from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
 from rollgym.telemetry.pipeline.shipper import SpanShipper
 from rollgym.telemetry.sampling import SingleTraceIdGenerator, make_sampler, run_trace_id
 from rollgym.telemetry.settings import DEFAULT_FLUSH_TIMEOUT_S, TelemetrySettings, server_env
+from rollgym.telemetry.span_counts import SpanCountRecord, empty_record
 
 __all__ = [
     "TelemetryHandle",
@@ -83,10 +84,10 @@ class TelemetryHandle:
     flush_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S
     _closed: bool = field(default=False, repr=False)
 
-    def counts(self) -> dict[str, int]:
-        """``{"spans_exported": n, "spans_dropped": n}`` for ``summary.json``."""
+    def counts(self) -> SpanCountRecord:
+        """This process's span-count record, for ``summary.json``."""
         if self.processor is None:
-            return {"spans_exported": 0, "spans_dropped": 0}
+            return empty_record()
         return self.processor.counts.snapshot()
 
     def dropped_by_reason(self) -> dict[str, int]:

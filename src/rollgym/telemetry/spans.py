@@ -2,7 +2,7 @@
 
 Callers gate BEFORE calling (``if gate.rollout: with dispatch_span(...)``), so these helpers are
 only reached when the group is on and a trace exporter is active. Each one yields the span,
-never raises into the caller's work (see :mod:`rollgym.telemetry._span`), and sets costly
+never raises into the caller's work (see :mod:`rollgym.telemetry.current_span`), and sets costly
 attributes only when the span is recording.
 
 The split rule (TELEMETRY.md): :func:`job_span` records, before opening ``gym.job``, whether a
@@ -27,8 +27,8 @@ from opentelemetry.trace import INVALID_SPAN, Link, Span, SpanContext, SpanKind,
 
 from rollgym.identity import ATTEMPT, rollout_id_of
 from rollgym.telemetry import names
-from rollgym.telemetry._span import current_span, warn_once
 from rollgym.telemetry.context import extract_context
+from rollgym.telemetry.current_span import current_span, warn_once
 
 #: ``SpanContext`` of the ``gym.job`` span this process opened as a standalone trace root, for
 #: the duration of that job; None under an embedder's span or when no job span is open. When

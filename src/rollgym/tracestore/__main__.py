@@ -1,4 +1,4 @@
-"""``python -m rollgym.tracestore serve ...``: how launch.py starts the store as a child."""
+"""``python -m rollgym.tracestore serve ...``: how store_process.py starts the store as a child."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from rollgym.telemetry.environment import ROLLGYM_TRACE_STORE_TOKEN as TOKEN_ENV
+from rollgym.telemetry.env_vars import ROLLGYM_TRACE_STORE_TOKEN as TOKEN_ENV
 
 __all__ = [
     "TOKEN_ENV",

@@ -13,11 +13,10 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from rollgym.telemetry import names
-from rollgym.tracestore.decode import SpanBatch, attributes, json_text, to_rows
+from rollgym.tracestore.decode import SpanBatch, attributes, json_text
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS resources (
@@ -147,13 +146,6 @@ class TraceStore:
         self._conn.execute("PRAGMA temp_store=MEMORY")
         self._conn.executescript(SCHEMA)
         self.resources = ResourceRegistry(self._conn)
-
-    def write_request(self, request: ExportTraceServiceRequest) -> int:
-        """Store one OTLP request atomically; returns the number of spans it held."""
-        with self._transaction():
-            batch = to_rows(request, self.resources)
-            self._insert(batch)
-        return len(batch.spans)
 
     def write_batch(self, batch: SpanBatch) -> None:
         """Store pre-built rows atomically (bulk loaders and benchmarks)."""

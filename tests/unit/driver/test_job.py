@@ -27,7 +27,7 @@ def test_a_given_run_id_names_the_default_output_dir(
 
 
 async def test_a_replica_the_supervisor_saw_die_is_held_out_by_the_drivers_client() -> None:
-    from rollgym.driver.api import Collector
+    from rollgym.driver.collector import Collector
     from rollgym.driver.job import replica_rotation
     from rollgym.placement.launcher import ServerUrls
 

@@ -14,7 +14,7 @@ from rollgym.driver.rows import (
     collector_row,
     expand,
     read_jsonl,
-    task_of,
+    unstamped,
 )
 
 ROUTER = Router(
@@ -71,7 +71,7 @@ def test_valid_stamps_in_the_input_are_overwritten(tmp_path: Path) -> None:
     (entry,) = list(read_jsonl(path, ROUTER))
     row = collector_row(Rollout(entry, 1), attempt=2)
     assert (row["task_index"], row["rollout_index"], row["attempt"]) == (0, 1, 2)
-    assert task_of(row) == {"q": 1}
+    assert unstamped(row) == {"q": 1}
 
 
 def test_routing_by_agent_default_and_taskset(tmp_path: Path) -> None:

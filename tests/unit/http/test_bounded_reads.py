@@ -18,7 +18,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from rollgym.http.bounded_reads import BoundedH11Protocol
-from rollgym.tracestore.serve import build_app, make_runner
+from rollgym.tracestore.lifecycle import build_app, make_runner
 from rollgym.tracestore.writer import BatchWriter
 
 LIMIT_S = 0.5

@@ -19,7 +19,8 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from rollgym.errors import TransientDispatchError
+from rollgym.driver.dispatch import transport_failure
+from rollgym.errors import ConnectError
 from rollgym.http.client import KEEPALIVE_S, SERVER_KEEPALIVE_S, HttpClient
 
 OK = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{"ok":true}'
@@ -95,10 +96,12 @@ async def test_a_request_on_a_reused_connection_the_server_closed_is_resent_once
 async def test_a_fresh_connection_closed_before_the_answer_is_not_resent() -> None:
     async with raw_server(lambda conn, req: "close") as (server, url):
         async with HttpClient() as client:
-            with pytest.raises(TransientDispatchError) as caught:
+            with pytest.raises(ConnectError) as caught:
                 await client.post_json("arith", url, {"rollout_id": "r1"})
-        assert caught.value.kind == "connection_error"
-        assert "arith" in str(caught.value)
+        # The driver retries it as a connection error.
+        failure = transport_failure(caught.value)
+        assert failure.transient and failure.kind == "connection_error"
+        assert "arith" in str(caught.value) and caught.value.server == "arith"
         # The server may have run it: the client must not send it again.
         assert server.requests == [(1, 1)]
         assert client.resent == 0
@@ -108,7 +111,7 @@ async def test_an_answer_cut_after_it_started_is_not_resent() -> None:
     async with raw_server(lambda conn, req: "cut" if req == 2 else "answer") as (server, url):
         async with HttpClient() as client:
             await client.post_json("arith", url, {"rollout_id": "r1"})
-            with pytest.raises(TransientDispatchError):
+            with pytest.raises(ConnectError):
                 await client.post_json("arith", url, {"rollout_id": "r2"})
         assert server.requests == [(1, 1), (1, 2)]
         assert client.resent == 0

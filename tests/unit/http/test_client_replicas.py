@@ -13,8 +13,10 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
+from rollgym.driver.dispatch import transport_failure
+from rollgym.errors import ConnectionRefused
 from rollgym.http import replicas as replicas_module
-from rollgym.http.client import ConnectionRefused, HttpClient
+from rollgym.http.client import HttpClient
 from rollgym.http.replicas import ReplicaSet, ReplicaTable, on_replica
 
 
@@ -164,7 +166,8 @@ async def test_a_refusing_replica_leaves_rotation_at_once(
             try:
                 outcomes.append((await client.post_json("env", urls[0] + "/run", {})).replica)
             except ConnectionRefused as exc:
-                assert exc.transient and exc.kind == "connection_error"
+                failure = transport_failure(exc)
+                assert failure.transient and failure.kind == "connection_error"
                 outcomes.append("refused")
         target = client.replicas.for_url(urls[0])
         assert target is not None and dead in target.down

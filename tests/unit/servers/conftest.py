@@ -16,7 +16,7 @@ import uvicorn
 from rollgym.http.client import HttpClient
 from rollgym.http.server import create_app
 from rollgym.servers.base import Server
-from rollgym.servers.serve import bind_loopback
+from rollgym.servers.server_process import bind_loopback
 from rollgym.telemetry.groups import configure_gate
 
 

@@ -13,11 +13,11 @@ from rollgym.builtins.agents.tool_loop import ToolLoopAgent
 from rollgym.builtins.envs.arithmetic import ArithmeticEnv
 from rollgym.builtins.envs.keychain import KeychainEnv
 from rollgym.builtins.models.simulated import SimulatedModel
-from rollgym.http.server import HTTPError
+from rollgym.errors import HTTPError, ServerCallError
 from rollgym.identity import episode_body
 from rollgym.servers.agent import Agent, task_of
 from rollgym.servers.answers import FAILED_DEPENDENCY, guarded
-from rollgym.servers.rollout_context import RolloutContext, ServerCallError
+from rollgym.servers.rollout_context import RolloutContext
 from rollgym.telemetry import names
 
 FAST = {"kind": "fixed", "seconds": 0.0}

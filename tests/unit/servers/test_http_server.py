@@ -8,7 +8,8 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import BaseModel
 
-from rollgym.http.server import HTTPError, OrjsonResponse
+from rollgym.errors import HTTPError
+from rollgym.http.server import OrjsonResponse
 from rollgym.servers.base import Server
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import configure_gate, gate

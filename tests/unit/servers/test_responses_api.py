@@ -9,7 +9,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from rollgym.builtins.models.openai_upstream import OpenAIUpstream
 from rollgym.builtins.models.simulated import SimulatedModel
-from rollgym.http.server import HTTPError, OrjsonResponse
+from rollgym.errors import HTTPError
+from rollgym.http.server import OrjsonResponse
 from rollgym.servers.base import Server
 from rollgym.servers.responses_api import parse_request, to_chat_request, to_response
 from rollgym.telemetry import names

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-from rollgym.tracestore.launch import TraceStoreProcess, start_trace_store
+from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
 from rollgym.tracestore.synthetic import SyntheticRun, emit_run
 
 

@@ -16,7 +16,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from rollgym.telemetry import names
-from rollgym.tracestore.launch import TraceStoreProcess, start_trace_store
+from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
 
 WAIT_S = 60.0
 

@@ -12,7 +12,7 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from rollgym.tracestore.guard import allowed_hosts, host_name
-from rollgym.tracestore.launch import TraceStoreProcess
+from rollgym.tracestore.store_process import TraceStoreProcess
 
 EMPTY_EXPORT = ExportTraceServiceRequest().SerializeToString()
 

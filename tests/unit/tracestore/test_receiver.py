@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import Link
 
 from rollgym.telemetry import names
-from rollgym.tracestore.launch import TraceStoreProcess
+from rollgym.tracestore.store_process import TraceStoreProcess
 
 
 def _provider(process: TraceStoreProcess, **exporter_options: object) -> TracerProvider:

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from rollgym.cli import traces as traces_cli
 from rollgym.telemetry import names
-from rollgym.tracestore.launch import start_trace_store
+from rollgym.tracestore.store_process import start_trace_store
 
 HOSTILE = [
     "a[/]b",  # a closing tag with nothing open: rich raises MarkupError

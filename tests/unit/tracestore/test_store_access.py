@@ -90,6 +90,6 @@ def test_a_bad_store_bind_names_the_file_and_key(tmp_path: Path, bind: str) -> N
 def test_this_machines_processes_reach_a_wildcard_bind_on_loopback(
     announced: str, local: str
 ) -> None:
-    from rollgym.tracestore.launch import _local_url
+    from rollgym.tracestore.store_process import _local_url
 
     assert _local_url(announced) == local

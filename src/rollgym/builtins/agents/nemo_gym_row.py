@@ -20,12 +20,18 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from rollgym.http.server import HTTPError
-from rollgym.server_options import ServerKind, ServerOptions
-from rollgym.servers import responses_api
-from rollgym.servers.agent import Agent, AgentOptions, task_of
-from rollgym.servers.episode_loop import play_and_verify
-from rollgym.servers.rollout_context import RolloutContext, ServerCallError
+from rollgym.servers import (
+    Agent,
+    AgentOptions,
+    HTTPError,
+    RolloutContext,
+    ServerCallError,
+    ServerKind,
+    ServerOptions,
+    play_and_verify,
+    responses_api,
+    task_of,
+)
 
 PARAMS = "responses_create_params"
 AGENT_REF = "agent_ref"

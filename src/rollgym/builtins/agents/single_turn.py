@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from rollgym.server_options import ServerOptions
-from rollgym.servers.agent import Agent, AgentOptions, task_of
-from rollgym.servers.episode_loop import first_message
-from rollgym.servers.rollout_context import RolloutContext
+from rollgym.servers import (
+    Agent,
+    AgentOptions,
+    RolloutContext,
+    ServerOptions,
+    first_message,
+    task_of,
+)
 
 
 class SingleTurnOptions(AgentOptions):

@@ -10,10 +10,14 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from rollgym.server_options import ServerOptions
-from rollgym.servers.agent import Agent, AgentOptions, task_of
-from rollgym.servers.episode_loop import play_tool_loop
-from rollgym.servers.rollout_context import RolloutContext
+from rollgym.servers import (
+    Agent,
+    AgentOptions,
+    RolloutContext,
+    ServerOptions,
+    play_tool_loop,
+    task_of,
+)
 
 
 class ToolLoopOptions(AgentOptions):

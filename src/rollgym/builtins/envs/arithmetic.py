@@ -14,8 +14,7 @@ from pydantic import Field
 
 from rollgym.builtins.answer_text import extract_answer
 from rollgym.builtins.arith import evaluate, format_number, parse_number
-from rollgym.server_options import ServerOptions
-from rollgym.servers.environment import Environment, EnvironmentOptions, SessionState, Verdict
+from rollgym.servers import Environment, EnvironmentOptions, ServerOptions, SessionState, Verdict
 
 SYSTEM_PROMPT = "You are a careful calculator. Reply with the final result as 'Answer: <number>'."
 _OPS = {"+": "+", "-": "-", "*": "*", "/": "/", "add": "+", "sub": "-", "mul": "*", "div": "/"}

@@ -28,8 +28,7 @@ from rollgym.builtins.envs.sandboxed import (
     task_from_row,
 )
 from rollgym.sandbox import ExecResult, Sandbox
-from rollgym.server_options import ServerOptions
-from rollgym.servers import SessionState, Verdict, tool
+from rollgym.servers import ServerOptions, SessionState, Verdict, tool
 
 SYSTEM_PROMPT = (
     "You are a Python programmer. Solve the problem with a Python function. Tools: run_code "

@@ -16,9 +16,14 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from rollgym.builtins.answer_text import extract_answer
-from rollgym.server_options import ServerOptions
-from rollgym.servers.environment import Environment, EnvironmentOptions, SessionState, Verdict
-from rollgym.servers.tools import tool
+from rollgym.servers import (
+    Environment,
+    EnvironmentOptions,
+    ServerOptions,
+    SessionState,
+    Verdict,
+    tool,
+)
 
 SYSTEM_PROMPT = (
     "You are exploring a key vault. Use the read_key tool: it returns 'next key: <key>' or "

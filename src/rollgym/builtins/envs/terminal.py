@@ -14,8 +14,7 @@ from typing import Any, ClassVar
 
 from rollgym.builtins.envs.sandboxed import SandboxedEnv, SandboxedOptions, shown, task_from_row
 from rollgym.sandbox import Sandbox
-from rollgym.server_options import ServerOptions
-from rollgym.servers import SessionState, Verdict, tool
+from rollgym.servers import ServerOptions, SessionState, Verdict, tool
 
 SYSTEM_PROMPT = (
     "You are working in a Linux shell, in a directory prepared for the task. Use the "

@@ -32,13 +32,18 @@ from typing import Any, ClassVar, Literal
 import orjson
 from pydantic import Field, model_validator
 
-from rollgym.errors import DispatchError
-from rollgym.http.server import HTTPError
-from rollgym.server_options import ServerOptions
-from rollgym.servers.model import ChatRequest, ModelServer
-from rollgym.servers.request_ids import is_uuid, upstream_uuid
-from rollgym.telemetry import names
-from rollgym.telemetry.groups import gate
+from rollgym.servers import (
+    HEADER_REQUEST_ID,
+    ChatRequest,
+    HTTPError,
+    ModelServer,
+    RequestTimeout,
+    ServerOptions,
+    TransportError,
+    gate,
+    is_uuid,
+    upstream_uuid,
+)
 
 _KEY_LIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-*.]{6,}|Bearer\s+\S+)")
 _CHAT = "/chat/completions"
@@ -195,7 +200,7 @@ class OpenAIUpstream(ModelServer):
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
         if sent_id:
-            headers[names.HEADER_REQUEST_ID] = sent_id
+            headers[HEADER_REQUEST_ID] = sent_id
         return headers
 
     async def _forward(
@@ -216,7 +221,7 @@ class OpenAIUpstream(ModelServer):
                         headers=self._headers(sent_id),
                         route="/v1" + route,
                     )
-                except DispatchError as exc:
+                except TransportError as exc:
                     raise self._unreachable(exc) from None
                 if response.status == 400 and attempt + 1 < len(tries):
                     continue  # perhaps the request id: try the next form
@@ -261,15 +266,15 @@ class OpenAIUpstream(ModelServer):
                             kept = relay.see(line)
                             if kept:
                                 yield kept
-                except DispatchError as exc:
+                except TransportError as exc:
                     raise self._unreachable(exc) from None
                 _record(span, request_id, sent_id, relay.answer, relay.first_token_s)
                 return
 
     # --- errors --------------------------------------------------------------------------------
 
-    def _unreachable(self, exc: DispatchError) -> HTTPError:
-        status = 504 if exc.kind == "timeout" else 502
+    def _unreachable(self, exc: TransportError) -> HTTPError:
+        status = 504 if isinstance(exc, RequestTimeout) else 502
         return HTTPError(status, self.scrub(f"upstream model server: {exc}"))
 
     def _refusal(self, route: str, status: int, detail: Any) -> Exception:
@@ -376,7 +381,7 @@ def _model_span(rollout_id: str | None, model: str) -> Any:
         from contextlib import nullcontext
 
         return nullcontext(None)
-    from rollgym.telemetry import spans
+    from rollgym.servers import spans
 
     return spans.genai_span(rollout_id, model, _PROVIDER, upstream=True)
 
@@ -391,7 +396,7 @@ def _record(
     """Usage, the answer's id, the request-id mapping and time to first token on the span."""
     if span is None:
         return
-    from rollgym.telemetry import spans
+    from rollgym.servers import spans
 
     spans.record_model_response(span, answer)
     spans.record_upstream_request(span, request_id, sent_id, first_token_s)

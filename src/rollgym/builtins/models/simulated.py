@@ -27,9 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rollgym.builtins.models import toy_tokenizer
 from rollgym.builtins.models.policy import decide
 from rollgym.builtins.models.reply import Reply
-from rollgym.server_options import ServerOptions
-from rollgym.servers.model import ChatRequest, ModelServer
-from rollgym.telemetry.groups import gate
+from rollgym.servers import ChatRequest, ModelServer, ServerOptions, gate
 
 
 class Latency(BaseModel):
@@ -105,7 +103,7 @@ class SimulatedModel(ModelServer):
     ) -> dict[str, Any]:
         request_id = request_id or uuid.uuid4().hex
         if gate.model:
-            from rollgym.telemetry import spans
+            from rollgym.servers import spans
 
             with spans.engine_request_span(
                 request_id, self.sim_options.model_name, rollout_id

@@ -26,6 +26,8 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from rollgym.servers import content_text
+
 VOCAB_SIZE = 50_000
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
@@ -55,14 +57,6 @@ def token_id(piece: str) -> int:
         return special
     digest = hashlib.blake2b(piece.encode(), digest_size=4).digest()
     return _FIRST_HASHED_ID + int.from_bytes(digest, "big") % (VOCAB_SIZE - _FIRST_HASHED_ID)
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # OpenAI content parts
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return ""
 
 
 def _tool_calls_text(tool_calls: Any) -> str:
@@ -108,7 +102,10 @@ def text_ids(text: str) -> tuple[int, ...]:
 
 
 def _body_segments(message: dict[str, Any]) -> list[Segment]:
-    return [_text(message.get("content")) + _tool_calls_text(message.get("tool_calls")), _END]
+    return [
+        content_text(message.get("content")) + _tool_calls_text(message.get("tool_calls")),
+        _END,
+    ]
 
 
 def _prompt_segments(
@@ -129,7 +126,7 @@ def _generated_segments(choice: dict[str, Any]) -> list[Segment]:
     (``finish_reason: length``), only the text it got to (no end token)."""
     message = choice["message"]
     if choice.get("finish_reason") == "length":
-        return [_text(message.get("content"))]
+        return [content_text(message.get("content"))]
     return _body_segments(message)
 
 

@@ -41,7 +41,7 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util.types import Attributes, AttributeValue
 
-from rollgym.telemetry._span import warn_once
+from rollgym.telemetry.current_span import warn_once
 from rollgym.telemetry.pipeline.records import SpanRecord
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)

@@ -1,4 +1,4 @@
-"""The entry point of every server process: ``python -m rollgym.servers.serve``.
+"""The entry point of every server process: ``python -m rollgym.servers.server_process``.
 
 The launcher passes everything as one JSON spec in ``ROLLGYM_SERVER_SPEC``
 (``name, kind, impl, options, server_urls, run_id, output_dir, max_request_bytes,
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -41,6 +40,7 @@ from rollgym.open_files import raise_open_files_limit
 from rollgym.servers.base import ServerContext
 from rollgym.servers.registry import resolve_impl
 from rollgym.servers.spec import ServeSpec
+from rollgym.telemetry.span_counts import SpanCountRecord, empty_record, write_server_record
 
 BACKLOG = 16384
 #: How often a server checks that the driver that launched it is still there.
@@ -81,21 +81,15 @@ def setup_server_telemetry(spec: ServeSpec, environ: Mapping[str, str] | None = 
     )
 
 
-def finish_telemetry(handle: Any | None, timeout_s: float | None = None) -> dict[str, int]:
+def finish_telemetry(handle: Any | None, timeout_s: float | None = None) -> SpanCountRecord:
     """Flush and shut the server's telemetry down; its span counts for the run's summary."""
     if handle is None:
-        return {"spans_exported": 0, "spans_dropped": 0}
+        return empty_record()
     if timeout_s is None:
         handle.shutdown()
     else:
         handle.shutdown(timeout_s)
-    return dict(handle.counts())
-
-
-def write_telemetry_counts(output_dir: str | None, name: str, counts: dict[str, int]) -> None:
-    """``<output_dir>/logs/<name>.telemetry.json``, which the driver sums into summary.json."""
-    if output_dir:
-        write_atomically(Path(output_dir) / "logs" / f"{name}.telemetry.json", json.dumps(counts))
+    return handle.counts()
 
 
 class AppServer:
@@ -168,7 +162,7 @@ async def serve(spec: ServeSpec) -> bool:
             watch.cancel()
         orphaned = os.getppid() != parent
         budget = ORPHANED_FLUSH_S if orphaned else None
-        write_telemetry_counts(spec.output_dir, spec.instance, finish_telemetry(handle, budget))
+        write_server_record(spec.output_dir, spec.instance, finish_telemetry(handle, budget))
 
 
 async def _stop_when_orphaned(server: AppServer, parent: int) -> None:

@@ -3,7 +3,7 @@
 Why its own module: the shutdown order matters for "never lose an accepted batch": stop
 accepting connections, let in-flight requests finish (their batches commit), then stop the
 writer (which drains its queue) and checkpoint the WAL. The chosen port is printed and, when
-asked, written atomically to a ready file so a parent process (launch.py) can find it.
+asked, written atomically to a ready file so a parent process (store_process.py) can find it.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from aiohttp import web
 from rollgym.files import write_atomically
 from rollgym.http import REQUEST_READ_TIMEOUT_S
 from rollgym.tracestore.access import TOKEN_ENV, is_loopback, require_token
-from rollgym.tracestore.api import add_api_routes
 from rollgym.tracestore.guard import allowed_hosts, guard_middleware
 from rollgym.tracestore.receiver import DEFAULT_MAX_BODY_BYTES, add_otlp_routes, viewer_dir
+from rollgym.tracestore.viewer_routes import add_api_routes
 from rollgym.tracestore.writer import BatchWriter
 
 log = logging.getLogger(__name__)

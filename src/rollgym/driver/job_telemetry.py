@@ -19,6 +19,7 @@ from typing import Any
 
 from rollgym.config import JobConfig
 from rollgym.placement.supervisor import report_to_stderr
+from rollgym.telemetry.span_counts import SpanCountRecord, empty_record
 
 _log = logging.getLogger(__name__)
 
@@ -77,14 +78,14 @@ class JobTelemetry:
         )
         self.server_env = server_env(settings)
         if self.store_token is not None:
-            from rollgym.telemetry.environment import ROLLGYM_TRACE_STORE_TOKEN
+            from rollgym.telemetry.env_vars import ROLLGYM_TRACE_STORE_TOKEN
 
             self.server_env[ROLLGYM_TRACE_STORE_TOKEN] = self.store_token
 
     def _start_store(self, output_dir: Path, address: tuple[str, int]) -> str | None:
         try:
             from rollgym.tracestore.access import store_token
-            from rollgym.tracestore.launch import start_trace_store
+            from rollgym.tracestore.store_process import start_trace_store
 
             host, port = address
             self.store_token = store_token(host)
@@ -99,15 +100,15 @@ class JobTelemetry:
             _announce_remote_store(host, self.store.endpoint, self.store_token)
         return str(self.store.endpoint)
 
-    def flush(self) -> dict[str, int]:
+    def flush(self) -> SpanCountRecord:
         """Flush and shut the driver's exporters down; return its span counts."""
         if self.handle is None:
-            return {"spans_exported": 0, "spans_dropped": 0}
+            return empty_record()
         self.handle.shutdown()
         try:
-            return dict(self.handle.counts())
+            return self.handle.counts()
         except Exception:  # noqa: BLE001
-            return {"spans_exported": 0, "spans_dropped": 0}
+            return empty_record()
 
     def watch_store(self) -> None:
         """Watch the run's store; restart it on its port when it dies (bounded). Call it in
@@ -138,7 +139,7 @@ class JobTelemetry:
                 return
             self.store_restarts += 1
             try:
-                from rollgym.tracestore.launch import start_trace_store
+                from rollgym.tracestore.store_process import start_trace_store
 
                 self.store = await asyncio.to_thread(
                     start_trace_store, *self._store_args, port=port, **self._store_options
