@@ -46,7 +46,7 @@ import aiohttp
 import orjson
 
 from rollgym.errors import ConnectError, ConnectionRefused, RequestTimeout
-from rollgym.http.replicas import ReplicaTable, on_replica, origin
+from rollgym.http.replicas import ReplicaSet, ReplicaTable, on_replica, origin
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import gate
 
@@ -238,17 +238,11 @@ class HttpClient:
         return self._single(method, destination, url, body, timeout, headers, route)
 
     async def _on_replica(
-        self, sent: Awaitable[HttpResponse], target: Any, replica: str
+        self, sent: Awaitable[HttpResponse], target: ReplicaSet, replica: str
     ) -> HttpResponse:
         """Count ``sent`` against ``replica`` while in flight; a refusal takes it out."""
-        target.started(replica)
-        try:
+        with target.in_flight(replica):
             response = await sent
-        except ConnectionRefused:
-            target.mark_down(replica)
-            raise
-        finally:
-            target.finished(replica)
         return response._replace(replica=replica)
 
     def _single(
@@ -383,17 +377,11 @@ class HttpClient:
                 yield answer
             return
         replica = target.pick()
-        target.started(replica)
-        try:
+        with target.in_flight(replica):
             async with self._stream_one(
                 destination, on_replica(url, origin(url), replica), body, timeout, headers, route
             ) as answer:
                 yield answer
-        except ConnectionRefused:
-            target.mark_down(replica)
-            raise
-        finally:
-            target.finished(replica)
 
     @asynccontextmanager
     async def _stream_one(

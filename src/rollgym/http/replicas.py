@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from urllib.parse import urlsplit
+
+from rollgym.errors import ConnectionRefused
 
 #: How long a replica that refused stays out before a pick may try it again (it may have
 #: been restarted on its port meanwhile).
@@ -67,6 +70,19 @@ class ReplicaSet:
 
     def finished(self, replica: str) -> None:
         self.outstanding[replica] = max(0, self.outstanding.get(replica, 0) - 1)
+
+    @contextmanager
+    def in_flight(self, replica: str) -> Iterator[None]:
+        """Count a request (or a whole stream) against ``replica`` while the block runs; a
+        refused connection takes the replica out of rotation."""
+        self.started(replica)
+        try:
+            yield
+        except ConnectionRefused:
+            self.mark_down(replica)
+            raise
+        finally:
+            self.finished(replica)
 
     def mark_down(self, replica: str) -> None:
         """Out of rotation now (it refused a connection or failed its health check)."""
