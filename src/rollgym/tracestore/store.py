@@ -79,6 +79,8 @@ CREATE INDEX IF NOT EXISTS ix_dispatches_duration ON dispatches(duration_ns);
 CREATE INDEX IF NOT EXISTS ix_dispatches_run ON dispatches(run_id);
 """
 
+#: How long a writer waits for another process's transaction before failing its own.
+BUSY_TIMEOUT_MS = 60_000
 INSERT_SPAN = "INSERT OR IGNORE INTO spans VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 INSERT_LINK = "INSERT OR IGNORE INTO links VALUES (?,?,?,?,?,?)"
 INSERT_RESOURCE = "INSERT OR IGNORE INTO resources VALUES (?,?,?,?,?)"
@@ -133,7 +135,7 @@ def resource_row_id(fingerprint: bytes) -> int:
 
 
 class TraceStore:
-    """The single writer of one ``traces.db``; not thread-safe: one thread owns it."""
+    """A write connection to one ``traces.db``; not thread-safe: one thread owns it."""
 
     def __init__(self, db_path: str | Path) -> None:
         self.path = Path(db_path)
@@ -144,37 +146,16 @@ class TraceStore:
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute("PRAGMA cache_size=-65536")
         self._conn.execute("PRAGMA temp_store=MEMORY")
+        # Several processes write one store (the receiver's workers take turns under a lock):
+        # a writer that still finds the file busy waits rather than failing its batch.
+        self._conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         self._conn.executescript(SCHEMA)
         self.resources = ResourceRegistry(self._conn)
 
     def write_batch(self, batch: SpanBatch) -> None:
-        """Store pre-built rows atomically (bulk loaders and benchmarks)."""
+        """Store one batch's rows atomically: all of them committed, or none."""
         with self._transaction():
             self._insert(batch)
-
-    def write_batches(self, batches: list[SpanBatch]) -> list[Exception | None]:
-        """Several batches in one commit, each under its own SAVEPOINT (still all-or-nothing
-        per batch). Returns one error (or None) per batch; a failed COMMIT fails them all."""
-        errors: list[Exception | None] = []
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for batch in batches:
-                conn.execute("SAVEPOINT batch")
-                try:
-                    self._insert(batch)
-                except Exception as exc:
-                    conn.execute("ROLLBACK TO batch")
-                    errors.append(exc)
-                else:
-                    errors.append(None)
-                conn.execute("RELEASE batch")
-            conn.execute("COMMIT")
-        except Exception as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            return [exc] * len(batches)
-        return errors
 
     def close(self) -> None:
         """Checkpoint the WAL into the main file so a finished run is one self-contained db."""
