@@ -52,6 +52,10 @@ log = logging.getLogger(__name__)
 DEFAULT_WORKERS = max(1, min(4, (os.cpu_count() or 2) - 1))
 
 
+class StoreFailed(RuntimeError):
+    """A request's transaction failed and was rolled back (HTTP 503: the sender may retry)."""
+
+
 class DecoderUnavailable(RuntimeError):
     """A decode worker died under this request; the sender should retry (HTTP 503)."""
 
@@ -126,6 +130,9 @@ def _decode_and_store(body: bytes, content_type: str) -> int:
         batch = rows_from_protobuf(body, _store.resources)
     else:
         batch = to_rows(parse_traces(body, content_type), _store.resources)
-    with _write_lock:
-        _store.write_batch(batch)
+    try:
+        with _write_lock:
+            _store.write_batch(batch)
+    except Exception as exc:  # rolled back; a plain error crosses back to the receiver (503)
+        raise StoreFailed(f"{type(exc).__name__}: {exc}") from None
     return len(batch.spans)
