@@ -11,6 +11,10 @@ name, kind, times, status, attributes read field by field: faster than ``Message
 nothing else (no index, no transaction, no fsync). Rounds alternate store, sink, store, sink... over fresh
 requests; the ratio store / sink of the median rates must be >= 1.0.
 
+It also prints the CPU each side spends per span (``/proc``: the store process and its worker
+processes, the sink's one process), which other load on the machine moves much less than the
+rates: on a busy machine read that line first.
+
     python bench/ingest.py [--spans 300000] [--batch 512] [--senders 4] [--rounds 3]
 """
 
@@ -35,6 +39,7 @@ from rollgym.telemetry import names
 from rollgym.tracestore.store_process import start_trace_store
 
 TARGET = 1.0
+TICKS = os.sysconf("SC_CLK_TCK")
 SPAN_NAMES = (names.SPAN_ROLLOUT, names.SPAN_MODEL_CHAT, names.SPAN_ENV_TOOL, "POST /run")
 
 
@@ -166,6 +171,26 @@ def _sink_main(path: str, conn: Connection) -> None:
     asyncio.run(main())
 
 
+def _cpu_s(pid: int) -> tuple[int, float]:
+    """A process's parent pid and its user + system CPU seconds (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0, 0.0
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def _cpu_by_process(root: int) -> dict[int, float]:
+    """CPU seconds of ``root`` and of each of its child processes (the store's workers)."""
+    found = {root: _cpu_s(root)[1]}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            parent, seconds = _cpu_s(int(entry))
+            if parent == root:
+                found[int(entry)] = seconds
+    return found
+
+
 def _timed(url: str, bodies: list[bytes], senders: int) -> float:
     start = time.perf_counter()
     asyncio.run(send_all(url, bodies, senders))
@@ -182,6 +207,7 @@ def main() -> None:
     per_round = [encode_batches(args.spans, args.batch) for _ in range(2 * args.rounds)]
     spans = len(per_round[0]) * args.batch
     rates: dict[str, list[float]] = {"store": [], "sink": []}
+    cpu = {"store process": 0.0, "store workers": 0.0, "sink": 0.0}
     with tempfile.TemporaryDirectory() as tmp:
         store = start_trace_store(Path(tmp) / "traces.db", Path(tmp) / "store.log")
         parent, child = mp.Pipe()
@@ -192,10 +218,17 @@ def main() -> None:
         sink_url = f"http://127.0.0.1:{parent.recv()}/v1/traces"
         try:
             for i in range(args.rounds):
+                before = _cpu_by_process(store.process.pid)
                 rates["store"].append(
                     spans / _timed(store.traces_endpoint, per_round[2 * i], args.senders)
                 )
+                after = _cpu_by_process(store.process.pid)
+                for pid, seconds in after.items():
+                    role = "store process" if pid == store.process.pid else "store workers"
+                    cpu[role] += seconds - before.get(pid, 0.0)
+                sink_before = _cpu_s(sink.pid or 0)[1]
                 rates["sink"].append(spans / _timed(sink_url, per_round[2 * i + 1], args.senders))
+                cpu["sink"] += _cpu_s(sink.pid or 0)[1] - sink_before
         finally:
             store.stop()
             parent.send("stop")
@@ -212,6 +245,13 @@ def main() -> None:
     print(
         f"ratio store / naive sink: {ratio:.2f} of medians, pairs {min(pairs):.2f}-"
         f"{max(pairs):.2f} (target >= {TARGET})"
+    )
+    per_span = {role: seconds / (spans * args.rounds) * 1e6 for role, seconds in cpu.items()}
+    store_us = per_span["store process"] + per_span["store workers"]
+    print(
+        f"CPU per span: store {store_us:.1f} us (store process {per_span['store process']:.1f}, "
+        f"workers {per_span['store workers']:.1f}), sink {per_span['sink']:.1f} us: "
+        f"sink / store {per_span['sink'] / store_us:.2f} (load average {os.getloadavg()[0]:.1f})"
     )
 
 

@@ -1,0 +1,96 @@
+"""Workers that commit their own requests: several writing one store at once lose nothing and
+count exactly, and a request whose transaction fails is answered as failed with none of its
+rows stored while the others' are."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from pathlib import Path
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from rollgym.tracestore.decode import PayloadError
+from rollgym.tracestore.decode_pool import StoreFailed
+from rollgym.tracestore.store import TraceStore
+from rollgym.tracestore.writer import BatchWriter
+
+PROTOBUF = "application/x-protobuf"
+
+
+def _request(spans: int, name: str = "work") -> bytes:
+    request = ExportTraceServiceRequest()
+    out = request.resource_spans.add().scope_spans.add().spans
+    for index in range(spans):
+        out.append(
+            Span(
+                trace_id=os.urandom(16),
+                span_id=os.urandom(8),
+                name=name if index == spans - 1 else "work",
+                start_time_unix_nano=1,
+                end_time_unix_nano=2,
+            )
+        )
+    return request.SerializeToString()
+
+
+def _names(db: Path) -> list[str]:
+    with sqlite3.connect(db) as conn:
+        return [row[0] for row in conn.execute("SELECT name FROM spans")]
+
+
+async def _store_all(writer: BatchWriter, bodies: list[bytes]) -> list[int | BaseException]:
+    return await asyncio.gather(
+        *(writer.store(body, PROTOBUF) for body in bodies), return_exceptions=True
+    )
+
+
+def test_two_workers_writing_at_once_store_every_span_once(tmp_path: Path) -> None:
+    db = tmp_path / "traces.db"
+    writer = BatchWriter(db, decode_workers=2, max_pending=8)
+    writer.start()
+    try:
+        counts = asyncio.run(_store_all(writer, [_request(37) for _ in range(24)]))
+    finally:
+        writer.close()
+    assert counts == [37] * 24
+    assert writer.spans_written == 24 * 37
+    assert len(_names(db)) == 24 * 37
+    assert not Path(f"{db}-wal").exists() or Path(f"{db}-wal").stat().st_size == 0
+
+
+def test_a_failed_transaction_stores_none_of_its_request(tmp_path: Path) -> None:
+    db = tmp_path / "traces.db"
+    TraceStore(db).close()  # the schema, then a trigger that refuses one span name
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON spans WHEN NEW.name = 'poison' "
+            "BEGIN SELECT RAISE(ABORT, 'refused by test'); END"
+        )
+    writer = BatchWriter(db, decode_workers=2)
+    writer.start()
+    try:
+        bodies = [_request(9), _request(9, name="poison"), _request(9)]
+        results = asyncio.run(_store_all(writer, bodies))
+    finally:
+        writer.close()
+    assert results[0] == results[2] == 9
+    assert isinstance(results[1], StoreFailed)
+    assert "refused by test" in str(results[1])
+    assert writer.spans_written == 18
+    assert _names(db) == ["work"] * 18  # none of the failed request's 8 good spans
+
+
+def test_a_bad_payload_touches_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "traces.db"
+    writer = BatchWriter(db, decode_workers=1)
+    writer.start()
+    try:
+        results = asyncio.run(_store_all(writer, [b"\xff\xff\xff", _request(3)]))
+    finally:
+        writer.close()
+    assert isinstance(results[0], PayloadError)
+    assert results[1] == 3
+    assert len(_names(db)) == 3
