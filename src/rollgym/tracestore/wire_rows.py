@@ -54,13 +54,20 @@ class _Irregular(Exception):
 
 
 def rows_from_protobuf(body: bytes, resource_id: ResourceIds) -> SpanBatch:
-    """The rows of one protobuf ``ExportTraceServiceRequest``; raises PayloadError."""
+    """The rows of one protobuf ``ExportTraceServiceRequest``; raises PayloadError.
+
+    The body is parsed by ``opentelemetry-proto`` first (upb, in C: about 0.6 µs a span, a
+    twentieth of the walk) without reading the message: that parse alone decides which bodies
+    are refused as corrupt or not UTF-8, exactly as the reference does, including in fields
+    this walk skips (a scope's version, a schema URL, a trace state) and wherever a body has
+    two faults, so the walk only ever reads bodies protobuf accepted."""
+    parsed = parse_traces(body, "application/x-protobuf")
     try:
         return _request(body, resource_id)
     except PayloadError:
         raise
     except Exception:  # _Irregular, or bytes that end early: the reference path decides
-        return to_rows(parse_traces(body, "application/x-protobuf"), resource_id)
+        return to_rows(parsed, resource_id)
 
 
 def _varint(data: bytes, i: int) -> tuple[int, int]:
