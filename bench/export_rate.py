@@ -53,6 +53,7 @@ ATTRS = {
 
 # --- the receiver (own process) ---------------------------------------------------------------
 def _receiver_main(conn: Connection) -> None:
+    from _loopback_app import serve_until_told
     from aiohttp import web
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
@@ -78,14 +79,7 @@ def _receiver_main(conn: Connection) -> None:
         app = web.Application(client_max_size=256 * 1024 * 1024)
         app.router.add_post("/v1/traces", traces)
         app.router.add_get("/stats", stats)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        conn.send(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
-        while not conn.poll():
-            await asyncio.sleep(0.05)
-        await runner.cleanup()
+        await serve_until_told(app, conn)
 
     asyncio.run(main())
 

@@ -118,6 +118,7 @@ async def send_all(url: str, bodies: list[bytes], senders: int) -> int:
 def _sink_main(path: str, conn: Connection) -> None:
     """Decode with opentelemetry-proto, append one JSON line per span; answer 200."""
     import orjson
+    from _loopback_app import serve_until_told
     from aiohttp import web
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
@@ -158,14 +159,7 @@ def _sink_main(path: str, conn: Connection) -> None:
     async def main() -> None:
         app = web.Application(client_max_size=64 << 20)
         app.router.add_post("/v1/traces", traces)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        conn.send(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
-        while not conn.poll():
-            await asyncio.sleep(0.05)
-        await runner.cleanup()
+        await serve_until_told(app, conn)
         out.close()
 
     asyncio.run(main())
