@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +191,18 @@ def _no_leftover_servers(root: Path) -> Iterator[None]:
     assert wait_for(lambda: not server_pids_alive(under=str(root)), timeout=15), (
         f"server processes left behind: {server_pids_alive(under=str(root))}"
     )
+
+
+@contextmanager
+def killed_if_left_running(proc: subprocess.Popen[str]) -> Iterator[None]:
+    """Kill ``proc`` (and reap it) if the block ends, by an assertion or a timeout, while it
+    still runs: a failed fault test leaves no driver behind."""
+    try:
+        yield
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def send(proc: subprocess.Popen[str], sig: int = signal.SIGINT) -> None:

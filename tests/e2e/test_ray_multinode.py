@@ -27,7 +27,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from e2e_support import pythonpath, wait_for  # noqa: E402
+from e2e_support import killed_if_left_running, pythonpath, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -202,17 +202,13 @@ def test_killing_one_nodes_raylet_mid_run_loses_no_rollout(
         stderr=subprocess.STDOUT,
         text=True,
     )
-    try:
+    with killed_if_left_running(proc):
         rollouts = out / "rollouts.jsonl"
         assert wait_for(
             lambda: rollouts.exists() and rollouts.read_bytes().count(b"\n") >= 10, timeout=300
         )
         cluster.kill("worker")
         output, _ = proc.communicate(timeout=600)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, output
     summary = orjson.loads((out / "summary.json").read_bytes())
     # every rollout of the node that died was retried on the other one
@@ -239,7 +235,7 @@ def test_a_ray_replica_killed_mid_run_is_replaced(tmp_path: Path, cluster: Clust
         text=True,
     )
     log = out / "logs" / "arith@1.log"
-    try:
+    with killed_if_left_running(proc):
         rollouts = out / "rollouts.jsonl"
         assert wait_for(
             lambda: rollouts.exists() and rollouts.read_bytes().count(b"\n") >= 10, timeout=300
@@ -247,10 +243,6 @@ def test_a_ray_replica_killed_mid_run_is_replaced(tmp_path: Path, cluster: Clust
         [pid] = _serving_pids(log)
         os.kill(pid, signal.SIGKILL)  # the actor's worker process only: its node lives on
         output, _ = proc.communicate(timeout=600)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, output
     assert f"server 'arith@1' died (its Ray actor died (pid {pid}" in output
     assert "server 'arith@1' is back at http://127.0.0.1:" in output

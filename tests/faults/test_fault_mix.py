@@ -12,7 +12,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from e2e_support import Job, server_pids_alive, wait_for
+from e2e_support import Job, killed_if_left_running, server_pids_alive, wait_for
 from faults_support import assert_exact_accounting
 
 pytestmark = pytest.mark.e2e
@@ -71,15 +71,11 @@ def test_an_environment_killed_mid_run_is_restarted_and_nothing_is_lost(
     rows = [{"q": i} for i in range(80)]
     job.write(_servers(delay_s=0.05), rows, agent="a", concurrency=4, max_attempts=3)
     proc = job.start()
-    try:
+    with killed_if_left_running(proc):
         assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 10, timeout=120)
         env_pid = _pid_of(job, "env")
         os.kill(env_pid, signal.SIGKILL)
         out, _ = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, out
     assert "server 'env' died (killed by SIGKILL (exit status -9))" in out
     assert_exact_accounting(job, 80)

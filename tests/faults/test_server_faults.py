@@ -6,7 +6,7 @@ import os
 import signal
 
 import pytest
-from e2e_support import Job, server_pids_alive, wait_for
+from e2e_support import Job, killed_if_left_running, server_pids_alive, wait_for
 from faults_support import assert_exact_accounting
 
 pytestmark = pytest.mark.e2e
@@ -22,15 +22,11 @@ def test_an_agent_killed_mid_run_is_reported_restarted_and_counted(
     rows = [{"q": i} for i in range(60)]
     job.write({"a": _agent(delay_s=0.1)}, rows, agent="a", concurrency=4, max_attempts=3)
     proc = job.start()
-    try:
+    with killed_if_left_running(proc):
         assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 5, timeout=120)
         (pid,) = server_pids_alive(under=str(job.root))
         os.kill(pid, signal.SIGKILL)
         out, _ = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, out
     assert "server 'a' died (killed by SIGKILL (exit status -9))" in out
     assert "restarting server 'a' (restart 1 of 3, servers.a.restart)" in out
@@ -112,7 +108,7 @@ def test_a_replica_killed_mid_run_leaves_rotation_and_is_replaced(
     agent = _agent(delay_s=0.1, replicas=2, hold_file=str(hold))
     job.write({"a": agent}, rows, agent="a", concurrency=4)
     proc = job.start()
-    try:
+    with killed_if_left_running(proc):
         # progress.json: every replica is healthy and rollouts are being dispatched
         assert wait_for(lambda: (job.out / "progress.json").exists(), timeout=120)
         killed = _replica_pid(job, 1)
@@ -121,10 +117,6 @@ def test_a_replica_killed_mid_run_leaves_rotation_and_is_replaced(
         assert wait_for(lambda: _restarted(job, killed) and ready.exists(), timeout=120)
         hold.unlink()
         out, _ = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, out
     assert "server 'a@1' died (killed by SIGKILL (exit status -9))" in out
     assert "server 'a@1' is back at http://127.0.0.1:" in out

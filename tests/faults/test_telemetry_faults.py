@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from e2e_support import Job, wait_for
+from e2e_support import Job, killed_if_left_running, wait_for
 from faults_support import assert_exact_accounting
 
 pytestmark = pytest.mark.e2e
@@ -59,16 +59,12 @@ def test_the_trace_store_killed_mid_run_is_restarted_and_the_gap_counted(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    try:
+    with killed_if_left_running(proc):
         assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 20, timeout=120)
         pid = _store_pid(job)
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, out + err
     assert "the trace store died (exit status -9)" in err
     assert "the trace store is back at http://127.0.0.1:" in err
