@@ -11,8 +11,8 @@ name, kind, times, status, attributes read field by field: faster than ``Message
 nothing else (no index, no transaction, no fsync). Rounds alternate store, sink, store, sink... over fresh
 requests; the ratio store / sink of the median rates must be >= 1.0.
 
-It also prints the CPU each side spends per span (``/proc``: the store process and its worker
-processes, the sink's one process), which other load on the machine moves much less than the
+It also prints the CPU each side spends per span (``/proc``: the store process and each kind of
+worker process, by name: ``rollgym-decode``, ``rollgym-write``; the sink's one process), which other load on the machine moves much less than the
 rates: on a busy machine read that line first.
 
     python bench/ingest.py [--spans 300000] [--batch 512] [--senders 4] [--rounds 3]
@@ -174,14 +174,24 @@ def _cpu_s(pid: int) -> tuple[int, float]:
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def _cpu_by_process(root: int) -> dict[int, float]:
-    """CPU seconds of ``root`` and of each of its child processes (the store's workers)."""
-    found = {root: _cpu_s(root)[1]}
+def _role(pid: int, root: int) -> str:
+    """``store process``, or the worker's name (``rollgym-decode``, ``rollgym-write``)."""
+    if pid == root:
+        return "store process"
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "store worker"
+
+
+def _cpu_by_process(root: int) -> dict[int, tuple[str, float]]:
+    """Role and CPU seconds of ``root`` and of each of its child processes (the workers)."""
+    found = {root: (_role(root, root), _cpu_s(root)[1])}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             parent, seconds = _cpu_s(int(entry))
             if parent == root:
-                found[int(entry)] = seconds
+                found[int(entry)] = (_role(int(entry), root), seconds)
     return found
 
 
@@ -201,7 +211,7 @@ def main() -> None:
     per_round = [encode_batches(args.spans, args.batch) for _ in range(2 * args.rounds)]
     spans = len(per_round[0]) * args.batch
     rates: dict[str, list[float]] = {"store": [], "sink": []}
-    cpu = {"store process": 0.0, "store workers": 0.0, "sink": 0.0}
+    cpu: dict[str, float] = {"store process": 0.0}
     with tempfile.TemporaryDirectory() as tmp:
         store = start_trace_store(Path(tmp) / "traces.db", Path(tmp) / "store.log")
         parent, child = mp.Pipe()
@@ -217,12 +227,11 @@ def main() -> None:
                     spans / _timed(store.traces_endpoint, per_round[2 * i], args.senders)
                 )
                 after = _cpu_by_process(store.process.pid)
-                for pid, seconds in after.items():
-                    role = "store process" if pid == store.process.pid else "store workers"
-                    cpu[role] += seconds - before.get(pid, 0.0)
+                for pid, (role, seconds) in after.items():
+                    cpu[role] = cpu.get(role, 0.0) + seconds - before.get(pid, (role, 0.0))[1]
                 sink_before = _cpu_s(sink.pid or 0)[1]
                 rates["sink"].append(spans / _timed(sink_url, per_round[2 * i + 1], args.senders))
-                cpu["sink"] += _cpu_s(sink.pid or 0)[1] - sink_before
+                cpu["sink"] = cpu.get("sink", 0.0) + _cpu_s(sink.pid or 0)[1] - sink_before
         finally:
             store.stop()
             parent.send("stop")
@@ -241,11 +250,12 @@ def main() -> None:
         f"{max(pairs):.2f} (target >= {TARGET})"
     )
     per_span = {role: seconds / (spans * args.rounds) * 1e6 for role, seconds in cpu.items()}
-    store_us = per_span["store process"] + per_span["store workers"]
+    sink_us = per_span.pop("sink")
+    store_us = sum(per_span.values())
+    parts = ", ".join(f"{role} {us:.1f}" for role, us in per_span.items())
     print(
-        f"CPU per span: store {store_us:.1f} us (store process {per_span['store process']:.1f}, "
-        f"workers {per_span['store workers']:.1f}), sink {per_span['sink']:.1f} us: "
-        f"sink / store {per_span['sink'] / store_us:.2f} (load average {os.getloadavg()[0]:.1f})"
+        f"CPU per span: store {store_us:.1f} us ({parts}), sink {sink_us:.1f} us: "
+        f"sink / store {sink_us / store_us:.2f} (load average {os.getloadavg()[0]:.1f})"
     )
 
 

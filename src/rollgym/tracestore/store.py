@@ -144,7 +144,10 @@ def resource_row_id(fingerprint: bytes) -> int:
 class TraceStore:
     """A write connection to one ``traces.db``; not thread-safe: one thread owns it."""
 
-    def __init__(self, db_path: str | Path) -> None:
+    def __init__(self, db_path: str | Path, *, autocheckpoint_pages: int = 1000) -> None:
+        """``autocheckpoint_pages``: the WAL size (pages) past which a commit of this connection
+        also checkpoints (SQLite's default, 1000); the receiver's writer process sets it high
+        and leaves checkpoints to the store process (:meth:`checkpoint`)."""
         self.path = Path(db_path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # apsw leaves the connection in autocommit: we issue BEGIN/COMMIT, one per batch.
@@ -156,13 +159,24 @@ class TraceStore:
         # Several processes write one store (the receiver's workers take turns under a lock):
         # a writer that still finds the file busy waits rather than failing its batch.
         self._conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        self._conn.execute(f"PRAGMA wal_autocheckpoint={autocheckpoint_pages}")
         self._conn.execute(SCHEMA)  # apsw runs every statement of the script
         self.resources = ResourceRegistry(self._conn)
 
     def write_batch(self, batch: SpanBatch) -> None:
         """Store one batch's rows atomically: all of them committed, or none."""
+        self.write_batches([batch])
+
+    def write_batches(self, batches: list[SpanBatch]) -> None:
+        """Store several batches' rows in one transaction: all of them committed, or none."""
         with self._transaction():
-            self._insert(batch)
+            for batch in batches:
+                self._insert(batch)
+
+    def checkpoint(self) -> None:
+        """Copy what the WAL holds into the main file, without waiting for readers or the
+        writer (PASSIVE): the WAL is then reused from its start instead of growing."""
+        self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def close(self) -> None:
         """Checkpoint the WAL into the main file so a finished run is one self-contained db."""

@@ -206,7 +206,14 @@ def _span(
                 end_ns = _U64(data, i + 1)[0]
             i += 9
             continue
-        if tag not in _LEN_TAGS:  # kind, or a field the store does not keep
+        if tag not in _LEN_TAGS:  # kind, flags, or a field the store does not keep
+            if tag == _KIND_TAG and data[i + 1] < 0x80:  # a one-byte kind
+                kind = data[i + 1]
+                i += 2
+                continue
+            if tag == _FLAGS_TAG_0 and data[i + 1] == _FLAGS_TAG_1:  # flags: not kept
+                i += 6
+                continue
             field, wire, value, i = _one_field(data, i)
             if field in _SPAN_FIELDS:
                 if field != 6 or wire != _WIRE_VARINT:
@@ -260,6 +267,9 @@ _LEN_TAGS = frozenset(
     | {_ATTRIBUTE_TAG, _EVENT_TAG, _LINK_TAG, _STATUS_TAG}
 )
 _START_TAG, _END_TAG = _tag(7, _WIRE_FIXED64), _tag(8, _WIRE_FIXED64)
+_KIND_TAG = _tag(6, _WIRE_VARINT)
+#: Span.flags (field 16, fixed32): a two-byte tag, 0x85 0x01, then 4 bytes.
+_FLAGS_TAG_0, _FLAGS_TAG_1 = 0x80 | (_tag(16, _WIRE_FIXED32) & 0x7F), _tag(16, _WIRE_FIXED32) >> 7
 _FIXED64_TAGS = frozenset({_START_TAG, _END_TAG})
 #: Span fields the hot loop reads; met with another wire type they go to the message path.
 _SPAN_FIELDS = frozenset({1, 2, 4, 5, 6, 7, 8, 9, 11, 13, 15})

@@ -1,6 +1,6 @@
-"""Workers that commit their own requests: several writing one store at once lose nothing and
+"""The store's workers: decoders and one writer committing requests in groups lose nothing and
 count exactly, and a request whose transaction fails is answered as failed with none of its
-rows stored while the others' are."""
+rows stored while the others' are, even those committed in the same group."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from rollgym.tracestore.decode import PayloadError
-from rollgym.tracestore.decode_pool import StoreFailed
+from rollgym.tracestore.store_workers import StoreFailed
 from rollgym.tracestore.store import TraceStore
 from rollgym.tracestore.writer import BatchWriter
 
@@ -81,6 +81,27 @@ def test_a_failed_transaction_stores_none_of_its_request(tmp_path: Path) -> None
     assert "refused by test" in str(results[1])
     assert writer.spans_written == 18
     assert _names(db) == ["work"] * 18  # none of the failed request's 8 good spans
+
+
+def test_one_request_that_cannot_be_stored_costs_no_other_in_its_group(tmp_path: Path) -> None:
+    db = tmp_path / "traces.db"
+    TraceStore(db).close()
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON spans WHEN NEW.name = 'poison' "
+            "BEGIN SELECT RAISE(ABORT, 'refused by test'); END"
+        )
+    writer = BatchWriter(db, decode_workers=2, max_pending=64)
+    writer.start()
+    try:  # 40 requests at once: while one group commits, the next ones wait and group up
+        bodies = [_request(5, name="poison" if index == 20 else "work") for index in range(40)]
+        results = asyncio.run(_store_all(writer, bodies))
+    finally:
+        writer.close()
+    assert isinstance(results[20], StoreFailed)
+    assert results[:20] + results[21:] == [5] * 39
+    assert writer.spans_written == 39 * 5
+    assert _names(db) == ["work"] * 39 * 5
 
 
 def test_a_bad_payload_touches_nothing(tmp_path: Path) -> None:
