@@ -13,8 +13,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from rollgym.tracestore.decode import PayloadError
-from rollgym.tracestore.store_workers import StoreFailed
 from rollgym.tracestore.store import TraceStore
+from rollgym.tracestore.store_workers import StoreFailed
 from rollgym.tracestore.writer import BatchWriter
 
 PROTOBUF = "application/x-protobuf"
