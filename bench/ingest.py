@@ -15,7 +15,7 @@ It also prints the CPU each side spends per span (``/proc``: the store process a
 worker process, by name: ``rollgym-decode``, ``rollgym-write``; the sink's one process), which other load on the machine moves much less than the
 rates: on a busy machine read that line first.
 
-    python bench/ingest.py [--spans 300000] [--batch 512] [--senders 4] [--rounds 3]
+    python bench/ingest.py [--spans 300000] [--batch 512] [--senders 4] [--rounds 3] [--random-ids]
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from rollgym.telemetry import names
+from rollgym.telemetry.sampling import time_ordered_trace_id
 from rollgym.tracestore.store_process import start_trace_store
 
 TARGET = 1.0
@@ -49,11 +50,33 @@ def _kv(key: str, value: object) -> KeyValue:
     return KeyValue(key=key, value=AnyValue(string_value=str(value)))
 
 
-def encode_batches(total: int, batch: int) -> list[bytes]:
-    """Distinct requests (fresh ids each), ~10 spans per trace, rollgym-like attributes."""
+#: Trace starts per second of the simulated run whose ids the requests carry: 10 spans a trace,
+#: so 100,000 spans a second, about the rate this bench offers the store.
+TRACES_PER_SECOND = 10_000
+
+
+def _trace_id(serial: int, random_ids: bool) -> bytes:
+    """The ``serial``-th trace's id: 16 random bytes (another tracer's spans), or time-ordered
+    as rollgym's tracers make them, stamped as if traces began at TRACES_PER_SECOND."""
+    if random_ids:
+        return os.urandom(16)
+    second = _EPOCH + serial // TRACES_PER_SECOND
+    return (second << 96 | time_ordered_trace_id() & _LOW_96).to_bytes(16, "big")
+
+
+_EPOCH = int(time.time())
+_LOW_96 = (1 << 96) - 1
+
+
+def encode_batches(
+    total: int, batch: int, random_ids: bool = False, first_span: int = 0
+) -> list[bytes]:
+    """Distinct requests (fresh ids each), ~10 spans per trace, rollgym-like attributes and
+    trace ids (time-ordered, as rollgym's tracers make them; ``random_ids``: 16 random bytes).
+    ``first_span``: how many spans earlier rounds made (their ids' clock goes on)."""
     out = []
     now = time.time_ns()
-    serial = 0
+    serial = first_span
     for _ in range(0, total, batch):
         request = ExportTraceServiceRequest()
         resource_spans = request.resource_spans.add()
@@ -61,10 +84,10 @@ def encode_batches(total: int, batch: int) -> list[bytes]:
             [_kv("service.name", "rollgym-agent"), _kv(names.RUN_ID, "bench-run")]
         )
         spans = resource_spans.scope_spans.add().spans
-        trace_id, parent = os.urandom(16), b""
+        trace_id, parent = _trace_id(serial // 10, random_ids), b""
         for i in range(batch):
             if i % 10 == 0:
-                trace_id, parent = os.urandom(16), b""
+                trace_id, parent = _trace_id(serial // 10, random_ids), b""
             serial += 1
             span_id = os.urandom(8)
             rollout = f"{serial // 10}-0"
@@ -207,8 +230,17 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--senders", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--random-ids",
+        action="store_true",
+        help="16 random bytes per trace id (another tracer's spans) instead of rollgym's "
+        "time-ordered ids",
+    )
     args = parser.parse_args()
-    per_round = [encode_batches(args.spans, args.batch) for _ in range(2 * args.rounds)]
+    per_round = [
+        encode_batches(args.spans, args.batch, args.random_ids, first_span=i * args.spans)
+        for i in range(2 * args.rounds)
+    ]
     spans = len(per_round[0]) * args.batch
     rates: dict[str, list[float]] = {"store": [], "sink": []}
     cpu: dict[str, float] = {"store process": 0.0}
@@ -243,7 +275,8 @@ def main() -> None:
     pairs = [a / b for a, b in zip(rates["store"], rates["sink"], strict=True)]
     print(
         f"ingest: {spans:,} spans a round in requests of {args.batch}, {args.senders} senders, "
-        f"{args.rounds} rounds each (alternating)"
+        f"{args.rounds} rounds each (alternating), "
+        f"{'random' if args.random_ids else 'time-ordered (rollgym)'} trace ids"
     )
     print(
         f"ratio store / naive sink: {ratio:.2f} of medians, pairs {min(pairs):.2f}-"

@@ -27,6 +27,7 @@ from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetr
 from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from rollgym.telemetry import env_vars as env
 from rollgym.telemetry import names
@@ -39,7 +40,12 @@ from rollgym.telemetry.metrics import HttpClientMetrics, RolloutMetrics, registe
 from rollgym.telemetry.pipeline import build as pipeline
 from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
 from rollgym.telemetry.pipeline.shipper import SpanShipper
-from rollgym.telemetry.sampling import SingleTraceIdGenerator, make_sampler, run_trace_id
+from rollgym.telemetry.sampling import (
+    SingleTraceIdGenerator,
+    TimeOrderedIdGenerator,
+    make_sampler,
+    run_trace_id,
+)
 from rollgym.telemetry.settings import DEFAULT_FLUSH_TIMEOUT_S, TelemetrySettings, server_env
 from rollgym.telemetry.span_counts import SpanCountRecord, empty_record
 
@@ -252,8 +258,10 @@ def _tracer_provider(
     return provider
 
 
-def _id_generator(settings: TelemetrySettings, run_id: str) -> SingleTraceIdGenerator | None:
-    return SingleTraceIdGenerator(run_trace_id(run_id)) if settings.single_trace else None
+def _id_generator(settings: TelemetrySettings, run_id: str) -> IdGenerator:
+    if settings.single_trace:
+        return SingleTraceIdGenerator(run_trace_id(run_id))
+    return TimeOrderedIdGenerator()
 
 
 def _install_tracer_provider(provider: trace.TracerProvider) -> None:

@@ -203,6 +203,15 @@ def test_single_trace_mode_gives_every_root_the_run_trace_id() -> None:
     assert len({r[R.SPAN_ID] for r in records}) == 3
 
 
+def test_roots_get_time_ordered_trace_ids() -> None:
+    before = int(time.time())
+    records = _records_of(lambda t: [t.start_span("root").end() for _ in range(50)])
+    after = int(time.time())
+    assert all(before <= r[R.TRACE_ID] >> 96 <= after for r in records)
+    assert len({r[R.TRACE_ID] for r in records}) == 50  # 96 random bits below the second
+    assert len({r[R.TRACE_ID] & (1 << 64) - 1 for r in records}) == 50
+
+
 def test_record_exception_and_current_span_as_the_api_promises() -> None:
     def body(tracer: trace.Tracer) -> None:
         with pytest.raises(KeyError), tracer.start_as_current_span("work") as span:

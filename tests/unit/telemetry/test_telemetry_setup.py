@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -114,6 +115,22 @@ def test_sampling_is_decided_per_rollout(monkeypatch):
     rollouts = [s for s in finished if s.name == "gym.rollout"]
     assert 40 < len(dispatches) < 160  # each rollout trace decided on its own
     assert {r.context.trace_id for r in rollouts} == {d.context.trace_id for d in dispatches}
+
+
+def test_trace_ids_are_time_ordered_and_ratio_sampling_still_holds():
+    """The ratio sampler decides on the low 64 bits, which stay random under the time prefix:
+    every trace of one second shares its top 32 bits, yet about half are kept."""
+    exporter = InMemorySpanExporter()
+    handle = _handle(exporter, sampler="traceidratio", sampler_arg="0.5")
+    before = int(time.time())
+    for i in range(2000):
+        with spans.dispatch_span({"task_index": i}, "a", "a"):
+            pass
+    handle.shutdown()
+    after = int(time.time())
+    kept = [s.context.trace_id for s in exporter.get_finished_spans()]
+    assert all(before <= trace_id >> 96 <= after for trace_id in kept)
+    assert 800 < len(kept) < 1200  # 0.5 of 2,000: outside this is ~1e-19 likely
 
 
 @pytest.mark.parametrize("sampler", ["always_off", "parentbased_always_off"])

@@ -18,7 +18,6 @@ span that is not sampled is a ``NonRecordingSpan`` carrying a fresh span id. The
 
 from __future__ import annotations
 
-import random
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -43,6 +42,7 @@ from opentelemetry.util.types import Attributes, AttributeValue
 
 from rollgym.telemetry.current_span import warn_once
 from rollgym.telemetry.pipeline.records import SpanRecord
+from rollgym.telemetry.sampling import random_span_id, time_ordered_trace_id
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
@@ -55,7 +55,6 @@ MAX_ATTRIBUTES = 128
 MAX_EVENTS = 128
 MAX_LINKS = 128
 _new_tuple = tuple.__new__
-_getrandbits = random.getrandbits
 _time_ns = time.time_ns
 _get_current_span = trace.get_current_span
 
@@ -69,13 +68,6 @@ def _span_context(trace_id: int, span_id: int, flags: TraceFlags, state: TraceSt
     trace_state, is_valid); both ids are non-zero and in range by construction.
     """
     return _new_tuple(SpanContext, (trace_id, span_id, False, flags, state, True))
-
-
-def _span_id() -> int:
-    span_id = _getrandbits(64)
-    while span_id == 0:
-        span_id = _getrandbits(64)
-    return span_id
 
 
 def clean_value(value: Any) -> AttributeValue | None:
@@ -302,7 +294,9 @@ class RecordingTracer(trace.Tracer):
         self._sampler = sampler
         self._inline_sampler = sampler is DEFAULT_ON
         self._trace_id = id_generator.generate_trace_id if id_generator is not None else None
-        self._new_span_id = id_generator.generate_span_id if id_generator is not None else _span_id
+        self._new_span_id = (
+            id_generator.generate_span_id if id_generator is not None else random_span_id
+        )
         self._sink = sink
 
     def start_span(
@@ -321,7 +315,7 @@ class RecordingTracer(trace.Tracer):
             trace_id = parent.trace_id
         else:
             parent = None
-            trace_id = self._trace_id() if self._trace_id is not None else _random_trace_id()
+            trace_id = self._trace_id() if self._trace_id is not None else time_ordered_trace_id()
         if self._inline_sampler:  # parentbased_always_on, decided without a SamplingResult
             sampled = parent is None or parent.trace_flags.sampled
             state = parent.trace_state if parent is not None else _DEFAULT_TRACE_STATE
@@ -377,13 +371,6 @@ class RecordingTracer(trace.Tracer):
             set_status_on_exception=set_status_on_exception,
         ) as current:
             yield current
-
-
-def _random_trace_id() -> int:
-    trace_id = _getrandbits(128)
-    while trace_id == 0:
-        trace_id = _getrandbits(128)
-    return trace_id
 
 
 class RecordingTracerProvider(trace.TracerProvider):
