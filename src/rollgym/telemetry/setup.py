@@ -37,6 +37,7 @@ from rollgym.telemetry.exporters import build_metric_exporter, build_span_export
 from rollgym.telemetry.groups import ALL_GROUPS, SpanGroup, configure_gate, gate
 from rollgym.telemetry.metrics import HttpClientMetrics, RolloutMetrics, register_dropped_spans
 from rollgym.telemetry.pipeline import build as pipeline
+from rollgym.telemetry.pipeline import young_gc
 from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
 from rollgym.telemetry.pipeline.shipper import SpanShipper
 from rollgym.telemetry.sampling import SingleTraceIdGenerator, make_sampler, run_trace_id
@@ -82,6 +83,8 @@ class TelemetryHandle:
     caller_provider: trace.TracerProvider | None = None
     #: Default limit of :meth:`shutdown` (``telemetry.flush_timeout_s``).
     flush_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S
+    #: Whether this handle holds the larger young GC threshold (``pipeline.young_gc``).
+    holds_young_gc: bool = False
     _closed: bool = field(default=False, repr=False)
 
     def counts(self) -> SpanCountRecord:
@@ -110,6 +113,9 @@ class TelemetryHandle:
         if installed is not None and state.provider is installed:
             configure_gate((), tracing_active=False)
             state.reset()
+        if self.holds_young_gc:
+            self.holds_young_gc = False
+            young_gc.release()
         worker = threading.Thread(
             target=self._shutdown_providers, name="rollgym-telemetry-shutdown"
         )
@@ -291,6 +297,8 @@ def _start_process_pipeline(
     _install_tracer_provider(provider)
     handle.tracer_provider = provider
     handle.processor = shipper
+    young_gc.hold()  # measured: the traced driver's young collections (module docstring)
+    handle.holds_young_gc = True
     return True
 
 
