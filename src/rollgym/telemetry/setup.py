@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 
 from rollgym.telemetry import env_vars as env
-from rollgym.telemetry import names
+from rollgym.telemetry import names, young_gc
 from rollgym.telemetry._state import INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION, state, tracer_of
 from rollgym.telemetry.dropping import CountingSpanProcessor
 from rollgym.telemetry.embedder import caller_provider
@@ -37,7 +37,6 @@ from rollgym.telemetry.exporters import build_metric_exporter, build_span_export
 from rollgym.telemetry.groups import ALL_GROUPS, SpanGroup, configure_gate, gate
 from rollgym.telemetry.metrics import HttpClientMetrics, RolloutMetrics, register_dropped_spans
 from rollgym.telemetry.pipeline import build as pipeline
-from rollgym.telemetry.pipeline import young_gc
 from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
 from rollgym.telemetry.pipeline.shipper import SpanShipper
 from rollgym.telemetry.sampling import SingleTraceIdGenerator, make_sampler, run_trace_id
@@ -83,7 +82,7 @@ class TelemetryHandle:
     caller_provider: trace.TracerProvider | None = None
     #: Default limit of :meth:`shutdown` (``telemetry.flush_timeout_s``).
     flush_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S
-    #: Whether this handle holds the larger young GC threshold (``pipeline.young_gc``).
+    #: Whether this handle holds the larger young GC threshold (:mod:`rollgym.telemetry.young_gc`).
     holds_young_gc: bool = False
     _closed: bool = field(default=False, repr=False)
 
@@ -219,6 +218,9 @@ def setup_telemetry(
             counts = handle.processor.counts
             register_dropped_spans(meter, lambda: list(counts.dropped.items()))
     tracing = handle.tracer_provider is not None or handle.caller_provider is not None
+    if handle.tracer_provider is not None:  # ours records here (never an embedder's provider)
+        young_gc.hold()  # measured: the traced driver's young collections (module docstring)
+        handle.holds_young_gc = True
     configure_gate(settings.groups, tracing_active=tracing)
     return handle
 
@@ -297,8 +299,6 @@ def _start_process_pipeline(
     _install_tracer_provider(provider)
     handle.tracer_provider = provider
     handle.processor = shipper
-    young_gc.hold()  # measured: the traced driver's young collections (module docstring)
-    handle.holds_young_gc = True
     return True
 
 

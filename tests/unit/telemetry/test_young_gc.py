@@ -1,4 +1,4 @@
-"""The young-generation GC threshold the span pipeline holds while it records."""
+"""The young-generation GC threshold a tracer provider rollgym built holds while it records."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from rollgym.telemetry import young_gc
 from rollgym.telemetry.groups import ALL_GROUPS
-from rollgym.telemetry.pipeline import young_gc
 from rollgym.telemetry.settings import TelemetrySettings
 from rollgym.telemetry.setup import setup_telemetry
 
@@ -73,9 +73,11 @@ def test_a_disabled_collector_is_left_alone() -> None:
     gc.enable()
 
 
-def test_the_process_pipeline_holds_it_for_its_lifetime_and_the_sdk_path_does_not(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("pipeline", ["process", "sdk"])
+def test_a_provider_rollgym_builds_holds_it_until_shutdown(
+    monkeypatch: pytest.MonkeyPatch, pipeline: str
 ) -> None:
+    monkeypatch.setenv("ROLLGYM_SPAN_PIPELINE", pipeline)
     settings = TelemetrySettings(
         groups=ALL_GROUPS,
         traces_exporter="otlp",
@@ -92,7 +94,10 @@ def test_the_process_pipeline_holds_it_for_its_lifetime_and_the_sdk_path_does_no
     assert gc.get_threshold()[0] == 700
     handle.shutdown(10.0)  # a second shutdown releases nothing more
     assert young_gc._holders == 0
-    monkeypatch.setenv("ROLLGYM_SPAN_PIPELINE", "sdk")
+
+
+def test_nothing_to_record_holds_nothing() -> None:
+    settings = TelemetrySettings(groups=ALL_GROUPS, traces_exporter="none")
     handle = setup_telemetry(settings, service_name="t", run_id="r")
     try:
         assert not handle.holds_young_gc

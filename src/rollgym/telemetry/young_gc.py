@@ -1,4 +1,4 @@
-"""A larger young-generation GC threshold while rollgym's span pipeline records in a process.
+"""A larger young-generation GC threshold while a tracer provider rollgym built records here.
 
 Why (measured, ``bench/tracing_overhead.py`` rounds with ``gc.callbacks`` timing every
 collection): with 64 rollouts in flight the driver's youngest generation already holds about
@@ -6,10 +6,13 @@ collection): with 64 rollouts in flight the driver's youngest generation already
 and cannot free. A traced rollout adds a few short-lived tracked objects (two spans, their
 ``SpanContext`` s and ``Context`` s, the context tokens), which at CPython's default threshold
 of 700 allocations made the traced driver run 3-4 times as many young collections as the
-untraced one (73 vs 18 per 4,000 rollouts): 9-17 µs of collector time per rollout against
-1-3 µs untraced. With the threshold at :data:`YOUNG_THRESHOLD` the same rounds run one or two
-collections and the traced driver's CPU per rollout drops by about that much, while the
-untraced driver is unchanged by it (so it is applied only where spans are recorded).
+untraced one (73 vs 18 per 4,000 rollouts): 9-17 µs of collector time per rollout on
+rollgym's own pipeline, 34-45 µs on the SDK's, against 1-3 µs untraced. With the threshold at
+:data:`YOUNG_THRESHOLD` the same rounds run one or two collections and the traced driver's
+CPU per rollout drops by about that much (SDK pipeline: 333 -> 311 µs), while the untraced
+driver is unchanged by it (137 vs 141 µs), so it is applied only where spans are recorded:
+by :func:`~rollgym.telemetry.setup.setup_telemetry` when it builds a provider (rollgym's
+pipeline or the SDK's), never for an embedder's provider, released at the handle's shutdown.
 
 What it costs: cyclic garbage waits for up to :data:`YOUNG_THRESHOLD` net allocations instead
 of 700 before it is freed (a few MB at most); nothing else changes. Only the young threshold
