@@ -34,37 +34,47 @@ __all__ = ["YOUNG_THRESHOLD", "hold", "release"]
 #: zero, and larger values only let cyclic garbage wait longer.
 YOUNG_THRESHOLD = 10_000
 
-_lock = threading.Lock()
-_holders = 0
-#: Thresholds before the first hold, and the ones it set (to know whether they were changed).
-_saved: tuple[int, ...] | None = None
-_set: tuple[int, ...] | None = None
+
+class _Holds:
+    """Who holds the raised threshold: one per process, as the thresholds themselves are."""
+
+    __slots__ = ("lock", "count", "saved", "set")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+        #: Thresholds before the first hold, and the ones it set (to see if they were changed).
+        self.saved: tuple[int, ...] | None = None
+        self.set: tuple[int, ...] | None = None
+
+
+_holds = _Holds()
 
 
 def hold(threshold: int = YOUNG_THRESHOLD) -> None:
     """Raise the young threshold to ``threshold`` (if lower) until the matching :func:`release`."""
-    global _holders, _saved, _set
-    with _lock:
-        _holders += 1
-        if _holders > 1 or not gc.isenabled():
+    holds = _holds
+    with holds.lock:
+        holds.count += 1
+        if holds.count > 1 or not gc.isenabled():
             return
         current = gc.get_threshold()
         if current[0] == 0 or current[0] >= threshold:  # 0: automatic collection is off
             return
-        _saved = current
+        holds.saved = current
         gc.set_threshold(threshold, *current[1:])
-        _set = gc.get_threshold()
+        holds.set = gc.get_threshold()
 
 
 def release() -> None:
     """Undo one :func:`hold`; the last one puts the saved thresholds back if still ours."""
-    global _holders, _saved, _set
-    with _lock:
-        if _holders == 0:
+    holds = _holds
+    with holds.lock:
+        if holds.count == 0:
             return
-        _holders -= 1
-        if _holders > 0 or _saved is None:
+        holds.count -= 1
+        if holds.count > 0 or holds.saved is None:
             return
-        if gc.get_threshold() == _set:
-            gc.set_threshold(*_saved)
-        _saved = _set = None
+        if gc.get_threshold() == holds.set:
+            gc.set_threshold(*holds.saved)
+        holds.saved = holds.set = None

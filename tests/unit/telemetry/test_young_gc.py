@@ -18,13 +18,11 @@ def _default_thresholds(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every test starts from CPython's defaults and no holder (whatever earlier tests in this
     process left), and leaves the process as it found it."""
     saved, enabled = gc.get_threshold(), gc.isenabled()
-    monkeypatch.setattr(young_gc, "_holders", 0)
-    monkeypatch.setattr(young_gc, "_saved", None)
-    monkeypatch.setattr(young_gc, "_set", None)
+    monkeypatch.setattr(young_gc, "_holds", young_gc._Holds())
     gc.set_threshold(700, 10, 10)
     gc.enable()
     yield
-    assert young_gc._holders == 0, "a test left the threshold held"
+    assert young_gc._holds.count == 0, "a test left the threshold held"
     gc.set_threshold(*saved)
     if not enabled:
         gc.disable()
@@ -93,7 +91,7 @@ def test_a_provider_rollgym_builds_holds_it_until_shutdown(
         handle.shutdown(10.0)
     assert gc.get_threshold()[0] == 700
     handle.shutdown(10.0)  # a second shutdown releases nothing more
-    assert young_gc._holders == 0
+    assert young_gc._holds.count == 0
 
 
 def test_nothing_to_record_holds_nothing() -> None:
