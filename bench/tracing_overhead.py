@@ -11,7 +11,9 @@ stops, and its spans counted: exported + dropped must equal what the round produ
 Each round runs three ways: tracing off, traced through rollgym's own span pipeline (the
 default: ``rollgym.telemetry.pipeline``, encoding and export in a child process), and traced
 through the OpenTelemetry SDK's batch processor (``ROLLGYM_SPAN_PIPELINE=sdk``, the reference).
-Prints the rates, each traced/off ratio (target >= 0.7, goal 0.9) and the span counts.
+Prints the rates, each traced/off ratio (target >= 0.7, goal 0.9), the driver's CPU per
+rollout, its garbage collections (count and collector time, ``gc.callbacks``) and the span
+counts.
 
     python bench/tracing_overhead.py [--quick] [-n 10000] [--rounds 4] [--no-sdk]
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import statistics
 import sys
@@ -46,19 +49,48 @@ CONCURRENCY = 64
 #: CPU seconds this process spent per rollout in the last ``collect`` (all its threads): on a
 #: shared machine the wall-clock rate moves with other load, the CPU a rollout costs much less.
 last_cpu_per_rollout: list[float] = [0.0]
+#: Garbage collections during the last ``collect`` and the seconds they took (``gc.callbacks``):
+#: the span pipeline raises the young threshold while it records (``pipeline.young_gc``), and
+#: this shows what that buys rather than assuming it.
+last_gc: list[float] = [0, 0.0]
+
+
+class _CollectorClock:
+    """Counts and times every garbage collection between ``start`` and ``stop``."""
+
+    def __init__(self) -> None:
+        self.collections = 0
+        self.seconds = 0.0
+        self._began = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.collections += 1
+            self.seconds += time.perf_counter() - self._began
+
+    def __enter__(self) -> _CollectorClock:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
 
 
 async def collect(url: str, n: int) -> float:
     """Rollouts per second of ``n`` rows through the Collector (rows, admission, dispatch)."""
     async with Collector({"agent": url}, agent="agent", concurrency=CONCURRENCY) as collector:
-        start = time.perf_counter()
-        cpu = time.process_time()
-        done = 0
-        async for outcome in collector.stream({"q": i} for i in range(n)):
-            assert outcome.reward == 1  # type: ignore[union-attr]
-            done += 1
-        elapsed = time.perf_counter() - start
-        last_cpu_per_rollout[0] = (time.process_time() - cpu) / n
+        with _CollectorClock() as clock:
+            start = time.perf_counter()
+            cpu = time.process_time()
+            done = 0
+            async for outcome in collector.stream({"q": i} for i in range(n)):
+                assert outcome.reward == 1  # type: ignore[union-attr]
+                done += 1
+            elapsed = time.perf_counter() - start
+            last_cpu_per_rollout[0] = (time.process_time() - cpu) / n
+        last_gc[0], last_gc[1] = clock.collections / n, clock.seconds / n
     assert done == n
     return n / elapsed
 
@@ -86,18 +118,21 @@ async def measure(
     await collect(url, min(n, 2000))  # warm up every path
     for pipeline in pipelines:
         await traced_round(url, min(n, 2000), endpoint, pipeline)
-    out: dict[str, list] = {"off": [], "counts": [], "cpu off": []}
+    out: dict[str, list] = {"off": [], "counts": [], "cpu off": [], "gc off": []}
     for pipeline in pipelines:
         out[pipeline] = []
         out[f"cpu {pipeline}"] = []
+        out[f"gc {pipeline}"] = []
     for _ in range(rounds):
         configure_gate((), tracing_active=False)
         out["off"].append(await collect(url, n))
         out["cpu off"].append(last_cpu_per_rollout[0])
+        out["gc off"].append(tuple(last_gc))
         for pipeline in pipelines:
             rate, counts = await traced_round(url, n, endpoint, pipeline)
             out[pipeline].append(rate)
             out[f"cpu {pipeline}"].append(last_cpu_per_rollout[0])
+            out[f"gc {pipeline}"].append(tuple(last_gc))
             if pipeline == "process":
                 out["counts"].append(counts)
     return out
@@ -127,6 +162,7 @@ def main() -> None:
     print(f"tracing off:     {_rates(off)}")
     cpu_off = statistics.median(result["cpu off"])
     print(f"  driver CPU per rollout (all threads): {cpu_off * 1e6:.1f} us")
+    print(f"  {_collections(result['gc off'])}")
     for pipeline in pipelines:
         traced = result[pipeline]
         pairwise = [t / o for t, o in zip(traced, off, strict=True)]
@@ -141,11 +177,21 @@ def main() -> None:
             f"  driver CPU per rollout (all threads): {cpu * 1e6:.1f} us; "
             f"CPU ratio off/traced {cpu_off / cpu:.2f}"
         )
+        print(f"  {_collections(result[f'gc {pipeline}'])}")
     exported = sum(c["spans_exported"] for c in result["counts"])
     dropped = sum(c["spans_dropped"] for c in result["counts"])
     print(
         f"spans (process-pipeline rounds): {exported:,} exported, {dropped:,} dropped "
         f"({2 * n * rounds:,} produced: dispatch + HTTP client span per rollout)"
+    )
+
+
+def _collections(rounds: list[tuple[float, float]]) -> str:
+    per_1000 = statistics.median(c for c, _ in rounds) * 1000
+    seconds = statistics.median(s for _, s in rounds)
+    return (
+        f"garbage collections per 1,000 rollouts: {per_1000:.1f}, "
+        f"collector time per rollout {seconds * 1e6:.1f} us"
     )
 
 

@@ -200,7 +200,8 @@ class Dispatcher:
                 spans.record_dispatch_outcome(span, outcome_label(error), reward)
                 context = span.get_span_context()
                 if context.is_valid:
-                    trace_id = format(context.trace_id, "032x")
+                    if trace_id is None:  # else the request's, which is this span's trace
+                        trace_id = format(context.trace_id, "032x")
                     sampled = context.trace_flags.sampled
         else:
             if gate.tracing:

@@ -466,13 +466,11 @@ def _inject(headers: dict[str, str], span: Any = None) -> str | None:
     what went out, so it is not looked up a second time.
     """
     if span is not None:
-        context = span.get_span_context()
-        _span_helpers()[1](headers, context)
-    else:
-        from opentelemetry import propagate, trace
+        return _span_helpers()[1](headers, span.get_span_context())
+    from opentelemetry import propagate, trace
 
-        propagate.inject(headers)
-        context = trace.get_current_span().get_span_context()
+    propagate.inject(headers)
+    context = trace.get_current_span().get_span_context()
     return format(context.trace_id, "032x") if context.is_valid else None
 
 

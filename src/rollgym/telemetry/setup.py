@@ -30,7 +30,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from rollgym.telemetry import env_vars as env
-from rollgym.telemetry import names
+from rollgym.telemetry import names, young_gc
 from rollgym.telemetry._state import INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION, state, tracer_of
 from rollgym.telemetry.dropping import CountingSpanProcessor
 from rollgym.telemetry.embedder import caller_provider
@@ -88,6 +88,8 @@ class TelemetryHandle:
     caller_provider: trace.TracerProvider | None = None
     #: Default limit of :meth:`shutdown` (``telemetry.flush_timeout_s``).
     flush_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S
+    #: Whether this handle holds the larger young GC threshold (:mod:`rollgym.telemetry.young_gc`).
+    holds_young_gc: bool = False
     _closed: bool = field(default=False, repr=False)
 
     def counts(self) -> SpanCountRecord:
@@ -116,6 +118,9 @@ class TelemetryHandle:
         if installed is not None and state.provider is installed:
             configure_gate((), tracing_active=False)
             state.reset()
+        if self.holds_young_gc:
+            self.holds_young_gc = False
+            young_gc.release()
         worker = threading.Thread(
             target=self._shutdown_providers, name="rollgym-telemetry-shutdown"
         )
@@ -219,6 +224,9 @@ def setup_telemetry(
             counts = handle.processor.counts
             register_dropped_spans(meter, lambda: list(counts.dropped.items()))
     tracing = handle.tracer_provider is not None or handle.caller_provider is not None
+    if handle.tracer_provider is not None:  # ours records here (never an embedder's provider)
+        young_gc.hold()  # measured: the traced driver's young collections (module docstring)
+        handle.holds_young_gc = True
     configure_gate(settings.groups, tracing_active=tracing)
     return handle
 

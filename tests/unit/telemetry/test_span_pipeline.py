@@ -42,6 +42,8 @@ from rollgym.telemetry.settings import TelemetrySettings
 from rollgym.telemetry.setup import setup_telemetry
 
 RESOURCE = {"service.name": "rollgym-test", "gym.run.id": "run-1"}
+#: The context key the API keeps the current span under (read through the API, as the code does).
+_SPAN_SLOT = next(iter(trace.set_span_in_context(trace.INVALID_SPAN, context_api.Context())))
 T0 = 1_700_000_000_000_000_000
 
 
@@ -194,6 +196,37 @@ def test_children_follow_the_parents_sampling_decision() -> None:
     assert _records_of(body) == []
 
 
+def test_parents_of_every_kind_are_found_as_the_api_finds_them() -> None:
+    """Our own spans and ``NonRecordingSpan`` s are read directly; any other ``Span`` (here an
+    SDK span) goes through ``get_current_span``; a non-span value in the slot is no parent."""
+    sdk_parent = TracerProvider(shutdown_on_exit=False).get_tracer("t").start_span("sdk")
+
+    def body(tracer: trace.Tracer) -> None:
+        own = tracer.start_span("own")
+        for parent in (own, sdk_parent, NonRecordingSpan(sdk_parent.get_span_context())):
+            with trace.use_span(parent):
+                tracer.start_span("child").end()
+            tracer.start_span("explicit", context=trace.set_span_in_context(parent)).end()
+        own.end()
+        token = context_api.attach(context_api.set_value(_SPAN_SLOT, "not a span"))
+        try:
+            tracer.start_span("orphan").end()
+        finally:
+            context_api.detach(token)
+
+    records = _records_of(body)
+    own_record = next(r for r in records if r[R.NAME] == "own")
+    parents = [
+        (r[R.TRACE_ID], r[R.PARENT_SPAN_ID]) for r in records if r[R.NAME] in ("child", "explicit")
+    ]
+    sdk = sdk_parent.get_span_context()
+    own_parent = (own_record[R.TRACE_ID], own_record[R.SPAN_ID])
+    sdk_pair = (sdk.trace_id, sdk.span_id)
+    assert parents == [own_parent, own_parent, sdk_pair, sdk_pair, sdk_pair, sdk_pair]
+    (orphan,) = (r for r in records if r[R.NAME] == "orphan")
+    assert orphan[R.PARENT_SPAN_ID] == 0
+
+
 def test_single_trace_mode_gives_every_root_the_run_trace_id() -> None:
     records = _records_of(
         lambda t: [t.start_span("root").end() for _ in range(3)],
@@ -339,12 +372,13 @@ def test_fast_injection_writes_what_the_propagator_writes(flags: int, state: str
         token = context_api.attach(trace.set_span_in_context(NonRecordingSpan(span_context), ctx))
         try:
             fast: dict[str, str] = {}
-            inject_span(fast, span_context)
+            sent = inject_span(fast, span_context)
             reference: dict[str, str] = {}
             propagate.inject(reference)
         finally:
             context_api.detach(token)
         assert fast == reference
+        assert sent == "0af7651916cd43dd8448eb211c80319c"  # the trace id that went out
 
 
 def test_force_flush_waits_until_every_span_has_an_outcome() -> None:

@@ -57,6 +57,11 @@ MAX_LINKS = 128
 _new_tuple = tuple.__new__
 _time_ns = time.time_ns
 _get_current_span = trace.get_current_span
+_get_current_context = context_api.get_current
+#: The key under which the API keeps the current span in a ``Context``: read once through the
+#: API itself (``set_span_in_context``), not imported from its private module. Looking it up
+#: directly saves the ABC ``isinstance`` that ``get_current_span`` pays on every span start.
+_SPAN_KEY = next(iter(trace.set_span_in_context(trace.INVALID_SPAN, context_api.Context())))
 
 Sink = Callable[[SpanRecord], None]
 
@@ -310,7 +315,14 @@ class RecordingTracer(trace.Tracer):
         record_exception: bool = True,
         set_status_on_exception: bool = True,
     ) -> trace.Span:
-        parent: SpanContext | None = _get_current_span(context).get_span_context()
+        current: Any = (context if context is not None else _get_current_context()).get(_SPAN_KEY)
+        parent: SpanContext | None
+        if current is None:
+            parent = None
+        elif type(current) in _KNOWN_SPANS:
+            parent = current.get_span_context()
+        else:  # not a span of ours: the API's lookup decides (and checks it is a Span at all)
+            parent = _get_current_span(context).get_span_context()
         if parent is not None and parent.is_valid:
             trace_id = parent.trace_id
         else:
@@ -371,6 +383,10 @@ class RecordingTracer(trace.Tracer):
             set_status_on_exception=set_status_on_exception,
         ) as current:
             yield current
+
+
+#: Span types whose ``get_span_context`` needs no ``isinstance`` check first (the usual parents).
+_KNOWN_SPANS = (RecordingSpan, NonRecordingSpan)
 
 
 class RecordingTracerProvider(trace.TracerProvider):
