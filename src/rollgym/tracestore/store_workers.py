@@ -168,19 +168,20 @@ class StoreWorkers:
             while self._waiting:
                 group = self._waiting[: self._max_group]
                 del self._waiting[: self._max_group]
+                results: list[int | str]
+                failure: type[Exception] = StoreFailed
                 try:
                     results = await self._writer.call(_write_group, [p for p, _ in group])
                 except Exception as exc:  # the writer died: every request of the group
-                    results = [exc] * len(group)
+                    failure = type(exc) if isinstance(exc, DecoderUnavailable) else StoreFailed
+                    results = [str(exc)] * len(group)
                 for (_, committed), result in zip(group, results, strict=True):
                     if committed.done():  # its sender went away; the rows are stored anyway
                         continue
                     if isinstance(result, int):
                         committed.set_result(result)
-                    elif isinstance(result, str):
-                        committed.set_exception(StoreFailed(result))
-                    else:
-                        committed.set_exception(result)
+                    else:  # each waiting request gets an error of its own
+                        committed.set_exception(failure(result))
         finally:
             self._committing = None
 
