@@ -8,8 +8,22 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from rollgym.telemetry.groups import configure_gate
+from rollgym.telemetry.groups import ALL_GROUPS, configure_gate
+from rollgym.telemetry.settings import TelemetrySettings
 from rollgym.telemetry.setup import install_for_tests
+
+
+@pytest.fixture
+def unreachable_otlp() -> TelemetrySettings:
+    """Every group on, OTLP/HTTP to a port nobody listens on, short export timeouts: a real
+    pipeline that records and then fails its exports quickly."""
+    return TelemetrySettings(
+        groups=ALL_GROUPS,
+        traces_exporter="otlp",
+        endpoint="http://127.0.0.1:9",
+        export_timeout_s=0.5,
+        schedule_delay_ms=10,
+    )
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, S
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from rollgym.telemetry import spans
-from rollgym.telemetry.groups import ALL_GROUPS, configure_gate
+from rollgym.telemetry.groups import configure_gate
 from rollgym.telemetry.pipeline import records as R
 from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
 from rollgym.telemetry.pipeline.shipper import SpanShipper, clean_record
@@ -327,16 +327,9 @@ def test_a_dead_child_drops_and_counts_and_never_blocks() -> None:
 
 
 def test_setup_uses_the_pipeline_for_otlp_http_and_the_sdk_when_asked(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, unreachable_otlp: TelemetrySettings
 ) -> None:
-    settings = TelemetrySettings(
-        groups=ALL_GROUPS,
-        traces_exporter="otlp",
-        endpoint="http://127.0.0.1:9",
-        export_timeout_s=0.5,
-        schedule_delay_ms=10,
-    )
-    handle = setup_telemetry(settings, service_name="t", run_id="r")
+    handle = setup_telemetry(unreachable_otlp, service_name="t", run_id="r")
     try:
         assert isinstance(handle.processor, SpanShipper)
         with spans.rollout_span("1-0") as span:
@@ -345,7 +338,7 @@ def test_setup_uses_the_pipeline_for_otlp_http_and_the_sdk_when_asked(
         handle.shutdown(10.0)
     assert handle.counts() == {"spans_exported": 0, "spans_dropped": 1}
     monkeypatch.setenv("ROLLGYM_SPAN_PIPELINE", "sdk")
-    handle = setup_telemetry(settings, service_name="t", run_id="r")
+    handle = setup_telemetry(unreachable_otlp, service_name="t", run_id="r")
     try:
         assert isinstance(handle.tracer_provider, TracerProvider)
     finally:

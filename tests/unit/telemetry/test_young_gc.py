@@ -73,17 +73,10 @@ def test_a_disabled_collector_is_left_alone() -> None:
 
 @pytest.mark.parametrize("pipeline", ["process", "sdk"])
 def test_a_provider_rollgym_builds_holds_it_until_shutdown(
-    monkeypatch: pytest.MonkeyPatch, pipeline: str
+    monkeypatch: pytest.MonkeyPatch, pipeline: str, unreachable_otlp: TelemetrySettings
 ) -> None:
     monkeypatch.setenv("ROLLGYM_SPAN_PIPELINE", pipeline)
-    settings = TelemetrySettings(
-        groups=ALL_GROUPS,
-        traces_exporter="otlp",
-        endpoint="http://127.0.0.1:9",
-        export_timeout_s=0.5,
-        schedule_delay_ms=10,
-    )
-    handle = setup_telemetry(settings, service_name="t", run_id="r")
+    handle = setup_telemetry(unreachable_otlp, service_name="t", run_id="r")
     try:
         assert handle.holds_young_gc
         assert gc.get_threshold()[0] == young_gc.YOUNG_THRESHOLD
