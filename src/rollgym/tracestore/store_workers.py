@@ -77,7 +77,7 @@ class StoreFailed(RuntimeError):
     """A request's transaction failed and was rolled back (HTTP 503: the sender may retry)."""
 
 
-class DecoderUnavailable(RuntimeError):
+class WorkerUnavailable(RuntimeError):
     """A worker process died under this request; the sender should retry (HTTP 503)."""
 
 
@@ -107,7 +107,7 @@ class _RespawningPool:
                 log.error("a trace store %s process died; starting new ones", self._name)
                 self._pool = self._new_pool()
                 pool.shutdown(wait=False, cancel_futures=True)
-            raise DecoderUnavailable(f"{self._name} process died: {exc}") from None
+            raise WorkerUnavailable(f"{self._name} process died: {exc}") from None
 
     def close(self) -> None:
         """Let queued calls finish, then stop the workers. Blocking."""
@@ -152,7 +152,7 @@ class StoreWorkers:
 
     async def store(self, body: bytes, content_type: str) -> int:
         """Decode and commit one request; its span count. Raises PayloadError for a bad one
-        (nothing stored), StoreFailed when its transaction failed, DecoderUnavailable when a
+        (nothing stored), StoreFailed when its transaction failed, WorkerUnavailable when a
         worker died under it."""
         packed = await self._decoders.call(_decode, body, content_type)
         committed = asyncio.get_running_loop().create_future()
@@ -173,7 +173,7 @@ class StoreWorkers:
                 try:
                     results = await self._writer.call(_write_group, [p for p, _ in group])
                 except Exception as exc:  # the writer died: every request of the group
-                    failure = type(exc) if isinstance(exc, DecoderUnavailable) else StoreFailed
+                    failure = type(exc) if isinstance(exc, WorkerUnavailable) else StoreFailed
                     results = [str(exc)] * len(group)
                 for (_, committed), result in zip(group, results, strict=True):
                     if committed.done():  # its sender went away; the rows are stored anyway

@@ -53,7 +53,7 @@ class BatchWriter:
     async def store(self, body: bytes, content_type: str) -> int:
         """Decode and store one OTLP request atomically; its span count once committed.
 
-        Raises PayloadError (nothing stored) for a bad payload, DecoderUnavailable when a
+        Raises PayloadError (nothing stored) for a bad payload, WorkerUnavailable when a
         worker died under it, and StoreFailed when its transaction failed.
         """
         async with self._slots:
