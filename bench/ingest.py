@@ -285,7 +285,7 @@ def main() -> None:
     per_span = {role: seconds / (spans * args.rounds) * 1e6 for role, seconds in cpu.items()}
     sink_us = per_span.pop("sink")
     store_us = sum(per_span.values())
-    parts = ", ".join(f"{role} {us:.1f}" for role, us in per_span.items())
+    parts = ", ".join(f"{role} {us:.1f}" for role, us in per_span.items() if us >= 0.05)
     print(
         f"CPU per span: store {store_us:.1f} us ({parts}), sink {sink_us:.1f} us: "
         f"sink / store {sink_us / store_us:.2f} (load average {os.getloadavg()[0]:.1f})"
