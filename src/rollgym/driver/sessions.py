@@ -27,12 +27,17 @@ class SessionLog:
     """Appends this session's start and end lines to ``<output_dir>/sessions.jsonl``."""
 
     def __init__(self, output_dir: Path) -> None:
+        """Make it when the session begins, before its servers start: the start line's ``at``
+        is this moment, so every span of the session (the servers' start-up spans included)
+        starts after it and ``traces check`` places it in the right session."""
         self.output_dir = output_dir
         self.session = uuid.uuid4().hex[:12]
         self.started = False
+        self.created_at = time.time()
 
     def begin(self, job_trace_id: str | None) -> None:
-        """Call before the first record of this session is written."""
+        """Call before the first record of this session is written (the offsets are taken
+        now; ``at`` is when the session was made)."""
         offsets = {}
         for name in OUTPUT_FILES:
             try:
@@ -43,7 +48,7 @@ class SessionLog:
             {
                 "session": self.session,
                 "event": "start",
-                "at": time.time(),
+                "at": self.created_at,
                 "job_trace_id": job_trace_id,
                 "offsets": offsets,
             }
