@@ -241,21 +241,20 @@ def add_span(
         raise PayloadError("span with invalid trace_id or span_id length")
     start_ns, end_ns = times
     res_id, scope, run_id = origin
-    rollout_id = attrs.get(_ROLLOUT_ID)
+    rollout_id = attrs.get(names.ROLLOUT_ID)
     if rollout_id is not None and not isinstance(rollout_id, str):
         rollout_id = str(rollout_id)
-    if links:
-        for index, (linked_trace, linked_span, link_attrs) in enumerate(links):
-            batch.links.append(
-                (
-                    trace_id,
-                    span_id,
-                    index,
-                    linked_trace,
-                    linked_span,
-                    json_text(link_attrs) if link_attrs else None,
-                )
+    for index, (linked_trace, linked_span, link_attrs) in enumerate(links):
+        batch.links.append(
+            (
+                trace_id,
+                span_id,
+                index,
+                linked_trace,
+                linked_span,
+                json_text(link_attrs) if link_attrs else None,
             )
+        )
     batch.spans.append(
         (
             trace_id,
@@ -276,7 +275,7 @@ def add_span(
             len(links),
         )
     )
-    if name == _DISPATCH:
+    if name == names.SPAN_DISPATCH:
         reward = attrs.get(names.ROLLOUT_REWARD)
         attempt = attrs.get(names.ROLLOUT_ATTEMPT)
         batch.dispatches.append(
@@ -295,10 +294,6 @@ def add_span(
                 len(links),
             )
         )
-
-
-#: Read once per span: bound here rather than looked up through ``names`` each time.
-_ROLLOUT_ID, _DISPATCH = names.ROLLOUT_ID, names.SPAN_DISPATCH
 
 
 def hex_id(raw: bytes | None) -> str | None:

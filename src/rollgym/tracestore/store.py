@@ -156,8 +156,8 @@ class TraceStore:
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute("PRAGMA cache_size=-65536")
         self._conn.execute("PRAGMA temp_store=MEMORY")
-        # Several processes write one store (the receiver's workers take turns under a lock):
-        # a writer that still finds the file busy waits rather than failing its batch.
+        # Two connections write one store (the receiver's writer process, and the store
+        # process's checkpoints): one that still finds the file busy waits rather than failing.
         self._conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         self._conn.execute(f"PRAGMA wal_autocheckpoint={autocheckpoint_pages}")
         self._conn.execute(SCHEMA)  # apsw runs every statement of the script

@@ -173,7 +173,8 @@ class StoreWorkers:
                 try:
                     results = await self._writer.call(_write_group, [p for p, _ in group])
                 except Exception as exc:  # the writer died: every request of the group
-                    failure = type(exc) if isinstance(exc, WorkerUnavailable) else StoreFailed
+                    if isinstance(exc, WorkerUnavailable):
+                        failure = WorkerUnavailable
                     results = [str(exc)] * len(group)
                 for (_, committed), result in zip(group, results, strict=True):
                     if committed.done():  # its sender went away; the rows are stored anyway
@@ -243,12 +244,12 @@ def _write_group(group: list[bytes]) -> list[int | str]:
     so only the request that cannot be stored fails."""
     assert _store is not None
     batches = [_unpack(packed) for packed in group]
-    try:
-        _store.write_batches(batches)
-        return [len(batch.spans) for batch in batches]
-    except Exception as exc:  # rolled back
-        if len(batches) == 1:
-            return [f"{type(exc).__name__}: {exc}"]
+    if len(batches) > 1:
+        try:
+            _store.write_batches(batches)
+            return [len(batch.spans) for batch in batches]
+        except Exception:  # rolled back: one of them cannot be stored; find which, below
+            pass
     return [_write_alone(batch) for batch in batches]
 
 

@@ -26,7 +26,8 @@ from rollgym.tracestore.store_workers import DEFAULT_DECODERS, StoreWorkers
 
 log = logging.getLogger(__name__)
 
-#: Spans committed between two checkpoints (about 2-4 MB of WAL at rollgym's span sizes).
+#: Spans committed between two checkpoints (the WAL then peaked at 12 MiB in a 600,000-span
+#: run shaped like ``bench/ingest.py``'s; 32,768 spans saved 0.1-0.2 µs a span for 59 MiB).
 CHECKPOINT_EVERY_SPANS = 8192
 
 
