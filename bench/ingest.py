@@ -16,6 +16,10 @@ worker process, by name: ``rollgym-decode``, ``rollgym-write``; the sink's one p
 rates: on a busy machine read that line first.
 
     python bench/ingest.py [--spans 300000] [--batch 512] [--senders 4] [--rounds 3] [--random-ids]
+                           [--pure-python]
+
+``--pure-python`` makes the store decode with the pure-Python wire reader even where the
+compiled one is built (``setup.py``; the last line says which one decoded).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from rollgym.telemetry import names
 from rollgym.telemetry.sampling import time_ordered_trace_id
+from rollgym.tracestore import native
 from rollgym.tracestore.store_process import start_trace_store
 
 TARGET = 1.0
@@ -236,7 +241,15 @@ def main() -> None:
         help="16 random bytes per trace id (another tracer's spans) instead of rollgym's "
         "time-ordered ids",
     )
+    parser.add_argument(
+        "--pure-python",
+        action="store_true",
+        help="decode with the pure-Python wire reader even where the compiled one is built",
+    )
     args = parser.parse_args()
+    if args.pure_python:  # inherited by the store process and its decoders
+        os.environ[native.PURE_PYTHON_ENV] = "1"
+    compiled = native.compiled_reader() is not None and not args.pure_python
     per_round = [
         encode_batches(args.spans, args.batch, args.random_ids, first_span=i * args.spans)
         for i in range(2 * args.rounds)
@@ -290,6 +303,7 @@ def main() -> None:
         f"CPU per span: store {store_us:.1f} us ({parts}), sink {sink_us:.1f} us: "
         f"sink / store {sink_us / store_us:.2f} (load average {os.getloadavg()[0]:.1f})"
     )
+    print(f"store decoded with the {'compiled' if compiled else 'pure-Python'} wire reader")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from ingest import encode_batches  # noqa: E402
 
 from rollgym.tracestore import store as trace_store  # noqa: E402
 from rollgym.tracestore.decode import SpanBatch  # noqa: E402
-from rollgym.tracestore.wire_rows import rows_from_protobuf  # noqa: E402
+from rollgym.tracestore.native import rows_from_protobuf  # noqa: E402
 
 ROWS = "SELECT *, typeof(parent_span_id), typeof(status_message) FROM spans ORDER BY rowid"
 

@@ -28,9 +28,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from ingest import encode_batches  # noqa: E402
 
+from rollgym.tracestore.native import rows_from_protobuf  # noqa: E402
 from rollgym.tracestore.store import TraceStore  # noqa: E402
 from rollgym.tracestore.store_workers import WRITER_AUTOCHECKPOINT_PAGES  # noqa: E402
-from rollgym.tracestore.wire_rows import rows_from_protobuf  # noqa: E402
 from rollgym.tracestore.writer import CHECKPOINT_EVERY_SPANS  # noqa: E402
 
 GROUP = 4

@@ -55,8 +55,8 @@ from rollgym.tracestore.decode import (
     parse_traces,
     to_rows,
 )
+from rollgym.tracestore.native import rows_from_protobuf
 from rollgym.tracestore.store import ResourceRegistry, TraceStore
-from rollgym.tracestore.wire_rows import rows_from_protobuf
 
 log = logging.getLogger(__name__)
 

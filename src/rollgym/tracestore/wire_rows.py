@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
@@ -39,14 +39,17 @@ from rollgym.tracestore.decode import (
     to_rows,
 )
 
-_U64 = struct.Struct("<Q").unpack_from
-_F64 = struct.Struct("<d").unpack_from
-_UINT64 = (1 << 64) - 1
-_INT64_SIGN = 1 << 63
-_WIRE_VARINT, _WIRE_FIXED64, _WIRE_LEN, _WIRE_FIXED32 = 0, 1, 2, 5
+_U64: Final = struct.Struct("<Q").unpack_from
+_F64: Final = struct.Struct("<d").unpack_from
+_UINT64: Final = (1 << 64) - 1
+_INT64_SIGN: Final = 1 << 63
+_WIRE_VARINT: Final = 0
+_WIRE_FIXED64: Final = 1
+_WIRE_LEN: Final = 2
+_WIRE_FIXED32: Final = 5
 #: Cached attribute decodings per process; cleared past this many entries (bounded memory).
-_CACHE_MAX = 50_000
-_attributes: dict[bytes, tuple[str, Any]] = {}
+_CACHE_MAX: Final = 50_000
+_attributes: Final[dict[bytes, tuple[str, Any]]] = {}
 
 
 class _Irregular(Exception):
@@ -214,11 +217,11 @@ def _span(
             if tag == _FLAGS_TAG_0 and data[i + 1] == _FLAGS_TAG_1:  # flags: not kept
                 i += 6
                 continue
-            field, wire, value, i = _one_field(data, i)
+            field, wire, number, i = _one_field(data, i)
             if field in _SPAN_FIELDS:
                 if field != 6 or wire != _WIRE_VARINT:
                     raise _Irregular  # a known field with an unexpected wire type
-                kind = _enum(wire, value)
+                kind = _enum(wire, number)
             continue
         size = data[i + 1]
         if size < 0x80:
@@ -254,25 +257,37 @@ def _span(
     add_span(batch, identity, (start_ns, end_ns), status, origin, attrs, events, links)
 
 
-def _tag(field: int, wire: int) -> int:
-    return field << 3 | wire
-
-
-_TRACE_ID_TAG, _SPAN_ID_TAG = _tag(1, _WIRE_LEN), _tag(2, _WIRE_LEN)
-_PARENT_TAG, _NAME_TAG = _tag(4, _WIRE_LEN), _tag(5, _WIRE_LEN)
-_ATTRIBUTE_TAG, _EVENT_TAG = _tag(9, _WIRE_LEN), _tag(11, _WIRE_LEN)
-_LINK_TAG, _STATUS_TAG = _tag(13, _WIRE_LEN), _tag(15, _WIRE_LEN)
-_LEN_TAGS = frozenset(
-    {_TRACE_ID_TAG, _SPAN_ID_TAG, _PARENT_TAG, _NAME_TAG}
-    | {_ATTRIBUTE_TAG, _EVENT_TAG, _LINK_TAG, _STATUS_TAG}
-)
-_START_TAG, _END_TAG = _tag(7, _WIRE_FIXED64), _tag(8, _WIRE_FIXED64)
-_KIND_TAG = _tag(6, _WIRE_VARINT)
+# Tags (field number << 3 | wire type) of the Span fields the hot loop reads. ``Final`` so that
+# compiled (see :mod:`rollgym.tracestore.native`) they are constants, not module lookups.
+_TRACE_ID_TAG: Final = 1 << 3 | _WIRE_LEN
+_SPAN_ID_TAG: Final = 2 << 3 | _WIRE_LEN
+_PARENT_TAG: Final = 4 << 3 | _WIRE_LEN
+_NAME_TAG: Final = 5 << 3 | _WIRE_LEN
+_KIND_TAG: Final = 6 << 3 | _WIRE_VARINT
+_START_TAG: Final = 7 << 3 | _WIRE_FIXED64
+_END_TAG: Final = 8 << 3 | _WIRE_FIXED64
+_ATTRIBUTE_TAG: Final = 9 << 3 | _WIRE_LEN
+_EVENT_TAG: Final = 11 << 3 | _WIRE_LEN
+_LINK_TAG: Final = 13 << 3 | _WIRE_LEN
+_STATUS_TAG: Final = 15 << 3 | _WIRE_LEN
 #: Span.flags (field 16, fixed32): a two-byte tag, 0x85 0x01, then 4 bytes.
-_FLAGS_TAG_0, _FLAGS_TAG_1 = 0x80 | (_tag(16, _WIRE_FIXED32) & 0x7F), _tag(16, _WIRE_FIXED32) >> 7
-_FIXED64_TAGS = frozenset({_START_TAG, _END_TAG})
+_FLAGS_TAG_0: Final = 0x80 | ((16 << 3 | _WIRE_FIXED32) & 0x7F)
+_FLAGS_TAG_1: Final = (16 << 3 | _WIRE_FIXED32) >> 7
+_LEN_TAGS: Final = frozenset(
+    {
+        _TRACE_ID_TAG,
+        _SPAN_ID_TAG,
+        _PARENT_TAG,
+        _NAME_TAG,
+        _ATTRIBUTE_TAG,
+        _EVENT_TAG,
+        _LINK_TAG,
+        _STATUS_TAG,
+    }
+)
+_FIXED64_TAGS: Final = frozenset({_START_TAG, _END_TAG})
 #: Span fields the hot loop reads; met with another wire type they go to the message path.
-_SPAN_FIELDS = frozenset({1, 2, 4, 5, 6, 7, 8, 9, 11, 13, 15})
+_SPAN_FIELDS: Final = frozenset({1, 2, 4, 5, 6, 7, 8, 9, 11, 13, 15})
 
 
 def _enum(wire: int, value: int) -> int:

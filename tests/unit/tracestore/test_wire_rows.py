@@ -1,10 +1,12 @@
 """The wire reader gives exactly the rows of the message path (opentelemetry-proto), or the
-same refusal, for SDK-encoded spans, odd but valid encodings, and damaged bytes."""
+same refusal, for SDK-encoded spans, odd but valid encodings, and damaged bytes: both the
+pure-Python reader and its mypyc-compiled copy (when built; see rollgym.tracestore.native)."""
 
 from __future__ import annotations
 
 import random
 import sqlite3
+from types import ModuleType
 
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -17,10 +19,20 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from rollgym.telemetry import names
-from rollgym.tracestore import wire_rows
+from rollgym.tracestore import native, wire_rows
 from rollgym.tracestore.decode import PROTOBUF_TYPE, PayloadError, SpanBatch, parse_traces, to_rows
 from rollgym.tracestore.store import SCHEMA, ResourceRegistry
-from rollgym.tracestore.wire_rows import rows_from_protobuf
+
+
+@pytest.fixture(params=["python", "compiled"])
+def reader(request: pytest.FixtureRequest) -> ModuleType:
+    """Each wire reader: the pure-Python module, and the compiled copy when it is built."""
+    if request.param == "python":
+        return wire_rows
+    compiled = native.compiled_reader()
+    if compiled is None:
+        pytest.skip("the compiled wire reader is not built (pip install -e . builds it)")
+    return compiled
 
 
 def _registry() -> ResourceRegistry:
@@ -36,9 +48,10 @@ def _reference(body: bytes, registry: ResourceRegistry) -> SpanBatch | str:
         return f"refused: {exc}"
 
 
-def _wire(body: bytes, registry: ResourceRegistry) -> SpanBatch | str:
+def _wire(reader: ModuleType, body: bytes, registry: ResourceRegistry) -> SpanBatch | str:
     try:
-        return rows_from_protobuf(body, registry)
+        batch: SpanBatch = reader.rows_from_protobuf(body, registry)
+        return batch
     except PayloadError as exc:
         return f"refused: {exc}"
 
@@ -80,12 +93,12 @@ def _sdk_request() -> bytes:
 
 
 def test_sdk_spans_give_the_same_rows_as_the_message_path(
-    monkeypatch: pytest.MonkeyPatch,
+    reader: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     body = _sdk_request()
     reference = _reference(body, _registry())
-    monkeypatch.setattr(wire_rows, "to_rows", _no_fallback)  # the wire reader reads it all
-    wire = _wire(body, _registry())
+    monkeypatch.setattr(reader, "to_rows", _no_fallback)  # the wire reader reads it all
+    wire = _wire(reader, body, _registry())
     assert isinstance(wire, SpanBatch)
     assert wire == reference
     assert len(wire.spans) == 4 and len(wire.links) == 1 and len(wire.dispatches) == 1
@@ -97,7 +110,7 @@ def _no_fallback(*_args: object) -> SpanBatch:
     raise AssertionError("the wire reader handed a regular request to the message path")
 
 
-def test_repeated_fields_unknown_fields_and_other_encodings_match() -> None:
+def test_repeated_fields_unknown_fields_and_other_encodings_match(reader: ModuleType) -> None:
     request = ExportTraceServiceRequest.FromString(_sdk_request())
     span = request.resource_spans[0].scope_spans[0].spans[3]
     span.attributes.append(KeyValue(key=names.ROLLOUT_ID, value=AnyValue(string_value="later")))
@@ -115,7 +128,7 @@ def test_repeated_fields_unknown_fields_and_other_encodings_match() -> None:
         edited = ExportTraceServiceRequest.FromString(body)
         raw = edited.resource_spans[0].scope_spans[0].spans[3].SerializeToString() + extra
         encoded = _splice_span(edited, 3, raw)
-        wire, reference = _wire(encoded, _registry()), _reference(encoded, _registry())
+        wire, reference = _wire(reader, encoded, _registry()), _reference(encoded, _registry())
         assert wire == reference, extra
 
 
@@ -146,7 +159,7 @@ def _varint(n: int) -> bytes:
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_damaged_bytes_get_the_same_rows_or_the_same_refusal(seed: int) -> None:
+def test_damaged_bytes_get_the_same_rows_or_the_same_refusal(reader: ModuleType, seed: int) -> None:
     body = _sdk_request()
     rng = random.Random(seed)
     for _ in range(150):
@@ -154,13 +167,31 @@ def test_damaged_bytes_get_the_same_rows_or_the_same_refusal(seed: int) -> None:
         for _ in range(rng.randint(1, 3)):
             damaged[rng.randrange(len(damaged))] = rng.randrange(256)
         cut = bytes(damaged[: rng.randrange(len(damaged) + 1)] if rng.random() < 0.3 else damaged)
-        wire, reference = _wire(cut, _registry()), _reference(cut, _registry())
+        wire, reference = _wire(reader, cut, _registry()), _reference(cut, _registry())
         assert wire == reference
 
 
-def test_a_span_with_a_short_id_is_refused_like_the_message_path() -> None:
+def test_a_span_with_a_short_id_is_refused_like_the_message_path(reader: ModuleType) -> None:
     request = ExportTraceServiceRequest.FromString(_sdk_request())
     request.resource_spans[0].scope_spans[0].spans[0].span_id = b"\x01\x02"
     body = request.SerializeToString()
-    assert _wire(body, _registry()) == _reference(body, _registry())
-    assert str(_wire(body, _registry())).startswith("refused: span with invalid")
+    assert _wire(reader, body, _registry()) == _reference(body, _registry())
+    assert str(_wire(reader, body, _registry())).startswith("refused: span with invalid")
+
+
+def test_the_store_decodes_with_the_compiled_reader_only_while_it_is_current(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    compiled = native.compiled_reader()
+    if compiled is None:
+        pytest.skip("the compiled wire reader is not built (pip install -e . builds it)")
+    assert native.source_digest() == compiled.SOURCE_DIGEST
+    assert native.choose_reader() is compiled
+    # wire_rows.py edited since the build: the stale binary is refused, saying how to rebuild
+    monkeypatch.setattr(native, "source_digest", lambda: "0" * 64)
+    assert native.compiled_reader() is None
+    assert native.choose_reader() is wire_rows
+    assert "pip install -e ." in caplog.text
+    monkeypatch.undo()
+    monkeypatch.setenv(native.PURE_PYTHON_ENV, "1")
+    assert native.choose_reader() is wire_rows
