@@ -42,9 +42,9 @@ def main() -> None:
     bodies = encode_batches(args.spans, 512)
     spans = len(bodies) * 512
     readers = {"pure Python": wire_rows}
-    compiled = native.compiled_reader()
+    compiled = native.compiled_readers()
     if compiled is not None:
-        readers["compiled"] = compiled
+        readers["compiled"] = compiled[1]
     best = {name: float("inf") for name in readers}
     for _ in range(args.rounds):
         for name, reader in readers.items():

@@ -249,7 +249,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.pure_python:  # inherited by the store process and its decoders
         os.environ[native.PURE_PYTHON_ENV] = "1"
-    compiled = native.compiled_reader() is not None and not args.pure_python
+    compiled = native.compiled_readers() is not None and not args.pure_python
     per_round = [
         encode_batches(args.spans, args.batch, args.random_ids, first_span=i * args.spans)
         for i in range(2 * args.rounds)
@@ -303,7 +303,7 @@ def main() -> None:
         f"CPU per span: store {store_us:.1f} us ({parts}), sink {sink_us:.1f} us: "
         f"sink / store {sink_us / store_us:.2f} (load average {os.getloadavg()[0]:.1f})"
     )
-    print(f"store decoded with the {'compiled' if compiled else 'pure-Python'} wire reader")
+    print(f"store decoded with the {'compiled' if compiled else 'pure-Python'} readers")
 
 
 if __name__ == "__main__":

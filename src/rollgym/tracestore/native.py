@@ -1,19 +1,21 @@
-"""Which protobuf wire reader the store uses: the compiled one when it is current, else Python.
+"""Which readers the store decodes with: the compiled ones when they are current, else Python.
 
-``setup.py`` compiles :mod:`rollgym.tracestore.wire_rows` with mypyc into
-``wire_rows_native`` (a C extension: the same code, about twice as fast; see
-docs/trace-store.md), stamped with the SHA-256 of the source it was built from. This module
-picks the reader once, at import:
+``setup.py`` compiles :mod:`rollgym.tracestore.span_rows` and
+:mod:`rollgym.tracestore.wire_rows` with mypyc into ``span_rows_native`` and
+``wire_rows_native`` (C extensions: the same code, in well under half the time; see
+docs/trace-store.md), stamped with the SHA-256 of the sources they were built from. This
+module picks once, at import:
 
-- the compiled copy, when it exists and its digest matches ``wire_rows.py`` as it is now;
-- otherwise the pure-Python module, with a warning when a compiled copy exists but is stale
-  (``wire_rows.py`` was edited since the last ``pip install -e .``): an edit is never silently
+- the compiled copies, when they exist and their digest matches the ``.py`` files as they are
+  now;
+- otherwise the pure-Python modules, with a warning when compiled copies exist but are stale
+  (a source was edited since the last ``pip install -e .``): an edit is never silently
   ignored, and a stale binary never decodes;
-- always the pure-Python module with ``ROLLGYM_PURE_PYTHON=1`` (the tests use it to compare
+- always the pure-Python modules with ``ROLLGYM_PURE_PYTHON=1`` (the tests use it to compare
   the two).
 
 Both give the same rows for every body (``tests/unit/tracestore/test_wire_rows.py`` checks the
-two readers against each other and against the ``opentelemetry-proto`` reference path).
+two against each other and against the ``opentelemetry-proto`` reference path).
 """
 
 from __future__ import annotations
@@ -25,44 +27,56 @@ import os
 from pathlib import Path
 from types import ModuleType
 
-from rollgym.tracestore import wire_rows
+from rollgym.tracestore import span_rows, wire_rows
 
 log = logging.getLogger(__name__)
 
 PURE_PYTHON_ENV = "ROLLGYM_PURE_PYTHON"
-NATIVE_MODULE = "rollgym.tracestore.wire_rows_native"
+#: The compiled modules, in the order ``setup.py`` takes their sources' digest.
+_SOURCES = (span_rows, wire_rows)
 
 
 def source_digest() -> str:
-    """SHA-256 of ``wire_rows.py`` as it is on disk now (what ``setup.py`` stamps)."""
-    return hashlib.sha256(Path(wire_rows.__file__).read_bytes()).hexdigest()
+    """SHA-256 of ``span_rows.py`` then ``wire_rows.py`` as they are now (what setup.py stamps)."""
+    return hashlib.sha256(
+        b"".join(Path(module.__file__ or "").read_bytes() for module in _SOURCES)
+    ).hexdigest()
 
 
-def compiled_reader() -> ModuleType | None:
-    """The compiled reader if it is built and current, else None (logging why not, if stale)."""
+def compiled_readers() -> tuple[ModuleType, ModuleType] | None:
+    """The compiled (span_rows, wire_rows) if built and current, else None (saying why, if
+    stale)."""
     try:
-        native = importlib.import_module(NATIVE_MODULE)
+        compiled = tuple(
+            importlib.import_module(f"{module.__name__}_native") for module in _SOURCES
+        )
     except ImportError:
         return None
-    if getattr(native, "SOURCE_DIGEST", None) != source_digest():
+    current = source_digest()
+    if any(getattr(module, "SOURCE_DIGEST", None) != current for module in compiled):
         log.warning(
-            "the compiled wire reader (%s) was built from another version of wire_rows.py; "
-            "using the pure-Python one. Rebuild it: pip install -e .",
-            native.__file__,
+            "the compiled trace store readers (%s) were built from other versions of "
+            "span_rows.py / wire_rows.py; using the pure-Python ones. Rebuild them: "
+            "pip install -e .",
+            compiled[0].__file__,
         )
         return None
-    return native
+    return compiled[0], compiled[1]
 
 
-def choose_reader() -> ModuleType:
-    """The reader this process uses: compiled when current, pure Python otherwise."""
-    if os.environ.get(PURE_PYTHON_ENV) == "1":
-        return wire_rows
-    return compiled_reader() or wire_rows
+def choose_readers() -> tuple[ModuleType, ModuleType]:
+    """The (span_rows, wire_rows) this process uses: compiled when current, else Python."""
+    if os.environ.get(PURE_PYTHON_ENV) != "1":
+        compiled = compiled_readers()
+        if compiled is not None:
+            return compiled
+    return span_rows, wire_rows
 
 
-reader = choose_reader()
-#: ``rows_from_protobuf`` of the chosen reader (see :func:`wire_rows.rows_from_protobuf`).
-rows_from_protobuf = reader.rows_from_protobuf
-#: True when the store decodes with the compiled reader (shown by ``bench/ingest.py``).
-COMPILED = reader is not wire_rows
+_rows, _wire = choose_readers()
+#: ``to_rows`` of the chosen readers (see :func:`rollgym.tracestore.span_rows.to_rows`).
+to_rows = _rows.to_rows
+#: ``rows_from_protobuf`` of the chosen readers (see :mod:`rollgym.tracestore.wire_rows`).
+rows_from_protobuf = _wire.rows_from_protobuf
+#: True when the store decodes with the compiled readers (``bench/ingest.py`` says which).
+COMPILED = _wire is not wire_rows

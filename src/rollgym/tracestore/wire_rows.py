@@ -9,12 +9,12 @@ submessages, fixed64 times; field numbers from ``opentelemetry/proto``'s ``trace
 ``common.proto`` and ``resource.proto``) and turns each attribute's encoded bytes into its
 (key, value) through a bounded cache, since most attributes repeat from span to span (server
 names, methods, models, status codes). The rows it produces go through the same
-:func:`rollgym.tracestore.decode.add_span` as the message path.
+:func:`rollgym.tracestore.span_rows.add_span` as the message path.
 
 Anything it does not expect (a group, a known field with another wire type, a repeated
 singular submessage that protobuf would merge, bytes that end early,
 text that is not UTF-8) makes it hand the whole request to the message path
-(:func:`rollgym.tracestore.decode.to_rows` over ``opentelemetry-proto``), which stays the
+(:func:`rollgym.tracestore.span_rows.to_rows` over ``opentelemetry-proto``), which stays the
 reference: it decodes what is valid and refuses what is not with the same error as before.
 ``tests/unit/tracestore/test_wire_rows.py`` checks both give the same rows.
 """
@@ -28,16 +28,8 @@ from typing import Any, Final
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
-from rollgym.tracestore.decode import (
-    LinkParts,
-    PayloadError,
-    ResourceIds,
-    SpanBatch,
-    add_span,
-    any_value,
-    parse_traces,
-    to_rows,
-)
+from rollgym.tracestore.decode import PayloadError, ResourceIds, SpanBatch, any_value, parse_traces
+from rollgym.tracestore.span_rows import LinkParts, add_span, to_rows
 
 _U64: Final = struct.Struct("<Q").unpack_from
 _F64: Final = struct.Struct("<d").unpack_from
@@ -202,14 +194,25 @@ def _span(
     cached = _attributes.get
     while i < end:
         tag = data[i]
-        if tag in _FIXED64_TAGS:  # start / end time
+        if tag == _START_TAG or tag == _END_TAG:  # noqa: SIM109 (start / end time)
             if tag == _START_TAG:
                 start_ns = _U64(data, i + 1)[0]
             else:
                 end_ns = _U64(data, i + 1)[0]
             i += 9
             continue
-        if tag not in _LEN_TAGS:  # kind, flags, or a field the store does not keep
+        # Compiled, comparisons beat a set lookup; interpreted, they cost the same, since the
+        # usual tag (an attribute) is the first one tried.
+        if not (  # kind, flags, or a field the store does not keep
+            tag == _ATTRIBUTE_TAG  # noqa: SIM109
+            or tag == _TRACE_ID_TAG
+            or tag == _SPAN_ID_TAG
+            or tag == _PARENT_TAG
+            or tag == _NAME_TAG
+            or tag == _STATUS_TAG
+            or tag == _EVENT_TAG
+            or tag == _LINK_TAG
+        ):
             if tag == _KIND_TAG and data[i + 1] < 0x80:  # a one-byte kind
                 kind = data[i + 1]
                 i += 2
@@ -273,19 +276,6 @@ _STATUS_TAG: Final = 15 << 3 | _WIRE_LEN
 #: Span.flags (field 16, fixed32): a two-byte tag, 0x85 0x01, then 4 bytes.
 _FLAGS_TAG_0: Final = 0x80 | ((16 << 3 | _WIRE_FIXED32) & 0x7F)
 _FLAGS_TAG_1: Final = (16 << 3 | _WIRE_FIXED32) >> 7
-_LEN_TAGS: Final = frozenset(
-    {
-        _TRACE_ID_TAG,
-        _SPAN_ID_TAG,
-        _PARENT_TAG,
-        _NAME_TAG,
-        _ATTRIBUTE_TAG,
-        _EVENT_TAG,
-        _LINK_TAG,
-        _STATUS_TAG,
-    }
-)
-_FIXED64_TAGS: Final = frozenset({_START_TAG, _END_TAG})
 #: Span fields the hot loop reads; met with another wire type they go to the message path.
 _SPAN_FIELDS: Final = frozenset({1, 2, 4, 5, 6, 7, 8, 9, 11, 13, 15})
 

@@ -19,8 +19,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from rollgym.telemetry import names
-from rollgym.tracestore import native, wire_rows
-from rollgym.tracestore.decode import PROTOBUF_TYPE, PayloadError, SpanBatch, parse_traces, to_rows
+from rollgym.tracestore import native, span_rows, wire_rows
+from rollgym.tracestore.decode import PROTOBUF_TYPE, PayloadError, SpanBatch, parse_traces
+from rollgym.tracestore.span_rows import to_rows
 from rollgym.tracestore.store import SCHEMA, ResourceRegistry
 
 
@@ -29,10 +30,10 @@ def reader(request: pytest.FixtureRequest) -> ModuleType:
     """Each wire reader: the pure-Python module, and the compiled copy when it is built."""
     if request.param == "python":
         return wire_rows
-    compiled = native.compiled_reader()
+    compiled = native.compiled_readers()
     if compiled is None:
-        pytest.skip("the compiled wire reader is not built (pip install -e . builds it)")
-    return compiled
+        pytest.skip("the compiled readers are not built (pip install -e . builds them)")
+    return compiled[1]
 
 
 def _registry() -> ResourceRegistry:
@@ -179,19 +180,27 @@ def test_a_span_with_a_short_id_is_refused_like_the_message_path(reader: ModuleT
     assert str(_wire(reader, body, _registry())).startswith("refused: span with invalid")
 
 
-def test_the_store_decodes_with_the_compiled_reader_only_while_it_is_current(
+def test_the_store_decodes_with_the_compiled_readers_only_while_they_are_current(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    compiled = native.compiled_reader()
+    compiled = native.compiled_readers()
     if compiled is None:
-        pytest.skip("the compiled wire reader is not built (pip install -e . builds it)")
-    assert native.source_digest() == compiled.SOURCE_DIGEST
-    assert native.choose_reader() is compiled
-    # wire_rows.py edited since the build: the stale binary is refused, saying how to rebuild
+        pytest.skip("the compiled readers are not built (pip install -e . builds them)")
+    assert [module.SOURCE_DIGEST for module in compiled] == [native.source_digest()] * 2
+    assert native.choose_readers() == compiled
+    # a source edited since the build: the stale binaries are refused, saying how to rebuild
     monkeypatch.setattr(native, "source_digest", lambda: "0" * 64)
-    assert native.compiled_reader() is None
-    assert native.choose_reader() is wire_rows
+    assert native.compiled_readers() is None
+    assert native.choose_readers() == (span_rows, wire_rows)
     assert "pip install -e ." in caplog.text
     monkeypatch.undo()
     monkeypatch.setenv(native.PURE_PYTHON_ENV, "1")
-    assert native.choose_reader() is wire_rows
+    assert native.choose_readers() == (span_rows, wire_rows)
+
+
+def test_the_compiled_message_path_gives_the_same_rows() -> None:
+    compiled = native.compiled_readers()
+    if compiled is None:
+        pytest.skip("the compiled readers are not built (pip install -e . builds them)")
+    request = parse_traces(_sdk_request(), PROTOBUF_TYPE)
+    assert compiled[0].to_rows(request, _registry()) == to_rows(request, _registry())
