@@ -127,7 +127,7 @@ def _convert_ids(holder: Any, keys: tuple[str, ...]) -> None:
             holder[key] = base64.b64encode(raw).decode("ascii")
 
 
-# --- protobuf -> rows -------------------------------------------------------------------------
+# --- values and the rows container (span_rows.py builds the rows) --------------------------
 
 
 def any_value(value: AnyValue) -> Any:
