@@ -1,4 +1,4 @@
-"""Build step: compile the trace store's protobuf wire reader with mypyc, when this machine can.
+"""Build step: compile the trace store's decoding modules with mypyc, when this machine can.
 
 Why: turning OTLP request bytes into rows is the trace store's largest CPU cost per span, and
 the two modules that do it (``src/rollgym/tracestore/wire_rows.py``, the protobuf walk, and
@@ -69,7 +69,10 @@ def _native_extensions() -> list:
             group_name="rollgym_tracestore_native",
         )
     except Exception as exc:  # no mypyc, or it refused a module: the pure-Python readers
-        print(f"rollgym: not compiling the wire reader ({exc}); using pure Python", file=sys.stderr)
+        print(
+            f"rollgym: not compiling the trace store decoding modules ({exc}); using pure Python",
+            file=sys.stderr,
+        )
         return []
 
 
@@ -81,7 +84,7 @@ class OptionalBuildExt(build_ext):
             super().run()
         except Exception as exc:
             print(
-                f"rollgym: compiling the wire reader failed ({exc}); using pure Python",
+                f"rollgym: compiling the trace store decoding modules failed ({exc}); using pure Python",
                 file=sys.stderr,
             )
 
