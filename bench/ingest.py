@@ -18,8 +18,8 @@ rates: on a busy machine read that line first.
     python bench/ingest.py [--spans 300000] [--batch 512] [--senders 4] [--rounds 3] [--random-ids]
                            [--pure-python]
 
-``--pure-python`` makes the store decode with the pure-Python wire reader even where the
-compiled one is built (``setup.py``; the last line says which one decoded).
+``--pure-python`` makes the store decode with the pure-Python readers even where the compiled
+ones are built (``setup.py``; the last line says which decoded).
 """
 
 from __future__ import annotations
@@ -244,7 +244,7 @@ def main() -> None:
     parser.add_argument(
         "--pure-python",
         action="store_true",
-        help="decode with the pure-Python wire reader even where the compiled one is built",
+        help="decode with the pure-Python readers even where the compiled ones are built",
     )
     args = parser.parse_args()
     if args.pure_python:  # inherited by the store process and its decoders

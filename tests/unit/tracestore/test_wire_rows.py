@@ -25,15 +25,20 @@ from rollgym.tracestore.span_rows import to_rows
 from rollgym.tracestore.store import SCHEMA, ResourceRegistry
 
 
+def _compiled_or_skip() -> tuple[ModuleType, ModuleType]:
+    """The compiled (span_rows, wire_rows); the test is skipped, saying why, when not built."""
+    compiled = native.compiled_readers()
+    if compiled is None:
+        pytest.skip("the compiled readers are not built (pip install -e . builds them)")
+    return compiled
+
+
 @pytest.fixture(params=["python", "compiled"])
 def reader(request: pytest.FixtureRequest) -> ModuleType:
     """Each wire reader: the pure-Python module, and the compiled copy when it is built."""
     if request.param == "python":
         return wire_rows
-    compiled = native.compiled_readers()
-    if compiled is None:
-        pytest.skip("the compiled readers are not built (pip install -e . builds them)")
-    return compiled[1]
+    return _compiled_or_skip()[1]
 
 
 def _registry() -> ResourceRegistry:
@@ -183,9 +188,8 @@ def test_a_span_with_a_short_id_is_refused_like_the_message_path(reader: ModuleT
 def test_the_store_decodes_with_the_compiled_readers_only_while_they_are_current(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    compiled = native.compiled_readers()
-    if compiled is None:
-        pytest.skip("the compiled readers are not built (pip install -e . builds them)")
+    compiled = _compiled_or_skip()
+    monkeypatch.delenv(native.PURE_PYTHON_ENV, raising=False)  # however the suite was started
     assert [module.SOURCE_DIGEST for module in compiled] == [native.source_digest()] * 2
     assert native.choose_readers() == compiled
     # a source edited since the build: the stale binaries are refused, saying how to rebuild
@@ -193,14 +197,12 @@ def test_the_store_decodes_with_the_compiled_readers_only_while_they_are_current
     assert native.compiled_readers() is None
     assert native.choose_readers() == (span_rows, wire_rows)
     assert "pip install -e ." in caplog.text
-    monkeypatch.undo()
+    monkeypatch.setattr(native, "source_digest", lambda: compiled[1].SOURCE_DIGEST)
     monkeypatch.setenv(native.PURE_PYTHON_ENV, "1")
     assert native.choose_readers() == (span_rows, wire_rows)
 
 
 def test_the_compiled_message_path_gives_the_same_rows() -> None:
-    compiled = native.compiled_readers()
-    if compiled is None:
-        pytest.skip("the compiled readers are not built (pip install -e . builds them)")
+    compiled = _compiled_or_skip()
     request = parse_traces(_sdk_request(), PROTOBUF_TYPE)
     assert compiled[0].to_rows(request, _registry()) == to_rows(request, _registry())
