@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from rollgym.cli import compare as compare_command
     from rollgym.cli import export as export_command
     from rollgym.cli import run as run_command
     from rollgym.cli import serve as serve_command
@@ -24,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve_command.register(subcommands)
     traces_command.register(subcommands)
     export_command.register(subcommands)
+    compare_command.register(subcommands)
     return parser
 
 
