@@ -42,6 +42,12 @@ def register(subparsers: Any) -> None:
     show = commands.add_parser("show", help="a rollout's trace tree, every attempt")
     _run_dir(show)
     show.add_argument("rollout_id", help="a rollout id (3-0); its retries (3-0-a1, ...) too")
+    show.add_argument(
+        "--conversation",
+        action="store_true",
+        help="what was said: messages, tool calls and outputs, the answer, the reward "
+        "(from the run's trajectory; per model call tokens and latency)",
+    )
     show.set_defaults(handler=_show)
 
     slowest = commands.add_parser("slowest", help="the long tail and where it spent its time")
@@ -176,6 +182,8 @@ def _ls(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     from rollgym.tracestore import queries, render
 
+    if args.conversation:
+        return _conversation(args)
     with _open(args) as conn:
         detail = queries.rollout_detail(conn, args.rollout_id)
     if args.json:
@@ -183,6 +191,37 @@ def _show(args: argparse.Namespace) -> int:
     else:
         render.rollout_trees(_console(), detail)
     return 0 if detail["attempts"] else 1
+
+
+def _conversation(args: argparse.Namespace) -> int:
+    from rollgym.driver.conversation_report import (
+        conversation_view,
+        model_latencies,
+        print_conversation,
+    )
+    from rollgym.driver.run_reader import read_rollout
+    from rollgym.tracestore import queries
+
+    run_dir = args.run_dir if args.run_dir.is_dir() else args.run_dir.parent
+    files = read_rollout(run_dir, args.rollout_id)
+    if files.rollout is None and files.failure is None:
+        print(
+            f"rollgym traces show: {run_dir}: no rollout {args.rollout_id!r} in its "
+            "rollouts.jsonl or failures.jsonl",
+            file=sys.stderr,
+        )
+        return 1
+    spans: list[dict[str, Any]] = []
+    if (run_dir / "traces.db").exists():
+        with _open(args) as conn:
+            detail = queries.rollout_detail(conn, args.rollout_id)
+        spans = [span for attempt in detail["attempts"] for span in attempt["spans"]]
+    view = conversation_view(args.rollout_id, files, model_latencies(spans))
+    if args.json:
+        _emit_json(view)
+    else:
+        print_conversation(_console(), view)
+    return 0
 
 
 def _slowest(args: argparse.Namespace) -> int:

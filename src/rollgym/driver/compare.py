@@ -30,14 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
 import yaml
 
+from rollgym.driver.output import FAILURES, ROLLOUTS
+from rollgym.driver.run_reader import read_lines, recorded_run_id
 from rollgym.driver.summary import pass_at_k
 from rollgym.errors import RollgymError
 
-ROLLOUTS = "rollouts.jsonl"
-FAILURES = "failures.jsonl"
 #: The pass threshold of a run whose ``config.yaml`` does not say (the config's default).
 DEFAULT_PASS_THRESHOLD = 1.0
 
@@ -72,25 +71,8 @@ class RunRecords:
         return sum(t.failed for tasks in self.by_dispatch.values() for t in tasks.values())
 
 
-def _lines(path: Path) -> Iterator[dict[str, Any]]:
-    """The whole JSON-object lines of a JSONL file, read only (a torn last line is skipped)."""
-    if not path.exists():
-        return
-    with open(path, "rb") as handle:
-        for raw in handle:
-            if not raw.endswith(b"\n"):
-                return
-            try:
-                record = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(record, dict):
-                yield record
-
-
 def _run_config(run_dir: Path) -> tuple[str | None, float]:
-    """The run id and pass threshold a run recorded (``config.yaml``; ``summary.json``)."""
-    run_id: str | None = None
+    """The run id and pass threshold a run recorded (``run.json``, ``config.yaml``)."""
     threshold = DEFAULT_PASS_THRESHOLD
     try:
         config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
@@ -101,13 +83,7 @@ def _run_config(run_dir: Path) -> tuple[str | None, float]:
         value = run.get("pass_threshold")
         if isinstance(value, int | float) and not isinstance(value, bool):
             threshold = float(value)
-    try:
-        summary = orjson.loads((run_dir / "summary.json").read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        summary = None
-    if isinstance(summary, dict) and isinstance(summary.get("run_id"), str):
-        run_id = summary["run_id"]
-    return run_id, threshold
+    return recorded_run_id(run_dir), threshold
 
 
 def _task_index(record: dict[str, Any]) -> int | None:
@@ -132,12 +108,12 @@ def read_run(run_dir: Path) -> RunRecords:
             return None
         return by_dispatch.setdefault(name, {}).setdefault(task, TaskSamples())
 
-    for record in _lines(run_dir / ROLLOUTS):
+    for record in read_lines(run_dir / ROLLOUTS):
         reward = record.get("reward")
         task = samples(record)
         if task is not None and isinstance(reward, int | float) and not isinstance(reward, bool):
             task.rewards.append(float(reward))
-    for record in _lines(run_dir / FAILURES):
+    for record in read_lines(run_dir / FAILURES):
         task = samples(record)
         if task is not None:
             task.failed += 1

@@ -1,11 +1,15 @@
 """``rollgym export RUN --format parquet``: a run's trajectories as one table a trainer reads.
 
 One row per finished rollout, plain columns (``datasets.load_dataset("parquet", ...)`` reads
-them as they are): ``rollout_id``, ``group_id`` (the task index: the rollouts of one task row
+them as they are): ``run_id``, ``rollout_id``, ``group_id`` (the task index: the rollouts of one task row
 form the group of group-relative methods), ``task_index``, ``rollout_index``, ``attempt``,
 ``dispatch_name``, ``reward``, ``prompt_ids``, ``completion_ids``, ``logprobs``, ``loss_mask``,
 ``top_tokens``, ``top_logprobs`` (per completion token, the alternatives when the run asked
-for ``top_logprobs``), ``has_tokens``, ``prefix_ok``, ``model_calls``, ``prompt_tokens``, ``completion_tokens``.
+for ``top_logprobs``), ``has_tokens``, ``prefix_ok`` (null without tokens), ``model_calls``, ``prompt_tokens``,
+``completion_tokens``, and the text: ``messages`` (the whole conversation, then the final
+answer: role, content, tool calls as JSON), ``completion_text``, ``finish_reason``,
+``truncated`` (the last call stopped at its length limit), ``model``, ``sampling`` (JSON) with
+typed ``temperature``, ``top_p``, ``max_tokens``, ``seed``. docs/trajectories.md lists them.
 
 Memory stays bounded: lines are streamed and written in row groups of ``batch_rows``. Only
 committed trajectories are read: those before the end of the last one a rollout line points
@@ -22,7 +26,10 @@ from typing import Any
 import orjson
 
 from rollgym.driver.output import ROLLOUTS, TRAJECTORIES
+from rollgym.driver.run_reader import recorded_run_id
 from rollgym.errors import ExportError as ExportError
+from rollgym.trajectory.conversation import completion_text, finish_reason, full_messages
+from rollgym.trajectory.record import TOKEN_REQUEST_FIELDS
 from rollgym.trajectory.tokens import token_sequence
 
 DEFAULT_NAME = "trajectories.parquet"
@@ -65,12 +72,59 @@ def _trajectory_lines(run_dir: Path) -> Iterator[dict[str, Any]]:
                 yield record
 
 
-def export_row(record: dict[str, Any]) -> dict[str, Any]:
+#: Sampling parameters that get a typed column of their own (the rest are in ``sampling``).
+_TYPED_SAMPLING = {"temperature": float, "top_p": float, "max_tokens": int, "seed": int}
+
+
+def _message_row(message: dict[str, Any]) -> dict[str, Any]:
+    """One message as the ``messages`` column holds it: role and text, tool calls as JSON."""
+    content = message.get("content")
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, dict)]
+        content = "".join(part for part in parts if isinstance(part, str))
+    calls = message.get("tool_calls")
+    return {
+        "role": str(message.get("role", "")),
+        "content": content if isinstance(content, str) else None,
+        "tool_calls": orjson.dumps(calls).decode() if calls else None,
+        "tool_call_id": message.get("tool_call_id"),
+        "name": message.get("name"),
+    }
+
+
+def _first_model_turn(trajectory: dict[str, Any]) -> dict[str, Any]:
+    for turn in trajectory.get("turns") or []:
+        if isinstance(turn, dict) and turn.get("type") == "model":
+            return turn
+    return {}
+
+
+def _sampling(turn: dict[str, Any]) -> dict[str, Any]:
+    """The sampling parameters of a model call: its params less the token-capture fields."""
+    params = turn.get("params")
+    if not isinstance(params, dict):
+        return {}
+    return {k: v for k, v in params.items() if k not in TOKEN_REQUEST_FIELDS}
+
+
+def _typed(sampling: dict[str, Any], key: str) -> Any:
+    value = sampling.get(key)
+    wanted = _TYPED_SAMPLING[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return wanted(value) if wanted is float or isinstance(value, int) else None
+
+
+def export_row(record: dict[str, Any], run_id: str | None = None) -> dict[str, Any]:
     """One table row of one ``trajectories.jsonl`` line."""
     trajectory = record.get("trajectory") or {}
     sequence = token_sequence(trajectory)
     usage = trajectory.get("usage") or {}
+    first = _first_model_turn(trajectory)
+    sampling = _sampling(first)
+    reason = finish_reason(trajectory)
     return {
+        "run_id": run_id,
         "rollout_id": record.get("rollout_id"),
         "group_id": record.get("task_index"),
         "task_index": record.get("task_index"),
@@ -85,16 +139,34 @@ def export_row(record: dict[str, Any]) -> dict[str, Any]:
         "top_tokens": sequence.top_tokens if sequence else [],
         "top_logprobs": sequence.top_logprobs if sequence else [],
         "has_tokens": sequence is not None,
-        "prefix_ok": sequence.prefix_ok if sequence else False,
+        # only a token sequence can extend or not: null where the run kept no tokens
+        "prefix_ok": sequence.prefix_ok if sequence else None,
         "model_calls": trajectory.get("model_calls", 0),
         "prompt_tokens": usage.get("prompt_tokens", 0),
         "completion_tokens": usage.get("completion_tokens", 0),
+        "messages": [_message_row(m) for m in full_messages(trajectory)],
+        "completion_text": completion_text(trajectory),
+        "finish_reason": reason,
+        "truncated": reason == "length",
+        "model": first.get("model") if isinstance(first.get("model"), str) else None,
+        "sampling": orjson.dumps(sampling, option=orjson.OPT_SORT_KEYS).decode(),
+        **{key: _typed(sampling, key) for key in _TYPED_SAMPLING},
     }
 
 
 def _schema(pa: Any) -> Any:
+    message = pa.struct(
+        [
+            ("role", pa.string()),
+            ("content", pa.string()),
+            ("tool_calls", pa.string()),
+            ("tool_call_id", pa.string()),
+            ("name", pa.string()),
+        ]
+    )
     return pa.schema(
         [
+            ("run_id", pa.string()),
             ("rollout_id", pa.string()),
             ("group_id", pa.int64()),
             ("task_index", pa.int64()),
@@ -113,6 +185,16 @@ def _schema(pa: Any) -> Any:
             ("model_calls", pa.int64()),
             ("prompt_tokens", pa.int64()),
             ("completion_tokens", pa.int64()),
+            ("messages", pa.list_(message)),
+            ("completion_text", pa.string()),
+            ("finish_reason", pa.string()),
+            ("truncated", pa.bool_()),
+            ("model", pa.string()),
+            ("sampling", pa.string()),
+            ("temperature", pa.float64()),
+            ("top_p", pa.float64()),
+            ("max_tokens", pa.int64()),
+            ("seed", pa.int64()),
         ]
     )
 
@@ -132,9 +214,10 @@ def export_parquet(
     schema = _schema(pa)
     rows = 0
     batch: list[dict[str, Any]] = []
+    run_id = recorded_run_id(run_dir)
     with pq.ParquetWriter(output, schema) as writer:
         for record in _trajectory_lines(run_dir):
-            batch.append(export_row(record))
+            batch.append(export_row(record, run_id))
             if len(batch) >= batch_rows:
                 writer.write_table(pa.Table.from_pylist(batch, schema=schema))
                 rows += len(batch)

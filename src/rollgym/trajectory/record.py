@@ -219,6 +219,9 @@ class TrajectoryRecorder:
             choice = {}
         message = choice.get("message")
         turn["response_id"] = answer.get("id")
+        model = answer.get("model") or request.get("model")
+        if isinstance(model, str):
+            turn["model"] = model  # the engine's name for it; the request's when it says none
         if request.get("stream"):
             turn["streamed"] = True  # joined from its chunks (trajectory.stream)
             if answer.get(STREAM_INCOMPLETE):

@@ -1,0 +1,140 @@
+"""``rollgym traces show RUN ID --conversation``: what the model said, read from the run's files.
+
+The trajectory holds the messages (the trace store holds none of their text); the store, when
+the run has one, adds each model call's latency, matched by the engine's response id on the
+model span. Every text printed came from a model or an environment, so all of it goes through
+:func:`rollgym.tracestore.render.safe` (no markup, no terminal escapes reach the console).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from rich.console import Console
+
+from rollgym.driver.run_reader import RolloutFiles
+from rollgym.telemetry import names
+from rollgym.tracestore.render import safe
+from rollgym.trajectory.conversation import Entry, conversation
+
+#: Characters of one text shown in the terminal; longer ones are cut and marked (--json: all).
+SHOWN_CHARS = 2000
+
+
+def model_latencies(spans: list[dict[str, Any]]) -> dict[str, float]:
+    """``{response id: milliseconds}`` of the model spans of a rollout's traces."""
+    latencies: dict[str, float] = {}
+    for span in spans:
+        response_id = span.get("attributes", {}).get(names.GEN_AI_RESPONSE_ID)
+        if span.get("name") == names.SPAN_MODEL_CHAT and isinstance(response_id, str):
+            latencies[response_id] = float(span["duration_ms"])
+    return latencies
+
+
+def conversation_view(
+    rollout_id: str, files: RolloutFiles, latencies: dict[str, float]
+) -> dict[str, Any]:
+    """What ``--conversation --json`` prints: the header fields and the entries."""
+    record = files.rollout or {}
+    failure = files.failure if files.rollout is None else None
+    entries: list[Entry] = conversation(files.trajectory) if files.trajectory else []
+    for entry in entries:
+        response_id = entry.get("response_id")
+        if entry.get("kind") == "answer" and isinstance(response_id, str):
+            latency = latencies.get(response_id)
+            entry["latency_ms"] = latency
+    return {
+        "rollout_id": record.get("rollout_id") or (failure or {}).get("rollout_id") or rollout_id,
+        "outcome": "ok" if files.rollout is not None else ("failed" if failure else None),
+        "reward": record.get("reward"),
+        "dispatch_name": record.get("dispatch_name") or (failure or {}).get("dispatch_name"),
+        "error_kind": (failure or {}).get("error_kind"),
+        "message": (failure or {}).get("message"),
+        "has_trajectory": files.trajectory is not None,
+        "conversation": entries,
+    }
+
+
+def _lines(text: str) -> str:
+    """Inert text with its line breaks kept (each line indented under its speaker)."""
+    return "\n  ".join(safe(line) for line in text.split("\n"))
+
+
+def _cut(text: str | None) -> str:
+    if text is None:
+        return "[dim](no text)[/]"
+    if len(text) <= SHOWN_CHARS:
+        return _lines(text)
+    return _lines(text[:SHOWN_CHARS]) + f" [yellow]... ({len(text)} chars; --json shows all)[/]"
+
+
+def _tool_calls(calls: list[dict[str, Any]]) -> str:
+    shown = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            shown.append(f"{function.get('name')}({function.get('arguments')})")
+    return safe(", ".join(shown))
+
+
+def _truncated(entry: Entry) -> str:
+    size = entry.get("truncated_bytes")
+    return f" [yellow](cut at the recorded cap; whole text {size} bytes)[/]" if size else ""
+
+
+def _print_entry(console: Console, entry: Entry) -> None:
+    kind = entry.get("kind")
+    if kind == "message":
+        console.print(f"[bold]{safe(entry.get('role'))}[/]{_truncated(entry)}")
+        console.print(f"  {_cut(entry.get('content'))}")
+        if entry.get("tool_calls"):
+            console.print(f"  [cyan]tool calls[/]: {_tool_calls(entry['tool_calls'])}")
+    elif kind == "answer":
+        latency = entry.get("latency_ms")
+        figures = (
+            f"call {entry.get('call')}: {entry.get('input_tokens') or '-'} tokens in, "
+            f"{entry.get('output_tokens') or '-'} out"
+            + (f", {latency:.1f} ms" if isinstance(latency, int | float) else "")
+            + f", finish {safe(entry.get('finish_reason') or '-')}"
+        )
+        console.print(f"[bold green]assistant[/] [dim]({figures})[/]")
+        if entry.get("content") is not None or not entry.get("tool_calls"):
+            console.print(f"  {_cut(entry.get('content'))}")
+        if entry.get("tool_calls"):
+            console.print(f"  [cyan]tool calls[/]: {_tool_calls(entry['tool_calls'])}")
+    elif kind == "tool":
+        arguments = orjson.dumps(entry.get("arguments")).decode()
+        console.print(
+            f"[bold magenta]tool {safe(entry.get('name'))}[/]({safe(arguments)}){_truncated(entry)}"
+        )
+        console.print(f"  {_cut(entry.get('output'))}")
+    elif kind == "verify":
+        reward = entry.get("reward")
+        console.print(
+            f"[bold]verify[/] answer={_cut(entry.get('answer'))} "
+            f"reward={'-' if reward is None else f'{reward:.3f}'}"
+        )
+
+
+def print_conversation(console: Console, view: dict[str, Any]) -> None:
+    header = f"[bold]{safe(view['rollout_id'])}[/]"
+    if view["dispatch_name"]:
+        header += f" dispatch={safe(view['dispatch_name'])}"
+    if view["outcome"] == "ok":
+        reward = view["reward"]
+        header += f" outcome=ok reward={'-' if reward is None else f'{reward:.3f}'}"
+    console.print(header)
+    if view["outcome"] == "failed":
+        console.print(
+            f"[bold red]failed[/]: {safe(view['error_kind'])}: {safe(view['message'] or '')}"
+        )
+    if not view["has_trajectory"]:
+        console.print(
+            "[yellow]no trajectory recorded for this rollout[/]: the messages are kept only "
+            "when the run records trajectories (run.trajectories=true); "
+            "`rollgym traces show RUN ID` shows its spans"
+        )
+        return
+    for entry in view["conversation"]:
+        _print_entry(console, entry)

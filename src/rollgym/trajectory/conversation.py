@@ -1,0 +1,171 @@
+"""A trajectory read as a conversation: the messages a person (or an SFT loader) wants to see.
+
+A trajectory stores each model call's request as a *delta* (``messages_start`` + the new
+``messages``) so a long rollout stays linear in size. Reading it back takes two views, both
+built here, once, for the terminal, the viewer and the Parquet export alike:
+
+* :func:`full_messages`: the whole message list of the rollout as the model last saw it,
+  followed by its final answer: what an SFT table's ``messages`` column holds.
+* :func:`conversation`: the rollout in the order things happened, one entry per message, tool
+  call and verification, with per-model-call figures (tokens in and out, finish reason) and the
+  truncation marks the recorder left; what ``traces show --conversation`` prints.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypedDict
+
+
+class Entry(TypedDict, total=False):
+    """One step of the conversation view."""
+
+    kind: Literal["message", "answer", "tool", "verify"]
+    role: str
+    content: str | None
+    tool_calls: list[dict[str, Any]]
+    #: model calls: the call index, its usage and finish reason, its response id
+    call: int
+    input_tokens: int | None
+    output_tokens: int | None
+    finish_reason: str | None
+    response_id: str | None
+    #: the model call's latency, where the trace store has its model span
+    latency_ms: float | None
+    #: a tool turn
+    name: str
+    arguments: Any
+    output: str
+    #: a text cut at the recorder's cap: the whole size in bytes
+    truncated_bytes: int
+    #: the verification
+    answer: str | None
+    reward: float | None
+
+
+def _turns(trajectory: dict[str, Any]) -> list[dict[str, Any]]:
+    turns = trajectory.get("turns")
+    return [turn for turn in turns if isinstance(turn, dict)] if isinstance(turns, list) else []
+
+
+def _messages(value: Any) -> list[dict[str, Any]]:
+    return [m for m in value if isinstance(m, dict)] if isinstance(value, list) else []
+
+
+def full_messages(trajectory: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every message of the rollout's last model call, then that call's answer."""
+    previous: list[dict[str, Any]] = []
+    for turn in _turns(trajectory):
+        if turn.get("type") != "model":
+            continue
+        start = turn.get("messages_start")
+        start = start if isinstance(start, int) and start >= 0 else 0
+        request = previous[:start] + _messages(turn.get("messages"))
+        message = turn.get("message")
+        previous = [*request, message] if isinstance(message, dict) else request
+    return previous
+
+
+def _last_model_turn(trajectory: dict[str, Any]) -> dict[str, Any] | None:
+    models = [turn for turn in _turns(trajectory) if turn.get("type") == "model"]
+    return models[-1] if models else None
+
+
+def completion_text(trajectory: dict[str, Any]) -> str | None:
+    """The text of the model's final answer (None when the last call answered no text)."""
+    turn = _last_model_turn(trajectory)
+    message = turn.get("message") if turn else None
+    content = message.get("content") if isinstance(message, dict) else None
+    return content if isinstance(content, str) else None
+
+
+def finish_reason(trajectory: dict[str, Any]) -> str | None:
+    """The finish reason of the last model call (``stop``, ``length``, ``tool_calls``, ...)."""
+    turn = _last_model_turn(trajectory)
+    reason = turn.get("finish_reason") if turn else None
+    return reason if isinstance(reason, str) else None
+
+
+def _usage(turn: dict[str, Any], key: str) -> int | None:
+    usage = turn.get("usage")
+    value = usage.get(key) if isinstance(usage, dict) else None
+    return value if isinstance(value, int) else None
+
+
+def _model_entries(turn: dict[str, Any], skip_tool_messages: bool) -> list[Entry]:
+    cut = {
+        item.get("message"): item.get("bytes")
+        for item in turn.get("truncated_messages") or []
+        if isinstance(item, dict)
+    }
+    entries: list[Entry] = []
+    for index, message in enumerate(_messages(turn.get("messages"))):
+        role = str(message.get("role", "?"))
+        if role == "tool" and skip_tool_messages:
+            continue  # shown as the tool turn that produced it, with its arguments
+        entry: Entry = {"kind": "message", "role": role, "content": _text(message)}
+        size = cut.get(index)
+        if isinstance(size, int):
+            entry["truncated_bytes"] = size
+        if message.get("tool_calls"):
+            entry["tool_calls"] = list(message["tool_calls"])
+        entries.append(entry)
+    reply = turn.get("message")
+    answer: dict[str, Any] = reply if isinstance(reply, dict) else {}
+    call = turn.get("call")
+    entry = Entry(
+        kind="answer",
+        role="assistant",
+        content=_text(answer),
+        call=call if isinstance(call, int) else len(entries),
+        input_tokens=_usage(turn, "prompt_tokens"),
+        output_tokens=_usage(turn, "completion_tokens"),
+        finish_reason=turn.get("finish_reason"),
+        response_id=turn.get("response_id"),
+    )
+    if answer.get("tool_calls"):
+        entry["tool_calls"] = list(answer["tool_calls"])
+    entries.append(entry)
+    return entries
+
+
+def _text(message: dict[str, Any]) -> str | None:
+    """A message's text: a string content, or the text parts of a list content."""
+    content = message.get("content")
+    if isinstance(content, str) or content is None:
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text") for p in content if isinstance(p, dict)]
+        return "".join(part for part in parts if isinstance(part, str))
+    return str(content)
+
+
+def conversation(trajectory: dict[str, Any]) -> list[Entry]:
+    """The rollout in order: messages, each model answer, each tool call, the verification."""
+    entries: list[Entry] = []
+    tool_since_model = False
+    for turn in _turns(trajectory):
+        kind = turn.get("type")
+        if kind == "model":
+            entries += _model_entries(turn, skip_tool_messages=tool_since_model)
+            tool_since_model = False
+        elif kind == "tool":
+            tool: Entry = {
+                "kind": "tool",
+                "name": str(turn.get("name", "?")),
+                "arguments": turn.get("arguments"),
+                "output": str(turn.get("output", "")),
+            }
+            if turn.get("truncated") and isinstance(turn.get("output_bytes"), int):
+                tool["truncated_bytes"] = turn["output_bytes"]
+            entries.append(tool)
+            tool_since_model = True
+        elif kind == "verify":
+            reward = turn.get("reward")
+            entries.append(
+                Entry(
+                    kind="verify",
+                    answer=turn.get("answer"),
+                    reward=float(reward) if isinstance(reward, int | float) else None,
+                )
+            )
+    return entries
