@@ -3,7 +3,8 @@
 Why SQLite: a run's traces must sit in its output directory as one file that scripts, the CLI
 and the viewer can open with no server. WAL lets the viewer and ``rollgym traces`` read while
 the receiver writes. Ids are stored as BLOBs (16/8 bytes) to keep the indexes small; every
-request is one transaction, so a batch is never half-written.
+request is one transaction, so a batch is never half-written. The tables, their version and the
+migrations from older files live in :mod:`rollgym.tracestore.schema`.
 
 Why apsw for the write connection: binding a row's 16 values through the standard ``sqlite3``
 module costs more than SQLite's own insert (it looks up an adapter for every ``None`` and
@@ -24,74 +25,29 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from rollgym.telemetry import names
 from rollgym.tracestore.decode import SpanBatch, attributes, json_text
+from rollgym.tracestore.schema import (
+    INSERT_DISPATCH,
+    INSERT_LINK,
+    INSERT_RESOURCE,
+    INSERT_SPAN,
+    SCHEMA,
+    migrate,
+    refuse_newer,
+    stored_version,
+)
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS resources (
-    id INTEGER PRIMARY KEY,
-    fingerprint BLOB NOT NULL UNIQUE,
-    run_id TEXT,
-    service_name TEXT,
-    attributes TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS ix_resources_run ON resources(run_id);
-CREATE TABLE IF NOT EXISTS spans (
-    trace_id BLOB NOT NULL,
-    span_id BLOB NOT NULL,
-    parent_span_id BLOB,
-    name TEXT NOT NULL,
-    kind INTEGER NOT NULL,
-    start_ns INTEGER NOT NULL,
-    end_ns INTEGER NOT NULL,
-    status_code INTEGER NOT NULL,
-    status_message TEXT,
-    resource_id INTEGER NOT NULL,
-    scope TEXT,
-    rollout_id TEXT,
-    run_id TEXT,
-    attributes TEXT NOT NULL,
-    events TEXT,
-    link_count INTEGER NOT NULL
-);
-CREATE UNIQUE INDEX IF NOT EXISTS ux_spans_trace ON spans(trace_id, span_id);
-CREATE INDEX IF NOT EXISTS ix_spans_rollout ON spans(rollout_id) WHERE rollout_id IS NOT NULL;
-CREATE INDEX IF NOT EXISTS ix_spans_roots ON spans(name) WHERE parent_span_id IS NULL;
-CREATE TABLE IF NOT EXISTS links (
-    trace_id BLOB NOT NULL,
-    span_id BLOB NOT NULL,
-    idx INTEGER NOT NULL,
-    linked_trace_id BLOB NOT NULL,
-    linked_span_id BLOB NOT NULL,
-    attributes TEXT,
-    PRIMARY KEY (trace_id, span_id, idx)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS ix_links_target ON links(linked_trace_id, linked_span_id);
-CREATE TABLE IF NOT EXISTS dispatches (
-    trace_id BLOB NOT NULL,
-    span_id BLOB NOT NULL,
-    is_root INTEGER NOT NULL,
-    rollout_id TEXT,
-    attempt INTEGER,
-    dispatch_name TEXT,
-    outcome TEXT,
-    reward REAL,
-    start_ns INTEGER NOT NULL,
-    duration_ns INTEGER NOT NULL,
-    run_id TEXT,
-    link_count INTEGER NOT NULL,
-    PRIMARY KEY (trace_id, span_id)
-);
-CREATE INDEX IF NOT EXISTS ix_dispatches_rollout ON dispatches(rollout_id);
-CREATE INDEX IF NOT EXISTS ix_dispatches_start ON dispatches(start_ns);
-CREATE INDEX IF NOT EXISTS ix_dispatches_duration ON dispatches(duration_ns);
-CREATE INDEX IF NOT EXISTS ix_dispatches_run ON dispatches(run_id);
-"""
+__all__ = [  # the schema's names are also read from here (tests, benchmarks)
+    "INSERT_DISPATCH",
+    "INSERT_LINK",
+    "INSERT_RESOURCE",
+    "INSERT_SPAN",
+    "SCHEMA",
+    "TraceStore",
+    "connect_readonly",
+]
 
 #: How long a writer waits for another process's transaction before failing its own.
 BUSY_TIMEOUT_MS = 60_000
-INSERT_SPAN = "INSERT OR IGNORE INTO spans VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
-INSERT_LINK = "INSERT OR IGNORE INTO links VALUES (?,?,?,?,?,?)"
-INSERT_RESOURCE = "INSERT OR IGNORE INTO resources VALUES (?,?,?,?,?)"
-INSERT_DISPATCH = "INSERT OR IGNORE INTO dispatches VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
 
 
 def connect_readonly(db_path: str | Path) -> sqlite3.Connection:
@@ -101,6 +57,11 @@ def connect_readonly(db_path: str | Path) -> sqlite3.Connection:
         raise FileNotFoundError(f"no trace store at {path}")
     conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True, check_same_thread=False)
     conn.row_factory = sqlite3.Row
+    try:
+        refuse_newer(stored_version(conn), str(path))
+    except BaseException:
+        conn.close()
+        raise
     return conn
 
 
@@ -135,6 +96,15 @@ class ResourceRegistry:
         return known
 
 
+def _rollgym_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"rollgym {version('rollgym')}"
+    except PackageNotFoundError:
+        return "rollgym (not installed)"
+
+
 def resource_row_id(fingerprint: bytes) -> int:
     """A positive 63-bit id from a resource's fingerprint (collisions: about 2**-63 a pair)."""
     digest = hashlib.blake2b(fingerprint, digest_size=8).digest()
@@ -160,7 +130,14 @@ class TraceStore:
         # process's checkpoints): one that still finds the file busy waits rather than failing.
         self._conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         self._conn.execute(f"PRAGMA wal_autocheckpoint={autocheckpoint_pages}")
-        self._conn.execute(SCHEMA)  # apsw runs every statement of the script
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            migrate(self._conn, str(self.path), _rollgym_version())
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            self._conn.close()
+            raise
+        self._conn.execute("COMMIT")
         self.resources = ResourceRegistry(self._conn)
 
     def write_batch(self, batch: SpanBatch) -> None:
