@@ -9,15 +9,16 @@ the exec. Every exec is a ``gym.sandbox.exec`` span in the calling rollout's tra
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
-import shutil
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from rollgym.sandbox._bwrap import bwrap_argv, sandbox_owner
+from rollgym.sandbox._bwrap import Launch, bwrap_launch, sandbox_owner
+from rollgym.sandbox._disk import SandboxDisk
 from rollgym.sandbox._process import run_exec
-from rollgym.sandbox.limits import ExecResult, SandboxLimits
+from rollgym.sandbox.limits import LIMIT_DISK, ExecResult, SandboxLimits
 from rollgym.telemetry.groups import gate
 
 if TYPE_CHECKING:
@@ -27,10 +28,13 @@ if TYPE_CHECKING:
 class Sandbox:
     """A sandbox handed out by a :class:`~rollgym.sandbox.pool.SandboxPool`."""
 
-    def __init__(self, pool: SandboxPool, sandbox_id: str, work_dir: Path) -> None:
+    def __init__(self, pool: SandboxPool, sandbox_id: str, disk: SandboxDisk) -> None:
         self.pool = pool
         self.sandbox_id = sandbox_id
-        self.work_dir = work_dir
+        #: Its writable directories, bounded by the disk quota (see ``_disk``).
+        self.disk = disk
+        #: The host directory that is ``/work`` inside.
+        self.work_dir: Path = disk.work
         #: The rollout this sandbox serves (set when acquired), for its spans.
         self.rollout_id: str | None = None
         self.destroyed = False
@@ -94,13 +98,27 @@ class Sandbox:
         self._execs += 1
         name = f"{self.sandbox_id}.{self._execs}"
         loop = asyncio.get_running_loop()
-        full = bwrap_argv(self.work_dir, self.sandbox_id, limits, argv, name)
+        launch = bwrap_launch(self.disk, self.sandbox_id, limits, argv, name)
         result = await loop.run_in_executor(
-            self.pool.executor, run_exec, full, stdin, limits, self.pool.cgroup, name
+            self.pool.executor, self._exec_blocking, launch, stdin, limits, name
         )
         self.pool.record_exec(result)
         return result
 
+    def _exec_blocking(
+        self, launch: Launch, stdin: bytes | None, limits: SandboxLimits, name: str
+    ) -> ExecResult:
+        """Run the exec, then see whether its writes reached the quota and clear its
+        scratch directories (on the worker thread: both touch the filesystem)."""
+        try:
+            result = run_exec(launch, stdin, limits, self.pool.cgroup, name)
+            if result.limit is None and self.disk.over_quota():
+                result = dataclasses.replace(result, limit=LIMIT_DISK)
+            return result
+        finally:
+            self.disk.reset_scratch()
+
     def remove_files(self) -> None:
-        """Delete the work directory (blocking; the pool calls it on a worker thread)."""
-        shutil.rmtree(self.work_dir, ignore_errors=True)
+        """Delete the work directory and its tmpfs (blocking; the pool calls it on a
+        worker thread)."""
+        self.disk.remove()
