@@ -13,8 +13,9 @@ plain host directory: there each file is bounded by ``RLIMIT_FSIZE`` (``file_mb`
 total is measured after each exec, so an exec that left more than the quota is reported as
 having hit it, but was not stopped while writing.
 
-Either way :meth:`SandboxDisk.over_quota` tells the exec whether its writes reached the quota,
-so the result says ``limit: disk_quota`` like the other limits.
+Either way an exec that found the quota free and left it used up (:meth:`SandboxDisk.is_full`),
+or that was refused a write on a full one, reports ``limit: disk_quota`` like the other
+limits; a command that only reads a full sandbox does not.
 """
 
 from __future__ import annotations
@@ -116,9 +117,9 @@ class SandboxDisk:
                 options += ["--size", str(self.quota_bytes), "--tmpfs", inside]
         return options
 
-    def over_quota(self) -> bool:
-        """Whether the last exec's writes reached the quota (its filesystem is full, or,
-        without one, the work directory holds more than the quota)."""
+    def is_full(self) -> bool:
+        """Whether the quota is used up: its filesystem is full, or, without one, the work
+        directory holds more than the quota."""
         if self.mounted:
             try:
                 stats = os.statvfs(self.root)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import os
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
@@ -20,6 +21,9 @@ from rollgym.sandbox._disk import SandboxDisk
 from rollgym.sandbox._process import run_exec
 from rollgym.sandbox.limits import LIMIT_DISK, ExecResult, SandboxLimits
 from rollgym.telemetry.groups import gate
+
+#: How a C library reports ENOSPC, the error of a write past the quota.
+_ENOSPC = os.strerror(errno.ENOSPC)
 
 if TYPE_CHECKING:
     from rollgym.sandbox.pool import SandboxPool
@@ -111,8 +115,9 @@ class Sandbox:
         """Run the exec, then see whether its writes reached the quota and clear its
         scratch directories (on the worker thread: both touch the filesystem)."""
         try:
+            full_before = self.disk.is_full()
             result = run_exec(launch, stdin, limits, self.pool.cgroup, name)
-            if result.limit is None and self.disk.over_quota():
+            if result.limit is None and _hit_quota(self.disk, full_before, result):
                 result = dataclasses.replace(result, limit=LIMIT_DISK)
             return result
         finally:
@@ -122,3 +127,11 @@ class Sandbox:
         """Delete the work directory and its tmpfs (blocking; the pool calls it on a
         worker thread)."""
         self.disk.remove()
+
+
+def _hit_quota(disk: SandboxDisk, full_before: bool, result: ExecResult) -> bool:
+    """Whether this exec ran into the quota: it used the last of it, or, on a sandbox already
+    full, a write of it was refused (the kernel's ENOSPC message in its output)."""
+    if not disk.is_full():
+        return False
+    return not full_before or _ENOSPC in result.stderr or _ENOSPC in result.stdout

@@ -55,6 +55,18 @@ async def test_a_write_under_the_quota_works_and_one_past_it_is_the_limit(
     assert quota_pool.stats.disk_limited == 1
 
 
+async def test_on_a_full_sandbox_reads_are_not_the_limit_and_refused_writes_are(
+    quota_pool: SandboxPool,
+) -> None:
+    sandbox = await quota_pool.acquire("r-full")
+    filled = await sandbox.exec(dd("all", 10))
+    reading = await sandbox.exec("ls -l all")
+    writing = await sandbox.exec(dd("more", 1))
+    assert filled.limit == "disk_quota" and reading.ok and reading.limit is None
+    if quota_pool.tmpfs_quota:
+        assert writing.limit == "disk_quota" and "No space left" in writing.stdout
+
+
 @pytest.mark.parametrize("scratch", ["/tmp", "/dev/shm"])
 async def test_scratch_directories_are_bounded_too_and_emptied_per_exec(
     quota_pool: SandboxPool, scratch: str
