@@ -27,6 +27,8 @@ import os
 import shutil
 from pathlib import Path
 
+#: How the base directories of sandbox pools are named (``<prefix><pid>-<random>``).
+POOL_DIR_PREFIX = "rollgym-sandboxes-"
 #: The scratch directories: emptied after every exec, bound at these paths inside.
 SCRATCH = {"tmp": "/tmp", "shm": "/dev/shm"}
 _MS_NOSUID, _MS_NODEV = 2, 4
@@ -68,6 +70,35 @@ def can_mount(base: Path) -> bool:
         return True
     finally:
         probe.rmdir()
+
+
+def pool_dir_prefix() -> str:
+    """The name a pool's base directory starts with: it carries the server's pid, so a later
+    pool can tell the directories of a server that died without cleaning up."""
+    return f"{POOL_DIR_PREFIX}{os.getpid()}-"
+
+
+def sweep_stale(parent: Path) -> int:
+    """Unmount and delete the sandbox tmpfs mounts left under ``parent`` by pools whose server
+    died without closing them (``kill -9``: a tmpfs outlives its process and holds memory until
+    unmounted); how many were removed. A pool calls it at start where it may mount."""
+    stale: set[Path] = set()
+    with contextlib.suppress(OSError), open("/proc/self/mountinfo") as mounts:
+        for line in mounts:
+            point = Path(line.split()[4].replace("\\040", " "))
+            if point.parent.parent == parent and _dead_pool(point.parent.name):
+                unmount(point)
+                stale.add(point.parent)
+    for base in stale:
+        shutil.rmtree(base, ignore_errors=True)
+    return len(stale)
+
+
+def _dead_pool(name: str) -> bool:
+    if not name.startswith(POOL_DIR_PREFIX):
+        return False
+    pid = name[len(POOL_DIR_PREFIX) :].split("-", 1)[0]
+    return pid.isdigit() and not Path(f"/proc/{pid}").exists()
 
 
 class SandboxDisk:

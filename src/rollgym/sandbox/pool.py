@@ -29,7 +29,7 @@ from typing import Any
 
 from rollgym.sandbox._bwrap import Launch, check_support, sandbox_owner
 from rollgym.sandbox._cgroup import create_pool_cgroup, remove_cgroup
-from rollgym.sandbox._disk import SandboxDisk, can_mount
+from rollgym.sandbox._disk import SandboxDisk, can_mount, pool_dir_prefix, sweep_stale
 from rollgym.sandbox._process import run_exec
 from rollgym.sandbox.limits import LIMIT_DISK, LIMIT_OUTPUT, ExecResult, SandboxLimits
 from rollgym.sandbox.sandbox import Sandbox
@@ -100,11 +100,13 @@ class SandboxPool:
         """Check that sandboxes work here (raises ``SandboxUnavailable`` naming the fix), then
         fill the warm pool."""
         await asyncio.to_thread(check_support)
-        base = tempfile.mkdtemp(prefix="rollgym-sandboxes-", dir=self._base_parent)
+        base = tempfile.mkdtemp(prefix=pool_dir_prefix(), dir=self._base_parent)
         os.chmod(base, 0o711)  # the sandbox user must reach its own directory, list none
         self._base = Path(base)
         if self.use_tmpfs:
             self.tmpfs_quota = await asyncio.to_thread(can_mount, self._base)
+            if self.tmpfs_quota:
+                await asyncio.to_thread(sweep_stale, self._base.parent)
         if self.use_cgroups:
             self.cgroup = await asyncio.to_thread(self._usable_cgroup, self._base.name)
         self._metrics = _metrics_or(self._metrics, self)

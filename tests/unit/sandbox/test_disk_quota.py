@@ -4,6 +4,7 @@ past it fails inside (ENOSPC) and the exec reports ``limit: disk_quota``; the qu
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from sandbox_support import LIMITS, requires_sandbox
 
 from rollgym.sandbox import SandboxLimits, SandboxPool
+from rollgym.sandbox._disk import POOL_DIR_PREFIX, SandboxDisk, can_mount, sweep_stale, unmount
 
 pytestmark = requires_sandbox
 
@@ -99,6 +101,23 @@ async def test_a_removed_sandbox_leaves_no_mount_behind(quota_pool: SandboxPool)
     await quota_pool.release(sandbox)
     assert not root.exists()
     assert str(root) not in Path("/proc/self/mountinfo").read_text()
+
+
+def test_mounts_left_by_a_killed_server_are_swept_by_the_next_pool(tmp_path: Path) -> None:
+    dead = tmp_path / f"{POOL_DIR_PREFIX}999999999-abc"  # no such pid
+    alive = tmp_path / f"{POOL_DIR_PREFIX}{os.getpid()}-def"
+    for base in (dead, alive):
+        base.mkdir()
+        if not can_mount(base):
+            pytest.skip("this process may not mount a tmpfs")
+        SandboxDisk.create(base / "1-0-x", 1 << 20, (os.geteuid(), os.getegid()), mount=True)
+    try:
+        assert sweep_stale(tmp_path) == 1
+        mounts = Path("/proc/self/mountinfo").read_text()
+        assert not dead.exists() and str(dead) not in mounts
+        assert str(alive / "1-0-x") in mounts  # a live server's sandboxes are left alone
+    finally:
+        unmount(alive / "1-0-x")
 
 
 def test_the_quota_is_an_option_with_a_bounded_default() -> None:
