@@ -69,6 +69,18 @@ async def test_on_a_full_sandbox_reads_are_not_the_limit_and_refused_writes_are(
         assert writing.limit == "disk_quota" and "No space left" in writing.stdout
 
 
+async def test_files_of_the_server_that_no_longer_fit_are_the_limit_not_an_error(
+    quota_pool: SandboxPool,
+) -> None:
+    if not quota_pool.tmpfs_quota:
+        pytest.skip("without its own tmpfs, /work is bounded after the exec, not while writing")
+    sandbox = await quota_pool.acquire("r-nofit")
+    await sandbox.exec(dd("all", 10))
+    result = await sandbox.exec(["python3", "main.py"], files={"main.py": "x" * 200_000})
+    assert result.limit == "disk_quota" and result.exit_code == 1
+    assert "could not write main.py" in result.stderr and not result.ok
+
+
 @pytest.mark.parametrize("scratch", ["/tmp", "/dev/shm"])
 async def test_scratch_directories_are_bounded_too_and_emptied_per_exec(
     quota_pool: SandboxPool, scratch: str
