@@ -25,6 +25,7 @@ import ctypes
 import ctypes.util
 import os
 import shutil
+from functools import cache
 from pathlib import Path
 
 #: How the base directories of sandbox pools are named (``<prefix><pid>-<random>``).
@@ -38,7 +39,9 @@ _MNT_DETACH = 2
 _FULL_SLACK = 64 * 1024
 
 
+@cache
 def _libc() -> ctypes.CDLL:
+    """The C library, for ``mount``/``umount2`` (the standard library has neither)."""
     return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
 
@@ -163,6 +166,9 @@ class SandboxDisk:
         """Empty ``/tmp`` and ``/dev/shm`` for the next exec (theirs are per exec)."""
         for name in SCRATCH if self.mounted else ():
             path = self.root / name
+            with contextlib.suppress(OSError), os.scandir(path) as entries:
+                if next(entries, None) is None:
+                    continue  # empty, as it usually is: nothing to remove
             shutil.rmtree(path, ignore_errors=True)
             with contextlib.suppress(FileExistsError):
                 self._make(path)
