@@ -142,8 +142,10 @@ def bwrap_launch(
     limits: SandboxLimits,
     command: list[str],
     exec_name: str = "",
+    exec_number: int = 0,
 ) -> Launch:
-    """How ``command`` runs in the sandbox whose writable directories are ``disk``."""
+    """How ``command`` runs in the sandbox whose writable directories are ``disk``, as its
+    exec ``exec_number`` (named ``exec_name``)."""
     options = (
         "--unshare-all",
         "--die-with-parent",
@@ -151,7 +153,7 @@ def bwrap_launch(
         *system_view(),
         "--dev", "/dev",
         "--proc", "/proc",
-        *disk.bwrap_options(),
+        *disk.bwrap_options(exec_number),
         "--remount-ro", "/dev",
         "--remount-ro", "/",
         "--chdir", WORK_DIR,
@@ -172,9 +174,10 @@ def bwrap_argv(
     limits: SandboxLimits,
     command: list[str],
     exec_name: str = "",
+    exec_number: int = 0,
 ) -> list[str]:
     """The whole logical command line (options inline), for reading and tests."""
-    return bwrap_launch(disk, sandbox_id, limits, command, exec_name).argv(None)
+    return bwrap_launch(disk, sandbox_id, limits, command, exec_name, exec_number).argv(None)
 
 
 def unavailable_reason() -> str | None:

@@ -30,7 +30,8 @@ from pathlib import Path
 
 #: How the base directories of sandbox pools are named (``<prefix><pid>-<random>``).
 POOL_DIR_PREFIX = "rollgym-sandboxes-"
-#: The scratch directories: emptied after every exec, bound at these paths inside.
+#: The scratch directories: made for each exec (``<name>.<n>``, so concurrent execs of one
+#: sandbox never share them) and removed after it, bound at these paths inside.
 SCRATCH = {"tmp": "/tmp", "shm": "/dev/shm"}
 _MS_NOSUID, _MS_NODEV = 2, 4
 _MNT_DETACH = 2
@@ -128,8 +129,6 @@ class SandboxDisk:
                 os.chown(root, *owner)
             disk = cls(root, quota_bytes, owner, mount)
             disk._make(disk.work)
-            for name in SCRATCH if mount else ():
-                disk._make(root / name)
         except BaseException:
             if mount:
                 unmount(root)
@@ -141,15 +140,24 @@ class SandboxDisk:
         path.mkdir(mode=0o700)
         os.chown(path, *self.owner)
 
-    def bwrap_options(self) -> list[str]:
-        """How the sandbox sees these directories (``bwrap`` options)."""
+    def bwrap_options(self, exec_number: int) -> list[str]:
+        """How exec ``exec_number`` sees these directories (``bwrap`` options)."""
         options = ["--bind", str(self.work), "/work"]
         for name, inside in SCRATCH.items():
             if self.mounted:
-                options += ["--bind", str(self.root / name), inside]
+                options += ["--bind", str(self._scratch(name, exec_number)), inside]
             else:
                 options += ["--size", str(self.quota_bytes), "--tmpfs", inside]
         return options
+
+    def _scratch(self, name: str, exec_number: int) -> Path:
+        return self.root / f"{name}.{exec_number}"
+
+    def make_scratch(self, exec_number: int) -> None:
+        """Make exec ``exec_number``'s empty ``/tmp`` and ``/dev/shm`` (on the sandbox's tmpfs;
+        without one, ``bwrap`` makes them)."""
+        for name in SCRATCH if self.mounted else ():
+            self._make(self._scratch(name, exec_number))
 
     def is_full(self) -> bool:
         """Whether the quota is used up: its filesystem is full, or, without one, the work
@@ -162,16 +170,10 @@ class SandboxDisk:
             return stats.f_bavail * stats.f_frsize < min(_FULL_SLACK, self.quota_bytes // 16)
         return tree_bytes(self.work) > self.quota_bytes
 
-    def reset_scratch(self) -> None:
-        """Empty ``/tmp`` and ``/dev/shm`` for the next exec (theirs are per exec)."""
+    def drop_scratch(self, exec_number: int) -> None:
+        """Remove exec ``exec_number``'s ``/tmp`` and ``/dev/shm`` once it has ended."""
         for name in SCRATCH if self.mounted else ():
-            path = self.root / name
-            with contextlib.suppress(OSError), os.scandir(path) as entries:
-                if next(entries, None) is None:
-                    continue  # empty, as it usually is: nothing to remove
-            shutil.rmtree(path, ignore_errors=True)
-            with contextlib.suppress(FileExistsError):
-                self._make(path)
+            shutil.rmtree(self._scratch(name, exec_number), ignore_errors=True)
 
     def remove(self) -> None:
         """Delete every file and the tmpfs (blocking; the pool calls it on a worker thread)."""

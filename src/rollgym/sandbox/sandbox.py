@@ -111,28 +111,30 @@ class Sandbox:
                 self.pool.record_exec(result)
                 return result
         self._execs += 1
-        name = f"{self.sandbox_id}.{self._execs}"
+        number = self._execs
+        name = f"{self.sandbox_id}.{number}"
         loop = asyncio.get_running_loop()
-        launch = bwrap_launch(self.disk, self.sandbox_id, limits, argv, name)
+        launch = bwrap_launch(self.disk, self.sandbox_id, limits, argv, name, number)
         result = await loop.run_in_executor(
-            self.pool.executor, self._exec_blocking, launch, stdin, limits, name
+            self.pool.executor, self._exec_blocking, launch, stdin, limits, name, number
         )
         self.pool.record_exec(result)
         return result
 
     def _exec_blocking(
-        self, launch: Launch, stdin: bytes | None, limits: SandboxLimits, name: str
+        self, launch: Launch, stdin: bytes | None, limits: SandboxLimits, name: str, number: int
     ) -> ExecResult:
-        """Run the exec, then see whether its writes reached the quota and clear its
-        scratch directories (on the worker thread: both touch the filesystem)."""
+        """Run the exec in its own scratch directories, then see whether its writes reached
+        the quota and remove them (on the worker thread: all of it touches the filesystem)."""
         try:
             full_before = self.disk.is_full()
+            self.disk.make_scratch(number)
             result = run_exec(launch, stdin, limits, self.pool.cgroup, name)
             if result.limit is None and _hit_quota(self.disk, full_before, result):
                 result = dataclasses.replace(result, limit=LIMIT_DISK)
             return result
         finally:
-            self.disk.reset_scratch()
+            self.disk.drop_scratch(number)
 
     def remove_files(self) -> None:
         """Delete the work directory and its tmpfs (blocking; the pool calls it on a

@@ -4,6 +4,7 @@ past it fails inside (ENOSPC) and the exec reports ``limit: disk_quota``; the qu
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -92,6 +93,18 @@ async def test_scratch_directories_are_bounded_too_and_emptied_per_exec(
         assert past.limit == "disk_quota"
     later = await sandbox.exec(f"ls -A {scratch}; " + dd(f"{scratch}/y", 2))
     assert later.ok and later.limit is None and "x" not in later.stdout.split()
+
+
+async def test_concurrent_execs_of_one_sandbox_have_their_own_scratch(
+    quota_pool: SandboxPool,
+) -> None:
+    sandbox = await quota_pool.acquire("r-concurrent")
+    slow = sandbox.exec("echo mine > /tmp/a && sleep 1 && cat /tmp/a && ls -A /tmp")
+    fast = sandbox.exec("ls -A /tmp; echo other > /tmp/b")
+    slow_result, fast_result = await asyncio.gather(slow, fast)
+    assert slow_result.stdout == "mine\na\n"  # the other exec's end removed nothing of it
+    assert fast_result.ok and "a" not in fast_result.stdout.split()
+    assert sorted(p.name for p in sandbox.disk.root.iterdir()) == ["work"]
 
 
 async def test_the_quota_is_per_sandbox_and_counts_every_writable_directory(

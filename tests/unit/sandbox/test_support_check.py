@@ -57,9 +57,9 @@ def test_the_visible_command_line_names_no_host_path_and_starts_from_no_environm
     tmp_path: Path,
 ) -> None:
     disk = SandboxDisk(tmp_path, 1 << 20, (1000, 1000), mounted=True)
-    launch = bwrap_launch(disk, "sb-1", SandboxLimits(), ["echo", "hi"])
+    launch = bwrap_launch(disk, "sb-1", SandboxLimits(), ["echo", "hi"], "sb-1.3", 3)
     visible = launch.argv(7)
     assert visible[1:4] == ["--args", "7", "--"] and visible[-2:] == ["echo", "hi"]
     assert not any(str(tmp_path) in part for part in visible)
-    assert str(tmp_path / "tmp").encode() + b"\0/tmp\0" in launch.options_data()
+    assert str(tmp_path / "tmp.3").encode() + b"\0/tmp\0" in launch.options_data()
     assert dict(LAUNCH_ENV) == {"PATH": "/usr/local/bin:/usr/bin:/bin"}
