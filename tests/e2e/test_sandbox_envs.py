@@ -134,6 +134,58 @@ async def test_abuse_fails_the_task_and_the_servers_keep_serving(tmp_path: Path)
     assert leftover == []
 
 
+#: Canary secrets in the environment the terminal server is launched with.
+CANARIES = {
+    "OPENAI_API_KEY": "canary-openai-e2e-4d1f",
+    "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer canary-otel-e2e-a9b3",
+    "ROLLGYM_CANARY_TOKEN": "canary-rollgym-e2e-77c0",
+}
+#: Counts, inside the sandbox, what of the server every visible process shows (the pattern
+#: is written so that this program's own command line does not match it).
+INSPECT = r"""
+import os, re
+found = re.compile(rb"[c]anary-|[R]OLLGYM_SERVER_SPEC|[O]TEL_EXPORTER")
+pids = [p for p in os.listdir("/proc") if p.isdigit()]
+hits = sum(len(found.findall(open(f"/proc/{p}/{part}", "rb").read()))
+           for p in pids for part in ("environ", "cmdline"))
+first = open("/proc/1/cmdline", "rb").read().split(b"\0")[0].decode()
+print(f"hits={hits} pids={len(pids)} pid1={os.path.basename(first)}")
+"""
+
+
+async def test_a_real_server_shows_its_sandboxes_no_secret_and_bounds_their_disk(
+    tmp_path: Path,
+) -> None:
+    servers = env_servers()
+    servers["terminal"]["limits"] = {**LIMITS, "disk_mb": 4}
+    config = validate_config({"run": {"input": str(tmp_path / "rows.jsonl")}, "servers": servers})
+    task = {"inline": {"id": "quota", "prompt": "write", "check": "test -s small"}}
+    async with launch_servers(
+        config, run_id="e2e", output_dir=tmp_path / "out", env=CANARIES
+    ) as urls:
+        url = urls["terminal"]
+        async with HttpClient() as client:
+            verdict, outputs = await _episode(
+                client, url, "terminal", task, "run_shell",
+                [
+                    {"command": f"python3 -c '{INSPECT}'"},
+                    {"command": "env"},
+                    {"command": "dd if=/dev/zero of=small bs=1M count=1"},
+                    {"command": "dd if=/dev/zero of=big bs=1M count=20"},
+                ],
+                "Done.",
+            )  # fmt: skip
+            metrics = (await client.post_json("terminal", url + "/aggregate_metrics", {})).data
+    inspect, env, under, past = outputs
+    assert "hits=0 " in inspect and "pid1=bwrap" in inspect, inspect
+    for output in outputs:
+        assert "canary-" not in output and "ROLLGYM_SERVER_SPEC" not in output
+    assert "OPENAI_API_KEY" not in env and "PATH=/usr/local/bin:/usr/bin:/bin" in env
+    assert under.startswith("exit code 0") and "disk quota" not in under
+    assert "disk quota reached" in past and "No space left on device" in past
+    assert verdict["reward"] == 1.0 and metrics["sandbox"]["disk_limited"] == 1
+
+
 async def test_an_abandoned_session_gives_its_sandbox_back(tmp_path: Path) -> None:
     servers = env_servers(session_ttl_s=1.0)
     config = validate_config({"run": {"input": str(tmp_path / "rows.jsonl")}, "servers": servers})

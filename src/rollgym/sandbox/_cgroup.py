@@ -19,6 +19,7 @@ import signal
 import time
 from pathlib import Path
 
+from rollgym.sandbox._bwrap import program
 from rollgym.sandbox.limits import SandboxLimits
 
 _EMPTY_WAIT_S = 10.0
@@ -135,7 +136,8 @@ def enter_cgroup_argv(procs: Path, switch_user: bool, uid: int, gid: int) -> lis
     The move happens before ``bwrap`` starts, so every process of the exec is inside from its
     first instruction (moving ``bwrap`` from outside after spawning it would race its forks).
     """
-    prefix = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(procs)]
+    # the shell exports PWD: unset, so bwrap's processes start with LAUNCH_ENV alone
+    prefix = [program("sh"), "-c", 'unset PWD; echo $$ > "$0" && exec "$@"', str(procs)]
     if switch_user:
-        prefix += ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
+        prefix += [program("setpriv"), f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
     return prefix

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rollgym.sandbox._bwrap import exec_marker, sandbox_owner, user_switch
+from rollgym.sandbox._bwrap import LAUNCH_ENV, Launch, exec_marker, sandbox_owner, user_switch
 from rollgym.sandbox._cgroup import ExecCgroup, enter_cgroup_argv
 from rollgym.sandbox._stragglers import kill_stragglers
 from rollgym.sandbox.limits import LIMIT_CPU, LIMIT_OUTPUT, LIMIT_WALL, ExecResult, SandboxLimits
@@ -32,7 +32,7 @@ _SIGNAL_BASE = 128
 
 
 def run_exec(
-    argv: list[str],
+    launch: Launch,
     stdin: bytes | None,
     limits: SandboxLimits,
     cgroup_parent: Path | None,
@@ -48,49 +48,82 @@ def run_exec(
             cgroup = None
     if cgroup is None:
         try:
-            return run_capped(argv, stdin, limits, user_switch())
+            return run_capped(launch, [], stdin, limits, user_switch())
         finally:
             kill_stragglers(exec_marker(name))
     uid, gid = sandbox_owner()
     prefix = enter_cgroup_argv(cgroup.procs, bool(user_switch()), uid, gid)
-    return run_capped(prefix + argv, stdin, limits, {}, cgroup)
+    return run_capped(launch, prefix, stdin, limits, {}, cgroup)
 
 
 def run_capped(
-    argv: list[str],
+    launch: Launch,
+    prefix: list[str],
     stdin: bytes | None,
     limits: SandboxLimits,
     popen_kwargs: dict[str, Any],
     cgroup: ExecCgroup | None = None,
 ) -> ExecResult:
-    """Run ``argv`` to completion under ``limits``; never raises for the program's faults.
+    """Run ``prefix + launch`` to completion under ``limits``; never raises for the
+    program's faults.
 
-    With ``cgroup`` (which ``argv`` enters first), CPU time is the cgroup's, and the cgroup is
+    With ``cgroup`` (which ``prefix`` enters), CPU time is the cgroup's, and the cgroup is
     emptied and removed before this returns, so no process of the exec survives it.
     """
     try:
-        return _run(argv, stdin, limits, popen_kwargs, cgroup)
+        return _run(launch, prefix, stdin, limits, popen_kwargs, cgroup)
     finally:
         if cgroup is not None:
             cgroup.finish()
 
 
+def _start(
+    launch: Launch, prefix: list[str], stdin: bytes | None, popen_kwargs: dict[str, Any]
+) -> subprocess.Popen[bytes]:
+    """Start the exec from a clean environment, its options on a pipe it alone inherits
+    (besides stdio: ``close_fds`` closes everything else of the server)."""
+    data = launch.options_data()
+    if not data:
+        return _popen(prefix + launch.argv(None), stdin, (), popen_kwargs)
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, data)  # a few KiB of options: well within a pipe's 64 KiB
+        os.close(write_end)
+        write_end = -1
+        return _popen(prefix + launch.argv(read_end), stdin, (read_end,), popen_kwargs)
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+
+
+def _popen(
+    argv: list[str], stdin: bytes | None, fds: tuple[int, ...], popen_kwargs: dict[str, Any]
+) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env=dict(LAUNCH_ENV),
+        cwd="/",  # not the server's directory: nothing of it in bwrap's /proc/<pid>/cwd
+        close_fds=True,
+        pass_fds=fds,
+        **popen_kwargs,
+    )
+
+
 def _run(
-    argv: list[str],
+    launch: Launch,
+    prefix: list[str],
     stdin: bytes | None,
     limits: SandboxLimits,
     popen_kwargs: dict[str, Any],
     cgroup: ExecCgroup | None,
 ) -> ExecResult:
     started = time.perf_counter()
-    proc = subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        **popen_kwargs,
-    )
+    proc = _start(launch, prefix, stdin, popen_kwargs)
     assert proc.stdout is not None and proc.stderr is not None
     out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
     deadline = started + limits.wall_s

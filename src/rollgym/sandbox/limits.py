@@ -32,19 +32,31 @@ class SandboxLimits(BaseModel):
         description="stdout + stderr kept per exec; more kills the exec (output limit).",
     )
     file_mb: int = Field(64, ge=1, description="Largest file a command may write (RLIMIT_FSIZE).")
+    disk_mb: int = Field(
+        64,
+        ge=1,
+        description=(
+            "Disk quota in MiB of a sandbox's writable directories (/work, /tmp, /dev/shm; "
+            "a tmpfs each, held in memory): writes past it fail with ENOSPC (disk_quota limit). "
+            "Read from the pool's limits when a sandbox is created."
+        ),
+    )
 
 
 #: Which limit ended an exec, if any (``ExecResult.limit``).
 LIMIT_WALL = "wall"
 LIMIT_CPU = "cpu"
 LIMIT_OUTPUT = "output"
+LIMIT_DISK = "disk_quota"
 
 
 @dataclass(frozen=True, slots=True)
 class ExecResult:
     """One exec's outcome. ``exit_code`` is the program's status, or 128+N when signal N
     ended it (as a shell reports it); ``killed`` says a signal ended it, ``timed_out`` that the
-    wall or CPU limit did, ``limit`` which limit (``wall``, ``cpu``, ``output``) if any."""
+    wall or CPU limit did, ``limit`` which limit (``wall``, ``cpu``, ``output``,
+    ``disk_quota``) if any. The disk quota does not kill: writes past it fail, and the
+    program decides what to do about it."""
 
     exit_code: int
     stdout: str
@@ -65,7 +77,9 @@ class ExecResult:
     def describe(self) -> str:
         """One line for a tool answer: the exit status and why it ended, if a limit did."""
         parts = [f"exit code {self.exit_code}"]
-        if self.limit is not None:
+        if self.limit == LIMIT_DISK:
+            parts.append("disk quota reached (writes past it failed: No space left on device)")
+        elif self.limit is not None:
             parts.append(f"stopped by the {self.limit} limit")
         elif self.killed:
             parts.append("killed by a signal")

@@ -27,10 +27,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rollgym.sandbox._bwrap import check_support, sandbox_owner
+from rollgym.sandbox._bwrap import Launch, check_support, sandbox_owner
 from rollgym.sandbox._cgroup import create_pool_cgroup, remove_cgroup
+from rollgym.sandbox._disk import SandboxDisk, can_mount, pool_dir_prefix, sweep_stale
 from rollgym.sandbox._process import run_exec
-from rollgym.sandbox.limits import ExecResult, SandboxLimits
+from rollgym.sandbox.limits import LIMIT_DISK, LIMIT_OUTPUT, ExecResult, SandboxLimits
 from rollgym.sandbox.sandbox import Sandbox
 from rollgym.telemetry.groups import gate
 
@@ -45,6 +46,7 @@ class PoolStats:
     timed_out: int = 0
     killed: int = 0
     output_limited: int = 0
+    disk_limited: int = 0
 
     def as_json(self) -> dict[str, int]:
         return asdict(self)
@@ -63,6 +65,7 @@ class SandboxPool:
         base_dir: str | os.PathLike[str] | None = None,
         metrics: Any = None,
         use_cgroups: bool = True,
+        use_tmpfs: bool = True,
     ) -> None:
         if warm < 0 or max_sandboxes < 1 or warm > max_sandboxes:
             raise ValueError("need 0 <= warm <= max_sandboxes and max_sandboxes >= 1")
@@ -74,6 +77,10 @@ class SandboxPool:
         )
         self.stats = PoolStats()
         self.use_cgroups = use_cgroups
+        self.use_tmpfs = use_tmpfs
+        #: Whether each sandbox has its own tmpfs of ``disk_mb`` (decided at start, see
+        #: ``_disk``): only where this process may mount.
+        self.tmpfs_quota = False
         #: The pool's cgroup v2 directory when one could be created (see ``_cgroup``).
         self.cgroup: Path | None = None
         self._base_parent = base_dir
@@ -93,9 +100,13 @@ class SandboxPool:
         """Check that sandboxes work here (raises ``SandboxUnavailable`` naming the fix), then
         fill the warm pool."""
         await asyncio.to_thread(check_support)
-        base = tempfile.mkdtemp(prefix="rollgym-sandboxes-", dir=self._base_parent)
+        base = tempfile.mkdtemp(prefix=pool_dir_prefix(), dir=self._base_parent)
         os.chmod(base, 0o711)  # the sandbox user must reach its own directory, list none
         self._base = Path(base)
+        if self.use_tmpfs:
+            self.tmpfs_quota = await asyncio.to_thread(can_mount, self._base)
+            if self.tmpfs_quota:
+                await asyncio.to_thread(sweep_stale, self._base.parent)
         if self.use_cgroups:
             self.cgroup = await asyncio.to_thread(self._usable_cgroup, self._base.name)
         self._metrics = _metrics_or(self._metrics, self)
@@ -108,7 +119,7 @@ class SandboxPool:
         path = create_pool_cgroup(name)
         if path is None:
             return None
-        probe = run_exec(["true"], None, SandboxLimits(), path, "probe")
+        probe = run_exec(Launch(("true",)), None, SandboxLimits(), path, "probe")
         if probe.exit_code != 0:
             remove_cgroup(path)
             return None
@@ -206,14 +217,17 @@ class SandboxPool:
     async def _create(self) -> Sandbox:
         assert self._base is not None
         sandbox_id = f"{os.getpid()}-{next(self._ids)}-{uuid.uuid4().hex[:6]}"
-        work_dir = self._base / sandbox_id
+        root = self._base / sandbox_id
+        quota = self.limits.disk_mb * 1024 * 1024
         self.stats.created += 1  # counted before the await, so concurrent makers see it
         try:
-            await asyncio.to_thread(_make_work_dir, work_dir)
+            disk = await asyncio.to_thread(
+                SandboxDisk.create, root, quota, sandbox_owner(), self.tmpfs_quota
+            )
         except BaseException:
             self.stats.created -= 1
             raise
-        return Sandbox(self, sandbox_id, work_dir)
+        return Sandbox(self, sandbox_id, disk)
 
     async def _destroy(self, sandbox: Sandbox) -> None:
         if sandbox.destroyed:
@@ -243,14 +257,10 @@ class SandboxPool:
         stats.execs += 1
         stats.timed_out += result.timed_out
         stats.killed += result.killed
-        stats.output_limited += result.limit == "output"
+        stats.output_limited += result.limit == LIMIT_OUTPUT
+        stats.disk_limited += result.limit == LIMIT_DISK
         if self._metrics is not None:
             self._metrics.exec_finished(result.wall_s)
-
-
-def _make_work_dir(path: Path) -> None:
-    path.mkdir(mode=0o700)
-    os.chown(path, *sandbox_owner())
 
 
 def _metrics_or(metrics: Any, pool: SandboxPool) -> Any:

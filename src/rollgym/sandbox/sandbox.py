@@ -9,16 +9,22 @@ the exec. Every exec is a ``gym.sandbox.exec`` span in the calling rollout's tra
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import errno
 import os
-import shutil
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from rollgym.sandbox._bwrap import bwrap_argv, sandbox_owner
+from rollgym.sandbox._bwrap import Launch, bwrap_launch, sandbox_owner
+from rollgym.sandbox._disk import SandboxDisk
+from rollgym.sandbox._files import write_inside
 from rollgym.sandbox._process import run_exec
-from rollgym.sandbox.limits import ExecResult, SandboxLimits
+from rollgym.sandbox.limits import LIMIT_DISK, ExecResult, SandboxLimits
 from rollgym.telemetry.groups import gate
+
+#: How a C library reports ENOSPC, the error of a write past the quota.
+_ENOSPC = os.strerror(errno.ENOSPC)
 
 if TYPE_CHECKING:
     from rollgym.sandbox.pool import SandboxPool
@@ -27,10 +33,13 @@ if TYPE_CHECKING:
 class Sandbox:
     """A sandbox handed out by a :class:`~rollgym.sandbox.pool.SandboxPool`."""
 
-    def __init__(self, pool: SandboxPool, sandbox_id: str, work_dir: Path) -> None:
+    def __init__(self, pool: SandboxPool, sandbox_id: str, disk: SandboxDisk) -> None:
         self.pool = pool
         self.sandbox_id = sandbox_id
-        self.work_dir = work_dir
+        #: Its writable directories, bounded by the disk quota (see ``_disk``).
+        self.disk = disk
+        #: The host directory that is ``/work`` inside.
+        self.work_dir: Path = disk.work
         #: The rollout this sandbox serves (set when acquired), for its spans.
         self.rollout_id: str | None = None
         self.destroyed = False
@@ -41,24 +50,19 @@ class Sandbox:
 
     def write_files(self, files: Mapping[str, str | bytes]) -> None:
         """Create files in the work directory (relative paths, no ``..``), owned by the
-        sandbox user so commands can change them. ValueError names a bad path."""
+        sandbox user so commands can change them. ValueError names a bad path. Links the
+        sandbox left are never followed (see ``_files``)."""
         owner = sandbox_owner()
         for name, content in files.items():
-            path = self._inside(name)
-            for parent in reversed(path.relative_to(self.work_dir).parents[:-1]):
-                folder = self.work_dir / parent
-                if not folder.exists():
-                    folder.mkdir()
-                    os.chown(folder, *owner)
+            parts = self._parts(name)
             data = content.encode() if isinstance(content, str) else content
-            path.write_bytes(data)
-            os.chown(path, *owner)
+            write_inside(self.work_dir, parts, data, owner, name)
 
-    def _inside(self, name: str) -> Path:
+    def _parts(self, name: str) -> tuple[str, ...]:
         relative = PurePosixPath(name)
         if relative.is_absolute() or ".." in relative.parts or not relative.parts:
             raise ValueError(f"file path {name!r} must be relative to the work directory")
-        return self.work_dir.joinpath(*relative.parts)
+        return relative.parts
 
     async def exec(
         self,
@@ -76,8 +80,8 @@ class Sandbox:
         if self.destroyed:
             raise RuntimeError(f"sandbox {self.sandbox_id} was destroyed")
         argv = ["sh", "-c", command] if isinstance(command, str) else list(command)
-        if files:
-            self.write_files(files)
+        for name in files or {}:
+            self._parts(name)  # a bad path is misuse: raised before anything runs
         data = stdin.encode() if isinstance(stdin, str) else stdin
         effective = limits or self.pool.limits
         if gate.sandbox:
@@ -85,22 +89,81 @@ class Sandbox:
 
             name = argv[0] if isinstance(command, list) else "sh"
             with spans.sandbox_exec_span(self.rollout_id, self.sandbox_id, name) as span:
-                result = await self._run(argv, data, effective)
+                result = await self._run(argv, data, effective, files)
                 spans.record_sandbox_exec(span, result)
                 return result
-        return await self._run(argv, data, effective)
+        return await self._run(argv, data, effective, files)
 
-    async def _run(self, argv: list[str], stdin: bytes | None, limits: SandboxLimits) -> ExecResult:
+    async def _run(
+        self,
+        argv: list[str],
+        stdin: bytes | None,
+        limits: SandboxLimits,
+        files: Mapping[str, str | bytes] | None,
+    ) -> ExecResult:
+        if files:
+            try:
+                self.write_files(files)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                result = _files_refused(files)  # the command's earlier writes filled it
+                self.pool.record_exec(result)
+                return result
         self._execs += 1
-        name = f"{self.sandbox_id}.{self._execs}"
+        number = self._execs
+        name = f"{self.sandbox_id}.{number}"
         loop = asyncio.get_running_loop()
-        full = bwrap_argv(self.work_dir, self.sandbox_id, limits, argv, name)
+        launch = bwrap_launch(self.disk, self.sandbox_id, limits, argv, name, number)
         result = await loop.run_in_executor(
-            self.pool.executor, run_exec, full, stdin, limits, self.pool.cgroup, name
+            self.pool.executor, self._exec_blocking, launch, stdin, limits, name, number
         )
         self.pool.record_exec(result)
         return result
 
+    def _exec_blocking(
+        self, launch: Launch, stdin: bytes | None, limits: SandboxLimits, name: str, number: int
+    ) -> ExecResult:
+        """Run the exec in its own scratch directories, then see whether its writes reached
+        the quota and remove them (on the worker thread: all of it touches the filesystem)."""
+        try:
+            full_before = self.disk.is_full()
+            self.disk.make_scratch(number)
+            result = run_exec(launch, stdin, limits, self.pool.cgroup, name)
+            if result.limit is None and _hit_quota(self.disk, full_before, result):
+                result = dataclasses.replace(result, limit=LIMIT_DISK)
+            return result
+        finally:
+            self.disk.drop_scratch(number)
+
     def remove_files(self) -> None:
-        """Delete the work directory (blocking; the pool calls it on a worker thread)."""
-        shutil.rmtree(self.work_dir, ignore_errors=True)
+        """Delete the work directory and its tmpfs (blocking; the pool calls it on a
+        worker thread)."""
+        self.disk.remove()
+
+
+def _hit_quota(disk: SandboxDisk, full_before: bool, result: ExecResult) -> bool:
+    """Whether this exec ran into the quota: it used the last of it, or, on a sandbox already
+    full, a write of it was refused (the kernel's ENOSPC message in its output)."""
+    if not disk.is_full():
+        return False
+    return not full_before or _ENOSPC in result.stderr or _ENOSPC in result.stdout
+
+
+def _files_refused(files: Mapping[str, str | bytes]) -> ExecResult:
+    """The result of an exec that could not start: the quota had no room for its files."""
+    names = ", ".join(sorted(files))
+    message = f"the sandbox's disk quota is used up: could not write {names} ({_ENOSPC})\n"
+    return ExecResult(
+        exit_code=1,
+        stdout="",
+        stderr=message,
+        wall_s=0.0,
+        cpu_s=0.0,
+        timed_out=False,
+        killed=False,
+        limit=LIMIT_DISK,
+        stdout_bytes=0,
+        stderr_bytes=len(message),
+        truncated=False,
+    )

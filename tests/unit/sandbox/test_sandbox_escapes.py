@@ -53,6 +53,23 @@ async def test_writes_stay_in_the_work_dir_and_persist_between_execs(pool: Sandb
     assert (sandbox.work_dir / "note.txt").read_text() == "kept\n"
 
 
+async def test_links_left_in_the_work_dir_never_make_the_server_write_outside(
+    pool: SandboxPool, tmp_path: Path
+) -> None:
+    host_file = tmp_path / "host.txt"
+    host_file.write_text("host\n")
+    tmp_path.chmod(0o755)
+    sandbox = await pool.acquire("r-links")
+    planted = await sandbox.exec(f"ln -s {host_file} solution.py && ln -s {tmp_path} d")
+    assert planted.ok
+    ran = await sandbox.exec(["cat", "solution.py"], files={"solution.py": "print('mine')\n"})
+    assert ran.stdout == "print('mine')\n"  # the link was replaced by the server's file
+    with pytest.raises(ValueError, match="'d' in the work directory is not a folder"):
+        sandbox.write_files({"d/evil.txt": "x"})
+    assert host_file.read_text() == "host\n" and not (tmp_path / "evil.txt").exists()
+    assert not (sandbox.work_dir / "solution.py").is_symlink()
+
+
 async def test_a_loopback_server_of_the_run_cannot_be_reached(pool: SandboxPool) -> None:
     server = socket.create_server(("127.0.0.1", 0))
     server.settimeout(0.2)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from rollgym.sandbox import SandboxPool, SandboxUnavailable, check_support
-from rollgym.sandbox._bwrap import bwrap_argv
+from rollgym.sandbox._bwrap import LAUNCH_ENV, bwrap_argv, bwrap_launch
+from rollgym.sandbox._disk import SandboxDisk
 from rollgym.sandbox.limits import SandboxLimits
 
 
@@ -38,10 +39,27 @@ async def test_a_pool_refuses_to_start_without_bubblewrap(
 
 
 def test_the_command_line_isolates_network_and_hides_the_host(tmp_path: Path) -> None:
-    limits = SandboxLimits(memory_mb=100, cpu_s=2, processes=8)
-    argv = bwrap_argv(tmp_path, "sb-1", limits, ["true"])
-    assert argv[0] == "bwrap" and "--unshare-all" in argv and "--clearenv" in argv
-    assert argv[argv.index("--bind") + 1 : argv.index("--bind") + 3] == [str(tmp_path), "/work"]
+    limits = SandboxLimits(memory_mb=100, cpu_s=2, processes=8, disk_mb=3)
+    disk = SandboxDisk(tmp_path, 3 << 20, (1000, 1000), mounted=False)
+    argv = bwrap_argv(disk, "sb-1", limits, ["true"])
+    assert Path(argv[0]).name == "bwrap" and "--unshare-all" in argv and "--clearenv" in argv
+    bind = argv.index("--bind")
+    assert argv[bind + 1 : bind + 3] == [str(tmp_path / "work"), "/work"]
     assert "--remount-ro" in argv and "/root" not in argv and "/home" not in argv
     assert f"--as={100 * 1024 * 1024}" in argv and "--nproc=8" in argv and "--cpu=2:3" in argv
+    for scratch in ("/tmp", "/dev/shm"):  # without a tmpfs of its own: bwrap's sized ones
+        at = argv.index(scratch)
+        assert argv[at - 3 : at] == ["--size", str(3 << 20), "--tmpfs"]
     assert argv[-1] == "true"
+
+
+def test_the_visible_command_line_names_no_host_path_and_starts_from_no_environment(
+    tmp_path: Path,
+) -> None:
+    disk = SandboxDisk(tmp_path, 1 << 20, (1000, 1000), mounted=True)
+    launch = bwrap_launch(disk, "sb-1", SandboxLimits(), ["echo", "hi"], "sb-1.3", 3)
+    visible = launch.argv(7)
+    assert visible[1:4] == ["--args", "7", "--"] and visible[-2:] == ["echo", "hi"]
+    assert not any(str(tmp_path) in part for part in visible)
+    assert str(tmp_path / "tmp.3").encode() + b"\0/tmp\0" in launch.options_data()
+    assert dict(LAUNCH_ENV) == {"PATH": "/usr/local/bin:/usr/bin:/bin"}
