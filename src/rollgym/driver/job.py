@@ -71,8 +71,8 @@ def resolve_run(config: JobConfig) -> tuple[str, Path]:
 def _read_run_file(output_dir: Path) -> dict[str, Any] | None:
     try:
         data = orjson.loads((output_dir / RUN_FILE).read_bytes())
-    except FileNotFoundError:
-        return None
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # no run there yet (a folder that cannot be made is the lock's to say)
     except (OSError, orjson.JSONDecodeError) as exc:
         raise ConfigError(
             f"cannot read {output_dir / RUN_FILE}: {exc}", key_path="run.output_dir"
