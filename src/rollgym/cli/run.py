@@ -66,8 +66,11 @@ def handle(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"rollgym: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        print("rollgym: interrupted", file=sys.stderr)
+    except (KeyboardInterrupt, asyncio.CancelledError):  # before the collection began
+        print(
+            f"rollgym: interrupted; to resume: {resume_command(args, config, None)}",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
     except RollgymError as exc:
         print(f"rollgym: error: {exc}", file=sys.stderr)
