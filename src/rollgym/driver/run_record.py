@@ -9,7 +9,8 @@ which rollouts exist and what each line holds, and every later session compares:
 - ``input_sha256`` (with ``input``, the path it was read from, for the message): the rows;
 - ``repeats``: rollouts per row;
 - ``agent`` and ``environment_routes``: which server plays each row (its dispatch name);
-- ``trajectories`` and ``capture_tokens``: what each rollout line carries.
+- ``trajectories`` and ``capture_tokens``, the run's and any server's own: what each
+  rollout line carries.
 
 Anything else (concurrency, retries, timeouts, the servers' addresses, ``retry_failed``) may
 change between sessions. A folder written before the record existed has a ``run.json``
@@ -36,7 +37,32 @@ _KEYS = {
     "environment_routes": "run.environment_routes",
     "trajectories": "run.trajectories",
     "capture_tokens": "run.capture_tokens",
+    "server_capture": "servers",
 }
+_CAPTURE_KEYS = ("trajectories", "capture_tokens")
+
+
+def _server_capture(config: JobConfig) -> dict[str, dict[str, bool]]:
+    """The capture options servers set themselves, by server name (most set none)."""
+    found: dict[str, dict[str, bool]] = {}
+    for name, server in sorted(config.servers.items()):
+        options = server.options
+        chosen = {key: options[key] for key in _CAPTURE_KEYS if options.get(key) is not None}
+        if chosen:
+            found[name] = chosen
+    return found
+
+
+def _capture_differences(stored: Any, now: dict[str, dict[str, bool]]) -> list[tuple[str, str]]:
+    was_all = stored if isinstance(stored, dict) else {}
+    found = []
+    for name in sorted(set(was_all) | set(now)):
+        was, mine = was_all.get(name) or {}, now.get(name) or {}
+        for key in _CAPTURE_KEYS:
+            if was.get(key) != mine.get(key):
+                path = f"servers.{name}.{key}"
+                found.append((path, f"{path} was {was.get(key)!r}, now {mine.get(key)!r}"))
+    return found
 
 
 def file_sha256(path: Path) -> str:
@@ -56,6 +82,8 @@ class RunRecord:
     environment_routes: dict[str, str]
     trajectories: bool
     capture_tokens: bool
+    #: a server's own ``trajectories`` / ``capture_tokens`` (an agent's override of the run's)
+    server_capture: dict[str, dict[str, bool]]
 
     @classmethod
     def of(cls, config: JobConfig) -> RunRecord:
@@ -74,6 +102,7 @@ class RunRecord:
             environment_routes=dict(sorted(run.environment_routes.items())),
             trajectories=run.trajectories,
             capture_tokens=run.capture_tokens,
+            server_capture=_server_capture(config),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -85,6 +114,7 @@ class RunRecord:
             "environment_routes": self.environment_routes,
             "trajectories": self.trajectories,
             "capture_tokens": self.capture_tokens,
+            "server_capture": self.server_capture,
         }
 
     def differences(self, stored: dict[str, Any]) -> list[tuple[str, str]]:
@@ -96,6 +126,8 @@ class RunRecord:
                 continue
             if field == "input_sha256":
                 found.append((key, _input_difference(stored, self)))
+            elif field == "server_capture":
+                found.extend(_capture_differences(stored[field], self.server_capture))
             else:
                 found.append((key, f"{key} was {stored[field]!r}, now {mine[field]!r}"))
         return found

@@ -93,3 +93,32 @@ def test_a_folder_written_before_the_record_resumes_and_gets_one(tmp_path: Path)
     written = with_record(old, record)
     assert written is not None and written[RECORD_KEY]["input_sha256"] == record.input_sha256
     check_resume(tmp_path, None, record)  # a new run
+
+
+def test_an_agents_own_capture_setting_is_part_of_the_run(tmp_path: Path) -> None:
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"q": 1}\n')
+
+    def config(capture: bool | None) -> Any:
+        solver: dict[str, Any] = {
+            "kind": "agent",
+            "impl": "single_turn",
+            "model": "m",
+            "environment": "e",
+        }
+        if capture is not None:
+            solver["trajectories"] = capture
+        servers = {
+            "m": {"kind": "model", "impl": "simulated"},
+            "e": {"kind": "environment", "impl": "arithmetic"},
+            "solver": solver,
+        }
+        return validate_config({"run": {"input": str(rows), "agent": "solver"}, "servers": servers})
+
+    before = _stored(RunRecord.of(config(None)))
+    assert before[RECORD_KEY]["server_capture"] == {}
+    with pytest.raises(ConfigError) as caught:
+        check_resume(tmp_path, before, RunRecord.of(config(True)))
+    assert caught.value.key_path == "servers.solver.trajectories"
+    assert "servers.solver.trajectories was None, now True" in str(caught.value)
+    check_resume(tmp_path, _stored(RunRecord.of(config(True))), RunRecord.of(config(True)))
