@@ -32,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from rollgym.config_yaml import load_yaml
 from rollgym.errors import ConfigError
 from rollgym.server_options import ServerKind
 from rollgym.server_options import (
@@ -350,10 +351,7 @@ def load_config(
             "save the config as UTF-8",
             source=str(source),
         ) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"not valid YAML: {exc}", source=str(source)) from None
+    data = load_yaml(text, str(source))  # duplicate keys refused, errors name the file
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -361,11 +359,11 @@ def load_config(
             "the top level must be a mapping with run:, servers:, telemetry:", source=str(source)
         )
 
-    overridden: set[str] = set()
+    overridden: dict[str, str] = {}
     for item in overrides:
         key_path, value = parse_override(item)
         apply_override(data, key_path, value)
-        overridden.add(".".join(key_path))
+        overridden[".".join(key_path)] = item
 
     run = data.get("run")
     if isinstance(run, dict):
@@ -375,7 +373,35 @@ def load_config(
                 run[key] = (
                     os.path.normpath(source.parent / value) if not os.path.isabs(value) else value
                 )
-    return validate_config(data, source=str(source))
+    try:
+        return validate_config(data, source=str(source))
+    except ConfigError as exc:
+        raise blame_override(exc, overridden) from None
+
+
+def blame_override(exc: ConfigError, overridden: dict[str, str]) -> ConfigError:
+    """The error with the override that set its key as its source (a typo on the command
+    line is not the file's fault), or the error itself when no override set that key."""
+    for key, item in overridden.items():
+        if exc.key_path == key or exc.key_path.startswith(key + "."):
+            detail = str(exc).removeprefix(f"{exc.source}: ").removeprefix(f"{exc.key_path}: ")
+            return ConfigError(
+                detail + _did_you_mean(exc.key_path), source=f"override {item}", key_path=key
+            )
+    return exc
+
+
+def _did_you_mean(key_path: str) -> str:
+    """`` (did you mean 'concurrency'?)`` for a misspelt key of a known block, else ''."""
+    import difflib
+
+    block, _, name = key_path.rpartition(".")
+    models: dict[str, type[BaseModel]] = {"run": RunConfig, "telemetry": TelemetryConfig}
+    model = models.get(block)
+    if model is None:
+        return ""
+    close = difflib.get_close_matches(name, list(model.model_fields), n=1)
+    return f" (did you mean {close[0]!r}?)" if close and close[0] != name else ""
 
 
 def validate_config(data: dict[str, Any], *, source: str = "<config>") -> JobConfig:

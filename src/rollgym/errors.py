@@ -11,6 +11,7 @@ driver into ``DispatchError`` kinds, an agent into a ``ServerCallError``)::
     ├── ConfigError              bad job config: file, key path, what was expected
     ├── InputError               an input row that cannot be read: file, line, field
     ├── OutputError              a record that cannot be written (full disk): resumable
+    ├── RunDirBusy               an output directory another run is writing: who, since when
     ├── LaunchError              a server that did not start or never became healthy
     ├── ExportError              a run folder that cannot be exported to Parquet
     ├── SandboxUnavailable       sandboxes cannot run on this machine: what to install
@@ -77,6 +78,27 @@ class OutputError(RollgymError):
         super().__init__(
             f"cannot write {path}: {reason}; the run stopped after its last whole record: "
             "free space and run the same command again to resume"
+        )
+
+
+class RunDirBusy(RollgymError):
+    """Another run holds the output directory's lock (``driver/run_lock.py``): refused before
+    anything is written, naming the run that holds it."""
+
+    def __init__(self, output_dir: object, holder: dict[str, object]) -> None:
+        self.output_dir = output_dir
+        self.holder = holder
+        pid, host, started = holder.get("pid"), holder.get("host"), holder.get("started")
+        who = f"pid {pid}" if pid is not None else "another process"
+        if host:
+            who += f" on {host}"
+        if isinstance(started, (int, float)):
+            import time
+
+            who += " since " + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started))
+        super().__init__(
+            f"{output_dir} is in use by another run ({who}); wait for it to end, "
+            "or give another run.output_dir"
         )
 
 

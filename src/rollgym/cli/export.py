@@ -29,10 +29,18 @@ def register(subparsers: Any) -> None:
 def _export(args: argparse.Namespace) -> int:
     from rollgym.driver.export import ExportError, export_parquet
 
+    if not args.run_dir.is_dir():
+        print(f"rollgym export: {args.run_dir}: no such run directory", file=sys.stderr)
+        return 2
     try:
         path, rows = export_parquet(args.run_dir, args.output)
     except ExportError as exc:
         print(f"rollgym export: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the output file's folder is missing or not writable
+        print(
+            f"rollgym export: {exc.filename or args.output}: {exc.strerror or exc}", file=sys.stderr
+        )
         return 2
     print(f"wrote {rows} rows to {path}")
     return 0

@@ -51,7 +51,7 @@ def handle(args: argparse.Namespace) -> int:
     """Run the job; exit 0 when it finished, 130 when interrupted, 2 for a bad config."""
     from rollgym.config import load_config
     from rollgym.driver.job import run_job
-    from rollgym.driver.report import print_report, telemetry_loss_line
+    from rollgym.driver.report import nothing_completed_line, print_report, telemetry_loss_line
     from rollgym.errors import ConfigError, RollgymError
     from rollgym.event_loop import loop_factory
 
@@ -66,8 +66,11 @@ def handle(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"rollgym: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        print("rollgym: interrupted", file=sys.stderr)
+    except (KeyboardInterrupt, asyncio.CancelledError):  # before the collection began
+        print(
+            f"rollgym: interrupted; to resume: {resume_command(args, config, None)}",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
     except RollgymError as exc:
         print(f"rollgym: error: {exc}", file=sys.stderr)
@@ -77,4 +80,25 @@ def handle(args: argparse.Namespace) -> int:
     loss = telemetry_loss_line(summary)
     if loss is not None:
         print(loss, file=sys.stderr)  # said loudly, with or without the table
-    return EXIT_INTERRUPTED if summary.status == "interrupted" else 0
+    nothing = nothing_completed_line(summary)
+    if nothing is not None:
+        print(nothing, file=sys.stderr)
+    if summary.status == "interrupted":
+        print(
+            f"rollgym: interrupted; to resume: {resume_command(args, config, summary.output_dir)}",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    return 0
+
+
+def resume_command(args: argparse.Namespace, config: Any, output_dir: str | None) -> str:
+    """The command line that resumes this run: this one, with ``run.output_dir`` added when
+    the folder was named by a generated run id (running the same line again would start a
+    new run in a new folder)."""
+    import shlex
+
+    words = ["rollgym", "run", args.config, *args.overrides]
+    if config.run.output_dir is None and config.run.run_id is None and output_dir:
+        words.append(f"run.output_dir={output_dir}")
+    return shlex.join(words)

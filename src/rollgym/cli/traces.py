@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ def register(subparsers: Any) -> None:
         help="order of the rows (default: start time)",
     )
     ls.add_argument("--desc", action="store_true", help="sort descending")
-    ls.set_defaults(handler=_ls)
+    ls.set_defaults(handler=_one_line(_ls))
 
     show = commands.add_parser("show", help="a rollout's trace tree, every attempt")
     _run_dir(show)
@@ -48,16 +49,16 @@ def register(subparsers: Any) -> None:
         help="what was said: messages, tool calls and outputs, the answer, the reward "
         "(from the run's trajectory; per model call tokens and latency)",
     )
-    show.set_defaults(handler=_show)
+    show.set_defaults(handler=_one_line(_show))
 
     slowest = commands.add_parser("slowest", help="the long tail and where it spent its time")
     _run_dir(slowest)
     slowest.add_argument("-n", type=int, default=10, help="how many rollouts (default 10)")
-    slowest.set_defaults(handler=_slowest)
+    slowest.set_defaults(handler=_one_line(_slowest))
 
     check = commands.add_parser("check", help="verify the trace contract; non-zero on violation")
     _run_dir(check)
-    check.set_defaults(handler=_check)
+    check.set_defaults(handler=_one_line(_check))
 
 
 def add_serve_parser(commands: Any) -> argparse.ArgumentParser:
@@ -107,7 +108,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from rollgym.event_loop import loop_factory
     from rollgym.tracestore.access import TOKEN_ENV, otel_headers_value, store_token
-    from rollgym.tracestore.lifecycle import serve
+    from rollgym.tracestore.lifecycle import ListenError, serve
 
     db = args.db
     if args.run_dir is not None and args.db == Path("traces.db"):
@@ -119,27 +120,64 @@ def _serve(args: argparse.Namespace) -> int:
             f"OTEL_EXPORTER_OTLP_TRACES_HEADERS={otel_headers_value(token)}",
             flush=True,
         )
-    with asyncio.Runner(loop_factory=loop_factory()) as runner:
-        runner.run(
-            serve(
-                db,
-                args.host,
-                args.port,
-                run_dir=args.run_dir,
-                ready_file=args.ready_file,
-                max_body=args.max_body_bytes,
-                allow_hosts=tuple(args.allow_host),
-                token=token,
+    try:
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            runner.run(
+                serve(
+                    db,
+                    args.host,
+                    args.port,
+                    run_dir=args.run_dir,
+                    ready_file=args.ready_file,
+                    max_body=args.max_body_bytes,
+                    allow_hosts=tuple(args.allow_host),
+                    token=token,
+                )
             )
-        )
+    except ListenError as exc:
+        print(f"rollgym traces serve: {exc.strerror}", file=sys.stderr)
+        return 2
     return 0
+
+
+class _Unreadable(Exception):
+    """A run directory or trace store the command cannot read: one line, exit 2."""
+
+
+def _one_line(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Run a reading command; a missing run directory, a file that is not a trace store or an
+    unreadable one is one line naming the path (exit 2), never a traceback."""
+
+    def run(args: argparse.Namespace) -> int:
+        import sqlite3
+
+        from rollgym.tracestore.queries import db_path_of
+        from rollgym.tracestore.schema import StoreVersionError
+
+        try:
+            return handler(args)
+        except (_Unreadable, StoreVersionError) as exc:
+            problem = str(exc)
+        except sqlite3.DatabaseError as exc:
+            problem = f"{db_path_of(args.run_dir)}: not a readable trace store ({exc})"
+        except OSError as exc:
+            problem = f"{exc.filename or args.run_dir}: {exc.strerror or exc}"
+        print(f"rollgym traces {args.traces_command}: {problem}", file=sys.stderr)
+        return 2
+
+    return run
 
 
 def _open(args: argparse.Namespace) -> Any:
     from rollgym.tracestore.queries import db_path_of
     from rollgym.tracestore.store import connect_readonly
 
-    return connect_readonly(db_path_of(args.run_dir))
+    if not args.run_dir.exists():
+        raise _Unreadable(f"{args.run_dir}: no such run directory or trace store file")
+    path = db_path_of(args.run_dir)
+    if not path.is_file():
+        raise _Unreadable(f"{path}: no trace store here (was the run's telemetry off?)")
+    return connect_readonly(path)
 
 
 def _emit_json(value: Any) -> None:

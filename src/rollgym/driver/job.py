@@ -24,8 +24,10 @@ from rollgym.driver.collector import Collector
 from rollgym.driver.job_telemetry import JobTelemetry
 from rollgym.driver.outcomes import Outcome, RolloutResult
 from rollgym.driver.output import Ledger, OutcomeWriter
-from rollgym.driver.progress import ProgressReporter, count_rows
+from rollgym.driver.progress import FailureEcho, ProgressReporter, count_rows, resume_line
 from rollgym.driver.rows import read_jsonl
+from rollgym.driver.run_lock import RunLock, unusable
+from rollgym.driver.run_record import RunRecord, check_resume, with_record
 from rollgym.driver.sessions import SessionLog
 from rollgym.driver.summary import (
     Aggregator,
@@ -69,8 +71,8 @@ def resolve_run(config: JobConfig) -> tuple[str, Path]:
 def _read_run_file(output_dir: Path) -> dict[str, Any] | None:
     try:
         data = orjson.loads((output_dir / RUN_FILE).read_bytes())
-    except FileNotFoundError:
-        return None
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # no run there yet (a folder that cannot be made is the lock's to say)
     except (OSError, orjson.JSONDecodeError) as exc:
         raise ConfigError(
             f"cannot read {output_dir / RUN_FILE}: {exc}", key_path="run.output_dir"
@@ -78,14 +80,19 @@ def _read_run_file(output_dir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def prepare_output(config: JobConfig, run_id: str, output_dir: Path) -> None:
-    """Create the folder; write ``run.json`` (kept across resumes) and ``config.yaml`` (redacted)."""
+def prepare_output(
+    config: JobConfig, run_id: str, output_dir: Path, record: RunRecord | None = None
+) -> None:
+    """Create the folder; write ``run.json`` (kept across resumes, with what defines the run:
+    :mod:`~rollgym.driver.run_record`) and ``config.yaml`` (redacted)."""
     (output_dir / "logs").mkdir(parents=True, exist_ok=True)
-    if not (output_dir / RUN_FILE).exists():
-        write_json_atomic(
-            output_dir / RUN_FILE,
-            {"run_id": run_id, "repeats": config.run.repeats, "input": str(config.run.input)},
-        )
+    stored = _read_run_file(output_dir)
+    if stored is None:
+        stored = {"run_id": run_id, "repeats": config.run.repeats, "input": str(config.run.input)}
+        write_json_atomic(output_dir / RUN_FILE, stored)
+    recorded = with_record(stored, record) if record is not None else None
+    if recorded is not None:  # a new run, or a folder written before the record existed
+        write_json_atomic(output_dir / RUN_FILE, recorded)
     resolved = redacted(config)
     resolved["run"]["run_id"] = run_id
     resolved["run"]["output_dir"] = str(output_dir)
@@ -190,6 +197,7 @@ async def collect(
 ) -> int:
     """Stream the input through the collector; record and count every outcome. Returns the count."""
     count = 0
+    echo = FailureEcho()
 
     def record(outcome: Outcome) -> None:
         nonlocal count
@@ -204,6 +212,7 @@ async def collect(
             aggregator.add_result(outcome.dispatch_name, outcome.task_index, outcome.reward)
         else:
             aggregator.add_failure(outcome.dispatch_name, outcome.error_kind)
+            echo.failed(outcome.error_kind, outcome.rollout_id, outcome.message)
         count += 1
 
     entries = read_jsonl(config.run.input, collector.router, collector.unique_ids())
@@ -417,8 +426,24 @@ async def run_job(config: JobConfig, *, handle_signals: bool = False) -> Summary
             "is a directory, not a JSONL file" if config.run.input.is_dir() else "does not exist"
         )
         raise ConfigError(f"input file {config.run.input} {problem}", key_path="run.input")
-    prepare_output(config, run_id, output_dir)
+    with RunLock(output_dir):  # one run at a time in a folder (held until we return or die)
+        stored = _read_run_file(output_dir)
+        record = RunRecord.of(config)
+        check_resume(output_dir, stored, record)
+        try:
+            prepare_output(config, run_id, output_dir, record)
+        except OSError as exc:
+            raise unusable(output_dir, exc) from None
+        return await _run_owned(config, run_id, output_dir, stored is not None, handle_signals)
+
+
+async def _run_owned(
+    config: JobConfig, run_id: str, output_dir: Path, resumed: bool, handle_signals: bool
+) -> Summary:
+    """The run, once it holds its output directory."""
     state = JobState(config, run_id, output_dir)
+    if resumed:
+        report_to_stderr(resume_line(output_dir, state.aggregator, _total(config)))
     interrupts = Interrupts()
     loop = asyncio.get_running_loop()
     if handle_signals:

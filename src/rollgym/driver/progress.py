@@ -31,6 +31,51 @@ def count_rows(path: Path) -> int:
     return count
 
 
+def resume_line(output_dir: Path, aggregator: Aggregator, total: int | None) -> str:
+    """The one line a resume starts with: what earlier sessions recorded, what runs now."""
+    done = aggregator.requested
+    counts = f"{aggregator.completed} completed, {aggregator.failed} failed"
+    if total is None:
+        return f"rollgym: resuming {output_dir}: {done} rollouts already recorded ({counts})"
+    left = max(total - done, 0)
+    return (
+        f"rollgym: resuming {output_dir}: {done} of {total} rollouts already recorded "
+        f"({counts}), {left} to run"
+    )
+
+
+def failure_counts(failed_by_kind: dict[str, int]) -> str:
+    """``invalid_row 4, unknown_agent 1``: failures by kind, most first."""
+    ranked = sorted(failed_by_kind.items(), key=lambda item: (-item[1], item[0]))
+    return ", ".join(f"{kind} {count}" for kind, count in ranked)
+
+
+class FailureEcho:
+    """Says the first failure of each kind on the console as it happens (its rollout and
+    message); the rest only count, in the progress lines and the end-of-run table, so a run
+    whose every row fails is loud from its first second without printing every record."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self._stream = stream
+        self._seen: set[str] = set()
+
+    def failed(self, error_kind: str, rollout_id: str | None, message: str) -> None:
+        if error_kind in self._seen or error_kind == "cancelled":
+            return
+        self._seen.add(error_kind)
+        first_line = message.splitlines()[0] if message else ""
+        if len(first_line) > 300:
+            first_line = first_line[:297] + "..."
+        who = f" {rollout_id}" if rollout_id else ""
+        stream = self._stream if self._stream is not None else sys.stderr
+        print(
+            f"rollgym: failure ({error_kind}){who}: {first_line} "
+            f"(first of its kind; the rest are counted, all are in failures.jsonl)",
+            file=stream,
+            flush=True,
+        )
+
+
 class ProgressReporter:
     """Samples the aggregator and in-flight registry; renders them three ways."""
 
@@ -69,6 +114,7 @@ class ProgressReporter:
             "total": self._total,
             "completed": agg.completed,
             "failed": agg.failed,
+            "failed_by_kind": dict(agg.failed_by_kind),
             "in_flight": in_flight,
             "rate": round(rate, 2),
             "eta_s": eta,
@@ -79,9 +125,10 @@ class ProgressReporter:
     def line(self, snap: dict[str, Any]) -> str:
         total = f"/{snap['total']}" if snap["total"] is not None else ""
         eta = f", eta {snap['eta_s']:.0f}s" if snap["eta_s"] is not None else ""
+        kinds = failure_counts(snap.get("failed_by_kind") or {})
         return (
             f"[rollgym] {snap['completed'] + snap['failed']}{total} done "
-            f"({snap['completed']} completed, {snap['failed']} failed), "
+            f"({snap['completed']} completed, {snap['failed']} failed{': ' + kinds if kinds else ''}), "
             f"{snap['in_flight']} in flight, {snap['rate']:.1f}/s{eta}"
         )
 

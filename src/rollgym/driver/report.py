@@ -16,9 +16,22 @@ def _fmt(value: float | None) -> str:
 
 
 def _rate(summary: Summary) -> str:
-    if summary.rollouts_per_s is None:
-        return "nothing left to run: every rollout was recorded by an earlier session"
-    return f"{summary.rollouts_per_s:.1f} rollouts/s"
+    if summary.rollouts_per_s is not None:
+        return f"{summary.rollouts_per_s:.1f} rollouts/s"
+    if summary.requested == 0:
+        return "nothing ran: the input has no rows"
+    return "nothing left to run: every rollout was recorded by an earlier session"
+
+
+def nothing_completed_line(summary: Summary) -> str | None:
+    """One warning when a run that had rollouts to play completed none of them: every row
+    failed, which is almost always the setup (an unknown agent, a dead server), not the
+    policy. None otherwise (an interrupted run says how to resume instead)."""
+    if summary.completed or not summary.failed or summary.status == "interrupted":
+        return None
+    kinds = ", ".join(f"{kind}: {n}" for kind, n in summary.failed_by_kind.items())
+    where = f" (see {summary.output_dir}/failures.jsonl)" if summary.output_dir else ""
+    return f"rollgym: warning: no rollout completed; all {summary.failed} failed ({kinds}){where}"
 
 
 def summary_table(summary: Summary) -> Table:

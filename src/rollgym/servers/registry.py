@@ -54,6 +54,11 @@ def resolve_impl(impl: str, kind: str) -> type[Server]:
         raise ImportError(
             f"cannot import module {module_name!r} of implementation {impl!r}: {exc}"
         ) from None
+    except SyntaxError as exc:  # the author's file, by name and line: one line, no traceback
+        raise ImportError(
+            f"module {module_name!r} of implementation {impl!r} has a syntax error: "
+            f"{exc.filename}:{exc.lineno}: {exc.msg}"
+        ) from None
     cls = getattr(module, class_name, None)
     if cls is None:
         raise AttributeError(f"module {module_name!r} has no class {class_name!r}")

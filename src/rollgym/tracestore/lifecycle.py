@@ -9,6 +9,7 @@ asked, written atomically to a ready file so a parent process (store_process.py)
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import os
@@ -26,6 +27,16 @@ from rollgym.tracestore.viewer_routes import add_api_routes
 from rollgym.tracestore.writer import BatchWriter
 
 log = logging.getLogger(__name__)
+
+
+class ListenError(OSError):
+    """The store cannot listen where it was told: one line naming the address."""
+
+    def __init__(self, host: str, port: int, exc: OSError) -> None:
+        reason = exc.strerror or str(exc)
+        if exc.errno == errno.EADDRINUSE:
+            reason = "the port is in use by another process (give another --port, or 0)"
+        super().__init__(exc.errno, f"cannot listen on {host}:{port}: {reason}")
 
 
 def build_app(
@@ -110,7 +121,12 @@ async def serve(
     runner = make_runner(app, REQUEST_READ_TIMEOUT_S)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:  # the port is taken, or the address is not this machine's
+        await runner.cleanup()
+        await asyncio.to_thread(writer.close)
+        raise ListenError(host, port, exc) from None
     bound = runner.addresses[0][1]
     endpoint = f"http://{host}:{bound}"
     guarded = " (bearer token required)" if token else ""

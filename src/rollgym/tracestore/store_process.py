@@ -93,7 +93,10 @@ def start_trace_store(
     child_env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
     if token:
         child_env[TOKEN_ENV] = token
-    process = spawn_child(command, env=child_env, log_path=log, on_parent_death=signal.SIGKILL)
+    # its own session: a terminal's Ctrl-C reaches the driver only, which stops the store last
+    process = spawn_child(
+        command, env=child_env, log_path=log, on_parent_death=signal.SIGKILL, new_session=True
+    )
     try:
         endpoint = _local_url(_wait_ready(process, ready, timeout_s))
     except BaseException:

@@ -1,0 +1,64 @@
+"""The console's words: failures as they happen, resume counts, empty and all-failed runs."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from rollgym.driver.progress import FailureEcho, resume_line
+from rollgym.driver.report import _rate, nothing_completed_line
+from rollgym.driver.summary import Aggregator, Summary
+
+
+def _summary(completed: int, failed: int, status: str = "completed") -> Summary:
+    agg = Aggregator(1, 1.0)
+    for index in range(completed):
+        agg.add_result("a", index, 1.0)
+    for _ in range(failed):
+        agg.add_failure("a", "unknown_agent")
+    summary = Summary.from_aggregator("r", status, agg, 1.0, completed + failed)
+    summary.output_dir = "runs/r"
+    return summary
+
+
+def test_the_first_failure_of_each_kind_is_said_then_only_counted() -> None:
+    out = io.StringIO()
+    echo = FailureEcho(out)
+    echo.failed("unknown_agent", "0-0", "rows.jsonl:1: field 'agent': no agent 'ghost'")
+    echo.failed("unknown_agent", "1-0", "rows.jsonl:2: field 'agent': no agent 'ghost'")
+    echo.failed("cancelled", "2-0", "interrupted")
+    echo.failed("http_5xx", "3-0", "HTTP 500: boom\nmore")
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("rollgym: failure (unknown_agent) 0-0: rows.jsonl:1: field 'agent'")
+    assert lines[1].startswith("rollgym: failure (http_5xx) 3-0: HTTP 500: boom (first")
+
+
+def test_a_resume_says_what_is_done_and_what_will_run() -> None:
+    agg = Aggregator(1, 1.0)
+    for index in range(3):
+        agg.add_result("a", index, 1.0)
+    agg.add_failure("a", "http_4xx")
+    line = resume_line(Path("runs/x"), agg, 10)
+    assert line == (
+        "rollgym: resuming runs/x: 4 of 10 rollouts already recorded "
+        "(3 completed, 1 failed), 6 to run"
+    )
+
+
+def test_an_empty_input_is_not_called_an_earlier_sessions_work() -> None:
+    empty = _summary(0, 0)
+    empty.rollouts_per_s = None
+    assert _rate(empty) == "nothing ran: the input has no rows"
+    resumed = _summary(2, 0)
+    resumed.rollouts_per_s = None
+    assert "earlier session" in _rate(resumed)
+
+
+def test_a_run_that_completed_nothing_warns() -> None:
+    line = nothing_completed_line(_summary(0, 3))
+    assert line is not None and "no rollout completed; all 3 failed (unknown_agent: 3)" in line
+    assert "runs/r/failures.jsonl" in line
+    assert nothing_completed_line(_summary(1, 3)) is None
+    assert nothing_completed_line(_summary(0, 0)) is None
+    assert nothing_completed_line(_summary(0, 3, "interrupted")) is None

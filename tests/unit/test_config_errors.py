@@ -1,0 +1,83 @@
+"""Config errors a person meets first: each one line naming the file (or the override)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rollgym.config import load_config
+from rollgym.errors import ConfigError
+
+GOOD = """\
+run:
+  input: rows.jsonl
+  agent: a
+servers:
+  a: {kind: agent, impl: single_turn, model: m, environment: e}
+  m: {kind: model, impl: simulated}
+  e: {kind: environment, impl: arithmetic}
+"""
+
+
+def _error(path: Path, overrides: tuple[str, ...] = ()) -> ConfigError:
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, overrides)
+    assert "\n" not in str(caught.value), "an error is one line"
+    return caught.value
+
+
+def test_a_duplicate_key_is_refused_naming_file_line_and_key(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        GOOD.replace("  agent: a\n", "  agent: a\n  concurrency: 3\n  concurrency: 4\n")
+    )
+    message = str(_error(path))
+    assert message.startswith(f"{path}: line 5: duplicate key 'concurrency'"), message
+    assert "first set on line 4" in message
+
+
+def test_a_duplicate_key_in_a_flow_mapping_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(GOOD.replace("{kind: model, impl: simulated}", "{kind: model, kind: env}"))
+    assert "duplicate key 'kind'" in str(_error(path))
+
+
+def test_a_yaml_syntax_error_names_the_file_not_a_unicode_string(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text("run:\n  input: rows.jsonl\n bad: [\n")
+    message = str(_error(path))
+    assert message.startswith(f"{path}: not valid YAML: line 3, column 2: "), message
+    assert "<unicode string>" not in message
+
+
+def test_an_override_typo_is_blamed_on_the_override(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(GOOD)
+    error = _error(path, ("run.concurency=4",))
+    assert str(error).startswith("override run.concurency=4: run.concurency: unknown key")
+    assert "did you mean 'concurrency'" in str(error)
+    assert str(path) not in str(error)
+    bad_value = _error(path, ("run.concurrency=many",))
+    assert str(bad_value).startswith("override run.concurrency=many: run.concurrency: ")
+
+
+def test_an_error_of_the_file_stays_the_files_with_overrides_given(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(GOOD.replace("  agent: a\n", "  agent: a\n  repeets: 2\n"))
+    error = _error(path, ("run.concurrency=4",))
+    assert str(error).startswith(f"{path}: run.repeets: unknown key")
+
+
+def test_a_syntax_error_in_a_custom_module_names_its_file_and_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "broken_agent_mod.py").write_text("x = 1\ndef f(:\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        GOOD.replace("impl: single_turn, model: m, environment: e", "impl: 'broken_agent_mod:Cls'")
+    )
+    error = _error(path)
+    assert error.key_path == "servers.a.impl"
+    assert f"{tmp_path / 'broken_agent_mod.py'}:2: " in str(error)
