@@ -37,6 +37,7 @@ from rollgym.server_options import ServerKind
 from rollgym.server_options import (
     ServerOptions as ServerOptions,  # public: implementations import it from here
 )
+from rollgym.urls import redact_text
 
 if TYPE_CHECKING:
     from rollgym.servers.base import Server
@@ -79,7 +80,12 @@ class RunConfig(BaseModel):
         10.0, gt=0, description="Seconds between plain progress lines."
     )
     max_request_bytes: int = Field(
-        16 * 1024 * 1024, ge=1024, description="Largest request body a server accepts."
+        16 * 1024 * 1024,
+        ge=1024,
+        description="Largest request body a server accepts, and the driver sends to an agent.",
+    )
+    max_response_bytes: int = Field(
+        16 * 1024 * 1024, ge=1024, description="Largest answer the driver reads from an agent."
     )
     trajectories: bool = Field(
         False,
@@ -506,6 +512,6 @@ def redacted(config: JobConfig) -> dict[str, Any]:
             }
         if isinstance(node, list):
             return [scrub(item) for item in node]
-        return node
+        return redact_text(node) if isinstance(node, str) else node  # a URL's user:password
 
     return scrub(config.model_dump(mode="json"))

@@ -178,6 +178,8 @@ def make_collector(
         capture_tokens=run.capture_tokens,
         rotation=rotation,
         replicas=getattr(urls, "replicas", None),
+        max_request_bytes=run.max_request_bytes,
+        max_response_bytes=run.max_response_bytes,
     )
 
 

@@ -48,6 +48,7 @@ from rollgym.telemetry.sampling import (
 )
 from rollgym.telemetry.settings import DEFAULT_FLUSH_TIMEOUT_S, TelemetrySettings, server_env
 from rollgym.telemetry.span_counts import SpanCountRecord, empty_record
+from rollgym.urls import redact_text
 
 __all__ = [
     "TelemetryHandle",
@@ -345,7 +346,12 @@ def _resource(
     )
     if not user_named:
         attributes[SERVICE_NAME] = service_name
-    return Resource.create(attributes)
+    resource = Resource.create(attributes)
+    # OTEL_RESOURCE_ATTRIBUTES may hold a URL with user:password: never exported as given
+    return Resource(
+        {k: redact_text(v) if isinstance(v, str) else v for k, v in resource.attributes.items()},
+        resource.schema_url,
+    )
 
 
 def _safe(

@@ -31,6 +31,7 @@ import requests
 
 from rollgym.telemetry.pipeline.frames import STOP_RETRYING, read_frame
 from rollgym.telemetry.pipeline.wire import encode_request
+from rollgym.urls import redact_url
 
 _log = logging.getLogger("rollgym.telemetry.exporter")
 _FIRST_RETRY_S = 0.5
@@ -87,7 +88,7 @@ class Poster:
                     self._failure_logged = True
                     _log.warning(
                         "span export to %s failed (%s); further failures are counted, not logged",
-                        self._url,
+                        redact_url(self._url),
                         why,
                     )
                 return False
