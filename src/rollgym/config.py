@@ -241,13 +241,20 @@ class TelemetryConfig(BaseModel):
     max_queue_size: int = Field(
         65536, ge=1, description="Spans buffered per process before dropping."
     )
-    max_export_batch_size: int = Field(4096, ge=1, description="Spans per export request.")
+    max_export_batch_size: int = Field(
+        512, ge=1, description="Spans per export request (halved after a backend timeout)."
+    )
     schedule_delay_ms: int = Field(500, ge=1, description="Longest wait between exports.")
     flush_timeout_s: float = Field(
         60.0,
         gt=0,
         description="How long each process waits at its end for unsent spans to reach the "
         "backend; what is still unsent then is counted as dropped and reported.",
+    )
+    require_exporter: bool = Field(
+        False,
+        description="Stop the run at its start when the chosen OTLP endpoint is unreachable; "
+        "by default it goes on exporting nothing, said in one line.",
     )
     store_bind: str | None = Field(
         None,

@@ -36,6 +36,7 @@ from rollgym.telemetry.dropping import CountingSpanProcessor
 from rollgym.telemetry.embedder import caller_provider
 from rollgym.telemetry.exporters import build_metric_exporter, build_span_exporter
 from rollgym.telemetry.groups import ALL_GROUPS, SpanGroup, configure_gate, gate
+from rollgym.telemetry.loss_report import loss_warnings
 from rollgym.telemetry.metrics import HttpClientMetrics, RolloutMetrics, register_dropped_spans
 from rollgym.telemetry.pipeline import build as pipeline
 from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
@@ -136,7 +137,7 @@ class TelemetryHandle:
             )
         if self.processor is not None:
             self.processor.counts.close()
-            _report_loss(self.processor.counts.dropped)
+            _report_loss(self.processor.counts.snapshot())
 
     def _shutdown_providers(self) -> None:
         for provider in (self.tracer_provider, self.meter_provider):
@@ -369,17 +370,11 @@ def _safe(
         return None
 
 
-def _report_loss(dropped: dict[str, int]) -> None:
-    """Say loudly, once per process at its end, how many spans never reached the backend."""
-    lost = {reason: n for reason, n in dropped.items() if n}
-    if lost:
-        detail = ", ".join(f"{reason}: {n}" for reason, n in sorted(lost.items()))
-        _log.warning(
-            "telemetry: %d span(s) were NOT delivered to the trace backend (%s); raise "
-            "telemetry.flush_timeout_s if the backend was slow to answer",
-            sum(lost.values()),
-            detail,
-        )
+def _report_loss(counts: SpanCountRecord) -> None:
+    """Say loudly, once per process at its end, which spans did not surely reach the backend,
+    and what would help (:mod:`rollgym.telemetry.loss_report`)."""
+    for warning in loss_warnings(counts):
+        _log.warning("%s", warning)
 
 
 class _OncePerMessage(logging.Filter):
