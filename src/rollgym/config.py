@@ -38,6 +38,7 @@ from rollgym.server_options import ServerKind
 from rollgym.server_options import (
     ServerOptions as ServerOptions,  # public: implementations import it from here
 )
+from rollgym.urls import redact_text
 
 if TYPE_CHECKING:
     from rollgym.servers.base import Server
@@ -80,7 +81,12 @@ class RunConfig(BaseModel):
         10.0, gt=0, description="Seconds between plain progress lines."
     )
     max_request_bytes: int = Field(
-        16 * 1024 * 1024, ge=1024, description="Largest request body a server accepts."
+        16 * 1024 * 1024,
+        ge=1024,
+        description="Largest request body a server accepts, and the driver sends to an agent.",
+    )
+    max_response_bytes: int = Field(
+        16 * 1024 * 1024, ge=1024, description="Largest answer the driver reads from an agent."
     )
     trajectories: bool = Field(
         False,
@@ -236,13 +242,20 @@ class TelemetryConfig(BaseModel):
     max_queue_size: int = Field(
         65536, ge=1, description="Spans buffered per process before dropping."
     )
-    max_export_batch_size: int = Field(4096, ge=1, description="Spans per export request.")
+    max_export_batch_size: int = Field(
+        512, ge=1, description="Spans per export request (halved after a backend timeout)."
+    )
     schedule_delay_ms: int = Field(500, ge=1, description="Longest wait between exports.")
     flush_timeout_s: float = Field(
         60.0,
         gt=0,
         description="How long each process waits at its end for unsent spans to reach the "
         "backend; what is still unsent then is counted as dropped and reported.",
+    )
+    require_exporter: bool = Field(
+        False,
+        description="Stop the run at its start when the chosen OTLP endpoint is unreachable; "
+        "by default it goes on exporting nothing, said in one line.",
     )
     store_bind: str | None = Field(
         None,
@@ -532,6 +545,6 @@ def redacted(config: JobConfig) -> dict[str, Any]:
             }
         if isinstance(node, list):
             return [scrub(item) for item in node]
-        return node
+        return redact_text(node) if isinstance(node, str) else node  # a URL's user:password
 
     return scrub(config.model_dump(mode="json"))

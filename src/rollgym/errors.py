@@ -18,7 +18,8 @@ driver into ``DispatchError`` kinds, an agent into a ``ServerCallError``)::
     ├── TransportError           an outgoing HTTP request got no whole answer (HttpClient)
     │   ├── ConnectError             could not connect, or the connection broke mid-exchange
     │   │   └── ConnectionRefused        nothing listens at the address (a dead replica)
-    │   └── RequestTimeout           no whole answer within the request's time limit
+    │   ├── RequestTimeout           no whole answer within the request's time limit
+    │   └── ExchangeRefused          refused by the client itself: too large, cross-host redirect
     ├── HTTPError                raised in a server's handler: answer this status and message
     ├── ServerCallError          a rollout's call to its model or environment failed
     └── DispatchError            one attempt of one rollout went wrong (the driver's view)
@@ -140,6 +141,20 @@ class ConnectionRefused(ConnectError):
 
 class RequestTimeout(TransportError):
     """No whole answer within the request's time limit."""
+
+
+class ExchangeRefused(TransportError):
+    """The client refused the exchange on its own terms; another attempt would do the same.
+
+    ``kind``: ``request_too_large`` (the body is over the limit, never sent),
+    ``response_too_large`` (the answer grew past the limit while it was read),
+    ``redirect_refused`` (a redirect to another host, never followed). The message names the
+    config key that sets the limit, or the two hosts.
+    """
+
+    def __init__(self, message: str, *, server: str, kind: str) -> None:
+        self.kind = kind
+        super().__init__(message, server=server)
 
 
 class HTTPError(RollgymError):

@@ -38,6 +38,12 @@ RAY_CLI = shutil.which("ray")
 RAY_ENV = {"RAY_AUTH_MODE": "disabled"}
 
 
+def _own_env() -> dict[str, str]:
+    """This process's environment without ``RAY_ADDRESS``: every Ray process here talks to
+    the cluster this test started, by its explicit address, never to one a shell points at."""
+    return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -70,7 +76,7 @@ class Cluster:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                env={**os.environ, **RAY_ENV},
+                env={**_own_env(), **RAY_ENV},
             )
 
     def alive_nodes(self) -> int:
@@ -84,7 +90,7 @@ class Cluster:
             capture_output=True,
             text=True,
             timeout=120,
-            env={**os.environ, **RAY_ENV},
+            env={**_own_env(), **RAY_ENV},
         )
         lines = probe.stdout.strip().splitlines()
         return int(lines[-1]) if probe.returncode == 0 and lines else 0
@@ -152,7 +158,7 @@ def _command(tmp_path: Path, cluster: Cluster, rows: int, *overrides: str) -> li
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env = {k: v for k, v in _own_env().items() if not k.startswith("OTEL_")}
     return {**env, **RAY_ENV, "PYTHONPATH": pythonpath()}
 
 

@@ -39,6 +39,14 @@ SERVERS = {"policy", "arith", "keys", "solver", "walker"}
 RAY_INIT = {"address": "local", "num_cpus": 2, "include_dashboard": False, "log_to_driver": False}
 
 
+@pytest.fixture(autouse=True)
+def no_ray_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never a cluster these tests did not start: ``RAY_ADDRESS`` would make a plain
+    ``ray.init()`` join it (``RAY_INIT`` says ``address="local"`` too; test_ray_hermetic.py
+    proves both next to an unrelated cluster)."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+
 @pytest.fixture
 def local_trace_store(monkeypatch: pytest.MonkeyPatch) -> None:
     """No OTEL_* destination: the run exports to its own trace store, servers included."""

@@ -74,13 +74,17 @@ def test_agent_killed_mid_run_keeps_exact_accounting(job: Job, no_leftover_serve
     assert all(isinstance(r["reward"], float) for r in job.rollouts)
 
 
-def test_oversized_request_is_a_permanent_413_failure(job: Job, no_leftover_servers: None) -> None:
+def test_oversized_request_is_a_permanent_failure(job: Job, no_leftover_servers: None) -> None:
+    """The driver holds itself to the servers' limit: the row is refused before it is sent
+    (a launched server would answer it 413: ``test_servers.py`` and
+    ``tests/unit/servers/test_http_server.py`` cover that edge)."""
     rows = [{"q": 0}, {"q": 1, "blob": "x" * 5000}, {"q": 2}]
     job.write({"a": agent()}, rows, agent="a", max_request_bytes=2048)
     proc = job.run()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (failure,) = job.failures
-    assert failure["rollout_id"] == "1-0" and failure["error_kind"] == "http_4xx"
-    assert failure["attempt"] == 0 and "413" in failure["message"] and "2048" in failure["message"]
+    assert failure["rollout_id"] == "1-0" and failure["error_kind"] == "request_too_large"
+    assert failure["attempt"] == 0 and "run.max_request_bytes" in failure["message"]
+    assert "2048" in failure["message"]
     assert sorted(r["rollout_id"] for r in job.rollouts) == ["0-0", "2-0"]
     _accounting_holds(job, 3)

@@ -80,9 +80,12 @@ def test_every_rollout_completes_with_the_same_result(loss: LossRuns, label: str
     assert summary["status"] == "completed"
     assert summary["completed"] == ROLLOUTS and summary["failed"] == 0
     assert _results(job) == _results(loss.off)
+    assert not (job.out / "traces.db").exists()
+    if label == "dead":  # found out at the start: the run went on exporting nothing
+        assert job.summary["telemetry"]["exporter_unreachable"].startswith("http://127.0.0.1:")
+        return
     # tracing was on (each rollout has a trace id) although nothing could be delivered
     assert all(r["trace_id"] for r in job.rollouts)
-    assert not (job.out / "traces.db").exists()
     if label == "500":
         assert loss.failing_hits > 0, "the exporter never reached the failing endpoint"
 
@@ -97,13 +100,18 @@ def test_a_dead_endpoint_does_not_slow_the_run(loss: LossRuns, label: str) -> No
     assert wall < 2 * loss.off_wall + 5 + flushes, (wall, loss.off_wall)
 
 
-@pytest.mark.parametrize(
-    "label",
-    [
-        "dead",
-        "500",
-    ],
-)
+def test_a_dead_endpoint_is_said_once_at_the_start_and_in_the_summary(loss: LossRuns) -> None:
+    job, _ = loss.traced["dead"]
+    telemetry = job.summary["telemetry"]
+    endpoint = telemetry["exporter_unreachable"]
+    stderr: str = job.stderr  # type: ignore[attr-defined]
+    assert stderr.count(f"the OTLP endpoint {endpoint} is unreachable") == 1, stderr[-2000:]
+    assert telemetry["spans_exported"] == telemetry["spans_dropped"] == 0
+    assert any(endpoint in warning for warning in job.summary["warnings"])
+    assert "raise telemetry.flush_timeout_s" not in stderr
+
+
+@pytest.mark.parametrize("label", ["500"])
 def test_undelivered_spans_are_reported_as_dropped(loss: LossRuns, label: str) -> None:
     job, _ = loss.traced[label]
     telemetry = job.summary["telemetry"]
@@ -113,4 +121,8 @@ def test_undelivered_spans_are_reported_as_dropped(loss: LossRuns, label: str) -
     # and the loss is said loudly at the end of the run, with its count
     stderr: str = job.stderr  # type: ignore[attr-defined]
     dropped = telemetry["spans_dropped"]
-    assert f"{dropped} of {dropped} span(s) were NOT delivered" in stderr, stderr[-2000:]
+    assert f"0 of {dropped} span(s) delivered" in stderr, stderr[-2000:]
+    assert f"{dropped} NOT delivered" in stderr
+    assert telemetry["spans_dropped_by_reason"] == {"export_failed": dropped}
+    (warning,) = [w for w in job.summary["warnings"] if "export_failed" in w]
+    assert "check the endpoint" in warning and "flush_timeout_s" not in warning

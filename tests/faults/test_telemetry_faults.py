@@ -141,6 +141,30 @@ def test_an_unusable_otlp_endpoint_loses_spans_counted_and_warned_never_rollouts
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert_exact_accounting(job, 30)
     assert job.summary["failed"] == 0
-    dropped = job.summary["telemetry"]["spans_dropped"]
-    assert dropped > 0
-    assert f"rollgym: telemetry: {dropped} of " in proc.stderr and "NOT delivered" in proc.stderr
+    telemetry = job.summary["telemetry"]
+    if endpoint_kind == "closed":  # nothing listens: found out at the start, in one line
+        assert telemetry["exporter_unreachable"] == endpoint
+        assert proc.stderr.count(f"the OTLP endpoint {endpoint} is unreachable") == 1
+        return
+    # a tarpit accepts and never answers: whether it kept a request is unknown, not "dropped"
+    lost = telemetry["spans_dropped"] + telemetry["spans_unknown"]
+    assert lost > 0
+    assert f"rollgym: telemetry: 0 of {lost} span(s) delivered" in proc.stderr, proc.stderr
+
+
+def test_require_exporter_stops_at_the_start_when_the_endpoint_is_dead(
+    job: Job, no_leftover_servers: None
+) -> None:
+    endpoint = _closed_endpoint()
+    job.write(
+        {"a": _agent(delay_s=0.0)},
+        [{"q": i} for i in range(2)],
+        agent="a",
+        telemetry={"preset": "default", "endpoint": endpoint, "require_exporter": True},
+    )
+    proc = job.run(timeout=120, telemetry=True)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    (line,) = [ln for ln in proc.stderr.splitlines() if "unreachable" in ln]
+    assert "telemetry.require_exporter" in line and endpoint in line
+    assert job.rollouts == [] and job.failures == []  # nothing ran, nothing half-written

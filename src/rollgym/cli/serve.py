@@ -43,6 +43,7 @@ def register(subparsers: Any) -> None:
 
 async def _serve(config: Any, names: list[str]) -> None:
     from rollgym.driver.serve_only import serve_servers
+    from rollgym.urls import redact_url
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -51,7 +52,7 @@ async def _serve(config: Any, names: list[str]) -> None:
     try:
         async with serve_servers(config, names) as served:
             for name, url in served.urls.items():
-                print(f"{name} {url}", flush=True)
+                print(f"{name} {redact_url(url)}", flush=True)
             print(
                 f"rollgym: serving {len(served.urls)} server(s); logs in {served.output_dir}; "
                 "Ctrl-C to stop",

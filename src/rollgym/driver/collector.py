@@ -47,6 +47,11 @@ from rollgym.driver.rows import (
 )
 from rollgym.driver.unique_ids import UniqueIds
 from rollgym.http.client import HttpClient
+from rollgym.http.limits import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    ExchangeLimits,
+)
 from rollgym.open_files import raise_open_files_limit
 from rollgym.telemetry.embedder import CallerTracing
 from rollgym.trajectory.record import Capture
@@ -84,7 +89,9 @@ class Collector:
     where rollgym's own telemetry is set up (``rollgym run`` uses its config).
 
     ``rotation`` (the CLI job's server supervisor) holds back attempts for a server that is
-    restarting.
+    restarting. ``max_request_bytes`` / ``max_response_bytes`` bound what one attempt sends and
+    what its answer may weigh (``run.max_request_bytes``, ``run.max_response_bytes``); ``None``
+    is no limit.
     """
 
     def __init__(
@@ -107,6 +114,8 @@ class Collector:
         capture_tokens: bool = False,
         rotation: Rotation | None = None,
         replicas: Mapping[str, list[str]] | None = None,
+        max_request_bytes: int | None = DEFAULT_MAX_REQUEST_BYTES,
+        max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         if concurrency < 1 or repeats < 1 or max_attempts < 1:
             raise ValueError("concurrency, repeats and max_attempts must be at least 1")
@@ -130,6 +139,8 @@ class Collector:
         self._rotation = rotation
         #: ``{server: [replica URLs]}``: the client balances over them (``servers`` names the first).
         self._replicas = dict(replicas or {})
+        #: A row over the request limit is refused unsent; an answer past the other while read.
+        self._limits = ExchangeLimits(max_request_bytes, max_response_bytes)
         self._client: HttpClient | None = None
         self._pool: WorkerPool[WorkItem] | None = None
         self._caller_tracing = CallerTracing(span_groups)
@@ -143,7 +154,10 @@ class Collector:
         raise_open_files_limit(2 * self.concurrency + 512)
         self._caller_tracing.start()
         self._client = HttpClient(
-            limit=self.concurrency, metrics=self._http_metrics, replicas=self._replicas
+            limit=self.concurrency,
+            metrics=self._http_metrics,
+            replicas=self._replicas,
+            limits=self._limits,
         )
         await self._client.start()
         return self

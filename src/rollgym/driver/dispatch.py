@@ -10,7 +10,9 @@ The answer is classified here, once: transient failures (connection error, timeo
 and 429) may be retried by :mod:`rollgym.driver.retry`; permanent ones (other 4xx, a non-JSON
 answer, an answer without a numeric ``reward``, including a rollgym server's own refusal of one
 with ``{"field": "reward"}`` in its error body; a refused credential: 401/403, or an error body
-with ``{"field": "authentication"}`` from an agent whose upstream refused its key) may not.
+with ``{"field": "authentication"}`` from an agent whose upstream refused its key; a row over
+``run.max_request_bytes``, an answer over ``run.max_response_bytes``, a redirect to another
+host) may not.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from rollgym.errors import (
     AUTH_STATUSES,
     AUTHENTICATION,
     DispatchError,
+    ExchangeRefused,
     PermanentDispatchError,
     RequestTimeout,
     TransientDispatchError,
@@ -252,12 +255,16 @@ async def _post(
     return answer
 
 
-def transport_failure(exc: TransportError) -> TransientDispatchError:
-    """The driver's reading of a request that got no answer: worth another attempt.
+def transport_failure(exc: TransportError) -> DispatchError:
+    """The driver's reading of a request that got no answer: worth another attempt, unless the
+    client refused it itself (too large, a redirect to another host): that is permanent.
 
     The message stays the client's (it names the server, method and path); the kind says
-    which: ``timeout`` or ``connection_error``.
+    which: ``timeout`` or ``connection_error``; for a refusal ``request_too_large``,
+    ``response_too_large`` or ``redirect_refused``.
     """
+    if isinstance(exc, ExchangeRefused):
+        return PermanentDispatchError(str(exc), kind=exc.kind, server=exc.server)
     kind = "timeout" if isinstance(exc, RequestTimeout) else "connection_error"
     return TransientDispatchError(str(exc), kind=kind, server=exc.server)
 

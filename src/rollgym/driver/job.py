@@ -38,6 +38,7 @@ from rollgym.driver.summary import (
 from rollgym.errors import ConfigError, OutputError, TransportError
 from rollgym.placement.supervisor import Supervisor, report_to_stderr
 from rollgym.telemetry.groups import gate
+from rollgym.telemetry.loss_report import loss_warnings
 from rollgym.telemetry.span_counts import SpanCountRecord, add_record, read_server_records
 
 RUN_FILE = "run.json"
@@ -185,6 +186,8 @@ def make_collector(
         capture_tokens=run.capture_tokens,
         rotation=rotation,
         replicas=getattr(urls, "replicas", None),
+        max_request_bytes=run.max_request_bytes,
+        max_response_bytes=run.max_response_bytes,
     )
 
 
@@ -492,7 +495,7 @@ def telemetry_warnings(counts: dict[str, Any]) -> list[str]:
             f"the trace store died {counts['store_deaths']} time(s) and was restarted "
             f"{counts['store_restarts']} time(s); it was down {counts['store_down_s']} s"
         )
-    return warnings
+    return warnings + loss_warnings(counts)
 
 
 def _telemetry_counts(

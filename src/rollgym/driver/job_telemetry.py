@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from rollgym.config import JobConfig
+from rollgym.errors import ConfigError
 from rollgym.placement.supervisor import report_to_stderr
 from rollgym.telemetry.span_counts import SpanCountRecord, empty_record
+from rollgym.urls import redact_url
 
 _log = logging.getLogger(__name__)
 
@@ -45,6 +47,8 @@ class JobTelemetry:
         self._store_args: tuple[Path, Path] | None = None
         self._store_options: dict[str, Any] = {}
         self._watch: asyncio.Task[None] | None = None
+        #: The chosen OTLP endpoint (redacted) when nothing answered there at the start.
+        self.unreachable_endpoint: str | None = None
 
     @property
     def metrics(self) -> Any:
@@ -68,6 +72,7 @@ class JobTelemetry:
         settings = TelemetrySettings.from_config(
             config.telemetry, output_dir, local_store_endpoint=endpoint, run_id=run_id
         )
+        settings = self._probe(settings, config.telemetry.require_exporter)
         # ``embedded``: inside a trainer with its own recording provider, trace into that one
         self.handle = setup_telemetry(
             settings,
@@ -81,6 +86,36 @@ class JobTelemetry:
             from rollgym.telemetry.env_vars import ROLLGYM_TRACE_STORE_TOKEN
 
             self.server_env[ROLLGYM_TRACE_STORE_TOKEN] = self.store_token
+
+    def _probe(self, settings: Any, required: bool) -> Any:
+        """One connect to a chosen OTLP endpoint: when nothing is there, say so in one line and
+        go on exporting nothing (seconds, not a retry per batch per process), or stop the run
+        before any server starts when ``telemetry.require_exporter`` asks for that."""
+        from rollgym.telemetry.endpoint_probe import (
+            needs_probe,
+            traces_endpoint,
+            unreachable,
+            without_export,
+        )
+
+        if not needs_probe(settings):
+            return settings
+        target = redact_url(traces_endpoint(settings))
+        problem = unreachable(traces_endpoint(settings))
+        if problem is None:
+            return settings
+        if required:
+            raise ConfigError(
+                f"the OTLP endpoint {target} is unreachable ({problem}); the run did not start",
+                key_path="telemetry.require_exporter",
+            )
+        self.unreachable_endpoint = target
+        report_to_stderr(
+            f"rollgym: telemetry: the OTLP endpoint {target} is unreachable ({problem}); the "
+            "run goes on exporting no spans or metrics (telemetry.require_exporter: true stops "
+            "it instead)"
+        )
+        return without_export(settings)
 
     def _start_store(self, output_dir: Path, address: tuple[str, int]) -> str | None:
         try:
@@ -156,11 +191,14 @@ class JobTelemetry:
 
     def store_counts(self) -> dict[str, Any]:
         """The store's availability for ``summary.json`` -> ``telemetry``."""
-        return {
+        counts: dict[str, Any] = {
             "store_deaths": self.store_deaths,
             "store_restarts": self.store_restarts,
             "store_down_s": round(self.store_down_s, 3),
         }
+        if self.unreachable_endpoint is not None:
+            counts["exporter_unreachable"] = self.unreachable_endpoint
+        return counts
 
     async def stop_store(self) -> None:
         if self._watch is not None:

@@ -55,16 +55,10 @@ def summary_table(summary: Summary) -> Table:
 
 
 def telemetry_loss_line(summary: Summary) -> str | None:
-    """One loud line when spans of the run never reached the trace backend, else None."""
-    dropped = int(summary.telemetry.get("spans_dropped", 0))
-    if not dropped:
-        return None
-    exported = int(summary.telemetry.get("spans_exported", 0))
-    return (
-        f"rollgym: telemetry: {dropped} of {dropped + exported} span(s) were NOT delivered to "
-        f"the trace backend (all processes; summary.json telemetry). If the backend was slow "
-        f"to answer, raise telemetry.flush_timeout_s."
-    )
+    """One loud line when spans of the run did not surely reach the trace backend, else None."""
+    from rollgym.telemetry.loss_report import loss_line
+
+    return loss_line(summary.telemetry)
 
 
 def _restarts(name: str, server: dict[str, Any]) -> str:

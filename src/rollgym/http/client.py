@@ -27,6 +27,14 @@ client sends each request to that URL to the replica with the fewest requests in
 once, and sends ``pinned`` requests (an environment session's calls) to exactly the replica
 they name. The answer says which replica served it (:attr:`HttpResponse.replica`).
 
+Limits (:class:`~rollgym.http.limits.ExchangeLimits`): a body over ``max_request_bytes`` is
+refused before it is sent, an answer is read in chunks and refused as soon as it grows past
+``max_response_bytes`` (never buffered whole first), and a redirect is followed only to the
+same scheme, host and port, a few times at most; each refusal is an
+:class:`~rollgym.errors.ExchangeRefused` whose message names the config key or the two hosts.
+Credentials in a URL (``http://user:pass@host``) are sent as basic auth by aiohttp and never
+appear in a message (:mod:`rollgym.urls`).
+
 Create the client once per process, outside any span (``async with HttpClient() as client``),
 so its pool and background tasks never capture a rollout's context.
 """
@@ -46,9 +54,11 @@ import aiohttp
 import orjson
 
 from rollgym.errors import ConnectError, ConnectionRefused, RequestTimeout
+from rollgym.http.limits import ExchangeLimits, read_bounded, redirect_target
 from rollgym.http.replicas import ReplicaSet, ReplicaTable, on_replica, origin
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import gate
+from rollgym.urls import redact_text
 
 _JSON_HEADERS = {"Content-Type": "application/json"}
 #: How much of a non-JSON answer is kept for error messages.
@@ -121,8 +131,10 @@ class HttpClient:
         limit: int = 0,
         metrics: Any | None = None,
         replicas: Mapping[str, list[str]] | None = None,
+        limits: ExchangeLimits | None = None,
     ) -> None:
         self._limit = limit
+        self.limits = limits or ExchangeLimits()
         self._metrics = metrics
         self.replicas = ReplicaTable(replicas)
         self._session: aiohttp.ClientSession | None = None
@@ -296,6 +308,8 @@ class HttpClient:
         if self._session is None:
             raise RuntimeError("HttpClient used before start(); create it at process start-up")
         data = orjson.dumps(body) if body is not None else None
+        if data is not None:
+            self.limits.check_request(destination, method, _path(url), len(data))
         metrics = self._metrics
         started = time.monotonic() if metrics is not None else 0.0
         if metrics is not None:
@@ -306,14 +320,14 @@ class HttpClient:
         try:
             try:
                 status, raw = await self._exchange(
-                    self._session, method, url, data, headers, timeout, trace_ctx
+                    self._session, destination, method, url, data, headers, timeout, trace_ctx
                 )
             except aiohttp.ClientError as exc:
                 if not (_stale_connection(exc) and _reused.get() and self._fresh is not None):
                     raise
                 self.resent += 1
                 status, raw = await self._exchange(
-                    self._fresh, method, url, data, headers, timeout, trace_ctx
+                    self._fresh, destination, method, url, data, headers, timeout, trace_ctx
                 )
         except TimeoutError:
             raise _timed_out(destination, method, url, timeout) from None
@@ -333,6 +347,7 @@ class HttpClient:
     async def _exchange(
         self,
         session: aiohttp.ClientSession,
+        destination: str,
         method: str,
         url: str,
         data: bytes | None,
@@ -340,19 +355,32 @@ class HttpClient:
         timeout: float | None,
         trace_ctx: dict[str, Any] | None,
     ) -> tuple[int, bytes]:
-        """One request on ``session``: the answer's status and body."""
-        response = await session.request(
-            method,
-            url,
-            data=data,
-            headers=headers,
-            timeout=self._timeout(timeout),
-            trace_request_ctx=trace_ctx,
-        )
-        # The answer has started: from here on a failure is never resent (see the module doc).
-        _reused.set(False)
-        async with response:
-            return response.status, await response.read()
+        """One request on ``session`` (and its same-host redirects): the answer's status and
+        body, read within ``max_response_bytes``."""
+        limits = self.limits
+        redirects = 0
+        while True:
+            response = await session.request(
+                method,
+                url,
+                data=data,
+                headers=headers,
+                timeout=self._timeout(timeout),
+                trace_request_ctx=trace_ctx,
+                allow_redirects=False,
+            )
+            # The answer has started: from here on a failure is never resent (module doc).
+            _reused.set(False)
+            async with response:
+                target = redirect_target(response.status, url, response.headers)
+                if target is None:
+                    body = await read_bounded(response, limits, destination, method, _path(url))
+                    return response.status, body
+            redirects += 1
+            limits.check_redirect(destination, response.status, url, target, redirects)
+            url = target
+            if response.status == 303 or (response.status in (301, 302) and method == "POST"):
+                method, data = "GET", None  # what browsers and aiohttp do with these
 
     @asynccontextmanager
     async def stream(
@@ -431,7 +459,9 @@ def _unreachable(destination: str, method: str, url: str, exc: aiohttp.ClientErr
     """aiohttp's failure as rollgym's: ``ConnectionRefused`` when nothing listened."""
     error = ConnectionRefused if _refused(exc) else ConnectError
     return error(
-        f"cannot reach {destination!r} ({method} {_path(url)}): {type(exc).__name__}: {exc}",
+        redact_text(
+            f"cannot reach {destination!r} ({method} {_path(url)}): {type(exc).__name__}: {exc}"
+        ),
         server=destination,
     )
 

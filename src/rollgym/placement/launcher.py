@@ -40,6 +40,7 @@ from rollgym.placement.local import LocalPlacement
 from rollgym.placement.supervisor import POLL_S, Supervisor
 from rollgym.servers.spec import ServeSpec, instance_name
 from rollgym.telemetry.groups import gate
+from rollgym.urls import redact_text
 
 HEALTH_TIMEOUT_S = 60.0
 #: A ``url:`` server that refuses every connection this long is not there: fail fast.
@@ -158,7 +159,9 @@ class _Launch:
         url = server.url.rstrip("/")
 
         def failure(problem: str) -> LaunchError:
-            return LaunchError(f"the running server at {url} is {problem}", server=name)
+            return LaunchError(
+                redact_text(f"the running server at {url} is {problem}"), server=name
+            )
 
         await wait_healthy(
             url,

@@ -44,7 +44,7 @@ _MAX_RETRY_S = 5.0
 class SpanCounts:
     """Thread-safe tallies shared by the processor and its exporter wrapper."""
 
-    __slots__ = ("_lock", "accepted", "handed", "exported", "dropped", "closed")
+    __slots__ = ("_lock", "accepted", "handed", "exported", "dropped", "unknown", "closed")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -52,6 +52,8 @@ class SpanCounts:
         self.handed = 0
         self.exported = 0
         self.dropped: dict[str, int] = dict.fromkeys(DROP_REASONS, 0)
+        #: Sent, but the backend did not answer in time: it may or may not have stored them.
+        self.unknown = 0
         #: Set by :meth:`close`; results that arrive later no longer change the tallies.
         self.closed = False
 
@@ -66,15 +68,19 @@ class SpanCounts:
             if self.closed:
                 return
             self.closed = True
-            unsent = self.accepted - self.exported - self.dropped[REASON_EXPORT_FAILED]
+            unsent = self.settled_short_of(self.accepted)
             if unsent > 0:
                 self.dropped[REASON_SHUTDOWN] += unsent
+
+    def settled_short_of(self, n: int) -> int:
+        """How many of ``n`` spans have no export outcome yet (exported, failed or unknown)."""
+        return n - self.exported - self.dropped[REASON_EXPORT_FAILED] - self.unknown
 
     def total_dropped(self) -> int:
         return sum(self.dropped.values())
 
     def snapshot(self) -> SpanCountRecord:
-        return make_record(self.exported, self.total_dropped())
+        return make_record(self.exported, self.total_dropped(), self.unknown, self.dropped)
 
 
 class _CountingExporter(SpanExporter):
@@ -157,7 +163,7 @@ class CountingSpanProcessor(SpanProcessor):
         exporter: SpanExporter,
         *,
         max_queue_size: int = 65536,
-        max_export_batch_size: int = 4096,
+        max_export_batch_size: int = 512,
         schedule_delay_ms: float = 500,
         patience_s: float = 0.0,
     ) -> None:

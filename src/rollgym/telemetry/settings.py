@@ -53,7 +53,7 @@ class TelemetrySettings:
     sampler_arg: str | None = None
     single_trace: bool = False
     max_queue_size: int = 65536
-    max_export_batch_size: int = 4096
+    max_export_batch_size: int = 512
     schedule_delay_ms: int = 500
     export_timeout_s: float = DEFAULT_EXPORT_TIMEOUT_S
     flush_timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S

@@ -36,6 +36,7 @@ from rollgym.telemetry.dropping import CountingSpanProcessor
 from rollgym.telemetry.embedder import caller_provider
 from rollgym.telemetry.exporters import build_metric_exporter, build_span_exporter
 from rollgym.telemetry.groups import ALL_GROUPS, SpanGroup, configure_gate, gate
+from rollgym.telemetry.loss_report import loss_warnings
 from rollgym.telemetry.metrics import HttpClientMetrics, RolloutMetrics, register_dropped_spans
 from rollgym.telemetry.pipeline import build as pipeline
 from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
@@ -48,6 +49,7 @@ from rollgym.telemetry.sampling import (
 )
 from rollgym.telemetry.settings import DEFAULT_FLUSH_TIMEOUT_S, TelemetrySettings, server_env
 from rollgym.telemetry.span_counts import SpanCountRecord, empty_record
+from rollgym.urls import redact_text
 
 __all__ = [
     "TelemetryHandle",
@@ -135,7 +137,7 @@ class TelemetryHandle:
             )
         if self.processor is not None:
             self.processor.counts.close()
-            _report_loss(self.processor.counts.dropped)
+            _report_loss(self.processor.counts.snapshot())
 
     def _shutdown_providers(self) -> None:
         for provider in (self.tracer_provider, self.meter_provider):
@@ -345,7 +347,12 @@ def _resource(
     )
     if not user_named:
         attributes[SERVICE_NAME] = service_name
-    return Resource.create(attributes)
+    resource = Resource.create(attributes)
+    # OTEL_RESOURCE_ATTRIBUTES may hold a URL with user:password: never exported as given
+    return Resource(
+        {k: redact_text(v) if isinstance(v, str) else v for k, v in resource.attributes.items()},
+        resource.schema_url,
+    )
 
 
 def _safe(
@@ -363,17 +370,11 @@ def _safe(
         return None
 
 
-def _report_loss(dropped: dict[str, int]) -> None:
-    """Say loudly, once per process at its end, how many spans never reached the backend."""
-    lost = {reason: n for reason, n in dropped.items() if n}
-    if lost:
-        detail = ", ".join(f"{reason}: {n}" for reason, n in sorted(lost.items()))
-        _log.warning(
-            "telemetry: %d span(s) were NOT delivered to the trace backend (%s); raise "
-            "telemetry.flush_timeout_s if the backend was slow to answer",
-            sum(lost.values()),
-            detail,
-        )
+def _report_loss(counts: SpanCountRecord) -> None:
+    """Say loudly, once per process at its end, which spans did not surely reach the backend,
+    and what would help (:mod:`rollgym.telemetry.loss_report`)."""
+    for warning in loss_warnings(counts):
+        _log.warning("%s", warning)
 
 
 class _OncePerMessage(logging.Filter):

@@ -29,6 +29,7 @@ from rollgym.identity import ATTEMPT, rollout_id_of
 from rollgym.telemetry import names
 from rollgym.telemetry.context import extract_context
 from rollgym.telemetry.current_span import current_span, warn_once
+from rollgym.urls import redact_url
 
 #: ``SpanContext`` of the ``gym.job`` span this process opened as a standalone trace root, for
 #: the duration of that job; None under an embedder's span or when no job span is open. When
@@ -426,10 +427,9 @@ def _client_attributes(
             attributes[names.SERVER_ADDRESS_HTTP] = parts.hostname
         if parts.port is not None:
             attributes[names.SERVER_PORT] = parts.port
-        netloc = parts.hostname or ""
-        if parts.port is not None:
-            netloc = f"{netloc}:{parts.port}"
-        attributes[names.URL_FULL] = urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+        attributes[names.URL_FULL] = redact_url(
+            urlunsplit((parts.scheme, parts.netloc, parts.path, parts.query, ""))
+        )
     except ValueError:
         pass
     if len(_CLIENT_ATTRIBUTES) >= _CLIENT_ATTRIBUTES_MAX:
@@ -469,7 +469,7 @@ def http_server_span(
 
 def _address_attributes(address: str) -> dict[str, Any]:
     """``gym.server.address`` plus ``server.address`` / ``server.port`` when they parse."""
-    attributes: dict[str, Any] = {names.SERVER_ADDRESS: address}
+    attributes: dict[str, Any] = {names.SERVER_ADDRESS: redact_url(address)}
     try:
         parts = urlsplit(address if "//" in address else f"//{address}")
         host, port = parts.hostname, parts.port

@@ -150,7 +150,9 @@ def test_http_client_span_attributes_and_no_credentials(named):
     assert routed.attributes["http.request.method"] == "POST"
     assert routed.attributes["server.address"] == "127.0.0.1"
     assert routed.attributes["server.port"] == 9000
-    assert routed.attributes["url.full"] == "http://127.0.0.1:9000/r/3-0/v1/chat/completions?x=1"
+    assert routed.attributes["url.full"] == (
+        "http://REDACTED:REDACTED@127.0.0.1:9000/r/3-0/v1/chat/completions?x=1"
+    )
     assert "secret" not in routed.attributes["url.full"]
     assert routed.attributes["gym.http.destination.server.name"] == "policy"
     assert "server.port" not in bare.attributes

@@ -8,8 +8,16 @@ Protocol (all frames are a 4-byte big-endian length, then :mod:`marshal` bytes):
 
 - first frame: a dict ``{"url", "headers", "timeout_s", "patience_s", "compression",
   "resource"}``;
-- every later frame: a list of span records, posted as one ``ExportTraceServiceRequest``;
-- for each frame it writes one line to stdout: ``ok <n>`` or ``fail <n>``.
+- every later frame: a list of span records, posted as ``ExportTraceServiceRequest`` s of at
+  most the current batch size (:class:`BatchSize`);
+- for each request it writes one line to stdout: ``ok <n>``, ``fail <n>`` or ``unknown <n>``.
+
+``unknown``: the whole request was sent and the backend did not answer within the request
+timeout. A slow backend (MLflow's OTLP endpoint with default settings, measured: every
+4,096-span request ran past 10 s) often stores such a batch anyway, so it is neither counted
+as delivered nor as dropped, and it is not sent again (that would store it twice). After such
+a timeout the batch size halves (down to :data:`MIN_BATCH`) and the request timeout doubles
+(up to :data:`MAX_TIMEOUT_FACTOR` times the configured one), so the rest of the run fits.
 
 End of stdin means "finish and exit"; SIGINT is ignored (the parent decides when it ends), so a
 Ctrl-C on the run does not lose the backlog; SIGUSR1 (:data:`STOP_RETRYING`, sent at the
@@ -31,11 +39,39 @@ import requests
 
 from rollgym.telemetry.pipeline.frames import STOP_RETRYING, read_frame
 from rollgym.telemetry.pipeline.wire import encode_request
+from rollgym.urls import redact_url
 
 _log = logging.getLogger("rollgym.telemetry.exporter")
 _FIRST_RETRY_S = 0.5
 _MAX_RETRY_S = 5.0
+#: The smallest request the batch size halves down to after timeouts.
+MIN_BATCH = 32
+#: The request timeout grows after a timeout, up to this many times the configured one.
+MAX_TIMEOUT_FACTOR = 4.0
+OK, FAIL, UNKNOWN = "ok", "fail", "unknown"
 _stop_retrying = False
+
+
+class BatchSize:
+    """Spans per request and the request timeout, both adapted after a backend timed out."""
+
+    def __init__(self, spans: int, timeout_s: float) -> None:
+        self.spans = max(1, spans)
+        self.timeout_s = timeout_s
+        self._max_timeout_s = timeout_s * MAX_TIMEOUT_FACTOR
+
+    def timed_out(self) -> None:
+        if self.spans > MIN_BATCH or self.timeout_s < self._max_timeout_s:
+            _log.warning(
+                "span export: the backend did not answer %d spans within %.0f s; sending "
+                "%d per request with a %.0f s timeout from now on",
+                self.spans,
+                self.timeout_s,
+                max(MIN_BATCH, self.spans // 2),
+                min(self._max_timeout_s, 2 * self.timeout_s),
+            )
+        self.spans = max(min(MIN_BATCH, self.spans), self.spans // 2)
+        self.timeout_s = min(self._max_timeout_s, 2 * self.timeout_s)
 
 
 class Poster:
@@ -65,34 +101,44 @@ class Poster:
         self._session = requests.Session()
         self._failure_logged = False
 
-    def post(self, body: bytes) -> bool:
+    def post(self, body: bytes, timeout_s: float | None = None) -> str:
+        """:data:`OK`, :data:`FAIL`, or :data:`UNKNOWN` (sent whole, no answer in time)."""
         if self._gzip:
             body = gzip.compress(body, compresslevel=1)
         give_up_at = time.monotonic() + self._patience
         backoff = _FIRST_RETRY_S
+        # (connect, read): a dead host is found out in the connect part; the read part is
+        # what a slow backend needs
+        timeout = (min(self._timeout, 5.0), timeout_s or self._timeout)
         while True:
             try:
                 answer = self._session.post(
-                    self._url, data=body, headers=self._headers, timeout=self._timeout
+                    self._url, data=body, headers=self._headers, timeout=timeout
                 )
                 if 200 <= answer.status_code < 300:
-                    return True
+                    return OK
                 retry = answer.status_code == 429 or answer.status_code >= 500
                 why = f"HTTP {answer.status_code}"
+            except requests.ReadTimeout:
+                self._log_once(f"no answer within {timeout[1]:.0f} s")
+                return UNKNOWN  # sent whole; sending it again could store it twice
             except requests.RequestException as exc:
                 retry = True
                 why = type(exc).__name__
             if not retry or _stop_retrying or time.monotonic() + backoff >= give_up_at:
-                if not self._failure_logged:
-                    self._failure_logged = True
-                    _log.warning(
-                        "span export to %s failed (%s); further failures are counted, not logged",
-                        self._url,
-                        why,
-                    )
-                return False
+                self._log_once(why)
+                return FAIL
             _sleep(backoff)
             backoff = min(2 * backoff, _MAX_RETRY_S)
+
+    def _log_once(self, why: str) -> None:
+        if not self._failure_logged:
+            self._failure_logged = True
+            _log.warning(
+                "span export to %s failed (%s); further failures are counted, not logged",
+                redact_url(self._url),
+                why,
+            )
 
 
 def _sleep(seconds: float) -> None:
@@ -121,18 +167,25 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
         config.get("compression"),
         config.get("patience_s", 0.0),
     )
+    size = BatchSize(config.get("batch", 512), config["timeout_s"])
     while True:
         frame = read_frame(inp)
         if frame is None:
             return
         records = marshal.loads(frame)
-        try:
-            ok = poster.post(encode_request(resource, records))
-        except Exception:  # an encoding bug loses this batch (counted), not the exporter
-            _log.exception("encoding a batch of %d spans failed", len(records))
-            ok = False
-        out.write(b"%s %d\n" % (b"ok" if ok else b"fail", len(records)))
-        out.flush()
+        start = 0
+        while start < len(records):
+            part = records[start : start + size.spans]
+            start += len(part)
+            try:
+                verdict = poster.post(encode_request(resource, part), size.timeout_s)
+            except Exception:  # an encoding bug loses this batch (counted), not the exporter
+                _log.exception("encoding a batch of %d spans failed", len(part))
+                verdict = FAIL
+            if verdict == UNKNOWN:
+                size.timed_out()
+            out.write(b"%s %d\n" % (verdict.encode(), len(part)))
+            out.flush()
 
 
 def main() -> None:

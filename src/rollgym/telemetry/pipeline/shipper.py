@@ -6,7 +6,8 @@ batch an ``Event.set``. Everything else happens on two daemon threads:
 
 - the *writer* takes up to ``max_export_batch_size`` records at a time, ``marshal`` s them (C
   speed) and writes the frame to the child's stdin; a full pipe blocks only this thread;
-- the *reader* reads the child's ``ok n`` / ``fail n`` lines and counts them.
+- the *reader* reads the child's ``ok n`` / ``fail n`` / ``unknown n`` lines and counts them
+  (``unknown``: the backend did not answer a request in time; it may have stored it).
 
 Loss is counted, never hidden and never blocking: a full queue drops the new span
 (``queue_full``); a batch the child could not deliver, or one written to a child that died,
@@ -95,7 +96,7 @@ class SpanShipper:
         patience_s: float = 0.0,
         compression: str | None = None,
         max_queue_size: int = 65536,
-        max_export_batch_size: int = 4096,
+        max_export_batch_size: int = 512,
         schedule_delay_ms: float = 500,
         command: list[str] | None = None,
     ) -> None:
@@ -128,6 +129,7 @@ class SpanShipper:
             "patience_s": float(patience_s),
             "compression": compression,
             "resource": dict(resource),
+            "batch": self._batch,
         }
         self._write_frame(marshal.dumps(config))
         self._writer = threading.Thread(
@@ -215,6 +217,8 @@ class SpanShipper:
                     continue
                 if verdict == b"ok":
                     counts.exported += n
+                elif verdict == b"unknown":
+                    counts.unknown += n
                 else:
                     counts.dropped[REASON_EXPORT_FAILED] += n
         with self._io_lock:  # the child is gone: what it was given and never answered is lost
@@ -228,7 +232,7 @@ class SpanShipper:
         with counts._lock:
             if counts.closed:
                 return
-            unresolved = counts.handed - counts.exported - counts.dropped[REASON_EXPORT_FAILED]
+            unresolved = counts.settled_short_of(counts.handed)
             if unresolved > 0:
                 counts.dropped[REASON_EXPORT_FAILED] += unresolved
 
@@ -243,8 +247,8 @@ class SpanShipper:
         counts = self.counts
         while True:
             with counts._lock:
-                settled = counts.exported + counts.dropped[REASON_EXPORT_FAILED]
-                done = not self._queue and counts.handed == counts.accepted <= settled
+                unsettled = counts.settled_short_of(counts.accepted)
+                done = not self._queue and counts.handed == counts.accepted and unsettled <= 0
             if done or self._dead:
                 return done
             if time.monotonic() >= deadline:

@@ -1,0 +1,121 @@
+"""What one outgoing exchange may cost: request size, answer size, redirects.
+
+The driver sends rows it did not write to agents it may not run (``url:`` servers), so neither
+side can be trusted to stay small: a 1 GB row would be serialised and sent whole, a 50 MB
+answer read whole into memory and then into ``rollouts.jsonl``, and a redirect followed to a
+host nobody configured. :class:`ExchangeLimits` holds the three limits of one
+:class:`~rollgym.http.client.HttpClient`; each check raises an
+:class:`~rollgym.errors.ExchangeRefused` whose message names the config key that sets the
+limit (``run.max_request_bytes``, ``run.max_response_bytes``) or the two hosts, so the user
+knows what to change. Another attempt would be refused the same way: the driver records the
+failure as permanent.
+
+Why not aiohttp's own ``max_redirects``: it follows a redirect to any host. Here only a
+redirect to the same scheme, host and port is followed (at most :data:`MAX_REDIRECTS`);
+anything else is refused before a byte goes to the other host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urljoin, urlsplit
+
+import aiohttp
+
+from rollgym.errors import ExchangeRefused
+from rollgym.urls import redact_url
+
+#: Same-host redirects followed for one request before it is refused.
+MAX_REDIRECTS = 5
+#: Statuses that redirect (with a ``Location``).
+REDIRECT_STATUSES = frozenset((301, 302, 303, 307, 308))
+#: The driver's defaults (``run.max_request_bytes``, ``run.max_response_bytes``).
+DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+_CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeLimits:
+    """Limits of one client; ``None`` is no limit. The ``*_key`` fields are what messages name."""
+
+    max_request_bytes: int | None = None
+    max_response_bytes: int | None = None
+    request_key: str = "run.max_request_bytes"
+    response_key: str = "run.max_response_bytes"
+
+    def check_request(self, server: str, method: str, path: str, size: int) -> None:
+        """Refuse a body over ``max_request_bytes`` before any of it is sent."""
+        limit = self.max_request_bytes
+        if limit is not None and size > limit:
+            raise ExchangeRefused(
+                f"the request to {server!r} ({method} {path}) is {size} bytes, over the limit "
+                f"of {limit} bytes ({self.request_key}); not sent",
+                server=server,
+                kind="request_too_large",
+            )
+
+    def too_large(self, server: str, method: str, path: str, size: str) -> ExchangeRefused:
+        return ExchangeRefused(
+            f"the answer of {server!r} ({method} {path}) is {size} bytes, over the limit of "
+            f"{self.max_response_bytes} bytes ({self.response_key}); refused",
+            server=server,
+            kind="response_too_large",
+        )
+
+    def check_redirect(
+        self, server: str, status: int, url: str, target: str, redirects: int
+    ) -> None:
+        """Refuse a redirect to another origin, or one too many."""
+        if _origin(target) != _origin(url):
+            raise ExchangeRefused(
+                f"redirect to another host refused: {server!r} answered HTTP {status} "
+                f"redirecting {redact_url(url)} to {redact_url(target)}",
+                server=server,
+                kind="redirect_refused",
+            )
+        if redirects > MAX_REDIRECTS:
+            raise ExchangeRefused(
+                f"{server!r} redirected {redact_url(url)} more than {MAX_REDIRECTS} times; refused",
+                server=server,
+                kind="redirect_refused",
+            )
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    port = parts.port or {"http": 80, "https": 443}.get(scheme)
+    return scheme, (parts.hostname or "").lower(), port
+
+
+def redirect_target(status: int, url: str, headers: Mapping[str, str]) -> str | None:
+    """The absolute URL a redirect answer points at, or None when it is not a redirect."""
+    if status not in REDIRECT_STATUSES:
+        return None
+    location = headers.get("Location")
+    return urljoin(url, location) if location else None
+
+
+async def read_bounded(
+    response: aiohttp.ClientResponse, limits: ExchangeLimits, server: str, method: str, path: str
+) -> bytes:
+    """The whole body, read in chunks; refused once it passes ``max_response_bytes``.
+
+    A declared ``Content-Length`` over the limit is refused before anything is read; a body
+    without one (chunked) is refused at the first chunk past the limit, so memory never holds
+    more than the limit plus one chunk.
+    """
+    limit = limits.max_response_bytes
+    if limit is None:
+        return await response.read()
+    declared = response.content_length
+    if declared is not None and declared > limit:
+        raise limits.too_large(server, method, path, str(declared))
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(_CHUNK):
+        body += chunk
+        if len(body) > limit:
+            raise limits.too_large(server, method, path, f"more than {limit}")
+    return bytes(body)
