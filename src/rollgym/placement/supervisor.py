@@ -12,7 +12,10 @@ process's ``poll()``, a Ray actor's death as Ray reported it), and when one has 
    ``servers.<name>.restart`` times over the run; with no restart left it stays out of
    rotation for good, and attempts that need it fail at once as ``server_down`` (permanent).
 
-Deaths and restarts are counted per replica for ``summary.json``. The same logic serves both
+Deaths and restarts are counted per replica for ``summary.json``, and with an
+:class:`~rollgym.placement.incarnations.IncarnationLog` each process a replica had is written
+to ``servers.jsonl`` (start, death, restart), so ``rollgym traces check`` can tell spans lost
+with a dead process from a broken trace. The same logic serves both
 placements: it sees only :class:`~rollgym.placement.base.PlacedServer` (how a replica ended,
 its log) and the placement's ``restart`` (a local process again, or a new Ray actor on the
 node and port the dead one had).
@@ -36,6 +39,7 @@ from typing import Any, Protocol
 from rollgym.errors import DispatchError, LaunchError, PermanentDispatchError
 from rollgym.placement.base import PlacedServer
 from rollgym.placement.child import log_tail
+from rollgym.placement.incarnations import IncarnationLog
 from rollgym.servers.spec import instance_name
 
 POLL_S = 0.2
@@ -105,14 +109,18 @@ class Supervisor:
         #: One recovery task per dead server, so a death is reported while another restarts.
         self._recovering: dict[str, asyncio.Task[None]] = {}
         self._restarter: Restarter | None = None
+        #: Where each replica's incarnations are recorded (``servers.jsonl``); None: nowhere.
+        self.incarnations: IncarnationLog | None = None
 
     # --- the watch -----------------------------------------------------------------------
 
     def start(self, restarter: Restarter) -> None:
         """Begin watching the replicas ``restarter`` launched (all healthy now)."""
         self._restarter = restarter
-        for name in restarter.launched():
+        for name, replica in restarter.launched().items():
             self.health[name].up.set()
+            if self.incarnations is not None:
+                self.incarnations.started(name, replica)
         self._task = asyncio.get_running_loop().create_task(self._watch())
 
     async def stop(self) -> None:
@@ -154,6 +162,8 @@ class Supervisor:
                 continue
             health = self.health[name]
             health.deaths += 1
+            if self.incarnations is not None:
+                self.incarnations.died(name, replica, status)
             health.up.clear()
             self.out_of_rotation[name] = f"server {name!r} died ({status})"
             if self.on_rotation is not None:
@@ -184,6 +194,9 @@ class Supervisor:
             except LaunchError as exc:
                 self._report(f"rollgym: restart of {name!r} failed: {exc}")
                 continue
+            replica = self._restarter.launched().get(name)
+            if self.incarnations is not None and replica is not None:
+                self.incarnations.started(name, replica)
             del self.out_of_rotation[name]
             if self.on_rotation is not None:
                 self.on_rotation(name, True)
