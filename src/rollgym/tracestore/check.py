@@ -165,6 +165,8 @@ def _check_dispatches(
     # A dispatch is (rollout id, session): a rollout cancelled by Ctrl-C or lost with a
     # killed driver runs again, same id and attempt, in the next session.
     seen: set[tuple[str, object]] = set()
+    sessions_of: dict[str, object] = {}
+    rerun = 0
     targets: set[tuple[bytes, bytes] | None] = set()
     for trace_id, span_id, is_root, rollout_id, link_count, session in rows:
         where = {"trace_id": hex_id(trace_id), "span_id": hex_id(span_id), "rollout_id": rollout_id}
@@ -180,6 +182,8 @@ def _check_dispatches(
                     **where,
                 )
             seen.add(key)
+            if sessions_of.setdefault(rollout_id, session) != session:
+                rerun += 1
         if not has_job:
             _check_link_without_job(conn, report, trace_id, span_id, link_count, where, targets)
             continue
@@ -189,6 +193,8 @@ def _check_dispatches(
             target = _link_target(conn, trace_id, span_id)
             if target not in jobs and (target is None or hex_id(target[0]) not in killed_jobs):
                 report.add("dispatch_job_link", "dispatch link does not name the job span", **where)
+    if rerun:
+        report.stats["dispatches_rerun_in_a_later_session"] = rerun
     if len(targets) > 1:
         report.add(
             "dispatch_job_link",

@@ -171,6 +171,12 @@ def _history_lines(console: Console, report: CheckReport) -> None:
     if len(sessions) > 1 or any(s.get("status") != "completed" for s in sessions):
         listed = ", ".join(f"{s.get('index')} {safe(str(s.get('status')))}" for s in sessions)
         console.print(f"sessions: {listed}")
+    rerun = report.stats.get("dispatches_rerun_in_a_later_session", 0)
+    if rerun:
+        console.print(
+            f"{rerun} dispatch(es) ran again in a later session (same rollout id and attempt, "
+            f"{names.RUN_SESSION} tells them apart)"
+        )
     deaths = report.history.get("server_deaths", [])
     if deaths:
         listed = "; ".join(
