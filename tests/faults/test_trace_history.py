@@ -163,8 +163,9 @@ def test_an_agent_replica_killed_mid_run_passes_the_check(
     out = _kill_mid_run(job, "solver@1")
     assert "server 'solver@1' died (killed by SIGKILL" in out
     assert_exact_accounting(job, ROWS)
+    # its death is recorded; its restart (a new incarnation) when it came before the run ended
     events = [r["event"] for r in _incarnations(job, "solver@1")]
-    assert events == ["start", "died", "start"]  # the restart is a new incarnation
+    assert events in (["start", "died"], ["start", "died", "start"])
     code, report, text = _check(job)
     assert code == 0, report["violations"][:5]
     (death,) = report["history"]["server_deaths"]
