@@ -34,7 +34,7 @@ from rollgym.driver.summary import (
     write_json_atomic,
 )
 from rollgym.errors import ConfigError, OutputError, TransportError
-from rollgym.placement.incarnations import IncarnationLog
+from rollgym.incarnations import IncarnationLog
 from rollgym.placement.supervisor import Supervisor, report_to_stderr
 from rollgym.telemetry.groups import gate
 from rollgym.telemetry.run_session import RUN_SESSION

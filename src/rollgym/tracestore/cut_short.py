@@ -9,7 +9,7 @@ are in a run's records:
   window may hang without its parent, and a trace may have lost its dispatch root;
 - a **dead server process** (a replica killed or crashed mid-run, then restarted by the
   supervisor): a ``died`` line in ``servers.jsonl``
-  (:mod:`rollgym.placement.incarnations`). A trace that reached that process while it lived
+  (:mod:`rollgym.incarnations`). A trace that reached that process while it lived
   (a client span to its address in its lifetime) may hang without the spans it held.
 
 Strict by design: only a *missing parent* is excused by a dead server process (the trace's
@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from rollgym.placement.incarnations import Incarnation
+from rollgym.incarnations import Incarnation
 from rollgym.telemetry import names
 
 _CLIENT = 3  # OTLP SpanKind CLIENT

@@ -11,6 +11,9 @@ incarnation. Incarnations with no ``died`` line ended with their session (stoppe
 with the driver: :mod:`rollgym.driver.sessions` knows which).
 
 Best effort: a line that cannot be written (a full disk) only makes the check stricter.
+
+On the ground floor (plain values, no placement types) because two layers share the format:
+``placement/supervisor.py`` writes it and ``tracestore/check.py`` reads it.
 """
 
 from __future__ import annotations
@@ -20,14 +23,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import orjson
 
-from rollgym.placement.base import PlacedServer
-
 SERVERS = "servers.jsonl"
-_LOOPBACK = "127.0.0.1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,14 +56,13 @@ class IncarnationLog:
         self._path = output_dir / SERVERS
         self._session = session
 
-    def started(self, instance: str, replica: PlacedServer) -> None:
-        """``replica`` (now healthy) serves as ``instance``: a new incarnation begins."""
-        host, port = address_of(replica)
+    def started(self, instance: str, pid: int | None, host: str | None, port: int | None) -> None:
+        """A process (now healthy) serves as ``instance`` at ``host:port``: a new incarnation."""
         self._append(
             {
                 "event": "start",
                 "instance": instance,
-                "pid": getattr(replica, "pid", None),
+                "pid": pid,
                 "host": host,
                 "port": port,
                 "at": time.time(),
@@ -72,13 +70,13 @@ class IncarnationLog:
             }
         )
 
-    def died(self, instance: str, replica: PlacedServer, status: str) -> None:
-        """The supervisor found ``replica`` ended mid-run (``status``: how)."""
+    def died(self, instance: str, pid: int | None, status: str) -> None:
+        """The supervisor found ``instance``'s process ended mid-run (``status``: how)."""
         self._append(
             {
                 "event": "died",
                 "instance": instance,
-                "pid": getattr(replica, "pid", None),
+                "pid": pid,
                 "at": time.time(),
                 "exit": status,
                 "session": self._session,
@@ -89,20 +87,6 @@ class IncarnationLog:
         line = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
         with contextlib.suppress(OSError), open(self._path, "ab", buffering=0) as out:
             out.write(line)
-
-
-def address_of(replica: PlacedServer) -> tuple[str | None, int | None]:
-    """Where ``replica`` listens: a Ray actor knows its URL; a local process announced its
-    port in its ready file (it binds loopback)."""
-    url = getattr(replica, "url", None)
-    if isinstance(url, str) and url:
-        parts = urlsplit(url)
-        return parts.hostname, parts.port
-    try:
-        port = int(Path(replica.spec.ready_file).read_text(encoding="utf-8").strip())
-    except (OSError, ValueError):
-        return None, None
-    return _LOOPBACK, port
 
 
 def read_incarnations(run_dir: Path) -> list[Incarnation]:

@@ -1,17 +1,19 @@
-"""``servers.jsonl``: each process a replica had, its address and its death, read back in order."""
+"""``servers.jsonl``: each process a replica had, its address and its death, read back in
+order; and where the supervisor finds a local replica's address (its ready file)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollgym.placement.incarnations import IncarnationLog, read_incarnations
+from rollgym.incarnations import IncarnationLog, read_incarnations
+from rollgym.placement.supervisor import address_of
 from rollgym.servers.spec import ServeSpec
 
 
 @dataclass
 class _Replica:
-    """A placed replica as the supervisor sees it (a local process announces its port)."""
+    """A placed local replica as the supervisor sees it (it announced its port)."""
 
     spec: ServeSpec
     pid: int
@@ -21,19 +23,12 @@ class _Replica:
         return None
 
 
-def _replica(tmp_path: Path, pid: int, port: int) -> _Replica:
-    ready = tmp_path / f"{pid}.ready"
-    ready.write_text(str(port))
-    return _Replica(ServeSpec("a", "agent", "x", str(ready), replica=1), pid)
-
-
 def test_a_death_and_its_restart_are_two_incarnations(tmp_path: Path) -> None:
     log = IncarnationLog(tmp_path, session=2)
-    first = _replica(tmp_path, 101, 4000)
-    log.started("a@1", first)  # type: ignore[arg-type]
-    log.started("a", _replica(tmp_path, 102, 4001))  # type: ignore[arg-type]
-    log.died("a@1", first, "killed by SIGKILL")  # type: ignore[arg-type]
-    log.started("a@1", _replica(tmp_path, 103, 4000))  # type: ignore[arg-type]
+    log.started("a@1", 101, "127.0.0.1", 4000)
+    log.started("a", 102, "127.0.0.1", 4001)
+    log.died("a@1", 101, "killed by SIGKILL")
+    log.started("a@1", 103, "127.0.0.1", 4000)
     with (tmp_path / "servers.jsonl").open("ab") as out:
         out.write(b'{"event": "start", "instance"')  # a torn last line (killed driver)
     got = read_incarnations(tmp_path)
@@ -49,3 +44,12 @@ def test_a_death_and_its_restart_are_two_incarnations(tmp_path: Path) -> None:
 
 def test_no_file_is_no_history(tmp_path: Path) -> None:
     assert read_incarnations(tmp_path) == []
+
+
+def test_a_local_replica_is_found_at_the_port_it_announced(tmp_path: Path) -> None:
+    ready = tmp_path / "a@1.ready"
+    ready.write_text("4000")
+    replica = _Replica(ServeSpec("a", "agent", "x", str(ready), replica=1), 101)
+    assert address_of(replica) == ("127.0.0.1", 4000)  # type: ignore[arg-type]
+    ready.unlink()
+    assert address_of(replica) == (None, None)  # type: ignore[arg-type]
