@@ -10,6 +10,7 @@ import asyncio
 import os
 from typing import Any, ClassVar
 
+import aiohttp
 from pydantic import Field
 
 from rollgym.server_options import ServerOptions
@@ -73,3 +74,23 @@ class DyingAgent(Agent):
             os._exit(3)
         await asyncio.sleep(self.options.delay_s)  # type: ignore[attr-defined]
         return {"reward": 1.0}
+
+
+class UntracedScopedAgent(Agent):
+    """An agent that knows only the base URL it is given: it posts its model call with a
+    plain aiohttp session (no ``traceparent``, no ``X-Request-Id``, nothing instrumented) to
+    ``rollout.model_base_url``. Its calls must still be attributed to the rollout and join
+    the rollout's trace, from the URL alone."""
+
+    _session: ClassVar[aiohttp.ClientSession | None] = None
+
+    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+        if UntracedScopedAgent._session is None:
+            connector = aiohttp.TCPConnector(limit=0)
+            UntracedScopedAgent._session = aiohttp.ClientSession(connector=connector)
+        body = {"model": "policy", "messages": [{"role": "user", "content": "what is 2 + 2?"}]}
+        url = rollout.model_base_url + "/chat/completions"
+        async with UntracedScopedAgent._session.post(url, json=body) as response:
+            sent = {k.lower() for k in response.request_info.headers}
+            answer = await response.json()
+        return {"reward": 1.0, "answer_id": answer.get("id"), "sent_headers": sorted(sent)}

@@ -36,9 +36,11 @@ from rollgym.driver.summary import (
     write_json_atomic,
 )
 from rollgym.errors import ConfigError, OutputError, TransportError
+from rollgym.incarnations import IncarnationLog
 from rollgym.placement.supervisor import Supervisor, report_to_stderr
 from rollgym.telemetry.groups import gate
 from rollgym.telemetry.loss_report import loss_warnings
+from rollgym.telemetry.run_session import RUN_SESSION
 from rollgym.telemetry.span_counts import SpanCountRecord, add_record, read_server_records
 
 RUN_FILE = "run.json"
@@ -302,6 +304,7 @@ class JobState:
         self.supervisor = make_supervisor(config)
         self.warnings: list[str] = []
         self.sessions = SessionLog(output_dir)
+        self.supervisor.incarnations = IncarnationLog(output_dir, self.sessions.index)
 
     def summary(self) -> Summary:
         duration = time.monotonic() - self.started
@@ -327,7 +330,7 @@ async def _collect_phase(state: JobState, collector: Collector, interrupts: Inte
     progress.start()
     interrupts.collector = collector
     try:
-        with OutcomeWriter(state.output_dir) as writer:
+        with OutcomeWriter(state.output_dir, session=state.sessions.index) as writer:
             try:
                 state.count = await collect(
                     collector, state.config, state.ledger, writer, state.aggregator
@@ -455,9 +458,11 @@ async def _run_owned(
     try:
         telemetry.start(config, output_dir, run_id)
         telemetry.watch_store()
+        session = RUN_SESSION.set(state.sessions.index)  # gym.run.session on its dispatches
         try:
             await _serve_and_collect(state, telemetry, interrupts)
         finally:
+            RUN_SESSION.reset(session)
             if interrupts.interrupted:
                 state.status = "interrupted"
             summary = state.summary()
@@ -466,7 +471,7 @@ async def _run_owned(
             summary.telemetry.update(telemetry.store_counts())
             summary.warnings += telemetry_warnings(summary.telemetry)
             write_summary(summary, output_dir)
-            state.sessions.end()
+            state.sessions.end(state.status)
     finally:
         await telemetry.stop_store()
         if handle_signals:

@@ -74,9 +74,11 @@ class OutcomeWriter:
     written either: the files hold exactly the records before it, and a resume runs the rest.
     """
 
-    def __init__(self, output_dir: Path) -> None:
+    def __init__(self, output_dir: Path, session: int | None = None) -> None:
         output_dir.mkdir(parents=True, exist_ok=True)
         self._dir = output_dir
+        #: The run session writing (``session`` in each line: which dispatch made it).
+        self._session = session
         self._rollouts = open(output_dir / ROLLOUTS, "ab", buffering=0)  # noqa: SIM115 - lives as long as the writer
         self._failures = open(output_dir / FAILURES, "ab", buffering=0)  # noqa: SIM115
         self._trajectories: Any = None  # opened with the first trajectory
@@ -89,10 +91,15 @@ class OutcomeWriter:
         if self.broken is not None:
             raise self.broken
         if not isinstance(outcome, RolloutResult):
-            self._append(self._failures, orjson.dumps(outcome.to_record(), option=_NEWLINE))
+            self._append(self._failures, self._line(outcome.to_record()))
             return
         pointer = self._write_trajectory(outcome) if outcome.trajectory is not None else None
-        self._append(self._rollouts, orjson.dumps(outcome.to_record(pointer), option=_NEWLINE))
+        self._append(self._rollouts, self._line(outcome.to_record(pointer)))
+
+    def _line(self, record: dict[str, Any]) -> bytes:
+        if self._session is not None:
+            record["session"] = self._session
+        return orjson.dumps(record, option=_NEWLINE)
 
     def _write_trajectory(self, outcome: RolloutResult) -> dict[str, Any]:
         """Append the trajectory line; return the rollout line's pointer to it."""

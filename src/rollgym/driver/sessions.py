@@ -6,6 +6,13 @@ else can tell those rows from a broken trace contract, so each session records w
 begin in the output files (byte offsets) and its job trace; ``rollgym traces check`` reports
 rows of a killed session whose traces are gone as their own category, not as violations.
 
+Each session has an index (0 for the first, then 1, 2, ...): it qualifies the identity of
+every dispatch the session makes (``gym.run.session`` on the dispatch span, ``session`` in
+the output lines), because a rollout cancelled by Ctrl-C or lost with a killed driver runs
+again under the same rollout id and attempt in the next session. The end line says how the
+session ended (``completed``, ``interrupted``, ``error``...); a session with no end line was
+killed.
+
 Best effort: a line that cannot be written (a full disk) only makes the check stricter.
 """
 
@@ -32,6 +39,8 @@ class SessionLog:
         starts after it and ``traces check`` places it in the right session."""
         self.output_dir = output_dir
         self.session = uuid.uuid4().hex[:12]
+        #: This session's place in the run's history (0: the first session).
+        self.index = len(read_sessions(output_dir))
         self.started = False
         self.created_at = time.time()
 
@@ -47,6 +56,7 @@ class SessionLog:
         self._append(
             {
                 "session": self.session,
+                "index": self.index,
                 "event": "start",
                 "at": self.created_at,
                 "job_trace_id": job_trace_id,
@@ -55,10 +65,14 @@ class SessionLog:
         )
         self.started = True
 
-    def end(self) -> None:
-        """Call when the session ends in any way but a kill (normal, error, Ctrl-C)."""
+    def end(self, status: str | None = None) -> None:
+        """Call when the session ends in any way but a kill (normal, error, Ctrl-C);
+        ``status`` is the run's (``completed``, ``interrupted``, ...)."""
         if self.started:
-            self._append({"session": self.session, "event": "end", "at": time.time()})
+            record: dict[str, Any] = {"session": self.session, "event": "end", "at": time.time()}
+            if status is not None:
+                record["status"] = status
+            self._append(record)
 
     def _append(self, record: dict[str, Any]) -> None:
         line = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
@@ -70,9 +84,11 @@ class SessionLog:
 
 
 def read_sessions(run_dir: Path) -> list[dict[str, Any]]:
-    """The sessions in start order, each with ``ended`` (False: it was killed)."""
+    """The sessions in start order, each with ``ended`` (False: it was killed), ``index``
+    (its position; older files have none written) and ``status`` (how it ended: the run's
+    status, ``killed`` when it has no end line, ``ended`` when the end line says none)."""
     starts: list[dict[str, Any]] = []
-    ended: set[str] = set()
+    ended: dict[str, str] = {}
     try:
         data = (run_dir / SESSIONS).read_bytes()
     except OSError:
@@ -87,8 +103,16 @@ def read_sessions(run_dir: Path) -> list[dict[str, Any]]:
         if record.get("event") == "start":
             starts.append(record)
         elif record.get("event") == "end":
-            ended.add(str(record.get("session")))
-    return [{**start, "ended": str(start.get("session")) in ended} for start in starts]
+            ended[str(record.get("session"))] = str(record.get("status") or "ended")
+    return [
+        {
+            **start,
+            "index": index,
+            "ended": str(start.get("session")) in ended,
+            "status": ended.get(str(start.get("session")), "killed"),
+        }
+        for index, start in enumerate(starts)
+    ]
 
 
 def killed_ranges(sessions: list[dict[str, Any]], file_name: str) -> list[tuple[int, int]]:

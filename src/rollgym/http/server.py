@@ -22,8 +22,12 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rollgym.errors import HTTPError
+from rollgym.http.scoped_context import traceparent_in_path
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import gate
+
+#: Every server's liveness route; the telemetry middleware opens no span for it.
+HEALTH_PATH = "/health"
 
 if TYPE_CHECKING:
     from rollgym.servers.base import Server
@@ -138,7 +142,8 @@ class TelemetryMiddleware:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["path"] == HEALTH_PATH:
+            # Health polls (the launcher's, a balancer's) are no one's work: no trace.
             await self.app(scope, receive, send)
         elif gate.http:
             await self._with_span(scope, receive, send)
@@ -184,7 +189,14 @@ class TelemetryMiddleware:
 
 
 def _headers(scope: Scope) -> dict[str, str]:
-    return {key.decode("latin-1"): value.decode("latin-1") for key, value in scope["headers"]}
+    """The request's headers as the propagator's carrier; a rollout-scoped path's
+    ``traceparent`` segment stands in for a missing header (:mod:`.scoped_context`)."""
+    headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope["headers"]}
+    if "traceparent" not in headers:
+        carried = traceparent_in_path(scope["path"])
+        if carried is not None:
+            headers["traceparent"] = carried
+    return headers
 
 
 def _route_template(scope: Scope) -> str | None:
@@ -276,7 +288,7 @@ def create_app(server: Server) -> FastAPI:
 
     health = {"status": "ok", "name": server.context.name, "kind": server.kind}
 
-    @app.get("/health")
+    @app.get(HEALTH_PATH)
     async def _health() -> Response:
         return OrjsonResponse(health)
 

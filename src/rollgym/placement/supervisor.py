@@ -12,7 +12,10 @@ process's ``poll()``, a Ray actor's death as Ray reported it), and when one has 
    ``servers.<name>.restart`` times over the run; with no restart left it stays out of
    rotation for good, and attempts that need it fail at once as ``server_down`` (permanent).
 
-Deaths and restarts are counted per replica for ``summary.json``. The same logic serves both
+Deaths and restarts are counted per replica for ``summary.json``, and with an
+:class:`~rollgym.incarnations.IncarnationLog` each process a replica had is written
+to ``servers.jsonl`` (start, death, restart), so ``rollgym traces check`` can tell spans lost
+with a dead process from a broken trace. The same logic serves both
 placements: it sees only :class:`~rollgym.placement.base.PlacedServer` (how a replica ended,
 its log) and the placement's ``restart`` (a local process again, or a new Ray actor on the
 node and port the dead one had).
@@ -31,14 +34,18 @@ import contextvars
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from rollgym.errors import DispatchError, LaunchError, PermanentDispatchError
+from rollgym.incarnations import IncarnationLog
 from rollgym.placement.base import PlacedServer
 from rollgym.placement.child import log_tail
 from rollgym.servers.spec import instance_name
 
 POLL_S = 0.2
+_LOOPBACK = "127.0.0.1"
 #: Longest an attempt waits for a restarting server before it is tried anyway.
 WAIT_FOR_RESTART_S = 120.0
 _TAIL_LINES = 10
@@ -105,14 +112,18 @@ class Supervisor:
         #: One recovery task per dead server, so a death is reported while another restarts.
         self._recovering: dict[str, asyncio.Task[None]] = {}
         self._restarter: Restarter | None = None
+        #: Where each replica's incarnations are recorded (``servers.jsonl``); None: nowhere.
+        self.incarnations: IncarnationLog | None = None
 
     # --- the watch -----------------------------------------------------------------------
 
     def start(self, restarter: Restarter) -> None:
         """Begin watching the replicas ``restarter`` launched (all healthy now)."""
         self._restarter = restarter
-        for name in restarter.launched():
+        for name, replica in restarter.launched().items():
             self.health[name].up.set()
+            if self.incarnations is not None:
+                self.incarnations.started(name, _pid_of(replica), *address_of(replica))
         self._task = asyncio.get_running_loop().create_task(self._watch())
 
     async def stop(self) -> None:
@@ -154,6 +165,8 @@ class Supervisor:
                 continue
             health = self.health[name]
             health.deaths += 1
+            if self.incarnations is not None:
+                self.incarnations.died(name, _pid_of(replica), status)
             health.up.clear()
             self.out_of_rotation[name] = f"server {name!r} died ({status})"
             if self.on_rotation is not None:
@@ -184,6 +197,9 @@ class Supervisor:
             except LaunchError as exc:
                 self._report(f"rollgym: restart of {name!r} failed: {exc}")
                 continue
+            replica = self._restarter.launched().get(name)
+            if self.incarnations is not None and replica is not None:
+                self.incarnations.started(name, _pid_of(replica), *address_of(replica))
             del self.out_of_rotation[name]
             if self.on_rotation is not None:
                 self.on_rotation(name, True)
@@ -242,6 +258,26 @@ class Supervisor:
     def gone(self) -> list[str]:
         """Why each server that ended the run out of rotation is gone (for the final report)."""
         return [health.gone for health in self.health.values() if health.gone is not None]
+
+
+def _pid_of(replica: PlacedServer) -> int | None:
+    """The replica's process id: a local child's, or the Ray actor's worker process."""
+    pid = getattr(replica, "pid", None)
+    return pid if isinstance(pid, int) else None
+
+
+def address_of(replica: PlacedServer) -> tuple[str | None, int | None]:
+    """Where ``replica`` listens: a Ray actor knows its URL; a local process announced its
+    port in its ready file (it binds loopback)."""
+    url = getattr(replica, "url", None)
+    if isinstance(url, str) and url:
+        parts = urlsplit(url)
+        return parts.hostname, parts.port
+    try:
+        port = int(Path(replica.spec.ready_file).read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return None, None
+    return _LOOPBACK, port
 
 
 async def _first_up(healths: list[ServerHealth]) -> None:

@@ -27,6 +27,7 @@ from fastapi import Body, FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.responses import Response, StreamingResponse
 
+from rollgym.http.scoped_context import split_scoped_id
 from rollgym.http.server import OrjsonResponse
 from rollgym.server_options import ServerKind
 from rollgym.servers import responses_api, sse
@@ -178,7 +179,13 @@ class ModelServer(Server):
         return OrjsonResponse({"object": "list", "data": models})
 
     def _identify(self, request: Request, rollout_id: str | None) -> tuple[str | None, str | None]:
-        """(request id, rollout id) of one call: the header's, or ``<rollout>.<turn>``."""
+        """(request id, rollout id) of one call: the header's, or ``<rollout>.<turn>``.
+
+        A scoped path may carry the caller's ``traceparent`` after the rollout id (the
+        middleware used it as parent: :mod:`rollgym.http.scoped_context`); it is no part of
+        the id."""
+        if rollout_id is not None:
+            rollout_id = split_scoped_id(rollout_id)[0]
         request_id = request.headers.get(names.HEADER_REQUEST_ID)
         if rollout_id is None:
             rollout_id = rollout_of_request_id(request_id)

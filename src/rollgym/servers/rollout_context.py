@@ -17,6 +17,7 @@ from urllib.parse import quote
 from rollgym.errors import ServerCallError
 from rollgym.http.client import HttpClient, HttpResponse
 from rollgym.http.replicas import on_replica, origin
+from rollgym.http.scoped_context import scoped_base
 from rollgym.servers.request_ids import request_id_of
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import gate
@@ -78,6 +79,8 @@ class ModelClient:
             self._prefix = None
         #: The OpenAI SDK's ``base_url`` for this rollout (``<model>/r/<rollout id>/v1``).
         self.sdk_base_url = scoped + "/v1"
+        #: ``<model>/r/<rollout id>`` (``<model>`` without a rollout).
+        self.scoped_url = scoped
         self.rollout_id = rollout_id
 
     @classmethod
@@ -256,6 +259,15 @@ class RecordingEnvSession:
         return verdict
 
 
+def _current_traceparent() -> str | None:
+    """The current span's ``traceparent``, or None with tracing off (nothing is injected)."""
+    if not gate.tracing:
+        return None
+    from rollgym.telemetry.context import current_carrier
+
+    return current_carrier().get("traceparent")
+
+
 class RolloutContext:
     """The handle an agent gets for one rollout: its id, the model, the environment session.
 
@@ -280,6 +292,16 @@ class RolloutContext:
         self.trajectory = trajectory
         self._params = {**(sampling or {}), **(trajectory.request_fields() if trajectory else {})}
         self._sdk_clients: list[Any] = []
+
+    @property
+    def model_base_url(self) -> str:
+        """The rollout-scoped OpenAI base URL to hand an agent's own client (one that sends
+        no tracing headers): ``<model>/r/<rollout id>/<traceparent>/v1``. Its calls are
+        attributed to the rollout by the path and join the rollout's trace under the span
+        current when this is read (``gym.rollout`` in an agent's ``run``); with tracing off
+        it is ``<model>/r/<rollout id>/v1``."""
+        model = self._model_client()
+        return scoped_base(model.scoped_url, _current_traceparent()) + "/v1"
 
     def _model_client(self) -> ModelClient:
         if self._model is None:

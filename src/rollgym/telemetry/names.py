@@ -41,6 +41,9 @@ SERVICE_NAME: Final = "service.name"
 # --- rollout attributes (spans and metrics share these keys) ------------------------------------
 ROLLOUT_ID: Final = "gym.rollout.id"
 ROLLOUT_ATTEMPT: Final = "gym.rollout.attempt"
+#: The run session (0, 1, ... in ``sessions.jsonl``) that made a dispatch: a rollout re-run
+#: after Ctrl-C or a killed driver keeps its id and attempt, and is told apart by this.
+RUN_SESSION: Final = "gym.run.session"
 DISPATCH_NAME: Final = "gym.rollout.dispatch.name"
 DESTINATION_SERVER_NAME: Final = "gym.http.destination.server.name"
 ROLLOUT_REWARD: Final = "gym.rollout.reward"

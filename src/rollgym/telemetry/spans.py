@@ -29,6 +29,7 @@ from rollgym.identity import ATTEMPT, rollout_id_of
 from rollgym.telemetry import names
 from rollgym.telemetry.context import extract_context
 from rollgym.telemetry.current_span import current_span, warn_once
+from rollgym.telemetry.run_session import RUN_SESSION
 from rollgym.urls import redact_url
 
 #: ``SpanContext`` of the ``gym.job`` span this process opened as a standalone trace root, for
@@ -65,7 +66,11 @@ def record_server_address(span: Span, address: str) -> None:
 def job_span(run_id: str) -> Iterator[Span]:
     """``gym.job``; owns the trace (see module docstring) only when nothing was current."""
     standalone = not trace.get_current_span().get_span_context().is_valid
-    with current_span(names.SPAN_JOB, attributes={names.RUN_ID: run_id}) as span:
+    attributes: dict[str, Any] = {names.RUN_ID: run_id}
+    session = RUN_SESSION.get()
+    if session is not None:
+        attributes[names.RUN_SESSION] = session
+    with current_span(names.SPAN_JOB, attributes=attributes) as span:
         owned = span.get_span_context() if standalone else None
         token = _OWNED_JOB_SPAN_CONTEXT.set(owned if owned is not None and owned.is_valid else None)
         try:
@@ -109,6 +114,9 @@ def _dispatch_attributes(
         attempt = collector_row.get(ATTEMPT)
         if isinstance(attempt, int) and not isinstance(attempt, bool):
             attributes[names.ROLLOUT_ATTEMPT] = attempt
+        session = RUN_SESSION.get()
+        if session is not None:
+            attributes[names.RUN_SESSION] = session
     except Exception:
         warn_once("deriving rollout identity for a dispatch span failed")
     return attributes

@@ -16,7 +16,9 @@ from typing import Any
 import orjson
 
 from rollgym.driver.sessions import killed_ranges, read_sessions
+from rollgym.incarnations import read_incarnations
 from rollgym.telemetry import names
+from rollgym.tracestore.cut_short import RunHistory
 from rollgym.tracestore.decode import hex_id
 from rollgym.tracestore.engine_ids import rollout_of_engine_id
 from rollgym.tracestore.queries import trace_exists
@@ -35,6 +37,12 @@ class CheckReport:
     #: Rows whose traces died with a killed session (``kill -9``): not violations; listed
     #: (the first 50) so a reader sees which.
     killed_session_rows: list[dict[str, Any]] = field(default_factory=list)
+    #: Span checks excused because a killed session or a dead process cut their trace short,
+    #: by what cut it (``session 0 (killed)``, ``agent@1 pid 42 (...) in session 1``).
+    cut_short: dict[str, int] = field(default_factory=dict)
+    #: The run's history as its records tell it: sessions (index, status) and the server
+    #: processes that died mid-run.
+    history: dict[str, Any] = field(default_factory=dict)
 
     def add_killed_session_row(self, **where: Any) -> None:
         self.stats["lost_with_killed_session"] = self.stats.get("lost_with_killed_session", 0) + 1
@@ -58,6 +66,8 @@ class CheckReport:
             "largest_trace": self.largest_trace,
             "stats": self.stats,
             "killed_session_rows": self.killed_session_rows,
+            "cut_short": self.cut_short,
+            "history": self.history,
         }
 
 
@@ -65,16 +75,17 @@ def check_run(run_dir: str | Path, conn: sqlite3.Connection) -> CheckReport:
     """Run every rule over the store ``conn`` and the run directory's output files."""
     report = CheckReport()
     sessions = read_sessions(Path(run_dir))
+    history = RunHistory(conn, sessions, read_incarnations(Path(run_dir)))
+    report.history = _history(history)
     jobs = _check_job(conn, report, sessions)
     killed_jobs = {s["job_trace_id"] for s in sessions if not s["ended"] and s.get("job_trace_id")}
     _check_dispatches(conn, report, jobs, killed_jobs)
-    killed = _KilledSessions(conn, sessions)
     if report.stats["dispatch_spans"]:
-        _check_isolation(conn, report, killed)
+        _check_isolation(conn, report, history)
     else:
         _check_isolation_without_dispatch(conn, report)
-    _check_engine_spans(conn, report, has_dispatch=report.stats["dispatch_spans"] > 0)
-    _check_parents(conn, report, killed)
+    _check_engine_spans(conn, report, history, has_dispatch=report.stats["dispatch_spans"] > 0)
+    _check_parents(conn, report, history)
     _check_outputs(
         Path(run_dir),
         conn,
@@ -83,7 +94,27 @@ def check_run(run_dir: str | Path, conn: sqlite3.Connection) -> CheckReport:
         require_ids=report.stats["dispatch_spans"] > 0,
     )
     _largest(conn, report)
+    report.cut_short = dict(history.cut)
+    cut = sum(history.cut.values())
+    if cut:
+        report.stats["spans_in_traces_cut_short"] = cut
     return report
+
+
+def _history(history: RunHistory) -> dict[str, Any]:
+    """What ``traces check`` prints above its verdict: how each session ended, which server
+    processes died mid-run (each restart is a new incarnation)."""
+    return {
+        "sessions": [
+            {"index": s.get("index"), "status": s.get("status")} for s in history.sessions
+        ],
+        "server_deaths": [
+            {"process": inc.label, "exit": inc.exit, "session": inc.session}
+            for inc in history.incarnations
+            if inc.died_at is not None
+        ],
+        "server_incarnations": len(history.incarnations),
+    }
 
 
 def _check_job(
@@ -125,19 +156,34 @@ def _check_dispatches(
 ) -> None:
     has_job = report.stats["job_traces"] > 0
     rows = conn.execute(
-        "SELECT trace_id, span_id, is_root, rollout_id, link_count FROM dispatches"
+        "SELECT d.trace_id, d.span_id, d.is_root, d.rollout_id, d.link_count, "
+        "json_extract(s.attributes, ?) FROM dispatches d "
+        "LEFT JOIN spans s ON s.trace_id = d.trace_id AND s.span_id = d.span_id",
+        (f'$."{names.RUN_SESSION}"',),
     ).fetchall()
     report.stats["dispatch_spans"] = len(rows)
-    seen: set[str] = set()
+    # A dispatch is (rollout id, session): a rollout cancelled by Ctrl-C or lost with a
+    # killed driver runs again, same id and attempt, in the next session.
+    seen: set[tuple[str, object]] = set()
+    sessions_of: dict[str, object] = {}
+    rerun = 0
     targets: set[tuple[bytes, bytes] | None] = set()
-    for trace_id, span_id, is_root, rollout_id, link_count in rows:
+    for trace_id, span_id, is_root, rollout_id, link_count, session in rows:
         where = {"trace_id": hex_id(trace_id), "span_id": hex_id(span_id), "rollout_id": rollout_id}
         if not is_root:
             report.add("dispatch_is_root", "dispatch span is not the root of its trace", **where)
         if rollout_id is not None:
-            if rollout_id in seen:
-                report.add("one_dispatch_per_attempt", "attempt has two dispatch spans", **where)
-            seen.add(rollout_id)
+            key = (rollout_id, session)
+            if key in seen:
+                in_session = f" in session {session}" if session is not None else ""
+                report.add(
+                    "one_dispatch_per_attempt",
+                    f"attempt has two dispatch spans{in_session}",
+                    **where,
+                )
+            seen.add(key)
+            if sessions_of.setdefault(rollout_id, session) != session:
+                rerun += 1
         if not has_job:
             _check_link_without_job(conn, report, trace_id, span_id, link_count, where, targets)
             continue
@@ -147,6 +193,8 @@ def _check_dispatches(
             target = _link_target(conn, trace_id, span_id)
             if target not in jobs and (target is None or hex_id(target[0]) not in killed_jobs):
                 report.add("dispatch_job_link", "dispatch link does not name the job span", **where)
+    if rerun:
+        report.stats["dispatches_rerun_in_a_later_session"] = rerun
     if len(targets) > 1:
         report.add(
             "dispatch_job_link",
@@ -184,43 +232,14 @@ def _check_link_without_job(
         targets.add(_link_target(conn, trace_id, span_id))
 
 
-class _KilledSessions:
-    """Traces cut short by a killed session: their dispatch span (in the killed driver's
-    queue) was never exported, so the spans the servers did export hang without it."""
-
-    def __init__(self, conn: sqlite3.Connection, sessions: list[dict[str, Any]]) -> None:
-        self._conn = conn
-        self._windows = []
-        for index, session in enumerate(sessions):
-            if session["ended"]:
-                continue
-            later = sessions[index + 1 :]
-            end = float(later[0]["at"]) if later else float("inf")
-            self._windows.append((float(session["at"]) * 1e9, end * 1e9))
-
-    def owns(self, report: CheckReport, trace_id: bytes, start_ns: int) -> bool:
-        """True (and counted) when the span's trace lost its dispatch with a killed session."""
-        if not any(start <= start_ns < end for start, end in self._windows):
-            return False
-        if self._conn.execute(
-            "SELECT 1 FROM dispatches WHERE trace_id = ? LIMIT 1", (trace_id,)
-        ).fetchone():
-            return False
-        key = "spans_in_traces_cut_by_killed_session"
-        report.stats[key] = report.stats.get(key, 0) + 1
-        return True
-
-
-def _check_isolation(
-    conn: sqlite3.Connection, report: CheckReport, killed: _KilledSessions
-) -> None:
+def _check_isolation(conn: sqlite3.Connection, report: CheckReport, history: RunHistory) -> None:
     for trace_id, span_id, name, rollout_id, start_ns in conn.execute(
         """SELECT s.trace_id, s.span_id, s.name, s.rollout_id, s.start_ns FROM spans s
            WHERE s.rollout_id IS NOT NULL AND NOT EXISTS (
                SELECT 1 FROM dispatches d WHERE d.trace_id = s.trace_id
                AND d.is_root = 1 AND d.rollout_id = s.rollout_id)"""
     ):
-        if killed.owns(report, trace_id, start_ns):
+        if history.excuses_homeless(trace_id, start_ns):
             continue
         report.add(
             "isolation",
@@ -261,7 +280,7 @@ def _sent_request_ids(conn: sqlite3.Connection) -> dict[str, str]:
 
 
 def _check_engine_spans(
-    conn: sqlite3.Connection, report: CheckReport, *, has_dispatch: bool
+    conn: sqlite3.Connection, report: CheckReport, history: RunHistory, *, has_dispatch: bool
 ) -> None:
     """An engine span (vLLM's ``llm_request``) carries no ``gym.rollout.id``; its
     ``gen_ai.request.id`` names the rollout (see :mod:`~rollgym.tracestore.engine_ids`), and
@@ -269,8 +288,8 @@ def _check_engine_spans(
     sent = _sent_request_ids(conn)
     key = f'$."{names.GEN_AI_REQUEST_ID}"'
     attributed = unattributed = 0
-    for trace_id, span_id, name, engine_id in conn.execute(
-        "SELECT trace_id, span_id, name, json_extract(attributes, ?) FROM spans "
+    for trace_id, span_id, name, engine_id, start_ns in conn.execute(
+        "SELECT trace_id, span_id, name, json_extract(attributes, ?), start_ns FROM spans "
         "WHERE instr(attributes, ?) > 0",
         (key, names.GEN_AI_REQUEST_ID),
     ):
@@ -290,7 +309,7 @@ def _check_engine_spans(
                 "AND rollout_id != ? LIMIT 1",
                 (trace_id, rollout_id),
             ).fetchone()
-        if not home:
+        if not home and not history.excuses_homeless(trace_id, start_ns):
             report.add(
                 "engine_isolation",
                 f"engine span {name!r} ({names.GEN_AI_REQUEST_ID} {engine_id!r}) names rollout "
@@ -304,14 +323,14 @@ def _check_engine_spans(
         report.stats["engine_spans_unattributed"] = unattributed
 
 
-def _check_parents(conn: sqlite3.Connection, report: CheckReport, killed: _KilledSessions) -> None:
+def _check_parents(conn: sqlite3.Connection, report: CheckReport, history: RunHistory) -> None:
     for trace_id, span_id, name, parent, start_ns in conn.execute(
         """SELECT s.trace_id, s.span_id, s.name, s.parent_span_id, s.start_ns FROM spans s
            WHERE s.parent_span_id IS NOT NULL AND NOT EXISTS (
                SELECT 1 FROM spans p WHERE p.trace_id = s.trace_id
                AND p.span_id = s.parent_span_id)"""
     ):
-        if killed.owns(report, trace_id, start_ns):
+        if history.excuses_missing_parent(trace_id, start_ns):
             continue
         report.add(
             "missing_parent",

@@ -149,14 +149,7 @@ def check_report(console: Console, report: CheckReport) -> None:
             f"largest trace: {largest['spans']} spans ({safe(largest['root'])}) "
             f"{safe(largest['trace_id'])}"
         )
-    lost = stats.get("lost_with_killed_session", 0)
-    cut = stats.get("spans_in_traces_cut_by_killed_session", 0)
-    if lost or cut:
-        console.print(
-            f"[yellow]killed session[/]: {lost} row(s) lost their traces and {cut} span check(s) "
-            "hit traces cut short (kill -9: spans still queued in its processes were never "
-            "exported); not contract violations"
-        )
+    _history_lines(console, report)
     if report.ok:
         console.print("[green]OK[/]: the trace contract holds")
         return
@@ -169,3 +162,38 @@ def check_report(console: Console, report: CheckReport) -> None:
         )
     counts = ", ".join(f"{rule}={n}" for rule, n in report.counts.items())
     console.print(f"[red]FAILED[/]: {sum(report.counts.values())} violations ({counts})")
+
+
+def _history_lines(console: Console, report: CheckReport) -> None:
+    """The run's sessions and dead server processes, and what they explain: spans and rows
+    lost or cut short by a process that died, counted per session and per process."""
+    sessions = report.history.get("sessions", [])
+    if len(sessions) > 1 or any(s.get("status") != "completed" for s in sessions):
+        listed = ", ".join(f"{s.get('index')} {safe(str(s.get('status')))}" for s in sessions)
+        console.print(f"sessions: {listed}")
+    rerun = report.stats.get("dispatches_rerun_in_a_later_session", 0)
+    if rerun:
+        console.print(
+            f"{rerun} dispatch(es) ran again in a later session (same rollout id and attempt, "
+            f"{names.RUN_SESSION} tells them apart)"
+        )
+    deaths = report.history.get("server_deaths", [])
+    if deaths:
+        listed = "; ".join(
+            f"{safe(str(d['process']))} ({safe(str(d['exit']))}) in session {d['session']}"
+            for d in deaths
+        )
+        console.print(f"server processes that died mid-run: {listed}")
+    lost = report.stats.get("lost_with_killed_session", 0)
+    if lost:
+        console.print(
+            f"[yellow]killed session[/]: {lost} row(s) name traces that died with it "
+            "(kill -9: spans still queued in its processes were never exported); "
+            "not contract violations"
+        )
+    if report.cut_short:
+        per = ", ".join(f"{safe(label)}: {n}" for label, n in sorted(report.cut_short.items()))
+        console.print(
+            f"[yellow]cut short[/]: {sum(report.cut_short.values())} span check(s) hit traces "
+            f"a dead process cut short ({per}); not contract violations"
+        )
