@@ -104,22 +104,29 @@ def _number(schema: Mapping[str, Any], rng: random.Random, hints: list[str], dep
     return round(rng.uniform(low, high), 3) if high > low else low
 
 
+def _bound(schema: Mapping[str, Any], inclusive: str, exclusive: str, step: float) -> float | None:
+    value = schema.get(inclusive)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    value = schema.get(exclusive)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value) + step
+    return None
+
+
 def _bounds(schema: Mapping[str, Any], *, integer: bool) -> tuple[float, float]:
-    step = 1 if integer else 1e-3
-    low = schema.get("minimum")
-    if not isinstance(low, (int, float)):
-        low = schema["exclusiveMinimum"] + step if "exclusiveMinimum" in schema else None
-    high = schema.get("maximum")
-    if not isinstance(high, (int, float)):
-        high = schema["exclusiveMaximum"] - step if "exclusiveMaximum" in schema else None
+    step = 1.0 if integer else 1e-3
+    low = _bound(schema, "minimum", "exclusiveMinimum", step)
+    high = _bound(schema, "maximum", "exclusiveMaximum", -step)
     if low is None and high is None:
-        low, high = 1, 9
+        low, high = 1.0, 9.0
     elif low is None:
-        low = min(high, 1)
+        assert high is not None
+        low = min(high, 1.0)
     elif high is None:
         high = low + 8
     if integer:
-        low, high = math.ceil(low), math.floor(high)
+        low, high = float(math.ceil(low)), float(math.floor(high))
     return low, max(low, high)
 
 
