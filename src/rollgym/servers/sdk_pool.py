@@ -32,9 +32,10 @@ from typing import Any
 #: Connections the pool keeps open at most (requests beyond it wait for one, within the
 #: client's timeout): enough for thousands of rollouts each with one model call in flight.
 MAX_CONNECTIONS = 4096
-#: Seconds an idle connection is kept: below rollgym's servers' own keep-alive (75 s), so the
-#: pool drops a connection before the server closes it under a request.
-KEEPALIVE_EXPIRY_S = 30.0
+#: Seconds an idle connection is kept: below the 5 s keep-alive of uvicorn's default (vLLM's
+#: and llama.cpp's servers, a ``url:`` model server), so the pool drops a connection before the
+#: server closes it under a request (the SDK client makes no retry: ``max_retries=0``).
+KEEPALIVE_EXPIRY_S = 4.0
 
 _async_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
     weakref.WeakKeyDictionary()
