@@ -82,3 +82,47 @@ def test_isolation_holds_with_1000_rollouts_in_flight(tmp_path: Path) -> None:
     assert spans.missing_parents() == []
     check = job.traces_check()
     assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
+
+
+#: The SDK agent's generations are held longer: its rollouts cost more CPU to admit.
+SDK_MODEL_LATENCY_S = 15.0
+
+
+def test_isolation_holds_with_1000_sdk_rollouts_in_flight(tmp_path: Path) -> None:
+    """The same with the agent written with the real OpenAI SDK (``rollout.async_openai()``,
+    one client per rollout over the process's shared pool): every rollout completes, each
+    request id names its own rollout, and no span leaves its rollout's trace."""
+    job = TracedJob(tmp_path)
+    servers = {
+        "policy": simulated_model(SDK_MODEL_LATENCY_S),
+        "arith": {"kind": "environment", "impl": "arithmetic"},
+        "sdk": {
+            "kind": "agent",
+            "impl": "telemetry_agents:SdkAgent",
+            "model": "policy",
+            "environment": "arith",
+        },
+    }
+    rows = [{"question": f"{i} + {i % 97}"} for i in range(IN_FLIGHT)]
+    job.write(servers, rows, agent="sdk", concurrency=IN_FLIGHT, timeout_s=120, max_attempts=1)
+    proc = job.run(timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = job.rollouts
+    assert len(records) == IN_FLIGHT and job.summary["failed"] == 0
+    assert all(r["reward"] == 1.0 for r in records)
+    assert max_overlap(records) >= IN_FLIGHT * 0.9
+    for record in records:
+        assert record["result"]["completion_id"] == f"chatcmpl-{record['rollout_id']}.0"
+
+    assert job.summary["telemetry"]["spans_dropped"] == 0
+    spans = job.spans()
+    roots = spans.dispatch_roots()
+    chats = spans.named(names.SPAN_MODEL_CHAT)
+    engines = spans.named(names.SPAN_ENGINE_REQUEST)
+    assert len(chats) == len(engines) == IN_FLIGHT
+    for span in chats + engines:
+        assert roots[span.rollout_id].trace_id == span.trace_id
+    assert spans.foreign_spans() == []
+    assert spans.missing_parents() == []
+    check = job.traces_check()
+    assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]

@@ -99,6 +99,7 @@ SERVERS_DOOR = {
     "task_of",
     "tool",
     "upstream_uuid",
+    "wire_messages",
 }
 
 #: Where a built-in may import rollgym names from: the servers door, the package door, the

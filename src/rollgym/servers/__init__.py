@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from rollgym.servers import responses_api
     from rollgym.servers.agent import Agent, AgentOptions, task_of
     from rollgym.servers.base import Server, ServerContext
-    from rollgym.servers.chat_content import content_text
+    from rollgym.servers.chat_content import content_text, wire_messages
     from rollgym.servers.environment import Environment, EnvironmentOptions, SessionState, Verdict
     from rollgym.servers.episode_loop import first_message, play_and_verify, play_tool_loop
     from rollgym.servers.model import ChatRequest, ModelServer
@@ -75,6 +75,7 @@ _EXPORTS = {
     "task_of": "rollgym.servers.agent",
     "tool": "rollgym.servers.tools",
     "upstream_uuid": "rollgym.servers.request_ids",
+    "wire_messages": "rollgym.servers.chat_content",
 }
 #: exported names that are whole modules (``responses_api.parse_request``, ``spans.X``)
 _MODULES = frozenset({"responses_api", "spans"})
@@ -110,6 +111,7 @@ __all__ = [
     "task_of",
     "tool",
     "upstream_uuid",
+    "wire_messages",
 ]
 
 

@@ -79,12 +79,19 @@ class Server:
         """Open the HttpClient, then the subclass's resources. Called by the app's lifespan."""
         await self.context.client.start()
         await self.on_startup()
+        if self.kind != "model":
+            from rollgym.servers.sdk_warmup import warm_up_if_used
+
+            await warm_up_if_used(type(self))
 
     async def stop(self) -> None:
         try:
             await self.on_shutdown()
         finally:
             await self.context.client.close()
+            from rollgym.servers.sdk_pool import aclose_async_pool
+
+            await aclose_async_pool()
 
     async def on_startup(self) -> None:
         """Hook: create long-lived resources (background tasks, upstream keys)."""

@@ -2,9 +2,11 @@
 
 ``RolloutContext.async_openai()`` / ``.openai()`` hand an agent an ``openai.AsyncOpenAI`` /
 ``openai.OpenAI`` whose base URL is the rollout-scoped model URL (``<model>/r/<rollout id>/v1``)
-and whose every request goes through :class:`RolloutTransport`. The SDK's HTTP client is one
-that OpenTelemetry's httpx instrumentation cannot hook, so without this the SDK sends no
-``traceparent`` and the model server's spans start traces of their own.
+and whose every request goes through a per-rollout ``RolloutTransport``, itself a thin layer over
+the process's one shared connection pool (:mod:`rollgym.servers.sdk_pool`), so a rollout's client
+costs about a tenth of a millisecond to make and opens no connection of its own. The SDK's HTTP
+client is one that OpenTelemetry's httpx instrumentation cannot hook, so without this the SDK
+sends no ``traceparent`` and the model server's spans start traces of their own.
 
 The one place a request and its answer are seen is :meth:`RolloutTransport.before_send` /
 :meth:`RolloutTransport.after_answer`: the request gets ``X-Request-Id: <rollout id>.<turn>``
@@ -19,12 +21,14 @@ not the SDK.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext, suppress
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from rollgym.servers.sdk_pool import async_pool, http_library, require_openai, sync_pool
 from rollgym.servers.sse import MEDIA_TYPE
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import gate
@@ -42,30 +46,6 @@ PROVIDER = "openai"
 PLACEHOLDER_KEY = "rollgym-no-key"
 #: Puts one chat completion (request body, answer) into the rollout's trajectory.
 Record = Callable[[dict[str, Any], dict[str, Any]], None]
-
-
-def _require_openai() -> Any:
-    try:
-        import openai
-    except ImportError:
-        raise ImportError(
-            "RolloutContext.openai()/async_openai() need the OpenAI SDK: pip install 'rollgym[openai]'"
-        ) from None
-    return openai
-
-
-def _http_library() -> Any:
-    """The HTTP library the installed SDK is built on: ``httpx2`` (openai 3.x) or ``httpx``
-    (1.x); both have the same transport API, and the SDK accepts only its own."""
-    import importlib
-
-    openai = _require_openai()
-    for cls in openai.DefaultAsyncHttpxClient.__mro__:
-        if cls.__name__ == "AsyncClient":
-            return importlib.import_module(cls.__module__.split(".")[0])
-    import httpx2
-
-    return httpx2
 
 
 class _RolloutHooks:
@@ -175,8 +155,10 @@ def _rebuilt(request: httpx2.Request, response: httpx2.Response, body: bytes) ->
     )
 
 
-def async_transport(model: ModelClient, record: Record | None = None) -> httpx2.AsyncBaseTransport:
-    http = _http_library()
+@functools.cache
+def _async_transport_class() -> type[Any]:
+    """The per-rollout async transport class, made once for the SDK's HTTP library."""
+    http = http_library()
 
     class RecordedStream(http.AsyncByteStream):  # type: ignore[name-defined]
         """A streamed answer's body, fed to the trajectory as the agent reads it."""
@@ -197,11 +179,11 @@ def async_transport(model: ModelClient, record: Record | None = None) -> httpx2.
                 self.finish()
 
     class RolloutTransport(http.AsyncBaseTransport):  # type: ignore[name-defined]
-        """An httpx2 transport that stamps and traces each request of one rollout."""
+        """Stamps and traces each request of one rollout, sent over the loop's shared pool."""
 
-        def __init__(self) -> None:
-            self.hooks = _RolloutHooks(model, record)
-            self.inner = http.AsyncHTTPTransport()
+        def __init__(self, hooks: _RolloutHooks, inner: Any) -> None:
+            self.hooks = hooks
+            self.inner = inner
 
         async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
             with self.hooks.span() as span:
@@ -221,13 +203,23 @@ def async_transport(model: ModelClient, record: Record | None = None) -> httpx2.
                 return _rebuilt(request, response, body)
 
         async def aclose(self) -> None:
-            await self.inner.aclose()
+            """Nothing of its own to close: the pool is shared by the process's rollouts."""
 
-    return RolloutTransport()
+    return RolloutTransport
 
 
-def sync_transport(model: ModelClient, record: Record | None = None) -> httpx2.BaseTransport:
-    http = _http_library()
+def async_transport(model: ModelClient, record: Record | None = None) -> httpx2.AsyncBaseTransport:
+    """The transport of one rollout's async SDK client, over the running loop's shared pool."""
+    transport: httpx2.AsyncBaseTransport = _async_transport_class()(
+        _RolloutHooks(model, record), async_pool()
+    )
+    return transport
+
+
+@functools.cache
+def _sync_transport_class() -> type[Any]:
+    """The per-rollout blocking transport class, made once for the SDK's HTTP library."""
+    http = http_library()
 
     class RecordedStream(http.SyncByteStream):  # type: ignore[name-defined]
         """The blocking twin of the async recorded stream."""
@@ -248,11 +240,11 @@ def sync_transport(model: ModelClient, record: Record | None = None) -> httpx2.B
                 self.finish()
 
     class RolloutTransport(http.BaseTransport):  # type: ignore[name-defined]
-        """The blocking twin of the async transport (same hooks)."""
+        """The blocking twin of the async transport (same hooks, the process's shared pool)."""
 
-        def __init__(self) -> None:
-            self.hooks = _RolloutHooks(model, record)
-            self.inner = http.HTTPTransport()
+        def __init__(self, hooks: _RolloutHooks, inner: Any) -> None:
+            self.hooks = hooks
+            self.inner = inner
 
         def handle_request(self, request: httpx2.Request) -> httpx2.Response:
             with self.hooks.span() as span:
@@ -272,17 +264,25 @@ def sync_transport(model: ModelClient, record: Record | None = None) -> httpx2.B
                 return _rebuilt(request, response, body)
 
         def close(self) -> None:
-            self.inner.close()
+            """Nothing of its own to close: the pool is shared by the process's rollouts."""
 
-    return RolloutTransport()
+    return RolloutTransport
+
+
+def sync_transport(model: ModelClient, record: Record | None = None) -> httpx2.BaseTransport:
+    """The transport of one rollout's blocking SDK client, over the process's shared pool."""
+    transport: httpx2.BaseTransport = _sync_transport_class()(
+        _RolloutHooks(model, record), sync_pool()
+    )
+    return transport
 
 
 def async_client(model: ModelClient, record: Record | None = None) -> openai.AsyncOpenAI:
     """An ``AsyncOpenAI`` on the rollout-scoped URL of ``model``, stamped and traced; with
     ``record``, its chat completions go into the rollout's trajectory."""
-    openai = _require_openai()
+    openai = require_openai()
     transport = async_transport(model, record)
-    http = _http_library().AsyncClient(transport=transport, timeout=model.timeout)
+    http = http_library().AsyncClient(transport=transport, timeout=model.timeout)
     return openai.AsyncOpenAI(
         base_url=model.sdk_base_url, api_key=PLACEHOLDER_KEY, http_client=http, max_retries=0
     )
@@ -290,8 +290,8 @@ def async_client(model: ModelClient, record: Record | None = None) -> openai.Asy
 
 def sync_client(model: ModelClient, record: Record | None = None) -> openai.OpenAI:
     """An ``OpenAI`` (blocking) client like :func:`async_client`; for a thread, not the loop."""
-    openai = _require_openai()
-    http = _http_library().Client(transport=sync_transport(model, record), timeout=model.timeout)
+    openai = require_openai()
+    http = http_library().Client(transport=sync_transport(model, record), timeout=model.timeout)
     return openai.OpenAI(
         base_url=model.sdk_base_url, api_key=PLACEHOLDER_KEY, http_client=http, max_retries=0
     )

@@ -3,11 +3,19 @@
 The config loader calls :func:`resolve_impl` for every launched server, so a typo or a class of
 the wrong kind is a config error before any process starts. Built-ins are imported only when
 named, so validating a config never imports FastAPI for servers that are not used.
+
+A ``module:Class`` is imported with the working directory on ``sys.path``, whichever way
+rollgym was started: ``python -m rollgym`` puts it there, the ``rollgym`` console script does
+not (its ``sys.path[0]`` is the script's folder). The driver resolves every launched server's
+class when it loads the config, and each server process resolves its own in the same working
+directory, so ``impl: mymodule:MyEnv`` beside the config works for both.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -48,6 +56,8 @@ def resolve_impl(impl: str, kind: str) -> type[Server]:
     module_name, _, class_name = target.partition(":")
     if not module_name or not class_name:
         raise ValueError(f"implementation {impl!r} must look like 'package.module:Class'")
+    if builtin is None:
+        _working_directory_importable()
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
@@ -64,6 +74,16 @@ def resolve_impl(impl: str, kind: str) -> type[Server]:
         raise AttributeError(f"module {module_name!r} has no class {class_name!r}")
     _check_kind(impl, cls, kind)
     return cls
+
+
+def _working_directory_importable() -> None:
+    """Put the working directory first on ``sys.path`` (as ``python -m`` does) when it is
+    not there already, in either spelling (``''`` means the working directory)."""
+    cwd = os.getcwd()
+    if "" in sys.path or cwd in sys.path:
+        return
+    sys.path.insert(0, cwd)
+    importlib.invalidate_caches()
 
 
 def _check_kind(impl: str, cls: object, kind: str) -> None:

@@ -18,6 +18,7 @@ from rollgym.errors import ServerCallError
 from rollgym.http.client import HttpClient, HttpResponse
 from rollgym.http.replicas import on_replica, origin
 from rollgym.http.scoped_context import scoped_base
+from rollgym.servers.chat_content import wire_messages
 from rollgym.servers.request_ids import request_id_of
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import gate
@@ -120,7 +121,7 @@ class ModelClient:
     ) -> dict[str, Any]:
         """One chat completion; ``params`` (sampling, token capture) join the body."""
         request_id = self.next_request_id()
-        body: dict[str, Any] = {"model": self.model_name, "messages": messages}
+        body: dict[str, Any] = {"model": self.model_name, "messages": wire_messages(messages)}
         if tools:
             body["tools"] = tools
         if params:
@@ -290,7 +291,10 @@ class RolloutContext:
             env = RecordingEnvSession(env, trajectory)
         self._env = env
         self.trajectory = trajectory
-        self._params = {**(sampling or {}), **(trajectory.request_fields() if trajectory else {})}
+        sampling = sampling or {}
+        self._params = {**sampling, **(trajectory.request_fields() if trajectory else {})}
+        if "top_logprobs" in sampling:  # the agent's or row's choice wins over capture's 0
+            self._params["top_logprobs"] = sampling["top_logprobs"]
         self._sdk_clients: list[Any] = []
 
     @property

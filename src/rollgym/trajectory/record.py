@@ -36,7 +36,15 @@ MAX_TURNS = 4096
 Capture = Literal["off", "turns", "tokens"]
 _ASKED: dict[str, Capture] = {"turns": "turns", "tokens": "tokens"}
 #: The request fields that ask an engine for token ids and log-probabilities (vLLM >= 0.10.2).
-TOKEN_REQUEST_FIELDS: dict[str, Any] = {"return_token_ids": True, "logprobs": True}
+#: ``top_logprobs: 0`` (no alternatives) because some engines answer ``logprobs: null`` to
+#: ``logprobs: true`` alone (llama-cpp-python's server computes them only when it is set);
+#: vLLM and OpenAI accept 0 as "the chosen token's only". A ``top_logprobs`` the agent's or
+#: the row's ``sampling`` sets wins over this 0.
+TOKEN_REQUEST_FIELDS: dict[str, Any] = {
+    "return_token_ids": True,
+    "logprobs": True,
+    "top_logprobs": 0,
+}
 #: Request keys that are the conversation; the rest (sampling, token capture) are params.
 _NOT_PARAMS = frozenset(("messages", "tools", "model", "stream"))
 #: Default of the most UTF-8 bytes one tool output (or message text) keeps in a trajectory.
@@ -147,7 +155,7 @@ def cut_text(text: str, max_bytes: int) -> tuple[str, int] | None:
 
 def _plain(turn: dict[str, Any]) -> dict[str, Any]:
     """A model turn with its compact token arrays as lists (what JSON writes)."""
-    if "prompt_ids" not in turn:
+    if "prompt_ids" not in turn and "logprobs" not in turn:
         return turn
     out = dict(turn)
     for key in _ARRAY_FIELDS:
@@ -263,8 +271,25 @@ class TrajectoryRecorder:
     ) -> None:
         prompt = _token_ids(answer.get("prompt_token_ids"))
         completion = _token_ids(choice.get("token_ids"))
+        content = _logprob_content(choice)
+        missing = [
+            name
+            for name, value in (
+                ("prompt_ids", prompt),
+                ("completion_ids", completion),
+                ("logprobs", content),
+            )
+            if value is None
+        ]
+        if missing:
+            turn["missing"] = missing  # what the engine did not answer; never recomputed
         if prompt is None or completion is None:
-            turn["tokens_missing"] = True  # the engine did not answer them; never recomputed
+            turn["tokens_missing"] = True
+            # the log-probabilities the engine gave are kept even without token ids
+            if content is not None:
+                turn["logprobs"] = _logprobs_of(content)
+                if top:
+                    turn["top_tokens"], turn["top_logprobs"] = _top_logprobs_of(content)
             self._pieces = None
             self._prefix_ok = False
             return
@@ -281,7 +306,6 @@ class TrajectoryRecorder:
         turn["prompt_start"] = start
         turn["prompt_ids"] = kept
         turn["completion_ids"] = completion
-        content = _logprob_content(choice)
         logprobs = _logprobs_of(content) if content is not None else None
         turn["logprobs"] = logprobs
         if logprobs is not None and len(logprobs) != len(completion):

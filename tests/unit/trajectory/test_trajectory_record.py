@@ -157,3 +157,32 @@ def test_long_tool_outputs_are_cut_and_marked_never_silently() -> None:
     assert big["content"] == "x" * 25  # the agent's own message is untouched
     assert data["truncated_texts"] == 2 and data["tool_output_max_bytes"] == 10
     assert "truncated_texts" not in TrajectoryRecorder("turns").to_json()
+
+
+def test_logprobs_without_token_ids_are_kept_and_what_is_missing_is_named() -> None:
+    """An engine that answers log-probabilities but no token ids (llama.cpp's server)."""
+    recorder = TrajectoryRecorder("tokens")
+    answer = _answer([1, 2], [3, 4])
+    del answer["prompt_token_ids"], answer["choices"][0]["token_ids"]
+    recorder.model_call({"messages": [USER], "top_logprobs": 0}, answer)
+    bare = _answer([1, 2], [3])
+    del bare["choices"][0]["logprobs"]
+    recorder.model_call({"messages": [USER]}, bare)
+    data = orjson.loads(orjson.dumps(recorder.to_json()))  # what travels is plain JSON
+    first, second = data["turns"]
+    assert first["missing"] == ["prompt_ids", "completion_ids"] and first["tokens_missing"]
+    assert first["logprobs"] == [-0.5, -0.5] and "top_tokens" not in first
+    assert second["missing"] == ["logprobs"] and "tokens_missing" not in second
+    assert token_sequence(data) is None  # no token sequence without the ids
+
+
+def test_token_capture_asks_for_top_logprobs_zero_unless_sampling_sets_it() -> None:
+    from rollgym.servers.rollout_context import RolloutContext
+
+    recorder = TrajectoryRecorder("tokens")
+    assert recorder.request_fields()["top_logprobs"] == 0
+    assert RolloutContext("1-0", None, None, trajectory=recorder)._params["top_logprobs"] == 0
+    mine = RolloutContext(
+        "1-0", None, None, sampling={"top_logprobs": 3}, trajectory=TrajectoryRecorder("tokens")
+    )
+    assert mine._params["top_logprobs"] == 3 and mine._params["logprobs"] is True

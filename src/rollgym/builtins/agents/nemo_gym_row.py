@@ -10,7 +10,10 @@ calls against the model, and verifies the final answer there.
 The Responses body is validated and translated by :mod:`rollgym.servers.responses_api` (the
 code behind the model servers' ``/v1/responses``) and sent as chat completions, so the engine's
 token ids and log-probabilities come back for the trajectory, as NeMo Gym's own vLLM model
-server does. What rollgym cannot serve is refused as ``invalid_row`` naming the field: image,
+server does. A row whose ``input`` is empty (``"input": []``: an environment-driven task, whose
+prompt the environment's seed supplies) starts from the seeded session's messages, after the
+request's ``instructions`` if it has any; it is refused only when the seed gives no prompt
+either. What rollgym cannot serve is refused as ``invalid_row`` naming the field: image,
 file or audio inputs, reasoning items, ``previous_response_id``.
 """
 
@@ -38,6 +41,8 @@ AGENT_REF = "agent_ref"
 _ROW_PREFIX = f"row.{PARAMS}"
 #: Content part types that carry something other than text.
 _MEDIA_PARTS = frozenset(("input_image", "input_file", "input_audio", "image_url"))
+#: Set on a chat request whose prompt is to come from the environment's seed.
+PROMPT_FROM_SEED = "prompt_from_seed"
 
 
 class NemoGymRowOptions(AgentOptions):
@@ -88,16 +93,25 @@ def chat_request_of(row: dict[str, Any]) -> dict[str, Any]:
     problem = _unsupported(params)
     if problem is not None:
         raise problem
+    from_seed = params.get("input") == []
+    if from_seed:  # the environment's seed supplies the prompt: parse the rest of the request
+        params = {**params, "input": ""}
     try:
         request = responses_api.parse_request(params)
     except HTTPError as exc:
         field = _ROW_PREFIX + (exc.field or "body").removeprefix("body")
         raise _refuse(exc.message.split(": ", 1)[-1], field) from None
-    return responses_api.to_chat_request(request)
+    chat = responses_api.to_chat_request(request)
+    if from_seed:
+        chat["messages"] = chat["messages"][:-1]  # the placeholder user message
+        chat[PROMPT_FROM_SEED] = True
+    return chat
 
 
 def _conversation_keys(chat: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in chat.items() if k not in ("model", "messages", "tools")}
+    return {
+        k: v for k, v in chat.items() if k not in ("model", "messages", "tools", PROMPT_FROM_SEED)
+    }
 
 
 class NemoGymRowAgent(Agent):
@@ -136,4 +150,13 @@ class NemoGymRowAgent(Agent):
         task = {k: v for k, v in task_of(row).items() if k not in (PARAMS, AGENT_REF)}
         seeded = await rollout.env.seed(task)
         tools = chat.get("tools") or seeded.get("tools") or None
-        return await play_and_verify(rollout, chat["messages"], tools, self.row_options.max_turns)
+        messages = chat["messages"]
+        if chat.get(PROMPT_FROM_SEED):
+            prompt = seeded.get("messages")
+            if not isinstance(prompt, list) or not prompt:
+                raise _refuse(
+                    "is empty and the environment's seed_session gave no messages to start from",
+                    f"{_ROW_PREFIX}.input",
+                )
+            messages = [*messages, *prompt]
+        return await play_and_verify(rollout, messages, tools, self.row_options.max_turns)

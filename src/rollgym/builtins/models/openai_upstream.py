@@ -43,6 +43,7 @@ from rollgym.servers import (
     gate,
     is_uuid,
     upstream_uuid,
+    wire_messages,
 )
 
 _KEY_LIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-*.]{6,}|Bearer\s+\S+)")
@@ -128,6 +129,7 @@ class OpenAIUpstream(ModelServer):
     ) -> dict[str, Any]:
         body = request.model_dump(exclude_none=True)
         body.pop("stream", None)
+        body["messages"] = wire_messages(body.get("messages") or [])
         return await self._forward(_CHAT, body, request_id, rollout_id)
 
     async def respond(
@@ -147,6 +149,7 @@ class OpenAIUpstream(ModelServer):
         self, request: ChatRequest, request_id: str | None, rollout_id: str | None
     ) -> AsyncIterator[bytes]:
         body = request.model_dump(exclude_none=True)
+        body["messages"] = wire_messages(body.get("messages") or [])
         # Ask for usage so the span can record it; the client sees the usage chunk only if
         # it asked for it itself.
         body["stream_options"] = {**(request.stream_options or {}), "include_usage": True}

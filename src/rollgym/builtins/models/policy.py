@@ -4,13 +4,16 @@ Kept apart from the HTTP server so the rules read in one page. The policy really
 built-in tasks when correct: it computes the arithmetic expression of the prompt, and follows
 the keychain one ``read_key`` call per turn using the previous tool output. When incorrect it
 gives a plausible wrong answer (an off-by-a-little number, a wrong or early-guessed secret).
-The sandboxed environments (code, terminal) are played by :mod:`sandbox_play`.
+The sandboxed environments (code, terminal) are played by :mod:`sandbox_play`, and any other
+environment whose tools are offered by :mod:`tool_play` (each tool called with schema-valid
+arguments, then an answer).
 """
 
 from __future__ import annotations
 
 import random
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from rollgym.builtins.arith import evaluate, format_number
@@ -24,16 +27,30 @@ _HEX = "0123456789abcdef"
 
 
 def decide(
-    messages: list[dict[str, Any]], tool_names: set[str], correct: bool, rng: random.Random
+    messages: list[dict[str, Any]],
+    tool_names: set[str],
+    correct: bool,
+    rng: random.Random,
+    tools: Sequence[dict[str, Any]] = (),
 ) -> Reply:
-    """The next assistant message for this conversation."""
+    """The next assistant message for this conversation; ``tools`` are the offered tools
+    (OpenAI tool objects, their ``tool_names`` allowed), for environments of no built-in game."""
     if "run_public_tests" in tool_names or "run_shell" in tool_names:
         from rollgym.builtins.models import sandbox_play
 
         return sandbox_play.turn(messages, tool_names, correct, rng)
     if "read_key" in tool_names:
         return _keychain(messages, correct, rng)
+    offered = [t for t in tools if str((t.get("function") or {}).get("name")) in tool_names]
+    if offered and not _asks_to_compute(messages):
+        from rollgym.builtins.models import tool_play
+
+        return tool_play.turn(messages, offered, correct, rng, _text)
     return _arithmetic(messages, correct, rng)
+
+
+def _asks_to_compute(messages: list[dict[str, Any]]) -> bool:
+    return any(m.get("role") == "user" and _COMPUTE.search(_text(m)) is not None for m in messages)
 
 
 def _text(message: dict[str, Any]) -> str:

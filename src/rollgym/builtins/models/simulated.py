@@ -189,7 +189,8 @@ def _sampled_reply(request: ChatRequest, correct: bool, rng: random.Random) -> R
     tools = request.tools or []
     names_of = [str((t.get("function") or {}).get("name")) for t in tools]
     forced = request.forced_tool
-    reply = decide(request.messages, set() if forced == "none" else set(names_of), correct, rng)
+    allowed = set() if forced == "none" else set(names_of)
+    reply = decide(request.messages, allowed, correct, rng, tools)
     if forced in (None, "none") or not names_of:
         return reply
     wanted = names_of[0] if forced == "required" else forced

@@ -1,0 +1,118 @@
+"""First-attempt timeouts with 5,000 built-in rollouts in flight on a busy machine.
+
+One real ``rollgym run`` job: the simulated model (each generation held ``--latency`` s, no
+CPU), the arithmetic environment, the built-in ``single_turn`` agent, ``--n`` rows all
+admitted at once, default tracing, ``run.timeout_s`` = ``--timeout`` and one attempt each, so
+every rollout that rollgym's own servers starve past the limit shows as a ``timeout``
+instead of being hidden by a retry. ``--burn K`` adds K busy-looping processes (at lowest
+priority, stopped when the job ends) to saturate the cores the way other work would.
+
+It prints completed/requested, the first-attempt timeouts and their share (target: 0), and
+the median and slowest rollout durations against the model latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import orjson
+import yaml
+
+BURN = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--n", type=int, default=5000, help="rollouts, all in flight at once")
+    parser.add_argument("--latency", type=float, default=0.5, help="seconds per generation")
+    parser.add_argument("--timeout", type=float, default=60.0, help="run.timeout_s")
+    parser.add_argument("--burn", type=int, default=0, help="busy-looping processes beside it")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-saturation-") as tmp:
+        root = Path(tmp)
+        rows = root / "rows.jsonl"
+        rows.write_text("".join(f'{{"question": "{i} + {i % 89}"}}\n' for i in range(args.n)))
+        config = {
+            "run": {
+                "input": str(rows),
+                "output_dir": str(root / "out"),
+                "concurrency": args.n,
+                "max_attempts": 1,
+                "timeout_s": args.timeout,
+                "agent": "solver",
+                "progress_interval_s": 5,
+            },
+            "servers": {
+                "policy": {
+                    "kind": "model",
+                    "impl": "simulated",
+                    "accuracy": 1.0,
+                    "latency": {"kind": "fixed", "seconds": args.latency},
+                },
+                "arith": {"kind": "environment", "impl": "arithmetic"},
+                "solver": {
+                    "kind": "agent",
+                    "impl": "single_turn",
+                    "model": "policy",
+                    "environment": "arith",
+                },
+            },
+            "telemetry": {"preset": "default"},
+        }
+        path = root / "job.yaml"
+        path.write_text(yaml.safe_dump(config))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        burners = [
+            subprocess.Popen(
+                ["nice", "-n", "19", sys.executable, "-c", BURN.format(seconds=args.timeout * 10)]
+            )
+            for _ in range(args.burn)
+        ]
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "rollgym", "run", str(path), "--no-table"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=1800,
+            )
+        finally:
+            for burner in burners:
+                burner.terminate()
+                burner.wait()
+        out = root / "out"
+        records = [orjson.loads(x) for x in (out / "rollouts.jsonl").read_bytes().splitlines()]
+        failures_file = out / "failures.jsonl"
+        failures = (
+            [orjson.loads(x) for x in failures_file.read_bytes().splitlines()]
+            if failures_file.exists()
+            else []
+        )
+    timeouts = sum(1 for f in failures if f.get("error_kind") == "timeout")
+    other = len(failures) - timeouts
+    print(
+        f"{args.n:,} single_turn rollouts in flight at once, model latency {args.latency} s, "
+        f"timeout_s {args.timeout:g}, one attempt each, {args.burn} burner process(es); "
+        f"rollgym run exited {proc.returncode}"
+    )
+    print(f"completed {len(records):,}/{args.n:,} ({len(records) / args.n:.3f})")
+    print(
+        f"first-attempt timeouts: {timeouts:,} ({timeouts / args.n:.1%}; target 0); "
+        f"other failures: {other:,}"
+    )
+    if records:
+        durations = sorted(r["duration_s"] for r in records)
+        print(
+            f"rollout duration: median {statistics.median(durations):.2f} s, "
+            f"slowest {durations[-1]:.2f} s ({durations[-1] / args.latency:.0f}x the latency)"
+        )
+
+
+if __name__ == "__main__":
+    main()
