@@ -9,8 +9,10 @@
 #                                             # tools; Hermes-style <tool_call> tokens)
 #
 # Environment: OUT (default ./runs/gpu-vllm-check), ROLLGYM_GPU_VLLM_VENV (default
-# ~/.cache/rollgym-vllm/gpu-venv). Needs Python 3.11, pip access to PyPI (vLLM's GPU build and
-# its CUDA torch are several GB) and bubblewrap for the terminal rows.
+# ~/.cache/rollgym-vllm/gpu-venv), ROLLGYM_VLLM_ARGS (more vLLM flags; default --dtype bfloat16,
+# since the tiny model is saved in float32, which vLLM's GPU attention backends do not all take).
+# Needs Python 3.11, pip access to PyPI (vLLM's GPU build and its CUDA torch are several GB)
+# and bubblewrap for the terminal rows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,7 +37,7 @@ fi
 # the same module as the CPU suite; every job folder (config, rollouts, trajectories,
 # traces.db, server logs) lands under $OUT/pytest, the figures in $OUT/pytest.log
 set +e
-ROLLGYM_VLLM_VENV="$VENV" python -m pytest -v -s -p no:cacheprovider \
+ROLLGYM_VLLM_VENV="$VENV" ROLLGYM_VLLM_ARGS="${ROLLGYM_VLLM_ARGS:---dtype bfloat16}" python -m pytest -v -s -p no:cacheprovider \
   --basetemp="$OUT/pytest" tests/e2e/test_real_vllm.py 2>&1 | tee "$OUT/pytest.log"
 status=${PIPESTATUS[0]}
 set -e
