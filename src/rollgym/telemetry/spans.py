@@ -295,37 +295,71 @@ def record_upstream_request(
 def engine_request_span(
     request_id: str, model: str, rollout_id: str | None
 ) -> AbstractContextManager[Span]:
-    """``llm_request`` (kind SERVER), named like vLLM's: the engine's side of one generation.
+    """``llm_request`` (kind SERVER), shaped like vLLM's: the engine's side of one generation.
 
-    A child of the current (incoming) context; the caller sets latency attributes
-    (``gen_ai.latency.*``) when it knows them.
+    A child of the current (incoming) context. Its attributes are vLLM's (recorded from a real
+    vLLM in ``tests/unit/servers/vllm_shape.json`` and held to it by a test): the request id as
+    vLLM forms it (``chatcmpl-<X-Request-Id>``) here, then :func:`record_engine_request` and
+    :func:`record_engine_timings`. vLLM's span names no model, so ``model`` is not recorded;
+    ``gym.rollout.id`` is the one attribute vLLM cannot have.
     """
-    attributes: dict[str, Any] = {
-        names.GEN_AI_REQUEST_ID: f"chatcmpl-{request_id}",
-        names.GEN_AI_REQUEST_MODEL: model,
-    }
+    attributes: dict[str, Any] = {names.GEN_AI_REQUEST_ID: f"chatcmpl-{request_id}"}
     if rollout_id:
         attributes[names.ROLLOUT_ID] = rollout_id
     return current_span(names.SPAN_ENGINE_REQUEST, kind=SpanKind.SERVER, attributes=attributes)
 
 
+def record_engine_request(
+    span: Span,
+    *,
+    temperature: float | None,
+    top_p: float | None,
+    max_tokens: int | None,
+    n: int | None,
+) -> None:
+    """The sampling parameters of one generation, as vLLM records them: the value in effect
+    (temperature, top_p and n default to 1), each only when truthy (vLLM leaves out a
+    temperature of 0), max_tokens only when the request set it."""
+    try:
+        if not span.is_recording():
+            return
+        values = (
+            (names.GEN_AI_REQUEST_TOP_P, 1.0 if top_p is None else float(top_p)),
+            (names.GEN_AI_REQUEST_MAX_TOKENS, max_tokens),
+            (names.GEN_AI_REQUEST_TEMPERATURE, 1.0 if temperature is None else float(temperature)),
+            (names.GEN_AI_REQUEST_N, 1 if n is None else n),
+        )
+        span.set_attributes({key: value for key, value in values if value})
+    except Exception:
+        warn_once("recording engine request parameters failed")
+
+
 def record_engine_timings(span: Span, timings: Any, usage: Mapping[str, Any] | None) -> None:
     """Latency (``gen_ai.latency.*``, seconds) and token usage of one engine generation.
 
-    ``timings`` has ``time_in_queue``, ``time_to_first_token`` and ``e2e``; silent on odd shapes.
+    ``timings`` has ``time_in_queue``, ``time_to_first_token`` and ``e2e`` (each from arrival);
+    the model-time split is derived as vLLM derives it: prefill from scheduling to the first
+    token, decode from the first token to the last, inference both. Token counts go under
+    vLLM's names (``gen_ai.usage.prompt_tokens``, ``completion_tokens``). Silent on odd shapes.
     """
     try:
         if not span.is_recording():
             return
+        queue = float(timings.time_in_queue)
+        first_token = float(timings.time_to_first_token)
+        e2e = float(timings.e2e)
         attributes: dict[str, Any] = {
-            names.GEN_AI_LATENCY_TIME_IN_QUEUE: float(timings.time_in_queue),
-            names.GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN: float(timings.time_to_first_token),
-            names.GEN_AI_LATENCY_E2E: float(timings.e2e),
+            names.GEN_AI_LATENCY_TIME_IN_QUEUE: queue,
+            names.GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN: first_token,
+            names.GEN_AI_LATENCY_E2E: e2e,
+            names.GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL: first_token - queue,
+            names.GEN_AI_LATENCY_TIME_IN_MODEL_DECODE: e2e - first_token,
+            names.GEN_AI_LATENCY_TIME_IN_MODEL_INFERENCE: e2e - queue,
         }
         if isinstance(usage, Mapping):
             for key, attr in (
-                ("prompt_tokens", names.GEN_AI_USAGE_INPUT_TOKENS),
-                ("completion_tokens", names.GEN_AI_USAGE_OUTPUT_TOKENS),
+                ("prompt_tokens", names.GEN_AI_USAGE_PROMPT_TOKENS),
+                ("completion_tokens", names.GEN_AI_USAGE_COMPLETION_TOKENS),
             ):
                 value = usage.get(key)
                 if isinstance(value, int) and not isinstance(value, bool):

@@ -6,6 +6,7 @@ import random
 import time
 
 import orjson
+import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from rollgym.builtins.models.policy import decide
@@ -187,5 +188,12 @@ async def test_engine_span_reports_queue_first_token_and_e2e_latency(serving, cl
         queued = attributes[names.GEN_AI_LATENCY_TIME_IN_QUEUE]
         assert 0.09 <= attributes[names.GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN] - queued < 0.2
         assert 0.19 <= attributes[names.GEN_AI_LATENCY_E2E] - queued < 0.4
-        assert attributes[names.GEN_AI_USAGE_INPUT_TOKENS] > 0
-        assert attributes[names.GEN_AI_USAGE_OUTPUT_TOKENS] > 0
+        assert attributes[names.GEN_AI_USAGE_PROMPT_TOKENS] > 0  # vLLM's names
+        assert attributes[names.GEN_AI_USAGE_COMPLETION_TOKENS] > 0
+        # vLLM's model-time split: prefill + decode = inference = e2e - queue
+        prefill = attributes[names.GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL]
+        decode = attributes[names.GEN_AI_LATENCY_TIME_IN_MODEL_DECODE]
+        inference = attributes[names.GEN_AI_LATENCY_TIME_IN_MODEL_INFERENCE]
+        assert 0.09 <= prefill < 0.2 and 0.09 <= decode < 0.2
+        assert inference == pytest.approx(prefill + decode)
+        assert inference == pytest.approx(attributes[names.GEN_AI_LATENCY_E2E] - queued)

@@ -122,7 +122,7 @@ def test_engine_request_span_is_server_child_of_incoming_context(named):
     (llm,) = named("llm_request")
     assert llm.kind is SpanKind.SERVER
     assert llm.attributes["gen_ai.request.id"] == "chatcmpl-3-0.0"
-    assert llm.attributes["gen_ai.request.model"] == "m"
+    assert "gen_ai.request.model" not in llm.attributes  # vLLM's span names no model
     assert llm.attributes["gym.rollout.id"] == "3-0"
     assert llm.parent.span_id == server.get_span_context().span_id
     (srv,) = named("POST")

