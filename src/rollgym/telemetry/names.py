@@ -47,6 +47,10 @@ ROLLOUT_REWARD: Final = "gym.rollout.reward"
 ROLLOUT_OUTCOME: Final = "gym.rollout.outcome"
 TELEMETRY_DROP_REASON: Final = "reason"
 ENV_TOOL_NAME: Final = "gym.env.tool.name"
+#: On a dispatch span: seconds the attempt waited before it was sent (a server out of rotation).
+ROLLOUT_ADMISSION_WAIT: Final = "gym.rollout.admission_wait"
+#: On an HTTP client span: seconds it waited for a pooled connection (the metric's own name).
+HTTP_CLIENT_QUEUE_DURATION: Final = "gym.http.client.queue_duration"
 #: On a proxy's model span: the rollgym request id of the call (``<rollout id>.<turn>``) ...
 MODEL_REQUEST_ID: Final = "gym.model.request_id"
 #: ... and the id sent upstream in its place (the same, a UUID derived from it, or absent):
@@ -85,6 +89,9 @@ GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
 GEN_AI_LATENCY_TIME_IN_QUEUE: Final = "gen_ai.latency.time_in_queue"
 GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN: Final = "gen_ai.latency.time_to_first_token"
 GEN_AI_LATENCY_E2E: Final = "gen_ai.latency.e2e"
+#: vLLM's split of a generation's model time (seconds), as its ``llm_request`` span reports it.
+GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL: Final = "gen_ai.latency.time_in_model_prefill"
+GEN_AI_LATENCY_TIME_IN_MODEL_DECODE: Final = "gen_ai.latency.time_in_model_decode"
 GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
 
 # --- stable HTTP semantic conventions ---------------------------------------------------------

@@ -312,6 +312,13 @@ def record_engine_timings(span: Span, timings: Any, usage: Mapping[str, Any] | N
             names.GEN_AI_LATENCY_TIME_IN_QUEUE: float(timings.time_in_queue),
             names.GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN: float(timings.time_to_first_token),
             names.GEN_AI_LATENCY_E2E: float(timings.e2e),
+            # vLLM's split of the model time: prefill up to the first token, decode after it.
+            names.GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL: max(
+                0.0, float(timings.time_to_first_token) - float(timings.time_in_queue)
+            ),
+            names.GEN_AI_LATENCY_TIME_IN_MODEL_DECODE: max(
+                0.0, float(timings.e2e) - float(timings.time_to_first_token)
+            ),
         }
         if isinstance(usage, Mapping):
             for key, attr in (
