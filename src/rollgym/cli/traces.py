@@ -210,10 +210,13 @@ def _slowest(args: argparse.Namespace) -> int:
 
 def _profile(args: argparse.Namespace) -> int:
     from rollgym.tracestore import render
-    from rollgym.tracestore.profile import profile_run
+    from rollgym.tracestore.profile import profile_store
+    from rollgym.tracestore.queries import db_path_of
 
-    with _open(args) as conn:
-        report = profile_run(conn, stragglers=args.n, bins=args.bins)
+    try:
+        report = profile_store(db_path_of(args.run_dir), stragglers=args.n, bins=args.bins)
+    except FileNotFoundError as exc:  # one line naming the path, no traceback
+        raise SystemExit(f"rollgym traces: {exc}") from None
     if args.json:
         _emit_json(report)
     else:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from rollgym.telemetry import names
 
@@ -125,8 +125,6 @@ class DispatchProfile:
     window_start_ns: int
     window_end_ns: int
     phase_ns: list[int]
-    #: (start_ns, end_ns, phase index) pieces tiling the window, oldest first.
-    segments: list[tuple[int, int, int]] = field(default_factory=list)
     input_tokens: int = 0
     output_tokens: int = 0
     model_calls: int = 0
@@ -141,10 +139,19 @@ class DispatchProfile:
         return PHASES[best]
 
 
-def _leaves(span: SpanRecord, lo: int, hi: int) -> Iterator[tuple[int, int, str]]:
+#: A node of the clipped tree: (lo, hi, depth, phase index, children).
+_Node = tuple[int, int, int, int, list["_Node"]]
+_COLLECTOR_INDEX = PHASE_INDEX[COLLECTOR]
+_ADMISSION_INDEX = PHASE_INDEX[ADMISSION_WAIT]
+_COUNTED = frozenset((names.SPAN_MODEL_CHAT, names.SPAN_ENV_TOOL))
+#: (name, kind, server kind) -> phase index: phase_of is a pure function of these three.
+_PHASE_CACHE: dict[tuple[str, int, str | None], int] = {}
+
+
+def _leaves(span: SpanRecord, lo: int, hi: int) -> Iterator[tuple[int, int, int]]:
     """The splits a span reports of its own time, laid end to end from its start."""
     if span.client_queue_s is not None and span.kind == _KIND_CLIENT:
-        yield lo, min(hi, lo + int(span.client_queue_s * _SECOND)), CLIENT_QUEUE
+        yield lo, min(hi, lo + int(span.client_queue_s * _SECOND)), PHASE_INDEX[CLIENT_QUEUE]
     if span.name == names.SPAN_ENGINE_REQUEST:
         cursor = lo
         for seconds, phase in (
@@ -155,54 +162,140 @@ def _leaves(span: SpanRecord, lo: int, hi: int) -> Iterator[tuple[int, int, str]
             if seconds is None or seconds <= 0:
                 continue
             end = min(hi, cursor + int(seconds * _SECOND))
-            yield cursor, end, phase
+            yield cursor, end, PHASE_INDEX[phase]
             cursor = end
 
 
-def attribute_dispatch(root: SpanRecord, spans: Iterable[SpanRecord]) -> DispatchProfile:
+def attribute_dispatch(
+    root: SpanRecord, spans: Iterable[SpanRecord], *, sweep: bool = False
+) -> DispatchProfile:
     """Attribute the window of dispatch ``root`` over ``spans`` (its trace, any order).
 
     Spans outside ``root``'s subtree are ignored; a span whose parent is not in the trace is
     taken as a child of ``root`` (its parent was dropped by a full export queue).
+    ``sweep``: always take the general path (tests compare it with the fast one).
     """
-    by_id = {s.span_id: s for s in spans}
-    by_id[root.span_id] = root
-    children: dict[bytes, list[SpanRecord]] = {}
-    for span in by_id.values():
-        if span is root:
-            continue
-        parent = span.parent_id
-        if parent is None:  # another root of the trace (single-trace mode): not this one's
-            continue
-        if parent not in by_id:
-            parent = root.span_id
-        children.setdefault(parent, []).append(span)
-    admission = int((root.admission_s or 0.0) * _SECOND)
-    lo0, hi0 = root.start_ns - max(0, admission), max(root.start_ns, root.end_ns)
-    # (lo, hi, depth, phase index) of every node, each clipped to its parent's interval.
-    nodes: list[tuple[int, int, int, int]] = [(lo0, hi0, 0, PHASE_INDEX[COLLECTOR])]
-    if admission > 0:
-        nodes.append((lo0, root.start_ns, 1, PHASE_INDEX[ADMISSION_WAIT]))
+    children = _children(root, spans if isinstance(spans, list) else list(spans))
+    admission = max(0, int((root.admission_s or 0.0) * _SECOND))
+    lo0, hi0 = root.start_ns - admission, max(root.start_ns, root.end_ns)
     profile = DispatchProfile(lo0, hi0, [0] * len(PHASES))
-    stack: list[tuple[SpanRecord, int, int, int]] = [(root, root.start_ns, hi0, 0)]
-    seen = {root.span_id}
+    if not sweep and _fast(root, children, admission, profile):
+        return profile
+    profile = DispatchProfile(lo0, hi0, [0] * len(PHASES))
+    _sweep(_tree(root, children, admission, profile), profile.phase_ns)
+    return profile
+
+
+def _children(root: SpanRecord, spans: list[SpanRecord]) -> dict[bytes, list[SpanRecord]]:
+    known = {s.span_id for s in spans}
+    known.add(root.span_id)
+    children: dict[bytes, list[SpanRecord]] = {}
+    root_id = root.span_id
+    for span in spans:
+        parent = span.parent_id
+        if parent is None or span.span_id == root_id:
+            continue  # another root of the trace (single-trace mode), or root itself
+        if parent not in known:
+            parent = root_id
+        kids = children.get(parent)
+        if kids is None:
+            children[parent] = [span]
+        else:
+            kids.append(span)
+    return children
+
+
+def _phase_index(span: SpanRecord) -> int:
+    key = (span.name, span.kind, span.server_kind)
+    phase = _PHASE_CACHE.get(key)
+    if phase is None:
+        phase = _PHASE_CACHE[key] = PHASE_INDEX[phase_of(span)]
+    return phase
+
+
+def _start(span: SpanRecord) -> int:
+    return span.start_ns
+
+
+def _fast(
+    root: SpanRecord,
+    children: dict[bytes, list[SpanRecord]],
+    admission: int,
+    profile: DispatchProfile,
+) -> bool:
+    """One pass for the common tree, where no two siblings (nor a child and its parent's
+    reported split) overlap: then the innermost span at every instant is found by subtracting
+    each node's children from it. False as soon as an overlap shows (the sweep decides)."""
+    phase_ns = profile.phase_ns
+    hi0 = max(root.start_ns, root.end_ns)
+    phase_ns[_COLLECTOR_INDEX] += hi0 - root.start_ns
+    phase_ns[_ADMISSION_INDEX] += admission
+    stack = [(root, root.start_ns, hi0, _COLLECTOR_INDEX, root.start_ns)]
     while stack:
-        span, plo, phi, depth = stack.pop()
-        for child in children.get(span.span_id, ()):
-            if child.span_id in seen:  # a malformed parent cycle
-                continue
-            seen.add(child.span_id)
-            lo, hi = max(plo, child.start_ns), min(phi, child.end_ns)
-            _count(profile, child)
+        span, plo, phi, parent_phase, busy_until = stack.pop()
+        kids = children.get(span.span_id)
+        if not kids:
+            continue
+        kids.sort(key=_start)
+        end, taken = busy_until, 0
+        for kid in kids:
+            name = kid.name
+            if name in _COUNTED:
+                _count(profile, kid)
+            start, stop = kid.start_ns, kid.end_ns
+            lo = plo if plo > start else start
+            hi = phi if phi < stop else stop
             if hi <= lo:
                 continue
-            nodes.append((lo, hi, depth + 1, PHASE_INDEX[phase_of(child)]))
-            for llo, lhi, phase in _leaves(child, lo, hi):
+            if lo < end:
+                return False
+            end = hi
+            taken += hi - lo
+            own, leaf_end = hi - lo, lo
+            if kid.client_queue_s is not None or name == names.SPAN_ENGINE_REQUEST:
+                for llo, lhi, leaf in _leaves(kid, lo, hi):
+                    if lhi > llo:
+                        phase_ns[leaf] += lhi - llo
+                        own -= lhi - llo
+                        leaf_end = lhi
+            phase = _phase_index(kid)
+            phase_ns[phase] += own
+            if kid.span_id in children:
+                stack.append((kid, lo, hi, phase, leaf_end))
+        phase_ns[parent_phase] -= taken
+    return True
+
+
+def _tree(
+    root: SpanRecord,
+    children: dict[bytes, list[SpanRecord]],
+    admission: int,
+    profile: DispatchProfile,
+) -> _Node:
+    """The clipped tree of ``root``: every child cut to its parent's (clipped) interval, each
+    reported split a leaf one level below its span."""
+    lo0, hi0 = profile.window_start_ns, profile.window_end_ns
+    top: _Node = (lo0, hi0, 0, _COLLECTOR_INDEX, [])
+    if admission > 0:
+        top[4].append((lo0, root.start_ns, 1, _ADMISSION_INDEX, []))
+    # The root's children are clipped to the dispatch span itself, not the admission wait.
+    stack: list[tuple[SpanRecord, _Node]] = [(root, (root.start_ns, hi0, 0, 0, top[4]))]
+    while stack:
+        span, node = stack.pop()
+        plo, phi, depth = node[0], node[1], node[2]
+        for child in children.get(span.span_id, ()):
+            if child.name in _COUNTED:
+                _count(profile, child)
+            lo, hi = max(plo, child.start_ns), min(phi, child.end_ns)
+            if hi <= lo:
+                continue
+            child_node: _Node = (lo, hi, depth + 1, _phase_index(child), [])
+            for llo, lhi, leaf in _leaves(child, lo, hi):
                 if lhi > llo:
-                    nodes.append((llo, lhi, depth + 2, PHASE_INDEX[phase]))
-            stack.append((child, lo, hi, depth + 1))
-    _sweep(nodes, profile)
-    return profile
+                    child_node[4].append((llo, lhi, depth + 2, leaf, []))
+            node[4].append(child_node)
+            stack.append((child, child_node))
+    return top
 
 
 def _count(profile: DispatchProfile, span: SpanRecord) -> None:
@@ -214,32 +307,32 @@ def _count(profile: DispatchProfile, span: SpanRecord) -> None:
         profile.tool_calls += 1
 
 
-def _sweep(nodes: list[tuple[int, int, int, int]], profile: DispatchProfile) -> None:
-    """Innermost-wins over the clipped nodes: one owner per instant, pieces into ``profile``."""
+def _sweep(top: _Node, phase_ns: list[int]) -> None:
+    """Innermost-wins over every node: one owner per instant (the deepest; the later start
+    between equals)."""
+    nodes: list[_Node] = []
+    stack = [top]
+    while stack:
+        node = stack.pop()
+        nodes.append(node)
+        stack.extend(node[4])
     events: list[tuple[int, int, int]] = []
-    for index, (lo, hi, _depth, _phase) in enumerate(nodes):
-        events.append((lo, 1, index))
-        events.append((hi, 0, index))
+    for index, node in enumerate(nodes):
+        events.append((node[0], 1, index))
+        events.append((node[1], 0, index))
     events.sort()
     active = [False] * len(nodes)
     heap: list[tuple[int, int, int]] = []
-    phase_ns = profile.phase_ns
-    segments = profile.segments
     previous: int | None = None
     for time_ns, is_start, index in events:
         if previous is not None and time_ns > previous:
             while not active[heap[0][2]]:
                 heapq.heappop(heap)
-            phase = nodes[heap[0][2]][3]
-            phase_ns[phase] += time_ns - previous
-            if segments and segments[-1][1] == previous and segments[-1][2] == phase:
-                segments[-1] = (segments[-1][0], time_ns, phase)
-            else:
-                segments.append((previous, time_ns, phase))
+            phase_ns[nodes[heap[0][2]][3]] += time_ns - previous
         if is_start:
-            lo, _hi, depth, _phase = nodes[index]
+            node = nodes[index]
             active[index] = True
-            heapq.heappush(heap, (-depth, -lo, index))
+            heapq.heappush(heap, (-node[2], -node[0], index))
         else:
             active[index] = False
         previous = time_ns
