@@ -1,4 +1,5 @@
-"""``rollgym traces profile`` on a real quickstart run: real servers on loopback, real spans."""
+"""A real quickstart run (real servers on loopback, real spans): ``rollgym traces profile`` of
+its store, and the per-rollout ``usage`` in rollouts.jsonl and summary.json."""
 
 from __future__ import annotations
 
@@ -54,4 +55,18 @@ def test_profile_of_a_quickstart_run(tmp_path: Path) -> None:
     top = report["stragglers"][0]
     assert top["rollout_id"] == slowest["rollout_id"]
     assert top["duration_s"] == pytest.approx(slowest["duration_s"], rel=0.05, abs=0.02)
-    assert report["accounting"]["output_tokens"] > 0 and report["accounting"]["model_calls"] > 0
+    accounting = report["accounting"]
+    assert accounting["output_tokens"] > 0 and accounting["model_calls"] > 0
+    # usage: counted by the agents at the model boundary; the profile counts the model spans.
+    # Two independent sources of the same numbers (no retries here: one dispatch per row).
+    assert all(r["usage"]["model_calls"] >= 1 for r in rows)
+    for key in ("input_tokens", "output_tokens", "model_calls"):
+        assert sum(r["usage"][key] for r in rows) == accounting[key], key
+    summary = orjson.loads((out / "summary.json").read_bytes())
+    for name, table in summary["by_dispatch_name"].items():
+        mine = [r for r in rows if r["dispatch_name"] == name]
+        assert table["usage"]["output_tokens"] == sum(r["usage"]["output_tokens"] for r in mine)
+        assert table["usage"]["model_s"] == pytest.approx(
+            sum(r["usage"]["model_s"] for r in mine), abs=1e-3
+        )
+    assert all("rollgym_usage" not in r["result"] for r in rows)

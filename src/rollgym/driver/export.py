@@ -5,7 +5,9 @@ them as they are): ``rollout_id``, ``group_id`` (the task index: the rollouts of
 form the group of group-relative methods), ``task_index``, ``rollout_index``, ``attempt``,
 ``dispatch_name``, ``reward``, ``prompt_ids``, ``completion_ids``, ``logprobs``, ``loss_mask``,
 ``top_tokens``, ``top_logprobs`` (per completion token, the alternatives when the run asked
-for ``top_logprobs``), ``has_tokens``, ``prefix_ok``, ``model_calls``, ``prompt_tokens``, ``completion_tokens``.
+for ``top_logprobs``), ``has_tokens``, ``prefix_ok``, ``model_calls``, ``prompt_tokens``,
+``completion_tokens``, and from the rollout's ``usage``: ``cached_tokens`` (null where the
+engine did not say) and ``model_s`` (seconds the rollout waited on model calls).
 
 Memory stays bounded: lines are streamed and written in row groups of ``batch_rows``. Only
 committed trajectories are read: those before the end of the last one a rollout line points
@@ -70,6 +72,7 @@ def export_row(record: dict[str, Any]) -> dict[str, Any]:
     trajectory = record.get("trajectory") or {}
     sequence = token_sequence(trajectory)
     usage = trajectory.get("usage") or {}
+    rollout_usage = record.get("usage") or {}
     return {
         "rollout_id": record.get("rollout_id"),
         "group_id": record.get("task_index"),
@@ -89,6 +92,8 @@ def export_row(record: dict[str, Any]) -> dict[str, Any]:
         "model_calls": trajectory.get("model_calls", 0),
         "prompt_tokens": usage.get("prompt_tokens", 0),
         "completion_tokens": usage.get("completion_tokens", 0),
+        "cached_tokens": rollout_usage.get("cached_tokens"),
+        "model_s": rollout_usage.get("model_s"),
     }
 
 
@@ -113,6 +118,8 @@ def _schema(pa: Any) -> Any:
             ("model_calls", pa.int64()),
             ("prompt_tokens", pa.int64()),
             ("completion_tokens", pa.int64()),
+            ("cached_tokens", pa.int64()),
+            ("model_s", pa.float64()),
         ]
     )
 
