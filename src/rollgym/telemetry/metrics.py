@@ -131,22 +131,7 @@ class HttpClientMetrics:
         destination = request_ctx.get("destination")
         started = request_ctx.get("started")
         if isinstance(destination, str) and isinstance(started, float):
-            waited = max(0.0, time.monotonic() - started)
-            self._queue.record(waited, self._attrs(destination))
-            _note_on_client_span(waited)
-
-
-def _note_on_client_span(waited: float) -> None:
-    """The same wait on the request's HTTP client span (current in the sending task), so a
-    trace alone says how long each request queued for a connection (``traces profile``)."""
-    try:
-        from opentelemetry import trace
-
-        span = trace.get_current_span()
-        if span.is_recording():
-            span.set_attribute(names.HTTP_CLIENT_QUEUE_DURATION, waited)
-    except Exception:  # telemetry never fails the request it observes
-        return
+            self._queue.record(max(0.0, time.monotonic() - started), self._attrs(destination))
 
 
 class SandboxMetrics:

@@ -131,6 +131,7 @@ def slowest_list(console: Console, items: list[dict[str, Any]]) -> None:
             f"spans={item['span_count']} trace {safe(item['trace_id'])}"
         )
         total = sum(item["self_time_ms"].values()) or 1.0
+        console.print("       self time by span name (time no child span covers):")
         for name, ms in list(item["self_time_ms"].items())[:6]:
             console.print(f"       {ms:10.2f} ms {100 * ms / total:5.1f}%  {safe(name)}")
 
