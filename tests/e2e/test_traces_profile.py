@@ -29,6 +29,8 @@ def test_profile_of_a_quickstart_run(tmp_path: Path) -> None:
         timeout=300,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    # One line says where the live profile is while the run goes.
+    assert sum("live profile: http://127.0.0.1:" in line for line in done.stderr.splitlines()) == 1
     shown = subprocess.run(
         [sys.executable, "-m", "rollgym", "traces", "profile", str(out), "--json"],
         env=env,
