@@ -39,7 +39,10 @@ async function overview() {
       el("th", {}, "mean reward"), el("th", {}, "mean duration")),
       data.per_dispatch_name.map((r) => el("tr", {}, el("td", {}, r.dispatch_name ?? "-"),
         el("td", {}, r.count), el("td", {}, fmt(r.mean_reward)), el("td", {}, ms(r.mean_duration_ms)))))));
-  app.append(el("section", {}, el("h2", {}, "Duration histogram"), histogram(data.duration_histogram)));
+  const bins = data.duration_histogram.map((b) => ({ from: b.from_ms, to: b.to_ms, count: b.count }));
+  app.append(el("section", {}, el("h2", {}, "Duration histogram"),
+    barHistogram("overview-duration", bins, "dispatch duration (ms)", "dispatches", (v) => fmt(v, 0)),
+    el("div", {}, el("a", { href: "#/profile" }, "where the time went (profile) ›"))));
   const roots = el("section", { id: "roots" }, el("h2", {}, "Job and startup traces"));
   for (const [label, list] of [["job", data.job_traces], ["startup", data.startup_traces]]) {
     for (const t of list) {
@@ -56,36 +59,6 @@ async function overview() {
 
 function card(label, value) {
   return el("div", { class: "card" }, el("b", {}, value ?? "-"), el("span", { class: "muted" }, label));
-}
-
-function histogram(bins) {
-  const ns = "http://www.w3.org/2000/svg";
-  const svg = document.createElementNS(ns, "svg");
-  const w = 600, h = 120, max = Math.max(1, ...bins.map((b) => b.count));
-  svg.setAttribute("viewBox", `0 0 ${w} ${h + 20}`);
-  svg.setAttribute("preserveAspectRatio", "none");
-  svg.setAttribute("width", "100%");
-  svg.setAttribute("height", "150");
-  bins.forEach((b, i) => {
-    const bw = w / bins.length, bh = (b.count / max) * h;
-    const r = document.createElementNS(ns, "rect");
-    Object.entries({ x: i * bw + 1, y: h - bh, width: bw - 2, height: bh, class: "hbar" })
-      .forEach(([k, v]) => r.setAttribute(k, v));
-    const t = document.createElementNS(ns, "title");
-    t.textContent = `${fmt(b.from_ms, 1)}–${fmt(b.to_ms, 1)} ms: ${b.count}`;
-    r.append(t);
-    svg.append(r);
-  });
-  if (bins.length) {
-    for (const [x, label, anchor] of [[0, `${fmt(bins[0].from_ms, 1)} ms`, "start"],
-      [w, `${fmt(bins[bins.length - 1].to_ms, 1)} ms`, "end"]]) {
-      const t = document.createElementNS(ns, "text");
-      Object.entries({ x, y: h + 14, "text-anchor": anchor }).forEach(([k, v]) => t.setAttribute(k, v));
-      t.textContent = label;
-      svg.append(t);
-    }
-  }
-  return svg;
 }
 
 function filters(data) {
