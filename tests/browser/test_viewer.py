@@ -57,6 +57,8 @@ def test_overview_table_filter_and_paging(viewer, page) -> None:
     page.wait_for_selector("#rollout-table tr.row")
     assert "simple_agent" in page.inner_text("body")
     assert page.locator("svg rect.hbar").count() == 20
+    axes = page.locator("#overview-duration text.axis-label").all_text_contents()
+    assert axes == ["dispatch duration (ms)", "dispatches"]  # the histogram's axes are named
     assert page.locator("#roots a").count() == 2  # job and startup traces
     assert page.locator("#rollout-table tr.row").count() == 25
     _shot(page, "viewer-overview.png")

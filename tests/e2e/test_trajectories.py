@@ -220,6 +220,9 @@ def test_parquet_export_reads_back_with_pyarrow(job: Job) -> None:
         assert row["completion_ids"] == sequence.completion_ids
         assert row["loss_mask"] == sequence.loss_mask
         _check_top_logprobs(row, asked=row["task_index"] % 2 == 0)
+        # the rollout's usage: the simulated engine says nothing of a cache, so null
+        assert row["cached_tokens"] is None and row["model_s"] > 0
+        assert line["usage"]["output_tokens"] == row["completion_tokens"]
     groups = {row["group_id"] for row in rows}
     assert groups == set(range(6))
 

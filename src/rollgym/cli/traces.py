@@ -1,4 +1,4 @@
-"""``rollgym traces serve|ls|show|slowest|check``: options -> calls of rollgym.tracestore.
+"""``rollgym traces serve|ls|show|slowest|profile|check``: options -> calls of rollgym.tracestore.
 
 Why thin: every command's logic lives in the tracestore package (queries, check, serve) so the
 viewer, scripts and tests call the same code; this module only parses options and prints.
@@ -55,6 +55,14 @@ def register(subparsers: Any) -> None:
     _run_dir(slowest)
     slowest.add_argument("-n", type=int, default=10, help="how many rollouts (default 10)")
     slowest.set_defaults(handler=_one_line(_slowest))
+
+    profile = commands.add_parser(
+        "profile", help="where rollout time went: phase shares, stragglers, timeline"
+    )
+    _run_dir(profile)
+    profile.add_argument("-n", type=int, default=10, help="how many stragglers (default 10)")
+    profile.add_argument("--bins", type=int, default=60, help="timeline points (default 60)")
+    profile.set_defaults(handler=_profile)
 
     check = commands.add_parser("check", help="verify the trace contract; non-zero on violation")
     _run_dir(check)
@@ -271,6 +279,22 @@ def _slowest(args: argparse.Namespace) -> int:
         _emit_json(items)
     else:
         render.slowest_list(_console(), items)
+    return 0
+
+
+def _profile(args: argparse.Namespace) -> int:
+    from rollgym.tracestore import render
+    from rollgym.tracestore.profile import profile_store
+    from rollgym.tracestore.queries import db_path_of
+
+    try:
+        report = profile_store(db_path_of(args.run_dir), stragglers=args.n, bins=args.bins)
+    except FileNotFoundError as exc:  # one line naming the path, no traceback
+        raise SystemExit(f"rollgym traces: {exc}") from None
+    if args.json:
+        _emit_json(report)
+    else:
+        render.profile_tables(_console(), report)
     return 0
 
 

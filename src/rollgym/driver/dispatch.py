@@ -37,7 +37,12 @@ from rollgym.http.client import HttpClient, HttpResponse
 from rollgym.identity import episode_body
 from rollgym.rewards import is_reward
 from rollgym.telemetry.groups import gate
-from rollgym.telemetry.names import OUTCOME_ERROR, OUTCOME_OK, OUTCOME_TIMEOUT
+from rollgym.telemetry.names import (
+    OUTCOME_ERROR,
+    OUTCOME_OK,
+    OUTCOME_TIMEOUT,
+    ROLLOUT_ADMISSION_WAIT,
+)
 from rollgym.trajectory.record import CAPTURE_HEADER, Capture
 
 
@@ -185,8 +190,11 @@ class Dispatcher:
         body = episode_body(rollout_id, attempt, unstamped(row)) if target.episode else row
         server = target.server_name
         rotation = self._rotation
+        waited = 0.0
         if rotation is not None and rotation.out_of_rotation:
+            wait_started = time.perf_counter()
             down = await rotation.wait_in_rotation(server)
+            waited = time.perf_counter() - wait_started
             if down is not None:
                 return AttemptOutcome(rollout_id, attempt, None, None, down, None, time.time(), 0.0)
         post = self._client.post_json
@@ -198,6 +206,8 @@ class Dispatcher:
         if gate.rollout:
             spans = _span_helpers()
             with spans.dispatch_span(row, target.dispatch_name, server) as span:
+                if waited > 0:
+                    span.set_attribute(ROLLOUT_ADMISSION_WAIT, waited)
                 answer = await _post(post, server, url, body, self._timeout, headers)
                 reward, result, error, trace_id = interpret(answer, server)
                 spans.record_dispatch_outcome(span, outcome_label(error), reward)

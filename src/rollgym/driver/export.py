@@ -9,7 +9,9 @@ for ``top_logprobs``), ``has_tokens``, ``prefix_ok`` (null without tokens), ``mo
 ``completion_tokens``, and the text: ``messages`` (the whole conversation, then the final
 answer: role, content, tool calls as JSON), ``completion_text``, ``finish_reason``,
 ``truncated`` (the last call stopped at its length limit), ``model``, ``sampling`` (JSON) with
-typed ``temperature``, ``top_p``, ``max_tokens``, ``seed``. docs/trajectories.md lists them.
+typed ``temperature``, ``top_p``, ``max_tokens``, ``seed``; from the rollout's ``usage``: ``cached_tokens`` (null where the
+engine did not say) and ``model_s`` (seconds the rollout waited on model calls).
+docs/trajectories.md lists them.
 
 Memory stays bounded: lines are streamed and written in row groups of ``batch_rows``. Only
 committed trajectories are read: those before the end of the last one a rollout line points
@@ -123,6 +125,7 @@ def export_row(record: dict[str, Any], run_id: str | None = None) -> dict[str, A
     first = _first_model_turn(trajectory)
     sampling = _sampling(first)
     reason = finish_reason(trajectory)
+    rollout_usage = record.get("usage") or {}
     return {
         "run_id": run_id,
         "rollout_id": record.get("rollout_id"),
@@ -151,6 +154,8 @@ def export_row(record: dict[str, Any], run_id: str | None = None) -> dict[str, A
         "model": first.get("model") if isinstance(first.get("model"), str) else None,
         "sampling": orjson.dumps(sampling, option=orjson.OPT_SORT_KEYS).decode(),
         **{key: _typed(sampling, key) for key in _TYPED_SAMPLING},
+        "cached_tokens": rollout_usage.get("cached_tokens"),
+        "model_s": rollout_usage.get("model_s"),
     }
 
 
@@ -195,6 +200,8 @@ def _schema(pa: Any) -> Any:
             ("top_p", pa.float64()),
             ("max_tokens", pa.int64()),
             ("seed", pa.int64()),
+            ("cached_tokens", pa.int64()),
+            ("model_s", pa.float64()),
         ]
     )
 

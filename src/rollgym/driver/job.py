@@ -214,7 +214,9 @@ async def collect(
             collector.interrupt()
             return
         if isinstance(outcome, RolloutResult):
-            aggregator.add_result(outcome.dispatch_name, outcome.task_index, outcome.reward)
+            aggregator.add_result(
+                outcome.dispatch_name, outcome.task_index, outcome.reward, outcome.usage
+            )
         else:
             aggregator.add_failure(outcome.dispatch_name, outcome.error_kind)
             echo.failed(outcome.error_kind, outcome.rollout_id, outcome.message)

@@ -125,7 +125,12 @@ class JobTelemetry:
             host, port = address
             self.store_token = store_token(host)
             self._store_args = (output_dir / "traces.db", output_dir / "logs" / "tracestore.log")
-            self._store_options = {"host": host, "token": self.store_token}
+            # run_dir: the store's viewer shows this run's progress.json while it goes
+            self._store_options = {
+                "host": host,
+                "token": self.store_token,
+                "run_dir": output_dir,
+            }
             self.store = start_trace_store(*self._store_args, port=port, **self._store_options)
         except Exception as exc:  # noqa: BLE001 - telemetry never decides whether a run runs
             _log.warning("local trace store did not start (%s); traces are not exported", exc)
@@ -133,6 +138,13 @@ class JobTelemetry:
             return None
         if self.store_token is not None:
             _announce_remote_store(host, self.store.endpoint, self.store_token)
+        else:
+            print(
+                f"rollgym: live profile: {self.store.endpoint}/#/profile (afterwards: "
+                f"rollgym traces serve --run-dir {output_dir} --port 0)",
+                file=sys.stderr,
+                flush=True,
+            )
         return str(self.store.endpoint)
 
     def flush(self) -> SpanCountRecord:

@@ -32,6 +32,10 @@ class RolloutResult:
     #: The rollout's trajectory (docs/trajectories.md) when the run asked for one; it is taken
     #: out of ``result`` so it is stored once, in ``trajectories.jsonl``.
     trajectory: dict[str, Any] | None = None
+    #: What the rollout used at the model (``input_tokens``, ``output_tokens``,
+    #: ``cached_tokens`` where the engine said, ``model_calls``, ``model_s``), as its agent
+    #: counted it; None when the agent called no model through rollgym.
+    usage: dict[str, Any] | None = None
 
     def to_record(self, trajectory_at: dict[str, Any] | None = None) -> dict[str, Any]:
         """The ``rollouts.jsonl`` line; ``trajectory_at`` points at its trajectory line."""
@@ -49,6 +53,8 @@ class RolloutResult:
             "finished_at": self.finished_at,
             "result": self.result,
         }
+        if self.usage is not None:
+            record["usage"] = self.usage
         if trajectory_at is not None:
             record["trajectory"] = trajectory_at
         return record
@@ -62,6 +68,7 @@ class RolloutResult:
             "attempt": self.attempt,
             "dispatch_name": self.dispatch_name,
             "reward": self.reward,
+            **({"usage": self.usage} if self.usage is not None else {}),
             "trajectory": self.trajectory,
         }
 

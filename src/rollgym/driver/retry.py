@@ -21,6 +21,7 @@ from rollgym.driver.outcomes import Outcome, RolloutFailure, RolloutResult
 from rollgym.driver.rows import Rollout
 from rollgym.telemetry.names import OUTCOME_ERROR
 from rollgym.trajectory.record import TRAJECTORY_KEY
+from rollgym.trajectory.usage import take_usage
 
 SendAttempt = Callable[[Rollout, int], Awaitable[AttemptOutcome]]
 
@@ -79,6 +80,7 @@ def result_of(rollout: Rollout, outcome: AttemptOutcome, name: str) -> Outcome:
             del outcome.result[TRAJECTORY_KEY]
         else:
             trajectory = None  # not a trajectory: left in the result as the agent sent it
+        usage = take_usage(outcome.result)  # stored beside the result, not inside it
         return RolloutResult(
             outcome.rollout_id,
             task.task_index,
@@ -93,6 +95,7 @@ def result_of(rollout: Rollout, outcome: AttemptOutcome, name: str) -> Outcome:
             outcome.result,
             outcome.trace_sampled,
             trajectory,
+            usage,
         )
     error = outcome.error
     message = str(error)

@@ -46,7 +46,7 @@ def _grow(column: array, index: int) -> None:
 class DispatchStats:
     """Counts of one dispatch name; per-task ``n`` (completed) and ``c`` (passed) columns."""
 
-    __slots__ = ("completed", "failed", "reward_sum", "n", "c")
+    __slots__ = ("completed", "failed", "reward_sum", "n", "c", "usage")
 
     def __init__(self, repeats: int = 1) -> None:
         self.completed = 0
@@ -56,6 +56,17 @@ class DispatchStats:
         typecode = "H" if repeats < 2**16 else "I"
         self.n = array(typecode)
         self.c = array(typecode)
+        #: Sums of the completed rollouts' ``usage`` (rollouts.jsonl); empty when none had one.
+        self.usage: dict[str, int | float] = {}
+
+    def add_usage(self, usage: Mapping[str, Any] | None) -> None:
+        """Add one rollout's usage: every numeric field summed under its own name."""
+        if not isinstance(usage, Mapping):
+            return
+        totals = self.usage
+        for key, value in usage.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                totals[key] = totals.get(key, 0) + value
 
     def add_result(self, task_index: int, reward: float, passed: bool) -> None:
         self.completed += 1
@@ -82,7 +93,12 @@ class DispatchStats:
             "failed": self.failed,
             "mean_reward": mean,
             "pass_at_k": {str(k): self.pass_at(k) for k in range(1, repeats + 1)},
+            **({"usage": _rounded(self.usage)} if self.usage else {}),
         }
+
+
+def _rounded(usage: dict[str, int | float]) -> dict[str, int | float]:
+    return {k: round(v, 6) if isinstance(v, float) else v for k, v in sorted(usage.items())}
 
 
 class Aggregator:
@@ -106,9 +122,17 @@ class Aggregator:
             stats = self.by_name[name] = DispatchStats(self.repeats)
         return stats
 
-    def add_result(self, name: str, task_index: int, reward: float) -> None:
+    def add_result(
+        self,
+        name: str,
+        task_index: int,
+        reward: float,
+        usage: Mapping[str, Any] | None = None,
+    ) -> None:
         self.completed += 1
-        self._stats(name).add_result(task_index, reward, reward >= self.pass_threshold)
+        stats = self._stats(name)
+        stats.add_result(task_index, reward, reward >= self.pass_threshold)
+        stats.add_usage(usage)
 
     def add_failure(self, name: str | None, error_kind: str) -> None:
         self.failed += 1
@@ -120,7 +144,10 @@ class Aggregator:
         """Feed one stored record (the resume ledger's callback)."""
         if is_result:
             self.add_result(
-                str(record.get("dispatch_name")), int(record["task_index"]), float(record["reward"])
+                str(record.get("dispatch_name")),
+                int(record["task_index"]),
+                float(record["reward"]),
+                record.get("usage"),
             )
         else:
             self.add_failure(record.get("dispatch_name"), str(record.get("error_kind")))

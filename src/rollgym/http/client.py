@@ -85,7 +85,12 @@ class _ReuseAwareConnector(aiohttp.TCPConnector):
         self._used: weakref.WeakSet[Any] = weakref.WeakSet()
 
     async def connect(self, req: Any, traces: Any, timeout: aiohttp.ClientTimeout) -> Any:
-        connection = await super().connect(req, traces, timeout)
+        if gate.http:
+            started = time.perf_counter()
+            connection = await super().connect(req, traces, timeout)
+            _note_queue_wait(time.perf_counter() - started)
+        else:
+            connection = await super().connect(req, traces, timeout)
         protocol = connection.protocol
         if protocol in self._used:
             _reused.set(True)
@@ -93,6 +98,25 @@ class _ReuseAwareConnector(aiohttp.TCPConnector):
             _reused.set(False)
             self._used.add(protocol)
         return connection
+
+
+@functools.cache
+def _current_span() -> Any:
+    """``trace.get_current_span``, imported once (an import statement per request costs)."""
+    from opentelemetry import trace
+
+    return trace.get_current_span
+
+
+def _note_queue_wait(seconds: float) -> None:
+    """The wait for a connection (pooled or new) on the request's client span, current in
+    this task, so a trace alone says how long each request queued (``traces profile``)."""
+    try:
+        span = _current_span()()
+        if span.is_recording():
+            span.set_attribute(names.HTTP_CLIENT_QUEUE_DURATION, seconds)
+    except Exception:  # telemetry never fails the request it observes
+        return
 
 
 def _stale_connection(exc: aiohttp.ClientError) -> bool:

@@ -24,6 +24,7 @@ from rollgym.servers.rollout_context import HttpEnvSession, ModelClient, Rollout
 from rollgym.servers.rollout_options import RolloutOptions
 from rollgym.telemetry.groups import gate
 from rollgym.trajectory.record import CAPTURE_HEADER, attach
+from rollgym.trajectory.usage import attach_usage
 
 #: Row keys that are routing or identity, not part of the task the environment sees.
 _NOT_TASK = frozenset((*STAMPED_FIELDS, EXPLICIT_ID, "agent", "sampling"))
@@ -130,7 +131,8 @@ class Agent(Server):
         async def attempt() -> dict[str, Any]:
             rollout = self.rollout_context(rollout_id, row, capture)
             try:
-                return attach(await self.run(row, rollout), rollout.trajectory)
+                answer = attach(await self.run(row, rollout), rollout.trajectory)
+                return attach_usage(answer, rollout.usage)
             finally:
                 await rollout.aclose()
 

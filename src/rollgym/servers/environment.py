@@ -46,6 +46,7 @@ from rollgym.servers.sessions import Session, SessionStore
 from rollgym.servers.tools import ToolArgumentsError, ToolSpec, tools_of
 from rollgym.telemetry.groups import gate
 from rollgym.trajectory.record import CAPTURE_HEADER, attach
+from rollgym.trajectory.usage import attach_usage
 
 
 @dataclass
@@ -313,7 +314,8 @@ class Environment(Server):
                 rollout_id, model, env, sampling=sampling, trajectory=trajectory
             )
             try:
-                return attach(await self.play_episode(rollout, task), trajectory)
+                answer = attach(await self.play_episode(rollout, task), trajectory)
+                return attach_usage(answer, rollout.usage)
             finally:
                 await rollout.aclose()
 

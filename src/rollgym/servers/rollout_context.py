@@ -9,6 +9,7 @@ sessions in-process while an agent reaches them over HTTP, with the same loop co
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -23,6 +24,7 @@ from rollgym.servers.request_ids import request_id_of
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import gate
 from rollgym.trajectory.record import TrajectoryRecorder
+from rollgym.trajectory.usage import UsageTally
 
 if TYPE_CHECKING:
     import openai
@@ -291,6 +293,8 @@ class RolloutContext:
             env = RecordingEnvSession(env, trajectory)
         self._env = env
         self.trajectory = trajectory
+        #: Tokens and model calls of this rollout (``usage`` in rollouts.jsonl), always kept.
+        self.usage = UsageTally()
         sampling = sampling or {}
         self._params = {**sampling, **(trajectory.request_fields() if trajectory else {})}
         if "top_logprobs" in sampling:  # the agent's or row's choice wins over capture's 0
@@ -356,13 +360,16 @@ class RolloutContext:
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
     ) -> dict[str, Any]:
         """One model call: the model server's OpenAI chat completion answer."""
+        started = time.perf_counter()
         answer = await self._model_client().chat(messages, tools, self._params)
-        self.record_model_call({"messages": messages, "tools": tools, **self._params}, answer)
+        seconds = time.perf_counter() - started
+        self._record({"messages": messages, "tools": tools, **self._params}, answer, seconds)
         return answer
 
     def _sdk_record(self) -> Callable[[dict[str, Any], dict[str, Any]], None] | None:
-        """What an SDK client calls with each chat completion: the trajectory, when asked."""
-        return self.record_model_call if self.trajectory is not None else None
+        """What an SDK client calls with each chat completion: the usage tally always, and the
+        trajectory when asked."""
+        return self.record_model_call
 
     def record_model_call(self, request: dict[str, Any], answer: dict[str, Any]) -> None:
         """Put one model call made by any client into the trajectory (a no-op without one).
@@ -370,5 +377,12 @@ class RolloutContext:
         ``request`` is the body sent (``messages``, ``tools``, sampling parameters), ``answer``
         the ``chat.completion`` object as plain data.
         """
+        self._record(request, answer, None)
+
+    def _record(
+        self, request: dict[str, Any], answer: dict[str, Any], seconds: float | None
+    ) -> None:
+        if isinstance(answer, dict):
+            self.usage.add(answer, seconds)
         if self.trajectory is not None:
             self.trajectory.model_call(request, answer)

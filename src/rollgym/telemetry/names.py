@@ -50,6 +50,10 @@ ROLLOUT_REWARD: Final = "gym.rollout.reward"
 ROLLOUT_OUTCOME: Final = "gym.rollout.outcome"
 TELEMETRY_DROP_REASON: Final = "reason"
 ENV_TOOL_NAME: Final = "gym.env.tool.name"
+#: On a dispatch span: seconds the attempt waited before it was sent (a server out of rotation).
+ROLLOUT_ADMISSION_WAIT: Final = "gym.rollout.admission_wait"
+#: On an HTTP client span: seconds it waited for a pooled connection (the metric's own name).
+HTTP_CLIENT_QUEUE_DURATION: Final = "gym.http.client.queue_duration"
 #: On a proxy's model span: the rollgym request id of the call (``<rollout id>.<turn>``) ...
 MODEL_REQUEST_ID: Final = "gym.model.request_id"
 #: ... and the id sent upstream in its place (the same, a UUID derived from it, or absent):

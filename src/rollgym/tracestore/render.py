@@ -131,8 +131,56 @@ def slowest_list(console: Console, items: list[dict[str, Any]]) -> None:
             f"spans={item['span_count']} trace {safe(item['trace_id'])}"
         )
         total = sum(item["self_time_ms"].values()) or 1.0
+        console.print("       self time by span name (time no child span covers):")
         for name, ms in list(item["self_time_ms"].items())[:6]:
             console.print(f"       {ms:10.2f} ms {100 * ms / total:5.1f}%  {safe(name)}")
+
+
+def profile_tables(console: Console, report: dict[str, Any]) -> None:
+    """``traces profile``: the phase table (run and per dispatch name), stragglers, totals."""
+    console.print(
+        f"{report['dispatches']} dispatches, {report['wall_s']:.2f} s of rollout wall time "
+        "(a phase owns an instant when its span is the innermost one there)"
+    )
+    groups = [("whole run", report["phases"])] + [
+        (f"{safe(g['dispatch_name'])} ({g['dispatches']} dispatches)", g["phases"])
+        for g in report["per_dispatch_name"]
+    ]
+    for title, phases in groups:
+        table = Table(title=title, title_justify="left")
+        for column in ("phase", "share", "seconds", "p50 s", "p90 s", "p99 s"):
+            table.add_column(column, justify="left" if column == "phase" else "right")
+        for row in phases:
+            table.add_row(
+                row["name"],
+                f"{100 * row['share']:.1f}%",
+                f"{row['seconds']:.3f}",
+                f"{row['p50_s']:.4f}",
+                f"{row['p90_s']:.4f}",
+                f"{row['p99_s']:.4f}",
+            )
+        console.print(table)
+    stragglers = Table(title="stragglers (slowest dispatches)", title_justify="left")
+    for column in ("rollout", "seconds", "dominant phase", "dispatch", "outcome", "trace"):
+        stragglers.add_column(column, justify="right" if column == "seconds" else "left")
+    for row in report["stragglers"]:
+        stragglers.add_row(
+            safe(row["rollout_id"]),
+            f"{row['duration_s']:.3f}",
+            row["dominant_phase"],
+            safe(row["dispatch_name"]),
+            safe(row["outcome"]),
+            safe(row["trace_id"]),
+        )
+    console.print(stragglers)
+    totals = report["accounting"]
+    console.print(
+        "accounting: "
+        + " ".join(
+            f"{key}={value:.3f}" if isinstance(value, float) else f"{key}={value}"
+            for key, value in totals.items()
+        )
+    )
 
 
 def check_report(console: Console, report: CheckReport) -> None:

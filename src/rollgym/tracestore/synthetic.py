@@ -175,6 +175,7 @@ def _rollout(
             names.HTTP_REQUEST_METHOD: "POST",
             names.URL_FULL: "http://127.0.0.1:9001/run",
             names.DESTINATION_SERVER_NAME: "agent",
+            names.HTTP_CLIENT_QUEUE_DURATION: rng.randint(0, 50) / 1e6,
         },
     )
     server = agent.start_span(
@@ -250,6 +251,14 @@ def _model_turn(
         },
     )
     engine.add_event("first_token", timestamp=now + length // 3)
+    queued = rng.randint(0, length // 10)
+    engine.set_attributes(
+        {
+            names.GEN_AI_LATENCY_TIME_IN_QUEUE: queued / 1e9,
+            names.GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL: (length // 3 - queued) / 1e9,
+            names.GEN_AI_LATENCY_TIME_IN_MODEL_DECODE: (length - length // 3) / 1e9,
+        }
+    )
     engine.end(end_time=now + length)
     chat.set_attributes(
         {

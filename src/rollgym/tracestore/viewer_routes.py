@@ -15,7 +15,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from rollgym.tracestore import queries
+from rollgym.tracestore import live, queries
+from rollgym.tracestore.profile import profile_store
 from rollgym.tracestore.store import connect_readonly
 
 DB_KEY = web.AppKey("db_path", Path)
@@ -31,6 +32,8 @@ def add_api_routes(app: web.Application, db_path: Path, run_dir: Path | None) ->
     app.router.add_get("/api/rollout/{rollout_id}", _rollout)
     app.router.add_get("/api/trace/{trace_id}", _trace)
     app.router.add_get("/api/search", _search)
+    app.router.add_get("/api/profile", _profile)
+    app.router.add_get("/api/progress", _progress)
 
 
 async def _query(request: web.Request, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -109,3 +112,27 @@ async def _trace(request: web.Request) -> web.Response:
 
 async def _search(request: web.Request) -> web.Response:
     return _json(await _query(request, queries.search, request.query.get("q", "")))
+
+
+async def _profile(request: web.Request) -> web.Response:
+    """The ``traces profile`` report, plus the reward and duration histograms it plots."""
+    db = request.app[DB_KEY]
+    data = await asyncio.to_thread(profile_store, db, stragglers=10, bins=40)
+    data["reward_histogram"] = await _query(request, live.reward_histogram)
+    data["duration_histogram"] = (await _query(request, queries.overview))["duration_histogram"]
+    return _json(data)
+
+
+async def _progress(request: web.Request) -> web.Response:
+    """The run's ``progress.json`` (null without ``--run-dir`` or before the run wrote one),
+    with the in-flight rollouts that made no progress for ``stall_s`` seconds (default 60)."""
+    try:
+        stall_s = float(request.query.get("stall_s", str(live.DEFAULT_STALL_S)))
+    except ValueError:
+        return _json({"error": "stall_s must be a number"}, 400)
+    run_dir = request.app[RUN_DIR_KEY]
+    progress = live.read_progress(run_dir) if isinstance(run_dir, Path) else None
+    if progress is None:
+        return _json({"progress": None, "stalled": [], "stall_s": stall_s})
+    stalled = await _query(request, live.stalled, progress, stall_s)
+    return _json({"progress": progress, "stalled": stalled, "stall_s": stall_s})

@@ -85,3 +85,21 @@ def test_a_server_whose_replicas_all_failed_says_so() -> None:
         "error": "no replica answered",
         "replicas": {"env": {"error": "x"}, "env@1": {"error": "y"}},
     }
+
+
+def test_usage_is_summed_per_dispatch_name_live_and_on_resume() -> None:
+    agg = Aggregator(repeats=1, pass_threshold=1.0)
+    agg.add_result("a", 0, 1.0, {"input_tokens": 10, "output_tokens": 2, "model_s": 0.5})
+    agg.add_result("a", 1, 0.0, {"input_tokens": 5, "output_tokens": 1, "cached_tokens": 4})
+    agg.add_result("b", 0, 1.0)  # an agent that called no model: no usage
+    # A resumed session reads the earlier rows back through the ledger's callback.
+    usage = {"input_tokens": 1, "output_tokens": 1, "model_s": 0.25, "bogus": True}
+    agg.add_record({"dispatch_name": "a", "task_index": 2, "reward": 1.0, "usage": usage}, True)
+    table = agg.by_dispatch_name()
+    assert table["a"]["usage"] == {
+        "cached_tokens": 4,
+        "input_tokens": 16,
+        "model_s": 0.75,
+        "output_tokens": 4,
+    }
+    assert "usage" not in table["b"]

@@ -61,7 +61,8 @@ def test_slowest_breaks_down_self_time(finished_run, capsys) -> None:
         assert sum(item["self_time_ms"].values()) == pytest.approx(item["duration_ms"], rel=1e-6)
         assert next(iter(item["self_time_ms"])) == names.SPAN_ENGINE_REQUEST
     assert traces_cli.main(["slowest", str(run_dir), "-n", "1"]) == 0
-    assert "llm_request" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "llm_request" in out and "self time by span name" in out
 
 
 def test_ls_cli_and_overview(finished_run, capsys) -> None:

@@ -39,7 +39,10 @@ async function overview() {
       el("th", {}, "mean reward"), el("th", {}, "mean duration")),
       data.per_dispatch_name.map((r) => el("tr", {}, el("td", {}, r.dispatch_name ?? "-"),
         el("td", {}, r.count), el("td", {}, fmt(r.mean_reward)), el("td", {}, ms(r.mean_duration_ms)))))));
-  app.append(el("section", {}, el("h2", {}, "Duration histogram"), histogram(data.duration_histogram)));
+  const bins = data.duration_histogram.map((b) => ({ from: b.from_ms, to: b.to_ms, count: b.count }));
+  app.append(el("section", {}, el("h2", {}, "Duration histogram"),
+    barHistogram("overview-duration", bins, "dispatch duration (ms)", "dispatches", (v) => fmt(v, 0)),
+    el("div", {}, el("a", { href: "#/profile" }, "where the time went (profile) ›"))));
   const roots = el("section", { id: "roots" }, el("h2", {}, "Job and startup traces"));
   for (const [label, list] of [["job", data.job_traces], ["startup", data.startup_traces]]) {
     for (const t of list) {
@@ -56,36 +59,6 @@ async function overview() {
 
 function card(label, value) {
   return el("div", { class: "card" }, el("b", {}, value ?? "-"), el("span", { class: "muted" }, label));
-}
-
-function histogram(bins) {
-  const ns = "http://www.w3.org/2000/svg";
-  const svg = document.createElementNS(ns, "svg");
-  const w = 600, h = 120, max = Math.max(1, ...bins.map((b) => b.count));
-  svg.setAttribute("viewBox", `0 0 ${w} ${h + 20}`);
-  svg.setAttribute("preserveAspectRatio", "none");
-  svg.setAttribute("width", "100%");
-  svg.setAttribute("height", "150");
-  bins.forEach((b, i) => {
-    const bw = w / bins.length, bh = (b.count / max) * h;
-    const r = document.createElementNS(ns, "rect");
-    Object.entries({ x: i * bw + 1, y: h - bh, width: bw - 2, height: bh, class: "hbar" })
-      .forEach(([k, v]) => r.setAttribute(k, v));
-    const t = document.createElementNS(ns, "title");
-    t.textContent = `${fmt(b.from_ms, 1)}–${fmt(b.to_ms, 1)} ms: ${b.count}`;
-    r.append(t);
-    svg.append(r);
-  });
-  if (bins.length) {
-    for (const [x, label, anchor] of [[0, `${fmt(bins[0].from_ms, 1)} ms`, "start"],
-      [w, `${fmt(bins[bins.length - 1].to_ms, 1)} ms`, "end"]]) {
-      const t = document.createElementNS(ns, "text");
-      Object.entries({ x, y: h + 14, "text-anchor": anchor }).forEach(([k, v]) => t.setAttribute(k, v));
-      t.textContent = label;
-      svg.append(t);
-    }
-  }
-  return svg;
 }
 
 function filters(data) {
@@ -219,7 +192,8 @@ async function tracePage(id) {
 async function route() {
   const [, page, arg] = location.hash.split("/");
   try {
-    if (page === "rollout") await rolloutPage(decodeURIComponent(arg));
+    if (page && page.startsWith("profile")) await profilePage();
+    else if (page === "rollout") await rolloutPage(decodeURIComponent(arg));
     else if (page === "trace") await tracePage(arg);
     else await overview();
   } catch (error) {
@@ -237,3 +211,123 @@ document.getElementById("search-form").addEventListener("submit", async (event) 
 });
 window.addEventListener("hashchange", route);
 route();
+
+// ---------------------------------------------------------------- profile (where the time went)
+const SVG = "http://www.w3.org/2000/svg";
+function svgEl(tag, attrs = {}, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+// A chart frame with labelled axes: x and y titles, tick labels at both ends and the middle.
+function frame(id, xLabel, yLabel, xRange, yRange, xFmt = (v) => fmt(v, 1), yFmt = (v) => fmt(v, 0)) {
+  const w = 640, h = 220, left = 60, bottom = 44;
+  const svg = svgEl("svg", { id, class: "chart", viewBox: `0 0 ${w} ${h}`, width: "100%", height: h });
+  const plot = { x0: left, x1: w - 10, y0: h - bottom, y1: 10 };
+  svg.append(svgEl("line", { x1: plot.x0, y1: plot.y0, x2: plot.x1, y2: plot.y0, class: "axis" }));
+  svg.append(svgEl("line", { x1: plot.x0, y1: plot.y0, x2: plot.x0, y2: plot.y1, class: "axis" }));
+  for (const f of [0, 0.5, 1]) {
+    const xv = xRange[0] + f * (xRange[1] - xRange[0]), yv = yRange[0] + f * (yRange[1] - yRange[0]);
+    svg.append(svgEl("text", { x: plot.x0 + f * (plot.x1 - plot.x0), y: plot.y0 + 14, "text-anchor": "middle", class: "tick" }, xFmt(xv)));
+    svg.append(svgEl("text", { x: plot.x0 - 4, y: plot.y0 - f * (plot.y0 - plot.y1) + 4, "text-anchor": "end", class: "tick" }, yFmt(yv)));
+  }
+  svg.append(svgEl("text", { x: (plot.x0 + plot.x1) / 2, y: h - 6, "text-anchor": "middle", class: "axis-label" }, xLabel));
+  svg.append(svgEl("text", { x: 12, y: (plot.y0 + plot.y1) / 2, "text-anchor": "middle", class: "axis-label",
+    transform: `rotate(-90 12 ${(plot.y0 + plot.y1) / 2})` }, yLabel));
+  const sx = (v) => plot.x0 + ((v - xRange[0]) / ((xRange[1] - xRange[0]) || 1)) * (plot.x1 - plot.x0);
+  const sy = (v) => plot.y0 - ((v - yRange[0]) / ((yRange[1] - yRange[0]) || 1)) * (plot.y0 - plot.y1);
+  return { svg, sx, sy };
+}
+
+function barHistogram(id, bins, xLabel, yLabel, xFmt) {
+  const max = Math.max(1, ...bins.map((b) => b.count));
+  const lo = bins.length ? bins[0].from : 0, hi = bins.length ? bins[bins.length - 1].to : 1;
+  const { svg, sx, sy } = frame(id, xLabel, yLabel, [lo, hi], [0, max], xFmt);
+  for (const b of bins) {
+    const r = svgEl("rect", { x: sx(b.from) + 1, y: sy(b.count), width: Math.max(1, sx(b.to) - sx(b.from) - 2),
+      height: sy(0) - sy(b.count), class: "hbar" });
+    r.append(svgEl("title", {}, `${xFmt(b.from)}–${xFmt(b.to)}: ${b.count}`));
+    svg.append(r);
+  }
+  return svg;
+}
+
+function phaseBars(phases) {
+  const table = el("table", { id: "phase-table" }, el("tr", {}, el("th", {}, "phase"), el("th", {}, "share of rollout wall time"),
+    el("th", {}, "p50 s"), el("th", {}, "p90 s"), el("th", {}, "p99 s")));
+  for (const p of phases) {
+    const bar = el("div", { class: "share" }, el("span", { class: "share-fill", style: `width:${(100 * p.share).toFixed(2)}%` }),
+      el("span", { class: "share-label" }, `${(100 * p.share).toFixed(1)}%`));
+    table.append(el("tr", { class: "phase" }, el("td", {}, p.name), el("td", {}, bar),
+      el("td", {}, fmt(p.p50_s, 4)), el("td", {}, fmt(p.p90_s, 4)), el("td", {}, fmt(p.p99_s, 4))));
+  }
+  return table;
+}
+
+function timeline(points) {
+  const tMax = points.length ? points[points.length - 1].t_s + points[points.length - 1].width_s : 1;
+  const yMax = Math.max(1, ...points.map((p) => Math.max(p.completions_per_s, p.in_flight)));
+  const { svg, sx, sy } = frame("timeline", "seconds since the first dispatch", "completions/s · in flight",
+    [0, tMax], [0, yMax]);
+  for (const [key, cls] of [["completions_per_s", "line-rate"], ["in_flight", "line-flight"]]) {
+    const d = points.map((p, i) => `${i ? "L" : "M"}${sx(p.t_s + p.width_s / 2).toFixed(1)},${sy(p[key]).toFixed(1)}`).join(" ");
+    svg.append(svgEl("path", { d, class: cls }));
+  }
+  return el("div", {}, svg, el("div", { class: "legend" }, el("span", { class: "key-rate" }, "■ completions per second"),
+    " ", el("span", { class: "key-flight" }, "■ rollouts in flight")));
+}
+
+function liveSection(live) {
+  const section = el("section", { id: "live" }, el("h2", {}, "Progress"));
+  const p = live.progress;
+  if (!p) {
+    section.append(el("div", { class: "muted" }, "no progress.json (serve with --run-dir RUN to see a run's progress)"));
+    return section;
+  }
+  const done = p.completed + p.failed;
+  section.append(el("div", { class: "cards" }, card("done", p.total ? `${done} / ${p.total}` : done),
+    card("in flight", p.in_flight), card("rollouts/s", fmt(p.rate, 1)),
+    card("ETA", p.eta_s === null || p.eta_s === undefined ? "-" : `${fmt(p.eta_s, 0)} s`),
+    card("progress.json age", `${fmt(p.age_s, 0)} s`)));
+  const rows = (list, extra) => el("table", {}, el("tr", {}, el("th", {}, "rollout"), el("th", {}, "dispatch name"),
+    el("th", {}, "attempt"), el("th", {}, "in flight for"), ...extra.map((x) => el("th", {}, x[0]))),
+    list.map((r) => el("tr", {}, el("td", {}, el("a", { href: `#/rollout/${encodeURIComponent(r.rollout_id)}` }, r.rollout_id)),
+      el("td", {}, r.dispatch_name ?? "-"), el("td", {}, r.attempt ?? "-"), el("td", {}, `${fmt(r.elapsed_s, 1)} s`),
+      ...extra.map((x) => el("td", {}, x[1](r))))));
+  section.append(el("h3", {}, "Oldest in flight"), (p.oldest_in_flight || []).length
+    ? rows(p.oldest_in_flight, []) : el("div", { class: "muted" }, "none in flight"));
+  section.append(el("h3", {}, `Stalled (no span finished for ${fmt(live.stall_s, 0)} s)`), live.stalled.length
+    ? rows(live.stalled, [["stage (last finished span)", (r) => r.stage ?? "none yet"], ["quiet for", (r) => `${fmt(r.quiet_s, 1)} s`]])
+    : el("div", { class: "muted", id: "no-stalled" }, "none"));
+  return section;
+}
+
+let refreshTimer = null;
+async function profilePage() {
+  const stall = new URLSearchParams(location.hash.split("?")[1] || "").get("stall_s") || "60";
+  const [data, live] = await Promise.all([api("/api/profile"), api(`/api/progress?stall_s=${encodeURIComponent(stall)}`)]);
+  app.replaceChildren();
+  app.append(liveSection(live));
+  app.append(el("section", {}, el("h2", {}, `Where the time went: ${data.dispatches} dispatches, ${fmt(data.wall_s, 1)} s of rollout time`),
+    el("p", { class: "muted" }, "Each instant of a rollout belongs to the innermost span covering it; the shares add up to 100%."),
+    phaseBars(data.phases)));
+  app.append(el("section", {}, el("h2", {}, "Timeline"), timeline(data.timeline)));
+  app.append(el("section", {}, el("h2", {}, "Reward histogram"),
+    barHistogram("reward-histogram", data.reward_histogram, "reward", "dispatches", (v) => fmt(v, 2))));
+  const durations = data.duration_histogram.map((b) => ({ from: b.from_ms, to: b.to_ms, count: b.count }));
+  app.append(el("section", {}, el("h2", {}, "Duration histogram"),
+    barHistogram("duration-histogram", durations, "dispatch duration (ms)", "dispatches", (v) => fmt(v, 0))));
+  app.append(el("section", {}, el("h2", {}, "Stragglers"), el("table", { id: "stragglers" },
+    el("tr", {}, el("th", {}, "rollout"), el("th", {}, "duration"), el("th", {}, "dominant phase"),
+      el("th", {}, "dispatch name"), el("th", {}, "outcome")),
+    data.stragglers.map((s) => el("tr", {}, el("td", {}, el("a", { href: `#/rollout/${encodeURIComponent(s.rollout_id)}` }, s.rollout_id)),
+      el("td", {}, `${fmt(s.duration_s, 3)} s`), el("td", {}, s.dominant_phase), el("td", {}, s.dispatch_name ?? "-"),
+      el("td", { class: `outcome-${s.outcome}` }, s.outcome ?? "-"))))));
+  const p = live.progress;
+  const running = p && (p.total ? p.completed + p.failed < p.total : p.in_flight > 0);
+  app.append(el("div", { id: "refresh", class: "muted" }, running ? "refreshing every 2 s while the run goes" : "run finished: not refreshing"));
+  clearTimeout(refreshTimer);
+  if (running) refreshTimer = setTimeout(() => { if (location.hash.startsWith("#/profile")) route(); }, 2000);
+}

@@ -1,0 +1,77 @@
+"""What one rollout used at the model: tokens (cached ones where the engine says), calls,
+seconds waited on the model. Always on, unlike the trajectory: it is a few integers.
+
+Why here, beside the trajectory recorder: both watch the same model-call boundary (every
+chat completion a rollout's context or SDK client sees), and the driver takes both out of the
+answer the same way (:data:`USAGE_KEY`, like the trajectory's key), so ``result`` in
+``rollouts.jsonl`` stays what the agent returned and ``usage`` sits beside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+#: The key the usage travels under in a rollout's answer; the driver removes it.
+USAGE_KEY = "rollgym_usage"
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+class UsageTally:
+    """Sums over one rollout's model calls (OpenAI ``usage`` fields, engine-neutral names)."""
+
+    __slots__ = ("input_tokens", "output_tokens", "cached_tokens", "model_calls", "model_s")
+
+    def __init__(self) -> None:
+        self.input_tokens = 0
+        self.output_tokens = 0
+        #: None until an answer says how many prompt tokens came from the engine's cache.
+        self.cached_tokens: int | None = None
+        self.model_calls = 0
+        self.model_s = 0.0
+
+    def add(self, answer: Mapping[str, Any], seconds: float | None = None) -> None:
+        """One chat completion ``answer``; ``seconds``: how long the call took, when timed."""
+        self.model_calls += 1
+        if seconds is not None and seconds > 0:
+            self.model_s += seconds
+        usage = answer.get("usage")
+        if not isinstance(usage, Mapping):
+            return
+        self.input_tokens += _count(usage.get("prompt_tokens")) or 0
+        self.output_tokens += _count(usage.get("completion_tokens")) or 0
+        details = usage.get("prompt_tokens_details")
+        cached = _count(details.get("cached_tokens")) if isinstance(details, Mapping) else None
+        if cached is not None:
+            self.cached_tokens = (self.cached_tokens or 0) + cached
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "model_calls": self.model_calls,
+            "model_s": round(self.model_s, 6),
+        }
+        if self.cached_tokens is not None:
+            data["cached_tokens"] = self.cached_tokens
+        return data
+
+
+def attach_usage(answer: Any, tally: UsageTally | None) -> Any:
+    """Put the tally into a rollout's answer (left alone when the answer is not an object, or
+    no model was called: then there is nothing to count)."""
+    if tally is not None and tally.model_calls and isinstance(answer, dict):
+        answer[USAGE_KEY] = tally.to_json()
+    return answer
+
+
+def take_usage(result: dict[str, Any]) -> dict[str, Any] | None:
+    """Remove and return the usage an answer carries (None when it carries none)."""
+    usage = result.get(USAGE_KEY)
+    if not isinstance(usage, dict):
+        return None
+    del result[USAGE_KEY]
+    return usage
