@@ -5,11 +5,12 @@ accounting is exact; a machine without bubblewrap fails at server start, naming 
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import Job, agent, wait_for
+from e2e_support import Job, agent, children_of, wait_for
 
 from rollgym.builtins.envs.tasksets import load_taskset
 from rollgym.builtins.models.sandbox_play import CODE_ABUSES, SHELL_ABUSES
@@ -28,15 +29,15 @@ FAST = {"kind": "fixed", "seconds": 0.001}
 
 
 def sandbox_processes() -> list[int]:
-    """Every live process started inside any sandbox (they carry the sandbox id variable)."""
+    """Every live process started inside a sandbox of this test's servers (they carry the
+    sandbox id variable); sandboxes of anything else running on the machine are not ours."""
     found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if b"ROLLGYM_SANDBOX_ID=" in (entry / "environ").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
+    for pid in children_of(os.getpid()):
+        try:
+            if b"ROLLGYM_SANDBOX_ID=" in Path(f"/proc/{pid}/environ").read_bytes():
+                found.append(pid)
+        except OSError:
+            continue
     return found
 
 
