@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from rollgym.cli import traces as traces_cli
 from rollgym.tracestore import queries
 from rollgym.tracestore.check import check_run
 from rollgym.tracestore.schema import (
@@ -98,7 +99,9 @@ def test_columns_are_named_in_the_order_rows_are_built(tmp_path: Path) -> None:
             assert declared == columns, table
 
 
-def test_a_store_from_a_newer_rollgym_is_refused_in_one_line(tmp_path: Path) -> None:
+def test_a_store_from_a_newer_rollgym_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run_dir = _copy_v0(tmp_path)
     db = run_dir / "traces.db"
     with closing(sqlite3.connect(db)) as conn:
@@ -110,3 +113,6 @@ def test_a_store_from_a_newer_rollgym_is_refused_in_one_line(tmp_path: Path) -> 
     with pytest.raises(StoreVersionError, match=f"reads up to {SCHEMA_VERSION}"):
         connect_readonly(db)
     assert db.read_bytes() == before, "a refused store must be left as it was"
+    assert traces_cli.main(["ls", str(run_dir)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "written by a newer rollgym" in err
