@@ -255,7 +255,8 @@ class TelemetryConfig(BaseModel):
     require_exporter: bool = Field(
         False,
         description="Stop the run at its start when the chosen OTLP endpoint is unreachable; "
-        "by default it goes on exporting nothing, said in one line.",
+        "by default it goes on, said in one line (its spans wait for the endpoint until the run "
+        "ends, then each process stops waiting at once if nothing listens still).",
     )
     store_bind: str | None = Field(
         None,

@@ -106,7 +106,8 @@ def test_a_dead_endpoint_is_said_once_at_the_start_and_in_the_summary(loss: Loss
     endpoint = telemetry["exporter_unreachable"]
     stderr: str = job.stderr  # type: ignore[attr-defined]
     assert stderr.count(f"the OTLP endpoint {endpoint} is unreachable") == 1, stderr[-2000:]
-    assert telemetry["spans_exported"] == telemetry["spans_dropped"] == 0
+    # the spans waited for the endpoint and were counted as dropped when it never came
+    assert telemetry["spans_exported"] == 0 and telemetry["spans_dropped"] > 0
     assert any(endpoint in warning for warning in job.summary["warnings"])
     assert "raise telemetry.flush_timeout_s" not in stderr
 

@@ -89,13 +89,14 @@ class JobTelemetry:
 
     def _probe(self, settings: Any, required: bool) -> Any:
         """One connect to a chosen OTLP endpoint: when nothing is there, say so in one line and
-        go on exporting nothing (seconds, not a retry per batch per process), or stop the run
-        before any server starts when ``telemetry.require_exporter`` asks for that."""
+        go on (the spans wait for a backend that is merely slow to start; each process checks
+        again at its end and, when nothing listens still, stops waiting at once: seconds, not
+        the flush limit), or stop the run before any server starts when
+        ``telemetry.require_exporter`` asks for that."""
         from rollgym.telemetry.endpoint_probe import (
             needs_probe,
             traces_endpoint,
             unreachable,
-            without_export,
         )
 
         if not needs_probe(settings):
@@ -112,10 +113,10 @@ class JobTelemetry:
         self.unreachable_endpoint = target
         report_to_stderr(
             f"rollgym: telemetry: the OTLP endpoint {target} is unreachable ({problem}); the "
-            "run goes on exporting no spans or metrics (telemetry.require_exporter: true stops "
-            "it instead)"
+            "run goes on, and its spans wait for the endpoint until the run ends "
+            "(telemetry.require_exporter: true stops the run instead)"
         )
-        return without_export(settings)
+        return settings
 
     def _start_store(self, output_dir: Path, address: tuple[str, int]) -> str | None:
         try:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import replace
 from urllib.parse import urlsplit
 
 from rollgym.telemetry import env_vars as env
@@ -59,8 +58,3 @@ def needs_probe(settings: TelemetrySettings) -> bool:
     """Only an OTLP destination the user chose: the run's own trace store is started here."""
     exporting = settings.traces_exporter == "otlp" or settings.metrics_exporter == "otlp"
     return exporting and not settings.to_local_store
-
-
-def without_export(settings: TelemetrySettings) -> TelemetrySettings:
-    """The same settings exporting nothing: what every process of a degraded run uses."""
-    return replace(settings, traces_exporter="none", metrics_exporter="none", endpoint=None)

@@ -29,5 +29,5 @@ def test_prefill_and_decode_follow_from_queue_first_token_and_end() -> None:
     assert got[names.GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL] == pytest.approx(0.25)
     assert got[names.GEN_AI_LATENCY_TIME_IN_MODEL_DECODE] == pytest.approx(1.25)
     assert got[names.GEN_AI_LATENCY_TIME_IN_QUEUE] == 0.5
-    assert got[names.GEN_AI_USAGE_OUTPUT_TOKENS] == 4
+    assert got[names.GEN_AI_USAGE_COMPLETION_TOKENS] == 4  # vLLM's name for it
     assert names.GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL == "gen_ai.latency.time_in_model_prefill"

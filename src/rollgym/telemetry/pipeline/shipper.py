@@ -62,6 +62,11 @@ def clean_record(record: SpanRecord) -> SpanRecord:
     )
 
 
+#: At shutdown, how long an endpoint that accepts no connection is given to start accepting
+#: before the unsent spans are given up (instead of waiting out the whole flush limit).
+SHUTDOWN_PROBE_S = 8.0
+
+
 class ShipperCounts(SpanCounts):
     """``SpanCounts`` whose ``accepted`` also includes the records still queued here.
 
@@ -107,6 +112,7 @@ class SpanShipper:
         self._delay_s = max(schedule_delay_ms, 1) / 1000
         self._timeout_s = timeout_s
         self._patience_s = patience_s
+        self._url = url
         #: Set by :meth:`stop_retrying_at`: when shutdown stops waiting for the child.
         self._deadline: float | None = None
         self._wake = threading.Event()
@@ -281,6 +287,11 @@ class SpanShipper:
         end = time.monotonic() + limit
         # Near the limit the child stops retrying and answers the rest as failed at once.
         grace = min(2.0, 0.25 * limit)
+        if self._endpoint_down(within_s=min(SHUTDOWN_PROBE_S, 0.5 * limit)):
+            # Nothing listens at the end of the process either: waiting out the flush limit
+            # would only delay the exit (a backend slow to start is up by now, and waited for).
+            with contextlib.suppress(OSError):
+                self._child.send_signal(STOP_RETRYING)
         self._wake.set()
         self._writer.join(max(0.0, end - grace - time.monotonic()))
         if not self._finished_by(end - grace):
@@ -292,6 +303,20 @@ class SpanShipper:
                 self._child.wait()
         self._writer.join(max(0.0, end - time.monotonic()))
         self._reader.join(max(0.1, end - time.monotonic()))
+
+    def _endpoint_down(self, within_s: float) -> bool:
+        """At shutdown, with spans still unanswered: does nothing accept a connection, even
+        after ``within_s`` (a backend that is starting as the run ends gets that long)?"""
+        if not self._queue and self.counts.settled_short_of(self.counts.accepted) <= 0:
+            return False
+        from rollgym.telemetry.endpoint_probe import unreachable
+
+        give_up_at = time.monotonic() + within_s
+        while unreachable(self._url, timeout_s=1.0) is not None:
+            if time.monotonic() >= give_up_at:
+                return True
+            time.sleep(0.5)
+        return False
 
     def _finished_by(self, when: float) -> bool:
         try:
