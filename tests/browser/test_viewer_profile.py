@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +22,8 @@ from rollgym.tracestore.synthetic import emit_run
 from .conftest import BROWSER_MARKS, IMAGES
 
 pytestmark = BROWSER_MARKS
+#: The stall limit the page is opened with (seconds without a finished span).
+STALL_S = 5.0
 
 
 def _progress(run_dir: Path, done: int, total: int, oldest: list[dict]) -> None:
@@ -47,6 +50,9 @@ def live_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TraceSt
     store = start_trace_store(run_dir / "traces.db", run_dir / "store.log", run_dir=run_dir)
     try:
         emit_run(lambda: OTLPSpanExporter(endpoint=store.traces_endpoint), rollouts=40)
+        # "3-0" must look stalled (no span finished for STALL_S): its spans end as they are
+        # emitted, so let that much time pass, whatever ran before this test
+        time.sleep(STALL_S + 1.0)
         yield store, run_dir
     finally:
         store.stop()
@@ -67,7 +73,7 @@ def test_profile_page_live_then_finished(live_run, page) -> None:
         {"rollout_id": "99-0", "dispatch_name": "simple_agent", "attempt": 0, "elapsed_s": 2.0},
     ]
     _progress(run_dir, 30, 40, oldest)
-    page.goto(store.endpoint + "/#/profile?stall_s=5")
+    page.goto(store.endpoint + f"/#/profile?stall_s={STALL_S:g}")
     page.wait_for_selector("#phase-table tr.phase")
     assert page.locator("#phase-table tr.phase").count() == len(PHASES)
     body = page.inner_text("body")
