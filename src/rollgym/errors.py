@@ -14,6 +14,8 @@ driver into ``DispatchError`` kinds, an agent into a ``ServerCallError``)::
     ├── RunDirBusy               an output directory another run is writing: who, since when
     ├── LaunchError              a server that did not start or never became healthy
     ├── ExportError              a run folder that cannot be exported to Parquet
+    ├── CompareError             a run folder that cannot be compared (missing, no records)
+    ├── StoreVersionError        a traces.db written by a newer rollgym (its schema unknown)
     ├── SandboxUnavailable       sandboxes cannot run on this machine: what to install
     ├── TransportError           an outgoing HTTP request got no whole answer (HttpClient)
     │   ├── ConnectError             could not connect, or the connection broke mid-exchange
@@ -113,6 +115,14 @@ class LaunchError(RollgymError):
 
 class ExportError(RollgymError):
     """A run folder that cannot be exported (no trajectories, pyarrow missing)."""
+
+
+class CompareError(RollgymError):
+    """A run directory that cannot be compared (missing, or holding no rollout files)."""
+
+
+class StoreVersionError(RollgymError):
+    """A ``traces.db`` written by a newer rollgym than this one (its schema is unknown here)."""
 
 
 class SandboxUnavailable(RollgymError):

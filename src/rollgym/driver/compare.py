@@ -35,14 +35,10 @@ import yaml
 from rollgym.driver.output import FAILURES, ROLLOUTS
 from rollgym.driver.run_reader import read_lines, recorded_run_id
 from rollgym.driver.summary import pass_at_k
-from rollgym.errors import RollgymError
+from rollgym.errors import CompareError as CompareError
 
 #: The pass threshold of a run whose ``config.yaml`` does not say (the config's default).
 DEFAULT_PASS_THRESHOLD = 1.0
-
-
-class CompareError(RollgymError):
-    """A run directory that cannot be compared (missing, or holding no rollout files)."""
 
 
 @dataclass

@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from rollgym.errors import RollgymError
+from rollgym.errors import StoreVersionError as StoreVersionError
 
 #: The schema this code writes. Bump it with a new entry in :data:`MIGRATIONS`.
 SCHEMA_VERSION = 1
@@ -151,10 +151,6 @@ INSERT_SPAN = insert_statement("spans", SPAN_COLUMNS)
 INSERT_LINK = insert_statement("links", LINK_COLUMNS)
 INSERT_RESOURCE = insert_statement("resources", RESOURCE_COLUMNS)
 INSERT_DISPATCH = insert_statement("dispatches", DISPATCH_COLUMNS)
-
-
-class StoreVersionError(RollgymError):
-    """A ``traces.db`` written by a newer rollgym than this one (its schema is unknown here)."""
 
 
 class _Cursor(Protocol):
