@@ -30,7 +30,12 @@ import orjson
 from rollgym.driver.output import ROLLOUTS, TRAJECTORIES
 from rollgym.driver.run_reader import recorded_run_id
 from rollgym.errors import ExportError as ExportError
-from rollgym.trajectory.conversation import completion_text, finish_reason, full_messages
+from rollgym.trajectory.conversation import (
+    completion_text,
+    finish_reason,
+    full_messages,
+    message_text,
+)
 from rollgym.trajectory.record import TOKEN_REQUEST_FIELDS
 from rollgym.trajectory.tokens import token_sequence
 
@@ -80,14 +85,10 @@ _TYPED_SAMPLING = {"temperature": float, "top_p": float, "max_tokens": int, "see
 
 def _message_row(message: dict[str, Any]) -> dict[str, Any]:
     """One message as the ``messages`` column holds it: role and text, tool calls as JSON."""
-    content = message.get("content")
-    if isinstance(content, list):
-        parts = [p.get("text") for p in content if isinstance(p, dict)]
-        content = "".join(part for part in parts if isinstance(part, str))
     calls = message.get("tool_calls")
     return {
         "role": str(message.get("role", "")),
-        "content": content if isinstance(content, str) else None,
+        "content": message_text(message),
         "tool_calls": orjson.dumps(calls).decode() if calls else None,
         "tool_call_id": message.get("tool_call_id"),
         "name": message.get("name"),

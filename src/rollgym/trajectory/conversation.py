@@ -102,7 +102,7 @@ def _model_entries(turn: dict[str, Any], skip_tool_messages: bool) -> list[Entry
         role = str(message.get("role", "?"))
         if role == "tool" and skip_tool_messages:
             continue  # shown as the tool turn that produced it, with its arguments
-        entry: Entry = {"kind": "message", "role": role, "content": _text(message)}
+        entry: Entry = {"kind": "message", "role": role, "content": message_text(message)}
         size = cut.get(index)
         if isinstance(size, int):
             entry["truncated_bytes"] = size
@@ -115,7 +115,7 @@ def _model_entries(turn: dict[str, Any], skip_tool_messages: bool) -> list[Entry
     entry = Entry(
         kind="answer",
         role="assistant",
-        content=_text(answer),
+        content=message_text(answer),
         call=call if isinstance(call, int) else len(entries),
         input_tokens=_usage(turn, "prompt_tokens"),
         output_tokens=_usage(turn, "completion_tokens"),
@@ -128,7 +128,7 @@ def _model_entries(turn: dict[str, Any], skip_tool_messages: bool) -> list[Entry
     return entries
 
 
-def _text(message: dict[str, Any]) -> str | None:
+def message_text(message: dict[str, Any]) -> str | None:
     """A message's text: a string content, or the text parts of a list content."""
     content = message.get("content")
     if isinstance(content, str) or content is None:
