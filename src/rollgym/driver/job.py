@@ -378,6 +378,7 @@ async def _serve_and_collect(
                 await _job_body(state, collector, urls, interrupts)
         else:
             await _job_body(state, collector, urls, interrupts)
+        telemetry.note_rollouts_ended()
 
 
 def replica_rotation(collector: Collector, urls: dict[str, str]) -> Callable[[str, bool], None]:

@@ -148,6 +148,12 @@ class JobTelemetry:
             )
         return str(self.store.endpoint)
 
+    def note_rollouts_ended(self) -> None:
+        """Every rollout is over (servers stop next): see
+        :meth:`~rollgym.telemetry.setup.TelemetryHandle.note_rollouts_ended`."""
+        if self.handle is not None:
+            self.handle.note_rollouts_ended()
+
     def flush(self) -> SpanCountRecord:
         """Flush and shut the driver's exporters down; return its span counts."""
         if self.handle is None:

@@ -23,7 +23,11 @@ from typing import TypeVar
 from opentelemetry import metrics as metrics_api
 from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricReader,
+    PeriodicExportingMetricReader,
+)
 from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
@@ -83,6 +87,8 @@ class TelemetryHandle:
     #: The SDK's provider, or rollgym's own (:mod:`rollgym.telemetry.pipeline`).
     tracer_provider: TracerProvider | RecordingTracerProvider | None = None
     meter_provider: MeterProvider | None = None
+    #: The exporter behind ``meter_provider``'s reader, when rollgym built it.
+    metric_exporter: MetricExporter | None = None
     processor: CountingSpanProcessor | SpanShipper | None = None
     metrics: RolloutMetrics | None = None
     http_metrics: HttpClientMetrics | None = None
@@ -139,14 +145,58 @@ class TelemetryHandle:
             self.processor.counts.close()
             _report_loss(self.processor.counts.snapshot())
 
+    def note_rollouts_ended(self) -> None:
+        """The rollouts are over; only shutdown is left. A dead endpoint's grace at shutdown
+        counts from here, so the driver (which shuts down after its servers) does not wait it
+        out a second time."""
+        if isinstance(self.processor, SpanShipper):
+            self.processor.note_rollouts_ended()
+
     def _shutdown_providers(self) -> None:
-        for provider in (self.tracer_provider, self.meter_provider):
-            if provider is None:
-                continue
-            try:
-                provider.shutdown()
-            except Exception:
-                _log.debug("telemetry provider shutdown failed", exc_info=True)
+        """Spans and metrics shut down side by side: each may wait on a slow or dead endpoint
+        for seconds (the metric exporter retries its last export), and one after the other
+        those waits would add up."""
+        providers = [p for p in (self.tracer_provider, self.meter_provider) if p is not None]
+        helpers = [
+            threading.Thread(target=_shutdown_quietly, args=(p,), daemon=True)
+            for p in providers[1:]
+        ]
+        for helper in helpers:
+            helper.start()
+        if providers:
+            _shutdown_quietly(providers[0])
+        if isinstance(self.processor, SpanShipper) and self.processor.gave_up_on_endpoint:
+            self._stop_metric_retries()
+        for helper in helpers:
+            helper.join()
+
+    def _stop_metric_retries(self) -> None:
+        """The span side found nothing listening through its grace: the metric exporter's
+        last export (retrying for its whole timeout) is stopped too. Its reader shuts it down
+        again afterwards; the SDK's warnings about both are ours to expect, so they are dropped."""
+        if self.metric_exporter is None:
+            return
+        for name in _EXPORTER_LOGGERS:
+            logging.getLogger(name).addFilter(_drop_our_shutdown_lines)
+        try:
+            self.metric_exporter.shutdown()
+        except Exception:
+            _log.debug("metric exporter shutdown failed", exc_info=True)
+
+
+#: What the SDK logs when its exporter is shut down mid-retry and again by its reader.
+_OUR_SHUTDOWN_LINES = ("Exporter already shutdown", "Shutdown in progress, aborting retry")
+
+
+def _drop_our_shutdown_lines(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(_OUR_SHUTDOWN_LINES)
+
+
+def _shutdown_quietly(provider: TracerProvider | RecordingTracerProvider | MeterProvider) -> None:
+    try:
+        provider.shutdown()
+    except Exception:
+        _log.debug("telemetry provider shutdown failed", exc_info=True)
 
 
 def is_trace_exporter_active() -> bool:
@@ -208,6 +258,7 @@ def setup_telemetry(
     reader = metric_reader
     if reader is None:
         metric_exporter = _safe(build_metric_exporter, settings, store_token)
+        handle.metric_exporter = metric_exporter
         if metric_exporter is not None:
             reader = PeriodicExportingMetricReader(
                 metric_exporter,

@@ -391,3 +391,37 @@ def test_force_flush_waits_until_every_span_has_an_outcome() -> None:
         assert shipper.counts.dropped["export_failed"] == 20
     finally:
         shipper.shutdown(timeout_s=10.0)
+
+
+def _probes_at_shutdown(monkeypatch: pytest.MonkeyPatch, rollouts_ended_first: bool) -> int:
+    """How many times a shutdown with one unsent span asks whether the endpoint listens."""
+    from rollgym.telemetry import endpoint_probe
+    from rollgym.telemetry.pipeline import shipper as shipper_module
+
+    calls: list[str] = []
+    real = endpoint_probe.unreachable
+
+    def counted(url: str, timeout_s: float = 1.0) -> str | None:
+        calls.append(url)
+        return real(url, timeout_s=timeout_s)
+
+    monkeypatch.setattr(endpoint_probe, "unreachable", counted)
+    monkeypatch.setattr(shipper_module, "SHUTDOWN_PROBE_S", 0.3)
+    shipper = _shipper()
+    shipper.on_end(_record(0))
+    if rollouts_ended_first:
+        shipper.note_rollouts_ended()
+        time.sleep(0.4)  # the servers' shutdown, during which the grace runs out
+    shipper.shutdown(timeout_s=20.0)
+    assert shipper.gave_up_on_endpoint
+    shipper.counts.close()
+    assert _two(shipper.counts.snapshot()) == {"spans_exported": 0, "spans_dropped": 1}
+    return len(calls)
+
+
+def test_a_dead_endpoints_grace_counts_from_the_end_of_the_rollouts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The driver shuts down after its servers: it does not wait the grace out again."""
+    assert _probes_at_shutdown(monkeypatch, rollouts_ended_first=True) == 1
+    assert _probes_at_shutdown(monkeypatch, rollouts_ended_first=False) >= 2

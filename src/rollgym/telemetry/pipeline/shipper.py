@@ -62,8 +62,10 @@ def clean_record(record: SpanRecord) -> SpanRecord:
     )
 
 
-#: At shutdown, how long an endpoint that accepts no connection is given to start accepting
-#: before the unsent spans are given up (instead of waiting out the whole flush limit).
+#: How long after the rollouts end an endpoint that accepts no connection is given to start
+#: accepting before the unsent spans are given up (instead of waiting out the whole flush
+#: limit). Counted from :meth:`SpanShipper.note_rollouts_ended` (else from shutdown), so a
+#: driver that shuts down after its servers did does not wait the same seconds again.
 SHUTDOWN_PROBE_S = 8.0
 
 
@@ -115,6 +117,10 @@ class SpanShipper:
         self._url = url
         #: Set by :meth:`stop_retrying_at`: when shutdown stops waiting for the child.
         self._deadline: float | None = None
+        self._rollouts_ended_at: float | None = None
+        #: Set at shutdown when nothing accepted a connection through the grace: the process's
+        #: other exporters (metrics) to that endpoint need not retry either.
+        self.gave_up_on_endpoint = False
         self._wake = threading.Event()
         self._stopping = False
         self._closed = False
@@ -266,6 +272,12 @@ class SpanShipper:
         """The flush limit (monotonic): :meth:`shutdown` stops the child then, retrying or not."""
         self._deadline = deadline
 
+    def note_rollouts_ended(self) -> None:
+        """The run's rollouts are over (only shutdown is left): a dead endpoint's grace
+        (:data:`SHUTDOWN_PROBE_S`) counts from now."""
+        if self._rollouts_ended_at is None:
+            self._rollouts_ended_at = time.monotonic()
+
     def shutdown(self, timeout_s: float | None = None) -> None:
         """Ship the backlog, close the child's input, wait for its last answers (bounded).
 
@@ -287,9 +299,12 @@ class SpanShipper:
         end = time.monotonic() + limit
         # Near the limit the child stops retrying and answers the rest as failed at once.
         grace = min(2.0, 0.25 * limit)
-        if self._endpoint_down(within_s=min(SHUTDOWN_PROBE_S, 0.5 * limit)):
+        ended_at = self._rollouts_ended_at or time.monotonic()
+        grace_left = max(0.0, SHUTDOWN_PROBE_S - (time.monotonic() - ended_at))
+        if self._endpoint_down(within_s=min(grace_left, 0.5 * limit)):
             # Nothing listens at the end of the process either: waiting out the flush limit
             # would only delay the exit (a backend slow to start is up by now, and waited for).
+            self.gave_up_on_endpoint = True
             with contextlib.suppress(OSError):
                 self._child.send_signal(STOP_RETRYING)
         self._wake.set()
