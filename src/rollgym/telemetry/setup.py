@@ -99,6 +99,7 @@ class TelemetryHandle:
     #: Whether this handle holds the larger young GC threshold (:mod:`rollgym.telemetry.young_gc`).
     holds_young_gc: bool = False
     _closed: bool = field(default=False, repr=False)
+    _rollouts_ended_at: float | None = field(default=None, repr=False)
 
     def counts(self) -> SpanCountRecord:
         """This process's span-count record, for ``summary.json``."""
@@ -119,7 +120,11 @@ class TelemetryHandle:
         if self._closed:
             return
         self._closed = True
-        timeout_s = self.flush_timeout_s if timeout_s is None else timeout_s
+        timeout_s = shutdown_budget(
+            self.flush_timeout_s if timeout_s is None else timeout_s,
+            self._rollouts_ended_at,
+            time.monotonic(),
+        )
         if self.processor is not None:
             self.processor.stop_retrying_at(time.monotonic() + timeout_s)
         installed = self.tracer_provider or self.caller_provider
@@ -148,7 +153,9 @@ class TelemetryHandle:
     def note_rollouts_ended(self) -> None:
         """The rollouts are over; only shutdown is left. A dead endpoint's grace at shutdown
         counts from here, so the driver (which shuts down after its servers) does not wait it
-        out a second time."""
+        out a second time; nor does the flush limit, which counts from here too."""
+        if self._rollouts_ended_at is None:
+            self._rollouts_ended_at = time.monotonic()
         if isinstance(self.processor, SpanShipper):
             self.processor.note_rollouts_ended()
 
@@ -190,6 +197,22 @@ _OUR_SHUTDOWN_LINES = ("Exporter already shutdown", "Shutdown in progress, abort
 
 def _drop_our_shutdown_lines(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith(_OUR_SHUTDOWN_LINES)
+
+
+#: What a process whose flush limit ran out during its servers' shutdown still gets for spans
+#: it recorded last: a healthy backend answers in far less, and only a broken one waits it out.
+LAST_SPANS_FLOOR_S = 5.0
+
+
+def shutdown_budget(flush_timeout_s: float, rollouts_ended_at: float | None, now: float) -> float:
+    """How long a shutdown at ``now`` may wait for unsent spans: ``flush_timeout_s`` counted
+    from the end of the rollouts when that is known (the driver stops after its servers, which
+    waited on the same backend meanwhile), never under :data:`LAST_SPANS_FLOOR_S` (or the whole
+    limit, if that is smaller)."""
+    if rollouts_ended_at is None:
+        return flush_timeout_s
+    left = rollouts_ended_at + flush_timeout_s - now
+    return max(left, min(flush_timeout_s, LAST_SPANS_FLOOR_S))
 
 
 def _shutdown_quietly(provider: TracerProvider | RecordingTracerProvider | MeterProvider) -> None:

@@ -228,3 +228,14 @@ def test_dropped_counter_is_exported_as_a_metric():
     counts = handle.counts()
     assert counts["spans_exported"] + counts["spans_dropped"] == 10
     assert counts["spans_exported"] == len(exporter.get_finished_spans())
+
+
+def test_the_flush_limit_counts_from_the_end_of_the_rollouts() -> None:
+    """The driver shuts down after its servers waited on the same backend: what is left of its
+    limit, never less than the floor for its last spans; without an end noted, the whole limit."""
+    from rollgym.telemetry.setup import LAST_SPANS_FLOOR_S, shutdown_budget
+
+    assert shutdown_budget(60.0, None, now=100.0) == 60.0
+    assert shutdown_budget(60.0, 100.0, now=110.0) == 50.0
+    assert shutdown_budget(60.0, 100.0, now=200.0) == LAST_SPANS_FLOOR_S
+    assert shutdown_budget(2.0, 100.0, now=200.0) == 2.0
