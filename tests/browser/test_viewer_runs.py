@@ -59,6 +59,10 @@ def _records(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
 
 
+#: Run A's recorder cap: every tool output ("next key: k-..." is 20 bytes) is cut and marked.
+CAP_BYTES = 16
+
+
 def _run(root: Path, accuracy: float, trajectories: bool) -> Path:
     sys.path.insert(0, str(E2E))
     try:
@@ -67,6 +71,8 @@ def _run(root: Path, accuracy: float, trajectories: bool) -> Path:
         sys.path.remove(str(E2E))
     job = Job(root)
     servers = {**SERVERS, "policy": {**SERVERS["policy"], "accuracy": accuracy}}
+    if trajectories:
+        servers["walker"] = {**SERVERS["walker"], "tool_output_max_bytes": CAP_BYTES}
     job.write(
         servers,
         ROWS,
@@ -134,6 +140,9 @@ def test_conversation_of_a_tool_rollout(
         assert turn["name"] in text and turn["output"].splitlines()[0] in text
         for value in turn["arguments"].values():
             assert str(value) in text
+        assert turn["truncated"]  # the cap cut it: the page says so, with the whole size
+        mark = shown_tools.nth(index).locator(".cut").inner_text()
+        assert f"the whole text was {turn['output_bytes']} bytes" in mark
     models = [turn for turn in turns if turn["type"] == "model"]
     answers = section.locator(".entry.answer .call-figures")
     assert answers.count() == len(models)
