@@ -293,3 +293,22 @@ def test_a_run_without_trajectories_says_how_to_keep_them(
         assert "--compare" in page.inner_text("#compare-error")
     finally:
         process.stop()
+
+
+def test_bad_requests_get_one_clear_json_line(store: TraceStoreProcess) -> None:
+    import urllib.error
+    import urllib.request
+
+    for path, status, words in (
+        ("/api/failed?level=sometimes", 400, "level must be final or attempt"),
+        ("/api/failed?offset=x", 400, "offset and limit must be integers"),
+        ("/api/conversation/no-such-rollout", 404, None),
+    ):
+        with pytest.raises(urllib.error.HTTPError) as raised:
+            urllib.request.urlopen(store.endpoint + path, timeout=30)
+        assert raised.value.code == status, path
+        body = orjson.loads(raised.value.read())
+        if words:
+            assert body == {"error": words}
+        else:
+            assert body["conversation"] == [] and body["outcome"] is None

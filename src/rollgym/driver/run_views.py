@@ -45,6 +45,8 @@ class RunDirs:
 
 
 RUNS_KEY = web.AppKey("run_views_runs", RunDirs)
+#: The last failures report and the file stamps it was read at.
+REPORT_KEY = web.AppKey("run_views_failures_report", dict)
 
 #: What the viewer says when a rollout kept no text anywhere.
 NOT_KEPT = (
@@ -59,6 +61,7 @@ def run_routes(run_dir: Path | None, compare_dir: Path | None) -> Callable[[web.
 
     def mount(app: web.Application) -> None:
         app[RUNS_KEY] = RunDirs(run_dir, compare_dir)
+        app[REPORT_KEY] = {}
         app.router.add_get("/api/runs", _runs)
         app.router.add_get("/api/conversation/{rollout_id}", _conversation)
         app.router.add_get("/api/failures", _failures)
@@ -206,11 +209,38 @@ def _report(conn: sqlite3.Connection, run_dir: Path | None) -> dict[str, Any]:
     }
 
 
-async def _failures(request: web.Request) -> web.Response:
+def _stamp(paths: list[Path]) -> tuple[tuple[int, int], ...]:
+    """What changes when the store or failures.jsonl gains a line (size, mtime of each)."""
+    stamps = []
+    for path in paths:
+        try:
+            info = path.stat()
+            stamps.append((info.st_size, info.st_mtime_ns))
+        except OSError:
+            stamps.append((-1, -1))
+    return tuple(stamps)
+
+
+async def _cached_report(request: web.Request) -> dict[str, Any]:
+    """The report, read again only when the store or ``failures.jsonl`` changed (paging
+    through the failed rows must not read every failed trace for each page)."""
     run_dir, _ = _dirs(request)
-    report = await _in_store(request, lambda conn: _report(conn, run_dir))
-    report.pop("rows")
-    return _json(report)
+    db = request.app[DB_KEY]
+    paths = [db, db.with_name(db.name + "-wal")]
+    if run_dir is not None:
+        paths.append(run_dir / FAILURES)
+    stamp = _stamp(paths)
+    cache = request.app[REPORT_KEY]
+    if cache.get("stamp") != stamp:
+        cache["report"] = await _in_store(request, lambda conn: _report(conn, run_dir))
+        cache["stamp"] = stamp
+    report: dict[str, Any] = cache["report"]
+    return report
+
+
+async def _failures(request: web.Request) -> web.Response:
+    report = await _cached_report(request)
+    return _json({key: value for key, value in report.items() if key != "rows"})
 
 
 _SORT_KEYS = {
@@ -249,8 +279,7 @@ async def _failed(request: web.Request) -> web.Response:
         limit = max(1, min(500, int(request.query.get("limit", "50"))))
     except ValueError:
         return _json({"error": "offset and limit must be integers"}, 400)
-    run_dir, _ = _dirs(request)
-    report = await _in_store(request, lambda conn: _report(conn, run_dir))
+    report = await _cached_report(request)
     rows = [r for r in report["rows"] if level == "attempt" or r["final"]]
     rows = [r for r in rows if _kept(r, request.query)]
     sort = request.query.get("sort", "start")
