@@ -126,6 +126,12 @@ def _serve(args: argparse.Namespace) -> int:
     from rollgym.tracestore.access import TOKEN_ENV, otel_headers_value, store_token
     from rollgym.tracestore.lifecycle import ListenError, serve
 
+    if args.compare is not None and not args.compare.is_dir():
+        print(
+            f"rollgym traces serve: --compare {args.compare}: no such run directory",
+            file=sys.stderr,
+        )
+        return 2
     db = args.db
     if args.run_dir is not None and args.db == Path("traces.db"):
         db = args.run_dir / "traces.db"
