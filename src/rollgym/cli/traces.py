@@ -87,6 +87,13 @@ def add_serve_parser(commands: Any) -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=4318, help="0 picks a free port")
     serve.add_argument("--run-dir", type=Path, help="run directory shown by the viewer")
     serve.add_argument(
+        "--compare",
+        type=Path,
+        metavar="RUN_B",
+        help="a second run directory: the viewer compares --run-dir (A) with it, as "
+        "rollgym compare A RUN_B does",
+    )
+    serve.add_argument(
         "--allow-host",
         action="append",
         default=[],
@@ -114,10 +121,17 @@ def _serve(args: argparse.Namespace) -> int:
     import asyncio
     import os
 
+    from rollgym.driver.run_views import run_routes
     from rollgym.event_loop import loop_factory
     from rollgym.tracestore.access import TOKEN_ENV, otel_headers_value, store_token
     from rollgym.tracestore.lifecycle import ListenError, serve
 
+    if args.compare is not None and not args.compare.is_dir():
+        print(
+            f"rollgym traces serve: --compare {args.compare}: no such run directory",
+            file=sys.stderr,
+        )
+        return 2
     db = args.db
     if args.run_dir is not None and args.db == Path("traces.db"):
         db = args.run_dir / "traces.db"
@@ -140,6 +154,7 @@ def _serve(args: argparse.Namespace) -> int:
                     max_body=args.max_body_bytes,
                     allow_hosts=tuple(args.allow_host),
                     token=token,
+                    extra_routes=run_routes(args.run_dir, args.compare),
                 )
             )
     except ListenError as exc:

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -47,6 +48,7 @@ def build_app(
     token: str | None = None,
     read_timeout_s: float = REQUEST_READ_TIMEOUT_S,
     hosts: frozenset[str] | None = None,
+    extra_routes: Callable[[web.Application], None] | None = None,
 ) -> web.Application:
     """The one app: OTLP receiver, viewer JSON API, static viewer, /health.
 
@@ -54,6 +56,7 @@ def build_app(
     ``hosts``: the names a request's ``Host`` may carry (default: loopback names only); with a
     token the token is the protection and any ``Host`` is accepted (engines on other machines
     address the store by their own name for it). See :mod:`rollgym.tracestore.guard`.
+    ``extra_routes`` mounts routes of a higher layer (the run's files: ``driver/run_views.py``).
     """
     if token:
         guard = guard_middleware(None)
@@ -63,6 +66,8 @@ def build_app(
     app = web.Application(client_max_size=max_body + 1, middlewares=middlewares)
     add_otlp_routes(app, writer, max_body, read_timeout_s)
     add_api_routes(app, db_path, run_dir)
+    if extra_routes is not None:
+        extra_routes(app)
     static = viewer_dir()
 
     async def index(_request: web.Request) -> web.FileResponse:
@@ -101,6 +106,7 @@ async def serve(
     max_body: int = DEFAULT_MAX_BODY_BYTES,
     token: str | None = None,
     allow_hosts: tuple[str, ...] = (),
+    extra_routes: Callable[[web.Application], None] | None = None,
 ) -> None:
     """Serve until a termination signal; every accepted batch is committed before return.
 
@@ -117,7 +123,9 @@ async def serve(
     writer.start()
     # auto_decompress=False: receiver.decompress inflates gzip itself, bounded by max_body.
     hosts = allowed_hosts(host, allow_hosts)
-    app = build_app(writer, db_path, run_dir, max_body, token, REQUEST_READ_TIMEOUT_S, hosts)
+    app = build_app(
+        writer, db_path, run_dir, max_body, token, REQUEST_READ_TIMEOUT_S, hosts, extra_routes
+    )
     runner = make_runner(app, REQUEST_READ_TIMEOUT_S)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=1024)

@@ -62,6 +62,7 @@ def start_trace_store(
     log_path: str | Path,
     *,
     run_dir: str | Path | None = None,
+    compare_dir: str | Path | None = None,
     max_body_bytes: int | None = None,
     timeout_s: float = 30.0,
     host: str = "127.0.0.1",
@@ -88,6 +89,8 @@ def start_trace_store(
     command += ["--ready-file", str(ready)]
     if run_dir is not None:
         command += ["--run-dir", str(run_dir)]
+    if compare_dir is not None:
+        command += ["--compare", str(compare_dir)]
     if max_body_bytes is not None:
         command += ["--max-body-bytes", str(max_body_bytes)]
     child_env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}

@@ -34,6 +34,9 @@ async function overview() {
     for (const key of ["requested", "completed", "failed"]) cards.append(card(key, data.summary[key]));
   }
   app.append(el("section", {}, el("h2", {}, "Run ", data.run_ids.join(", ")), cards));
+  const runs = await runsSection();
+  if (runs) app.append(runs);
+  app.append(await failuresSection());
   app.append(el("section", {}, el("h2", {}, "Reward per dispatch name"),
     el("table", {}, el("tr", {}, el("th", {}, "dispatch name"), el("th", {}, "dispatches"),
       el("th", {}, "mean reward"), el("th", {}, "mean duration")),
@@ -52,6 +55,7 @@ async function overview() {
     if (!list.length) roots.append(el("div", { class: "muted" }, `no ${label} trace in this store`));
   }
   app.append(roots);
+  state.summary = data.summary;
   const tableSection = el("section", {}, el("h2", {}, "Rollouts"), filters(data), el("div", { id: "rollouts" }));
   app.append(tableSection);
   await rollouts();
@@ -71,11 +75,11 @@ function filters(data) {
   dispatch.value = state.filters.dispatch_name ?? "";
   const form = el("form", { class: "filters", id: "filters" }, outcome, dispatch,
     input("min_reward", "min reward"), input("max_reward", "max reward"),
-    input("min_duration_ms", "min ms"), input("max_duration_ms", "max ms"),
+    input("min_duration_ms", "min ms"), input("max_duration_ms", "max ms"), failedSelect(),
     el("button", { type: "submit" }, "Filter"));
   form.addEventListener("submit", (event) => {
     event.preventDefault();
-    state.filters = Object.fromEntries(new FormData(form).entries());
+    state.filters = Object.fromEntries([...new FormData(form).entries()].filter(([, v]) => v !== ""));
     state.offset = 0;
     rollouts();
   });
@@ -85,7 +89,9 @@ function filters(data) {
 async function rollouts() {
   const params = new URLSearchParams({ limit: state.limit, offset: state.offset, sort: state.sort,
     desc: state.desc ? "1" : "0", ...state.filters });
-  const page = await api(`/api/rollouts?${params}`);
+  writeUrlState();
+  if (state.filters.failed) params.set("level", state.filters.failed);
+  const page = await api(state.filters.failed ? `/api/failed?${params}` : `/api/rollouts?${params}`);
   const head = (label, key) => el("th", { class: key ? "sortable" : "", onclick: key ? () => {
     state.desc = state.sort === key ? !state.desc : false; state.sort = key; state.offset = 0; rollouts();
   } : undefined }, label, state.sort === key ? (state.desc ? " ▼" : " ▲") : "");
@@ -104,7 +110,7 @@ async function rollouts() {
     `${page.total ? state.offset + 1 : 0}–${last} of ${page.total}`,
     el("button", { disabled: last >= page.total ? "" : undefined,
       onclick: () => { state.offset += state.limit; rollouts(); } }, "next ›"));
-  document.getElementById("rollouts").replaceChildren(table, pager);
+  document.getElementById("rollouts").replaceChildren(el("p", { id: "counts-note", class: "muted" }, countsNote(page, state.summary)), table, pager);
 }
 
 // ---------------------------------------------------------------- waterfall
@@ -122,12 +128,13 @@ function waterfall(spans, details) {
   const walk = (parent, depth) => {
     for (const s of (children.get(parent) || []).sort((a, b) => a.start_ns - b.start_ns)) {
       const left = ((s.start_ns - t0) / total) * 100, width = ((s.end_ns - s.start_ns) / total) * 100;
-      const row = el("div", { class: "span-row", "data-span": s.span_id, "data-name": s.name },
-        el("div", { class: "label", style: `padding-left:${depth * 14}px` }, s.name,
+      const kind = spanKind(s);
+      const row = el("div", { class: "span-row", "data-span": s.span_id, "data-name": s.name, "data-kind": kind },
+        el("div", { class: "label", style: `padding-left:${depth * 14}px` }, spanLabel(s),
           el("span", { class: "muted" }, s.service_name ? `  ${s.service_name}` : "")),
         el("div", { class: "dur" }, ms(s.duration_ms)),
         el("div", { class: "track" },
-          el("div", { class: `bar${s.status_code === 2 ? " error" : ""}`, style: `left:${left}%;width:${width}%` })));
+          el("div", { class: `bar kind-${kind}${s.status_code === 2 ? " error" : ""}`, style: `left:${left}%;width:${width}%` })));
       row.addEventListener("click", () => {
         box.querySelectorAll(".selected").forEach((n) => n.classList.remove("selected"));
         row.classList.add("selected");
@@ -161,18 +168,19 @@ function showDetails(box, s) {
 
 function traceSection(title, spans) {
   const details = el("section", { class: "details" }, el("p", { class: "muted" }, "Click a span to see its attributes."));
-  return [el("section", {}, el("h2", {}, title), waterfall(spans, details)), details];
+  return [el("section", {}, el("h2", {}, title), kindLegend(spans), waterfall(spans, details)), details];
 }
 
 async function rolloutPage(id) {
-  const data = await api(`/api/rollout/${encodeURIComponent(id)}`);
+  const [data, talk] = await Promise.all([api(`/api/rollout/${encodeURIComponent(id)}`), conversationData(id)]);
   app.replaceChildren(el("p", {}, el("a", { href: "#/" }, "‹ overview")));
-  if (!data.attempts || !data.attempts.length) { app.append(el("p", {}, `No rollout ${id}.`)); return; }
+  if (talk) app.append(conversationSection(talk));
+  if (!data.attempts || !data.attempts.length) { app.append(el("p", {}, `No rollout ${id} in the trace store.`)); return; }
   for (const a of data.attempts) {
     const dispatch = a.spans.find((s) => s.span_id === a.span_id);
     const link = dispatch && dispatch.links[0];
     app.append(el("section", { class: "attempt" },
-      el("h2", {}, `${a.rollout_id} · attempt ${a.attempt} · `, el("span", { class: `outcome-${a.outcome}` }, a.outcome),
+      el("h2", {}, `${a.rollout_id} · attempt ${a.attempt} · `, el("span", { class: `outcome-${a.outcome}` }, a.outcome, attemptError(talk, a)),
         ` · reward ${fmt(a.reward)} · ${ms(a.duration_ms)} · ${a.span_count} spans`),
       el("div", { class: "mono" }, `trace ${a.trace_id}`),
       link ? el("div", {}, "linked to ", el("a", { href: `#/trace/${link.trace_id}`, class: "job-link" }, `job trace ${link.trace_id}`))
@@ -193,9 +201,10 @@ async function route() {
   const [, page, arg] = location.hash.split("/");
   try {
     if (page && page.startsWith("profile")) await profilePage();
+    else if (page && page.startsWith("compare")) await comparePage();
     else if (page === "rollout") await rolloutPage(decodeURIComponent(arg));
     else if (page === "trace") await tracePage(arg);
-    else await overview();
+    else { readUrlState(); await overview(); }
   } catch (error) {
     app.replaceChildren(el("p", { class: "outcome-error" }, String(error)));
   }

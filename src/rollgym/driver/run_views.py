@@ -1,0 +1,312 @@
+"""The viewer's routes that read a run's *files* as well as its trace store.
+
+The store (``tracestore/viewer_routes.py``) knows spans; the run directory knows what was said
+(trajectories), why rollouts finally failed (``failures.jsonl``) and how two runs compare. These
+routes put both together with the same code the terminal uses: the conversation of
+``traces show --conversation``, the comparison of ``rollgym compare``. They live at the driver
+layer because they read the driver's files; ``rollgym traces serve`` mounts them.
+
+* ``/api/runs``: the runs the viewer was given (``--run-dir`` and ``--compare``);
+* ``/api/conversation/{id}``: a rollout's conversation, from its trajectory, else from
+  messages its spans recorded, else a plain statement that neither was kept;
+* ``/api/failures``: failed attempts and finally failed rollouts, grouped by kind;
+* ``/api/failed?level=final|attempt``: the rows behind those counts, for the table's filter;
+* ``/api/compare``: ``rollgym compare RUN COMPARE_RUN --json``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from rollgym.driver.compare import CompareError, compare_runs
+from rollgym.driver.conversation_report import conversation_view, model_latencies
+from rollgym.driver.output import FAILURES, TRAJECTORIES
+from rollgym.driver.run_reader import RolloutFiles, read_lines, read_rollout, recorded_run_id
+from rollgym.tracestore import failures, queries
+from rollgym.tracestore.span_messages import recorded_conversation
+from rollgym.tracestore.store import connect_readonly
+from rollgym.tracestore.viewer_routes import DB_KEY
+
+
+@dataclass(frozen=True)
+class RunDirs:
+    """The run the viewer serves (A) and the one it compares with it (B), each optional."""
+
+    run_dir: Path | None
+    compare_dir: Path | None
+
+
+RUNS_KEY = web.AppKey("run_views_runs", RunDirs)
+#: The last failures report and the file stamps it was read at.
+REPORT_KEY = web.AppKey("run_views_failures_report", dict)
+
+#: What the viewer says when a rollout kept no text anywhere.
+NOT_KEPT = (
+    "Neither a trajectory nor message text was kept for this rollout: run with "
+    "run.trajectories: true (rollgym run CONFIG run.trajectories=true) to keep every message, "
+    "tool call and answer in trajectories.jsonl."
+)
+
+
+def run_routes(run_dir: Path | None, compare_dir: Path | None) -> Callable[[web.Application], None]:
+    """The mounting function ``lifecycle.build_app`` calls (``rollgym traces serve``)."""
+
+    def mount(app: web.Application) -> None:
+        app[RUNS_KEY] = RunDirs(run_dir, compare_dir)
+        app[REPORT_KEY] = {}
+        app.router.add_get("/api/runs", _runs)
+        app.router.add_get("/api/conversation/{rollout_id}", _conversation)
+        app.router.add_get("/api/failures", _failures)
+        app.router.add_get("/api/failed", _failed)
+        app.router.add_get("/api/compare", _compare)
+
+    return mount
+
+
+def _dirs(request: web.Request) -> tuple[Path | None, Path | None]:
+    dirs = request.app[RUNS_KEY]
+    return dirs.run_dir, dirs.compare_dir
+
+
+def _json(value: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(value), status=status, content_type="application/json")
+
+
+async def _in_store(request: web.Request, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+    def run() -> Any:
+        conn = connect_readonly(request.app[DB_KEY])
+        try:
+            return fn(conn)
+        finally:
+            conn.close()
+
+    return await asyncio.to_thread(run)
+
+
+def _run_entry(role: str, path: Path) -> dict[str, Any]:
+    summary: dict[str, Any] | None = None
+    try:
+        loaded = orjson.loads((path / "summary.json").read_bytes())
+        summary = loaded if isinstance(loaded, dict) else None
+    except (OSError, orjson.JSONDecodeError):
+        summary = None
+    return {
+        "role": role,
+        "path": str(path),
+        "run_id": recorded_run_id(path),
+        "exists": path.is_dir(),
+        "requested": (summary or {}).get("requested"),
+        "completed": (summary or {}).get("completed"),
+        "failed": (summary or {}).get("failed"),
+        "status": (summary or {}).get("status"),
+    }
+
+
+async def _runs(request: web.Request) -> web.Response:
+    run_dir, compare_dir = _dirs(request)
+    runs = [_run_entry(role, path) for role, path in (("a", run_dir), ("b", compare_dir)) if path]
+    return _json({"runs": runs, "can_compare": run_dir is not None and compare_dir is not None})
+
+
+def _attempt_errors(detail: dict[str, Any]) -> list[dict[str, Any]]:
+    errors = []
+    for attempt in detail["attempts"]:
+        if attempt["outcome"] in failures.FAILED_OUTCOMES:
+            found = failures.attempt_error(attempt, attempt["spans"])
+            errors.append(
+                {"rollout_id": attempt["rollout_id"], "attempt": attempt["attempt"], **found}
+            )
+    return errors
+
+
+async def _conversation(request: web.Request) -> web.Response:
+    rollout_id = request.match_info["rollout_id"]
+    run_dir, _ = _dirs(request)
+    files = (
+        await asyncio.to_thread(read_rollout, run_dir, rollout_id) if run_dir else RolloutFiles()
+    )
+    detail = await _in_store(request, lambda conn: queries.rollout_detail(conn, rollout_id))
+    spans = [span for attempt in detail["attempts"] for span in attempt["spans"]]
+    view = conversation_view(rollout_id, files, model_latencies(spans))
+    view["source"] = "trajectory" if files.trajectory else None
+    view["attempt_errors"] = _attempt_errors(detail)
+    if not files.trajectory:
+        last = detail["attempts"][-1] if detail["attempts"] else None
+        recorded = recorded_conversation(last["spans"]) if last else []
+        view["conversation"] = recorded
+        view["source"] = "trace" if recorded else None
+        if last and files.rollout is None and files.failure is None:
+            view["rollout_id"] = last["rollout_id"]
+            view["dispatch_name"] = last["dispatch_name"]
+            view["reward"] = last["reward"]
+            view["outcome"] = "ok" if last["outcome"] == "ok" else "failed"
+    if view["outcome"] == "failed" and not view.get("error_kind") and view["attempt_errors"]:
+        view["error_kind"] = view["attempt_errors"][-1]["error_kind"]
+        view["message"] = view["attempt_errors"][-1]["message"]
+    view["hint"] = None if view["source"] else _no_text_hint(run_dir, view["outcome"])
+    found = files.rollout is not None or files.failure is not None or detail["attempts"]
+    return _json(view, 200 if found else 404)
+
+
+def _no_text_hint(run_dir: Path | None, outcome: Any) -> str:
+    kept = run_dir is not None and (run_dir / TRAJECTORIES).exists()
+    if kept and outcome == "failed":
+        return (
+            "This rollout failed before its agent returned a trajectory (the run keeps them "
+            "for rollouts that answer), and its spans recorded no message text."
+        )
+    return NOT_KEPT
+
+
+def _final_records(run_dir: Path | None) -> dict[str, dict[str, Any]]:
+    if run_dir is None:
+        return {}
+    return {str(r.get("rollout_id")): r for r in read_lines(run_dir / FAILURES)}
+
+
+def _report(conn: sqlite3.Connection, run_dir: Path | None) -> dict[str, Any]:
+    rows, total = failures.failed_attempts(conn)
+    records = _final_records(run_dir)
+    for row in rows:  # a final failure's kind is the driver's, as failures.jsonl has it
+        record = records.get(row["rollout_id"])
+        if row["final"] and record:
+            row["error_kind"] = record.get("error_kind") or row["error_kind"]
+            row["message"] = record.get("message") or row["message"]
+    final = [row for row in rows if row["final"]]
+    if records:  # failures.jsonl also names failures the store never saw (a bad input line)
+        in_store = {row["rollout_id"] for row in final}
+        final_groups_from = final + [
+            {"rollout_id": rid, "error_kind": r.get("error_kind"), "message": r.get("message")}
+            for rid, r in records.items()
+            if rid not in in_store
+        ]
+    else:
+        final_groups_from = final
+    bases = {queries.base_rollout_id(row["rollout_id"]) for row in rows}
+    final_bases = {queries.base_rollout_id(row["rollout_id"]) for row in final}
+    return {
+        "attempts": {
+            "failed": total,
+            "shown": len(rows),
+            "rollouts": len(bases),
+            "recovered": len(bases - final_bases),
+            "groups": failures.groups(rows),
+        },
+        "rollouts": {
+            "failed": len(final_groups_from),
+            "source": "failures.jsonl" if records else "trace store",
+            "groups": failures.groups(final_groups_from),
+        },
+        "rows": rows,
+    }
+
+
+def _stamp(paths: list[Path]) -> tuple[tuple[int, int], ...]:
+    """What changes when the store or failures.jsonl gains a line (size, mtime of each)."""
+    stamps = []
+    for path in paths:
+        try:
+            info = path.stat()
+            stamps.append((info.st_size, info.st_mtime_ns))
+        except OSError:
+            stamps.append((-1, -1))
+    return tuple(stamps)
+
+
+async def _cached_report(request: web.Request) -> dict[str, Any]:
+    """The report, read again only when the store or ``failures.jsonl`` changed (paging
+    through the failed rows must not read every failed trace for each page)."""
+    run_dir, _ = _dirs(request)
+    db = request.app[DB_KEY]
+    paths = [db, db.with_name(db.name + "-wal")]
+    if run_dir is not None:
+        paths.append(run_dir / FAILURES)
+    stamp = _stamp(paths)
+    cache = request.app[REPORT_KEY]
+    if cache.get("stamp") != stamp:
+        cache["report"] = await _in_store(request, lambda conn: _report(conn, run_dir))
+        cache["stamp"] = stamp
+    report: dict[str, Any] = cache["report"]
+    return report
+
+
+async def _failures(request: web.Request) -> web.Response:
+    report = await _cached_report(request)
+    return _json({key: value for key, value in report.items() if key != "rows"})
+
+
+_SORT_KEYS = {
+    "start": "start_ns",
+    "duration": "duration_ms",
+    "rollout_id": "rollout_id",
+    "outcome": "outcome",
+    "dispatch_name": "dispatch_name",
+    "reward": "start_ns",  # a failed attempt has no reward
+}
+
+
+def _kept(row: dict[str, Any], query: Any) -> bool:
+    """The table's other filters, on a failed row (a reward filter keeps none: no reward)."""
+    for key in ("outcome", "dispatch_name"):
+        if query.get(key) and row[key] != query[key]:
+            return False
+    if query.get("min_reward") or query.get("max_reward"):
+        return False
+    try:
+        low = float(query.get("min_duration_ms") or "-inf")
+        high = float(query.get("max_duration_ms") or "inf")
+    except ValueError:
+        return True
+    return bool(low <= row["duration_ms"] <= high)
+
+
+async def _failed(request: web.Request) -> web.Response:
+    """A page of the failed rows: ``level=attempt`` every failed attempt, ``level=final`` the
+    last attempts of rollouts that finally failed (optionally of one ``dispatch_name``)."""
+    level = request.query.get("level", "final")
+    if level not in ("final", "attempt"):
+        return _json({"error": "level must be final or attempt"}, 400)
+    try:
+        offset = max(0, int(request.query.get("offset", "0")))
+        limit = max(1, min(500, int(request.query.get("limit", "50"))))
+    except ValueError:
+        return _json({"error": "offset and limit must be integers"}, 400)
+    report = await _cached_report(request)
+    rows = [r for r in report["rows"] if level == "attempt" or r["final"]]
+    rows = [r for r in rows if _kept(r, request.query)]
+    sort = request.query.get("sort", "start")
+    key = _SORT_KEYS.get(sort, "start_ns")
+    rows.sort(key=lambda r: (r[key] is None, r[key]), reverse=request.query.get("desc") == "1")
+    return _json(
+        {
+            "level": level,
+            "total": len(rows),
+            "offset": offset,
+            "limit": limit,
+            "rows": rows[offset : offset + limit],
+        }
+    )
+
+
+async def _compare(request: web.Request) -> web.Response:
+    run_dir, compare_dir = _dirs(request)
+    if run_dir is None or compare_dir is None:
+        return _json(
+            {
+                "error": "serve two runs to compare them: rollgym traces serve --run-dir A --compare B"
+            },
+            404,
+        )
+    try:
+        result = await asyncio.to_thread(compare_runs, run_dir, compare_dir)
+    except CompareError as exc:
+        return _json({"error": str(exc)}, 400)
+    return _json(result)

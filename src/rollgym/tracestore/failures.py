@@ -1,0 +1,113 @@
+"""Why attempts failed, read from their spans: the viewer's failures panel and its filters.
+
+Two counts are easy to mix up, so this module keeps them apart on purpose:
+
+* **attempts**: every dispatch whose outcome was not ``ok``; a rollout retried twice and then
+  answered counts two failed attempts here and no failed rollout;
+* **rollouts finally failed**: rollouts whose *last* attempt failed (what ``summary.json``
+  counts as ``failed``).
+
+The driver writes the kind of a final failure into ``failures.jsonl``; an earlier attempt's
+kind exists only in its trace, so it is derived here the same way the driver names it (the
+HTTP status of the agent's answer, a timeout) from the attempt's spans.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from typing import Any, TypedDict
+
+from rollgym.telemetry import names
+from rollgym.tracestore.queries import base_rollout_id, list_rollouts, rollout_attempts, trace_spans
+
+#: Dispatch outcomes that are a failed attempt.
+FAILED_OUTCOMES = (names.OUTCOME_ERROR, names.OUTCOME_TIMEOUT)
+#: Failed attempts read per report (a run with more shows the first ones; ``total`` says so).
+MAX_ATTEMPTS = 5000
+#: Distinct messages kept per group, most frequent first.
+MAX_MESSAGES = 5
+#: Rollout ids kept per group (links in the panel).
+MAX_IDS = 20
+_GENERIC = {None, "", "error", "Error"}
+
+
+class AttemptError(TypedDict):
+    error_kind: str
+    message: str | None
+
+
+def _kind_from_status(status: Any) -> str | None:
+    if not isinstance(status, int) or status < 400:
+        return None
+    if status == 429:
+        return "http_429"
+    return "http_5xx" if status >= 500 else "http_4xx"
+
+
+def attempt_error(dispatch: dict[str, Any], spans: list[dict[str, Any]]) -> AttemptError:
+    """The failure kind and message of one failed attempt, from its trace's spans."""
+    kind: str | None = names.OUTCOME_TIMEOUT if dispatch.get("outcome") == "timeout" else None
+    message: str | None = None
+    for span in sorted(spans, key=lambda s: s["start_ns"]):
+        attributes = span.get("attributes") or {}
+        if kind is None and span.get("kind") == 3:  # the driver's (client) call of the agent
+            kind = _kind_from_status(attributes.get(names.HTTP_RESPONSE_STATUS_CODE))
+        if span.get("status_code") == 2 and span.get("status_message") not in _GENERIC:
+            message = message or str(span["status_message"])
+        for event in span.get("events") or []:
+            if event.get("name") == "exception" and message is None:
+                text = (event.get("attributes") or {}).get("exception.message")
+                message = str(text) if text else None
+    if kind is None:
+        error_types = [
+            str(s["attributes"][names.ERROR_TYPE])
+            for s in spans
+            if s.get("status_code") == 2 and names.ERROR_TYPE in (s.get("attributes") or {})
+        ]
+        kind = error_types[0] if error_types else str(dispatch.get("outcome") or "error")
+    return {"error_kind": kind, "message": message}
+
+
+def failed_attempts(conn: sqlite3.Connection) -> tuple[list[dict[str, Any]], int]:
+    """Failed attempts (dispatch rows with ``error_kind``, ``message`` and ``final``: was it
+    the rollout's last attempt), oldest first; and how many the store holds in all."""
+    rows: list[dict[str, Any]] = []
+    total = 0
+    for outcome in FAILED_OUTCOMES:
+        page = list_rollouts(conn, outcome=outcome, limit=MAX_ATTEMPTS)
+        total += page["total"]
+        rows += page["rows"]
+    rows.sort(key=lambda r: r["start_ns"])
+    rows = rows[:MAX_ATTEMPTS]
+    last: dict[str, str] = {}
+    for row in rows:
+        base = base_rollout_id(row["rollout_id"])
+        if base not in last:
+            attempts = rollout_attempts(conn, base)
+            last[base] = max(attempts, key=lambda a: a["attempt"] or 0)["rollout_id"]
+        row.update(attempt_error(row, trace_spans(conn, row["trace_id"])))
+        row["final"] = last[base] == row["rollout_id"]
+    return rows, total
+
+
+def groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows grouped by ``error_kind``: count, the most frequent messages, the rollout ids."""
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_kind.setdefault(str(row.get("error_kind") or "unknown"), []).append(row)
+    result = []
+    for kind, members in sorted(by_kind.items(), key=lambda item: (-len(item[1]), item[0])):
+        messages = Counter(str(m.get("message") or "(no message recorded)") for m in members)
+        result.append(
+            {
+                "error_kind": kind,
+                "count": len(members),
+                "messages": [
+                    {"message": text, "count": count}
+                    for text, count in messages.most_common(MAX_MESSAGES)
+                ],
+                "rollout_ids": [str(m.get("rollout_id")) for m in members[:MAX_IDS]],
+            }
+        )
+    return result
