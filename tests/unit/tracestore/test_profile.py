@@ -98,3 +98,15 @@ def test_split_over_processes_gives_the_same_profile(finished_run, workers: int)
     split = profile_store(db, stragglers=7, bins=9, workers=workers)
     assert split == one
     assert one["dispatches"] >= traces > 0
+
+
+def test_profile_with_metrics_derived_from_spans(finished_run, capsys) -> None:
+    run_dir, run = finished_run
+    report = _profile(capsys, run_dir, "--metrics")
+    completed = report["metrics"][names.METRIC_ROLLOUT_COMPLETED]
+    assert sum(p["value"] for p in completed) == len(run.rollouts) + len(run.failures)
+    (queue,) = report["metrics"][names.METRIC_HTTP_CLIENT_QUEUE_DURATION]
+    assert queue["count"] > 0 and queue["min"] <= queue["max"]
+    assert traces_cli.main(["profile", str(run_dir), "--metrics"]) == 0
+    out = capsys.readouterr().out
+    assert "metrics (derived from the spans):" in out and names.METRIC_ROLLOUT_IN_FLIGHT in out
