@@ -110,3 +110,13 @@ def test_profile_with_metrics_derived_from_spans(finished_run, capsys) -> None:
     assert traces_cli.main(["profile", str(run_dir), "--metrics"]) == 0
     out = capsys.readouterr().out
     assert "metrics (derived from the spans):" in out and names.METRIC_ROLLOUT_IN_FLIGHT in out
+
+
+def test_an_empty_store_profiles_in_one_range(tmp_path: Path) -> None:
+    from rollgym.tracestore.profile import profile_store
+    from rollgym.tracestore.store import TraceStore
+
+    TraceStore(tmp_path / "traces.db").close()
+    report = profile_store(tmp_path / "traces.db", workers=2)
+    assert report["dispatches"] == 0 and report["timeline"] == [] and report["stragglers"] == []
+    assert report["accounting"]["wall_s"] == 0
