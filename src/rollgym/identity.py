@@ -38,6 +38,13 @@ def make_rollout_id(explicit: str | None, task_index: int, rollout_index: int, a
     return base if attempt == 0 else f"{base}-a{attempt}"
 
 
+def base_rollout_id(rollout_id: str, attempt: int | None) -> str:
+    """The rollout id of attempt 0, from the id of attempt ``attempt`` (make_rollout_id's
+    inverse: every attempt of a rollout maps to one id)."""
+    suffix = f"-a{attempt}" if attempt else ""
+    return rollout_id[: -len(suffix)] if suffix and rollout_id.endswith(suffix) else rollout_id
+
+
 def is_int(value: Any) -> TypeGuard[int]:
     """An int that is not a bool: what an identity field (and the row checks) accept."""
     return isinstance(value, int) and not isinstance(value, bool)

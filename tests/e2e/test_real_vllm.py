@@ -448,3 +448,31 @@ def test_vllm_start_up_spans_stay_out_of_runs(vllm_run: TracedJob, engine: Engin
     assert names.SPAN_ENGINE_REQUEST not in {s.name for s in startup}
     in_run = {s.name for s in vllm_run.spans().all if s.service == "vllm"}
     assert in_run == {names.SPAN_ENGINE_REQUEST}
+
+
+def test_profile_shows_vllms_engine_phases(vllm_run: TracedJob) -> None:
+    """``traces profile`` of the run: vLLM's own queue / prefill / decode split (its
+    ``gen_ai.latency.*`` attributes) owns time, beside every other phase the run has."""
+    from rollgym.tracestore.profile import profile_store
+    from rollgym.tracestore.profile_phases import PHASES
+
+    report = profile_store(vllm_run.db)
+    shares = {p["name"]: p["share"] for p in report["phases"]}
+    assert list(shares) == list(PHASES)
+    assert sum(shares.values()) == pytest.approx(1.0, abs=1e-9)
+    assert report["dispatches"] == len(vllm_run.rollouts)
+    owning = {"client_queue", "http", "agent", "model_server", "engine_prefill"}
+    owning |= {"engine_decode", "tools", "verify", "collector"}
+    if NO_SANDBOX is None:
+        owning.add("sandbox")
+    assert {name for name, share in shares.items() if share > 0} >= owning, shares
+    assert report["accounting"]["engine_s"] > 0
+    shown = subprocess.run(
+        [sys.executable, "-m", "rollgym", "traces", "profile", str(vllm_run.out)],
+        env=vllm_run.env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert shown.returncode == 0, shown.stderr
+    print(shown.stdout)  # the table docs/telemetry.md shows

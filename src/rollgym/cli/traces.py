@@ -62,6 +62,9 @@ def register(subparsers: Any) -> None:
     _run_dir(profile)
     profile.add_argument("-n", type=int, default=10, help="how many stragglers (default 10)")
     profile.add_argument("--bins", type=int, default=60, help="timeline points (default 60)")
+    profile.add_argument(
+        "--metrics", action="store_true", help="add the run's metrics, derived from its spans"
+    )
     profile.set_defaults(handler=_profile)
 
     check = commands.add_parser("check", help="verify the trace contract; non-zero on violation")
@@ -306,11 +309,35 @@ def _profile(args: argparse.Namespace) -> int:
         report = profile_store(db_path_of(args.run_dir), stragglers=args.n, bins=args.bins)
     except FileNotFoundError as exc:  # one line naming the path, no traceback
         raise SystemExit(f"rollgym traces: {exc}") from None
+    if args.metrics:
+        report["metrics"] = _derived_metrics(args)
     if args.json:
         _emit_json(report)
     else:
         render.profile_tables(_console(), report)
+        if args.metrics:
+            _print_metrics(report["metrics"])
     return 0
+
+
+def _derived_metrics(args: argparse.Namespace) -> dict[str, Any]:
+    from rollgym.tracestore.derived_metrics import derive_metrics
+
+    with _open(args) as conn:
+        return derive_metrics(conn)
+
+
+def _print_metrics(metrics: dict[str, Any]) -> None:
+    console = _console()
+    console.print("metrics (derived from the spans):")
+    for name, points in metrics.items():
+        for point in points:
+            labels = ",".join(f"{k}={v}" for k, v in point["attributes"].items())
+            values = {k: v for k, v in point.items() if k != "attributes"}
+            shown = " ".join(
+                f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items()
+            )
+            console.print(f"  {name}{{{labels}}} {shown}", markup=False, highlight=False)
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -35,10 +35,19 @@ from rollgym.tracestore.profile_phases import (
     SpanRecord,
     attribute_dispatch,
 )
+from rollgym.tracestore.profile_ranges import (
+    TraceRange,
+    choose_workers,
+    range_clause,
+    run_over_ranges,
+    trace_id_ranges,
+)
 
 #: Attribute of an HTTP client span: seconds it waited for a pooled connection.
 CLIENT_QUEUE_KEY = names.HTTP_CLIENT_QUEUE_DURATION
 _SECOND = 1e9
+_ENGINE_INDEXES = tuple(PHASE_INDEX[p] for p in ENGINE_PHASES)
+_SANDBOX_INDEX = PHASE_INDEX[SANDBOX]
 
 
 def _key(attribute: str) -> str:
@@ -58,7 +67,7 @@ SELECT trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, resource
     THEN json_extract(attributes, '{_key(names.GEN_AI_USAGE_OUTPUT_TOKENS)}') END,
   CASE WHEN name = '{names.SPAN_DISPATCH}'
     THEN json_extract(attributes, '{_key(names.ROLLOUT_ADMISSION_WAIT)}') END
-FROM spans WHERE trace_id IN (SELECT trace_id FROM dispatches) ORDER BY trace_id
+FROM spans WHERE {{where}}trace_id IN (SELECT trace_id FROM dispatches) ORDER BY trace_id
 """
 
 
@@ -84,6 +93,10 @@ class _Totals:
     def add(self, profile: DispatchProfile) -> None:
         self.wall_ns += profile.wall_ns
         self.per_dispatch_ns.append(profile.phase_ns)
+
+    def merge(self, other: _Totals) -> None:
+        self.wall_ns += other.wall_ns
+        self.per_dispatch_ns.extend(other.per_dispatch_ns)
 
     def phases(self) -> list[dict[str, Any]]:
         columns = list(zip(*self.per_dispatch_ns, strict=True)) or [() for _ in PHASES]
@@ -150,6 +163,19 @@ class _Timeline:
         self.full[first + 1] += 1
         self.full[last] -= 1
 
+    def merge(self, other: _Timeline) -> None:
+        """Add another range's bins (the same start, width and count)."""
+        for mine, theirs in (
+            (self.completed, other.completed),
+            (self.busy_ns, other.busy_ns),
+            (self.full, other.full),
+        ):
+            for i, value in enumerate(theirs):
+                mine[i] += value
+        for mix, their_mix in zip(self.phase_ns, other.phase_ns, strict=True):
+            for i, value in enumerate(their_mix):
+                mix[i] += value
+
     def points(self) -> list[dict[str, Any]]:
         seconds = self.width / _SECOND
         points = []
@@ -182,44 +208,104 @@ def open_store(db_path: str | Path) -> apsw.Connection:
     return apsw.Connection(str(path.resolve()), flags=apsw.SQLITE_OPEN_READONLY)
 
 
-def profile_store(db_path: str | Path, *, stragglers: int = 10, bins: int = 60) -> dict[str, Any]:
-    """:func:`profile_run` of the store file at ``db_path`` (FileNotFoundError if none)."""
+def profile_store(
+    db_path: str | Path, *, stragglers: int = 10, bins: int = 60, workers: int | None = None
+) -> dict[str, Any]:
+    """:func:`profile_run` of the store file at ``db_path`` (FileNotFoundError if none).
+
+    ``workers``: processes reading disjoint trace-id ranges (None: one per core, at most
+    :data:`~rollgym.tracestore.profile_ranges.MAX_WORKERS`, when the store is large enough
+    to repay starting them). The answer is the same however many read it.
+    """
     conn = open_store(db_path)
     try:
-        return profile_run(conn, stragglers=stragglers, bins=bins)
+        bounds = _bounds(conn)
+        parts = choose_workers(conn, workers)
+        if parts <= 1:
+            scan = _scan(conn, bounds, bins, stragglers, None)
+            return _report(scan, stragglers)
+        ranges = trace_id_ranges(conn, parts)
+    finally:
+        conn.close()
+    scans = run_over_ranges(
+        _scan_range, [(str(Path(db_path)), bounds, bins, stragglers, r) for r in ranges]
+    )
+    return _report(_merge(scans), stragglers)
+
+
+def profile_run(conn: apsw.Connection, *, stragglers: int = 10, bins: int = 60) -> dict[str, Any]:
+    """The whole profile of the store behind ``conn`` in this process (module docstring)."""
+    return _report(_scan(conn, _bounds(conn), bins, stragglers, None), stragglers)
+
+
+#: (rollout wall ns, rollout id, dominant phase, dispatch name, trace id hex, outcome)
+_Tail = tuple[int, str | None, str, str, str, str | None]
+
+
+@dataclass(slots=True)
+class _Scan:
+    """What one pass over a trace-id range found: sums that merge by adding."""
+
+    run: _Totals
+    by_name: dict[str, _Totals]
+    timeline: _Timeline
+    tails: list[_Tail]
+    accounting: dict[str, Any]
+
+
+def _bounds(conn: apsw.Connection) -> tuple[int, int]:
+    low, high = next(
+        iter(conn.execute("SELECT MIN(start_ns), MAX(start_ns + duration_ns) FROM dispatches"))
+    )
+    return low or 0, high or 0
+
+
+def _scan_range(
+    db_path: str, bounds: tuple[int, int], bins: int, keep: int, trace_range: TraceRange
+) -> _Scan:
+    """:func:`_scan` on a connection of its own (what a worker process runs)."""
+    conn = open_store(db_path)
+    try:
+        return _scan(conn, bounds, bins, keep, trace_range)
     finally:
         conn.close()
 
 
-def profile_run(conn: apsw.Connection, *, stragglers: int = 10, bins: int = 60) -> dict[str, Any]:
-    """The whole profile of the store behind ``conn`` (see the module docstring)."""
+def _scan(
+    conn: apsw.Connection,
+    bounds: tuple[int, int],
+    bins: int,
+    keep: int,
+    trace_range: TraceRange | None,
+) -> _Scan:
+    """Attribute every dispatch whose trace id lies in ``trace_range`` (None: all)."""
+    where, params = range_clause(trace_range)
     dispatches = {
         bytes(row[1]): _Dispatch(bytes(row[0]), row[2], row[3] or "unknown", row[4])
         for row in conn.execute(
             "SELECT trace_id, span_id, rollout_id, dispatch_name, outcome FROM dispatches"
+            + (f" WHERE {where}" if where else ""),
+            params,
         )
     }
-    low, high = next(
-        iter(conn.execute("SELECT MIN(start_ns), MAX(start_ns + duration_ns) FROM dispatches"))
-    )
     server_kinds = _server_kinds(conn)
     run = _Totals()
     by_name: dict[str, _Totals] = {}
-    timeline = _Timeline(low or 0, high or 0, bins)
-    tails: list[tuple[int, str | None, str, str, str, str | None]] = []
+    timeline = _Timeline(bounds[0], bounds[1], bins)
+    tails: list[_Tail] = []
     accounting = {
         "dispatches": 0,
         "input_tokens": 0,
         "output_tokens": 0,
         "model_calls": 0,
         "tool_calls": 0,
-        "engine_s": 0.0,
-        "sandbox_s": 0.0,
-        "wall_s": 0.0,
+        "engine_s": 0,  # ns while scanning, seconds in the report
+        "sandbox_s": 0,
+        "wall_s": 0,
         "spans": 0,
     }
     dispatch_name = names.SPAN_DISPATCH
-    for trace_spans in _traces(conn, server_kinds):
+    for trace_spans in _traces(conn, server_kinds, where, params):
         accounting["spans"] += len(trace_spans)
         for span in trace_spans:
             if span.name != dispatch_name:
@@ -242,14 +328,39 @@ def profile_run(conn: apsw.Connection, *, stragglers: int = 10, bins: int = 60) 
                     info.outcome,
                 )
             )
-    tails.sort(key=lambda t: -t[0])
+    return _Scan(run, by_name, timeline, _slowest(tails, keep), accounting)
+
+
+def _slowest(tails: list[_Tail], keep: int) -> list[_Tail]:
+    """The ``keep`` slowest, longest first (ties by trace id, so every split agrees)."""
+    return sorted(tails, key=lambda t: (-t[0], t[4]))[: max(0, keep)]
+
+
+def _merge(scans: list[_Scan]) -> _Scan:
+    """One scan of the whole store from scans of disjoint ranges (sums add, lists join)."""
+    first, *rest = scans
+    for scan in rest:
+        first.run.merge(scan.run)
+        for name, totals in scan.by_name.items():
+            first.by_name.setdefault(name, _Totals()).merge(totals)
+        first.timeline.merge(scan.timeline)
+        first.tails.extend(scan.tails)
+        for key, value in scan.accounting.items():
+            first.accounting[key] += value
+    return first
+
+
+def _report(scan: _Scan, stragglers: int) -> dict[str, Any]:
+    run, accounting = scan.run, scan.accounting
+    for key in ("engine_s", "sandbox_s", "wall_s"):
+        accounting[key] /= _SECOND  # summed in whole ns: the same whatever the split
     return {
         "dispatches": run.dispatches,
         "wall_s": run.wall_ns / _SECOND,
         "phases": run.phases(),
         "per_dispatch_name": [
             {"dispatch_name": name, "dispatches": t.dispatches, "phases": t.phases()}
-            for name, t in sorted(by_name.items())
+            for name, t in sorted(scan.by_name.items())
         ],
         "stragglers": [
             {
@@ -260,9 +371,11 @@ def profile_run(conn: apsw.Connection, *, stragglers: int = 10, bins: int = 60) 
                 "outcome": outcome,
                 "trace_id": trace_id,
             }
-            for wall, rollout_id, dominant, name, trace_id, outcome in tails[:stragglers]
+            for wall, rollout_id, dominant, name, trace_id, outcome in _slowest(
+                scan.tails, stragglers
+            )
         ],
-        "timeline": timeline.points() if run.dispatches else [],
+        "timeline": scan.timeline.points() if run.dispatches else [],
         "accounting": accounting,
     }
 
@@ -273,9 +386,10 @@ def _account(accounting: dict[str, Any], profile: DispatchProfile) -> None:
     accounting["output_tokens"] += profile.output_tokens
     accounting["model_calls"] += profile.model_calls
     accounting["tool_calls"] += profile.tool_calls
-    accounting["engine_s"] += sum(profile.phase_ns[PHASE_INDEX[p]] for p in ENGINE_PHASES) / 1e9
-    accounting["sandbox_s"] += profile.phase_ns[PHASE_INDEX[SANDBOX]] / _SECOND
-    accounting["wall_s"] += profile.wall_ns / _SECOND
+    phase_ns = profile.phase_ns
+    accounting["engine_s"] += sum(phase_ns[i] for i in _ENGINE_INDEXES)
+    accounting["sandbox_s"] += phase_ns[_SANDBOX_INDEX]
+    accounting["wall_s"] += profile.wall_ns
 
 
 def _server_kinds(conn: apsw.Connection) -> dict[int, str | None]:
@@ -290,13 +404,18 @@ def _server_kinds(conn: apsw.Connection) -> dict[int, str | None]:
 
 
 def _traces(
-    conn: apsw.Connection, server_kinds: dict[int, str | None]
+    conn: apsw.Connection,
+    server_kinds: dict[int, str | None],
+    where: str = "",
+    params: tuple[bytes, ...] = (),
 ) -> Iterator[list[SpanRecord]]:
-    """The spans of every trace holding a dispatch, one trace at a time."""
+    """The spans of every trace holding a dispatch (and matching ``where``), a trace at a
+    time."""
     current: bytes | None = None
     batch: list[SpanRecord] = []
     kinds = server_kinds.get
-    for row in conn.execute(_SPANS_IN_TRACE_ORDER):
+    query = _SPANS_IN_TRACE_ORDER.format(where=f"{where} AND " if where else "")
+    for row in conn.execute(query, params):
         trace_id = row[0]
         if trace_id != current:
             if batch:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 from pathlib import Path
 
@@ -75,3 +76,47 @@ def test_profile_of_a_missing_store_is_one_line(tmp_path: Path, capsys) -> None:
         main(["traces", "profile", str(tmp_path / "nowhere")])
     err = str(exited.value.code)
     assert "nowhere" in err and "Traceback" not in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_split_over_processes_gives_the_same_profile(finished_run, workers: int) -> None:
+    """Trace-id ranges read by worker processes merge into exactly the one-process answer."""
+    from rollgym.tracestore.profile import open_store, profile_store
+    from rollgym.tracestore.profile_ranges import trace_id_ranges
+
+    run_dir, _ = finished_run
+    db = run_dir / "traces.db"
+    conn = open_store(db)
+    try:
+        ranges = trace_id_ranges(conn, workers)
+        (traces,) = next(iter(conn.execute("SELECT COUNT(DISTINCT trace_id) FROM dispatches")))
+    finally:
+        conn.close()
+    assert len(ranges) == workers and ranges[0][0] is None and ranges[-1][1] is None
+    assert all(a[1] == b[0] and a[1] is not None for a, b in itertools.pairwise(ranges))
+    one = profile_store(db, stragglers=7, bins=9, workers=1)
+    split = profile_store(db, stragglers=7, bins=9, workers=workers)
+    assert split == one
+    assert one["dispatches"] >= traces > 0
+
+
+def test_profile_with_metrics_derived_from_spans(finished_run, capsys) -> None:
+    run_dir, run = finished_run
+    report = _profile(capsys, run_dir, "--metrics")
+    completed = report["metrics"][names.METRIC_ROLLOUT_COMPLETED]
+    assert sum(p["value"] for p in completed) == len(run.rollouts) + len(run.failures)
+    (queue,) = report["metrics"][names.METRIC_HTTP_CLIENT_QUEUE_DURATION]
+    assert queue["count"] > 0 and queue["min"] <= queue["max"]
+    assert traces_cli.main(["profile", str(run_dir), "--metrics"]) == 0
+    out = capsys.readouterr().out
+    assert "metrics (derived from the spans):" in out and names.METRIC_ROLLOUT_IN_FLIGHT in out
+
+
+def test_an_empty_store_profiles_in_one_range(tmp_path: Path) -> None:
+    from rollgym.tracestore.profile import profile_store
+    from rollgym.tracestore.store import TraceStore
+
+    TraceStore(tmp_path / "traces.db").close()
+    report = profile_store(tmp_path / "traces.db", workers=2)
+    assert report["dispatches"] == 0 and report["timeline"] == [] and report["stragglers"] == []
+    assert report["accounting"]["wall_s"] == 0
