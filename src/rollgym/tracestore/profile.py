@@ -35,6 +35,7 @@ from rollgym.tracestore.profile_phases import (
     SpanRecord,
     attribute_dispatch,
 )
+from rollgym.tracestore.profile_staleness import policy_staleness
 
 #: Attribute of an HTTP client span: seconds it waited for a pooled connection.
 CLIENT_QUEUE_KEY = names.HTTP_CLIENT_QUEUE_DURATION
@@ -264,6 +265,7 @@ def profile_run(conn: apsw.Connection, *, stragglers: int = 10, bins: int = 60) 
         ],
         "timeline": timeline.points() if run.dispatches else [],
         "accounting": accounting,
+        "staleness": policy_staleness(conn),
     }
 
 

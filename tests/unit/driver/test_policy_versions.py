@@ -174,3 +174,63 @@ def test_version_file_is_read_at_start_and_on_change(tmp_path: Path) -> None:
     assert target.versions == [3, "step-4"]
     path.write_text("")
     assert read_version(path) is None and read_version(tmp_path / "missing") is None
+
+
+class _VersionSink:
+    """A loopback model server's ``/policy_version`` route: records each version it is told."""
+
+    def __init__(self, status: int = 200) -> None:
+        self.status = status
+        self.versions: list[Any] = []
+        self.url = ""
+        self._runner: Any = None
+
+    async def start(self) -> None:
+        from aiohttp import web
+
+        async def handle(request: web.Request) -> web.Response:
+            body = await request.json()
+            self.versions.append(body["version"])
+            return web.json_response(body, status=self.status)
+
+        app = web.Application()
+        app.router.add_post("/policy_version", handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+
+    async def stop(self) -> None:
+        await self._runner.cleanup()
+
+
+def test_the_collector_tells_every_model_replica_and_skips_a_server_without_the_route() -> None:
+    from rollgym import Collector
+
+    async def main() -> tuple[list[Any], list[Any], list[Any], Any]:
+        first, second, engine = _VersionSink(), _VersionSink(), _VersionSink(status=404)
+        for sink in (first, second, engine):
+            await sink.start()
+        try:
+            collector = Collector(
+                {"agent": "http://127.0.0.1:9"},
+                agent="agent",
+                model_servers={"policy": first.url, "engine": engine.url},
+                replicas={"policy": [first.url, second.url]},
+                policy_version=1,
+            )
+            async with collector:
+                await collector.set_policy_version("step-2")  # the engine's 404 does not raise
+                collector.policy_version = 3  # sent in the background ...
+            # ... and delivered before the Collector closed
+            return first.versions, second.versions, engine.versions, collector.policy_version
+        finally:
+            for sink in (first, second, engine):
+                await sink.stop()
+
+    first, second, engine, current = asyncio.run(main())
+    assert first == second == [1, "step-2", 3]
+    assert engine == [1]  # told once, then left out
+    assert current == 3
