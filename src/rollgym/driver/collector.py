@@ -261,7 +261,8 @@ class Collector:
         for group in buffer.whole_at_start():
             yield group
         skip = buffer.skip if buffer.finished else None
-        async for outcome in self.stream_entries(self._entries(rows), skip, buffer.size):
+        entries = self._entries(rows, buffer.size)
+        async for outcome in self.stream_entries(entries, skip, buffer.size):
             whole = buffer.add(outcome)
             if whole is not None:
                 yield whole
@@ -280,14 +281,17 @@ class Collector:
         """
         await self.run_entries(self._entries(rows), on_outcome)
 
-    def _entries(self, rows: Any) -> Iterator[TaskRow | BadLine] | AsyncIterator[TaskRow | BadLine]:
+    def _entries(
+        self, rows: Any, repeats: int | None = None
+    ) -> Iterator[TaskRow | BadLine] | AsyncIterator[TaskRow | BadLine]:
+        ids = self.unique_ids(repeats)
         if isinstance(rows, AsyncIterable):
-            return aread_mappings(rows, self.router, ids=self.unique_ids())
-        return read_mappings(rows, self.router, ids=self.unique_ids())
+            return aread_mappings(rows, self.router, ids=ids)
+        return read_mappings(rows, self.router, ids=ids)
 
-    def unique_ids(self) -> UniqueIds:
+    def unique_ids(self, repeats: int | None = None) -> UniqueIds:
         """A fresh explicit-id check for one stream of rows (repeats and retries included)."""
-        return UniqueIds(self.repeats, self.policy.max_attempts)
+        return UniqueIds(repeats or self.repeats, self.policy.max_attempts)
 
     def _items(
         self, entries: Any, skip: Skip | None, repeats: int

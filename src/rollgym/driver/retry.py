@@ -221,5 +221,6 @@ async def run_rollout(
     finally:
         del in_flight.entries[key]
     if metrics is not None:
-        metrics.finished(name, outcome_label(error), outcome.reward, time.perf_counter() - t0)
+        reward = None if isinstance(record, RolloutFailure) else outcome.reward  # stale: none
+        metrics.finished(name, outcome_label(error), reward, time.perf_counter() - t0)
     return record if record is not None else result_of(rollout, outcome, name)
