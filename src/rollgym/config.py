@@ -96,6 +96,17 @@ class RunConfig(BaseModel):
         False,
         description="Trajectories also hold the engine's token ids and log-probabilities.",
     )
+    max_staleness: int | None = Field(
+        None,
+        ge=0,
+        description="No result may have a model call more than N policy versions behind the "
+        "current one: it is run again while attempts remain, else a 'stale' failure.",
+    )
+    policy_version_file: Path | None = Field(
+        None,
+        description="File holding the current policy version (an int or a label), rewritten "
+        "by the trainer; read again whenever it changes.",
+    )
     placement: Literal["local", "ray"] = Field(
         "local", description="Launched servers run as local processes, or as Ray actors."
     )

@@ -119,6 +119,8 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
         "OTEL_SERVICE_NAME": "vllm",
         "OTEL_BSP_SCHEDULE_DELAY": "100",  # ms: spans reach the store before a run ends
         "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB
+        # the RL routes (/weight_info, /update_weight_version, /abort_requests) exist only so
+        "VLLM_SERVER_DEV_MODE": "1",
     }
     command = [
         str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server",
@@ -476,3 +478,64 @@ def test_profile_shows_vllms_engine_phases(vllm_run: TracedJob) -> None:
     )
     assert shown.returncode == 0, shown.stderr
     print(shown.stdout)  # the table docs/telemetry.md shows
+
+
+def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(
+        url, data=orjson.dumps(body), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=120) as answer:
+        return dict(orjson.loads(answer.read()))
+
+
+def _get(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        return dict(orjson.loads(answer.read()))
+
+
+async def test_vllm_weight_versions_and_rollgyms_stamp(engine: Engine, tmp_path: Path) -> None:
+    """What vLLM 0.32 says about weight versions (docs/policy-versions.md), checked live: the
+    label is read and set by the RL routes, the chat completion answer carries none, so behind
+    the ``openai`` proxy each call carries the version the driver set (rollgym's stamp)."""
+    from telemetry_helpers import launched_servers
+
+    from rollgym import Collector, RolloutResult
+
+    before = _get(engine.url + "/weight_info")
+    assert set(before) == {"weight_version"}
+    assert _post(engine.url + "/update_weight_version", {"new_version": "step-7"})["success"]
+    assert _get(engine.url + "/weight_info") == {"weight_version": "step-7"}
+    assert _post(engine.url + "/abort_requests", {})["status"] == "aborted"
+    chat = _post(
+        engine.url + "/v1/chat/completions",
+        {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+    )
+    keys = set(chat) | {k for choice in chat["choices"] for k in choice}
+    assert not [k for k in keys if "version" in k or "weight" in k], sorted(keys)
+    print(f"vLLM {VLLM_VERSION}: /weight_info {before} -> step-7; answer keys {sorted(keys)}")
+
+    launched = {
+        name: spec for name, spec in servers(engine.url).items() if name in ("engine", "policy")
+    }
+    launched["arith"] = {"kind": "environment", "impl": "arithmetic"}
+    launched["solver"] = {
+        "kind": "agent",
+        "impl": "single_turn",
+        "model": "policy",
+        "environment": "arith",
+        "sampling": {"max_tokens": MAX_TOKENS},
+    }
+    async with launched_servers(launched, tmp_path, traces_to=None) as urls:
+        collector = Collector(
+            {"solver": urls["solver"], "arith": urls["arith"]},
+            agent="solver",
+            agents=("solver",),
+            model_servers={"policy": urls["policy"]},
+            policy_version="step-7",
+            timeout_s=300,
+        )
+        async with collector:
+            outcomes = [o async for o in collector.stream(quick_rows(2, 0, 0))]
+    assert all(isinstance(o, RolloutResult) for o in outcomes), outcomes
+    assert [o.policy_versions for o in outcomes] == [["step-7"], ["step-7"]]
+    assert all(o.engine_versions is None for o in outcomes)  # vLLM's answer says none

@@ -94,6 +94,7 @@ SERVERS_DOOR = {
     "is_uuid",
     "play_and_verify",
     "play_tool_loop",
+    "policy_versions",
     "responses_api",
     "spans",
     "task_of",

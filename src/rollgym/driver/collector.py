@@ -33,7 +33,9 @@ from typing import Any
 
 from rollgym.driver.admission import SharedSource, WorkerPool
 from rollgym.driver.dispatch import Dispatcher, Rotation
+from rollgym.driver.groups import GroupBuffer
 from rollgym.driver.outcomes import Outcome, RolloutFailure
+from rollgym.driver.policy_clock import PolicyClock
 from rollgym.driver.retry import InFlight, RetryPolicy, cancelled_failure, run_rollout
 from rollgym.driver.rows import (
     BadLine,
@@ -46,6 +48,7 @@ from rollgym.driver.rows import (
     read_mappings,
 )
 from rollgym.driver.unique_ids import UniqueIds
+from rollgym.driver.version_push import VersionPush
 from rollgym.http.client import HttpClient
 from rollgym.http.limits import (
     DEFAULT_MAX_REQUEST_BYTES,
@@ -53,6 +56,7 @@ from rollgym.http.limits import (
     ExchangeLimits,
 )
 from rollgym.open_files import raise_open_files_limit
+from rollgym.policy_versions import PolicyVersion, is_version
 from rollgym.telemetry.embedder import CallerTracing
 from rollgym.trajectory.record import Capture
 
@@ -92,6 +96,14 @@ class Collector:
     restarting. ``max_request_bytes`` / ``max_response_bytes`` bound what one attempt sends and
     what its answer may weigh (``run.max_request_bytes``, ``run.max_response_bytes``); ``None``
     is no limit.
+
+    ``policy_version`` (docs/policy-versions.md) is the trainer's current policy version; set
+    it again at any time (``collector.policy_version = step``, or ``await
+    collector.set_policy_version(step)`` to wait until every model server has it). It is sent
+    to the ``model_servers`` (name -> base URL; their replicas too), which stamp each model
+    call with it. ``max_staleness=N``: no result is handed over whose oldest model call is
+    more than N versions behind the current one; such a rollout is run again (a new attempt)
+    while attempts remain, else it is a ``stale`` failure.
     """
 
     def __init__(
@@ -116,7 +128,12 @@ class Collector:
         replicas: Mapping[str, list[str]] | None = None,
         max_request_bytes: int | None = DEFAULT_MAX_REQUEST_BYTES,
         max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
+        policy_version: PolicyVersion | None = None,
+        max_staleness: int | None = None,
+        model_servers: Mapping[str, str] | None = None,
     ) -> None:
+        if policy_version is not None and not is_version(policy_version):
+            raise ValueError(f"policy_version must be an int or a label, got {policy_version!r}")
         if concurrency < 1 or repeats < 1 or max_attempts < 1:
             raise ValueError("concurrency, repeats and max_attempts must be at least 1")
         routes = dict(environment_routes or {})
@@ -144,6 +161,11 @@ class Collector:
         self._client: HttpClient | None = None
         self._pool: WorkerPool[WorkItem] | None = None
         self._caller_tracing = CallerTracing(span_groups)
+        #: The current policy version and the staleness bound (both may stay unset).
+        self._clock = PolicyClock(policy_version, max_staleness)
+        self._push = VersionPush(
+            {name: self._replicas.get(name) or [url] for name, url in (model_servers or {}).items()}
+        )
 
     async def __aenter__(self) -> Collector:
         """Open the connection pool (outside any span: it outlives every rollout).
@@ -160,10 +182,17 @@ class Collector:
             limits=self._limits,
         )
         await self._client.start()
+        if self._clock.current is not None:
+            try:
+                await self._push.send(self._client, self._clock.current)
+            except BaseException:
+                await self.__aexit__(None, None, None)
+                raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         try:
+            await self._push.drain()
             if self._client is not None:
                 await self._client.close()
                 self._client = None
@@ -177,6 +206,32 @@ class Collector:
             raise RuntimeError("use the Collector inside 'async with'")
         return self._client
 
+    @property
+    def policy_version(self) -> PolicyVersion | None:
+        """The current policy version (None until one is set)."""
+        return self._clock.current
+
+    @policy_version.setter
+    def policy_version(self, version: PolicyVersion) -> None:
+        """Set the version now; the model servers hear of it in the background."""
+        self._set_version(version)
+        if self._client is not None:
+            self._push.start(self._client, version)
+
+    async def set_policy_version(self, version: PolicyVersion) -> None:
+        """Set the version and wait until every model server has it (a failed send raises)."""
+        self._set_version(version)
+        await self._push.send(self.client, version)
+
+    def _set_version(self, version: PolicyVersion) -> None:
+        if not is_version(version):
+            raise ValueError(f"policy_version must be an int or a label, got {version!r}")
+        self._clock.set(version)
+
+    @property
+    def max_staleness(self) -> int | None:
+        return self._clock.max_staleness
+
     def interrupt(self) -> None:
         """Stop admitting and cancel what is in flight; each becomes a ``cancelled`` failure."""
         if self._pool is not None:
@@ -187,6 +242,32 @@ class Collector:
     ) -> AsyncIterator[Outcome]:
         """Run ``repeats`` rollouts of each row; yield each record as it finishes."""
         return self.stream_entries(self._entries(rows))
+
+    async def groups(
+        self,
+        rows: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
+        size: int | None = None,
+        finished: Iterable[Outcome] = (),
+    ) -> AsyncIterator[list[Outcome]]:
+        """Run ``size`` rollouts of each row (default ``repeats``); yield each task's whole
+        group, ordered by rollout index, as soon as its last rollout is done.
+
+        Failures are members like results (a group is never held back or dropped for one).
+        ``finished``: outcomes of an earlier session (a resume): they are not run again and
+        join their groups; groups already whole among them come out first. Groups still short
+        when the stream ends (:meth:`interrupt`) come out last, as they are.
+        """
+        buffer = GroupBuffer(size or self.repeats, finished)
+        for group in buffer.whole_at_start():
+            yield group
+        skip = buffer.skip if buffer.finished else None
+        entries = self._entries(rows, buffer.size)
+        async for outcome in self.stream_entries(entries, skip, buffer.size):
+            whole = buffer.add(outcome)
+            if whole is not None:
+                yield whole
+        for rest in buffer.leftovers():
+            yield rest
 
     async def run(
         self,
@@ -200,21 +281,24 @@ class Collector:
         """
         await self.run_entries(self._entries(rows), on_outcome)
 
-    def _entries(self, rows: Any) -> Iterator[TaskRow | BadLine] | AsyncIterator[TaskRow | BadLine]:
+    def _entries(
+        self, rows: Any, repeats: int | None = None
+    ) -> Iterator[TaskRow | BadLine] | AsyncIterator[TaskRow | BadLine]:
+        ids = self.unique_ids(repeats)
         if isinstance(rows, AsyncIterable):
-            return aread_mappings(rows, self.router, ids=self.unique_ids())
-        return read_mappings(rows, self.router, ids=self.unique_ids())
+            return aread_mappings(rows, self.router, ids=ids)
+        return read_mappings(rows, self.router, ids=ids)
 
-    def unique_ids(self) -> UniqueIds:
+    def unique_ids(self, repeats: int | None = None) -> UniqueIds:
         """A fresh explicit-id check for one stream of rows (repeats and retries included)."""
-        return UniqueIds(self.repeats, self.policy.max_attempts)
+        return UniqueIds(repeats or self.repeats, self.policy.max_attempts)
 
     def _items(
-        self, entries: Any, skip: Skip | None
+        self, entries: Any, skip: Skip | None, repeats: int
     ) -> Iterator[WorkItem] | AsyncIterator[WorkItem]:
         if isinstance(entries, Iterator):
-            return _expand_sync(entries, self.repeats, skip)
-        return _expand_async(entries, self.repeats, skip)
+            return _expand_sync(entries, repeats, skip)
+        return _expand_async(entries, repeats, skip)
 
     def _worker_body(
         self, deliver: Callable[[Outcome], object], room: asyncio.Semaphore | None
@@ -224,9 +308,10 @@ class Collector:
         ``room`` (the stream form) bounds records waiting for a slow consumer.
         """
         send = Dispatcher(
-            self.client, self._urls, self._timeout_s, self._capture, self._rotation
+            self.client, self._urls, self._timeout_s, self._capture, self._rotation, self._clock
         ).send_attempt
         policy, in_flight, metrics = self.policy, self.in_flight, self._metrics
+        clock = self._clock
 
         async def work(item: WorkItem) -> None:
             if room is not None:
@@ -239,7 +324,7 @@ class Collector:
             if isinstance(item, RolloutFailure):
                 deliver(item)
             else:
-                deliver(await run_rollout(item, send, policy, in_flight, deliver, metrics))
+                deliver(await run_rollout(item, send, policy, in_flight, deliver, metrics, clock))
 
         return work
 
@@ -265,12 +350,14 @@ class Collector:
         self,
         entries: Iterator[TaskRow | BadLine] | AsyncIterator[TaskRow | BadLine],
         skip: Skip | None = None,
+        repeats: int | None = None,
     ) -> AsyncIterator[Outcome]:
         """The engine behind :meth:`stream`: entries in, records out as an async iterator."""
         outcomes: asyncio.Queue[Any] = asyncio.Queue()
         room = asyncio.Semaphore(2 * self.concurrency)
         put = outcomes.put_nowait
-        pool = self._start_pool(entries, skip, self._worker_body(put, room), lambda: put(_DONE))
+        work = self._worker_body(put, room)
+        pool = self._start_pool(entries, skip, work, lambda: put(_DONE), repeats)
         try:
             while True:
                 outcome = await outcomes.get()
@@ -288,9 +375,11 @@ class Collector:
         skip: Skip | None,
         work: Callable[[WorkItem], Awaitable[None]],
         on_idle: Callable[[], None],
+        repeats: int | None = None,
     ) -> WorkerPool[WorkItem]:
         """Start ``concurrency`` workers on the entries; :meth:`interrupt` reaches them."""
-        pool = WorkerPool(SharedSource(self._items(entries, skip)), work, self.concurrency, on_idle)
+        items = self._items(entries, skip, repeats or self.repeats)
+        pool = WorkerPool(SharedSource(items), work, self.concurrency, on_idle)
         self._pool = pool
         pool.start()
         return pool

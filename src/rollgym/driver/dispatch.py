@@ -22,6 +22,7 @@ import time
 from types import ModuleType
 from typing import Any, NamedTuple, Protocol
 
+from rollgym.driver.policy_clock import PolicyClock
 from rollgym.driver.rows import Rollout, collector_row, unstamped
 from rollgym.errors import (
     AUTH_STATUSES,
@@ -44,6 +45,7 @@ from rollgym.telemetry.names import (
     ROLLOUT_ADMISSION_WAIT,
 )
 from rollgym.trajectory.record import CAPTURE_HEADER, Capture
+from rollgym.trajectory.usage import USAGE_KEY
 
 
 class AttemptOutcome(NamedTuple):
@@ -170,8 +172,11 @@ class Dispatcher:
         timeout_s: float,
         capture: Capture = "off",
         rotation: Rotation | None = None,
+        clock: PolicyClock | None = None,
     ) -> None:
         self._client = client
+        #: The driver's policy version, for the lag on the dispatch span (None: not used).
+        self._clock = clock
         self._run_urls = {name: url.rstrip("/") + "/run" for name, url in urls.items()}
         self._timeout = timeout_s
         #: Asks the agent for a trajectory; None keeps the no-header fast path.
@@ -211,6 +216,11 @@ class Dispatcher:
                 answer = await _post(post, server, url, body, self._timeout, headers)
                 reward, result, error, trace_id = interpret(answer, server)
                 spans.record_dispatch_outcome(span, outcome_label(error), reward)
+                if result is not None:
+                    versions = _versions_in(result)
+                    clock = self._clock
+                    lag = clock.lag(versions) if clock is not None and versions else None
+                    spans.record_dispatch_versions(span, versions, lag)
                 context = span.get_span_context()
                 if context.is_valid:
                     if trace_id is None:  # else the request's, which is this span's trace
@@ -236,6 +246,13 @@ class Dispatcher:
             time.perf_counter() - t0,
             sampled,
         )
+
+
+def _versions_in(result: dict[str, Any]) -> list[Any]:
+    """The policy versions an answer's usage lists (for the span; the record takes them later)."""
+    usage = result.get(USAGE_KEY)
+    versions = usage.get("policy_versions") if isinstance(usage, dict) else None
+    return versions if isinstance(versions, list) else []
 
 
 @functools.cache

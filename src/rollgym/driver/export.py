@@ -157,7 +157,15 @@ def export_row(record: dict[str, Any], run_id: str | None = None) -> dict[str, A
         **{key: _typed(sampling, key) for key in _TYPED_SAMPLING},
         "cached_tokens": rollout_usage.get("cached_tokens"),
         "model_s": rollout_usage.get("model_s"),
+        "policy_versions": _as_text(record.get("policy_versions")),
+        "policy_lag": record.get("policy_lag"),
+        "token_policy_versions": sequence.token_versions if sequence else [],
     }
+
+
+def _as_text(versions: Any) -> list[str]:
+    """Versions as text (a version is an int or a label; one column type holds both)."""
+    return [str(v) for v in versions] if isinstance(versions, list) else []
 
 
 def _schema(pa: Any) -> Any:
@@ -203,6 +211,9 @@ def _schema(pa: Any) -> Any:
             ("seed", pa.int64()),
             ("cached_tokens", pa.int64()),
             ("model_s", pa.float64()),
+            ("policy_versions", pa.list_(pa.string())),
+            ("policy_lag", pa.int64()),
+            ("token_policy_versions", pa.list_(pa.string())),
         ]
     )
 

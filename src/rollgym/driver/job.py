@@ -35,6 +35,7 @@ from rollgym.driver.summary import (
     merge_replicas,
     write_json_atomic,
 )
+from rollgym.driver.version_file import follow_version_file
 from rollgym.errors import ConfigError, OutputError, TransportError
 from rollgym.incarnations import IncarnationLog
 from rollgym.placement.supervisor import Supervisor, report_to_stderr
@@ -190,6 +191,8 @@ def make_collector(
         replicas=getattr(urls, "replicas", None),
         max_request_bytes=run.max_request_bytes,
         max_response_bytes=run.max_response_bytes,
+        max_staleness=run.max_staleness,
+        model_servers={name: urls[name] for name in config.servers_of_kind("model")},
     )
 
 
@@ -215,7 +218,11 @@ async def collect(
             return
         if isinstance(outcome, RolloutResult):
             aggregator.add_result(
-                outcome.dispatch_name, outcome.task_index, outcome.reward, outcome.usage
+                outcome.dispatch_name,
+                outcome.task_index,
+                outcome.reward,
+                outcome.usage,
+                outcome.policy_lag,
             )
         else:
             aggregator.add_failure(outcome.dispatch_name, outcome.error_kind)
@@ -223,7 +230,8 @@ async def collect(
         count += 1
 
     entries = read_jsonl(config.run.input, collector.router, collector.unique_ids())
-    await collector.run_entries(entries, record, ledger.skip if ledger.resumed else None)
+    async with follow_version_file(collector, config.run.policy_version_file):
+        await collector.run_entries(entries, record, ledger.skip if ledger.resumed else None)
     if writer.broken is not None:
         raise writer.broken
     return count

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rollgym.policy_versions import PolicyVersion
+
 
 @dataclass(frozen=True, slots=True)
 class RolloutResult:
@@ -36,6 +38,13 @@ class RolloutResult:
     #: ``cached_tokens`` where the engine said, ``model_calls``, ``model_s``), as its agent
     #: counted it; None when the agent called no model through rollgym.
     usage: dict[str, Any] | None = None
+    #: The policy version each model call ran under, in call order (docs/policy-versions.md);
+    #: None when no model server stamped one.
+    policy_versions: list[PolicyVersion] | None = None
+    #: The engine's own weight label per call, where the engine reports one.
+    engine_versions: list[PolicyVersion] | None = None
+    #: Versions the oldest call was behind the current one when the result came back.
+    policy_lag: int | None = None
 
     def to_record(self, trajectory_at: dict[str, Any] | None = None) -> dict[str, Any]:
         """The ``rollouts.jsonl`` line; ``trajectory_at`` points at its trajectory line."""
@@ -55,6 +64,11 @@ class RolloutResult:
         }
         if self.usage is not None:
             record["usage"] = self.usage
+        if self.policy_versions is not None:
+            record["policy_versions"] = self.policy_versions
+            record["policy_lag"] = self.policy_lag
+        if self.engine_versions is not None:
+            record["engine_versions"] = self.engine_versions
         if trajectory_at is not None:
             record["trajectory"] = trajectory_at
         return record
@@ -69,6 +83,11 @@ class RolloutResult:
             "dispatch_name": self.dispatch_name,
             "reward": self.reward,
             **({"usage": self.usage} if self.usage is not None else {}),
+            **(
+                {"policy_versions": self.policy_versions, "policy_lag": self.policy_lag}
+                if self.policy_versions is not None
+                else {}
+            ),
             "trajectory": self.trajectory,
         }
 
@@ -79,7 +98,8 @@ class RolloutFailure:
 
     ``error_kind`` is one of: ``invalid_row``, ``unknown_agent``, ``unknown_route``,
     ``connection_error``, ``timeout``, ``http_5xx``, ``http_429``, ``http_4xx``,
-    ``invalid_response``, ``missing_reward``, ``cancelled``.
+    ``invalid_response``, ``missing_reward``, ``stale`` (every attempt ran on a policy version
+    more than ``max_staleness`` behind), ``cancelled``.
     """
 
     rollout_id: str | None

@@ -18,12 +18,16 @@ from typing import Any
 
 from rollgym.driver.dispatch import AttemptOutcome, outcome_label
 from rollgym.driver.outcomes import Outcome, RolloutFailure, RolloutResult
+from rollgym.driver.policy_clock import PolicyClock
 from rollgym.driver.rows import Rollout
+from rollgym.errors import PermanentDispatchError
 from rollgym.telemetry.names import OUTCOME_ERROR
 from rollgym.trajectory.record import TRAJECTORY_KEY
 from rollgym.trajectory.usage import take_usage
 
 SendAttempt = Callable[[Rollout, int], Awaitable[AttemptOutcome]]
+#: Stands for "stale" where the metrics want an attempt's error (it never leaves this module).
+_STALE = PermanentDispatchError("stale", kind="stale")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +74,12 @@ class InFlight:
         return rows
 
 
-def result_of(rollout: Rollout, outcome: AttemptOutcome, name: str) -> Outcome:
-    """Turn the final attempt into the rollout's record; ``name`` is its dispatch name."""
+def result_of(
+    rollout: Rollout, outcome: AttemptOutcome, name: str, clock: PolicyClock | None = None
+) -> Outcome:
+    """Turn the final attempt into the rollout's record; ``name`` is its dispatch name.
+
+    With a ``clock``, a result's ``policy_lag`` is measured against the current version."""
     task = rollout.task
     if outcome.error is None:
         assert outcome.reward is not None and outcome.result is not None
@@ -81,6 +89,9 @@ def result_of(rollout: Rollout, outcome: AttemptOutcome, name: str) -> Outcome:
         else:
             trajectory = None  # not a trajectory: left in the result as the agent sent it
         usage = take_usage(outcome.result)  # stored beside the result, not inside it
+        versions = usage.pop("policy_versions", None) if usage is not None else None
+        engine = usage.pop("engine_versions", None) if usage is not None else None
+        lag = clock.lag(versions) if clock is not None and versions else None
         return RolloutResult(
             outcome.rollout_id,
             task.task_index,
@@ -96,6 +107,9 @@ def result_of(rollout: Rollout, outcome: AttemptOutcome, name: str) -> Outcome:
             outcome.trace_sampled,
             trajectory,
             usage,
+            versions,
+            engine,
+            lag,
         )
     error = outcome.error
     message = str(error)
@@ -112,6 +126,27 @@ def result_of(rollout: Rollout, outcome: AttemptOutcome, name: str) -> Outcome:
         task.line,
         outcome.trace_id,
         outcome.trace_sampled,
+    )
+
+
+def stale_failure(
+    result: RolloutResult, clock: PolicyClock, task_line: int | None
+) -> RolloutFailure:
+    """The record of a rollout whose every attempt came back too stale to hand over."""
+    attempts = result.attempt + 1
+    return RolloutFailure(
+        result.rollout_id,
+        result.task_index,
+        result.rollout_index,
+        result.attempt,
+        result.dispatch_name,
+        "stale",
+        f"ran on policy versions {result.policy_versions}, {result.policy_lag} behind the "
+        f"current {clock.current!r} (max_staleness {clock.max_staleness}) "
+        f"after {attempts} attempt{'s' if attempts > 1 else ''}",
+        task_line,
+        result.trace_id,
+        result.trace_sampled,
     )
 
 
@@ -137,11 +172,14 @@ async def run_rollout(
     in_flight: InFlight,
     on_cancel: Callable[[RolloutFailure], object],
     metrics: Any = None,
+    clock: PolicyClock | None = None,
 ) -> Outcome:
     """All attempts of one rollout; returns its record.
 
     When cancelled, hands the ``cancelled`` record to ``on_cancel`` and lets the cancellation
-    propagate, so an interrupted rollout is still accounted for.
+    propagate, so an interrupted rollout is still accounted for. With a ``clock`` whose
+    ``max_staleness`` is set, a result too stale to hand over is run again at once (a new
+    attempt, while attempts remain), else it becomes a ``stale`` failure.
     """
     task = rollout.task
     assert task.target is not None
@@ -153,12 +191,25 @@ async def run_rollout(
         metrics.started(name)
     t0 = time.perf_counter()
     attempt = 0
+    record: Outcome | None = None
     try:
         while True:
             entry[2] = attempt
+            record = None
             outcome = await send(rollout, attempt)
             error = outcome.error
-            if error is None or not error.transient or attempt + 1 >= policy.max_attempts:
+            last = attempt + 1 >= policy.max_attempts
+            if error is None and clock is not None:
+                record = result_of(rollout, outcome, name, clock)
+                if not (isinstance(record, RolloutResult) and clock.too_stale(record.policy_lag)):
+                    break
+                if last:
+                    record = stale_failure(record, clock, task.line)
+                    error = _STALE
+                    break
+                attempt += 1  # no backoff: nothing failed, the weights moved on
+                continue
+            if error is None or not error.transient or last:
                 break
             await asyncio.sleep(policy.delay(attempt))
             attempt += 1
@@ -170,5 +221,6 @@ async def run_rollout(
     finally:
         del in_flight.entries[key]
     if metrics is not None:
-        metrics.finished(name, outcome_label(error), outcome.reward, time.perf_counter() - t0)
-    return result_of(rollout, outcome, name)
+        reward = None if isinstance(record, RolloutFailure) else outcome.reward  # stale: none
+        metrics.finished(name, outcome_label(error), reward, time.perf_counter() - t0)
+    return record if record is not None else result_of(rollout, outcome, name)

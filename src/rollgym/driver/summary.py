@@ -97,6 +97,10 @@ class DispatchStats:
         }
 
 
+def _lag(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _rounded(usage: dict[str, int | float]) -> dict[str, int | float]:
     return {k: round(v, 6) if isinstance(v, float) else v for k, v in sorted(usage.items())}
 
@@ -111,6 +115,8 @@ class Aggregator:
         self.failed = 0
         self.failed_by_kind: Counter[str] = Counter()
         self.by_name: dict[str, DispatchStats] = {}
+        #: Results per policy lag (versions behind when they came back), where versions were known.
+        self.policy_lag: Counter[int] = Counter()
 
     @property
     def requested(self) -> int:
@@ -128,11 +134,26 @@ class Aggregator:
         task_index: int,
         reward: float,
         usage: Mapping[str, Any] | None = None,
+        policy_lag: int | None = None,
     ) -> None:
         self.completed += 1
         stats = self._stats(name)
         stats.add_result(task_index, reward, reward >= self.pass_threshold)
         stats.add_usage(usage)
+        if policy_lag is not None:
+            self.policy_lag[policy_lag] += 1
+
+    def staleness(self) -> dict[str, Any]:
+        """``summary.json``'s ``staleness``: results per lag, and the ``stale`` failures;
+        empty when no result carried policy versions."""
+        if not self.policy_lag and not self.failed_by_kind.get("stale"):
+            return {}
+        lags = self.policy_lag
+        return {
+            "results_by_lag": {str(lag): lags[lag] for lag in sorted(lags)},
+            "max_lag": max(lags) if lags else None,
+            "stale_failures": self.failed_by_kind.get("stale", 0),
+        }
 
     def add_failure(self, name: str | None, error_kind: str) -> None:
         self.failed += 1
@@ -148,6 +169,7 @@ class Aggregator:
                 int(record["task_index"]),
                 float(record["reward"]),
                 record.get("usage"),
+                _lag(record.get("policy_lag")),
             )
         else:
             self.add_failure(record.get("dispatch_name"), str(record.get("error_kind")))
@@ -177,6 +199,8 @@ class Summary:
     servers: dict[str, Any] = field(default_factory=dict)
     #: Things the person running the job must see (a server gone, spans dropped).
     warnings: list[str] = field(default_factory=list)
+    #: Policy lag of the results (:meth:`Aggregator.staleness`); empty without versions.
+    staleness: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_aggregator(
@@ -195,6 +219,7 @@ class Summary:
             by_dispatch_name=aggregator.by_dispatch_name(),
             duration_s=round(duration_s, 3),
             rollouts_per_s=round(rate, 3) if rate is not None else None,
+            staleness=aggregator.staleness(),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -212,6 +237,7 @@ class Summary:
             "rollouts_per_s": self.rollouts_per_s,
             "servers": self.servers,
             "warnings": self.warnings,
+            **({"staleness": self.staleness} if self.staleness else {}),
         }
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from rollgym._lazy_door import lazy_door
 
 if TYPE_CHECKING:
+    from rollgym import policy_versions
     from rollgym.errors import (
         ConnectError,
         HTTPError,
@@ -70,6 +71,7 @@ _EXPORTS = {
     "is_uuid": "rollgym.servers.request_ids",
     "play_and_verify": "rollgym.servers.episode_loop",
     "play_tool_loop": "rollgym.servers.episode_loop",
+    "policy_versions": "rollgym.policy_versions",
     "responses_api": "rollgym.servers.responses_api",
     "spans": "rollgym.telemetry.spans",
     "task_of": "rollgym.servers.agent",
@@ -78,7 +80,7 @@ _EXPORTS = {
     "wire_messages": "rollgym.servers.chat_content",
 }
 #: exported names that are whole modules (``responses_api.parse_request``, ``spans.X``)
-_MODULES = frozenset({"responses_api", "spans"})
+_MODULES = frozenset({"policy_versions", "responses_api", "spans"})
 
 __all__ = [
     "HEADER_REQUEST_ID",
@@ -106,6 +108,7 @@ __all__ = [
     "is_uuid",
     "play_and_verify",
     "play_tool_loop",
+    "policy_versions",
     "responses_api",
     "spans",
     "task_of",

@@ -20,6 +20,7 @@ message.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, ClassVar
 
@@ -27,8 +28,10 @@ from fastapi import Body, FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.responses import Response, StreamingResponse
 
+from rollgym import policy_versions
 from rollgym.http.scoped_context import split_scoped_id
 from rollgym.http.server import OrjsonResponse
+from rollgym.policy_versions import PolicyVersion, is_version
 from rollgym.server_options import ServerKind
 from rollgym.servers import responses_api, sse
 from rollgym.servers.base import Server
@@ -117,6 +120,28 @@ class ModelServer(Server):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._turns = TurnCounter()
+        #: The policy version the driver (trainer) says is current; None: nothing to stamp.
+        self.policy_version: PolicyVersion | None = None
+        #: ``time.perf_counter()`` when it last changed (an engine places a change in a generation).
+        self.policy_version_set_at = 0.0
+
+    def served_version(self) -> PolicyVersion | None:
+        """The version a request arriving now is stamped with (docs/policy-versions.md).
+
+        Called once per request, on arrival; a simulated engine that plays a trainer bumps
+        its version here."""
+        return self.policy_version
+
+    def _stamp(self, answer: Any, version: PolicyVersion | None) -> dict[str, str] | None:
+        """Write the request's version into its answer; the response header that says it too."""
+        if version is None:
+            return None
+        if isinstance(answer, dict):
+            answer[policy_versions.ANSWER_KEY] = version
+            now = self.policy_version
+            if now is not None and now != version:
+                answer[policy_versions.ANSWER_END_KEY] = now
+        return {policy_versions.HEADER: str(version)}
 
     # --- what subclasses implement -------------------------------------------------------------
 
@@ -170,6 +195,21 @@ class ModelServer(Server):
         app.post("/r/{rollout_id:path}/v1/responses")(self._scoped_responses)
         app.get("/v1/models")(self._models)
         app.get("/r/{rollout_id:path}/v1/models")(self._models)
+        app.get(policy_versions.ROUTE)(self._get_policy_version)
+        app.post(policy_versions.ROUTE)(self._set_policy_version)
+
+    async def _get_policy_version(self) -> Response:
+        return OrjsonResponse({"version": self.policy_version})
+
+    async def _set_policy_version(self, body: Annotated[dict[str, Any], Body()]) -> Response:
+        """``{"version": v}``: the trainer's current version (an int or a label)."""
+        version = body.get("version") if isinstance(body, dict) else None
+        if not is_version(version):
+            message = f"'version' must be an int or a non-empty string, got {version!r}"
+            return OrjsonResponse({"error": message, "field": "version"}, status_code=400)
+        self.policy_version = version
+        self.policy_version_set_at = time.perf_counter()
+        return OrjsonResponse({"version": version})
 
     async def _models(self) -> Response:
         models = [
@@ -206,10 +246,13 @@ class ModelServer(Server):
     async def _answer(
         self, body: ChatRequest, request_id: str | None, rollout_id: str | None
     ) -> Response:
+        version = self.served_version()
         if body.stream:
             events = await sse.primed(self.chat_events(body, request_id, rollout_id))
-            return StreamingResponse(events, media_type=sse.MEDIA_TYPE)
-        return OrjsonResponse(await self.complete(body, request_id, rollout_id))
+            headers = self._stamp(None, version)
+            return StreamingResponse(events, media_type=sse.MEDIA_TYPE, headers=headers)
+        answer = await self.complete(body, request_id, rollout_id)
+        return OrjsonResponse(answer, headers=self._stamp(answer, version))
 
     async def _responses(
         self, body: Annotated[dict[str, Any], Body()], request: Request
@@ -224,7 +267,10 @@ class ModelServer(Server):
     async def _answer_responses(
         self, body: dict[str, Any], request_id: str | None, rollout_id: str | None
     ) -> Response:
+        version = self.served_version()
         if body.get("stream"):
             events = await sse.primed(self.response_events(body, request_id, rollout_id))
-            return StreamingResponse(events, media_type=sse.MEDIA_TYPE)
-        return OrjsonResponse(await self.respond(body, request_id, rollout_id))
+            headers = self._stamp(None, version)
+            return StreamingResponse(events, media_type=sse.MEDIA_TYPE, headers=headers)
+        answer = await self.respond(body, request_id, rollout_id)
+        return OrjsonResponse(answer, headers=self._stamp(answer, version))

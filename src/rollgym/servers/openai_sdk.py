@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from rollgym import policy_versions
 from rollgym.servers.sdk_pool import async_pool, http_library, require_openai, sync_pool
 from rollgym.servers.sse import MEDIA_TYPE
 from rollgym.telemetry import names
@@ -76,7 +77,7 @@ class _RolloutHooks:
                 return
             finished = True
             with suppress(orjson.JSONDecodeError):
-                record(orjson.loads(request.content), joiner.answer())
+                record(orjson.loads(request.content), _with_version(joiner.answer(), response))
 
         return joiner.feed, finish
 
@@ -116,6 +117,14 @@ class _RolloutHooks:
         span.set_attribute(names.HTTP_RESPONSE_STATUS_CODE, response.status_code)
         if answer is not None:
             spans.record_model_response(span, answer)
+
+
+def _with_version(answer: dict[str, Any], response: httpx2.Response) -> dict[str, Any]:
+    """A streamed answer's policy version travels in the response header, not in a chunk."""
+    version = response.headers.get(policy_versions.HEADER)
+    if version:
+        answer.setdefault(policy_versions.ANSWER_KEY, policy_versions.parse_version(version))
+    return answer
 
 
 def _is_json(response: httpx2.Response) -> bool:

@@ -52,6 +52,13 @@ TELEMETRY_DROP_REASON: Final = "reason"
 ENV_TOOL_NAME: Final = "gym.env.tool.name"
 #: On a dispatch span: seconds the attempt waited before it was sent (a server out of rotation).
 ROLLOUT_ADMISSION_WAIT: Final = "gym.rollout.admission_wait"
+#: On a model span: the policy version the call ran under (docs/policy-versions.md) ...
+POLICY_VERSION: Final = "gym.policy.version"
+#: ... on a dispatch span: the oldest and newest version among the attempt's model calls.
+POLICY_VERSION_MIN: Final = "gym.policy.version.min"
+POLICY_VERSION_MAX: Final = "gym.policy.version.max"
+#: ... and how many versions the oldest call was behind the driver's current one at its end.
+POLICY_LAG: Final = "gym.policy.lag"
 #: On an HTTP client span: seconds it waited for a pooled connection (the metric's own name).
 HTTP_CLIENT_QUEUE_DURATION: Final = "gym.http.client.queue_duration"
 #: On a proxy's model span: the rollgym request id of the call (``<rollout id>.<turn>``) ...

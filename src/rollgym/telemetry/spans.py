@@ -14,7 +14,7 @@ span, even a root; the job group off; a remote parent; a child of the job) it ne
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -26,6 +26,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import INVALID_SPAN, Link, Span, SpanContext, SpanKind, Status, StatusCode
 
 from rollgym.identity import ATTEMPT, rollout_id_of
+from rollgym.policy_versions import ANSWER_KEY, PolicyVersion, is_version, version_range
 from rollgym.telemetry import names
 from rollgym.telemetry.context import extract_context
 from rollgym.telemetry.current_span import current_span, warn_once
@@ -188,6 +189,23 @@ def record_dispatch_outcome(span: Span, outcome: str, reward: float | None) -> N
         warn_once("recording a dispatch outcome failed")
 
 
+def record_dispatch_versions(
+    span: Span, versions: Sequence[PolicyVersion], lag: int | None = None
+) -> None:
+    """``gym.policy.version.min`` / ``.max`` over the policy versions of an attempt's calls,
+    and ``gym.policy.lag`` where the driver knows the current version."""
+    try:
+        if not versions or not span.is_recording():
+            return
+        low, high = version_range(versions)
+        attributes: dict[str, Any] = {names.POLICY_VERSION_MIN: low, names.POLICY_VERSION_MAX: high}
+        if lag is not None:
+            attributes[names.POLICY_LAG] = lag
+        span.set_attributes(attributes)
+    except Exception:
+        warn_once("recording a dispatch's policy versions failed")
+
+
 def _rollout_attrs(rollout_id: str | None) -> dict[str, Any] | None:
     return {names.ROLLOUT_ID: rollout_id} if rollout_id else None
 
@@ -248,6 +266,9 @@ def record_model_response(span: Span, response_json: Mapping[str, Any]) -> None:
         response_model = response_json.get("model")
         if isinstance(response_model, str):
             span.set_attribute(names.GEN_AI_RESPONSE_MODEL, response_model)
+        version = response_json.get(ANSWER_KEY)
+        if is_version(version):
+            span.set_attribute(names.POLICY_VERSION, version)
         choices = response_json.get("choices")
         if isinstance(choices, list):
             reasons = [

@@ -42,6 +42,7 @@ from rollgym.tracestore.profile_ranges import (
     run_over_ranges,
     trace_id_ranges,
 )
+from rollgym.tracestore.profile_staleness import policy_staleness
 
 #: Attribute of an HTTP client span: seconds it waited for a pooled connection.
 CLIENT_QUEUE_KEY = names.HTTP_CLIENT_QUEUE_DURATION
@@ -221,21 +222,23 @@ def profile_store(
     try:
         bounds = _bounds(conn)
         parts = choose_workers(conn, workers)
+        staleness = policy_staleness(conn)
         if parts <= 1:
             scan = _scan(conn, bounds, bins, stragglers, None)
-            return _report(scan, stragglers)
+            return _report(scan, stragglers, staleness)
         ranges = trace_id_ranges(conn, parts)
     finally:
         conn.close()
     scans = run_over_ranges(
         _scan_range, [(str(Path(db_path)), bounds, bins, stragglers, r) for r in ranges]
     )
-    return _report(_merge(scans), stragglers)
+    return _report(_merge(scans), stragglers, staleness)
 
 
 def profile_run(conn: apsw.Connection, *, stragglers: int = 10, bins: int = 60) -> dict[str, Any]:
     """The whole profile of the store behind ``conn`` in this process (module docstring)."""
-    return _report(_scan(conn, _bounds(conn), bins, stragglers, None), stragglers)
+    scan = _scan(conn, _bounds(conn), bins, stragglers, None)
+    return _report(scan, stragglers, policy_staleness(conn))
 
 
 #: (rollout wall ns, rollout id, dominant phase, dispatch name, trace id hex, outcome)
@@ -350,7 +353,7 @@ def _merge(scans: list[_Scan]) -> _Scan:
     return first
 
 
-def _report(scan: _Scan, stragglers: int) -> dict[str, Any]:
+def _report(scan: _Scan, stragglers: int, staleness: dict[str, Any]) -> dict[str, Any]:
     run, accounting = scan.run, scan.accounting
     for key in ("engine_s", "sandbox_s", "wall_s"):
         accounting[key] /= _SECOND  # summed in whole ns: the same whatever the split
@@ -377,6 +380,7 @@ def _report(scan: _Scan, stragglers: int) -> dict[str, Any]:
         ],
         "timeline": scan.timeline.points() if run.dispatches else [],
         "accounting": accounting,
+        "staleness": staleness,
     }
 
 

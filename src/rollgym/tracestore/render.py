@@ -173,6 +173,13 @@ def profile_tables(console: Console, report: dict[str, Any]) -> None:
             safe(row["trace_id"]),
         )
     console.print(stragglers)
+    staleness = report.get("staleness")
+    if staleness:  # only a run whose model servers stamped policy versions
+        lags = " ".join(f"lag {lag}: {n}" for lag, n in staleness["by_lag"].items())
+        console.print(
+            f"policy staleness: {staleness['dispatches']} dispatches with versions; {lags}; "
+            f"{staleness['spanning']} ran under more than one version"
+        )
     totals = report["accounting"]
     console.print(
         "accounting: "

@@ -22,6 +22,8 @@ from itertools import chain
 from operator import itemgetter
 from typing import Any, Literal
 
+from rollgym import policy_versions
+
 #: Marks a streamed answer whose stream ended before ``[DONE]`` (see ``trajectory.stream``).
 STREAM_INCOMPLETE = "stream_incomplete"
 #: Header on ``POST /run`` through which the driver asks for a trajectory: ``turns`` or
@@ -51,6 +53,14 @@ _NOT_PARAMS = frozenset(("messages", "tools", "model", "stream"))
 TOOL_OUTPUT_MAX_BYTES = 64 * 1024
 #: Turn fields held as compact arrays while the rollout runs, lists once written.
 _ARRAY_FIELDS = ("prompt_ids", "completion_ids", "logprobs")
+
+#: What a model server stamped on an answer about its policy version, kept on the turn.
+_VERSION_KEYS = (
+    policy_versions.ANSWER_KEY,
+    policy_versions.ANSWER_END_KEY,
+    policy_versions.ENGINE_KEY,
+    policy_versions.TOKEN_SPANS_KEY,
+)
 
 
 def capture_mode(requested: str | None, trajectories: bool | None, tokens: bool | None) -> Capture:
@@ -243,6 +253,9 @@ class TrajectoryRecorder:
                 value = usage.get(key)
                 if isinstance(value, int):
                     self._usage[key] += value
+        for key in _VERSION_KEYS:  # the policy version(s) the call ran under, where stamped
+            if key in answer:
+                turn[key] = answer[key]
         if self.tokens:
             self._record_tokens(turn, answer, choice, bool(params.get("top_logprobs")))
         self._messages = [*messages, message] if isinstance(message, dict) else messages

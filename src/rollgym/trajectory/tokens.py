@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollgym.policy_versions import ANSWER_KEY, TOKEN_SPANS_KEY
+
 
 @dataclass(slots=True)
 class TokenSequence:
@@ -31,6 +33,10 @@ class TokenSequence:
     prefix_ok: bool = True
     #: False when an engine answered token ids without log-probabilities for some turn.
     logprobs_complete: bool = True
+    #: Per ``completion_ids`` token: the policy version that generated it (as text), where
+    #: the model server stamped one; None for context tokens and unstamped turns. Where the
+    #: engine says a version changed inside a generation, its token spans are followed.
+    token_versions: list[str | None] = field(default_factory=list)
 
     def _context(self, ids: list[int]) -> None:
         self.completion_ids += ids
@@ -38,6 +44,7 @@ class TokenSequence:
         self.loss_mask += [0] * len(ids)
         self.top_tokens += [[] for _ in ids]
         self.top_logprobs += [[] for _ in ids]
+        self.token_versions += [None] * len(ids)
 
     def _generated(
         self, ids: list[int], logprobs: list[float] | None, turn: dict[str, Any]
@@ -48,6 +55,7 @@ class TokenSequence:
         self.completion_ids += ids
         self.logprobs += logprobs
         self.loss_mask += [1] * len(ids)
+        self.token_versions += _versions_per_token(turn, len(ids))
         top_tokens = turn.get("top_tokens") or []
         top_logprobs = turn.get("top_logprobs") or []
         if len(top_tokens) == len(top_logprobs) == len(ids):
@@ -74,3 +82,19 @@ def token_sequence(trajectory: dict[str, Any]) -> TokenSequence | None:
             sequence._context(prompt)
         sequence._generated(list(turn.get("completion_ids") or []), turn.get("logprobs"), turn)
     return sequence
+
+
+def _versions_per_token(turn: dict[str, Any], count: int) -> list[str | None]:
+    """The version of each generated token of one model turn (docs/policy-versions.md)."""
+    version = turn.get(ANSWER_KEY)
+    versions: list[str | None] = [None if version is None else str(version)] * count
+    spans = turn.get(TOKEN_SPANS_KEY)
+    if isinstance(spans, list):
+        for span in spans:
+            if not isinstance(span, dict):
+                continue
+            start, end = span.get("start"), span.get("end")
+            if isinstance(start, int) and isinstance(end, int):
+                for index in range(max(0, start), min(end, count)):
+                    versions[index] = str(span.get("version"))
+    return versions

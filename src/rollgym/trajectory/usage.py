@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rollgym.policy_versions import ANSWER_KEY, ENGINE_KEY, PolicyVersion, is_version
+
 #: The key the usage travels under in a rollout's answer; the driver removes it.
 USAGE_KEY = "rollgym_usage"
 
@@ -23,7 +25,15 @@ def _count(value: object) -> int | None:
 class UsageTally:
     """Sums over one rollout's model calls (OpenAI ``usage`` fields, engine-neutral names)."""
 
-    __slots__ = ("input_tokens", "output_tokens", "cached_tokens", "model_calls", "model_s")
+    __slots__ = (
+        "input_tokens",
+        "output_tokens",
+        "cached_tokens",
+        "model_calls",
+        "model_s",
+        "policy_versions",
+        "engine_versions",
+    )
 
     def __init__(self) -> None:
         self.input_tokens = 0
@@ -32,12 +42,23 @@ class UsageTally:
         self.cached_tokens: int | None = None
         self.model_calls = 0
         self.model_s = 0.0
+        #: The policy version each model call ran under, in call order (a call whose model
+        #: server stamped none is left out); the driver's staleness check reads these.
+        self.policy_versions: list[PolicyVersion] = []
+        #: The engine's own weight label per call, where the engine reports one.
+        self.engine_versions: list[PolicyVersion] = []
 
     def add(self, answer: Mapping[str, Any], seconds: float | None = None) -> None:
         """One chat completion ``answer``; ``seconds``: how long the call took, when timed."""
         self.model_calls += 1
         if seconds is not None and seconds > 0:
             self.model_s += seconds
+        version = answer.get(ANSWER_KEY)
+        if is_version(version):
+            self.policy_versions.append(version)
+        engine = answer.get(ENGINE_KEY)
+        if is_version(engine):
+            self.engine_versions.append(engine)
         usage = answer.get("usage")
         if not isinstance(usage, Mapping):
             return
@@ -57,6 +78,10 @@ class UsageTally:
         }
         if self.cached_tokens is not None:
             data["cached_tokens"] = self.cached_tokens
+        if self.policy_versions:
+            data["policy_versions"] = self.policy_versions
+        if self.engine_versions:
+            data["engine_versions"] = self.engine_versions
         return data
 
 

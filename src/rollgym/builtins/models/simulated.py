@@ -29,7 +29,7 @@ from rollgym.builtins.models import toy_tokenizer
 from rollgym.builtins.models.policy import decide
 from rollgym.builtins.models.reply import Reply
 from rollgym.builtins.models.vllm_fields import with_vllm_fields
-from rollgym.servers import ChatRequest, ModelServer, ServerOptions, gate
+from rollgym.servers import ChatRequest, ModelServer, ServerOptions, gate, policy_versions
 
 
 class Latency(BaseModel):
@@ -69,6 +69,17 @@ class SimulatedOptions(ServerOptions):
     prefill_share: float = Field(
         0.25, ge=0, le=1, description="Share of the latency before the first token."
     )
+    bump_every: int | None = Field(
+        None,
+        ge=1,
+        description="Play a trainer: raise the served policy version by one every N requests "
+        "(counted on arrival). None: the version only changes when the driver sets it.",
+    )
+    bump_at: list[int] = Field(
+        default_factory=list,
+        description="Play a trainer: raise the served policy version by one as request number "
+        "k (0-based, on arrival) arrives, for each k listed.",
+    )
 
 
 def stable_seed(text: str) -> int:
@@ -94,6 +105,22 @@ class SimulatedModel(ModelServer):
         super().__init__(*args, **kwargs)
         slots = self.sim_options.max_concurrent
         self._slots = asyncio.Semaphore(slots) if slots is not None else None
+        self._arrivals = 0
+        self._bumps = frozenset(self.sim_options.bump_at)
+        if self.sim_options.bump_every is not None or self._bumps:
+            self.policy_version = 0
+
+    def served_version(self) -> policy_versions.PolicyVersion | None:
+        """With ``bump_every`` / ``bump_at`` this engine plays the trainer: it moves its own
+        version on as requests arrive (a driver's version still replaces it when set)."""
+        arrival = self._arrivals
+        self._arrivals += 1
+        every = self.sim_options.bump_every
+        if (every is not None and arrival > 0 and arrival % every == 0) or arrival in self._bumps:
+            current = self.policy_version
+            self.policy_version = (current if isinstance(current, int) else 0) + 1
+            self.policy_version_set_at = time.perf_counter()
+        return self.policy_version
 
     @property
     def sim_options(self) -> SimulatedOptions:
@@ -156,7 +183,9 @@ class SimulatedModel(ModelServer):
         prefill = latency * options.prefill_share
         if prefill > 0:
             await asyncio.sleep(prefill)
-        timings.time_to_first_token = time.perf_counter() - arrived
+        first_token = time.perf_counter()
+        timings.time_to_first_token = first_token - arrived
+        version_at_start = self.policy_version
         await asyncio.sleep(latency - prefill)
         replies = [
             _sampled_reply(request, correct, rng if index == 0 else _choice_rng(request_id, index))
@@ -176,7 +205,32 @@ class SimulatedModel(ModelServer):
             logprobs=bool(request.logprobs),
             top_logprobs=request.top_logprobs or 0,
         )
+        self._versions_of(annotated, version_at_start, first_token)
         return with_vllm_fields(annotated)
+
+    def _versions_of(
+        self,
+        answer: dict[str, Any],
+        at_start: policy_versions.PolicyVersion | None,
+        first_token: float,
+    ) -> None:
+        """The engine's own version, and where a change landed mid-generation the token index
+        (placed by time: the decode runs at an even pace), as vLLM's ``weight_versions``."""
+        now = self.policy_version
+        if now is None:
+            return
+        answer[policy_versions.ENGINE_KEY] = now
+        if at_start is None or at_start == now:
+            return
+        usage = answer.get("usage") or {}
+        tokens = int(usage.get("completion_tokens") or 0)
+        ended = time.perf_counter()
+        share = (self.policy_version_set_at - first_token) / max(ended - first_token, 1e-9)
+        cut = min(tokens, max(0, round(tokens * share)))
+        answer[policy_versions.TOKEN_SPANS_KEY] = [
+            {"version": str(at_start), "start": 0, "end": cut},
+            {"version": str(now), "start": cut, "end": tokens},
+        ]
 
     def model_names(self) -> list[str]:
         return [self.sim_options.model_name]

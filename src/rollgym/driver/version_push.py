@@ -1,0 +1,100 @@
+"""Telling the model servers which policy version is current (``POST /policy_version``).
+
+The trainer sets ``Collector.policy_version`` from its own loop, often between awaits, so the
+setter must not block: it starts a send in the background, and a newer version supersedes a
+send still under way (only the latest matters). ``set_policy_version`` awaits the send, for a
+trainer that wants every model server to have the version before it goes on. Every replica
+of a model server is told (each one stamps its own answers). A model server that has no
+such route (an engine reached by ``url:``, not a rollgym model server) is warned about once
+and left out: its calls simply carry no version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+
+from rollgym.errors import ServerCallError, TransportError
+from rollgym.http.client import HttpClient
+from rollgym.policy_versions import ROUTE, PolicyVersion
+
+log = logging.getLogger(__name__)
+_TIMEOUT_S = 10.0
+
+
+class VersionPush:
+    """Sends the current version to every replica of every model server."""
+
+    __slots__ = ("_targets", "_task")
+
+    def __init__(self, targets: Mapping[str, list[str]]) -> None:
+        #: server name -> the base URL of each of its replicas
+        self._targets = {name: [u.rstrip("/") for u in urls] for name, urls in targets.items()}
+        self._task: asyncio.Task[None] | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self._targets)
+
+    async def send(self, client: HttpClient, version: PolicyVersion) -> None:
+        """POST the version to each replica; raises ``ServerCallError`` naming one that refused."""
+        if not self._targets:
+            return
+        sends = [
+            self._one(client, name, url, version)
+            for name, urls in self._targets.items()
+            for url in urls
+        ]
+        await asyncio.gather(*sends)
+
+    async def _one(self, client: HttpClient, name: str, url: str, version: PolicyVersion) -> None:
+        response = await client.post_json(
+            name,
+            url + ROUTE,
+            {"version": version},
+            timeout=_TIMEOUT_S,
+            route=ROUTE,
+            pinned=True,
+        )
+        if response.status in (404, 405):  # not a rollgym model server (an engine by url:)
+            log.warning(
+                "model server %r (%s) has no %s route: its calls carry no policy version",
+                name,
+                url,
+                ROUTE,
+            )
+            self._drop(name, url)
+            return
+        if response.status != 200:
+            raise ServerCallError(
+                f"model server {name!r} ({url}) refused policy version {version!r}: "
+                f"HTTP {response.status} {response.text[:200]}",
+                status=response.status,
+            )
+
+    def _drop(self, name: str, url: str) -> None:
+        urls = [u for u in self._targets.get(name, []) if u != url]
+        if urls:
+            self._targets[name] = urls
+        else:
+            self._targets.pop(name, None)
+
+    def start(self, client: HttpClient, version: PolicyVersion) -> None:
+        """Send in the background; a send still under way is superseded (cancelled)."""
+        if not self._targets:
+            return
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        self._task = asyncio.get_running_loop().create_task(self._logged(client, version))
+
+    async def _logged(self, client: HttpClient, version: PolicyVersion) -> None:
+        try:
+            await self.send(client, version)
+        except (ServerCallError, TransportError) as exc:
+            log.warning("policy version %r not delivered: %s", version, exc)
+
+    async def drain(self) -> None:
+        """Wait for a background send (the Collector is closing)."""
+        task, self._task = self._task, None
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)

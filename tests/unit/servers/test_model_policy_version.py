@@ -1,0 +1,82 @@
+"""A model server's policy version: set by the driver, stamped per request at arrival."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from rollgym.builtins.models.simulated import SimulatedModel
+from rollgym.trajectory.tokens import token_sequence
+
+FAST = {"latency": {"kind": "fixed", "seconds": 0.0}}
+ASK = {"messages": [{"role": "user", "content": "Compute: 1 + 2\nReply with 'Answer: <n>'."}]}
+
+
+async def test_version_is_set_read_refused_and_stamped(serving, client) -> None:
+    async with serving(SimulatedModel.build("policy", FAST)) as url:
+        plain = await client.post_json("policy", url + "/v1/chat/completions", ASK)
+        assert "policy_version" not in plain.data  # nothing set: nothing stamped
+        bad = await client.post_json("policy", url + "/policy_version", {"version": True})
+        assert bad.status == 400 and bad.data["field"] == "version"
+        ok = await client.post_json("policy", url + "/policy_version", {"version": "step-3"})
+        assert ok.status == 200
+        assert (await client.get_json("policy", url + "/policy_version")).data == {
+            "version": "step-3"
+        }
+        answer = await client.post_json("policy", url + "/v1/chat/completions", ASK)
+        assert answer.data["policy_version"] == "step-3"
+        assert answer.data["engine_policy_version"] == "step-3"
+        streamed = await client.post_json(
+            "policy", url + "/v1/chat/completions", {**ASK, "stream": True}
+        )
+        assert streamed.status == 200
+
+
+async def test_simulated_trainer_bumps_on_arrival(serving, client) -> None:
+    model = SimulatedModel.build("policy", {**FAST, "bump_every": 2, "bump_at": [1]})
+    async with serving(model) as url:
+        versions = []
+        for _ in range(5):
+            answer = await client.post_json("policy", url + "/v1/chat/completions", ASK)
+            versions.append(answer.data["policy_version"])
+    assert versions == [0, 1, 2, 2, 3]  # bump_at 1, then every 2nd request (2, 4)
+
+
+async def test_a_change_during_a_generation_is_placed_at_a_token(serving, client) -> None:
+    slow = {"latency": {"kind": "fixed", "seconds": 0.6}, "prefill_share": 0.0}
+    async with serving(SimulatedModel.build("policy", slow)) as url:
+        await client.post_json("policy", url + "/policy_version", {"version": 1})
+        call = asyncio.ensure_future(client.post_json("policy", url + "/v1/chat/completions", ASK))
+        await asyncio.sleep(0.3)
+        await client.post_json("policy", url + "/policy_version", {"version": 2})
+        answer = (await call).data
+    assert answer["policy_version"] == 1 and answer["policy_version_end"] == 2
+    spans = answer["policy_version_tokens"]
+    tokens = answer["usage"]["completion_tokens"]
+    assert [s["version"] for s in spans] == ["1", "2"]
+    assert spans[0]["start"] == 0 and spans[0]["end"] == spans[1]["start"]
+    assert spans[1]["end"] == tokens
+
+
+def test_token_versions_follow_the_turns_and_the_engines_spans() -> None:
+    def turn(prompt: list[int], completion: list[int], **extra: Any) -> dict[str, Any]:
+        return {
+            "type": "model",
+            "prompt_ids": prompt,
+            "completion_ids": completion,
+            "logprobs": [0.0] * len(completion),
+            "extends_previous": True,
+            **extra,
+        }
+
+    spans = [{"version": "1", "start": 0, "end": 1}, {"version": "2", "start": 1, "end": 3}]
+    trajectory = {
+        "turns": [
+            turn([1, 2], [3, 4, 5], policy_version=1, policy_version_tokens=spans),
+            turn([6], [7], policy_version=2),  # only the new prompt tokens are kept
+        ]
+    }
+    sequence = token_sequence(trajectory)
+    assert sequence is not None
+    assert sequence.completion_ids == [3, 4, 5, 6, 7]
+    assert sequence.token_versions == ["1", "2", "2", None, "2"]
