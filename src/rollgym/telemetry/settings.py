@@ -17,10 +17,13 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from rollgym.telemetry import env_vars as env
 from rollgym.telemetry.groups import SpanGroup, resolve_groups
+
+if TYPE_CHECKING:
+    from rollgym.telemetry.config_block import TelemetryConfig
 
 _log = logging.getLogger(__name__)
 
@@ -68,7 +71,7 @@ class TelemetrySettings:
     @classmethod
     def from_config(
         cls,
-        config: Any,
+        config: TelemetryConfig,
         output_dir: Any = None,
         *,
         local_store_endpoint: str | None = None,
@@ -157,12 +160,14 @@ class TelemetrySettings:
                 return cls.from_json(raw)
             except (ValueError, TypeError) as exc:
                 _log.warning("ignoring malformed %s: %s", env.ROLLGYM_TELEMETRY, exc)
-        from rollgym.config import TelemetryConfig
+        from rollgym.telemetry.config_block import TelemetryConfig
 
         return cls.from_config(TelemetryConfig.model_validate({}), environ=environ)
 
     @staticmethod
-    def needs_local_store(config: Any, environ: Mapping[str, str] | None = None) -> bool:
+    def needs_local_store(
+        config: TelemetryConfig, environ: Mapping[str, str] | None = None
+    ) -> bool:
         """Whether the run must start its local trace store (nothing else chooses a destination)."""
         settings = TelemetrySettings.from_config(
             config, local_store_endpoint="http://local-store.invalid", environ=environ

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rollgym.cli.traces import add_serve_parser
+from rollgym.tracestore.serve_command import add_serve_parser
 
 
 def main(argv: list[str] | None = None) -> int:
