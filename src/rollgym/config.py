@@ -31,7 +31,10 @@ from pydantic import (
     model_validator,
 )
 
+from rollgym.collector_options import DEFAULTS as _RUN
+from rollgym.collector_options import CollectorOptions
 from rollgym.config_yaml import load_yaml
+from rollgym.defaults import MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES
 from rollgym.errors import ConfigError
 from rollgym.server_options import ServerKind
 from rollgym.server_options import (
@@ -58,21 +61,27 @@ class RunConfig(BaseModel):
     run_id: str | None = Field(
         None, description="Run id; default: kept from output_dir, else generated."
     )
-    repeats: int = Field(1, ge=1, description="Rollouts per task row.")
-    concurrency: int = Field(64, ge=1, description="Most rollouts in flight at once.")
+    repeats: int = Field(_RUN.repeats, ge=1, description="Rollouts per task row.")
+    concurrency: int = Field(_RUN.concurrency, ge=1, description="Most rollouts in flight at once.")
     max_attempts: int = Field(
-        3, ge=1, description="Attempts per rollout (transient failures only)."
+        _RUN.max_attempts, ge=1, description="Attempts per rollout (transient failures only)."
     )
-    timeout_s: float = Field(300.0, gt=0, description="Time limit of one attempt, in seconds.")
+    timeout_s: float = Field(
+        _RUN.timeout_s, gt=0, description="Time limit of one attempt, in seconds."
+    )
     agent: str | None = Field(None, description="Agent server for rows that name none.")
     environment_routes: dict[str, str] = Field(
         default_factory=dict,
         description="Task set name -> environment server whose /run plays the episode.",
     )
     retry_backoff_s: float = Field(
-        0.5, ge=0, description="First retry delay; doubles per attempt, with jitter."
+        _RUN.retry_backoff_s,
+        ge=0,
+        description="First retry delay; doubles per attempt, with jitter.",
     )
-    retry_backoff_max_s: float = Field(30.0, ge=0, description="Ceiling of the retry delay.")
+    retry_backoff_max_s: float = Field(
+        _RUN.retry_backoff_max_s, ge=0, description="Ceiling of the retry delay."
+    )
     pass_threshold: float = Field(
         1.0, description="A rollout passes (for pass@k) when reward >= this."
     )
@@ -83,19 +92,19 @@ class RunConfig(BaseModel):
         10.0, gt=0, description="Seconds between plain progress lines."
     )
     max_request_bytes: int = Field(
-        16 * 1024 * 1024,
+        MAX_REQUEST_BYTES,
         ge=1024,
         description="Largest request body a server accepts, and the driver sends to an agent.",
     )
     max_response_bytes: int = Field(
-        16 * 1024 * 1024, ge=1024, description="Largest answer the driver reads from an agent."
+        MAX_RESPONSE_BYTES, ge=1024, description="Largest answer the driver reads from an agent."
     )
     trajectories: bool = Field(
-        False,
+        _RUN.trajectories,
         description="Agents return each rollout's turns; written to trajectories.jsonl.",
     )
     capture_tokens: bool = Field(
-        False,
+        _RUN.capture_tokens,
         description="Trajectories also hold the engine's token ids and log-probabilities.",
     )
     placement: Literal["local", "ray"] = Field(
@@ -104,6 +113,23 @@ class RunConfig(BaseModel):
     ray_address: str | None = Field(
         None, description="Ray cluster to join (ray.init(address=...)); default: a local Ray."
     )
+
+    def collector_options(self) -> CollectorOptions:
+        """What this block tells the job's :class:`~rollgym.driver.collector.Collector`."""
+        return CollectorOptions(
+            agent=self.agent,
+            environment_routes=self.environment_routes,
+            concurrency=self.concurrency,
+            max_attempts=self.max_attempts,
+            timeout_s=self.timeout_s,
+            retry_backoff_s=self.retry_backoff_s,
+            retry_backoff_max_s=self.retry_backoff_max_s,
+            repeats=self.repeats,
+            trajectories=self.trajectories,
+            capture_tokens=self.capture_tokens,
+            max_request_bytes=self.max_request_bytes,
+            max_response_bytes=self.max_response_bytes,
+        )
 
 
 class RayResources(BaseModel):

@@ -12,6 +12,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rollgym.defaults import (
+    SPAN_EXPORT_BATCH_SIZE,
+    SPAN_FLUSH_TIMEOUT_S,
+    SPAN_QUEUE_SIZE,
+    SPAN_SCHEDULE_DELAY_MS,
+)
+
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -63,14 +70,18 @@ class TelemetryConfig(BaseModel):
     sampler: str | None = Field(None, description="Like OTEL_TRACES_SAMPLER (which wins).")
     sampler_arg: str | None = Field(None, description="Like OTEL_TRACES_SAMPLER_ARG (which wins).")
     max_queue_size: int = Field(
-        65536, ge=1, description="Spans buffered per process before dropping."
+        SPAN_QUEUE_SIZE, ge=1, description="Spans buffered per process before dropping."
     )
     max_export_batch_size: int = Field(
-        512, ge=1, description="Spans per export request (halved after a backend timeout)."
+        SPAN_EXPORT_BATCH_SIZE,
+        ge=1,
+        description="Spans per export request (halved after a backend timeout).",
     )
-    schedule_delay_ms: int = Field(500, ge=1, description="Longest wait between exports.")
+    schedule_delay_ms: int = Field(
+        SPAN_SCHEDULE_DELAY_MS, ge=1, description="Longest wait between exports."
+    )
     flush_timeout_s: float = Field(
-        60.0,
+        SPAN_FLUSH_TIMEOUT_S,
         gt=0,
         description="How long each process waits at its end for unsent spans to reach the "
         "backend; what is still unsent then is counted as dropped and reported.",

@@ -29,6 +29,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from rollgym.defaults import SPAN_EXPORT_BATCH_SIZE, SPAN_QUEUE_SIZE, SPAN_SCHEDULE_DELAY_MS
 from rollgym.telemetry.span_counts import SpanCountRecord, make_record
 
 _log = logging.getLogger(__name__)
@@ -162,9 +163,9 @@ class CountingSpanProcessor(SpanProcessor):
         self,
         exporter: SpanExporter,
         *,
-        max_queue_size: int = 65536,
-        max_export_batch_size: int = 512,
-        schedule_delay_ms: float = 500,
+        max_queue_size: int = SPAN_QUEUE_SIZE,
+        max_export_batch_size: int = SPAN_EXPORT_BATCH_SIZE,
+        schedule_delay_ms: float = SPAN_SCHEDULE_DELAY_MS,
         patience_s: float = 0.0,
     ) -> None:
         self.counts = SpanCounts()

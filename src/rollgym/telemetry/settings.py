@@ -19,6 +19,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from rollgym.defaults import (
+    SPAN_EXPORT_BATCH_SIZE,
+    SPAN_FLUSH_TIMEOUT_S,
+    SPAN_QUEUE_SIZE,
+    SPAN_SCHEDULE_DELAY_MS,
+)
 from rollgym.telemetry import env_vars as env
 from rollgym.telemetry.groups import SpanGroup, resolve_groups
 
@@ -35,7 +41,7 @@ _PROTOCOLS: tuple[str, ...] = ("http/protobuf", "grpc")
 DEFAULT_EXPORT_TIMEOUT_S = 10.0
 #: How long each process waits at its end for queued spans to reach the backend: generous, so
 #: a backend that is merely slow to start (a fresh MLflow tracking server) loses nothing.
-DEFAULT_FLUSH_TIMEOUT_S = 60.0
+DEFAULT_FLUSH_TIMEOUT_S = SPAN_FLUSH_TIMEOUT_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,9 +61,9 @@ class TelemetrySettings:
     sampler: str | None = None
     sampler_arg: str | None = None
     single_trace: bool = False
-    max_queue_size: int = 65536
-    max_export_batch_size: int = 512
-    schedule_delay_ms: int = 500
+    max_queue_size: int = SPAN_QUEUE_SIZE
+    max_export_batch_size: int = SPAN_EXPORT_BATCH_SIZE
+    schedule_delay_ms: int = SPAN_SCHEDULE_DELAY_MS
     export_timeout_s: float = DEFAULT_EXPORT_TIMEOUT_S
     flush_timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S
     run_id: str | None = None

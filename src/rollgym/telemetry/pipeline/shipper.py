@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import IO, Any
 
+from rollgym.defaults import SPAN_EXPORT_BATCH_SIZE, SPAN_QUEUE_SIZE, SPAN_SCHEDULE_DELAY_MS
 from rollgym.telemetry.dropping import (
     REASON_EXPORT_FAILED,
     REASON_QUEUE_FULL,
@@ -100,9 +101,9 @@ class SpanShipper:
         timeout_s: float,
         patience_s: float = 0.0,
         compression: str | None = None,
-        max_queue_size: int = 65536,
-        max_export_batch_size: int = 512,
-        schedule_delay_ms: float = 500,
+        max_queue_size: int = SPAN_QUEUE_SIZE,
+        max_export_batch_size: int = SPAN_EXPORT_BATCH_SIZE,
+        schedule_delay_ms: float = SPAN_SCHEDULE_DELAY_MS,
         command: list[str] | None = None,
     ) -> None:
         self._queue: deque[SpanRecord] = deque()
