@@ -83,7 +83,7 @@ class ShipperCounts(SpanCounts):
         self._queued = queued
 
     def close(self) -> None:
-        with self._lock:
+        with self.lock:
             if not self.closed:
                 self.accepted += len(self._queued)
         super().close()
@@ -165,7 +165,7 @@ class SpanShipper:
 
     def _count_drop(self, reason: str, n: int = 1) -> None:
         counts = self.counts
-        with counts._lock:
+        with counts.lock:
             if not counts.closed:
                 counts.dropped[reason] += n
 
@@ -186,7 +186,7 @@ class SpanShipper:
         while queue:
             n = min(len(queue), self._batch)
             batch = [popleft() for _ in range(n)]
-            with counts._lock:
+            with counts.lock:
                 counts.accepted += n
             try:
                 frame = marshal.dumps(batch)
@@ -196,7 +196,7 @@ class SpanShipper:
                 if self._dead:
                     self._count_drop(REASON_EXPORT_FAILED, n)
                     continue
-                with counts._lock:
+                with counts.lock:
                     counts.handed += n
                 try:
                     self._write_frame(frame)
@@ -219,7 +219,7 @@ class SpanShipper:
                 n = int(number)
             except ValueError:
                 continue
-            with counts._lock:
+            with counts.lock:
                 if counts.closed:
                     continue
                 if verdict == b"ok":
@@ -236,7 +236,7 @@ class SpanShipper:
 
     def _unresolved_failed(self) -> None:
         counts = self.counts
-        with counts._lock:
+        with counts.lock:
             if counts.closed:
                 return
             unresolved = counts.settled_short_of(counts.handed)
@@ -253,7 +253,7 @@ class SpanShipper:
         self._wake.set()
         counts = self.counts
         while True:
-            with counts._lock:
+            with counts.lock:
                 unsettled = counts.settled_short_of(counts.accepted)
                 done = not self._queue and counts.handed == counts.accepted and unsettled <= 0
             if done or self._dead:
