@@ -39,6 +39,7 @@ def test_cli_parser_imports_nothing_heavy() -> None:
     assert out.stdout.strip() == "[]", f"the CLI parser imported heavy modules: {out.stdout}"
 
 
+@pytest.mark.slow  # one fresh interpreter per module: minutes on a loaded machine
 @pytest.mark.parametrize("module", _modules())
 def test_module_imports_alone(module: str) -> None:
     """Each module imports in a fresh interpreter: a cycle would fail here."""
