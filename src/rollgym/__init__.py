@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rollgym._lazy_door import lazy_door
-
-__version__ = "0.1.0"
+from rollgym._version import __version__
 
 #: public name -> the module that defines it
 _EXPORTS = {

@@ -28,15 +28,20 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
-    field_validator,
     model_validator,
 )
 
+from rollgym.collector_options import DEFAULTS as _RUN
+from rollgym.collector_options import CollectorOptions
 from rollgym.config_yaml import load_yaml
+from rollgym.defaults import MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES
 from rollgym.errors import ConfigError
 from rollgym.server_options import ServerKind
 from rollgym.server_options import (
     ServerOptions as ServerOptions,  # public: implementations import it from here
+)
+from rollgym.telemetry.config_block import (
+    TelemetryConfig as TelemetryConfig,  # public: the ``telemetry:`` block's home is telemetry/
 )
 from rollgym.urls import redact_text
 
@@ -56,21 +61,27 @@ class RunConfig(BaseModel):
     run_id: str | None = Field(
         None, description="Run id; default: kept from output_dir, else generated."
     )
-    repeats: int = Field(1, ge=1, description="Rollouts per task row.")
-    concurrency: int = Field(64, ge=1, description="Most rollouts in flight at once.")
+    repeats: int = Field(_RUN.repeats, ge=1, description="Rollouts per task row.")
+    concurrency: int = Field(_RUN.concurrency, ge=1, description="Most rollouts in flight at once.")
     max_attempts: int = Field(
-        3, ge=1, description="Attempts per rollout (transient failures only)."
+        _RUN.max_attempts, ge=1, description="Attempts per rollout (transient failures only)."
     )
-    timeout_s: float = Field(300.0, gt=0, description="Time limit of one attempt, in seconds.")
+    timeout_s: float = Field(
+        _RUN.timeout_s, gt=0, description="Time limit of one attempt, in seconds."
+    )
     agent: str | None = Field(None, description="Agent server for rows that name none.")
     environment_routes: dict[str, str] = Field(
         default_factory=dict,
         description="Task set name -> environment server whose /run plays the episode.",
     )
     retry_backoff_s: float = Field(
-        0.5, ge=0, description="First retry delay; doubles per attempt, with jitter."
+        _RUN.retry_backoff_s,
+        ge=0,
+        description="First retry delay; doubles per attempt, with jitter.",
     )
-    retry_backoff_max_s: float = Field(30.0, ge=0, description="Ceiling of the retry delay.")
+    retry_backoff_max_s: float = Field(
+        _RUN.retry_backoff_max_s, ge=0, description="Ceiling of the retry delay."
+    )
     pass_threshold: float = Field(
         1.0, description="A rollout passes (for pass@k) when reward >= this."
     )
@@ -81,23 +92,23 @@ class RunConfig(BaseModel):
         10.0, gt=0, description="Seconds between plain progress lines."
     )
     max_request_bytes: int = Field(
-        16 * 1024 * 1024,
+        MAX_REQUEST_BYTES,
         ge=1024,
         description="Largest request body a server accepts, and the driver sends to an agent.",
     )
     max_response_bytes: int = Field(
-        16 * 1024 * 1024, ge=1024, description="Largest answer the driver reads from an agent."
+        MAX_RESPONSE_BYTES, ge=1024, description="Largest answer the driver reads from an agent."
     )
     trajectories: bool = Field(
-        False,
+        _RUN.trajectories,
         description="Agents return each rollout's turns; written to trajectories.jsonl.",
     )
     capture_tokens: bool = Field(
-        False,
+        _RUN.capture_tokens,
         description="Trajectories also hold the engine's token ids and log-probabilities.",
     )
     max_staleness: int | None = Field(
-        None,
+        _RUN.max_staleness,
         ge=0,
         description="No result may have a model call more than N policy versions behind the "
         "current one: it is run again while attempts remain, else a 'stale' failure.",
@@ -113,6 +124,24 @@ class RunConfig(BaseModel):
     ray_address: str | None = Field(
         None, description="Ray cluster to join (ray.init(address=...)); default: a local Ray."
     )
+
+    def collector_options(self) -> CollectorOptions:
+        """What this block tells the job's :class:`~rollgym.driver.collector.Collector`."""
+        return CollectorOptions(
+            agent=self.agent,
+            environment_routes=self.environment_routes,
+            concurrency=self.concurrency,
+            max_attempts=self.max_attempts,
+            timeout_s=self.timeout_s,
+            retry_backoff_s=self.retry_backoff_s,
+            retry_backoff_max_s=self.retry_backoff_max_s,
+            repeats=self.repeats,
+            trajectories=self.trajectories,
+            capture_tokens=self.capture_tokens,
+            max_request_bytes=self.max_request_bytes,
+            max_response_bytes=self.max_response_bytes,
+            max_staleness=self.max_staleness,
+        )
 
 
 class RayResources(BaseModel):
@@ -201,104 +230,6 @@ class ServerConfig(BaseModel):
     def references(self) -> set[str]:
         """The servers this one's options name (``server_refs``): it needs them up first."""
         return {target for _, target, _ in self.validated_options().references()}
-
-
-def _split_bind(bind: str) -> tuple[str, int]:
-    """``host``, ``host:port`` or ``[v6]:port`` as ``(host, port)``; ValueError when malformed."""
-    text = bind.strip()
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        port_text = rest[1:] if rest.startswith(":") else rest
-    elif text.count(":") == 1:
-        host, port_text = text.split(":")
-    else:
-        host, port_text = text, ""  # a bare host or IPv6 address
-    if not host:
-        raise ValueError(f"expected host[:port], got {bind!r}")
-    if not port_text:
-        return host, 0
-    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise ValueError(f"expected host[:port] with a port 0-65535, got {bind!r}")
-    return host, int(port_text)
-
-
-class TelemetryConfig(BaseModel):
-    """The ``telemetry:`` block. A user's ``OTEL_*`` environment variable wins over it."""
-
-    model_config = _FROZEN
-
-    preset: str | list[str] = Field(
-        "default", description="default | per_rollout | minimal | off | a list of groups."
-    )
-    exporter: Literal["auto", "otlp", "console", "none"] = Field(
-        "auto", description="auto: OTEL_TRACES_EXPORTER if set, else the run's local trace store."
-    )
-    endpoint: str | None = Field(
-        None, description="OTLP endpoint (OTEL_EXPORTER_OTLP_ENDPOINT wins)."
-    )
-    protocol: Literal["http/protobuf", "grpc"] = Field(
-        "http/protobuf", description="OTLP protocol."
-    )
-    headers_env: str | None = Field(
-        None, description="Env var holding OTLP headers (k=v,k2=v2), e.g. an API key."
-    )
-    metrics: bool = Field(
-        True, description="Export the metrics of TELEMETRY.md with the same exporter."
-    )
-    single_trace: bool = Field(
-        False, description="Give every root the job's trace id (small debugging runs only)."
-    )
-    sampler: str | None = Field(None, description="Like OTEL_TRACES_SAMPLER (which wins).")
-    sampler_arg: str | None = Field(None, description="Like OTEL_TRACES_SAMPLER_ARG (which wins).")
-    max_queue_size: int = Field(
-        65536, ge=1, description="Spans buffered per process before dropping."
-    )
-    max_export_batch_size: int = Field(
-        512, ge=1, description="Spans per export request (halved after a backend timeout)."
-    )
-    schedule_delay_ms: int = Field(500, ge=1, description="Longest wait between exports.")
-    flush_timeout_s: float = Field(
-        60.0,
-        gt=0,
-        description="How long each process waits at its end for unsent spans to reach the "
-        "backend; what is still unsent then is counted as dropped and reported.",
-    )
-    require_exporter: bool = Field(
-        False,
-        description="Stop the run at its start when the chosen OTLP endpoint is unreachable; "
-        "by default it goes on, said in one line (its spans wait for the endpoint until the run "
-        "ends, then each process stops waiting at once if nothing listens still).",
-    )
-    store_bind: str | None = Field(
-        None,
-        description="host[:port] the local trace store listens on (default 127.0.0.1 and a "
-        "free port); any other host requires a bearer token, generated per run and printed.",
-    )
-
-    @field_validator("store_bind")
-    @classmethod
-    def _host_and_port(cls, value: str | None) -> str | None:
-        if value is not None:
-            _split_bind(value)
-        return value
-
-    def store_address(self) -> tuple[str, int]:
-        """``store_bind`` as ``(host, port)``; port 0 picks a free one."""
-        return _split_bind(self.store_bind) if self.store_bind else ("127.0.0.1", 0)
-
-    @field_validator("preset", mode="before")
-    @classmethod
-    def _yaml_off_is_a_preset(cls, value: Any) -> Any:
-        """YAML reads a bare ``off`` as the boolean false: ``preset: off`` means the preset."""
-        return "off" if value is False else value
-
-    @field_validator("preset")
-    @classmethod
-    def _known_preset(cls, value: str | list[str]) -> str | list[str]:
-        from rollgym.telemetry.groups import resolve_groups
-
-        resolve_groups(value)
-        return value
 
 
 class JobConfig(BaseModel):

@@ -39,6 +39,7 @@ def test_cli_parser_imports_nothing_heavy() -> None:
     assert out.stdout.strip() == "[]", f"the CLI parser imported heavy modules: {out.stdout}"
 
 
+@pytest.mark.slow  # one fresh interpreter per module: minutes on a loaded machine
 @pytest.mark.parametrize("module", _modules())
 def test_module_imports_alone(module: str) -> None:
     """Each module imports in a fresh interpreter: a cycle would fail here."""
@@ -47,9 +48,11 @@ def test_module_imports_alone(module: str) -> None:
 
 def _import_graph() -> dict[str, set[str]]:
     """``{module: rollgym modules it imports}``, counting imports inside functions too (they
-    run later, but a cycle through them is still a cycle), resolving a name imported from a lazy
-    package door to the module that defines it, and leaving out ``TYPE_CHECKING`` blocks
-    (never run)."""
+    run later, but a cycle through them is still a cycle) and type-only imports under ``if
+    TYPE_CHECKING:`` (never run, but a type written against an upper layer is an arrow up all
+    the same), and resolving a name imported from a lazy package door to the module that
+    defines it. A door's own ``TYPE_CHECKING`` block, which only mirrors its ``_EXPORTS`` for
+    type checkers, counts no more than the table does: importing a door loads nothing."""
     root = Path(rollgym.__file__).parent
     paths = {
         ".".join(("rollgym", *path.relative_to(root).with_suffix("").parts)).removesuffix(
@@ -62,7 +65,8 @@ def _import_graph() -> dict[str, set[str]]:
     for module, path in paths.items():
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
         named: set[str] = set()
-        for node in _run_time_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in _import_nodes(tree, door=bool(lazy[module])):
             if isinstance(node, ast.Import):
                 named.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom):
@@ -95,17 +99,22 @@ def _lazy_exports(path: Path) -> dict[str, str]:
     return {}
 
 
-def _run_time_nodes(tree: ast.AST):
-    """Every node that can run, i.e. all but the bodies of ``if TYPE_CHECKING:``."""
+def _import_nodes(tree: ast.AST, *, door: bool):
+    """Every node of ``tree``, ``if TYPE_CHECKING:`` bodies included, except a lazy door's
+    (``door``), which restate its ``_EXPORTS`` table for type checkers."""
     for child in ast.iter_child_nodes(tree):
-        test = child.test if isinstance(child, ast.If) else None
-        if isinstance(test, ast.Name | ast.Attribute) and "TYPE_CHECKING" in ast.unparse(test):
-            for other in child.orelse:
+        if door and _is_type_checking(child):
+            for other in child.orelse:  # type: ignore[attr-defined]
                 yield other
-                yield from _run_time_nodes(other)
+                yield from _import_nodes(other, door=door)
             continue
         yield child
-        yield from _run_time_nodes(child)
+        yield from _import_nodes(child, door=door)
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    test = node.test if isinstance(node, ast.If) else None
+    return isinstance(test, ast.Name | ast.Attribute) and "TYPE_CHECKING" in ast.unparse(test)
 
 
 def _known(name: str, modules: dict[str, Path]) -> str:
@@ -173,19 +182,80 @@ def test_cycle_finder_finds_a_cycle() -> None:
     assert _cycles(graph) == [["a", "b", "c"]]
 
 
-def test_servers_never_import_their_placement() -> None:
-    """What a server is (``servers/``) knows nothing of where it runs (``placement/``)."""
+#: The floors of docs/architecture.md, top to bottom: a module may import its own room (the
+#: folder, or the module for a top-level one) and the rooms of lower floors, never a room on
+#: its own floor or above. Every top-level module not named here is on the ground floor,
+#: whose modules may import each other (never in a cycle).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("rollgym", "rollgym.__main__"),  # the package door and ``python -m rollgym``
+    ("rollgym.cli",),
+    ("rollgym.driver",),
+    ("rollgym.placement",),
+    ("rollgym.config",),  # the job config: resolves a server's impl through servers/registry
+    ("rollgym.builtins",),
+    ("rollgym.servers",),
+    ("rollgym.sandbox", "rollgym.trajectory", "rollgym.tracestore"),
+    ("rollgym.http",),
+    ("rollgym.telemetry",),
+)
+GROUND = len(LAYERS)
+
+
+def _room(module: str) -> tuple[str, int]:
+    """``(room, floor)`` of a module: the first two parts of its name, and that room's floor."""
+    room = ".".join(module.split(".")[:2])
+    for floor, rooms in enumerate(LAYERS):
+        if room in rooms:
+            return room, floor
+    return room, GROUND
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    arrows = []
+    for module, targets in graph.items():
+        room, floor = _room(module)
+        for target in targets:
+            other, other_floor = _room(target)
+            # the ground floor's modules may use each other (the cycle test still holds)
+            if other != room and other_floor <= floor and floor != GROUND:
+                arrows.append(f"{module} -> {target}")
+    return sorted(arrows)
+
+
+def test_no_import_points_up_the_layers() -> None:
+    """Every import between two rooms runs down the floors of docs/architecture.md."""
+    assert _upward(_import_graph()) == []
+
+
+def test_every_room_is_on_a_floor() -> None:
+    """A new folder must be placed on a floor (else it would silently sit on the ground)."""
+    root = Path(rollgym.__file__).parent
+    folders = {f"rollgym.{p.name}" for p in root.iterdir() if (p / "__init__.py").exists()}
+    placed = {room for rooms in LAYERS for room in rooms}
+    assert folders - placed == set()
+
+
+def test_the_layer_check_sees_an_upward_import() -> None:
+    graph = {
+        "rollgym.http.server": {"rollgym.servers.base", "rollgym.telemetry.names"},
+        "rollgym.servers.base": {"rollgym.http.server", "rollgym.servers.sdk_pool"},
+        "rollgym.telemetry.settings": {"rollgym.config", "rollgym.urls"},
+        "rollgym.sandbox.pool": {"rollgym.tracestore.store"},
+    }
+    assert _upward(graph) == [
+        "rollgym.http.server -> rollgym.servers.base",
+        "rollgym.sandbox.pool -> rollgym.tracestore.store",
+        "rollgym.telemetry.settings -> rollgym.config",
+    ]
+
+
+def test_type_only_imports_count() -> None:
+    """A type written against another module is an arrow, though it never runs."""
     graph = _import_graph()
-    upward = sorted(
-        f"{module} -> {target}"
-        for module, targets in graph.items()
-        if module.startswith(("rollgym.servers", "rollgym.tracestore"))
-        for target in targets
-        if target.startswith("rollgym.placement")
-        and target != "rollgym.placement.child"
-        and target != "rollgym.placement"
-    )
-    assert upward == []
+    # ``if TYPE_CHECKING: from rollgym.servers.base import Server`` in config.py
+    assert "rollgym.servers.base" in graph["rollgym.config"]
+    # a door's TYPE_CHECKING mirror of its table loads nothing
+    assert "rollgym.servers.model" not in graph["rollgym.servers"]
 
 
 def _parsers(parser: argparse.ArgumentParser, path: str = "rollgym"):

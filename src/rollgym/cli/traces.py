@@ -11,7 +11,23 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+# ``serve`` is the store's own command (``python -m rollgym.tracestore serve`` too): its home is
+# the trace store; ``rollgym traces`` adds it to its sub-commands.
+from rollgym.tracestore.serve_command import add_serve_parser
+
+__all__ = ["add_serve_parser", "main", "register"]
+
+
+def _run_views(run_dir: Path | None, compare_dir: Path | None) -> Callable[[web.Application], None]:
+    """The viewer's routes over the run's own files (the driver's; loaded only to serve)."""
+    from rollgym.driver.run_views import run_routes
+
+    return run_routes(run_dir, compare_dir)
 
 
 def register(subparsers: Any) -> None:
@@ -19,7 +35,7 @@ def register(subparsers: Any) -> None:
     traces = subparsers.add_parser("traces", help="the local trace store: serve, query, check")
     commands = traces.add_subparsers(dest="traces_command", metavar="COMMAND")
     commands.required = True
-    add_serve_parser(commands)
+    add_serve_parser(commands, run_routes=_run_views)
 
     ls = commands.add_parser("ls", help="list rollouts (one row per attempt) with trace ids")
     _run_dir(ls)
@@ -72,98 +88,9 @@ def register(subparsers: Any) -> None:
     check.set_defaults(handler=_one_line(_check))
 
 
-def add_serve_parser(commands: Any) -> argparse.ArgumentParser:
-    """``serve`` (also used by ``python -m rollgym.tracestore``)."""
-    serve = commands.add_parser("serve", help="OTLP/HTTP receiver + viewer on one port")
-    serve.add_argument(
-        "--db",
-        type=Path,
-        default=Path("traces.db"),
-        help="SQLite file (default traces.db, or RUN_DIR/traces.db)",
-    )
-    serve.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="address to listen on; beyond loopback a bearer token is required "
-        "(ROLLGYM_TRACE_STORE_TOKEN, else one is generated and printed)",
-    )
-    serve.add_argument("--port", type=int, default=4318, help="0 picks a free port")
-    serve.add_argument("--run-dir", type=Path, help="run directory shown by the viewer")
-    serve.add_argument(
-        "--compare",
-        type=Path,
-        metavar="RUN_B",
-        help="a second run directory: the viewer compares --run-dir (A) with it, as "
-        "rollgym compare A RUN_B does",
-    )
-    serve.add_argument(
-        "--allow-host",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="a host name requests may address besides loopback and --host (repeatable); "
-        "others are refused (DNS rebinding protection)",
-    )
-    serve.add_argument("--ready-file", type=Path, help="write {endpoint, port, pid} when ready")
-    serve.add_argument(
-        "--max-body-bytes",
-        type=int,
-        default=32 * 1024 * 1024,
-        help="larger OTLP payloads are refused with 413 (default 32 MiB)",
-    )
-    serve.set_defaults(handler=_serve)
-    return serve
-
-
 def _run_dir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, help="run output directory (or a traces.db file)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-
-
-def _serve(args: argparse.Namespace) -> int:
-    import asyncio
-    import os
-
-    from rollgym.driver.run_views import run_routes
-    from rollgym.event_loop import loop_factory
-    from rollgym.tracestore.access import TOKEN_ENV, otel_headers_value, store_token
-    from rollgym.tracestore.lifecycle import ListenError, serve
-
-    if args.compare is not None and not args.compare.is_dir():
-        print(
-            f"rollgym traces serve: --compare {args.compare}: no such run directory",
-            file=sys.stderr,
-        )
-        return 2
-    db = args.db
-    if args.run_dir is not None and args.db == Path("traces.db"):
-        db = args.run_dir / "traces.db"
-    token = store_token(args.host)
-    if token is not None and not os.environ.get(TOKEN_ENV):
-        print(
-            f"bearer token required: give exporters "
-            f"OTEL_EXPORTER_OTLP_TRACES_HEADERS={otel_headers_value(token)}",
-            flush=True,
-        )
-    try:
-        with asyncio.Runner(loop_factory=loop_factory()) as runner:
-            runner.run(
-                serve(
-                    db,
-                    args.host,
-                    args.port,
-                    run_dir=args.run_dir,
-                    ready_file=args.ready_file,
-                    max_body=args.max_body_bytes,
-                    allow_hosts=tuple(args.allow_host),
-                    token=token,
-                    extra_routes=run_routes(args.run_dir, args.compare),
-                )
-            )
-    except ListenError as exc:
-        print(f"rollgym traces serve: {exc.strerror}", file=sys.stderr)
-        return 2
-    return 0
 
 
 class _Unreadable(Exception):

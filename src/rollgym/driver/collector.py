@@ -31,6 +31,7 @@ from collections.abc import (
 )
 from typing import Any
 
+from rollgym.collector_options import DEFAULTS, CollectorOptions
 from rollgym.driver.admission import SharedSource, WorkerPool
 from rollgym.driver.dispatch import Dispatcher, Rotation
 from rollgym.driver.groups import GroupBuffer
@@ -50,11 +51,7 @@ from rollgym.driver.rows import (
 from rollgym.driver.unique_ids import UniqueIds
 from rollgym.driver.version_push import VersionPush
 from rollgym.http.client import HttpClient
-from rollgym.http.limits import (
-    DEFAULT_MAX_REQUEST_BYTES,
-    DEFAULT_MAX_RESPONSE_BYTES,
-    ExchangeLimits,
-)
+from rollgym.http.limits import ExchangeLimits
 from rollgym.open_files import raise_open_files_limit
 from rollgym.policy_versions import PolicyVersion, is_version
 from rollgym.telemetry.embedder import CallerTracing
@@ -104,39 +101,86 @@ class Collector:
     call with it. ``max_staleness=N``: no result is handed over whose oldest model call is
     more than N versions behind the current one; such a rollout is run again (a new attempt)
     while attempts remain, else it is a ``stale`` failure.
+
+    The settings may come as one typed value instead, ``options=``
+    :class:`~rollgym.collector_options.CollectorOptions` (what ``RunConfig.collector_options()``
+    builds from a job config); then none of the keywords it holds may be given too. Either way
+    the value is :attr:`options`.
     """
 
     def __init__(
         self,
         servers: Mapping[str, str],
         *,
-        agent: str | None = None,
-        environment_routes: Mapping[str, str] | None = None,
-        concurrency: int = 64,
-        max_attempts: int = 3,
-        timeout_s: float = 300.0,
-        retry_backoff_s: float = 0.5,
-        retry_backoff_max_s: float = 30.0,
-        repeats: int = 1,
+        agent: str | None = DEFAULTS.agent,
+        environment_routes: Mapping[str, str] | None = DEFAULTS.environment_routes,
+        concurrency: int = DEFAULTS.concurrency,
+        max_attempts: int = DEFAULTS.max_attempts,
+        timeout_s: float = DEFAULTS.timeout_s,
+        retry_backoff_s: float = DEFAULTS.retry_backoff_s,
+        retry_backoff_max_s: float = DEFAULTS.retry_backoff_max_s,
+        repeats: int = DEFAULTS.repeats,
         agents: Collection[str] | None = None,
         metrics: Any = None,
         http_metrics: Any = None,
         span_groups: str | Iterable[str] = "default",
-        trajectories: bool = False,
-        capture_tokens: bool = False,
+        trajectories: bool = DEFAULTS.trajectories,
+        capture_tokens: bool = DEFAULTS.capture_tokens,
         rotation: Rotation | None = None,
         replicas: Mapping[str, list[str]] | None = None,
-        max_request_bytes: int | None = DEFAULT_MAX_REQUEST_BYTES,
-        max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
+        max_request_bytes: int | None = DEFAULTS.max_request_bytes,
+        max_response_bytes: int | None = DEFAULTS.max_response_bytes,
         policy_version: PolicyVersion | None = None,
-        max_staleness: int | None = None,
+        max_staleness: int | None = DEFAULTS.max_staleness,
         model_servers: Mapping[str, str] | None = None,
+        options: CollectorOptions | None = None,
     ) -> None:
         if policy_version is not None and not is_version(policy_version):
             raise ValueError(f"policy_version must be an int or a label, got {policy_version!r}")
+        given = CollectorOptions(
+            agent=agent,
+            environment_routes=environment_routes,
+            concurrency=concurrency,
+            max_attempts=max_attempts,
+            timeout_s=timeout_s,
+            retry_backoff_s=retry_backoff_s,
+            retry_backoff_max_s=retry_backoff_max_s,
+            repeats=repeats,
+            trajectories=trajectories,
+            capture_tokens=capture_tokens,
+            max_request_bytes=max_request_bytes,
+            max_response_bytes=max_response_bytes,
+            max_staleness=max_staleness,
+        )
+        if options is None:
+            options = given
+        elif given != DEFAULTS:
+            raise TypeError("give the Collector's settings either as options= or as keywords")
+        self.options = options
+        self._configure(servers, options, agents)
+        self._metrics = metrics
+        self._http_metrics = http_metrics
+        self._rotation = rotation
+        #: ``{server: [replica URLs]}``: the client balances over them (``servers`` names the first).
+        self._replicas = dict(replicas or {})
+        self._client: HttpClient | None = None
+        self._pool: WorkerPool[WorkItem] | None = None
+        self._caller_tracing = CallerTracing(span_groups)
+        #: The current policy version and the staleness bound (both may stay unset).
+        self._clock = PolicyClock(policy_version, options.max_staleness)
+        self._push = VersionPush(
+            {name: self._replicas.get(name) or [url] for name, url in (model_servers or {}).items()}
+        )
+
+    def _configure(
+        self, servers: Mapping[str, str], options: CollectorOptions, agents: Collection[str] | None
+    ) -> None:
+        """Check the routing against ``servers`` and set up what ``options`` asks for."""
+        agent, concurrency, repeats = options.agent, options.concurrency, options.repeats
+        max_attempts = options.max_attempts
         if concurrency < 1 or repeats < 1 or max_attempts < 1:
             raise ValueError("concurrency, repeats and max_attempts must be at least 1")
-        routes = dict(environment_routes or {})
+        routes = dict(options.environment_routes or {})
         for taskset, name in routes.items():
             if name not in servers:
                 raise ValueError(f"environment_routes[{taskset!r}] names {name!r}, not in servers")
@@ -146,26 +190,17 @@ class Collector:
         self.router = Router(agents=agent_names, environment_routes=routes, default_agent=agent)
         self.repeats = repeats
         self.concurrency = concurrency
-        self.policy = RetryPolicy(max_attempts, retry_backoff_s, retry_backoff_max_s)
+        self.policy = RetryPolicy(
+            max_attempts, options.retry_backoff_s, options.retry_backoff_max_s
+        )
         self.in_flight = InFlight()
         self._urls = dict(servers)
-        self._capture: Capture = "tokens" if capture_tokens else "turns" if trajectories else "off"
-        self._timeout_s = timeout_s
-        self._metrics = metrics
-        self._http_metrics = http_metrics
-        self._rotation = rotation
-        #: ``{server: [replica URLs]}``: the client balances over them (``servers`` names the first).
-        self._replicas = dict(replicas or {})
-        #: A row over the request limit is refused unsent; an answer past the other while read.
-        self._limits = ExchangeLimits(max_request_bytes, max_response_bytes)
-        self._client: HttpClient | None = None
-        self._pool: WorkerPool[WorkItem] | None = None
-        self._caller_tracing = CallerTracing(span_groups)
-        #: The current policy version and the staleness bound (both may stay unset).
-        self._clock = PolicyClock(policy_version, max_staleness)
-        self._push = VersionPush(
-            {name: self._replicas.get(name) or [url] for name, url in (model_servers or {}).items()}
+        self._capture: Capture = (
+            "tokens" if options.capture_tokens else "turns" if options.trajectories else "off"
         )
+        self._timeout_s = options.timeout_s
+        #: A row over the request limit is refused unsent; an answer past the other while read.
+        self._limits = ExchangeLimits(options.max_request_bytes, options.max_response_bytes)
 
     async def __aenter__(self) -> Collector:
         """Open the connection pool (outside any span: it outlives every rollout).

@@ -174,24 +174,12 @@ def make_collector(
     names = agents + config.servers_of_kind("environment")
     return Collector(
         {name: urls[name] for name in names},
-        agent=run.agent,
-        environment_routes=run.environment_routes,
-        concurrency=run.concurrency,
-        max_attempts=run.max_attempts,
-        timeout_s=run.timeout_s,
-        retry_backoff_s=run.retry_backoff_s,
-        retry_backoff_max_s=run.retry_backoff_max_s,
-        repeats=run.repeats,
+        options=run.collector_options(),
         agents=agents,
         metrics=telemetry.metrics,
         http_metrics=telemetry.http_metrics,
-        trajectories=run.trajectories,
-        capture_tokens=run.capture_tokens,
         rotation=rotation,
         replicas=getattr(urls, "replicas", None),
-        max_request_bytes=run.max_request_bytes,
-        max_response_bytes=run.max_response_bytes,
-        max_staleness=run.max_staleness,
         model_servers={name: urls[name] for name in config.servers_of_kind("model")},
     )
 

@@ -26,8 +26,11 @@ from typing import Any
 
 import orjson
 
-SESSIONS = "sessions.jsonl"
-OUTPUT_FILES = ("rollouts.jsonl", "failures.jsonl")
+# The file's format lives on the ground floor (``traces check`` reads it too); its names stay
+# importable from here.
+from rollgym.session_records import OUTPUT_FILES, SESSIONS, killed_ranges, read_sessions
+
+__all__ = ["OUTPUT_FILES", "SESSIONS", "SessionLog", "killed_ranges", "read_sessions"]
 
 
 class SessionLog:
@@ -81,48 +84,3 @@ class SessionLog:
             open(self.output_dir / SESSIONS, "ab", buffering=0) as out,
         ):
             out.write(line)
-
-
-def read_sessions(run_dir: Path) -> list[dict[str, Any]]:
-    """The sessions in start order, each with ``ended`` (False: it was killed), ``index``
-    (its position; older files have none written) and ``status`` (how it ended: the run's
-    status, ``killed`` when it has no end line, ``ended`` when the end line says none)."""
-    starts: list[dict[str, Any]] = []
-    ended: dict[str, str] = {}
-    try:
-        data = (run_dir / SESSIONS).read_bytes()
-    except OSError:
-        return []
-    for raw in data.splitlines():
-        try:
-            record = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            continue  # a torn last line: that session was killed while starting
-        if not isinstance(record, dict):
-            continue
-        if record.get("event") == "start":
-            starts.append(record)
-        elif record.get("event") == "end":
-            ended[str(record.get("session"))] = str(record.get("status") or "ended")
-    return [
-        {
-            **start,
-            "index": index,
-            "ended": str(start.get("session")) in ended,
-            "status": ended.get(str(start.get("session")), "killed"),
-        }
-        for index, start in enumerate(starts)
-    ]
-
-
-def killed_ranges(sessions: list[dict[str, Any]], file_name: str) -> list[tuple[int, int]]:
-    """Byte ranges of ``file_name`` written by sessions that were killed (end: next start)."""
-    ranges = []
-    for index, session in enumerate(sessions):
-        if session["ended"]:
-            continue
-        start = int(session.get("offsets", {}).get(file_name, 0))
-        later = sessions[index + 1 :]
-        end = int(later[0].get("offsets", {}).get(file_name, 0)) if later else 1 << 62
-        ranges.append((start, end))
-    return ranges

@@ -23,6 +23,7 @@ from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 
+from rollgym.defaults import MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES
 from rollgym.errors import ExchangeRefused
 from rollgym.urls import redact_url
 
@@ -31,8 +32,8 @@ MAX_REDIRECTS = 5
 #: Statuses that redirect (with a ``Location``).
 REDIRECT_STATUSES = frozenset((301, 302, 303, 307, 308))
 #: The driver's defaults (``run.max_request_bytes``, ``run.max_response_bytes``).
-DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
-DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_REQUEST_BYTES = MAX_REQUEST_BYTES
+DEFAULT_MAX_RESPONSE_BYTES = MAX_RESPONSE_BYTES
 _CHUNK = 64 * 1024
 
 

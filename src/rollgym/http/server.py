@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 from fastapi import FastAPI, Request
@@ -28,9 +28,6 @@ from rollgym.telemetry.groups import gate
 
 #: Every server's liveness route; the telemetry middleware opens no span for it.
 HEALTH_PATH = "/health"
-
-if TYPE_CHECKING:
-    from rollgym.servers.base import Server
 
 
 class OrjsonResponse(Response):
@@ -52,6 +49,35 @@ def error_body(message: str, field: str | None = None) -> dict[str, Any]:
 
 #: Builds an error body from (status, message, field): the server's own shape.
 ErrorShape = Callable[[int, str, "str | None"], dict[str, Any]]
+
+
+class HostedContext(Protocol):
+    """What the app factory reads of a server's context: its name and its body limit."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def max_request_bytes(self) -> int: ...
+
+
+class HostedServer(Protocol):
+    """The shape :func:`create_app` needs of a server (``rollgym.servers.base.Server`` has
+    it): written here, in the lower layer, so ``http/`` never imports ``servers/``."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def context(self) -> HostedContext: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def add_routes(self, app: FastAPI) -> None: ...
+
+    def error_body(self, status: int, message: str, field: str | None) -> dict[str, Any]: ...
 
 
 # --- middleware -------------------------------------------------------------------------------
@@ -259,7 +285,7 @@ def _native_telemetry_off() -> dict[str, Any]:
 _NATIVE_TELEMETRY_OFF = _native_telemetry_off()
 
 
-def create_app(server: Server) -> FastAPI:
+def create_app(server: HostedServer) -> FastAPI:
     """Build the ASGI app of one server: its routes plus the shared edge described above.
 
     The server's ``start``/``stop`` run in the app's lifespan, so its one HttpClient and any

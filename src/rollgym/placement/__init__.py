@@ -6,11 +6,11 @@
 - :mod:`rollgym.placement.launcher` starts the configured servers in dependency order through
   a placement and stops them all on leaving; :mod:`rollgym.placement.supervisor` watches
   local processes during the run and restarts a dead one;
-- :mod:`rollgym.placement.child` (die-with-parent child processes, ready files, log tails)
-  and :mod:`rollgym.placement.health` (wait until ``GET /health`` answers) are shared with
-  the trace store.
+- :mod:`rollgym.placement.health` waits until ``GET /health`` answers; the child processes
+  themselves (die with the parent, ready files, log tails) are :mod:`rollgym.child_process`,
+  on the ground floor because the trace store starts its own the same way.
 
 What a server *is* lives in :mod:`rollgym.servers`; this package only decides where it runs.
 Imports run downwards: placement imports servers, never the other way. Nothing is imported
-here, so ``rollgym.placement.child`` stays light for the trace store.
+here, so importing one module of it stays light.
 """

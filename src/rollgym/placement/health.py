@@ -1,6 +1,6 @@
 """Is a server there and healthy? One poll loop for every placement and every ``url:`` server.
 
-A launched local server announces its port in a ready file (:mod:`rollgym.placement.child`);
+A launched local server announces its port in a ready file (:mod:`rollgym.child_process`);
 a Ray actor returns its URL; a ``url:`` server has one from the config. All three then wait
 here until ``GET <url>/health`` answers, failing early when the process exits or when
 nothing listens at all.
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import aiohttp
 
+from rollgym.child_process import describe_exit, read_ready_file
 from rollgym.errors import LaunchError
-from rollgym.placement.child import describe_exit, read_ready_file
 
 _POLL_S = 0.05
 

@@ -1,6 +1,6 @@
 """Local placement: each launched server is a child process of the driver on this machine.
 
-Children die with the driver (:mod:`rollgym.placement.child`), run in their own session so a
+Children die with the driver (:mod:`rollgym.child_process`), run in their own session so a
 terminal's Ctrl-C reaches only the driver (which then stops them in order), and write their
 output to ``logs/<name>.log``, whose last lines are quoted when a server does not come up.
 """
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import aiohttp
 
+from rollgym.child_process import describe_exit, log_tail, spawn_child
 from rollgym.errors import LaunchError
-from rollgym.placement.child import describe_exit, log_tail, spawn_child
 from rollgym.placement.health import wait_healthy
 from rollgym.servers.spec import ENV_SPEC, ServeSpec
 

@@ -42,9 +42,9 @@ from typing import Any
 
 import aiohttp
 
+from rollgym.child_process import log_tail
 from rollgym.config import RayResources
 from rollgym.errors import ConfigError, LaunchError
-from rollgym.placement.child import log_tail
 from rollgym.placement.health import wait_healthy
 from rollgym.placement.ray_context import in_context, remote_with_context
 from rollgym.servers.spec import ServeSpec

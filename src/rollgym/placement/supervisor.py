@@ -38,10 +38,10 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from rollgym.child_process import log_tail
 from rollgym.errors import DispatchError, LaunchError, PermanentDispatchError
 from rollgym.incarnations import IncarnationLog
 from rollgym.placement.base import PlacedServer
-from rollgym.placement.child import log_tail
 from rollgym.servers.spec import instance_name
 
 POLL_S = 0.2

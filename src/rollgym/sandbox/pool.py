@@ -32,7 +32,7 @@ from rollgym.sandbox._cgroup import create_pool_cgroup, remove_cgroup
 from rollgym.sandbox._disk import SandboxDisk, can_mount, pool_dir_prefix, sweep_stale
 from rollgym.sandbox._process import run_exec
 from rollgym.sandbox.limits import LIMIT_DISK, LIMIT_OUTPUT, ExecResult, SandboxLimits
-from rollgym.sandbox.sandbox import Sandbox
+from rollgym.sandbox.sandbox import ExecHost, Sandbox
 from rollgym.telemetry.groups import gate
 
 
@@ -227,7 +227,8 @@ class SandboxPool:
         except BaseException:
             self.stats.created -= 1
             raise
-        return Sandbox(self, sandbox_id, disk)
+        host = ExecHost(self.executor, self.limits, self.cgroup, self.record_exec)
+        return Sandbox(host, sandbox_id, disk)
 
     async def _destroy(self, sandbox: Sandbox) -> None:
         if sandbox.destroyed:

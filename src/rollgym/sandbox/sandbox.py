@@ -12,9 +12,10 @@ import asyncio
 import dataclasses
 import errno
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
 
 from rollgym.sandbox._bwrap import Launch, bwrap_launch, sandbox_owner
 from rollgym.sandbox._disk import SandboxDisk
@@ -26,15 +27,24 @@ from rollgym.telemetry.groups import gate
 #: How a C library reports ENOSPC, the error of a write past the quota.
 _ENOSPC = os.strerror(errno.ENOSPC)
 
-if TYPE_CHECKING:
-    from rollgym.sandbox.pool import SandboxPool
+
+@dataclass(frozen=True)
+class ExecHost:
+    """What a sandbox's execs need from the pool that made it, and nothing more: the
+    threads they run on, the default limits, the pool's cgroup and where each result is
+    counted. The pool builds one per sandbox, so this module never imports the pool."""
+
+    executor: Executor
+    limits: SandboxLimits
+    cgroup: Path | None
+    record_exec: Callable[[ExecResult], None]
 
 
 class Sandbox:
     """A sandbox handed out by a :class:`~rollgym.sandbox.pool.SandboxPool`."""
 
-    def __init__(self, pool: SandboxPool, sandbox_id: str, disk: SandboxDisk) -> None:
-        self.pool = pool
+    def __init__(self, host: ExecHost, sandbox_id: str, disk: SandboxDisk) -> None:
+        self.host = host
         self.sandbox_id = sandbox_id
         #: Its writable directories, bounded by the disk quota (see ``_disk``).
         self.disk = disk
@@ -83,7 +93,7 @@ class Sandbox:
         for name in files or {}:
             self._parts(name)  # a bad path is misuse: raised before anything runs
         data = stdin.encode() if isinstance(stdin, str) else stdin
-        effective = limits or self.pool.limits
+        effective = limits or self.host.limits
         if gate.sandbox:
             from rollgym.telemetry import spans
 
@@ -108,7 +118,7 @@ class Sandbox:
                 if exc.errno != errno.ENOSPC:
                     raise
                 result = _files_refused(files)  # the command's earlier writes filled it
-                self.pool.record_exec(result)
+                self.host.record_exec(result)
                 return result
         self._execs += 1
         number = self._execs
@@ -116,9 +126,9 @@ class Sandbox:
         loop = asyncio.get_running_loop()
         launch = bwrap_launch(self.disk, self.sandbox_id, limits, argv, name, number)
         result = await loop.run_in_executor(
-            self.pool.executor, self._exec_blocking, launch, stdin, limits, name, number
+            self.host.executor, self._exec_blocking, launch, stdin, limits, name, number
         )
-        self.pool.record_exec(result)
+        self.host.record_exec(result)
         return result
 
     def _exec_blocking(
@@ -129,7 +139,7 @@ class Sandbox:
         try:
             full_before = self.disk.is_full()
             self.disk.make_scratch(number)
-            result = run_exec(launch, stdin, limits, self.pool.cgroup, name)
+            result = run_exec(launch, stdin, limits, self.host.cgroup, name)
             if result.limit is None and _hit_quota(self.disk, full_before, result):
                 result = dataclasses.replace(result, limit=LIMIT_DISK)
             return result

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from fastapi import FastAPI
 
+from rollgym.defaults import MAX_REQUEST_BYTES
 from rollgym.http.client import HttpClient
 from rollgym.http.server import error_body
 from rollgym.server_options import ServerKind, ServerOptions
@@ -29,7 +30,7 @@ class ServerContext:
     #: Base URLs of the other servers of the run, by server name.
     urls: Mapping[str, str] = field(default_factory=dict)
     run_id: str = ""
-    max_request_bytes: int = 16 * 1024 * 1024
+    max_request_bytes: int = MAX_REQUEST_BYTES
     #: The one outgoing client of the process; started by :meth:`Server.start`.
     client: HttpClient = field(default_factory=HttpClient)
 

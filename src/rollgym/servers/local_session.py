@@ -9,21 +9,47 @@ shared episode loop cannot tell the two apart.
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from rollgym.errors import HTTPError
 from rollgym.servers.rollout_context import SEED_SESSION, SessionBase
 
-if TYPE_CHECKING:
-    from rollgym.servers.environment import Environment
-
 T = TypeVar("T")
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class _Sessions(Protocol):
+    def pop(self, session_id: str) -> object: ...
+
+
+class SessionHost(Protocol):
+    """The environment operations a local session calls (``Environment`` has them): the
+    same ones its HTTP routes call. A Protocol, so this module never imports the
+    environment that imports it."""
+
+    @property
+    def context(self) -> _Named: ...
+
+    @property
+    def sessions(self) -> _Sessions: ...
+
+    async def open_session(
+        self, rollout_id: str | None, task: dict[str, Any]
+    ) -> dict[str, Any]: ...
+
+    async def run_tool(self, session_id: str, name: str, arguments: dict[str, Any]) -> str: ...
+
+    async def finish(self, session_id: str, answer: str | None) -> dict[str, Any]: ...
 
 
 class LocalEnvSession(SessionBase):
     """An :class:`~rollgym.servers.rollout_context.EnvSession` on this process's environment."""
 
-    def __init__(self, env: Environment, rollout_id: str | None) -> None:
+    def __init__(self, env: SessionHost, rollout_id: str | None) -> None:
         super().__init__()
         self._env = env
         self._rollout_id = rollout_id

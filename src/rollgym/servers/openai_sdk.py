@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext, suppress
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -39,8 +39,6 @@ if TYPE_CHECKING:
     import httpx2
     import openai
 
-    from rollgym.servers.rollout_context import ModelClient
-
 #: ``gen_ai.provider.name`` of SDK calls: every model server speaks the OpenAI API.
 PROVIDER = "openai"
 #: The SDK needs some key; rollgym's model servers need none (a proxy holds the real one).
@@ -49,10 +47,34 @@ PLACEHOLDER_KEY = "rollgym-no-key"
 Record = Callable[[dict[str, Any], dict[str, Any]], None]
 
 
+class SdkModel(Protocol):
+    """What an SDK client needs of the rollout's model client
+    (:class:`rollgym.servers.rollout_context.ModelClient` has it): a Protocol, so this module
+    never imports the rollout context that imports it."""
+
+    @property
+    def model_name(self) -> str: ...
+
+    @property
+    def timeout(self) -> float | None: ...
+
+    @property
+    def rollout_id(self) -> str | None: ...
+
+    @property
+    def sdk_base_url(self) -> str:
+        """The rollout-scoped base URL the SDK posts to (``.../r/<rollout id>/v1``)."""
+        ...
+
+    def next_request_id(self) -> str:
+        """``<rollout id>.<turn>`` of the next call."""
+        ...
+
+
 class _RolloutHooks:
     """What both transports do around one request, for one rollout's model client."""
 
-    def __init__(self, model: ModelClient, record: Record | None) -> None:
+    def __init__(self, model: SdkModel, record: Record | None) -> None:
         self.model = model
         self.record = record
 
@@ -217,7 +239,7 @@ def _async_transport_class() -> type[Any]:
     return RolloutTransport
 
 
-def async_transport(model: ModelClient, record: Record | None = None) -> httpx2.AsyncBaseTransport:
+def async_transport(model: SdkModel, record: Record | None = None) -> httpx2.AsyncBaseTransport:
     """The transport of one rollout's async SDK client, over the running loop's shared pool."""
     transport: httpx2.AsyncBaseTransport = _async_transport_class()(
         _RolloutHooks(model, record), async_pool()
@@ -278,7 +300,7 @@ def _sync_transport_class() -> type[Any]:
     return RolloutTransport
 
 
-def sync_transport(model: ModelClient, record: Record | None = None) -> httpx2.BaseTransport:
+def sync_transport(model: SdkModel, record: Record | None = None) -> httpx2.BaseTransport:
     """The transport of one rollout's blocking SDK client, over the process's shared pool."""
     transport: httpx2.BaseTransport = _sync_transport_class()(
         _RolloutHooks(model, record), sync_pool()
@@ -286,7 +308,7 @@ def sync_transport(model: ModelClient, record: Record | None = None) -> httpx2.B
     return transport
 
 
-def async_client(model: ModelClient, record: Record | None = None) -> openai.AsyncOpenAI:
+def async_client(model: SdkModel, record: Record | None = None) -> openai.AsyncOpenAI:
     """An ``AsyncOpenAI`` on the rollout-scoped URL of ``model``, stamped and traced; with
     ``record``, its chat completions go into the rollout's trajectory."""
     openai = require_openai()
@@ -297,7 +319,7 @@ def async_client(model: ModelClient, record: Record | None = None) -> openai.Asy
     )
 
 
-def sync_client(model: ModelClient, record: Record | None = None) -> openai.OpenAI:
+def sync_client(model: SdkModel, record: Record | None = None) -> openai.OpenAI:
     """An ``OpenAI`` (blocking) client like :func:`async_client`; for a thread, not the loop."""
     openai = require_openai()
     http = http_library().Client(transport=sync_transport(model, record), timeout=model.timeout)

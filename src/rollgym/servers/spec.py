@@ -10,6 +10,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rollgym.defaults import MAX_REQUEST_BYTES
+
 ENV_SPEC = "ROLLGYM_SERVER_SPEC"
 
 
@@ -29,7 +31,7 @@ class ServeSpec:
     replica: int = 0
     run_id: str = ""
     output_dir: str | None = None
-    max_request_bytes: int = 16 * 1024 * 1024
+    max_request_bytes: int = MAX_REQUEST_BYTES
     #: 0: the process picks a free port. A restart asks for the port the server had, so the
     #: servers that call it (their URLs were fixed at launch) reach it again.
     port: int = 0

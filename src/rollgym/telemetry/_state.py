@@ -13,7 +13,7 @@ import weakref
 
 from opentelemetry import trace
 
-from rollgym import __version__
+from rollgym._version import __version__
 
 INSTRUMENTATION_NAME = "rollgym"
 #: The instrumentation scope's version (the package's): backends show it with every span.

@@ -29,6 +29,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from rollgym.defaults import SPAN_EXPORT_BATCH_SIZE, SPAN_QUEUE_SIZE, SPAN_SCHEDULE_DELAY_MS
 from rollgym.telemetry.span_counts import SpanCountRecord, make_record
 
 _log = logging.getLogger(__name__)
@@ -44,10 +45,12 @@ _MAX_RETRY_S = 5.0
 class SpanCounts:
     """Thread-safe tallies shared by the processor and its exporter wrapper."""
 
-    __slots__ = ("_lock", "accepted", "handed", "exported", "dropped", "unknown", "closed")
+    __slots__ = ("lock", "accepted", "handed", "exported", "dropped", "unknown", "closed")
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        #: Held to read or change several tallies together: the processor, its exporter
+        #: wrapper and the shipper's threads all take it (public: they are its users).
+        self.lock = threading.Lock()
         self.accepted = 0
         self.handed = 0
         self.exported = 0
@@ -64,7 +67,7 @@ class SpanCounts:
         Without this, a dead endpoint whose exporter is still retrying when the shutdown time
         limit runs out would lose spans that no counter reports.
         """
-        with self._lock:
+        with self.lock:
             if self.closed:
                 return
             self.closed = True
@@ -98,10 +101,10 @@ class _CountingExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         n = len(spans)
         counts = self._counts
-        with counts._lock:
+        with counts.lock:
             counts.handed += n
         result = self._export_patiently(spans)
-        with counts._lock:
+        with counts.lock:
             if counts.closed:
                 pass  # already counted as dropped at shutdown
             elif result is SpanExportResult.SUCCESS:
@@ -162,9 +165,9 @@ class CountingSpanProcessor(SpanProcessor):
         self,
         exporter: SpanExporter,
         *,
-        max_queue_size: int = 65536,
-        max_export_batch_size: int = 512,
-        schedule_delay_ms: float = 500,
+        max_queue_size: int = SPAN_QUEUE_SIZE,
+        max_export_batch_size: int = SPAN_EXPORT_BATCH_SIZE,
+        schedule_delay_ms: float = SPAN_SCHEDULE_DELAY_MS,
         patience_s: float = 0.0,
     ) -> None:
         self.counts = SpanCounts()
@@ -185,7 +188,7 @@ class CountingSpanProcessor(SpanProcessor):
         if not span.context.trace_flags.sampled:
             return
         counts = self.counts
-        with counts._lock:
+        with counts.lock:
             if self._shutdown:
                 counts.dropped[REASON_SHUTDOWN] += 1
                 return
@@ -201,7 +204,7 @@ class CountingSpanProcessor(SpanProcessor):
 
     def shutdown(self) -> None:
         """Export everything queued (patiently, up to the deadline), then stop the SDK's worker."""
-        with self.counts._lock:
+        with self.counts.lock:
             self._shutdown = True
         self._batch.force_flush()  # on this thread; the SDK's own shutdown would cap it at 30 s
         self._batch.shutdown()

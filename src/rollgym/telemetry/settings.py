@@ -17,10 +17,19 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+from rollgym.defaults import (
+    SPAN_EXPORT_BATCH_SIZE,
+    SPAN_FLUSH_TIMEOUT_S,
+    SPAN_QUEUE_SIZE,
+    SPAN_SCHEDULE_DELAY_MS,
+)
 from rollgym.telemetry import env_vars as env
 from rollgym.telemetry.groups import SpanGroup, resolve_groups
+
+if TYPE_CHECKING:
+    from rollgym.telemetry.config_block import TelemetryConfig
 
 _log = logging.getLogger(__name__)
 
@@ -32,7 +41,7 @@ _PROTOCOLS: tuple[str, ...] = ("http/protobuf", "grpc")
 DEFAULT_EXPORT_TIMEOUT_S = 10.0
 #: How long each process waits at its end for queued spans to reach the backend: generous, so
 #: a backend that is merely slow to start (a fresh MLflow tracking server) loses nothing.
-DEFAULT_FLUSH_TIMEOUT_S = 60.0
+DEFAULT_FLUSH_TIMEOUT_S = SPAN_FLUSH_TIMEOUT_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +61,9 @@ class TelemetrySettings:
     sampler: str | None = None
     sampler_arg: str | None = None
     single_trace: bool = False
-    max_queue_size: int = 65536
-    max_export_batch_size: int = 512
-    schedule_delay_ms: int = 500
+    max_queue_size: int = SPAN_QUEUE_SIZE
+    max_export_batch_size: int = SPAN_EXPORT_BATCH_SIZE
+    schedule_delay_ms: int = SPAN_SCHEDULE_DELAY_MS
     export_timeout_s: float = DEFAULT_EXPORT_TIMEOUT_S
     flush_timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S
     run_id: str | None = None
@@ -68,7 +77,7 @@ class TelemetrySettings:
     @classmethod
     def from_config(
         cls,
-        config: Any,
+        config: TelemetryConfig,
         output_dir: Any = None,
         *,
         local_store_endpoint: str | None = None,
@@ -157,12 +166,14 @@ class TelemetrySettings:
                 return cls.from_json(raw)
             except (ValueError, TypeError) as exc:
                 _log.warning("ignoring malformed %s: %s", env.ROLLGYM_TELEMETRY, exc)
-        from rollgym.config import TelemetryConfig
+        from rollgym.telemetry.config_block import TelemetryConfig
 
         return cls.from_config(TelemetryConfig.model_validate({}), environ=environ)
 
     @staticmethod
-    def needs_local_store(config: Any, environ: Mapping[str, str] | None = None) -> bool:
+    def needs_local_store(
+        config: TelemetryConfig, environ: Mapping[str, str] | None = None
+    ) -> bool:
         """Whether the run must start its local trace store (nothing else chooses a destination)."""
         settings = TelemetrySettings.from_config(
             config, local_store_endpoint="http://local-store.invalid", environ=environ

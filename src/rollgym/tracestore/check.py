@@ -15,8 +15,8 @@ from typing import Any
 
 import orjson
 
-from rollgym.driver.sessions import killed_ranges, read_sessions
 from rollgym.incarnations import read_incarnations
+from rollgym.session_records import killed_ranges, read_sessions
 from rollgym.telemetry import names
 from rollgym.tracestore.cut_short import RunHistory
 from rollgym.tracestore.decode import hex_id

@@ -21,8 +21,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from rollgym.child_process import describe_exit, read_ready_file, spawn_child
 from rollgym.errors import LaunchError
-from rollgym.placement.child import describe_exit, read_ready_file, spawn_child
 from rollgym.tracestore.access import TOKEN_ENV
 
 STOP_GRACE_S = 10.0

@@ -47,7 +47,7 @@ from typing import Any
 
 import apsw
 
-from rollgym.placement.child import die_with_parent
+from rollgym.child_process import die_with_parent
 from rollgym.tracestore.decode import PROTOBUF_MEDIA_TYPES, SpanBatch, media_type, parse_traces
 from rollgym.tracestore.native import rows_from_protobuf, to_rows
 from rollgym.tracestore.store import ResourceRegistry, TraceStore

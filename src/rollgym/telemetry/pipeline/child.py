@@ -37,6 +37,7 @@ from typing import Any, BinaryIO
 
 import requests
 
+from rollgym.defaults import SPAN_EXPORT_BATCH_SIZE
 from rollgym.telemetry.pipeline.frames import STOP_RETRYING, read_frame
 from rollgym.telemetry.pipeline.wire import encode_request
 from rollgym.urls import redact_url
@@ -167,7 +168,7 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
         config.get("compression"),
         config.get("patience_s", 0.0),
     )
-    size = BatchSize(config.get("batch", 512), config["timeout_s"])
+    size = BatchSize(config.get("batch", SPAN_EXPORT_BATCH_SIZE), config["timeout_s"])
     while True:
         frame = read_frame(inp)
         if frame is None:

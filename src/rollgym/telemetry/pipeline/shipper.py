@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import IO, Any
 
+from rollgym.defaults import SPAN_EXPORT_BATCH_SIZE, SPAN_QUEUE_SIZE, SPAN_SCHEDULE_DELAY_MS
 from rollgym.telemetry.dropping import (
     REASON_EXPORT_FAILED,
     REASON_QUEUE_FULL,
@@ -84,7 +85,7 @@ class ShipperCounts(SpanCounts):
         self._queued = queued
 
     def close(self) -> None:
-        with self._lock:
+        with self.lock:
             if not self.closed:
                 self.accepted += len(self._queued)
         super().close()
@@ -102,9 +103,9 @@ class SpanShipper:
         timeout_s: float,
         patience_s: float = 0.0,
         compression: str | None = None,
-        max_queue_size: int = 65536,
-        max_export_batch_size: int = 512,
-        schedule_delay_ms: float = 500,
+        max_queue_size: int = SPAN_QUEUE_SIZE,
+        max_export_batch_size: int = SPAN_EXPORT_BATCH_SIZE,
+        schedule_delay_ms: float = SPAN_SCHEDULE_DELAY_MS,
         command: list[str] | None = None,
     ) -> None:
         self._queue: deque[SpanRecord] = deque()
@@ -170,7 +171,7 @@ class SpanShipper:
 
     def _count_drop(self, reason: str, n: int = 1) -> None:
         counts = self.counts
-        with counts._lock:
+        with counts.lock:
             if not counts.closed:
                 counts.dropped[reason] += n
 
@@ -191,7 +192,7 @@ class SpanShipper:
         while queue:
             n = min(len(queue), self._batch)
             batch = [popleft() for _ in range(n)]
-            with counts._lock:
+            with counts.lock:
                 counts.accepted += n
             try:
                 frame = marshal.dumps(batch)
@@ -201,7 +202,7 @@ class SpanShipper:
                 if self._dead:
                     self._count_drop(REASON_EXPORT_FAILED, n)
                     continue
-                with counts._lock:
+                with counts.lock:
                     counts.handed += n
                 try:
                     self._write_frame(frame)
@@ -224,7 +225,7 @@ class SpanShipper:
                 n = int(number)
             except ValueError:
                 continue
-            with counts._lock:
+            with counts.lock:
                 if counts.closed:
                     continue
                 if verdict == b"ok":
@@ -241,7 +242,7 @@ class SpanShipper:
 
     def _unresolved_failed(self) -> None:
         counts = self.counts
-        with counts._lock:
+        with counts.lock:
             if counts.closed:
                 return
             unresolved = counts.settled_short_of(counts.handed)
@@ -258,7 +259,7 @@ class SpanShipper:
         self._wake.set()
         counts = self.counts
         while True:
-            with counts._lock:
+            with counts.lock:
                 unsettled = counts.settled_short_of(counts.accepted)
                 done = not self._queue and counts.handed == counts.accepted and unsettled <= 0
             if done or self._dead:

@@ -1,0 +1,113 @@
+"""``serve``: the trace store's one command, parsed here so both doors share it.
+
+``rollgym traces serve`` (:mod:`rollgym.cli.traces`) and ``python -m rollgym.tracestore serve``
+(how :mod:`rollgym.tracestore.store_process` starts the store as a child of a run) add the same
+parser, so the store never imports the CLI above it. Only ``argparse`` at import: the store's
+machinery loads when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+#: Given ``--run-dir`` and ``--compare``: what mounts a higher layer's routes on the viewer
+#: (the run's files: ``driver/run_views.py``), handed in by whoever builds the command.
+RunRoutes = Callable[[Path | None, Path | None], "Callable[[web.Application], None]"]
+
+
+def add_serve_parser(commands: Any, run_routes: RunRoutes | None = None) -> argparse.ArgumentParser:
+    """``serve`` (also used by ``python -m rollgym.tracestore``); ``run_routes`` mounts the
+    views of the run's own files (conversations, failures, the comparison)."""
+    serve = commands.add_parser("serve", help="OTLP/HTTP receiver + viewer on one port")
+    serve.add_argument(
+        "--db",
+        type=Path,
+        default=Path("traces.db"),
+        help="SQLite file (default traces.db, or RUN_DIR/traces.db)",
+    )
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on; beyond loopback a bearer token is required "
+        "(ROLLGYM_TRACE_STORE_TOKEN, else one is generated and printed)",
+    )
+    serve.add_argument("--port", type=int, default=4318, help="0 picks a free port")
+    serve.add_argument("--run-dir", type=Path, help="run directory shown by the viewer")
+    serve.add_argument(
+        "--compare",
+        type=Path,
+        metavar="RUN_B",
+        help="a second run directory: the viewer compares --run-dir (A) with it, as "
+        "rollgym compare A RUN_B does",
+    )
+    serve.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name requests may address besides loopback and --host (repeatable); "
+        "others are refused (DNS rebinding protection)",
+    )
+    serve.add_argument("--ready-file", type=Path, help="write {endpoint, port, pid} when ready")
+    serve.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=32 * 1024 * 1024,
+        help="larger OTLP payloads are refused with 413 (default 32 MiB)",
+    )
+    serve.set_defaults(handler=_serve, run_routes=run_routes)
+    return serve
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import asyncio
+    import os
+
+    from rollgym.event_loop import loop_factory
+    from rollgym.tracestore.access import TOKEN_ENV, otel_headers_value, store_token
+    from rollgym.tracestore.lifecycle import ListenError, serve
+
+    if args.compare is not None and not args.compare.is_dir():
+        print(
+            f"rollgym traces serve: --compare {args.compare}: no such run directory",
+            file=sys.stderr,
+        )
+        return 2
+    db = args.db
+    if args.run_dir is not None and args.db == Path("traces.db"):
+        db = args.run_dir / "traces.db"
+    token = store_token(args.host)
+    if token is not None and not os.environ.get(TOKEN_ENV):
+        print(
+            f"bearer token required: give exporters "
+            f"OTEL_EXPORTER_OTLP_TRACES_HEADERS={otel_headers_value(token)}",
+            flush=True,
+        )
+    try:
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            runner.run(
+                serve(
+                    db,
+                    args.host,
+                    args.port,
+                    run_dir=args.run_dir,
+                    ready_file=args.ready_file,
+                    max_body=args.max_body_bytes,
+                    allow_hosts=tuple(args.allow_host),
+                    token=token,
+                    extra_routes=(
+                        args.run_routes(args.run_dir, args.compare) if args.run_routes else None
+                    ),
+                )
+            )
+    except ListenError as exc:
+        print(f"rollgym traces serve: {exc.strerror}", file=sys.stderr)
+        return 2
+    return 0

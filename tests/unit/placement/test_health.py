@@ -1,0 +1,153 @@
+"""wait_healthy against real loopback servers: healthy, refusing, wrong answers, an early exit."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from rollgym.errors import LaunchError
+from rollgym.placement.health import wait_healthy
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as client:
+        yield client
+
+
+async def _serve(handler: Handler) -> tuple[web.AppRunner, str]:
+    app = web.Application()
+    app.router.add_get("/health", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+def _failure(problem: str) -> LaunchError:
+    return LaunchError(problem, server="x")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_a_healthy_server_answers_with_its_url(session: aiohttp.ClientSession) -> None:
+    async def ok(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    runner, url = await _serve(ok)
+    try:
+        got = await wait_healthy(
+            url, session=session, deadline=time.monotonic() + 20, failure=_failure
+        )
+    finally:
+        await runner.cleanup()
+    assert got == url
+
+
+async def test_the_url_can_come_from_a_ready_file(
+    session: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    async def ok(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    runner, url = await _serve(ok)
+    ready = tmp_path / "ready"
+    port = url.rsplit(":", 1)[1]
+    asyncio.get_running_loop().call_later(0.2, ready.write_text, port)
+    try:
+        got = await wait_healthy(
+            None,
+            session=session,
+            deadline=time.monotonic() + 20,
+            ready_file=ready,
+            failure=_failure,
+        )
+    finally:
+        await runner.cleanup()
+    assert got == f"http://127.0.0.1:{port}"
+
+
+async def test_a_wrong_answer_is_named_when_time_runs_out(
+    session: aiohttp.ClientSession,
+) -> None:
+    async def starting(request: web.Request) -> web.Response:
+        return web.json_response({"status": "starting"})
+
+    runner, url = await _serve(starting)
+    try:
+        with pytest.raises(LaunchError, match="not healthy in time .*'starting'"):
+            await wait_healthy(
+                url, session=session, deadline=time.monotonic() + 0.5, failure=_failure
+            )
+        # a server given by url: only has to answer below 500
+        got = await wait_healthy(
+            url, session=session, deadline=time.monotonic() + 20, failure=_failure, strict=False
+        )
+        assert got == url
+    finally:
+        await runner.cleanup()
+
+
+async def test_an_error_status_is_not_healthy_even_when_lenient(
+    session: aiohttp.ClientSession,
+) -> None:
+    async def broken(request: web.Request) -> web.Response:
+        return web.Response(status=503)
+
+    runner, url = await _serve(broken)
+    try:
+        with pytest.raises(LaunchError, match="HTTP 503"):
+            await wait_healthy(
+                url,
+                session=session,
+                deadline=time.monotonic() + 0.5,
+                failure=_failure,
+                strict=False,
+            )
+    finally:
+        await runner.cleanup()
+
+
+async def test_nothing_listening_fails_early_with_refused_for_s(
+    session: aiohttp.ClientSession,
+) -> None:
+    url = f"http://127.0.0.1:{_free_port()}"
+    started = time.monotonic()
+    with pytest.raises(LaunchError, match="refusing connections for 1 s: nothing listens"):
+        await wait_healthy(
+            url, session=session, deadline=started + 60, failure=_failure, refused_for_s=1.0
+        )
+    assert time.monotonic() - started < 30
+
+
+async def test_a_child_that_exits_first_is_a_failure_naming_its_exit(
+    session: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    child.wait(timeout=60)
+    with pytest.raises(LaunchError, match=r"exited \(exit status 3\) before it was healthy"):
+        await wait_healthy(
+            None,
+            session=session,
+            deadline=time.monotonic() + 20,
+            ready_file=tmp_path / "never",
+            process=child,
+            failure=_failure,
+        )
