@@ -202,7 +202,13 @@ GROUND = len(LAYERS)
 
 
 def _room(module: str) -> tuple[str, int]:
-    """``(room, floor)`` of a module: the first two parts of its name, and that room's floor."""
+    """``(room, floor)`` of a module: the first two parts of its name, and that room's floor.
+
+    A package's ``__main__`` is an entry point, like ``python -m rollgym``: it wires the floors
+    together (the trace store's child serves the driver's views of its run), so it stands on
+    the top floor whatever package it sits in."""
+    if module.endswith(".__main__"):
+        return module, 0
     room = ".".join(module.split(".")[:2])
     for floor, rooms in enumerate(LAYERS):
         if room in rooms:

@@ -28,7 +28,7 @@ from fastapi import Body, FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.responses import Response, StreamingResponse
 
-from rollgym import policy_versions
+import rollgym.policy_versions as policy_versions
 from rollgym.http.scoped_context import split_scoped_id
 from rollgym.http.server import OrjsonResponse
 from rollgym.policy_versions import PolicyVersion, is_version

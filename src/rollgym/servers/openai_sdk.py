@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from rollgym import policy_versions
+import rollgym.policy_versions as policy_versions
 from rollgym.servers.sdk_pool import async_pool, http_library, require_openai, sync_pool
 from rollgym.servers.sse import MEDIA_TYPE
 from rollgym.telemetry import names

@@ -22,7 +22,7 @@ from itertools import chain
 from operator import itemgetter
 from typing import Any, Literal
 
-from rollgym import policy_versions
+import rollgym.policy_versions as policy_versions
 
 #: Marks a streamed answer whose stream ended before ``[DONE]`` (see ``trajectory.stream``).
 STREAM_INCOMPLETE = "stream_incomplete"
