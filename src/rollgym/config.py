@@ -62,6 +62,11 @@ class RunConfig(BaseModel):
         3, ge=1, description="Attempts per rollout (transient failures only)."
     )
     timeout_s: float = Field(300.0, gt=0, description="Time limit of one attempt, in seconds.")
+    adaptive_window: bool = Field(
+        True,
+        description="Send each server only the attempts it answers in good time; the rest "
+        "wait unsent, their time limit not started (false: all `concurrency` at once).",
+    )
     agent: str | None = Field(None, description="Agent server for rows that name none.")
     environment_routes: dict[str, str] = Field(
         default_factory=dict,

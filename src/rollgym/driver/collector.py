@@ -33,6 +33,7 @@ from typing import Any
 
 from rollgym.driver.admission import SharedSource, WorkerPool
 from rollgym.driver.dispatch import Dispatcher, Rotation
+from rollgym.driver.dispatch_window import DispatchWindows
 from rollgym.driver.outcomes import Outcome, RolloutFailure
 from rollgym.driver.retry import InFlight, RetryPolicy, cancelled_failure, run_rollout
 from rollgym.driver.rows import (
@@ -91,7 +92,10 @@ class Collector:
     ``rotation`` (the CLI job's server supervisor) holds back attempts for a server that is
     restarting. ``max_request_bytes`` / ``max_response_bytes`` bound what one attempt sends and
     what its answer may weigh (``run.max_request_bytes``, ``run.max_response_bytes``); ``None``
-    is no limit.
+    is no limit. ``adaptive_window`` (``run.adaptive_window``) sends each server only as many
+    attempts at once as it answers in good time, the rest waiting unsent with their time
+    limit not yet started (:mod:`rollgym.driver.dispatch_window`); False sends all
+    ``concurrency`` at once.
     """
 
     def __init__(
@@ -116,6 +120,7 @@ class Collector:
         replicas: Mapping[str, list[str]] | None = None,
         max_request_bytes: int | None = DEFAULT_MAX_REQUEST_BYTES,
         max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
+        adaptive_window: bool = True,
     ) -> None:
         if concurrency < 1 or repeats < 1 or max_attempts < 1:
             raise ValueError("concurrency, repeats and max_attempts must be at least 1")
@@ -134,6 +139,7 @@ class Collector:
         self._urls = dict(servers)
         self._capture: Capture = "tokens" if capture_tokens else "turns" if trajectories else "off"
         self._timeout_s = timeout_s
+        self._adaptive_window = adaptive_window
         self._metrics = metrics
         self._http_metrics = http_metrics
         self._rotation = rotation
@@ -223,8 +229,11 @@ class Collector:
 
         ``room`` (the stream form) bounds records waiting for a slow consumer.
         """
+        windows = (
+            DispatchWindows(self.concurrency, self._timeout_s) if self._adaptive_window else None
+        )
         send = Dispatcher(
-            self.client, self._urls, self._timeout_s, self._capture, self._rotation
+            self.client, self._urls, self._timeout_s, self._capture, self._rotation, windows
         ).send_attempt
         policy, in_flight, metrics = self.policy, self.in_flight, self._metrics
 

@@ -190,6 +190,7 @@ def make_collector(
         replicas=getattr(urls, "replicas", None),
         max_request_bytes=run.max_request_bytes,
         max_response_bytes=run.max_response_bytes,
+        adaptive_window=run.adaptive_window,
     )
 
 
