@@ -7,8 +7,11 @@ every rollout that rollgym's own servers starve past the limit shows as a ``time
 instead of being hidden by a retry. ``--burn K`` adds K busy-looping processes (at lowest
 priority, stopped when the job ends) to saturate the cores the way other work would.
 
-It prints completed/requested, the first-attempt timeouts and their share (target: 0), and
-the median and slowest rollout durations against the model latency.
+It prints completed/requested, the first-attempt timeouts and their share (target: 0), the
+wall time, and the median and slowest rollout durations against the model latency. By default
+it runs the same job twice back to back under the same load: with ``run.adaptive_window:
+false`` (every attempt sent at once, the behaviour before the dispatch window) and with the
+default adaptive window (``--window off`` / ``--window on`` runs one of them).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import orjson
@@ -33,7 +37,20 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.5, help="seconds per generation")
     parser.add_argument("--timeout", type=float, default=60.0, help="run.timeout_s")
     parser.add_argument("--burn", type=int, default=0, help="busy-looping processes beside it")
+    parser.add_argument(
+        "--window",
+        choices=["both", "off", "on"],
+        default="both",
+        help="run.adaptive_window: off, on, or both back to back (default)",
+    )
     args = parser.parse_args()
+    print(f"load average before: {os.getloadavg()[0]:.1f} (1 min), {os.cpu_count()} cores")
+    for adaptive in {"both": [False, True], "off": [False], "on": [True]}[args.window]:
+        run_once(args, adaptive)
+
+
+def run_once(args: argparse.Namespace, adaptive: bool) -> None:
+    """One job; prints its figures."""
     with tempfile.TemporaryDirectory(prefix="bench-saturation-") as tmp:
         root = Path(tmp)
         rows = root / "rows.jsonl"
@@ -45,6 +62,7 @@ def main() -> None:
                 "concurrency": args.n,
                 "max_attempts": 1,
                 "timeout_s": args.timeout,
+                "adaptive_window": adaptive,
                 "agent": "solver",
                 "progress_interval_s": 5,
             },
@@ -74,6 +92,7 @@ def main() -> None:
             )
             for _ in range(args.burn)
         ]
+        started = time.monotonic()
         try:
             proc = subprocess.run(
                 [sys.executable, "-m", "rollgym", "run", str(path), "--no-table"],
@@ -83,6 +102,7 @@ def main() -> None:
                 timeout=1800,
             )
         finally:
+            wall = time.monotonic() - started
             for burner in burners:
                 burner.terminate()
                 burner.wait()
@@ -94,17 +114,21 @@ def main() -> None:
             if failures_file.exists()
             else []
         )
-    timeouts = sum(1 for f in failures if f.get("error_kind") == "timeout")
-    other = len(failures) - timeouts
+    kinds: dict[str, int] = {}
+    for failure in failures:
+        kinds[failure.get("error_kind", "?")] = kinds.get(failure.get("error_kind", "?"), 0) + 1
+    timeouts = kinds.pop("timeout", 0)
+    other = sum(kinds.values())
     print(
         f"{args.n:,} single_turn rollouts in flight at once, model latency {args.latency} s, "
-        f"timeout_s {args.timeout:g}, one attempt each, {args.burn} burner process(es); "
-        f"rollgym run exited {proc.returncode}"
+        f"timeout_s {args.timeout:g}, one attempt each, {args.burn} burner process(es), "
+        f"run.adaptive_window {str(adaptive).lower()}; rollgym run exited {proc.returncode} "
+        f"after {wall:.1f} s wall (load average now {os.getloadavg()[0]:.1f})"
     )
     print(f"completed {len(records):,}/{args.n:,} ({len(records) / args.n:.3f})")
     print(
         f"first-attempt timeouts: {timeouts:,} ({timeouts / args.n:.1%}; target 0); "
-        f"other failures: {other:,}"
+        f"other failures: {other:,} {kinds or ''}"
     )
     if records:
         durations = sorted(r["duration_s"] for r in records)

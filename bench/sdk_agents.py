@@ -36,7 +36,9 @@ import yaml
 HERE = Path(__file__).resolve().parent
 
 
-def _job(root: Path, n: int, latency: float, calls: int) -> dict[str, dict[str, Any]]:
+def _job(
+    root: Path, n: int, latency: float, calls: int, window: bool = True
+) -> dict[str, dict[str, Any]]:
     """One job, N rows for each agent, all in flight at once; per-agent figures."""
     root.mkdir(parents=True)
     rows = root / "rows.jsonl"
@@ -55,6 +57,7 @@ def _job(root: Path, n: int, latency: float, calls: int) -> dict[str, dict[str, 
             "concurrency": 2 * n,
             "max_attempts": 1,
             "timeout_s": 120,
+            "adaptive_window": window,
             "progress_interval_s": 5,
         },
         "servers": {
@@ -181,17 +184,24 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.5, help="seconds per generation")
     parser.add_argument("--calls", type=int, default=1, help="model calls of the SDK agent")
     parser.add_argument("--construction", action="store_true", help="client set-up costs only")
+    parser.add_argument(
+        "--window",
+        choices=["on", "off"],
+        default="on",
+        help="run.adaptive_window (off: every attempt sent at once, as before the window)",
+    )
     args = parser.parse_args()
     if args.construction:
         construction()
         return
     n = 5000 if args.full else args.n
     with tempfile.TemporaryDirectory(prefix="bench-sdk-") as tmp:
-        figures = _job(Path(tmp) / "job", n, args.latency, args.calls)
+        figures = _job(Path(tmp) / "job", n, args.latency, args.calls, args.window == "on")
     single, sdk = figures["single_turn"], figures["sdk"]
     print(
         f"{n:,} rollouts of each agent in flight at once ({2 * n:,} in all), model latency "
-        f"{args.latency} s, SDK agent model calls: {args.calls}"
+        f"{args.latency} s, SDK agent model calls: {args.calls}, run.adaptive_window "
+        f"{args.window}; load average {os.getloadavg()[0]:.1f}"
     )
     _print("single_turn", single)
     _print("sdk", sdk)

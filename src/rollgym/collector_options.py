@@ -51,6 +51,9 @@ class CollectorOptions:
     #: No result handed over has a model call more than this many policy versions behind the
     #: current one (None: no bound; docs/policy-versions.md).
     max_staleness: int | None = None
+    #: Send each server only as many attempts at once as it answers in good time
+    #: (:mod:`rollgym.driver.dispatch_window`); False sends all ``concurrency`` at once.
+    adaptive_window: bool = True
 
 
 #: The defaults, readable as attributes (``DEFAULTS.concurrency``).

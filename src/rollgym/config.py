@@ -69,6 +69,11 @@ class RunConfig(BaseModel):
     timeout_s: float = Field(
         _RUN.timeout_s, gt=0, description="Time limit of one attempt, in seconds."
     )
+    adaptive_window: bool = Field(
+        _RUN.adaptive_window,
+        description="Send each server only the attempts it answers in good time; the rest "
+        "wait unsent, their time limit not started (false: all `concurrency` at once).",
+    )
     agent: str | None = Field(None, description="Agent server for rows that name none.")
     environment_routes: dict[str, str] = Field(
         default_factory=dict,
@@ -141,6 +146,7 @@ class RunConfig(BaseModel):
             max_request_bytes=self.max_request_bytes,
             max_response_bytes=self.max_response_bytes,
             max_staleness=self.max_staleness,
+            adaptive_window=self.adaptive_window,
         )
 
 

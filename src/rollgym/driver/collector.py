@@ -34,6 +34,7 @@ from typing import Any
 from rollgym.collector_options import DEFAULTS, CollectorOptions
 from rollgym.driver.admission import SharedSource, WorkerPool
 from rollgym.driver.dispatch import Dispatcher, Rotation
+from rollgym.driver.dispatch_window import DispatchWindows
 from rollgym.driver.groups import GroupBuffer
 from rollgym.driver.outcomes import Outcome, RolloutFailure
 from rollgym.driver.policy_clock import PolicyClock
@@ -106,6 +107,10 @@ class Collector:
     :class:`~rollgym.collector_options.CollectorOptions` (what ``RunConfig.collector_options()``
     builds from a job config); then none of the keywords it holds may be given too. Either way
     the value is :attr:`options`.
+
+    ``adaptive_window`` (``run.adaptive_window``) sends each server only as many attempts at
+    once as it answers in good time, the rest waiting unsent with their time limit not yet
+    started (:mod:`rollgym.driver.dispatch_window`); False sends all ``concurrency`` at once.
     """
 
     def __init__(
@@ -133,6 +138,7 @@ class Collector:
         policy_version: PolicyVersion | None = None,
         max_staleness: int | None = DEFAULTS.max_staleness,
         model_servers: Mapping[str, str] | None = None,
+        adaptive_window: bool = DEFAULTS.adaptive_window,
         options: CollectorOptions | None = None,
     ) -> None:
         if policy_version is not None and not is_version(policy_version):
@@ -151,6 +157,7 @@ class Collector:
             max_request_bytes=max_request_bytes,
             max_response_bytes=max_response_bytes,
             max_staleness=max_staleness,
+            adaptive_window=adaptive_window,
         )
         if options is None:
             options = given
@@ -199,6 +206,7 @@ class Collector:
             "tokens" if options.capture_tokens else "turns" if options.trajectories else "off"
         )
         self._timeout_s = options.timeout_s
+        self._adaptive_window = options.adaptive_window
         #: A row over the request limit is refused unsent; an answer past the other while read.
         self._limits = ExchangeLimits(options.max_request_bytes, options.max_response_bytes)
 
@@ -342,8 +350,17 @@ class Collector:
 
         ``room`` (the stream form) bounds records waiting for a slow consumer.
         """
+        windows = (
+            DispatchWindows(self.concurrency, self._timeout_s) if self._adaptive_window else None
+        )
         send = Dispatcher(
-            self.client, self._urls, self._timeout_s, self._capture, self._rotation, self._clock
+            self.client,
+            self._urls,
+            self._timeout_s,
+            self._capture,
+            self._rotation,
+            self._clock,
+            windows,
         ).send_attempt
         policy, in_flight, metrics = self.policy, self.in_flight, self._metrics
         clock = self._clock

@@ -22,6 +22,7 @@ import time
 from types import ModuleType
 from typing import Any, NamedTuple, Protocol
 
+from rollgym.driver.dispatch_window import DispatchWindows
 from rollgym.driver.policy_clock import PolicyClock
 from rollgym.driver.rows import Rollout, collector_row, unstamped
 from rollgym.errors import (
@@ -162,7 +163,9 @@ class Dispatcher:
     """Sends attempts through the one :class:`HttpClient` to the servers' base URLs.
 
     With a ``rotation``, an attempt for a server that is out of rotation (or calls one that
-    is) waits until it is back, or fails at once when it is gone for good.
+    is) waits until it is back, or fails at once when it is gone for good. With ``windows``,
+    an attempt waits for room in its server's dispatch window before it is sent
+    (:mod:`rollgym.driver.dispatch_window`); its time limit starts once it is sent.
     """
 
     def __init__(
@@ -173,10 +176,12 @@ class Dispatcher:
         capture: Capture = "off",
         rotation: Rotation | None = None,
         clock: PolicyClock | None = None,
+        windows: DispatchWindows | None = None,
     ) -> None:
         self._client = client
         #: The driver's policy version, for the lag on the dispatch span (None: not used).
         self._clock = clock
+        self._windows = windows
         self._run_urls = {name: url.rstrip("/") + "/run" for name, url in urls.items()}
         self._timeout = timeout_s
         #: Asks the agent for a trajectory; None keeps the no-header fast path.
@@ -202,6 +207,38 @@ class Dispatcher:
             waited = time.perf_counter() - wait_started
             if down is not None:
                 return AttemptOutcome(rollout_id, attempt, None, None, down, None, time.time(), 0.0)
+        windows = self._windows
+        if windows is None:
+            return await self._send(rollout, attempt, row, rollout_id, body, server, waited)
+        window = windows.of(server)
+        waited += await window.acquire()
+        sent_at = time.perf_counter()
+        outcome: AttemptOutcome | None = None
+        try:
+            outcome = await self._send(rollout, attempt, row, rollout_id, body, server, waited)
+        finally:
+            error = None if outcome is None else outcome.error
+            window.release(
+                sent_at,
+                time.perf_counter() - sent_at,
+                error is not None and error.kind == "timeout",
+            )
+        return outcome
+
+    async def _send(
+        self,
+        rollout: Rollout,
+        attempt: int,
+        row: dict[str, Any],
+        rollout_id: str,
+        body: Any,
+        server: str,
+        waited: float,
+    ) -> AttemptOutcome:
+        """The POST itself, from the moment the attempt is sent (its time limit starts here)."""
+        target = rollout.task.target
+        assert target is not None
+        rotation = self._rotation
         post = self._client.post_json
         url = self._run_urls[server]
         headers = self._headers
