@@ -80,12 +80,20 @@ def bare_app(timeout_s: float) -> tuple[float, float]:
     return ready, _stop(proc)
 
 
-def rollgym_serve(config: str, servers: int, timeout_s: float) -> tuple[float, float]:
-    """Seconds until ``rollgym serve`` printed all ``servers`` URLs, and its tree's CPU."""
+def rollgym_serve(
+    config: str, servers: int, timeout_s: float, src: str | None = None
+) -> tuple[float, float]:
+    """Seconds until ``rollgym serve`` printed all ``servers`` URLs, and its tree's CPU.
+
+    ``src``: run the rollgym found there instead (``PYTHONPATH``), for a before/after."""
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = src
     with tempfile.TemporaryDirectory(prefix="rollgym-startup-") as out:
         start = time.perf_counter()
         proc = subprocess.Popen(
             [sys.executable, "-m", "rollgym", "serve", config, f"run.output_dir={out}"],
+            env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             bufsize=0,  # unbuffered: select() then sees every line still unread
@@ -113,23 +121,35 @@ def main() -> None:
     parser.add_argument("--servers", type=int, default=5, help="URL lines CONFIG prints")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--timeout-s", type=float, default=120.0)
+    parser.add_argument(
+        "--baseline-src",
+        help="also run the rollgym whose sources are in this folder (another checkout's src/) "
+        "in each round, for a before/after side by side",
+    )
     args = parser.parse_args()
     bare: list[tuple[float, float]] = []
     served: list[tuple[float, float]] = []
+    baseline: list[tuple[float, float]] = []
     load = os.getloadavg()[0]
     for i in range(args.rounds):
         # alternate which goes first, so drift of the machine falls on both
-        order = [0, 1] if i % 2 == 0 else [1, 0]
+        order = [0, 1, 2] if i % 2 == 0 else [2, 1, 0]
         for which in order:
             if which == 0:
                 bare.append(bare_app(args.timeout_s))
-            else:
+            elif which == 1:
                 served.append(rollgym_serve(args.config, args.servers, args.timeout_s))
-        print(
+            elif args.baseline_src:
+                baseline.append(
+                    rollgym_serve(args.config, args.servers, args.timeout_s, args.baseline_src)
+                )
+        line = (
             f"round {i + 1}: bare {bare[-1][0]:.2f} s ({bare[-1][1]:.2f} s CPU), "
-            f"rollgym serve {served[-1][0]:.2f} s ({served[-1][1]:.2f} s CPU)",
-            flush=True,
+            f"rollgym serve {served[-1][0]:.2f} s ({served[-1][1]:.2f} s CPU)"
         )
+        if baseline:
+            line += f", baseline {baseline[-1][0]:.2f} s ({baseline[-1][1]:.2f} s CPU)"
+        print(line, flush=True)
     bare_wall = statistics.median(r[0] for r in bare)
     serve_wall = statistics.median(r[0] for r in served)
     bare_cpu = statistics.median(r[1] for r in bare)
@@ -143,6 +163,14 @@ def main() -> None:
         f"CPU to exit: bare app {bare_cpu:.2f} s, rollgym serve {serve_cpu:.2f} s "
         f"(ratio {serve_cpu / bare_cpu:.2f})"
     )
+    if baseline:
+        base_wall = statistics.median(r[0] for r in baseline)
+        base_cpu = statistics.median(r[1] for r in baseline)
+        print(
+            f"baseline ({args.baseline_src}): ready {base_wall:.2f} s, ratio to the bare app "
+            f"{base_wall / bare_wall:.2f}, CPU {base_cpu:.2f} s; this checkout / baseline: "
+            f"{serve_wall / base_wall:.2f} wall, {serve_cpu / base_cpu:.2f} CPU"
+        )
 
 
 if __name__ == "__main__":
