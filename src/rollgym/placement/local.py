@@ -41,10 +41,8 @@ class ServerProcess:
     ) -> None:
         """``listener``: a socket bound for it in advance (its URL already handed out); the
         process serves on it, and this process's copy is closed once the child has it."""
-        self.url: str | None = None
         if listener is not None:
             spec = dataclasses.replace(spec, listen_fd=listener.fileno())
-            self.url = f"http://127.0.0.1:{listener.getsockname()[1]}"
         self.spec = spec
         self.log_path = log_path
         self.ready_file = Path(spec.ready_file)
@@ -78,10 +76,11 @@ class ServerProcess:
         return LaunchError(problem + quoted, server=self.spec.instance)
 
     async def wait_healthy(self, session: aiohttp.ClientSession, timeout_s: float) -> str:
-        # A reserved address is asked at once: the request waits in the socket's backlog
-        # until the server serves. Otherwise the process announces its port in a ready file.
+        # The process announces its port in a ready file once its app is built (a reserved
+        # one too: asking before would only time requests out in the backlog while it
+        # imports); the first GET /health then waits in the backlog until it serves.
         return await wait_healthy(
-            self.url,
+            None,
             session=session,
             deadline=time.monotonic() + timeout_s,
             ready_file=self.ready_file,
