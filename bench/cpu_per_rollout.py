@@ -133,8 +133,9 @@ def one_run(
             pid = pending.pop()
             cpu = _cpu_s(pid)
             if cpu is not None:
-                name = last[pid][0] if pid in last else _name(pid)
-                last[pid] = (name, cpu)
+                # named afresh each time: just after fork a child still shows the driver's
+                # command line, until it execs
+                last[pid] = (_name(pid), cpu)
             pending.extend(_children(pid))
         time.sleep(sample_s)
     proc.returncode = os.waitstatus_to_exitcode(status)

@@ -132,3 +132,14 @@ def test_the_local_placement_reserves_an_address_per_instance(tmp_path):
         assert first != second and first.startswith("http://127.0.0.1:")
     finally:
         placement.close()
+
+
+def test_readiness_is_polled_quickly_at_first_then_backs_off():
+    from itertools import islice
+
+    from rollgym.placement.health import poll_pauses
+
+    pauses = list(islice(poll_pauses(), 12))
+    assert pauses[0] == 0.005
+    assert all(a <= b for a, b in zip(pauses, pauses[1:], strict=False))
+    assert pauses[-1] == 0.05 and max(pauses) == 0.05
