@@ -59,11 +59,13 @@ def spawn_child(
     log_path: Path,
     on_parent_death: int = signal.SIGTERM,
     new_session: bool = False,
+    pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen[bytes]:
     """Start ``command`` with its stdout and stderr appended to ``log_path``.
 
     ``new_session``: run in a session of its own, so a terminal's Ctrl-C reaches only the
-    parent (which then stops its children in order).
+    parent (which then stops its children in order). ``pass_fds``: descriptors the child
+    inherits under the same numbers (a listening socket bound here).
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
@@ -75,6 +77,7 @@ def spawn_child(
             stderr=subprocess.STDOUT,
             preexec_fn=die_with_parent(on_parent_death),
             start_new_session=new_session,
+            pass_fds=tuple(pass_fds),
         )
 
 

@@ -40,6 +40,12 @@ class PlacedServer(Protocol):
 class Placement(Protocol):
     """Start servers somewhere, know their URLs, watch them, restart one, stop them for sure."""
 
+    def reserve(self, instance: str) -> str | None:
+        """The URL instance ``instance`` will have, fixed before it starts; None where the
+        placement learns it only once the server runs (then servers start in dependency
+        order, each told the URLs of the ones it calls)."""
+        ...
+
     async def start(
         self, spec: ServeSpec, *, session: aiohttp.ClientSession, timeout_s: float
     ) -> str:

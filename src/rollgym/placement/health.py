@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import aiohttp
@@ -19,7 +19,19 @@ import aiohttp
 from rollgym.child_process import describe_exit, read_ready_file
 from rollgym.errors import LaunchError
 
-_POLL_S = 0.05
+#: The first pause between two looks, growing by ``_POLL_GROWTH`` up to ``_POLL_MAX_S``: a
+#: server that is up at once is seen at once, a slow one is not asked 20 times a second.
+_POLL_FIRST_S = 0.005
+_POLL_GROWTH = 1.5
+_POLL_MAX_S = 0.05
+
+
+def poll_pauses() -> Iterator[float]:
+    """The pauses between looks: 5 ms, growing by half each time, to 50 ms."""
+    pause = _POLL_FIRST_S
+    while True:
+        yield pause
+        pause = min(_POLL_MAX_S, pause * _POLL_GROWTH)
 
 
 async def wait_healthy(
@@ -43,6 +55,7 @@ async def wait_healthy(
     """
     last_problem = "no answer yet"
     refused_since: float | None = None
+    pauses = poll_pauses()
     while True:
         if process is not None and process.poll() is not None:
             raise failure(f"exited ({describe_exit(process.returncode)}) before it was healthy")
@@ -64,7 +77,7 @@ async def wait_healthy(
                 refused_since = None
         if time.monotonic() > deadline:
             raise failure(f"not healthy in time ({last_problem})")
-        await asyncio.sleep(_POLL_S)
+        await asyncio.sleep(next(pauses))
 
 
 _REFUSED = "connection refused"

@@ -2,9 +2,11 @@
 
 ``async with launch_servers(config, run_id=..., output_dir=..., env=...) as urls:`` yields
 ``{server name: base URL}`` for every server of the config. Servers with ``impl`` are launched
-in dependency order (models and environments before the agents that name them, from each
-implementation's ``Options.server_refs``), concurrently where the order allows; servers given
-by ``url`` are only health-checked. Leaving the block for any reason (normal exit, an
+all at once where the placement fixes their addresses before they start (local processes:
+:mod:`rollgym.placement.reserved`), so one slow server delays no other; where it cannot (Ray
+actors), in dependency order (models and environments before the agents that name them, from
+each implementation's ``Options.server_refs``), concurrently where the order allows. Servers
+given by ``url`` are only health-checked. Leaving the block for any reason (normal exit, an
 exception, Ctrl-C, cancellation) stops every launched process: SIGTERM, up to 10 s, SIGKILL.
 
 A launched server that exits during the launch (even after it was healthy) stops the launch
@@ -99,6 +101,9 @@ class _Launch:
         self.urls: dict[str, str] = {}
         #: ``{server: [replica URLs]}`` of the servers with several replicas.
         self.replicas: dict[str, list[str]] = {}
+        #: Addresses fixed before their servers started (what a server is told of the others).
+        self.planned: dict[str, str] = {}
+        self.planned_replicas: dict[str, list[str]] = {}
         self.placement = placement
 
     async def run(self, session: aiohttp.ClientSession) -> None:
@@ -108,7 +113,7 @@ class _Launch:
             if server.url is not None
         ]
         await _all_or_cancel(checks)
-        for wave in launch_waves(dependencies(self.config)):
+        for wave in self._waves():
             self.raise_if_one_died(before=wave)
             starts = [
                 self._traced(name, self.config.servers[name], self._start(name, session))
@@ -116,6 +121,27 @@ class _Launch:
             ]
             await _all_or_cancel([*starts, self._deaths_while(wave)])
         self.raise_if_one_died(before=None)
+
+    def _waves(self) -> list[list[str]]:
+        """One wave of every launched server when the placement can fix all their addresses
+        in advance; otherwise the dependency order's waves."""
+        deps = dependencies(self.config)
+        waves = launch_waves(deps)  # a cycle is an error in either case
+        planned: dict[str, list[str]] = {}
+        for name in deps:
+            urls = [
+                self.placement.reserve(instance_name(name, replica))
+                for replica in range(self.config.servers[name].replicas)
+            ]
+            known = [url for url in urls if url is not None]
+            if len(known) < len(urls):
+                return waves
+            planned[name] = known
+        for name, fixed in planned.items():
+            self.planned[name] = fixed[0]
+            if len(fixed) > 1:
+                self.planned_replicas[name] = fixed
+        return [sorted(deps)] if deps else []
 
     def raise_if_one_died(self, *, before: list[str] | None) -> None:
         """A :class:`LaunchError` for the first launched server that has exited since healthy."""
@@ -185,8 +211,8 @@ class _Launch:
                 impl=server.impl,
                 ready_file=str(self.logs / f"{instance_name(name, replica)}.ready"),
                 options=server.options,
-                server_urls=dict(self.urls),
-                server_replicas=dict(self.replicas),
+                server_urls={**self.planned, **self.urls},
+                server_replicas={**self.planned_replicas, **self.replicas},
                 run_id=self.run_id,
                 output_dir=str(self.output_dir),
                 max_request_bytes=self.config.run.max_request_bytes,

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Mapping
@@ -22,6 +23,7 @@ import aiohttp
 from rollgym.child_process import describe_exit, log_tail, spawn_child
 from rollgym.errors import LaunchError
 from rollgym.placement.health import wait_healthy
+from rollgym.placement.reserved import Reservations
 from rollgym.servers.spec import ENV_SPEC, ServeSpec
 
 _POLL_S = 0.05
@@ -30,17 +32,32 @@ _POLL_S = 0.05
 class ServerProcess:
     """A server (one replica of it) started with ``python -m rollgym.servers.server_process``."""
 
-    def __init__(self, spec: ServeSpec, env: Mapping[str, str], log_path: Path) -> None:
+    def __init__(
+        self,
+        spec: ServeSpec,
+        env: Mapping[str, str],
+        log_path: Path,
+        listener: socket.socket | None = None,
+    ) -> None:
+        """``listener``: a socket bound for it in advance (its URL already handed out); the
+        process serves on it, and this process's copy is closed once the child has it."""
+        if listener is not None:
+            spec = dataclasses.replace(spec, listen_fd=listener.fileno())
         self.spec = spec
         self.log_path = log_path
         self.ready_file = Path(spec.ready_file)
         self.ready_file.unlink(missing_ok=True)
-        self.popen = spawn_child(
-            [sys.executable, "-m", "rollgym.servers.server_process"],
-            env={**os.environ, **env, ENV_SPEC: spec.to_env()},
-            log_path=log_path,
-            new_session=True,
-        )
+        try:
+            self.popen = spawn_child(
+                [sys.executable, "-m", "rollgym.servers.server_process"],
+                env={**os.environ, **env, ENV_SPEC: spec.to_env()},
+                log_path=log_path,
+                new_session=True,
+                pass_fds=() if listener is None else (listener.fileno(),),
+            )
+        finally:
+            if listener is not None:
+                listener.close()
 
     @property
     def pid(self) -> int:
@@ -59,6 +76,9 @@ class ServerProcess:
         return LaunchError(problem + quoted, server=self.spec.instance)
 
     async def wait_healthy(self, session: aiohttp.ClientSession, timeout_s: float) -> str:
+        # The process announces its port in a ready file once its app is built (a reserved
+        # one too: asking before would only time requests out in the backlog while it
+        # imports); the first GET /health then waits in the backlog until it serves.
         return await wait_healthy(
             None,
             session=session,
@@ -103,12 +123,18 @@ class LocalPlacement:
         #: The current process of each launched server (a restart replaces its entry).
         self.by_name: dict[str, ServerProcess] = {}
         self.urls: dict[str, str] = {}
+        self.reservations = Reservations()
+
+    def reserve(self, instance: str) -> str:
+        """Bind instance's socket now; its URL (known before the process starts)."""
+        return self.reservations.reserve(instance)
 
     async def start(
         self, spec: ServeSpec, *, session: aiohttp.ClientSession, timeout_s: float
     ) -> str:
         """Start one server; its base URL once ``GET /health`` answers."""
-        process = ServerProcess(spec, self.env, self.logs / f"{spec.instance}.log")
+        listener = self.reservations.take(spec.instance)
+        process = ServerProcess(spec, self.env, self.logs / f"{spec.instance}.log", listener)
         self.processes.append(process)
         self.by_name[spec.instance] = process
         url = await process.wait_healthy(session, timeout_s)
@@ -124,7 +150,7 @@ class LocalPlacement:
         """Start instance ``name`` again on the port it had; its URL is unchanged."""
         old = self.by_name[name]
         port = int(self.urls[name].rsplit(":", 1)[1])
-        spec = dataclasses.replace(old.spec, port=port)
+        spec = dataclasses.replace(old.spec, port=port, listen_fd=None)
         process = ServerProcess(spec, self.env, old.log_path)
         self.processes.append(process)
         self.by_name[name] = process
@@ -140,6 +166,7 @@ class LocalPlacement:
             process.kill_now()
 
     def close(self) -> None:
+        self.reservations.close()
         self.kill_now()
 
 

@@ -339,6 +339,10 @@ class RayPlacement:
         self.replicas[spec.instance] = replica
         return url
 
+    def reserve(self, instance: str) -> None:
+        """None: an actor's node, and so its URL, is known only once it is placed."""
+        return None
+
     def launched(self) -> dict[str, ActorReplica]:
         """``{instance: its current replica}`` of the replicas that have been healthy."""
         return self.replicas

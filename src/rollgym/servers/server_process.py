@@ -35,6 +35,7 @@ from rollgym.event_loop import loop_factory
 from rollgym.files import write_atomically
 from rollgym.http.bounded_reads import BoundedH11Protocol
 from rollgym.http.client import SERVER_KEEPALIVE_S, HttpClient
+from rollgym.http.listen import BACKLOG, bind_loopback
 from rollgym.http.server import create_app
 from rollgym.open_files import raise_open_files_limit
 from rollgym.servers.base import ServerContext
@@ -42,26 +43,11 @@ from rollgym.servers.registry import resolve_impl
 from rollgym.servers.spec import ServeSpec
 from rollgym.telemetry.span_counts import SpanCountRecord, empty_record, write_server_record
 
-BACKLOG = 16384
 #: How often a server checks that the driver that launched it is still there.
 ORPHAN_POLL_S = 0.5
 #: Telemetry's flush budget once the driver is gone (its store went with it).
 ORPHANED_FLUSH_S = 0.5
 log = logging.getLogger("rollgym.serve")
-
-
-def bind_loopback(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
-    """A listening socket on ``host`` (loopback unless told); ``port`` 0: one the OS chose."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    sock.listen(BACKLOG)
-    sock.set_inheritable(True)
-    return sock
 
 
 def setup_server_telemetry(spec: ServeSpec, environ: Mapping[str, str] | None = None) -> Any | None:
@@ -113,7 +99,10 @@ class AppServer:
             ),
         )
         app = create_app(cls(context))
-        self.socket = bind_loopback(host, spec.port)
+        if spec.listen_fd is not None:  # bound by the launcher, which already gave out its URL
+            self.socket = socket.socket(fileno=spec.listen_fd)
+        else:
+            self.socket = bind_loopback(host, spec.port)
         self.host = host
         self.port: int = self.socket.getsockname()[1]
         self.server = uvicorn.Server(

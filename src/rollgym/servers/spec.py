@@ -35,6 +35,11 @@ class ServeSpec:
     #: 0: the process picks a free port. A restart asks for the port the server had, so the
     #: servers that call it (their URLs were fixed at launch) reach it again.
     port: int = 0
+    #: A socket already listening, inherited from the launcher (local placement): its address
+    #: was known, and handed to the servers that call it, before this process started, so
+    #: every server starts at once instead of waiting for the ones it names. None: bind
+    #: ``port`` itself (a restart, a Ray actor).
+    listen_fd: int | None = None
 
     @property
     def instance(self) -> str:

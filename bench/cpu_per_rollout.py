@@ -1,0 +1,186 @@
+"""CPU per single-turn rollout across every process of a run, at the margin of two run sizes.
+
+Runs ``rollgym run`` on a single-turn job (agent ``single_turn`` on environment
+``arithmetic``, model ``simulated`` at a fixed 20 ms) with a small and a large input,
+alternating over the rounds. The CPU of a run is its whole process tree's, exactly
+(``wait4`` on the command, which reaps every server and the trace store); the marginal CPU per
+rollout is ``(large - small) / (rows_large - rows_small)``, so start-up and shut-down cancel.
+The breakdown by process comes from sampling ``/proc/<pid>/stat`` of every descendant every
+``--sample-s`` (a process's last interval before it exits is missed, the same in both sizes);
+each is named by its server instance (``ROLLGYM_SERVER_SPEC``) or its command.
+
+    python bench/cpu_per_rollout.py --small 200 --large 1200 --rounds 2
+
+Target: at most 2 ms a rollout. On a loaded machine CPU seconds stay meaningful where wall
+time does not; say the load average with the figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+_INSTANCE = re.compile(rb'"name": "([^"]+)"')
+
+
+def _config(root: Path, telemetry: str) -> Path:
+    config = {
+        "run": {"agent": "solver", "concurrency": 64, "max_attempts": 1, "timeout_s": 120},
+        "servers": {
+            "policy": {
+                "kind": "model",
+                "impl": "simulated",
+                "accuracy": 0.8,
+                "latency": {"kind": "fixed", "seconds": 0.02},
+            },
+            "arith": {"kind": "environment", "impl": "arithmetic"},
+            "solver": {
+                "kind": "agent",
+                "impl": "single_turn",
+                "model": "policy",
+                "environment": "arith",
+            },
+        },
+        "telemetry": {"preset": telemetry},
+    }
+    path = root / "job.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def _rows(root: Path, n: int) -> Path:
+    path = root / f"rows-{n}.jsonl"
+    with path.open("w") as out:
+        for i in range(n):
+            out.write(json.dumps({"a": i % 97, "b": (i * 7) % 89, "op": "add"}) + "\n")
+    return path
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            return [int(x) for x in handle.read().split()]
+    except OSError:
+        return []
+
+
+def _name(pid: int) -> str:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "?"
+    args = [a.decode(errors="replace") for a in cmdline if a]
+    module = args[args.index("-m") + 1] if "-m" in args[:-1] else " ".join(args[1:3])[:40]
+    if module == "rollgym.servers.server_process":
+        found = _INSTANCE.search(environ)
+        return f"server {found.group(1).decode() if found else '?'}"
+    if module == "rollgym.telemetry.pipeline.child":
+        return "span shipper (per process)"
+    if module.startswith("rollgym.tracestore"):
+        return "trace store"
+    joined = " ".join(args)
+    if "multiprocessing" in joined:
+        return "trace store workers" if "spawn_main" in joined else "multiprocessing helper"
+    if module == "rollgym":
+        return "driver"
+    return module
+
+
+def _cpu_s(pid: int) -> float | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) * TICK_S
+
+
+def one_run(
+    root: Path, config: Path, rows: Path, sample_s: float
+) -> tuple[float, dict[str, float]]:
+    """The tree's CPU seconds (exact) and the sampled CPU by process name."""
+    out = tempfile.mkdtemp(prefix="run-", dir=root)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rollgym",
+            "run",
+            str(config),
+            f"run.input={rows}",
+            f"run.output_dir={out}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    last: dict[int, tuple[str, float]] = {}
+    while True:
+        finished, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if finished:
+            break
+        pending = [proc.pid]
+        while pending:
+            pid = pending.pop()
+            cpu = _cpu_s(pid)
+            if cpu is not None:
+                # named afresh each time: just after fork a child still shows the driver's
+                # command line, until it execs
+                last[pid] = (_name(pid), cpu)
+            pending.extend(_children(pid))
+        time.sleep(sample_s)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"rollgym run exited {proc.returncode} (see {out}/logs)")
+    by_name: dict[str, float] = defaultdict(float)
+    for name, cpu in last.values():
+        by_name[name] += cpu
+    return usage.ru_utime + usage.ru_stime, dict(by_name)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--small", type=int, default=200)
+    parser.add_argument("--large", type=int, default=1200)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--telemetry", default="default", help="telemetry.preset of the job")
+    parser.add_argument("--sample-s", type=float, default=0.2)
+    args = parser.parse_args()
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="rollgym-cpu-") as tmp:
+        root = Path(tmp)
+        config = _config(root, args.telemetry)
+        sizes = {args.small: _rows(root, args.small), args.large: _rows(root, args.large)}
+        runs: dict[int, list[tuple[float, dict[str, float]]]] = {n: [] for n in sizes}
+        for i in range(args.rounds):
+            order = [args.small, args.large] if i % 2 == 0 else [args.large, args.small]
+            for n in order:
+                runs[n].append(one_run(root, config, sizes[n], args.sample_s))
+                print(f"round {i + 1}: {n} rows: {runs[n][-1][0]:.2f} s CPU", flush=True)
+    margin = args.large - args.small
+    small = statistics.median(r[0] for r in runs[args.small])
+    large = statistics.median(r[0] for r in runs[args.large])
+    print(f"load average at start {load:.1f}, now {os.getloadavg()[0]:.1f}")
+    print(f"CPU of the whole tree: {small:.2f} s ({args.small} rows), {large:.2f} s ({args.large})")
+    per_rollout = (large - small) / margin
+    print(f"marginal CPU per rollout (target <= 2 ms): {per_rollout * 1000:.2f} ms")
+    print(f"fixed CPU (start-up and shut-down): {small - per_rollout * args.small:.2f} s")
+    names = sorted({name for n in runs for _, by in runs[n] for name in by})
+    print("by process (sampled), marginal ms per rollout:")
+    for name in names:
+        s = statistics.median(by.get(name, 0.0) for _, by in runs[args.small])
+        big = statistics.median(by.get(name, 0.0) for _, by in runs[args.large])
+        print(f"  {name:32s} {(big - s) / margin * 1000:6.2f}   ({s:.2f} s / {big:.2f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""Start-up: ``rollgym serve`` of a config vs one bare FastAPI/uvicorn app, alternating.
+
+Each round starts, in turn, a bare FastAPI app under uvicorn (``GET /health``, nothing else)
+and ``rollgym serve CONFIG`` (default: the quickstart's five servers and its trace store). The
+bare app is ready when the bench's first ``GET /health`` answers; ``rollgym serve`` when it has
+printed every server's URL (it prints them once each one's ``/health`` answered). Both are then
+stopped with SIGTERM and reaped with ``wait4``, whose resource usage is the CPU of the whole
+process tree (every server and the store are reaped by ``rollgym serve``).
+
+Prints the median wall time to ready of each, their ratio (target <= 2), and the median CPU
+seconds of each tree from start to exit. Run it on an otherwise idle machine for the figure;
+on a loaded one the ratio is still side by side, but say how loaded it was (load average).
+
+    python bench/startup.py --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import select
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BARE_APP = """
+import sys
+import fastapi, uvicorn
+app = fastapi.FastAPI()
+@app.get("/health")
+def health():
+    return {"status": "ok"}
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+"""
+POLL_S = 0.005
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> float:
+    """SIGTERM, reap with wait4; the CPU seconds (user + system) of the process tree."""
+    proc.send_signal(signal.SIGTERM)
+    _, _, usage = os.wait4(proc.pid, 0)
+    proc.returncode = 0  # reaped here: keep Popen from waiting again
+    return usage.ru_utime + usage.ru_stime
+
+
+def bare_app(timeout_s: float) -> tuple[float, float]:
+    """Seconds until the bare app's first answer, and its CPU seconds."""
+    port = _free_port()
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", BARE_APP, str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = start + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as answer:
+                if answer.status == 200:
+                    break
+        except OSError:
+            pass
+        if time.perf_counter() > deadline or proc.poll() is not None:
+            raise SystemExit("the bare app did not answer")
+        time.sleep(POLL_S)
+    ready = time.perf_counter() - start
+    return ready, _stop(proc)
+
+
+def rollgym_serve(
+    config: str, servers: int, timeout_s: float, src: str | None = None
+) -> tuple[float, float]:
+    """Seconds until ``rollgym serve`` printed all ``servers`` URLs, and its tree's CPU.
+
+    ``src``: run the rollgym found there instead (``PYTHONPATH``), for a before/after."""
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = src
+    with tempfile.TemporaryDirectory(prefix="rollgym-startup-") as out:
+        start = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rollgym", "serve", config, f"run.output_dir={out}"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            bufsize=0,  # unbuffered: select() then sees every line still unread
+        )
+        assert proc.stdout is not None
+        seen = 0
+        deadline = start + timeout_s
+        while seen < servers:
+            if not select.select([proc.stdout], [], [], max(0.0, deadline - time.perf_counter()))[
+                0
+            ]:
+                proc.kill()
+                raise SystemExit(f"rollgym serve printed {seen} of {servers} URLs in time")
+            line = proc.stdout.readline()
+            if not line:
+                raise SystemExit(f"rollgym serve exited after {seen} of {servers} URLs")
+            seen += 1
+        ready = time.perf_counter() - start
+        return ready, _stop(proc)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", default=str(ROOT / "examples" / "quickstart.yaml"))
+    parser.add_argument("--servers", type=int, default=5, help="URL lines CONFIG prints")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--timeout-s", type=float, default=120.0)
+    parser.add_argument(
+        "--baseline-src",
+        help="also run the rollgym whose sources are in this folder (another checkout's src/) "
+        "in each round, for a before/after side by side",
+    )
+    args = parser.parse_args()
+    bare: list[tuple[float, float]] = []
+    served: list[tuple[float, float]] = []
+    baseline: list[tuple[float, float]] = []
+    load = os.getloadavg()[0]
+    for i in range(args.rounds):
+        # alternate which goes first, so drift of the machine falls on both
+        order = [0, 1, 2] if i % 2 == 0 else [2, 1, 0]
+        for which in order:
+            if which == 0:
+                bare.append(bare_app(args.timeout_s))
+            elif which == 1:
+                served.append(rollgym_serve(args.config, args.servers, args.timeout_s))
+            elif args.baseline_src:
+                baseline.append(
+                    rollgym_serve(args.config, args.servers, args.timeout_s, args.baseline_src)
+                )
+        line = (
+            f"round {i + 1}: bare {bare[-1][0]:.2f} s ({bare[-1][1]:.2f} s CPU), "
+            f"rollgym serve {served[-1][0]:.2f} s ({served[-1][1]:.2f} s CPU)"
+        )
+        if baseline:
+            line += f", baseline {baseline[-1][0]:.2f} s ({baseline[-1][1]:.2f} s CPU)"
+        print(line, flush=True)
+    bare_wall = statistics.median(r[0] for r in bare)
+    serve_wall = statistics.median(r[0] for r in served)
+    bare_cpu = statistics.median(r[1] for r in bare)
+    serve_cpu = statistics.median(r[1] for r in served)
+    pairs = sorted(s[0] / b[0] for s, b in zip(served, bare, strict=True))
+    print(f"load average at start {load:.1f}, now {os.getloadavg()[0]:.1f}")
+    print(f"ready: bare app {bare_wall:.2f} s, rollgym serve {serve_wall:.2f} s (medians)")
+    print(f"ratio of medians (target <= 2): {serve_wall / bare_wall:.2f}")
+    print(f"pairs: {', '.join(f'{p:.2f}' for p in pairs)}")
+    print(
+        f"CPU to exit: bare app {bare_cpu:.2f} s, rollgym serve {serve_cpu:.2f} s "
+        f"(ratio {serve_cpu / bare_cpu:.2f})"
+    )
+    if baseline:
+        base_wall = statistics.median(r[0] for r in baseline)
+        base_cpu = statistics.median(r[1] for r in baseline)
+        print(
+            f"baseline ({args.baseline_src}): ready {base_wall:.2f} s, ratio to the bare app "
+            f"{base_wall / bare_wall:.2f}, CPU {base_cpu:.2f} s; this checkout / baseline: "
+            f"{serve_wall / base_wall:.2f} wall, {serve_cpu / base_cpu:.2f} CPU"
+        )
+
+
+if __name__ == "__main__":
+    main()
