@@ -407,7 +407,7 @@ def _probes_at_shutdown(monkeypatch: pytest.MonkeyPatch, rollouts_ended_first: b
 
     monkeypatch.setattr(endpoint_probe, "unreachable", counted)
     monkeypatch.setattr(shipper_module, "SHUTDOWN_PROBE_S", 0.3)
-    shipper = _shipper()
+    shipper = _shipper(patience_s=60.0)  # the child keeps the failing batch, unanswered
     shipper.on_end(_record(0))
     if rollouts_ended_first:
         shipper.note_rollouts_ended()
