@@ -42,7 +42,11 @@ def _is_any(node: ast.AST) -> bool:
     if isinstance(node, ast.Name):
         return node.id == "Any"
     if isinstance(node, ast.Attribute):
-        return node.attr == "Any" and isinstance(node.value, ast.Name) and node.value.id in {"typing", "t"}
+        return (
+            node.attr == "Any"
+            and isinstance(node.value, ast.Name)
+            and node.value.id in {"typing", "t"}
+        )
     return False
 
 
@@ -86,9 +90,13 @@ def _per_k(anys: int, lines: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     """Print the figures; exit 1 when --max is given and src/ is above it."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("src", nargs="?", default=str(Path(__file__).resolve().parent.parent / "src"))
+    parser.add_argument(
+        "src", nargs="?", default=str(Path(__file__).resolve().parent.parent / "src")
+    )
     parser.add_argument("--top", type=int, default=15, help="how many of the worst files to print")
-    parser.add_argument("--max", type=float, default=None, help="fail above this many per 1,000 lines")
+    parser.add_argument(
+        "--max", type=float, default=None, help="fail above this many per 1,000 lines"
+    )
     options = parser.parse_args(argv)
     root = Path(options.src)
     if not root.is_dir():
@@ -110,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nworst files (by count):")
     for c in sorted(counts, key=lambda c: -c.anys)[: options.top]:
         if c.anys:
-            print(f"  {str(c.path.relative_to(root)):48} {c.anys:4} ({_per_k(c.anys, c.lines):.1f} per 1,000)")
+            print(
+                f"  {str(c.path.relative_to(root)):48} {c.anys:4} ({_per_k(c.anys, c.lines):.1f} per 1,000)"
+            )
     if options.max is not None and figure > options.max:
         print(f"\ncount_any: {figure:.1f} per 1,000 lines is above {options.max}", file=sys.stderr)
         return 1

@@ -29,7 +29,7 @@ from collections.abc import (
     Iterator,
     Mapping,
 )
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollgym.driver.admission import SharedSource, WorkerPool
 from rollgym.driver.dispatch import Dispatcher, Rotation
@@ -46,7 +46,7 @@ from rollgym.driver.rows import (
     read_mappings,
 )
 from rollgym.driver.unique_ids import UniqueIds
-from rollgym.http.client import HttpClient
+from rollgym.http.client import HttpClient, PoolMetrics
 from rollgym.http.limits import (
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_MAX_RESPONSE_BYTES,
@@ -55,6 +55,9 @@ from rollgym.http.limits import (
 from rollgym.open_files import raise_open_files_limit
 from rollgym.telemetry.embedder import CallerTracing
 from rollgym.trajectory.record import Capture
+
+if TYPE_CHECKING:
+    from rollgym.telemetry.metrics import RolloutMetrics
 
 _DONE = object()
 
@@ -107,8 +110,8 @@ class Collector:
         retry_backoff_max_s: float = 30.0,
         repeats: int = 1,
         agents: Collection[str] | None = None,
-        metrics: Any = None,
-        http_metrics: Any = None,
+        metrics: RolloutMetrics | None = None,
+        http_metrics: PoolMetrics | None = None,
         span_groups: str | Iterable[str] = "default",
         trajectories: bool = False,
         capture_tokens: bool = False,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Awaitable, Mapping
 from types import ModuleType
 from typing import Any, NamedTuple, Protocol
 
@@ -27,6 +28,7 @@ from rollgym.errors import (
     AUTH_STATUSES,
     AUTHENTICATION,
     DispatchError,
+    ErrorKind,
     ExchangeRefused,
     PermanentDispatchError,
     RequestTimeout,
@@ -182,9 +184,7 @@ class Dispatcher:
 
     async def send_attempt(self, rollout: Rollout, attempt: int) -> AttemptOutcome:
         """One POST ``/run`` for ``rollout``'s attempt ``attempt``; never raises a DispatchError."""
-        task = rollout.task
-        target = task.target
-        assert target is not None
+        target = rollout.target
         row = collector_row(rollout, attempt)
         rollout_id = rollout.rollout_id(attempt)
         body = episode_body(rollout_id, attempt, unstamped(row)) if target.episode else row
@@ -247,8 +247,24 @@ def _span_helpers() -> ModuleType:
     return spans
 
 
+class PostJson(Protocol):
+    """The seam between the dispatcher and the client: :meth:`HttpClient.post_json`'s shape."""
+
+    def __call__(
+        self,
+        destination: str,
+        url: str,
+        body: Any,
+        *,
+        timeout: float | None = None,
+        headers: Mapping[str, str] | None = None,
+        route: str | None = None,
+        pinned: bool = False,
+    ) -> Awaitable[HttpResponse]: ...
+
+
 async def _post(
-    post: Any,
+    post: PostJson,
     server: str,
     url: str,
     body: Any,
@@ -275,18 +291,25 @@ def transport_failure(exc: TransportError) -> DispatchError:
     """
     if isinstance(exc, ExchangeRefused):
         return PermanentDispatchError(str(exc), kind=exc.kind, server=exc.server)
-    kind = "timeout" if isinstance(exc, RequestTimeout) else "connection_error"
+    kind: ErrorKind = "timeout" if isinstance(exc, RequestTimeout) else "connection_error"
     return TransientDispatchError(str(exc), kind=kind, server=exc.server)
 
 
-def interpret(
-    answer: HttpResponse | DispatchError, server: str
-) -> tuple[float | None, dict[str, Any] | None, DispatchError | None, str | None]:
-    """(reward, result, error, trace id) of one exchange, or of the error that ended it."""
+class Reading(NamedTuple):
+    """What one exchange meant: a reward and the answer, or the error; and its trace id."""
+
+    reward: float | None
+    result: dict[str, Any] | None
+    error: DispatchError | None
+    trace_id: str | None
+
+
+def interpret(answer: HttpResponse | DispatchError, server: str) -> Reading:
+    """The reading of one exchange, or of the error that ended it."""
     if isinstance(answer, DispatchError):
-        return None, None, answer, None
+        return Reading(None, None, answer, None)
     try:
         reward, result = classify(answer, server)
     except DispatchError as exc:
-        return None, None, exc, answer.trace_id
-    return reward, result, None, answer.trace_id
+        return Reading(None, None, exc, answer.trace_id)
+    return Reading(reward, result, None, answer.trace_id)

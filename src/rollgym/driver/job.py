@@ -38,6 +38,7 @@ from rollgym.driver.summary import (
 from rollgym.errors import ConfigError, OutputError, TransportError
 from rollgym.incarnations import IncarnationLog
 from rollgym.placement.supervisor import Supervisor, report_to_stderr
+from rollgym.server_urls import ServerUrls
 from rollgym.telemetry.groups import gate
 from rollgym.telemetry.loss_report import loss_warnings
 from rollgym.telemetry.run_session import RUN_SESSION
@@ -152,7 +153,7 @@ async def _servers(
     output_dir: Path,
     env: dict[str, str],
     supervisor: Supervisor | None,
-) -> AsyncIterator[dict[str, str]]:
+) -> AsyncIterator[ServerUrls]:
     from rollgym.placement.launcher import launch_servers
 
     async with launch_servers(
@@ -163,7 +164,7 @@ async def _servers(
 
 def make_collector(
     config: JobConfig,
-    urls: dict[str, str],
+    urls: ServerUrls,
     telemetry: JobTelemetry,
     rotation: Supervisor | None = None,
 ) -> Collector:
@@ -187,7 +188,7 @@ def make_collector(
         trajectories=run.trajectories,
         capture_tokens=run.capture_tokens,
         rotation=rotation,
-        replicas=getattr(urls, "replicas", None),
+        replicas=urls.replicas,
         max_request_bytes=run.max_request_bytes,
         max_response_bytes=run.max_response_bytes,
     )
@@ -230,7 +231,7 @@ async def collect(
 
 
 async def aggregate_metrics(
-    collector: Collector, config: JobConfig, urls: dict[str, str]
+    collector: Collector, config: JobConfig, urls: ServerUrls
 ) -> dict[str, Any]:
     """Each environment server's ``/aggregate_metrics`` answer (or the error getting it).
 
@@ -240,11 +241,10 @@ async def aggregate_metrics(
     """
     from rollgym.servers.spec import instance_name
 
-    replicas: dict[str, list[str]] = getattr(urls, "replicas", {})
     answers: dict[str, Any] = {}
     for name in config.servers_of_kind("environment"):
         each: dict[str, Any] = {}
-        for replica, url in enumerate(replicas.get(name, [urls[name]])):
+        for replica, url in enumerate(urls.replicas_of(name)):
             instance = instance_name(name, replica)
             if gate.job:
                 from rollgym.telemetry import spans
@@ -350,7 +350,7 @@ async def _collect_phase(state: JobState, collector: Collector, interrupts: Inte
 
 
 async def _job_body(
-    state: JobState, collector: Collector, urls: dict[str, str], interrupts: Interrupts
+    state: JobState, collector: Collector, urls: ServerUrls, interrupts: Interrupts
 ) -> None:
     """The run-level work ``gym.job`` holds: collection, aggregate metrics, finalization."""
     state.sessions.begin(_current_trace_id())
@@ -380,15 +380,14 @@ async def _serve_and_collect(
             await _job_body(state, collector, urls, interrupts)
 
 
-def replica_rotation(collector: Collector, urls: dict[str, str]) -> Callable[[str, bool], None]:
+def replica_rotation(collector: Collector, urls: ServerUrls) -> Callable[[str, bool], None]:
     """What the supervisor calls when a replica dies or is back: the driver's client holds a
     dead replica out of rotation until its restart is healthy (no attempt is spent on it)."""
     from rollgym.servers.spec import instance_name
 
-    replicas: dict[str, list[str]] = getattr(urls, "replicas", {})
     by_instance = {
         instance_name(name, index): url
-        for name, replica_urls in replicas.items()
+        for name, replica_urls in urls.replicas.items()
         for index, url in enumerate(replica_urls)
     }
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rollgym.errors import ErrorKind
+
 
 @dataclass(frozen=True, slots=True)
 class RolloutResult:
@@ -77,9 +79,9 @@ class RolloutResult:
 class RolloutFailure:
     """A rollout (or an input line) that produced no reward, and why.
 
-    ``error_kind`` is one of: ``invalid_row``, ``unknown_agent``, ``unknown_route``,
-    ``connection_error``, ``timeout``, ``http_5xx``, ``http_429``, ``http_4xx``,
-    ``invalid_response``, ``missing_reward``, ``cancelled``.
+    ``error_kind`` is one of :data:`rollgym.errors.ErrorKind` (``invalid_row``,
+    ``unknown_agent``, ``unknown_route``, ``connection_error``, ``timeout``, ``http_5xx``,
+    ``http_429``, ``http_4xx``, ``invalid_response``, ``missing_reward``, ``cancelled``...).
     """
 
     rollout_id: str | None
@@ -87,7 +89,7 @@ class RolloutFailure:
     rollout_index: int | None
     attempt: int
     dispatch_name: str | None
-    error_kind: str
+    error_kind: ErrorKind
     message: str
     line: int | None = None
     trace_id: str | None = None

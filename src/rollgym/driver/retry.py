@@ -14,14 +14,18 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollgym.driver.dispatch import AttemptOutcome, outcome_label
 from rollgym.driver.outcomes import Outcome, RolloutFailure, RolloutResult
 from rollgym.driver.rows import Rollout
+from rollgym.errors import InvariantBroken
 from rollgym.telemetry.names import OUTCOME_ERROR
 from rollgym.trajectory.record import TRAJECTORY_KEY
 from rollgym.trajectory.usage import take_usage
+
+if TYPE_CHECKING:
+    from rollgym.telemetry.metrics import RolloutMetrics
 
 SendAttempt = Callable[[Rollout, int], Awaitable[AttemptOutcome]]
 
@@ -74,7 +78,11 @@ def result_of(rollout: Rollout, outcome: AttemptOutcome, name: str) -> Outcome:
     """Turn the final attempt into the rollout's record; ``name`` is its dispatch name."""
     task = rollout.task
     if outcome.error is None:
-        assert outcome.reward is not None and outcome.result is not None
+        if outcome.reward is None or outcome.result is None:
+            raise InvariantBroken(
+                f"attempt {outcome.attempt} of {outcome.rollout_id} has neither an error nor a "
+                "reward and result"
+            )
         trajectory = outcome.result.get(TRAJECTORY_KEY)
         if isinstance(trajectory, dict):  # stored once, in trajectories.jsonl
             del outcome.result[TRAJECTORY_KEY]
@@ -136,7 +144,7 @@ async def run_rollout(
     policy: RetryPolicy,
     in_flight: InFlight,
     on_cancel: Callable[[RolloutFailure], object],
-    metrics: Any = None,
+    metrics: RolloutMetrics | None = None,
 ) -> Outcome:
     """All attempts of one rollout; returns its record.
 
@@ -144,8 +152,7 @@ async def run_rollout(
     propagate, so an interrupted rollout is still accounted for.
     """
     task = rollout.task
-    assert task.target is not None
-    name = task.target.dispatch_name
+    name = rollout.target.dispatch_name
     key = (task.task_index, rollout.rollout_index)
     entry: list[Any] = [rollout, name, 0, time.monotonic()]
     in_flight.entries[key] = entry

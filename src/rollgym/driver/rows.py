@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 from rollgym.driver.outcomes import RolloutFailure
 from rollgym.driver.unique_ids import UniqueIds
-from rollgym.errors import InputError
+from rollgym.errors import ErrorKind, InputError, InvariantBroken
 from rollgym.identity import (
     ATTEMPT,
     EXPLICIT_ID,
@@ -40,6 +40,13 @@ class Target:
     episode: bool
 
 
+class Unroutable(NamedTuple):
+    """Why a row cannot be dispatched: its failure kind and a message naming the field."""
+
+    kind: ErrorKind
+    message: str
+
+
 # The per-row and per-rollout records below are plain (not frozen) slotted dataclasses on
 # purpose: one is built for every row and every rollout, and a frozen dataclass's __init__
 # costs about five times as much (bench/driver_throughput.py). Nothing mutates them.
@@ -52,8 +59,8 @@ class TaskRow:
     row: dict[str, Any]
     explicit_id: str | None
     target: Target | None
-    #: When ``target`` is None: (error_kind, message) of why it cannot be dispatched.
-    unroutable: tuple[str, str] | None = None
+    #: When ``target`` is None: why it cannot be dispatched.
+    unroutable: Unroutable | None = None
 
 
 @dataclass(slots=True)
@@ -72,6 +79,17 @@ class Rollout:
 
     task: TaskRow
     rollout_index: int
+
+    @property
+    def target(self) -> Target:
+        """Where the rollout is dispatched: :func:`expand` makes rollouts of routed rows only."""
+        target = self.task.target
+        if target is None:
+            raise InvariantBroken(
+                f"rollout {self.rollout_index} of task {self.task.task_index} (line "
+                f"{self.task.line}) has no target: an unroutable row became a rollout"
+            )
+        return target
 
     def rollout_id(self, attempt: int) -> str:
         """The id of this rollout's attempt ``attempt``: the one place the driver derives it."""
@@ -149,8 +167,8 @@ class Router:
         self._by_agent = {name: Target(name, name, False) for name in self._agents}
         self._default = default_agent
 
-    def route(self, row: Mapping[str, Any], where: str) -> Target | tuple[str, str]:
-        """The target, or ``(error_kind, message)`` naming the field at fault."""
+    def route(self, row: Mapping[str, Any], where: str) -> Target | Unroutable:
+        """The target, or why there is none (the message names the field at fault)."""
         task_id = row.get("task_id")
         taskset = task_id.get("taskset") if isinstance(task_id, dict) else None
         if taskset is not None and taskset in self._routes:
@@ -158,19 +176,21 @@ class Router:
         agent = row.get("agent", self._default)
         if agent is None:
             if taskset is not None:
-                return "unknown_route", (
+                return Unroutable(
+                    "unknown_route",
                     f"{where}: field 'task_id': task set {taskset!r} has no route in "
-                    f"run.environment_routes (routes: {sorted(self._routes)}) and no agent applies"
+                    f"run.environment_routes (routes: {sorted(self._routes)}) and no agent applies",
                 )
-            return (
+            return Unroutable(
                 "unknown_route",
                 f"{where}: field 'agent': the row names no agent and run.agent is not set",
             )
         target = self._by_agent.get(agent)
         if target is None:
             field = "agent" if "agent" in row else "run.agent"
-            return "unknown_agent", (
-                f"{where}: field {field!r}: unknown agent {agent!r} (agents: {sorted(self._agents)})"
+            return Unroutable(
+                "unknown_agent",
+                f"{where}: field {field!r}: unknown agent {agent!r} (agents: {sorted(self._agents)})",
             )
         return target
 
@@ -287,7 +307,10 @@ def expand(entry: TaskRow | BadLine, repeats: int, skip: Skip | None = None) -> 
         if entry.target is not None:
             yield Rollout(entry, rollout_index)
         else:
-            assert entry.unroutable is not None
+            if entry.unroutable is None:
+                raise InvariantBroken(
+                    f"task {entry.task_index} (line {entry.line}) has neither a target nor a reason"
+                )
             kind, message = entry.unroutable
             yield RolloutFailure(
                 Rollout(entry, rollout_index).rollout_id(0),

@@ -47,7 +47,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
 from contextvars import ContextVar
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -141,6 +141,16 @@ class HttpResponse(NamedTuple):
     replica: str | None = None
 
 
+class PoolMetrics(Protocol):
+    """What the client records about its pool (``telemetry.metrics.HttpClientMetrics``)."""
+
+    def request_started(self, destination: str) -> None: ...
+
+    def request_finished(self, destination: str) -> None: ...
+
+    def trace_config(self) -> aiohttp.TraceConfig: ...
+
+
 class HttpClient:
     """A pooled aiohttp client that speaks JSON and knows which server it talks to.
 
@@ -153,7 +163,7 @@ class HttpClient:
         self,
         *,
         limit: int = 0,
-        metrics: Any | None = None,
+        metrics: PoolMetrics | None = None,
         replicas: Mapping[str, list[str]] | None = None,
         limits: ExchangeLimits | None = None,
     ) -> None:
