@@ -34,7 +34,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 class _DuplicateKey(yaml.YAMLError):
-    def __init__(self, key: Any, mark: yaml.Mark, first_line: int) -> None:
+    def __init__(self, key: object, mark: yaml.Mark, first_line: int) -> None:
         super().__init__(f"duplicate key {key!r}")
         self.key = key
         self.mark = mark

@@ -38,7 +38,7 @@ def make_rollout_id(explicit: str | None, task_index: int, rollout_index: int, a
     return base if attempt == 0 else f"{base}-a{attempt}"
 
 
-def is_int(value: Any) -> TypeGuard[int]:
+def is_int(value: object) -> TypeGuard[int]:
     """An int that is not a bool: what an identity field (and the row checks) accept."""
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -188,7 +188,7 @@ def _open(args: argparse.Namespace) -> Any:
     return connect_readonly(path)
 
 
-def _emit_json(value: Any) -> None:
+def _emit_json(value: object) -> None:
     import orjson
 
     sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")

@@ -254,7 +254,7 @@ class PostJson(Protocol):
         self,
         destination: str,
         url: str,
-        body: Any,
+        body: object,
         *,
         timeout: float | None = None,
         headers: Mapping[str, str] | None = None,
@@ -267,7 +267,7 @@ async def _post(
     post: PostJson,
     server: str,
     url: str,
-    body: Any,
+    body: object,
     timeout: float,
     headers: dict[str, str] | None,
 ) -> HttpResponse | DispatchError:

@@ -100,7 +100,7 @@ class Rollout:
 WorkItem = Rollout | RolloutFailure
 
 
-def describe(value: Any) -> str:
+def describe(value: object) -> str:
     """``got str '3'``-style rendering of a bad value, short enough for one line."""
     text = repr(value)
     if len(text) > 60:
@@ -108,7 +108,7 @@ def describe(value: Any) -> str:
     return f"{type(value).__name__} {text}"
 
 
-def check_row(row: Any, *, path: str, line: int) -> dict[str, Any]:
+def check_row(row: object, *, path: str, line: int) -> dict[str, Any]:
     """Return ``row`` if it can become rollouts, else raise :class:`InputError` naming the field."""
     if not isinstance(row, dict):
         raise InputError(f"expected a JSON object, got {describe(row)}", path=path, line=line)
@@ -137,7 +137,7 @@ def check_row(row: Any, *, path: str, line: int) -> dict[str, Any]:
     return row
 
 
-def _check_task_id(value: Any, *, path: str, line: int) -> None:
+def _check_task_id(value: object, *, path: str, line: int) -> None:
     if isinstance(value, str) or is_int(value):
         return  # a plain label; the row is routed by agent
     if isinstance(value, dict):
@@ -249,7 +249,7 @@ def read_jsonl(
 
 
 def _mapping_entry(
-    item: Any, position: int, router: Router, source: str, ids: UniqueIds | None
+    item: object, position: int, router: Router, source: str, ids: UniqueIds | None
 ) -> TaskRow | BadLine:
     line = position + 1
     try:
@@ -262,7 +262,7 @@ def _mapping_entry(
 
 
 def read_mappings(
-    rows: Iterable[Any], router: Router, source: str = "<rows>", ids: UniqueIds | None = None
+    rows: Iterable[object], router: Router, source: str = "<rows>", ids: UniqueIds | None = None
 ) -> Iterator[TaskRow | BadLine]:
     """Rows given by an embedder as mappings; "line" is the 1-based position."""
     for position, item in enumerate(rows):

@@ -53,7 +53,7 @@ def _server_capture(config: JobConfig) -> dict[str, dict[str, bool]]:
     return found
 
 
-def _capture_differences(stored: Any, now: dict[str, dict[str, bool]]) -> list[tuple[str, str]]:
+def _capture_differences(stored: object, now: dict[str, dict[str, bool]]) -> list[tuple[str, str]]:
     was_all = stored if isinstance(stored, dict) else {}
     found = []
     for name in sorted(set(was_all) | set(now)):

@@ -253,7 +253,7 @@ def _merge(tables: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-def _is_count(value: Any) -> bool:
+def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -268,6 +268,6 @@ def _weighted_mean(tables: list[dict[str, Any]], key: str) -> float | None:
     return total / weight if weight else None
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+def write_json_atomic(path: Path, data: object) -> None:
     """Write a JSON file so a reader never sees half of it (:func:`write_atomically`)."""
     write_atomically(path, orjson.dumps(data, option=orjson.OPT_INDENT_2))

@@ -34,7 +34,7 @@ def _permanent(status: int) -> bool:
     return 400 <= status < 500 and status not in (408, 429)
 
 
-def check_reward(answer: Any, who: str) -> dict[str, Any]:
+def check_reward(answer: object, who: str) -> dict[str, Any]:
     """Return ``answer`` if it is an object with a finite numeric ``reward``; else HTTP 500."""
     if not isinstance(answer, dict):
         raise HTTPError(

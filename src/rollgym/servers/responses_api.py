@@ -149,7 +149,7 @@ class ResponsesRequest(BaseModel):
         return items
 
 
-def _unknown_item(where: tuple[int | str, ...], raw: Any) -> InitErrorDetails:
+def _unknown_item(where: tuple[int | str, ...], raw: object) -> InitErrorDetails:
     expected = ", ".join(_ITEMS)
     error = PydanticCustomError(
         "input_item_type", "an input item is an object whose type is one of: {expected}"
@@ -170,7 +170,7 @@ def _prefixed(index: int, exc: ValidationError) -> list[InitErrorDetails]:
     return problems
 
 
-def parse_request(body: Any) -> ResponsesRequest:
+def parse_request(body: object) -> ResponsesRequest:
     """Validate a request body; a 400 naming the first bad field (``body.input.1.call_id``)."""
     try:
         return ResponsesRequest.model_validate(body)
@@ -253,7 +253,7 @@ def _chat_tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
 # --- chat -> Responses ------------------------------------------------------------------------
 
 
-def response_id(request_id: str | None, chat_id: Any) -> str:
+def response_id(request_id: str | None, chat_id: object) -> str:
     """``resp_<request id>``, like chat's ``chatcmpl-<request id>``; else from the chat id."""
     if request_id:
         return f"resp_{request_id}"
@@ -318,7 +318,7 @@ def to_response(
     }
 
 
-def _usage(usage: Any) -> dict[str, Any]:
+def _usage(usage: object) -> dict[str, Any]:
     """Chat ``usage`` in the Responses names (details zero where chat reports none)."""
     usage = usage if isinstance(usage, dict) else {}
     input_tokens = int(usage.get("prompt_tokens") or 0)

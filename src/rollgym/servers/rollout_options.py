@@ -45,7 +45,7 @@ SAMPLING_KEYS = frozenset(
 )
 
 
-def _problem(sampling: Any) -> str | None:
+def _problem(sampling: object) -> str | None:
     """What is wrong with a sampling object, naming the key; None when it is fine."""
     if not isinstance(sampling, Mapping):
         return f"must be an object of sampling parameters, got {type(sampling).__name__}"

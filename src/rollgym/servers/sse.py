@@ -121,7 +121,7 @@ def _token_fields(choice: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield fields
 
 
-def _pieces(content: Any) -> list[str]:
+def _pieces(content: object) -> list[str]:
     """Text cut after each space, so the pieces join back to exactly the text."""
     if not isinstance(content, str) or not content:
         return []
@@ -136,7 +136,7 @@ def response_events(response: dict[str, Any]) -> Iterator[bytes]:
     """The Responses API stream of a finished ``response`` object, in the API's order."""
     sequence = iter(range(1 << 30))
 
-    def emit(kind: str, **fields: Any) -> bytes:
+    def emit(kind: str, **fields: object) -> bytes:
         return event(kind, {"type": kind, "sequence_number": next(sequence), **fields})
 
     started = {**response, "status": "in_progress", "output": [], "usage": None}

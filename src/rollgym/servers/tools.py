@@ -50,7 +50,7 @@ class ToolSpec:
             },
         }
 
-    def parse(self, arguments: Any) -> BaseModel:
+    def parse(self, arguments: object) -> BaseModel:
         """Validate ``arguments``; raise :class:`ToolArgumentsError` naming the field."""
         try:
             return self.args_model.model_validate(arguments)
@@ -61,7 +61,7 @@ class ToolSpec:
                 f"tool {self.name!r}: {field}: {first['msg']}", field
             ) from None
 
-    async def invoke(self, owner: Any, state: Any, args: BaseModel) -> str:
+    async def invoke(self, owner: object, state: object, args: BaseModel) -> str:
         """Run the tool method and return its output as text."""
         if self.takes_model:
             result = await self.function(owner, state, args)

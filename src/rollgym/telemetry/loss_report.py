@@ -34,7 +34,7 @@ UNKNOWN_ADVICE = (
 )
 
 
-def _int(value: Any) -> int:
+def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 

@@ -162,7 +162,7 @@ class TelemetrySettings:
         return cls.from_config(TelemetryConfig.model_validate({}), environ=environ)
 
     @staticmethod
-    def needs_local_store(config: Any, environ: Mapping[str, str] | None = None) -> bool:
+    def needs_local_store(config: object, environ: Mapping[str, str] | None = None) -> bool:
         """Whether the run must start its local trace store (nothing else chooses a destination)."""
         settings = TelemetrySettings.from_config(
             config, local_store_endpoint="http://local-store.invalid", environ=environ

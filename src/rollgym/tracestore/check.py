@@ -44,7 +44,7 @@ class CheckReport:
     #: processes that died mid-run.
     history: dict[str, Any] = field(default_factory=dict)
 
-    def add_killed_session_row(self, **where: Any) -> None:
+    def add_killed_session_row(self, **where: object) -> None:
         self.stats["lost_with_killed_session"] = self.stats.get("lost_with_killed_session", 0) + 1
         if len(self.killed_session_rows) < _MAX_LISTED:
             self.killed_session_rows.append(where)
@@ -53,7 +53,7 @@ class CheckReport:
     def ok(self) -> bool:
         return not self.violations
 
-    def add(self, rule: str, message: str, **where: Any) -> None:
+    def add(self, rule: str, message: str, **where: object) -> None:
         self.counts[rule] = self.counts.get(rule, 0) + 1
         if self.counts[rule] <= _MAX_LISTED:
             self.violations.append({"rule": rule, "message": message, **where})

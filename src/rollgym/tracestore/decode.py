@@ -104,7 +104,7 @@ def _hex_ids_to_base64(document: dict[str, Any]) -> None:
                     _convert_ids(link, ("traceId", "trace_id", "spanId", "span_id"))
 
 
-def _list(parent: Any, *keys: str) -> list[Any]:
+def _list(parent: object, *keys: str) -> list[Any]:
     if not isinstance(parent, dict):
         return []
     for key in keys:
@@ -114,7 +114,7 @@ def _list(parent: Any, *keys: str) -> list[Any]:
     return []
 
 
-def _convert_ids(holder: Any, keys: tuple[str, ...]) -> None:
+def _convert_ids(holder: object, keys: tuple[str, ...]) -> None:
     if not isinstance(holder, dict):
         return
     for key in keys:
@@ -149,7 +149,7 @@ def attributes(kvs: Any) -> dict[str, Any]:
     return {kv.key: any_value(kv.value) for kv in kvs}
 
 
-def json_text(value: Any) -> str:
+def json_text(value: object) -> str:
     """Compact JSON text; SQLite's json functions read TEXT (a BLOB would be taken as JSONB)."""
     return orjson.dumps(value).decode()
 

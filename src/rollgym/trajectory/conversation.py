@@ -47,7 +47,7 @@ def _turns(trajectory: dict[str, Any]) -> list[dict[str, Any]]:
     return [turn for turn in turns if isinstance(turn, dict)] if isinstance(turns, list) else []
 
 
-def _messages(value: Any) -> list[dict[str, Any]]:
+def _messages(value: object) -> list[dict[str, Any]]:
     return [m for m in value if isinstance(m, dict)] if isinstance(value, list) else []
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from itertools import chain
 from operator import itemgetter
 from typing import Any, Literal
@@ -68,7 +68,7 @@ def capture_mode(requested: str | None, trajectories: bool | None, tokens: bool 
     return asked
 
 
-def _common_prefix(left: Iterable[Any], right: Iterable[Any]) -> int:
+def _common_prefix(left: Iterable[object], right: Iterable[object]) -> int:
     count = 0
     for a, b in zip(left, right, strict=False):
         if a != b:
@@ -92,7 +92,7 @@ def _starts_with(ids: array[int], pieces: list[array[int]], length: int) -> bool
     return True
 
 
-def _token_ids(value: Any) -> array[int] | None:
+def _token_ids(value: object) -> array[int] | None:
     """The engine's token ids as a compact array, or None unless a list of integers.
 
     ``struct.pack`` checks every item in C (a float, a string or null fails), several times
@@ -128,7 +128,7 @@ def _logprobs_of(content: list[Any]) -> array[float]:
         return array("d", [v for v in values if isinstance(v, int | float)])
 
 
-def _top_logprobs_of(content: list[Any]) -> tuple[list[list[str]], list[list[float]]]:
+def _top_logprobs_of(content: Sequence[object]) -> tuple[list[list[str]], list[list[float]]]:
     """Per generated token, its alternatives: their token strings and log-probabilities, in
     the engine's order (``content[].top_logprobs[].{token, logprob}``)."""
     tokens: list[list[str]] = []
@@ -361,7 +361,7 @@ class TrajectoryRecorder:
         return data
 
 
-def attach(answer: Any, recorder: TrajectoryRecorder | None) -> Any:
+def attach(answer: object, recorder: TrajectoryRecorder | None) -> Any:
     """Put the trajectory into a rollout's answer (an answer that is not an object is left
     alone: the reward check refuses it anyway)."""
     if recorder is not None and isinstance(answer, dict):

@@ -60,7 +60,7 @@ class UsageTally:
         return data
 
 
-def attach_usage(answer: Any, tally: UsageTally | None) -> Any:
+def attach_usage(answer: object, tally: UsageTally | None) -> Any:
     """Put the tally into a rollout's answer (left alone when the answer is not an object, or
     no model was called: then there is nothing to count)."""
     if tally is not None and tally.model_calls and isinstance(answer, dict):

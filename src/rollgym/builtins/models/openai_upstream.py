@@ -90,7 +90,7 @@ class OpenAIUpstream(ModelServer):
 
     Options: ClassVar[type[ServerOptions]] = OpenAIUpstreamOptions
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         self._key: str | None = None
         #: The request-id form in use; ``auto`` until the upstream has told.
@@ -280,7 +280,7 @@ class OpenAIUpstream(ModelServer):
         status = 504 if isinstance(exc, RequestTimeout) else 502
         return HTTPError(status, self.scrub(f"upstream model server: {exc}"))
 
-    def _refusal(self, route: str, status: int, detail: Any) -> Exception:
+    def _refusal(self, route: str, status: int, detail: object) -> Exception:
         """The error to answer for an upstream's non-success answer (scrubbed of the key)."""
         if route == _RESPONSES and status in (404, 405):
             return _NoRoute()
@@ -309,7 +309,7 @@ def _decoded(raw: bytes) -> Any:
         return raw.decode("utf-8", "replace")
 
 
-def _detail_text(detail: Any) -> str:
+def _detail_text(detail: object) -> str:
     """The upstream's error message: OpenAI's ``error.message``, else its body, never empty."""
     if isinstance(detail, dict):
         error = detail.get("error")

@@ -90,7 +90,7 @@ class SimulatedModel(ModelServer):
 
     Options: ClassVar[type[ServerOptions]] = SimulatedOptions
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         slots = self.sim_options.max_concurrent
         self._slots = asyncio.Semaphore(slots) if slots is not None else None

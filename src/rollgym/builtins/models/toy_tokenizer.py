@@ -59,7 +59,7 @@ def token_id(piece: str) -> int:
     return _FIRST_HASHED_ID + int.from_bytes(digest, "big") % (VOCAB_SIZE - _FIRST_HASHED_ID)
 
 
-def _tool_calls_text(tool_calls: Any) -> str:
+def _tool_calls_text(tool_calls: object) -> str:
     """Tool calls as the model "wrote" them; the arguments string is kept verbatim."""
     if not isinstance(tool_calls, list):
         return ""
