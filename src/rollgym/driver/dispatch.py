@@ -47,6 +47,9 @@ from rollgym.telemetry.names import (
 )
 from rollgym.trajectory.record import CAPTURE_HEADER, Capture
 
+#: The extra headers of an attempt's POST (the capture header), or None.
+Headers = Mapping[str, str] | None
+
 
 class AttemptOutcome(NamedTuple):
     """What one attempt produced: a reward and the whole answer, or a dispatch error.
@@ -248,18 +251,19 @@ def _span_helpers() -> ModuleType:
 
 
 class PostJson(Protocol):
-    """The seam between the dispatcher and the client: :meth:`HttpClient.post_json`'s shape."""
+    """The seam between the dispatcher and the client: the part of
+    :meth:`HttpClient.post_json` an attempt uses (server, URL, body, time limit, headers)."""
 
     def __call__(
         self,
-        destination: str,
+        server: str,
         url: str,
         body: object,
+        /,
         *,
-        timeout: float | None = None,
-        headers: Mapping[str, str] | None = None,
-        route: str | None = None,
-        pinned: bool = False,
+        timeout: float,
+        headers: Headers,
+        route: str,
     ) -> Awaitable[HttpResponse]: ...
 
 
@@ -269,7 +273,7 @@ async def _post(
     url: str,
     body: object,
     timeout: float,
-    headers: dict[str, str] | None,
+    headers: Headers,
 ) -> HttpResponse | DispatchError:
     """The single POST ``/run`` of an attempt: its answer, or the error that ended it."""
     try:

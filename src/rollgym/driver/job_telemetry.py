@@ -9,7 +9,6 @@ everything.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import sys
@@ -19,6 +18,7 @@ from typing import Any
 
 from rollgym.config import JobConfig
 from rollgym.errors import ConfigError
+from rollgym.event_loop import cancel_and_wait
 from rollgym.placement.supervisor import report_to_stderr
 from rollgym.telemetry.span_counts import SpanCountRecord, empty_record
 from rollgym.urls import redact_url
@@ -214,11 +214,8 @@ class JobTelemetry:
         return counts
 
     async def stop_store(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
-            self._watch = None
+        await cancel_and_wait(self._watch)
+        self._watch = None
         if self.store is not None:
             stop = getattr(self.store, "astop", None)
             if stop is not None:

@@ -10,6 +10,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollgym.errors import ErrorKind
+from rollgym.records import fields_record
+
+#: What a ``trajectories.jsonl`` line repeats of its ``rollouts.jsonl`` line (``usage`` when
+#: the rollout has one), before the trajectory itself.
+TRAJECTORY_FIELDS = (
+    "rollout_id",
+    "task_index",
+    "rollout_index",
+    "attempt",
+    "dispatch_name",
+    "reward",
+    "usage",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,17 +75,12 @@ class RolloutResult:
         return record
 
     def trajectory_record(self) -> dict[str, Any]:
-        """The ``trajectories.jsonl`` line: the rollout's identity, reward and trajectory."""
-        return {
-            "rollout_id": self.rollout_id,
-            "task_index": self.task_index,
-            "rollout_index": self.rollout_index,
-            "attempt": self.attempt,
-            "dispatch_name": self.dispatch_name,
-            "reward": self.reward,
-            **({"usage": self.usage} if self.usage is not None else {}),
-            "trajectory": self.trajectory,
-        }
+        """The ``trajectories.jsonl`` line: the rollout's identity, reward and trajectory (the
+        ``rollouts.jsonl`` line's fields of :data:`TRAJECTORY_FIELDS`, in that order)."""
+        record = self.to_record()
+        kept = {key: record[key] for key in TRAJECTORY_FIELDS if key in record}
+        kept["trajectory"] = self.trajectory
+        return kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,19 +104,8 @@ class RolloutFailure:
     trace_sampled: bool = True
 
     def to_record(self) -> dict[str, Any]:
-        """The ``failures.jsonl`` line."""
-        return {
-            "rollout_id": self.rollout_id,
-            "task_index": self.task_index,
-            "rollout_index": self.rollout_index,
-            "attempt": self.attempt,
-            "dispatch_name": self.dispatch_name,
-            "error_kind": self.error_kind,
-            "message": self.message,
-            "line": self.line,
-            "trace_id": self.trace_id,
-            "trace_sampled": self.trace_sampled,
-        }
+        """The ``failures.jsonl`` line: every field, in declaration order."""
+        return fields_record(self)
 
 
 Outcome = RolloutResult | RolloutFailure

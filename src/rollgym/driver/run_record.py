@@ -26,6 +26,7 @@ from typing import Any
 
 from rollgym.config import JobConfig
 from rollgym.errors import ConfigError
+from rollgym.records import fields_record
 
 #: run.json key of the record.
 RECORD_KEY = "defines"
@@ -106,16 +107,8 @@ class RunRecord:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "input": self.input,
-            "input_sha256": self.input_sha256,
-            "repeats": self.repeats,
-            "agent": self.agent,
-            "environment_routes": self.environment_routes,
-            "trajectories": self.trajectories,
-            "capture_tokens": self.capture_tokens,
-            "server_capture": self.server_capture,
-        }
+        """The record as ``run.json`` keeps it: every field."""
+        return fields_record(self)
 
     def differences(self, stored: dict[str, Any]) -> list[tuple[str, str]]:
         """(config key, what differs) for each recorded field this session would change."""

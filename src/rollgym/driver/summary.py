@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from rollgym.files import write_atomically
+from rollgym.records import fields_record
 from rollgym.telemetry.span_counts import empty_record
 
 
@@ -198,21 +199,8 @@ class Summary:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "status": self.status,
-            "requested": self.requested,
-            "completed": self.completed,
-            "failed": self.failed,
-            "failed_by_kind": self.failed_by_kind,
-            "by_dispatch_name": self.by_dispatch_name,
-            "environments": self.environments,
-            "telemetry": self.telemetry,
-            "duration_s": self.duration_s,
-            "rollouts_per_s": self.rollouts_per_s,
-            "servers": self.servers,
-            "warnings": self.warnings,
-        }
+        """``summary.json``: every field but ``output_dir`` (the file sits in it)."""
+        return fields_record(self, leave_out=("output_dir",))
 
 
 #: Aggregates that are means over ``count``: merged across replicas weighted by each one's count.
