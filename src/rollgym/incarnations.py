@@ -95,7 +95,7 @@ def read_incarnations(run_dir: Path) -> list[Incarnation]:
         data = (run_dir / SERVERS).read_bytes()
     except OSError:
         return []
-    started: list[dict[str, Any]] = []
+    started: list[dict[str, object]] = []
     for raw in data.splitlines():
         try:
             record = orjson.loads(raw)

@@ -257,7 +257,7 @@ def _conversation(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    spans: list[dict[str, Any]] = []
+    spans: list[dict[str, object]] = []
     if (run_dir / "traces.db").exists():
         with _open(args) as conn:
             detail = queries.rollout_detail(conn, args.rollout_id)

@@ -221,7 +221,7 @@ def export_parquet(
     output = output or run_dir / DEFAULT_NAME
     schema = _schema(pa)
     rows = 0
-    batch: list[dict[str, Any]] = []
+    batch: list[dict[str, object]] = []
     run_id = recorded_run_id(run_dir)
     with pq.ParquetWriter(output, schema) as writer:
         for record in _trajectory_lines(run_dir):

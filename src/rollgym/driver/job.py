@@ -241,9 +241,9 @@ async def aggregate_metrics(
     """
     from rollgym.servers.spec import instance_name
 
-    answers: dict[str, Any] = {}
+    answers: dict[str, object] = {}
     for name in config.servers_of_kind("environment"):
-        each: dict[str, Any] = {}
+        each: dict[str, object] = {}
         for replica, url in enumerate(urls.replicas_of(name)):
             instance = instance_name(name, replica)
             if gate.job:
@@ -509,6 +509,6 @@ def _telemetry_counts(
 ) -> dict[str, Any]:
     """The span counts of every launched server plus the driver's own."""
     launched = [name for name, server in config.servers.items() if server.impl is not None]
-    total: dict[str, Any] = dict(read_server_records(output_dir / "logs", launched))
+    total: dict[str, object] = dict(read_server_records(output_dir / "logs", launched))
     add_record(total, driver)
     return total

@@ -204,7 +204,7 @@ class JobTelemetry:
 
     def store_counts(self) -> dict[str, Any]:
         """The store's availability for ``summary.json`` -> ``telemetry``."""
-        counts: dict[str, Any] = {
+        counts: dict[str, object] = {
             "store_deaths": self.store_deaths,
             "store_restarts": self.store_restarts,
             "store_down_s": round(self.store_down_s, 3),

@@ -154,7 +154,7 @@ async def run_rollout(
     task = rollout.task
     name = rollout.target.dispatch_name
     key = (task.task_index, rollout.rollout_index)
-    entry: list[Any] = [rollout, name, 0, time.monotonic()]
+    entry: list[object] = [rollout, name, 0, time.monotonic()]
     in_flight.entries[key] = entry
     if metrics is not None:
         metrics.started(name)

@@ -69,7 +69,7 @@ class SessionLog:
         """Call when the session ends in any way but a kill (normal, error, Ctrl-C);
         ``status`` is the run's (``completed``, ``interrupted``, ...)."""
         if self.started:
-            record: dict[str, Any] = {"session": self.session, "event": "end", "at": time.time()}
+            record: dict[str, object] = {"session": self.session, "event": "end", "at": time.time()}
             if status is not None:
                 record["status"] = status
             self._append(record)
@@ -87,7 +87,7 @@ def read_sessions(run_dir: Path) -> list[dict[str, Any]]:
     """The sessions in start order, each with ``ended`` (False: it was killed), ``index``
     (its position; older files have none written) and ``status`` (how it ended: the run's
     status, ``killed`` when it has no end line, ``ended`` when the end line says none)."""
-    starts: list[dict[str, Any]] = []
+    starts: list[dict[str, object]] = []
     ended: dict[str, str] = {}
     try:
         data = (run_dir / SESSIONS).read_bytes()

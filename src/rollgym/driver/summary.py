@@ -220,13 +220,13 @@ def merge_replicas(per_replica: Mapping[str, Any]) -> dict[str, Any]:
         for figures in per_replica.values()
         if isinstance(figures, dict) and "error" not in figures
     ]
-    merged: dict[str, Any] = _merge(answered) if answered else {"error": "no replica answered"}
+    merged: dict[str, object] = _merge(answered) if answered else {"error": "no replica answered"}
     merged["replicas"] = dict(per_replica)
     return merged
 
 
 def _merge(tables: list[dict[str, Any]]) -> dict[str, Any]:
-    merged: dict[str, Any] = {}
+    merged: dict[str, object] = {}
     keys = dict.fromkeys(key for table in tables for key in table)
     for key in keys:
         values = [table[key] for table in tables if key in table]

@@ -250,7 +250,7 @@ class RayPlacement:
 
     def configure(self, server: str, ray: RayResources) -> None:
         """What each actor of ``server`` reserves, and whether its replicas spread over nodes."""
-        options: dict[str, Any] = {"num_cpus": ray.num_cpus}
+        options: dict[str, object] = {"num_cpus": ray.num_cpus}
         if ray.resources:
             options["resources"] = dict(ray.resources)
         if ray.strategy == "SPREAD":

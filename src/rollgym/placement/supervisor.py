@@ -241,7 +241,7 @@ class Supervisor:
         """``summary.json`` -> ``servers``: per server, deaths, restarts and whether it ended
         down. A server with replicas adds them up (``down``: all of them ended down) and
         lists each under ``replicas``."""
-        servers: dict[str, Any] = {}
+        servers: dict[str, object] = {}
         for name, instances in sorted(self._instances.items()):
             each = {instance: self.health[instance].to_json() for instance in instances}
             if len(instances) == 1:

@@ -189,7 +189,7 @@ def parse_request(body: object) -> ResponsesRequest:
 
 def to_chat_request(request: ResponsesRequest) -> dict[str, Any]:
     """The chat completion request body that asks the same thing (for ``ChatRequest``)."""
-    messages: list[dict[str, Any]] = []
+    messages: list[dict[str, object]] = []
     if request.instructions:
         messages.append({"role": "system", "content": request.instructions})
     if isinstance(request.input, str):
@@ -197,7 +197,7 @@ def to_chat_request(request: ResponsesRequest) -> dict[str, Any]:
     else:
         for item in request.input:
             _append_chat_message(messages, item)
-    chat: dict[str, Any] = {"model": request.model, "messages": messages}
+    chat: dict[str, object] = {"model": request.model, "messages": messages}
     if request.tools:
         chat["tools"] = [_chat_tool(tool) for tool in request.tools]
     if request.tool_choice is not None:
@@ -271,7 +271,7 @@ def to_response(
     choices = answer.get("choices") or [{}]
     choice = choices[0] if isinstance(choices[0], dict) else {}
     message = choice.get("message") or {}
-    output: list[dict[str, Any]] = []
+    output: list[dict[str, object]] = []
     text = content_text(message.get("content"))
     tool_calls = message.get("tool_calls") or []
     if text or not tool_calls:

@@ -79,7 +79,12 @@ def chat_chunks(answer: dict[str, Any], *, include_usage: bool) -> Iterator[byte
 
     def chunk(index: int, delta: dict[str, Any], finish: str | None = None, **engine: Any) -> bytes:
         nonlocal first
-        choice: dict[str, Any] = {"index": index, "delta": delta, "finish_reason": finish, **engine}
+        choice: dict[str, object] = {
+            "index": index,
+            "delta": delta,
+            "finish_reason": finish,
+            **engine,
+        }
         line = data_line({**head, **first, "choices": [choice]})
         first = {}
         return line
@@ -113,7 +118,7 @@ def _token_fields(choice: dict[str, Any]) -> Iterator[dict[str, Any]]:
     size = max(len(ids or []), len(logprobs or []))
     for start in range(0, size, TOKENS_PER_CHUNK):
         end = start + TOKENS_PER_CHUNK
-        fields: dict[str, Any] = {}
+        fields: dict[str, object] = {}
         if ids is not None:
             fields["token_ids"] = ids[start:end]
         if logprobs is not None:

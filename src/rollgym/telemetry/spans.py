@@ -103,7 +103,7 @@ def _dispatch_attributes(
     collector_row: Mapping[str, Any], dispatch_name: str, destination: str
 ) -> dict[str, Any]:
     """Identity from the collector row (never the posted body); omitted when underivable."""
-    attributes: dict[str, Any] = {
+    attributes: dict[str, object] = {
         names.DISPATCH_NAME: dispatch_name,
         names.DESTINATION_SERVER_NAME: destination,
     }
@@ -389,7 +389,7 @@ def verify_span(rollout_id: str | None) -> AbstractContextManager[Span]:
 
 # --- sandbox -----------------------------------------------------------------------------------------
 def _sandbox_attrs(rollout_id: str | None, sandbox_id: str) -> dict[str, Any]:
-    attributes: dict[str, Any] = {names.SANDBOX_ID: sandbox_id}
+    attributes: dict[str, object] = {names.SANDBOX_ID: sandbox_id}
     if rollout_id:
         attributes[names.ROLLOUT_ID] = rollout_id
     return attributes
@@ -511,7 +511,7 @@ def http_server_span(
 
 def _address_attributes(address: str) -> dict[str, Any]:
     """``gym.server.address`` plus ``server.address`` / ``server.port`` when they parse."""
-    attributes: dict[str, Any] = {names.SERVER_ADDRESS: redact_url(address)}
+    attributes: dict[str, object] = {names.SERVER_ADDRESS: redact_url(address)}
     try:
         parts = urlsplit(address if "//" in address else f"//{address}")
         host, port = parts.hostname, parts.port

@@ -87,7 +87,7 @@ def _filters(
     max_duration_ms: float | None,
 ) -> tuple[str, list[Any]]:
     clauses: list[str] = []
-    params: list[Any] = []
+    params: list[object] = []
     for clause, value in (
         ("d.outcome = ?", outcome),
         ("d.dispatch_name = ?", dispatch_name),

@@ -53,7 +53,7 @@ def _messages(value: object) -> list[dict[str, Any]]:
 
 def full_messages(trajectory: dict[str, Any]) -> list[dict[str, Any]]:
     """Every message of the rollout's last model call, then that call's answer."""
-    previous: list[dict[str, Any]] = []
+    previous: list[dict[str, object]] = []
     for turn in _turns(trajectory):
         if turn.get("type") != "model":
             continue

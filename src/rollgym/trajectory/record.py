@@ -207,7 +207,7 @@ class TrajectoryRecorder:
         messages = list(request.get("messages") or [])
         start = _common_prefix(self._messages, messages)
         kept, cut = self._bounded(messages[start:])
-        turn: dict[str, Any] = {
+        turn: dict[str, object] = {
             "type": "model",
             "call": self._model_calls,
             "messages_start": start,
@@ -321,7 +321,7 @@ class TrajectoryRecorder:
     def tool_call(self, name: str, arguments: dict[str, Any], output: str) -> None:
         """One environment tool call and its text output (what the model reads next); an
         output over ``tool_output_max_bytes`` is cut and marked ``truncated``."""
-        turn: dict[str, Any] = {"type": "tool", "name": name, "arguments": arguments}
+        turn: dict[str, object] = {"type": "tool", "name": name, "arguments": arguments}
         cut = cut_text(output, self.tool_output_max_bytes)
         if cut is None:
             turn["output"] = output
@@ -344,7 +344,7 @@ class TrajectoryRecorder:
 
     def to_json(self) -> dict[str, Any]:
         """The trajectory as it travels in the rollout's answer (see docs/trajectories.md)."""
-        data: dict[str, Any] = {
+        data: dict[str, object] = {
             "version": FORMAT_VERSION,
             "capture": self.capture,
             "model_calls": self._model_calls,

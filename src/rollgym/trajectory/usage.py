@@ -49,7 +49,7 @@ class UsageTally:
             self.cached_tokens = (self.cached_tokens or 0) + cached
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+        data: dict[str, object] = {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "model_calls": self.model_calls,

@@ -129,7 +129,7 @@ class CodeEnv(SandboxedEnv):
             {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": prompt},
         ]
-        data: dict[str, Any] = {"problem": problem}
+        data: dict[str, object] = {"problem": problem}
         await self.new_sandbox(data)
         return SessionState(messages=messages, data=data)
 

@@ -50,7 +50,7 @@ class TerminalEnv(SandboxedEnv):
             {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": prompt},
         ]
-        data: dict[str, Any] = {"task": spec}
+        data: dict[str, object] = {"task": spec}
         sandbox = await self.new_sandbox(data)
         try:
             sandbox.write_files(spec.get("files", {}))

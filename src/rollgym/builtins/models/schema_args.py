@@ -47,7 +47,7 @@ def _value(schema: Mapping[str, Any], rng: random.Random, hints: list[str], dept
         if isinstance(options, list) and options:
             usable = [o for o in options if isinstance(o, Mapping) and o.get("type") != "null"]
             if key == "allOf":
-                merged: dict[str, Any] = {}
+                merged: dict[str, object] = {}
                 for option in usable:
                     merged.update(option)
                 return _value(merged, rng, hints, depth + 1)
@@ -64,7 +64,7 @@ def _value(schema: Mapping[str, Any], rng: random.Random, hints: list[str], dept
 def _object(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> Any:
     properties = schema.get("properties") or {}
     required = [n for n in schema.get("required") or [] if isinstance(n, str)]
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     if depth >= _MAX_DEPTH:
         return out
     for name in required:

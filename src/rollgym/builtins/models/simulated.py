@@ -243,7 +243,7 @@ def completion(
 def _choice(request_id: str, index: int, reply: Reply, token_limit: int | None) -> dict[str, Any]:
     """One choice. Past ``token_limit`` tokens (of the toy tokenizer) the text is cut there and
     ``finish_reason`` is ``length``; a tool call that does not fit becomes its cut text."""
-    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    message: dict[str, object] = {"role": "assistant", "content": reply.content}
     finish_reason = "stop"
     if reply.tool_call is not None:
         name, arguments = reply.tool_call
