@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``traces`` and its sub-commands to the ``rollgym`` parser."""
     traces = subparsers.add_parser("traces", help="the local trace store: serve, query, check")
     commands = traces.add_subparsers(dest="traces_command", metavar="COMMAND")
@@ -69,7 +69,9 @@ def register(subparsers: Any) -> None:
     check.set_defaults(handler=_one_line(_check))
 
 
-def add_serve_parser(commands: Any) -> argparse.ArgumentParser:
+def add_serve_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
     """``serve`` (also used by ``python -m rollgym.tracestore``)."""
     serve = commands.add_parser("serve", help="OTLP/HTTP receiver + viewer on one port")
     serve.add_argument(

@@ -85,7 +85,7 @@ def _error_text(response: HttpResponse) -> str:
     return response.text or (repr(data)[:200] if data is not None else "")
 
 
-def _field_of(response: HttpResponse) -> Any:
+def _field_of(response: HttpResponse) -> object:
     data = response.data
     return data.get("field") if isinstance(data, dict) else None
 

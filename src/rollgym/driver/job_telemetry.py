@@ -154,7 +154,8 @@ class JobTelemetry:
             return empty_record()
         self.handle.shutdown()
         try:
-            return self.handle.counts()
+            counts: SpanCountRecord = self.handle.counts()
+            return counts
         except Exception:  # noqa: BLE001
             return empty_record()
 

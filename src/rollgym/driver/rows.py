@@ -10,7 +10,15 @@ row that has nowhere to go becomes one failure per rollout (``unknown_agent`` /
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Collection,
+    Iterable,
+    Iterator,
+    Mapping,
+)
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -271,7 +279,7 @@ def read_mappings(
 
 async def aread_mappings(
     rows: AsyncIterable[Any], router: Router, source: str = "<rows>", ids: UniqueIds | None = None
-):
+) -> AsyncIterator[TaskRow | BadLine]:
     """Like :func:`read_mappings` for an async iterable of rows."""
     position = 0
     async for item in rows:

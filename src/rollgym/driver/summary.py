@@ -36,7 +36,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - product
 
 
-def _grow(column: array, index: int) -> None:
+def _grow(column: array[int], index: int) -> None:
     """Make ``column[index]`` exist; grow by half so slack stays small on huge inputs."""
     if index >= len(column):
         column.frombytes(

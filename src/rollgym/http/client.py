@@ -530,7 +530,8 @@ def _inject(headers: dict[str, str], span: Any = None) -> str | None:
     what went out, so it is not looked up a second time.
     """
     if span is not None:
-        return _span_helpers()[1](headers, span.get_span_context())
+        injected: str | None = _span_helpers()[1](headers, span.get_span_context())
+        return injected
     from opentelemetry import propagate, trace
 
     propagate.inject(headers)

@@ -120,7 +120,7 @@ class ServerActor:
         from rollgym.servers.server_process import AppServer
 
         if host is None:
-            host = ray.util.get_node_ip_address()
+            host = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
         self.server = AppServer(self.spec, self.telemetry, host)
         # A new thread starts in an empty context: the startup trace stays out of requests.
         self.thread = threading.Thread(

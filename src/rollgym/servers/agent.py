@@ -132,7 +132,8 @@ class Agent(Server):
             rollout = self.rollout_context(rollout_id, row, capture)
             try:
                 answer = attach(await self.run(row, rollout), rollout.trajectory)
-                return attach_usage(answer, rollout.usage)
+                answered: dict[str, Any] = attach_usage(answer, rollout.usage)
+                return answered
             finally:
                 await rollout.aclose()
 

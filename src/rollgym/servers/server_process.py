@@ -89,7 +89,8 @@ def finish_telemetry(handle: Any | None, timeout_s: float | None = None) -> Span
         handle.shutdown()
     else:
         handle.shutdown(timeout_s)
-    return handle.counts()
+    counts: SpanCountRecord = handle.counts()
+    return counts
 
 
 class AppServer:
