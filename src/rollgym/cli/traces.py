@@ -196,6 +196,14 @@ def _emit_json(value: object) -> None:
     sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
+def _answer(args: argparse.Namespace, value: object, show: Callable[..., object]) -> None:
+    """``--json``: ``value`` as indented JSON on stdout; else ``show(console, value)`` for a person."""
+    if args.json:
+        _emit_json(value)
+    else:
+        show(_console(), value)
+
+
 def _console() -> Any:
     from rich.console import Console
 
@@ -220,10 +228,7 @@ def _ls(args: argparse.Namespace) -> int:
             sort=args.sort,
             descending=args.desc,
         )
-    if args.json:
-        _emit_json(page)
-    else:
-        render.rollouts_table(_console(), page)
+    _answer(args, page, render.rollouts_table)
     return 0
 
 
@@ -234,10 +239,7 @@ def _show(args: argparse.Namespace) -> int:
         return _conversation(args)
     with _open(args) as conn:
         detail = queries.rollout_detail(conn, args.rollout_id)
-    if args.json:
-        _emit_json(detail)
-    else:
-        render.rollout_trees(_console(), detail)
+    _answer(args, detail, render.rollout_trees)
     return 0 if detail["attempts"] else 1
 
 
@@ -265,10 +267,7 @@ def _conversation(args: argparse.Namespace) -> int:
             detail = queries.rollout_detail(conn, args.rollout_id)
         spans = [span for attempt in detail["attempts"] for span in attempt["spans"]]
     view = conversation_view(args.rollout_id, files, model_latencies(spans))
-    if args.json:
-        _emit_json(view)
-    else:
-        print_conversation(_console(), view)
+    _answer(args, view, print_conversation)
     return 0
 
 
@@ -277,10 +276,7 @@ def _slowest(args: argparse.Namespace) -> int:
 
     with _open(args) as conn:
         items = queries.slowest(conn, args.n)
-    if args.json:
-        _emit_json(items)
-    else:
-        render.slowest_list(_console(), items)
+    _answer(args, items, render.slowest_list)
     return 0
 
 
@@ -293,10 +289,7 @@ def _profile(args: argparse.Namespace) -> int:
         report = profile_store(db_path_of(args.run_dir), stragglers=args.n, bins=args.bins)
     except FileNotFoundError as exc:  # one line naming the path, no traceback
         raise SystemExit(f"rollgym traces: {exc}") from None
-    if args.json:
-        _emit_json(report)
-    else:
-        render.profile_tables(_console(), report)
+    _answer(args, report, render.profile_tables)
     return 0
 
 
