@@ -227,7 +227,7 @@ def _difference(a: float | None, b: float | None) -> float | None:
 
 def _dispatch_row(
     name: str, run_a: RunRecords, run_b: RunRecords, settings: BootstrapSettings
-) -> dict[str, Any]:
+) -> dict[str, object]:
     tasks_a = run_a.by_dispatch.get(name, {})
     tasks_b = run_b.by_dispatch.get(name, {})
     reward_a, reward_b = _mean_reward(list(tasks_a.values())), _mean_reward(list(tasks_b.values()))
@@ -290,7 +290,7 @@ def _task_rows(
         }
 
 
-def _run_header(run: RunRecords) -> dict[str, Any]:
+def _run_header(run: RunRecords) -> dict[str, object]:
     return {
         "path": str(run.path),
         "run_id": run.run_id,

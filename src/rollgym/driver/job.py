@@ -72,7 +72,7 @@ def resolve_run(config: JobConfig) -> tuple[str, Path]:
     return stored_id, output_dir
 
 
-def _read_run_file(output_dir: Path) -> dict[str, Any] | None:
+def _read_run_file(output_dir: Path) -> dict[str, object] | None:
     try:
         data = orjson.loads((output_dir / RUN_FILE).read_bytes())
     except (FileNotFoundError, NotADirectoryError):
@@ -257,7 +257,7 @@ async def aggregate_metrics(
     return answers
 
 
-async def _aggregate_one(collector: Collector, name: str, url: str) -> Any:
+async def _aggregate_one(collector: Collector, name: str, url: str) -> object:
     try:
         response = await collector.client.post_json(
             name,
@@ -506,7 +506,7 @@ def telemetry_warnings(counts: dict[str, Any]) -> list[str]:
 
 def _telemetry_counts(
     driver: SpanCountRecord, config: JobConfig, output_dir: Path
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The span counts of every launched server plus the driver's own."""
     launched = [name for name, server in config.servers.items() if server.impl is not None]
     total: dict[str, object] = dict(read_server_records(output_dir / "logs", launched))

@@ -101,7 +101,7 @@ class OutcomeWriter:
             record["session"] = self._session
         return orjson.dumps(record, option=_NEWLINE)
 
-    def _write_trajectory(self, outcome: RolloutResult) -> dict[str, Any]:
+    def _write_trajectory(self, outcome: RolloutResult) -> dict[str, object]:
         """Append the trajectory line; return the rollout line's pointer to it."""
         if self._trajectories is None:
             self._trajectories = open(self._dir / TRAJECTORIES, "ab", buffering=0)  # noqa: SIM115

@@ -67,7 +67,7 @@ def names_rollout(wanted: str, rollout_id: object) -> bool:
     return _ATTEMPT_SUFFIX.search(wanted) is None and _ATTEMPT_SUFFIX.sub("", rollout_id) == wanted
 
 
-def _trajectory_at(run_dir: Path, pointer: object) -> dict[str, Any] | None:
+def _trajectory_at(run_dir: Path, pointer: object) -> dict[str, object] | None:
     if not isinstance(pointer, dict):
         return None
     offset, size = pointer.get("offset"), pointer.get("bytes")

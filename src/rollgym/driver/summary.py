@@ -225,7 +225,7 @@ def merge_replicas(per_replica: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _merge(tables: list[dict[str, Any]]) -> dict[str, Any]:
+def _merge(tables: list[dict[str, Any]]) -> dict[str, object]:
     merged: dict[str, object] = {}
     keys = dict.fromkeys(key for table in tables for key in table)
     for key in keys:

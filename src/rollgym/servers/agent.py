@@ -125,7 +125,7 @@ class Agent(Server):
 
     async def _run_checked(
         self, row: dict[str, Any], rollout_id: str | None, capture: str | None
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         who = f"agent {self.context.name!r}"
 
         async def attempt() -> dict[str, Any]:

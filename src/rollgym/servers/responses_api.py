@@ -239,7 +239,7 @@ def _chat_content(parts: list[ContentPart]) -> str | list[dict[str, Any]]:
     return [{"type": "text", "text": part.text} for part in parts]
 
 
-def _chat_tool(tool: FunctionTool) -> dict[str, Any]:
+def _chat_tool(tool: FunctionTool) -> dict[str, object]:
     function = tool.model_dump(exclude_none=True, exclude={"type"})
     return {"type": "function", "function": function}
 
@@ -318,7 +318,7 @@ def to_response(
     }
 
 
-def _usage(usage: object) -> dict[str, Any]:
+def _usage(usage: object) -> dict[str, object]:
     """Chat ``usage`` in the Responses names (details zero where chat reports none)."""
     usage = usage if isinstance(usage, dict) else {}
     input_tokens = int(usage.get("prompt_tokens") or 0)

@@ -66,7 +66,7 @@ def http_library() -> Any:
     return importlib.import_module("httpx2")
 
 
-def _limits() -> Any:
+def _limits() -> object:
     return http_library().Limits(
         max_connections=MAX_CONNECTIONS,
         max_keepalive_connections=MAX_CONNECTIONS,
@@ -74,7 +74,7 @@ def _limits() -> Any:
     )
 
 
-def _outside_any_span(build: Any) -> Any:
+def _outside_any_span(build: Any) -> object:
     """``build()`` with no span current, so the pool is nobody's child."""
     try:
         from opentelemetry import context
@@ -102,7 +102,7 @@ def aiohttp_transport_class() -> type[Any] | None:
     return None
 
 
-def _new_async_pool() -> Any:
+def _new_async_pool() -> object:
     aiohttp_transport = aiohttp_transport_class()
     if aiohttp_transport is None:
         return http_library().AsyncHTTPTransport(limits=_limits())

@@ -101,7 +101,7 @@ def check_run(run_dir: str | Path, conn: sqlite3.Connection) -> CheckReport:
     return report
 
 
-def _history(history: RunHistory) -> dict[str, Any]:
+def _history(history: RunHistory) -> dict[str, object]:
     """What ``traces check`` prints above its verdict: how each session ended, which server
     processes died mid-run (each restart is a new incarnation)."""
     return {
@@ -399,7 +399,7 @@ def _check_outputs(
             report.stats[f"{file_name}_unsampled"] = unsampled
 
 
-def _json_line(line: bytes) -> dict[str, Any] | None:
+def _json_line(line: bytes) -> dict[str, object] | None:
     try:
         value = orjson.loads(line)
     except orjson.JSONDecodeError:

@@ -104,7 +104,7 @@ def _hex_ids_to_base64(document: dict[str, Any]) -> None:
                     _convert_ids(link, ("traceId", "trace_id", "spanId", "span_id"))
 
 
-def _list(parent: object, *keys: str) -> list[Any]:
+def _list(parent: object, *keys: str) -> list[object]:
     if not isinstance(parent, dict):
         return []
     for key in keys:

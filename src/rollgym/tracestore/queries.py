@@ -102,7 +102,7 @@ def _filters(
     return ("WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 
-def _dispatch(row: sqlite3.Row) -> dict[str, Any]:
+def _dispatch(row: sqlite3.Row) -> dict[str, object]:
     keys = row.keys()
     return {
         "rollout_id": row["rollout_id"],
@@ -164,7 +164,7 @@ def trace_spans(conn: sqlite3.Connection, trace_id: str | bytes) -> list[dict[st
     return [_span(row, links.get(row["span_id"], [])) for row in rows]
 
 
-def _span(row: sqlite3.Row, links: list[dict[str, Any]]) -> dict[str, Any]:
+def _span(row: sqlite3.Row, links: list[dict[str, Any]]) -> dict[str, object]:
     return {
         "trace_id": hex_id(row["trace_id"]),
         "span_id": hex_id(row["span_id"]),

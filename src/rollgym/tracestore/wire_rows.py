@@ -298,7 +298,7 @@ def _status(data: bytes, i: int, end: int) -> tuple[int, str]:
     return code, message
 
 
-def _event(data: bytes, i: int, end: int) -> dict[str, Any]:
+def _event(data: bytes, i: int, end: int) -> dict[str, object]:
     time_ns, name = 0, ""
     attrs: dict[str, object] = {}
     for field, wire, a, b in _fields(data, i, end):
@@ -355,7 +355,7 @@ def _key_value(raw: bytes) -> tuple[str, Any]:
     return known
 
 
-def _value(data: bytes, i: int, end: int) -> Any:
+def _value(data: bytes, i: int, end: int) -> object:
     """An AnyValue: a string, bool, int or double read here (the last one set wins, as in a
     oneof); one that holds an array, a map or bytes is read by ``opentelemetry-proto``."""
     value: object = None

@@ -153,7 +153,7 @@ def cut_text(text: str, max_bytes: int) -> tuple[str, int] | None:
     return data[:max_bytes].decode("utf-8", "ignore"), len(data)
 
 
-def _plain(turn: dict[str, Any]) -> dict[str, Any]:
+def _plain(turn: dict[str, Any]) -> dict[str, object]:
     """A model turn with its compact token arrays as lists (what JSON writes)."""
     if "prompt_ids" not in turn and "logprobs" not in turn:
         return turn

@@ -108,7 +108,7 @@ def chat_request_of(row: dict[str, Any]) -> dict[str, Any]:
     return chat
 
 
-def _conversation_keys(chat: dict[str, Any]) -> dict[str, Any]:
+def _conversation_keys(chat: dict[str, Any]) -> dict[str, object]:
     return {
         k: v for k, v in chat.items() if k not in ("model", "messages", "tools", PROMPT_FROM_SEED)
     }

@@ -34,7 +34,7 @@ def arguments_for(
     return value if isinstance(value, dict) else {}
 
 
-def _value(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> Any:
+def _value(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> object:
     if "const" in schema:
         return schema["const"]
     if "default" in schema:
@@ -61,7 +61,7 @@ def _value(schema: Mapping[str, Any], rng: random.Random, hints: list[str], dept
     return maker(schema, rng, hints, depth) if maker is not None else None
 
 
-def _object(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> Any:
+def _object(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> object:
     properties = schema.get("properties") or {}
     required = [n for n in schema.get("required") or [] if isinstance(n, str)]
     out: dict[str, object] = {}
@@ -73,7 +73,7 @@ def _object(schema: Mapping[str, Any], rng: random.Random, hints: list[str], dep
     return out
 
 
-def _array(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> Any:
+def _array(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> object:
     items = schema.get("items")
     count = max(int(schema.get("minItems", 1) or 0), 0 if depth >= _MAX_DEPTH else 1)
     maximum = schema.get("maxItems")
@@ -83,7 +83,7 @@ def _array(schema: Mapping[str, Any], rng: random.Random, hints: list[str], dept
     return [_value(item, rng, hints, depth + 1) for _ in range(count)]
 
 
-def _string(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> Any:
+def _string(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> object:
     low = int(schema.get("minLength", 0) or 0)
     high = schema.get("maxLength")
     text = hints[0] if hints and "pattern" not in schema else f"v{rng.randrange(16**6):06x}"
@@ -94,12 +94,12 @@ def _string(schema: Mapping[str, Any], rng: random.Random, hints: list[str], dep
     return text
 
 
-def _integer(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> Any:
+def _integer(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> object:
     low, high = _bounds(schema, integer=True)
     return rng.randint(int(low), int(high))
 
 
-def _number(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> Any:
+def _number(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> object:
     low, high = _bounds(schema, integer=False)
     return round(rng.uniform(low, high), 3) if high > low else low
 
@@ -130,11 +130,11 @@ def _bounds(schema: Mapping[str, Any], *, integer: bool) -> tuple[float, float]:
     return low, max(low, high)
 
 
-def _boolean(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> Any:
+def _boolean(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> object:
     return True
 
 
-def _null(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> Any:
+def _null(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> object:
     return None
 
 

@@ -167,7 +167,7 @@ def _piece_bytes(piece: str) -> list[int]:
     return list(piece.encode())
 
 
-def _logprobs(generated: list[str], top: int, rng: random.Random) -> list[dict[str, Any]]:
+def _logprobs(generated: list[str], top: int, rng: random.Random) -> list[dict[str, object]]:
     """Per generated token: its log-probability and ``top`` alternatives, all consistent:
     the chosen token is the most likely one and the probabilities sum to at most 1."""
     content = []
