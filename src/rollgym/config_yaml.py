@@ -41,7 +41,7 @@ class _DuplicateKey(yaml.YAMLError):
         self.first_line = first_line
 
 
-def load_yaml(text: str, source: str) -> Any:
+def load_yaml(text: str, source: str) -> object:
     """Parse one YAML document of ``source``; raise one-line :class:`ConfigError` on error."""
     loader = _UniqueKeyLoader(text)
     loader.name = source

@@ -63,7 +63,7 @@ def rollout_id_of(row: Mapping[str, Any]) -> str | None:
         return None
 
 
-def episode_body(rollout_id: str, attempt: int, task: Mapping[str, Any]) -> dict[str, Any]:
+def episode_body(rollout_id: str, attempt: int, task: Mapping[str, Any]) -> dict[str, object]:
     """The body posted to an environment's episode ``/run``: identity only as ``episode_id``."""
     return {"episode_id": {"rollout_id": rollout_id, "attempt": attempt}, "task": dict(task)}
 

@@ -302,7 +302,7 @@ def _run_header(run: RunRecords) -> dict[str, object]:
 
 def compare_runs(
     run_a: Path, run_b: Path, settings: BootstrapSettings | None = None
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The comparison of two run directories, as ``rollgym compare --json`` prints it."""
     settings = settings or BootstrapSettings()
     if settings.resamples < 1:

@@ -118,7 +118,7 @@ def _typed(sampling: dict[str, Any], key: str) -> object:
     return wanted(value) if wanted is float or isinstance(value, int) else None
 
 
-def export_row(record: dict[str, Any], run_id: str | None = None) -> dict[str, Any]:
+def export_row(record: dict[str, Any], run_id: str | None = None) -> dict[str, object]:
     """One table row of one ``trajectories.jsonl`` line."""
     trajectory = record.get("trajectory") or {}
     sequence = token_sequence(trajectory)

@@ -232,7 +232,7 @@ async def collect(
 
 async def aggregate_metrics(
     collector: Collector, config: JobConfig, urls: ServerUrls
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Each environment server's ``/aggregate_metrics`` answer (or the error getting it).
 
     A server with several replicas is asked once per replica (each holds the aggregates of

@@ -203,7 +203,7 @@ class JobTelemetry:
                 self.store_down_s += time.monotonic() - died
             report_to_stderr(f"rollgym: the trace store is back at {self.store.endpoint}")
 
-    def store_counts(self) -> dict[str, Any]:
+    def store_counts(self) -> dict[str, object]:
         """The store's availability for ``summary.json`` -> ``telemetry``."""
         counts: dict[str, object] = {
             "store_deaths": self.store_deaths,

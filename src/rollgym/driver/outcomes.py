@@ -52,7 +52,7 @@ class RolloutResult:
     #: counted it; None when the agent called no model through rollgym.
     usage: dict[str, Any] | None = None
 
-    def to_record(self, trajectory_at: dict[str, Any] | None = None) -> dict[str, Any]:
+    def to_record(self, trajectory_at: dict[str, Any] | None = None) -> dict[str, object]:
         """The ``rollouts.jsonl`` line; ``trajectory_at`` points at its trajectory line."""
         record = {
             "rollout_id": self.rollout_id,
@@ -74,7 +74,7 @@ class RolloutResult:
             record["trajectory"] = trajectory_at
         return record
 
-    def trajectory_record(self) -> dict[str, Any]:
+    def trajectory_record(self) -> dict[str, object]:
         """The ``trajectories.jsonl`` line: the rollout's identity, reward and trajectory (the
         ``rollouts.jsonl`` line's fields of :data:`TRAJECTORY_FIELDS`, in that order)."""
         record = self.to_record()
@@ -103,7 +103,7 @@ class RolloutFailure:
     trace_id: str | None = None
     trace_sampled: bool = True
 
-    def to_record(self) -> dict[str, Any]:
+    def to_record(self) -> dict[str, object]:
         """The ``failures.jsonl`` line: every field, in declaration order."""
         return fields_record(self)
 

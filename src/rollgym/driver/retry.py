@@ -56,7 +56,7 @@ class InFlight:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def oldest(self, count: int) -> list[dict[str, Any]]:
+    def oldest(self, count: int) -> list[dict[str, object]]:
         now = time.monotonic()
         rows = []
         for rollout, name, attempt, started in self.entries.values():

@@ -116,7 +116,7 @@ def describe(value: object) -> str:
     return f"{type(value).__name__} {text}"
 
 
-def check_row(row: object, *, path: str, line: int) -> dict[str, Any]:
+def check_row(row: object, *, path: str, line: int) -> dict[str, object]:
     """Return ``row`` if it can become rollouts, else raise :class:`InputError` naming the field."""
     if not isinstance(row, dict):
         raise InputError(f"expected a JSON object, got {describe(row)}", path=path, line=line)
@@ -203,7 +203,7 @@ class Router:
         return target
 
 
-def parse_line(raw: bytes, *, path: str, line: int) -> dict[str, Any]:
+def parse_line(raw: bytes, *, path: str, line: int) -> dict[str, object]:
     """One JSONL line -> a checked row, or :class:`InputError`."""
     try:
         row = orjson.loads(raw)
@@ -332,7 +332,7 @@ def expand(entry: TaskRow | BadLine, repeats: int, skip: Skip | None = None) -> 
             )
 
 
-def collector_row(rollout: Rollout, attempt: int) -> dict[str, Any]:
+def collector_row(rollout: Rollout, attempt: int) -> dict[str, object]:
     """The task row plus the driver's stamps (an input row's own stamp values are overwritten)."""
     row = dict(rollout.task.row)
     row[TASK_INDEX] = rollout.task.task_index
@@ -341,7 +341,7 @@ def collector_row(rollout: Rollout, attempt: int) -> dict[str, Any]:
     return row
 
 
-def unstamped(row: Mapping[str, Any]) -> dict[str, Any]:
+def unstamped(row: Mapping[str, Any]) -> dict[str, object]:
     """The row without the driver's stamps: the task of an episode ``/run`` the driver posts.
 
     Not :func:`rollgym.servers.task_of`, which an agent uses and which also drops the routing

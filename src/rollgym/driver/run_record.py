@@ -156,7 +156,7 @@ def check_resume(output_dir: Path, stored_run: dict[str, Any] | None, record: Ru
     )
 
 
-def with_record(run: dict[str, Any], record: RunRecord) -> dict[str, Any] | None:
+def with_record(run: dict[str, Any], record: RunRecord) -> dict[str, object] | None:
     """``run.json`` with the record added, or None when it already has one (kept as it is)."""
     if isinstance(run.get(RECORD_KEY), dict):
         return None

@@ -153,7 +153,7 @@ class Aggregator:
         else:
             self.add_failure(record.get("dispatch_name"), str(record.get("error_kind")))
 
-    def by_dispatch_name(self) -> dict[str, Any]:
+    def by_dispatch_name(self) -> dict[str, object]:
         return {name: stats.to_json(self.repeats) for name, stats in sorted(self.by_name.items())}
 
 
@@ -207,7 +207,7 @@ class Summary:
 _MEANS_OVER_COUNT = frozenset({"mean_reward", "pass_rate"})
 
 
-def merge_replicas(per_replica: Mapping[str, Any]) -> dict[str, Any]:
+def merge_replicas(per_replica: Mapping[str, Any]) -> dict[str, object]:
     """One server's figures from its replicas' (``{instance: figures}``), each still listed.
 
     Counts (integers) add up, nested tables merge key by key, ``mean_reward`` and

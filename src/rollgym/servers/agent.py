@@ -106,7 +106,7 @@ class Agent(Server):
         assert isinstance(self.options, AgentOptions)
         return self.options.environment
 
-    def row_sampling(self, row: dict[str, Any]) -> Any:
+    def row_sampling(self, row: dict[str, Any]) -> object:
         """The row's own sampling parameters (its ``sampling`` object), if any."""
         return row.get("sampling")
 
@@ -128,7 +128,7 @@ class Agent(Server):
     ) -> dict[str, object]:
         who = f"agent {self.context.name!r}"
 
-        async def attempt() -> dict[str, Any]:
+        async def attempt() -> dict[str, object]:
             rollout = self.rollout_context(rollout_id, row, capture)
             try:
                 answer = attach(await self.run(row, rollout), rollout.trajectory)

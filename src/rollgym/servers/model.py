@@ -103,7 +103,7 @@ _ERROR_TYPES = {
 }
 
 
-def openai_error(status: int, message: str, field: str | None = None) -> dict[str, Any]:
+def openai_error(status: int, message: str, field: str | None = None) -> dict[str, object]:
     """OpenAI's error body, so an SDK shows ``message`` (``param`` is the field, if known)."""
     kind = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     return {"error": {"message": message, "type": kind, "param": field, "code": None}}
@@ -122,13 +122,13 @@ class ModelServer(Server):
 
     async def complete(
         self, request: ChatRequest, request_id: str | None, rollout_id: str | None
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         """Answer one chat completion (an OpenAI ``chat.completion`` object)."""
         raise NotImplementedError
 
     async def respond(
         self, body: dict[str, Any], request_id: str | None, rollout_id: str | None
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         """Answer one Responses API request (a ``response`` object) through :meth:`complete`.
 
         Validation errors are a 400 naming the field (``body.input.1.call_id``).
@@ -158,7 +158,7 @@ class ModelServer(Server):
         """What ``GET /v1/models`` lists: the model this server answers as."""
         return [self.context.name]
 
-    def error_body(self, status: int, message: str, field: str | None) -> dict[str, Any]:
+    def error_body(self, status: int, message: str, field: str | None) -> dict[str, object]:
         return openai_error(status, message, field)
 
     # --- routes --------------------------------------------------------------------------------

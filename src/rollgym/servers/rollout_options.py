@@ -86,7 +86,7 @@ class RolloutOptions(ServerOptions):
             raise ValueError(problem)
         return value
 
-    def sampling_for(self, row_sampling: Any) -> dict[str, Any]:
+    def sampling_for(self, row_sampling: Any) -> dict[str, object]:
         """This server's sampling merged with a row's; a bad row value is the row's fault."""
         if row_sampling is None:
             return self.sampling

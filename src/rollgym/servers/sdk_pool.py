@@ -116,7 +116,7 @@ def _new_async_pool() -> object:
     return aiohttp_transport(limits=_limits(), client=session)
 
 
-def async_pool() -> Any:
+def async_pool() -> object:
     """The running loop's shared async transport (built on first use)."""
     loop = asyncio.get_running_loop()
     pool = _async_pools.get(loop)
@@ -126,7 +126,7 @@ def async_pool() -> Any:
     return pool
 
 
-def sync_pool() -> Any:
+def sync_pool() -> object:
     """The process's shared blocking transport (built on first use; safe across threads)."""
     global _sync_pool
     if _sync_pool is None:

@@ -39,7 +39,7 @@ class ToolSpec:
     takes_model: bool
     function: Callable[..., Awaitable[Any]]
 
-    def openai_schema(self) -> dict[str, Any]:
+    def openai_schema(self) -> dict[str, object]:
         """The tool as an OpenAI chat ``tools`` entry."""
         return {
             "type": "function",
@@ -80,7 +80,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     args: type[BaseModel] | None = None,
-) -> Any:
+) -> object:
     """Mark an ``async def method(self, state, ...)`` of an Environment as a tool.
 
     Usable bare (``@tool``) or with options (``@tool(description=..., args=Model)``). The

@@ -130,7 +130,7 @@ def _convert_ids(holder: object, keys: tuple[str, ...]) -> None:
 # --- values and the rows container (span_rows.py builds the rows) --------------------------
 
 
-def any_value(value: AnyValue) -> Any:
+def any_value(value: AnyValue) -> object:
     """An OTLP AnyValue as a plain JSON-able Python value."""
     kind = value.WhichOneof("value")
     if kind is None:
@@ -144,7 +144,7 @@ def any_value(value: AnyValue) -> Any:
     return getattr(value, kind)
 
 
-def attributes(kvs: Any) -> dict[str, Any]:
+def attributes(kvs: Any) -> dict[str, object]:
     """Repeated KeyValue -> dict (later keys win, as in the SDK)."""
     return {kv.key: any_value(kv.value) for kv in kvs}
 

@@ -85,7 +85,7 @@ class _Totals:
         self.wall_ns += profile.wall_ns
         self.per_dispatch_ns.append(profile.phase_ns)
 
-    def phases(self) -> list[dict[str, Any]]:
+    def phases(self) -> list[dict[str, object]]:
         columns = list(zip(*self.per_dispatch_ns, strict=True)) or [() for _ in PHASES]
         rows = []
         for i, name in enumerate(PHASES):
@@ -150,7 +150,7 @@ class _Timeline:
         self.full[first + 1] += 1
         self.full[last] -= 1
 
-    def points(self) -> list[dict[str, Any]]:
+    def points(self) -> list[dict[str, object]]:
         seconds = self.width / _SECOND
         points = []
         covering = 0
@@ -182,7 +182,9 @@ def open_store(db_path: str | Path) -> apsw.Connection:
     return apsw.Connection(str(path.resolve()), flags=apsw.SQLITE_OPEN_READONLY)
 
 
-def profile_store(db_path: str | Path, *, stragglers: int = 10, bins: int = 60) -> dict[str, Any]:
+def profile_store(
+    db_path: str | Path, *, stragglers: int = 10, bins: int = 60
+) -> dict[str, object]:
     """:func:`profile_run` of the store file at ``db_path`` (FileNotFoundError if none)."""
     conn = open_store(db_path)
     try:
@@ -191,7 +193,9 @@ def profile_store(db_path: str | Path, *, stragglers: int = 10, bins: int = 60) 
         conn.close()
 
 
-def profile_run(conn: apsw.Connection, *, stragglers: int = 10, bins: int = 60) -> dict[str, Any]:
+def profile_run(
+    conn: apsw.Connection, *, stragglers: int = 10, bins: int = 60
+) -> dict[str, object]:
     """The whole profile of the store behind ``conn`` (see the module docstring)."""
     dispatches = {
         bytes(row[1]): _Dispatch(bytes(row[0]), row[2], row[3] or "unknown", row[4])

@@ -193,7 +193,7 @@ def rollout_detail(conn: sqlite3.Connection, rollout_id: str) -> dict[str, Any]:
     return {"rollout_id": base_rollout_id(rollout_id), "attempts": attempts}
 
 
-def root_traces(conn: sqlite3.Connection, name: str) -> list[dict[str, Any]]:
+def root_traces(conn: sqlite3.Connection, name: str) -> list[dict[str, object]]:
     """Traces whose root span has ``name`` (the job and startup traces), via a partial index."""
     rows = conn.execute(
         """SELECT trace_id, span_id, start_ns, end_ns, run_id,
@@ -246,7 +246,7 @@ def slowest(conn: sqlite3.Connection, n: int = 10) -> list[dict[str, Any]]:
     return result
 
 
-def overview(conn: sqlite3.Connection, bins: int = 20) -> dict[str, Any]:
+def overview(conn: sqlite3.Connection, bins: int = 20) -> dict[str, object]:
     """Run-level numbers for the viewer: counts, reward per dispatch name, duration histogram."""
     outcomes = {
         (r[0] or "unknown"): r[1]

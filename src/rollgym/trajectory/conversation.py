@@ -51,7 +51,7 @@ def _messages(value: object) -> list[dict[str, Any]]:
     return [m for m in value if isinstance(m, dict)] if isinstance(value, list) else []
 
 
-def full_messages(trajectory: dict[str, Any]) -> list[dict[str, Any]]:
+def full_messages(trajectory: dict[str, Any]) -> list[dict[str, object]]:
     """Every message of the rollout's last model call, then that call's answer."""
     previous: list[dict[str, object]] = []
     for turn in _turns(trajectory):
@@ -65,7 +65,7 @@ def full_messages(trajectory: dict[str, Any]) -> list[dict[str, Any]]:
     return previous
 
 
-def _last_model_turn(trajectory: dict[str, Any]) -> dict[str, Any] | None:
+def _last_model_turn(trajectory: dict[str, Any]) -> dict[str, object] | None:
     models = [turn for turn in _turns(trajectory) if turn.get("type") == "model"]
     return models[-1] if models else None
 

@@ -192,7 +192,7 @@ class TrajectoryRecorder:
     def tokens(self) -> bool:
         return self.capture == "tokens"
 
-    def request_fields(self) -> dict[str, Any]:
+    def request_fields(self) -> dict[str, object]:
         """What every model request adds so the engine answers its tokens."""
         return dict(TOKEN_REQUEST_FIELDS) if self.tokens else {}
 

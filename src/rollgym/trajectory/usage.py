@@ -68,7 +68,7 @@ def attach_usage(answer: object, tally: UsageTally | None) -> Any:
     return answer
 
 
-def take_usage(result: dict[str, Any]) -> dict[str, Any] | None:
+def take_usage(result: dict[str, Any]) -> dict[str, object] | None:
     """Remove and return the usage an answer carries (None when it carries none)."""
     usage = result.get(USAGE_KEY)
     if not isinstance(usage, dict):

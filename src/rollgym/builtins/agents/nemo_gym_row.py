@@ -138,7 +138,7 @@ class NemoGymRowAgent(Agent):
             )
         return self.row_options.environment
 
-    def row_sampling(self, row: dict[str, Any]) -> Any:
+    def row_sampling(self, row: dict[str, Any]) -> object:
         """The request's own parameters (temperature, max_output_tokens ...), then the row's
         ``sampling`` over them."""
         own = row.get("sampling")

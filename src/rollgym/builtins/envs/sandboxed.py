@@ -60,7 +60,7 @@ class SandboxedEnv(Environment):
         finally:
             await self.pool.close()
 
-    async def open_session(self, rollout_id: str | None, task: dict[str, Any]) -> dict[str, Any]:
+    async def open_session(self, rollout_id: str | None, task: dict[str, Any]) -> dict[str, object]:
         token = _SEEDING_ROLLOUT.set(rollout_id)
         try:
             return await super().open_session(rollout_id, task)
@@ -83,7 +83,7 @@ class SandboxedEnv(Environment):
         if isinstance(sandbox, Sandbox):
             self.pool.release_soon(sandbox)
 
-    def aggregate_metrics(self) -> dict[str, Any]:
+    def aggregate_metrics(self) -> dict[str, object]:
         metrics = super().aggregate_metrics()
         metrics["sandbox"] = {**self.pool.stats.as_json(), "live": self.pool.live}
         return metrics

@@ -126,7 +126,7 @@ class OpenAIUpstream(ModelServer):
 
     async def complete(
         self, request: ChatRequest, request_id: str | None, rollout_id: str | None
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         body = request.model_dump(exclude_none=True)
         body.pop("stream", None)
         body["messages"] = wire_messages(body.get("messages") or [])
@@ -134,7 +134,7 @@ class OpenAIUpstream(ModelServer):
 
     async def respond(
         self, body: dict[str, Any], request_id: str | None, rollout_id: str | None
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         if self.native_responses is False:
             return await super().respond(body, request_id, rollout_id)
         try:
@@ -208,7 +208,7 @@ class OpenAIUpstream(ModelServer):
 
     async def _forward(
         self, route: str, body: dict[str, Any], request_id: str | None, rollout_id: str | None
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         """POST ``body`` (its ``model`` replaced) to the upstream's ``route``; its answer."""
         body = {**body, "model": self.upstream.model}
         with _model_span(rollout_id, self.upstream.model) as span:
@@ -302,7 +302,7 @@ class _NoRoute(Exception):
     """The upstream has no ``/v1/responses``: translate to chat completions instead."""
 
 
-def _decoded(raw: bytes) -> Any:
+def _decoded(raw: bytes) -> object:
     try:
         return orjson.loads(raw) if raw else None
     except orjson.JSONDecodeError:

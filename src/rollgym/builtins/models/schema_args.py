@@ -28,7 +28,7 @@ def quoted_words(text: str) -> list[str]:
 
 def arguments_for(
     parameters: Mapping[str, Any] | None, rng: random.Random, hints: list[str] | None = None
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """An arguments object valid for ``parameters`` (a tool's JSON schema)."""
     value = _value(parameters or {"type": "object"}, rng, hints or [], 0)
     return value if isinstance(value, dict) else {}

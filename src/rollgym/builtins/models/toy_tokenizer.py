@@ -207,7 +207,7 @@ def annotate(
     token_ids: bool = False,
     logprobs: bool = False,
     top_logprobs: int = 0,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Set ``usage`` from the tokens of the prompt and of every choice, and the engine fields
     the request asked for (``return_token_ids``, ``logprobs``, ``top_logprobs``). Returns
     ``answer``, changed in place."""
