@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from rollgym.errors import DispatchError, LaunchError, PermanentDispatchError
+from rollgym.errors import DispatchError, InvariantBroken, LaunchError, PermanentDispatchError
 from rollgym.incarnations import IncarnationLog
 from rollgym.placement.base import PlacedServer
 from rollgym.placement.child import log_tail
@@ -184,7 +184,10 @@ class Supervisor:
     async def _recover(self, name: str, status: str) -> None:
         """Restart while restarts are left; a server with none left stays in ``_recovering``
         (its dead replica is not reported twice)."""
-        assert self._restarter is not None
+        if self._restarter is None:
+            raise InvariantBroken(
+                f"server {name!r} died ({status}) under a supervisor with no restarter"
+            )
         health = self.health[name]
         while health.restarts < health.restart_limit:
             health.restarts += 1
