@@ -11,7 +11,7 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -492,7 +492,7 @@ def write_summary(summary: Summary, output_dir: Path) -> None:
         )
 
 
-def telemetry_warnings(counts: dict[str, Any]) -> list[str]:
+def telemetry_warnings(counts: Mapping[str, object]) -> list[str]:
     """What the person running the job must hear about its trace store (dropped spans have
     their own line: :func:`rollgym.driver.report.telemetry_loss_line`)."""
     warnings = []

@@ -6,6 +6,7 @@ append them to ``rollouts.jsonl`` / ``failures.jsonl`` with the same field names
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +53,7 @@ class RolloutResult:
     #: counted it; None when the agent called no model through rollgym.
     usage: dict[str, Any] | None = None
 
-    def to_record(self, trajectory_at: dict[str, Any] | None = None) -> dict[str, object]:
+    def to_record(self, trajectory_at: Mapping[str, object] | None = None) -> dict[str, object]:
         """The ``rollouts.jsonl`` line; ``trajectory_at`` points at its trajectory line."""
         record = {
             "rollout_id": self.rollout_id,

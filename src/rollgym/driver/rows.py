@@ -341,7 +341,7 @@ def collector_row(rollout: Rollout, attempt: int) -> dict[str, object]:
     return row
 
 
-def unstamped(row: Mapping[str, Any]) -> dict[str, object]:
+def unstamped(row: Mapping[str, object]) -> dict[str, object]:
     """The row without the driver's stamps: the task of an episode ``/run`` the driver posts.
 
     Not :func:`rollgym.servers.task_of`, which an agent uses and which also drops the routing

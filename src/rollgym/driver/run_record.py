@@ -20,6 +20,7 @@ without it: that resume goes on and the record is written then, from its config.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,7 +111,7 @@ class RunRecord:
         """The record as ``run.json`` keeps it: every field."""
         return fields_record(self)
 
-    def differences(self, stored: dict[str, Any]) -> list[tuple[str, str]]:
+    def differences(self, stored: Mapping[str, object]) -> list[tuple[str, str]]:
         """(config key, what differs) for each recorded field this session would change."""
         mine = self.to_json()
         found = []
@@ -126,7 +127,7 @@ class RunRecord:
         return found
 
 
-def _input_difference(stored: dict[str, Any], now: RunRecord) -> str:
+def _input_difference(stored: Mapping[str, object], now: RunRecord) -> str:
     was = f"{stored.get('input')} (sha256 {str(stored['input_sha256'])[:12]})"
     if stored.get("input") == now.input:
         return f"input file {now.input} has changed since the run began: was sha256 " + (
@@ -135,7 +136,9 @@ def _input_difference(stored: dict[str, Any], now: RunRecord) -> str:
     return f"the run read {was}, this input is {now.input} (sha256 {now.input_sha256[:12]})"
 
 
-def check_resume(output_dir: Path, stored_run: dict[str, Any] | None, record: RunRecord) -> None:
+def check_resume(
+    output_dir: Path, stored_run: Mapping[str, object] | None, record: RunRecord
+) -> None:
     """Raise one :class:`ConfigError` naming what a resume would change, or return.
 
     ``stored_run`` is the folder's ``run.json`` (None: a new run); without a record (a folder
@@ -156,7 +159,7 @@ def check_resume(output_dir: Path, stored_run: dict[str, Any] | None, record: Ru
     )
 
 
-def with_record(run: dict[str, Any], record: RunRecord) -> dict[str, object] | None:
+def with_record(run: Mapping[str, object], record: RunRecord) -> dict[str, object] | None:
     """``run.json`` with the record added, or None when it already has one (kept as it is)."""
     if isinstance(run.get(RECORD_KEY), dict):
         return None

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,7 @@ class SessionLog:
                 record["status"] = status
             self._append(record)
 
-    def _append(self, record: dict[str, Any]) -> None:
+    def _append(self, record: Mapping[str, object]) -> None:
         line = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
         with (
             contextlib.suppress(OSError),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,7 +60,7 @@ class DispatchStats:
         #: Sums of the completed rollouts' ``usage`` (rollouts.jsonl); empty when none had one.
         self.usage: dict[str, int | float] = {}
 
-    def add_usage(self, usage: Mapping[str, Any] | None) -> None:
+    def add_usage(self, usage: Mapping[str, object] | None) -> None:
         """Add one rollout's usage: every numeric field summed under its own name."""
         if not isinstance(usage, Mapping):
             return
@@ -128,7 +128,7 @@ class Aggregator:
         name: str,
         task_index: int,
         reward: float,
-        usage: Mapping[str, Any] | None = None,
+        usage: Mapping[str, object] | None = None,
     ) -> None:
         self.completed += 1
         stats = self._stats(name)
@@ -207,7 +207,7 @@ class Summary:
 _MEANS_OVER_COUNT = frozenset({"mean_reward", "pass_rate"})
 
 
-def merge_replicas(per_replica: Mapping[str, Any]) -> dict[str, object]:
+def merge_replicas(per_replica: Mapping[str, object]) -> dict[str, object]:
     """One server's figures from its replicas' (``{instance: figures}``), each still listed.
 
     Counts (integers) add up, nested tables merge key by key, ``mean_reward`` and
@@ -245,7 +245,7 @@ def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _weighted_mean(tables: list[dict[str, Any]], key: str) -> float | None:
+def _weighted_mean(tables: Sequence[Mapping[str, object]], key: str) -> float | None:
     """The mean of ``key`` over all replicas' samples (each replica's weighs its ``count``)."""
     total, weight = 0.0, 0
     for table in tables:

@@ -387,7 +387,7 @@ class HttpClient:
         data: bytes | None,
         headers: dict[str, str],
         timeout: float | None,
-        trace_ctx: dict[str, Any] | None,
+        trace_ctx: Mapping[str, object] | None,
     ) -> tuple[int, bytes]:
         """One request on ``session`` (and its same-host redirects): the answer's status and
         body, read within ``max_response_bytes``."""

@@ -35,6 +35,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -300,7 +301,7 @@ class RayPlacement:
     async def _place(
         self,
         spec: ServeSpec,
-        options: dict[str, Any],
+        options: Mapping[str, object],
         session: aiohttp.ClientSession,
         timeout_s: float,
     ) -> str:

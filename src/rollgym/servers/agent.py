@@ -10,6 +10,7 @@ without a finite numeric ``reward`` with a clear 500, so the driver never record
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from fastapi import FastAPI, Request
@@ -30,7 +31,7 @@ from rollgym.trajectory.usage import attach_usage
 _NOT_TASK = frozenset((*STAMPED_FIELDS, EXPLICIT_ID, "agent", "sampling"))
 
 
-def task_of(row: dict[str, Any]) -> dict[str, Any]:
+def task_of(row: Mapping[str, object]) -> dict[str, Any]:
     """The task inside a collector row: the row without the driver's identity and routing keys."""
     return {key: value for key, value in row.items() if key not in _NOT_TASK}
 
@@ -59,7 +60,7 @@ class Agent(Server):
     kind: ClassVar[ServerKind] = "agent"
     Options: ClassVar[type[ServerOptions]] = AgentOptions
 
-    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+    async def run(self, row: Mapping[str, object], rollout: RolloutContext) -> dict[str, Any]:
         """Perform one rollout of ``row``; answer an object with a numeric ``reward``."""
         raise NotImplementedError
 
@@ -69,7 +70,7 @@ class Agent(Server):
     def rollout_context(
         self,
         rollout_id: str | None,
-        row: dict[str, Any] | None = None,
+        row: Mapping[str, object] | None = None,
         capture: str | None = None,
     ) -> RolloutContext:
         """The model client, environment session, sampling and trajectory recorder of one
@@ -101,12 +102,12 @@ class Agent(Server):
             rollout_id, model, env, sampling=sampling, trajectory=options.recorder_for(capture)
         )
 
-    def environment_for(self, row: dict[str, Any]) -> str | None:
+    def environment_for(self, row: Mapping[str, object]) -> str | None:
         """The environment server a row's rollout uses: the ``environment`` option."""
         assert isinstance(self.options, AgentOptions)
         return self.options.environment
 
-    def row_sampling(self, row: dict[str, Any]) -> object:
+    def row_sampling(self, row: Mapping[str, object]) -> object:
         """The row's own sampling parameters (its ``sampling`` object), if any."""
         return row.get("sampling")
 
@@ -124,7 +125,7 @@ class Agent(Server):
         return OrjsonResponse(answer)
 
     async def _run_checked(
-        self, row: dict[str, Any], rollout_id: str | None, capture: str | None
+        self, row: Mapping[str, object], rollout_id: str | None, capture: str | None
     ) -> dict[str, object]:
         who = f"agent {self.context.name!r}"
 

@@ -20,7 +20,7 @@ message.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Annotated, Any, ClassVar
 
 from fastapi import Body, FastAPI, Request
@@ -127,7 +127,7 @@ class ModelServer(Server):
         raise NotImplementedError
 
     async def respond(
-        self, body: dict[str, Any], request_id: str | None, rollout_id: str | None
+        self, body: Mapping[str, object], request_id: str | None, rollout_id: str | None
     ) -> dict[str, object]:
         """Answer one Responses API request (a ``response`` object) through :meth:`complete`.
 
@@ -147,7 +147,7 @@ class ModelServer(Server):
             yield chunk
 
     async def response_events(
-        self, body: dict[str, Any], request_id: str | None, rollout_id: str | None
+        self, body: Mapping[str, object], request_id: str | None, rollout_id: str | None
     ) -> AsyncIterator[bytes]:
         """The SSE stream of a Responses request: by default the finished response, as events."""
         response = await self.respond({**body, "stream": False}, request_id, rollout_id)
@@ -222,7 +222,7 @@ class ModelServer(Server):
         return await self._answer_responses(body, *self._identify(request, rollout_id))
 
     async def _answer_responses(
-        self, body: dict[str, Any], request_id: str | None, rollout_id: str | None
+        self, body: Mapping[str, object], request_id: str | None, rollout_id: str | None
     ) -> Response:
         if body.get("stream"):
             events = await sse.primed(self.response_events(body, request_id, rollout_id))

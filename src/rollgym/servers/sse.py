@@ -9,7 +9,7 @@ upstream that streams passes the upstream's bytes through instead (see ``openai_
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -23,7 +23,7 @@ def data_line(payload: Any) -> bytes:
     return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
-def event(kind: str, payload: dict[str, Any]) -> bytes:
+def event(kind: str, payload: Mapping[str, object]) -> bytes:
     """One named event (the Responses API names each event by its ``type``)."""
     return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
 

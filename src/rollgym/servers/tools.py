@@ -116,7 +116,7 @@ def tools_of(cls: type) -> dict[str, ToolSpec]:
     return found
 
 
-def _model_from_signature(fn: Callable[..., Any]) -> type[BaseModel]:
+def _model_from_signature(fn: Callable[..., object]) -> type[BaseModel]:
     hints = typing.get_type_hints(fn)
     params = list(inspect.signature(fn).parameters.values())[2:]  # skip self, state
     fields: dict[str, Any] = {}

@@ -100,7 +100,7 @@ def finalize_span() -> AbstractContextManager[Span]:
 
 # --- one rollout -----------------------------------------------------------------------------------
 def _dispatch_attributes(
-    collector_row: Mapping[str, Any], dispatch_name: str, destination: str
+    collector_row: Mapping[str, object], dispatch_name: str, destination: str
 ) -> dict[str, Any]:
     """Identity from the collector row (never the posted body); omitted when underivable."""
     attributes: dict[str, object] = {
@@ -123,7 +123,7 @@ def _dispatch_attributes(
 
 
 def dispatch_span(
-    collector_row: Mapping[str, Any], dispatch_name: str, destination: str
+    collector_row: Mapping[str, object], dispatch_name: str, destination: str
 ) -> AbstractContextManager[Span]:
     """``gym.rollout.dispatch``: a new root linked to the owned job, else nested (module doc)."""
     owned = _OWNED_JOB_SPAN_CONTEXT.get()
@@ -237,7 +237,7 @@ def genai_span(
     return current_span(f"{operation} {model}", kind=kind, attributes=attributes)
 
 
-def record_model_response(span: Span, response_json: Mapping[str, Any]) -> None:
+def record_model_response(span: Span, response_json: Mapping[str, object]) -> None:
     """``gen_ai.response.*`` and usage from an OpenAI-style answer; silent on odd shapes."""
     try:
         if not span.is_recording() or not isinstance(response_json, Mapping):

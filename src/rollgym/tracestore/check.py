@@ -9,6 +9,7 @@ millions. Each rule is one small SQL query; a violation names the span, trace an
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -118,7 +119,7 @@ def _history(history: RunHistory) -> dict[str, object]:
 
 
 def _check_job(
-    conn: sqlite3.Connection, report: CheckReport, sessions: list[dict[str, Any]]
+    conn: sqlite3.Connection, report: CheckReport, sessions: Sequence[Mapping[str, object]]
 ) -> set[tuple[bytes, bytes]]:
     """One ``gym.job`` per session that ended (a resumed run has one per session; a killed
     session's job span died unexported); returns the job spans found."""
@@ -218,7 +219,7 @@ def _check_link_without_job(
     trace_id: bytes,
     span_id: bytes,
     link_count: int,
-    where: dict[str, Any],
+    where: Mapping[str, object],
     targets: set[tuple[bytes, bytes] | None],
 ) -> None:
     """No ``gym.job`` in the store: the ``per_rollout`` preset (no job span, so no link) or a

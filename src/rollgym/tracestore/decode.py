@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,7 +93,7 @@ def parse_traces(body: bytes, content_type: str) -> ExportTraceServiceRequest:
     raise PayloadError(f"unsupported Content-Type {content_type!r}")
 
 
-def _hex_ids_to_base64(document: dict[str, Any]) -> None:
+def _hex_ids_to_base64(document: Mapping[str, object]) -> None:
     """OTLP JSON writes ids as hex; protobuf's JSON mapping reads bytes as base64."""
     for resource_spans in _list(document, "resourceSpans", "resource_spans"):
         for scope_spans in _list(resource_spans, "scopeSpans", "scope_spans"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +165,7 @@ def trace_spans(conn: sqlite3.Connection, trace_id: str | bytes) -> list[dict[st
     return [_span(row, links.get(row["span_id"], [])) for row in rows]
 
 
-def _span(row: sqlite3.Row, links: list[dict[str, Any]]) -> dict[str, object]:
+def _span(row: sqlite3.Row, links: Sequence[Mapping[str, object]]) -> dict[str, object]:
     return {
         "trace_id": hex_id(row["trace_id"]),
         "span_id": hex_id(row["span_id"]),

@@ -90,7 +90,7 @@ class _RespawningPool:
         self._pool = self._new_pool()
         self._pool.submit(int)  # any call starts the workers
 
-    async def call(self, function: Callable[..., Any], *args: object) -> Any:
+    async def call(self, function: Callable[..., object], *args: object) -> Any:
         pool = self._pool
         assert pool is not None, "start() first"
         loop = asyncio.get_running_loop()

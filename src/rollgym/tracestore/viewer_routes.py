@@ -37,7 +37,7 @@ def add_api_routes(app: web.Application, db_path: Path, run_dir: Path | None) ->
 
 
 async def _query(
-    request: web.Request, fn: Callable[..., Any], *args: object, **kwargs: object
+    request: web.Request, fn: Callable[..., object], *args: object, **kwargs: object
 ) -> Any:
     def run() -> Any:
         conn = connect_readonly(request.app[DB_KEY])

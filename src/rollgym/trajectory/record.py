@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain
 from operator import itemgetter
 from typing import Any, Literal
@@ -112,7 +112,7 @@ def _token_ids(value: object) -> array[int] | None:
 _LOGPROB = itemgetter("logprob")
 
 
-def _logprob_content(choice: dict[str, Any]) -> list[Any] | None:
+def _logprob_content(choice: Mapping[str, object]) -> list[Any] | None:
     logprobs = choice.get("logprobs")
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
     return content if isinstance(content, list) else None
@@ -318,7 +318,7 @@ class TrajectoryRecorder:
             self._pieces = [kept, completion]
         self._length = len(prompt) + len(completion)
 
-    def tool_call(self, name: str, arguments: dict[str, Any], output: str) -> None:
+    def tool_call(self, name: str, arguments: Mapping[str, object], output: str) -> None:
         """One environment tool call and its text output (what the model reads next); an
         output over ``tool_output_max_bytes`` is cut and marked ``truncated``."""
         turn: dict[str, object] = {"type": "tool", "name": name, "arguments": arguments}
@@ -331,7 +331,7 @@ class TrajectoryRecorder:
             self.truncated += 1
         self._add(turn)
 
-    def verify(self, answer: str | None, verdict: dict[str, Any]) -> None:
+    def verify(self, answer: str | None, verdict: Mapping[str, object]) -> None:
         """The environment's verification of the final answer."""
         self._add(
             {

@@ -33,7 +33,7 @@ class UsageTally:
         self.model_calls = 0
         self.model_s = 0.0
 
-    def add(self, answer: Mapping[str, Any], seconds: float | None = None) -> None:
+    def add(self, answer: Mapping[str, object], seconds: float | None = None) -> None:
         """One chat completion ``answer``; ``seconds``: how long the call took, when timed."""
         self.model_calls += 1
         if seconds is not None and seconds > 0:

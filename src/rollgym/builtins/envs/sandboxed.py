@@ -8,6 +8,7 @@ missing bubblewrap is a clear error naming what to install.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import Any
 
@@ -100,7 +101,7 @@ def shown(result: ExecResult) -> str:
     return "\n".join(parts)
 
 
-def task_from_row(row: dict[str, Any], taskset: str, key: str) -> dict[str, Any]:
+def task_from_row(row: Mapping[str, object], taskset: str, key: str) -> dict[str, Any]:
     """The task a row names by ``row[key]`` (an id of the shipped set) or carries inline.
 
     ValueError names the unknown id (the environment answers 400 naming the field).

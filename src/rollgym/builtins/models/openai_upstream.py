@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, ClassVar, Literal
 
 import orjson
@@ -133,7 +133,7 @@ class OpenAIUpstream(ModelServer):
         return await self._forward(_CHAT, body, request_id, rollout_id)
 
     async def respond(
-        self, body: dict[str, Any], request_id: str | None, rollout_id: str | None
+        self, body: Mapping[str, object], request_id: str | None, rollout_id: str | None
     ) -> dict[str, object]:
         if self.native_responses is False:
             return await super().respond(body, request_id, rollout_id)
@@ -158,7 +158,7 @@ class OpenAIUpstream(ModelServer):
             yield chunk
 
     async def response_events(
-        self, body: dict[str, Any], request_id: str | None, rollout_id: str | None
+        self, body: Mapping[str, object], request_id: str | None, rollout_id: str | None
     ) -> AsyncIterator[bytes]:
         if self.native_responses is not False:
             try:
@@ -207,7 +207,7 @@ class OpenAIUpstream(ModelServer):
         return headers
 
     async def _forward(
-        self, route: str, body: dict[str, Any], request_id: str | None, rollout_id: str | None
+        self, route: str, body: Mapping[str, object], request_id: str | None, rollout_id: str | None
     ) -> dict[str, object]:
         """POST ``body`` (its ``model`` replaced) to the upstream's ``route``; its answer."""
         body = {**body, "model": self.upstream.model}
@@ -239,7 +239,7 @@ class OpenAIUpstream(ModelServer):
     async def _stream(
         self,
         route: str,
-        body: dict[str, Any],
+        body: Mapping[str, object],
         request_id: str | None,
         rollout_id: str | None,
         relay: _Relay,

@@ -27,14 +27,16 @@ def quoted_words(text: str) -> list[str]:
 
 
 def arguments_for(
-    parameters: Mapping[str, Any] | None, rng: random.Random, hints: list[str] | None = None
+    parameters: Mapping[str, object] | None, rng: random.Random, hints: list[str] | None = None
 ) -> dict[str, object]:
     """An arguments object valid for ``parameters`` (a tool's JSON schema)."""
     value = _value(parameters or {"type": "object"}, rng, hints or [], 0)
     return value if isinstance(value, dict) else {}
 
 
-def _value(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> object:
+def _value(
+    schema: Mapping[str, object], rng: random.Random, hints: list[str], depth: int
+) -> object:
     if "const" in schema:
         return schema["const"]
     if "default" in schema:
@@ -94,17 +96,23 @@ def _string(schema: Mapping[str, Any], rng: random.Random, hints: list[str], dep
     return text
 
 
-def _integer(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> object:
+def _integer(
+    schema: Mapping[str, object], rng: random.Random, hints: list[str], depth: int
+) -> object:
     low, high = _bounds(schema, integer=True)
     return rng.randint(int(low), int(high))
 
 
-def _number(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> object:
+def _number(
+    schema: Mapping[str, object], rng: random.Random, hints: list[str], depth: int
+) -> object:
     low, high = _bounds(schema, integer=False)
     return round(rng.uniform(low, high), 3) if high > low else low
 
 
-def _bound(schema: Mapping[str, Any], inclusive: str, exclusive: str, step: float) -> float | None:
+def _bound(
+    schema: Mapping[str, object], inclusive: str, exclusive: str, step: float
+) -> float | None:
     value = schema.get(inclusive)
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
@@ -114,7 +122,7 @@ def _bound(schema: Mapping[str, Any], inclusive: str, exclusive: str, step: floa
     return None
 
 
-def _bounds(schema: Mapping[str, Any], *, integer: bool) -> tuple[float, float]:
+def _bounds(schema: Mapping[str, object], *, integer: bool) -> tuple[float, float]:
     step = 1.0 if integer else 1e-3
     low = _bound(schema, "minimum", "exclusiveMinimum", step)
     high = _bound(schema, "maximum", "exclusiveMaximum", -step)
@@ -130,11 +138,13 @@ def _bounds(schema: Mapping[str, Any], *, integer: bool) -> tuple[float, float]:
     return low, max(low, high)
 
 
-def _boolean(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> object:
+def _boolean(
+    schema: Mapping[str, object], rng: random.Random, hints: list[str], depth: int
+) -> object:
     return True
 
 
-def _null(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> object:
+def _null(schema: Mapping[str, object], rng: random.Random, hints: list[str], depth: int) -> object:
     return None
 
 

@@ -21,7 +21,7 @@ import hashlib
 import math
 import random
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import orjson
@@ -101,7 +101,7 @@ def text_ids(text: str) -> tuple[int, ...]:
     return tuple(token_id(p) for p in pieces(text))
 
 
-def _body_segments(message: dict[str, Any]) -> list[Segment]:
+def _body_segments(message: Mapping[str, object]) -> list[Segment]:
     return [
         content_text(message.get("content")) + _tool_calls_text(message.get("tool_calls")),
         _END,
@@ -109,7 +109,7 @@ def _body_segments(message: dict[str, Any]) -> list[Segment]:
 
 
 def _prompt_segments(
-    messages: Iterable[dict[str, Any]], tools: list[dict[str, Any]] | None
+    messages: Iterable[Mapping[str, object]], tools: Sequence[Mapping[str, object]] | None
 ) -> list[Segment]:
     """The template: the tools (if any); each message as ``<|im_start|>role\n body
     <|im_end|>\n``; then the generation prompt ``<|im_start|>assistant\n``."""
@@ -144,13 +144,13 @@ def _flat_ids(segments: list[Segment]) -> list[int]:
     return ids
 
 
-def body_pieces(message: dict[str, Any]) -> list[str]:
+def body_pieces(message: Mapping[str, object]) -> list[str]:
     """The tokens of a message's body: its text, then its tool calls, then the end token."""
     return _flat_pieces(_body_segments(message))
 
 
 def prompt_pieces(
-    messages: Iterable[dict[str, Any]], tools: list[dict[str, Any]] | None
+    messages: Iterable[Mapping[str, object]], tools: Sequence[Mapping[str, object]] | None
 ) -> list[str]:
     """The whole prompt: the tools (if any), every message, then the generation prompt."""
     return _flat_pieces(_prompt_segments(messages, tools))
