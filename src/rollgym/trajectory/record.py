@@ -179,8 +179,8 @@ class TrajectoryRecorder:
         self.turns: list[dict[str, Any]] = []
         self.dropped_turns = 0
         self.truncated = 0  # texts cut to tool_output_max_bytes
-        self._messages: list[dict[str, Any]] = []  # the previous request's + its answer
-        self._tools: Any = None
+        self._messages: list[dict[str, object]] = []  # the previous request's + its answer
+        self._tools: object = None
         #: The previous prompt + completion, as the arrays the turns hold; None: unknown.
         self._pieces: list[array[int]] | None = None
         self._length = 0

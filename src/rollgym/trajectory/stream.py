@@ -96,10 +96,10 @@ class ChatStreamJoiner:
 
     def __init__(self) -> None:
         self._pending = b""
-        self._head: dict[str, Any] = {}
+        self._head: dict[str, object] = {}
         self._choices: dict[int, _Choice] = {}
-        self._usage: Any = None
-        self._prompt_ids: Any = None
+        self._usage: object = None
+        self._prompt_ids: object = None
         #: The stream ended with ``data: [DONE]`` (a stream cut short has not).
         self.done = False
 
