@@ -60,7 +60,7 @@ class Agent(Server):
     kind: ClassVar[ServerKind] = "agent"
     Options: ClassVar[type[ServerOptions]] = AgentOptions
 
-    async def run(self, row: Mapping[str, object], rollout: RolloutContext) -> dict[str, Any]:
+    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
         """Perform one rollout of ``row``; answer an object with a numeric ``reward``."""
         raise NotImplementedError
 
@@ -70,7 +70,7 @@ class Agent(Server):
     def rollout_context(
         self,
         rollout_id: str | None,
-        row: Mapping[str, object] | None = None,
+        row: dict[str, Any] | None = None,
         capture: str | None = None,
     ) -> RolloutContext:
         """The model client, environment session, sampling and trajectory recorder of one
@@ -102,12 +102,12 @@ class Agent(Server):
             rollout_id, model, env, sampling=sampling, trajectory=options.recorder_for(capture)
         )
 
-    def environment_for(self, row: Mapping[str, object]) -> str | None:
+    def environment_for(self, row: dict[str, Any]) -> str | None:
         """The environment server a row's rollout uses: the ``environment`` option."""
         assert isinstance(self.options, AgentOptions)
         return self.options.environment
 
-    def row_sampling(self, row: Mapping[str, object]) -> object:
+    def row_sampling(self, row: dict[str, Any]) -> Any:
         """The row's own sampling parameters (its ``sampling`` object), if any."""
         return row.get("sampling")
 
@@ -125,7 +125,7 @@ class Agent(Server):
         return OrjsonResponse(answer)
 
     async def _run_checked(
-        self, row: Mapping[str, object], rollout_id: str | None, capture: str | None
+        self, row: dict[str, Any], rollout_id: str | None, capture: str | None
     ) -> dict[str, object]:
         who = f"agent {self.context.name!r}"
 

@@ -14,7 +14,7 @@ def content_text(content: object) -> str:
     return ""
 
 
-def wire_messages(messages: list[Any]) -> list[object]:
+def wire_messages(messages: list[Any]) -> list[Any]:
     """``messages`` in the form every engine accepts: an assistant message that carries tool
     calls and no content gets ``"content": ""``.
 

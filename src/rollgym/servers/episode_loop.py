@@ -19,7 +19,7 @@ from rollgym.servers.rollout_context import RolloutContext
 
 async def play_tool_loop(
     rollout: RolloutContext, task: dict[str, Any], *, max_turns: int
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """Seed, alternate model turns and tool calls until a plain answer or ``max_turns``, verify.
 
     Answers ``{"reward", "details", "answer", "turns", "tool_calls"}``.

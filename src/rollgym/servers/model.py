@@ -20,7 +20,7 @@ message.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, ClassVar
 
 from fastapi import Body, FastAPI, Request
@@ -103,7 +103,7 @@ _ERROR_TYPES = {
 }
 
 
-def openai_error(status: int, message: str, field: str | None = None) -> dict[str, object]:
+def openai_error(status: int, message: str, field: str | None = None) -> dict[str, Any]:
     """OpenAI's error body, so an SDK shows ``message`` (``param`` is the field, if known)."""
     kind = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     return {"error": {"message": message, "type": kind, "param": field, "code": None}}
@@ -122,13 +122,13 @@ class ModelServer(Server):
 
     async def complete(
         self, request: ChatRequest, request_id: str | None, rollout_id: str | None
-    ) -> dict[str, object]:
+    ) -> dict[str, Any]:
         """Answer one chat completion (an OpenAI ``chat.completion`` object)."""
         raise NotImplementedError
 
     async def respond(
-        self, body: Mapping[str, object], request_id: str | None, rollout_id: str | None
-    ) -> dict[str, object]:
+        self, body: dict[str, Any], request_id: str | None, rollout_id: str | None
+    ) -> dict[str, Any]:
         """Answer one Responses API request (a ``response`` object) through :meth:`complete`.
 
         Validation errors are a 400 naming the field (``body.input.1.call_id``).
@@ -147,7 +147,7 @@ class ModelServer(Server):
             yield chunk
 
     async def response_events(
-        self, body: Mapping[str, object], request_id: str | None, rollout_id: str | None
+        self, body: dict[str, Any], request_id: str | None, rollout_id: str | None
     ) -> AsyncIterator[bytes]:
         """The SSE stream of a Responses request: by default the finished response, as events."""
         response = await self.respond({**body, "stream": False}, request_id, rollout_id)
@@ -158,7 +158,7 @@ class ModelServer(Server):
         """What ``GET /v1/models`` lists: the model this server answers as."""
         return [self.context.name]
 
-    def error_body(self, status: int, message: str, field: str | None) -> dict[str, object]:
+    def error_body(self, status: int, message: str, field: str | None) -> dict[str, Any]:
         return openai_error(status, message, field)
 
     # --- routes --------------------------------------------------------------------------------
@@ -222,7 +222,7 @@ class ModelServer(Server):
         return await self._answer_responses(body, *self._identify(request, rollout_id))
 
     async def _answer_responses(
-        self, body: Mapping[str, object], request_id: str | None, rollout_id: str | None
+        self, body: dict[str, Any], request_id: str | None, rollout_id: str | None
     ) -> Response:
         if body.get("stream"):
             events = await sse.primed(self.response_events(body, request_id, rollout_id))

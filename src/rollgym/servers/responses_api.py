@@ -264,7 +264,7 @@ def response_id(request_id: str | None, chat_id: object) -> str:
 
 def to_response(
     answer: dict[str, Any], request: ResponsesRequest, request_id: str | None
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """The Responses object for a ``chat.completion`` answer to the translated request."""
     rid = response_id(request_id, answer.get("id"))
     suffix = rid.removeprefix("resp_")

@@ -133,8 +133,8 @@ class OpenAIUpstream(ModelServer):
         return await self._forward(_CHAT, body, request_id, rollout_id)
 
     async def respond(
-        self, body: Mapping[str, object], request_id: str | None, rollout_id: str | None
-    ) -> dict[str, object]:
+        self, body: dict[str, Any], request_id: str | None, rollout_id: str | None
+    ) -> dict[str, Any]:
         if self.native_responses is False:
             return await super().respond(body, request_id, rollout_id)
         try:
@@ -158,7 +158,7 @@ class OpenAIUpstream(ModelServer):
             yield chunk
 
     async def response_events(
-        self, body: Mapping[str, object], request_id: str | None, rollout_id: str | None
+        self, body: dict[str, Any], request_id: str | None, rollout_id: str | None
     ) -> AsyncIterator[bytes]:
         if self.native_responses is not False:
             try:
