@@ -34,14 +34,14 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 class _DuplicateKey(yaml.YAMLError):
-    def __init__(self, key: Any, mark: yaml.Mark, first_line: int) -> None:
+    def __init__(self, key: object, mark: yaml.Mark, first_line: int) -> None:
         super().__init__(f"duplicate key {key!r}")
         self.key = key
         self.mark = mark
         self.first_line = first_line
 
 
-def load_yaml(text: str, source: str) -> Any:
+def load_yaml(text: str, source: str) -> object:
     """Parse one YAML document of ``source``; raise one-line :class:`ConfigError` on error."""
     loader = _UniqueKeyLoader(text)
     loader.name = source

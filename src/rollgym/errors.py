@@ -24,6 +24,7 @@ driver into ``DispatchError`` kinds, an agent into a ``ServerCallError``)::
     │   └── ExchangeRefused          refused by the client itself: too large, cross-host redirect
     ├── HTTPError                raised in a server's handler: answer this status and message
     ├── ServerCallError          a rollout's call to its model or environment failed
+    ├── InvariantBroken          rollgym's own invariant did not hold: a bug, never bad input
     └── DispatchError            one attempt of one rollout went wrong (the driver's view)
         ├── TransientDispatchError   retried: connection error, timeout, HTTP 5xx or 429
         └── PermanentDispatchError   not retried: HTTP 4xx, an answer without a numeric reward
@@ -36,6 +37,43 @@ its ``error_kind``.
 """
 
 from __future__ import annotations
+
+from typing import Literal, get_args
+
+#: Why a rollout (or an input line) failed: the ``error_kind`` of a ``failures.jsonl`` line and
+#: the ``kind`` of a :class:`DispatchError`. The one list of the failure vocabulary; the driver,
+#: the client's refusals and the supervisor name their failures from it.
+ErrorKind = Literal[
+    # an input line or its route (driver/rows.py)
+    "invalid_row",
+    "unknown_agent",
+    "unknown_route",
+    # no whole answer (driver/dispatch.py, from the client's transport errors)
+    "connection_error",
+    "timeout",
+    # the client refused the exchange itself (http/limits.py)
+    "request_too_large",
+    "response_too_large",
+    "redirect_refused",
+    # the answer (driver/dispatch.py)
+    "http_5xx",
+    "http_429",
+    "http_4xx",
+    "authentication",
+    "invalid_response",
+    "missing_reward",
+    # a replica gone for good (placement/supervisor.py); an interrupted run (driver/retry.py)
+    "server_down",
+    "cancelled",
+    # every attempt ran on a policy version more than max_staleness behind (driver/retry.py)
+    "stale",
+    # a DispatchError raised without a kind of its own
+    "dispatch_error",
+    "transient",
+    "permanent",
+]
+#: Every :data:`ErrorKind` value, for readers that check a recorded ``error_kind``.
+ERROR_KINDS: frozenset[str] = frozenset(get_args(ErrorKind))
 
 #: The error ``field`` that marks a refused credential (an upstream 401/403) all the way to
 #: the driver, which records it as a permanent ``authentication`` failure, never retried.
@@ -162,8 +200,8 @@ class ExchangeRefused(TransportError):
     config key that sets the limit, or the two hosts.
     """
 
-    def __init__(self, message: str, *, server: str, kind: str) -> None:
-        self.kind = kind
+    def __init__(self, message: str, *, server: str, kind: ErrorKind) -> None:
+        self.kind: ErrorKind = kind
         super().__init__(message, server=server)
 
 
@@ -203,13 +241,23 @@ class ServerCallError(RollgymError):
         self.bad_input = bad_input
 
 
+class InvariantBroken(RollgymError):
+    """Something rollgym itself guarantees did not hold (a bug in rollgym, never bad input).
+
+    Raised where a plain ``assert`` would vanish under ``python -O``: the message names the
+    invariant and the value that broke it.
+    """
+
+
 class DispatchError(RollgymError):
     """One attempt of one rollout failed. ``kind`` becomes ``error_kind`` in failures.jsonl."""
 
-    kind: str = "dispatch_error"
+    kind: ErrorKind = "dispatch_error"
     transient: bool = False
 
-    def __init__(self, message: str, *, kind: str | None = None, server: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, kind: ErrorKind | None = None, server: str | None = None
+    ) -> None:
         if kind is not None:
             self.kind = kind
         self.server = server

@@ -8,6 +8,7 @@ imports nothing heavy, so ``rollgym --help`` stays fast.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -20,10 +21,24 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
         import uvloop
     except ImportError:
         return None
-    return uvloop.new_event_loop
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run`` on the loop :func:`loop_factory` picks (what the benchmarks use)."""
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         return runner.run(main)
+
+
+async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
+    """Cancel a background task (a watcher, a sweeper) and wait until it has stopped.
+
+    Its cancellation is the expected end, so it is swallowed; anything else it raised on the
+    way out propagates. None (never started) does nothing.
+    """
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -45,12 +45,12 @@ def base_rollout_id(rollout_id: str, attempt: int | None) -> str:
     return rollout_id[: -len(suffix)] if suffix and rollout_id.endswith(suffix) else rollout_id
 
 
-def is_int(value: Any) -> TypeGuard[int]:
+def is_int(value: object) -> TypeGuard[int]:
     """An int that is not a bool: what an identity field (and the row checks) accept."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def rollout_id_of(row: Mapping[str, Any]) -> str | None:
+def rollout_id_of(row: Mapping[str, object]) -> str | None:
     """The rollout id of a collector row, or None when it cannot be derived. Never raises."""
     try:
         attempt = row.get(ATTEMPT, 0)
@@ -70,7 +70,7 @@ def rollout_id_of(row: Mapping[str, Any]) -> str | None:
         return None
 
 
-def episode_body(rollout_id: str, attempt: int, task: Mapping[str, Any]) -> dict[str, Any]:
+def episode_body(rollout_id: str, attempt: int, task: Mapping[str, object]) -> dict[str, object]:
     """The body posted to an environment's episode ``/run``: identity only as ``episode_id``."""
     return {"episode_id": {"rollout_id": rollout_id, "attempt": attempt}, "task": dict(task)}
 

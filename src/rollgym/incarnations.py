@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,7 @@ class IncarnationLog:
             }
         )
 
-    def _append(self, record: dict[str, Any]) -> None:
+    def _append(self, record: Mapping[str, object]) -> None:
         line = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
         with contextlib.suppress(OSError), open(self._path, "ab", buffering=0) as out:
             out.write(line)
@@ -95,7 +96,7 @@ def read_incarnations(run_dir: Path) -> list[Incarnation]:
         data = (run_dir / SERVERS).read_bytes()
     except OSError:
         return []
-    started: list[dict[str, Any]] = []
+    started: list[dict[str, object]] = []
     for raw in data.splitlines():
         try:
             record = orjson.loads(raw)

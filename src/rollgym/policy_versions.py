@@ -41,6 +41,11 @@ def is_version(value: object) -> TypeGuard[PolicyVersion]:
     return isinstance(value, int) or (isinstance(value, str) and bool(value))
 
 
+def version_list(value: object) -> list[PolicyVersion] | None:
+    """The versions a JSON list holds, in order (None when ``value`` is not a list)."""
+    return [v for v in value if is_version(v)] if isinstance(value, list) else None
+
+
 def parse_version(text: str) -> PolicyVersion:
     """A version read from a file or header: an int when it looks like one, else the label."""
     text = text.strip()

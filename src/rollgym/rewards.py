@@ -8,10 +8,10 @@ would poison every mean and pass@k computed from it.
 from __future__ import annotations
 
 import math
-from typing import Any, TypeGuard
+from typing import TypeGuard
 
 
-def is_reward(value: Any) -> TypeGuard[int | float]:
+def is_reward(value: object) -> TypeGuard[int | float]:
     """True for a finite int or float that is not a bool."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False

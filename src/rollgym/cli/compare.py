@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``compare`` to the ``rollgym`` parser."""
     compare = subparsers.add_parser(
         "compare",

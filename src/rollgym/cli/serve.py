@@ -16,7 +16,7 @@ EXIT_CONFIG = 2
 EXIT_ERROR = 1
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``serve`` subcommand."""
     parser = subparsers.add_parser(
         "serve",

@@ -30,7 +30,7 @@ def _run_views(run_dir: Path | None, compare_dir: Path | None) -> Callable[[web.
     return run_routes(run_dir, compare_dir)
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``traces`` and its sub-commands to the ``rollgym`` parser."""
     traces = subparsers.add_parser("traces", help="the local trace store: serve, query, check")
     commands = traces.add_subparsers(dest="traces_command", metavar="COMMAND")
@@ -133,10 +133,18 @@ def _open(args: argparse.Namespace) -> Any:
     return connect_readonly(path)
 
 
-def _emit_json(value: Any) -> None:
+def _emit_json(value: object) -> None:
     import orjson
 
     sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def _answer(args: argparse.Namespace, value: object, show: Callable[..., object]) -> None:
+    """``--json``: ``value`` as indented JSON on stdout; else ``show(console, value)`` for a person."""
+    if args.json:
+        _emit_json(value)
+    else:
+        show(_console(), value)
 
 
 def _console() -> Any:
@@ -163,10 +171,7 @@ def _ls(args: argparse.Namespace) -> int:
             sort=args.sort,
             descending=args.desc,
         )
-    if args.json:
-        _emit_json(page)
-    else:
-        render.rollouts_table(_console(), page)
+    _answer(args, page, render.rollouts_table)
     return 0
 
 
@@ -177,10 +182,7 @@ def _show(args: argparse.Namespace) -> int:
         return _conversation(args)
     with _open(args) as conn:
         detail = queries.rollout_detail(conn, args.rollout_id)
-    if args.json:
-        _emit_json(detail)
-    else:
-        render.rollout_trees(_console(), detail)
+    _answer(args, detail, render.rollout_trees)
     return 0 if detail["attempts"] else 1
 
 
@@ -202,16 +204,13 @@ def _conversation(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    spans: list[dict[str, Any]] = []
+    spans: list[dict[str, object]] = []
     if (run_dir / "traces.db").exists():
         with _open(args) as conn:
             detail = queries.rollout_detail(conn, args.rollout_id)
         spans = [span for attempt in detail["attempts"] for span in attempt["spans"]]
     view = conversation_view(args.rollout_id, files, model_latencies(spans))
-    if args.json:
-        _emit_json(view)
-    else:
-        print_conversation(_console(), view)
+    _answer(args, view, print_conversation)
     return 0
 
 
@@ -220,10 +219,7 @@ def _slowest(args: argparse.Namespace) -> int:
 
     with _open(args) as conn:
         items = queries.slowest(conn, args.n)
-    if args.json:
-        _emit_json(items)
-    else:
-        render.slowest_list(_console(), items)
+    _answer(args, items, render.slowest_list)
     return 0
 
 

@@ -12,6 +12,8 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Generic, TypeVar
 
+from rollgym.errors import InvariantBroken
+
 T = TypeVar("T")
 
 
@@ -30,7 +32,8 @@ class SharedSource(Generic[T]):
 
     def next_now(self) -> T | None:
         """The next item of a plain iterator, without a coroutine (the hot path)."""
-        assert self._sync is not None
+        if self._sync is None:
+            raise InvariantBroken("next_now() on an asynchronous source: use next()")
         item = next(self._sync, None)
         if item is None:
             self.exhausted = True

@@ -29,7 +29,7 @@ from collections.abc import (
     Iterator,
     Mapping,
 )
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollgym.collector_options import DEFAULTS, CollectorOptions
 from rollgym.driver.admission import SharedSource, WorkerPool
@@ -51,12 +51,15 @@ from rollgym.driver.rows import (
 )
 from rollgym.driver.unique_ids import UniqueIds
 from rollgym.driver.version_push import VersionPush
-from rollgym.http.client import HttpClient
+from rollgym.http.client import HttpClient, PoolMetrics
 from rollgym.http.limits import ExchangeLimits
 from rollgym.open_files import raise_open_files_limit
 from rollgym.policy_versions import PolicyVersion, is_version
 from rollgym.telemetry.embedder import CallerTracing
 from rollgym.trajectory.record import Capture
+
+if TYPE_CHECKING:
+    from rollgym.telemetry.metrics import RolloutMetrics
 
 _DONE = object()
 
@@ -126,8 +129,8 @@ class Collector:
         retry_backoff_max_s: float = DEFAULTS.retry_backoff_max_s,
         repeats: int = DEFAULTS.repeats,
         agents: Collection[str] | None = None,
-        metrics: Any = None,
-        http_metrics: Any = None,
+        metrics: RolloutMetrics | None = None,
+        http_metrics: PoolMetrics | None = None,
         span_groups: str | Iterable[str] = "default",
         trajectories: bool = DEFAULTS.trajectories,
         capture_tokens: bool = DEFAULTS.capture_tokens,

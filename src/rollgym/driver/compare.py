@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,7 +82,7 @@ def _run_config(run_dir: Path) -> tuple[str | None, float]:
     return recorded_run_id(run_dir), threshold
 
 
-def _task_index(record: dict[str, Any]) -> int | None:
+def _task_index(record: Mapping[str, object]) -> int | None:
     value = record.get("task_index")
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -98,7 +98,7 @@ def read_run(run_dir: Path) -> RunRecords:
     run_id, threshold = _run_config(run_dir)
     by_dispatch: dict[str, dict[int, TaskSamples]] = {}
 
-    def samples(record: dict[str, Any]) -> TaskSamples | None:
+    def samples(record: Mapping[str, object]) -> TaskSamples | None:
         name, task = record.get("dispatch_name"), _task_index(record)
         if not isinstance(name, str) or task is None:
             return None
@@ -227,7 +227,7 @@ def _difference(a: float | None, b: float | None) -> float | None:
 
 def _dispatch_row(
     name: str, run_a: RunRecords, run_b: RunRecords, settings: BootstrapSettings
-) -> dict[str, Any]:
+) -> dict[str, object]:
     tasks_a = run_a.by_dispatch.get(name, {})
     tasks_b = run_b.by_dispatch.get(name, {})
     reward_a, reward_b = _mean_reward(list(tasks_a.values())), _mean_reward(list(tasks_b.values()))
@@ -290,7 +290,7 @@ def _task_rows(
         }
 
 
-def _run_header(run: RunRecords) -> dict[str, Any]:
+def _run_header(run: RunRecords) -> dict[str, object]:
     return {
         "path": str(run.path),
         "run_id": run.run_id,
@@ -302,7 +302,7 @@ def _run_header(run: RunRecords) -> dict[str, Any]:
 
 def compare_runs(
     run_a: Path, run_b: Path, settings: BootstrapSettings | None = None
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The comparison of two run directories, as ``rollgym compare --json`` prints it."""
     settings = settings or BootstrapSettings()
     if settings.resamples < 1:

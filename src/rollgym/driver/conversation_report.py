@@ -8,6 +8,7 @@ model span. Every text printed came from a model or an environment, so all of it
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -69,7 +70,7 @@ def _cut(text: str | None) -> str:
     return _lines(text[:SHOWN_CHARS]) + f" [yellow]... ({len(text)} chars; --json shows all)[/]"
 
 
-def _tool_calls(calls: list[dict[str, Any]]) -> str:
+def _tool_calls(calls: Sequence[Mapping[str, object]]) -> str:
     shown = []
     for call in calls:
         function = call.get("function") if isinstance(call, dict) else None

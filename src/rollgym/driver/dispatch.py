@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Awaitable, Mapping
 from types import ModuleType
 from typing import Any, NamedTuple, Protocol
 
@@ -29,6 +30,7 @@ from rollgym.errors import (
     AUTH_STATUSES,
     AUTHENTICATION,
     DispatchError,
+    ErrorKind,
     ExchangeRefused,
     PermanentDispatchError,
     RequestTimeout,
@@ -47,6 +49,9 @@ from rollgym.telemetry.names import (
 )
 from rollgym.trajectory.record import CAPTURE_HEADER, Capture
 from rollgym.trajectory.usage import USAGE_KEY
+
+#: The extra headers of an attempt's POST (the capture header), or None.
+Headers = Mapping[str, str] | None
 
 
 class AttemptOutcome(NamedTuple):
@@ -83,7 +88,7 @@ def _error_text(response: HttpResponse) -> str:
     return response.text or (repr(data)[:200] if data is not None else "")
 
 
-def _field_of(response: HttpResponse) -> Any:
+def _field_of(response: HttpResponse) -> object:
     data = response.data
     return data.get("field") if isinstance(data, dict) else None
 
@@ -192,9 +197,7 @@ class Dispatcher:
 
     async def send_attempt(self, rollout: Rollout, attempt: int) -> AttemptOutcome:
         """One POST ``/run`` for ``rollout``'s attempt ``attempt``; never raises a DispatchError."""
-        task = rollout.task
-        target = task.target
-        assert target is not None
+        target = rollout.target
         row = collector_row(rollout, attempt)
         rollout_id = rollout.rollout_id(attempt)
         body = episode_body(rollout_id, attempt, unstamped(row)) if target.episode else row
@@ -301,13 +304,30 @@ def _span_helpers() -> ModuleType:
     return spans
 
 
+class PostJson(Protocol):
+    """The seam between the dispatcher and the client: the part of
+    :meth:`HttpClient.post_json` an attempt uses (server, URL, body, time limit, headers)."""
+
+    def __call__(
+        self,
+        server: str,
+        url: str,
+        body: object,
+        /,
+        *,
+        timeout: float,
+        headers: Headers,
+        route: str,
+    ) -> Awaitable[HttpResponse]: ...
+
+
 async def _post(
-    post: Any,
+    post: PostJson,
     server: str,
     url: str,
-    body: Any,
+    body: object,
     timeout: float,
-    headers: dict[str, str] | None,
+    headers: Headers,
 ) -> HttpResponse | DispatchError:
     """The single POST ``/run`` of an attempt: its answer, or the error that ended it."""
     try:
@@ -329,18 +349,25 @@ def transport_failure(exc: TransportError) -> DispatchError:
     """
     if isinstance(exc, ExchangeRefused):
         return PermanentDispatchError(str(exc), kind=exc.kind, server=exc.server)
-    kind = "timeout" if isinstance(exc, RequestTimeout) else "connection_error"
+    kind: ErrorKind = "timeout" if isinstance(exc, RequestTimeout) else "connection_error"
     return TransientDispatchError(str(exc), kind=kind, server=exc.server)
 
 
-def interpret(
-    answer: HttpResponse | DispatchError, server: str
-) -> tuple[float | None, dict[str, Any] | None, DispatchError | None, str | None]:
-    """(reward, result, error, trace id) of one exchange, or of the error that ended it."""
+class Reading(NamedTuple):
+    """What one exchange meant: a reward and the answer, or the error; and its trace id."""
+
+    reward: float | None
+    result: dict[str, Any] | None
+    error: DispatchError | None
+    trace_id: str | None
+
+
+def interpret(answer: HttpResponse | DispatchError, server: str) -> Reading:
+    """The reading of one exchange, or of the error that ended it."""
     if isinstance(answer, DispatchError):
-        return None, None, answer, None
+        return Reading(None, None, answer, None)
     try:
         reward, result = classify(answer, server)
     except DispatchError as exc:
-        return None, None, exc, answer.trace_id
-    return reward, result, None, answer.trace_id
+        return Reading(None, None, exc, answer.trace_id)
+    return Reading(reward, result, None, answer.trace_id)

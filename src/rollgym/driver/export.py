@@ -21,7 +21,7 @@ pyarrow is imported only here (the ``parquet`` extra).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +83,7 @@ def _trajectory_lines(run_dir: Path) -> Iterator[dict[str, Any]]:
 _TYPED_SAMPLING = {"temperature": float, "top_p": float, "max_tokens": int, "seed": int}
 
 
-def _message_row(message: dict[str, Any]) -> dict[str, Any]:
+def _message_row(message: Mapping[str, object]) -> dict[str, object]:
     """One message as the ``messages`` column holds it: role and text, tool calls as JSON."""
     calls = message.get("tool_calls")
     return {
@@ -95,14 +95,14 @@ def _message_row(message: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _first_model_turn(trajectory: dict[str, Any]) -> dict[str, Any]:
+def _first_model_turn(trajectory: dict[str, Any]) -> dict[str, object]:
     for turn in trajectory.get("turns") or []:
         if isinstance(turn, dict) and turn.get("type") == "model":
             return turn
     return {}
 
 
-def _sampling(turn: dict[str, Any]) -> dict[str, Any]:
+def _sampling(turn: Mapping[str, object]) -> dict[str, object]:
     """The sampling parameters of a model call: its params less the token-capture fields."""
     params = turn.get("params")
     if not isinstance(params, dict):
@@ -110,7 +110,7 @@ def _sampling(turn: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k not in TOKEN_REQUEST_FIELDS}
 
 
-def _typed(sampling: dict[str, Any], key: str) -> Any:
+def _typed(sampling: Mapping[str, object], key: str) -> object:
     value = sampling.get(key)
     wanted = _TYPED_SAMPLING[key]
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -118,7 +118,7 @@ def _typed(sampling: dict[str, Any], key: str) -> Any:
     return wanted(value) if wanted is float or isinstance(value, int) else None
 
 
-def export_row(record: dict[str, Any], run_id: str | None = None) -> dict[str, Any]:
+def export_row(record: dict[str, Any], run_id: str | None = None) -> dict[str, object]:
     """One table row of one ``trajectories.jsonl`` line."""
     trajectory = record.get("trajectory") or {}
     sequence = token_sequence(trajectory)
@@ -232,7 +232,7 @@ def export_parquet(
     output = output or run_dir / DEFAULT_NAME
     schema = _schema(pa)
     rows = 0
-    batch: list[dict[str, Any]] = []
+    batch: list[dict[str, object]] = []
     run_id = recorded_run_id(run_dir)
     with pq.ParquetWriter(output, schema) as writer:
         for record in _trajectory_lines(run_dir):

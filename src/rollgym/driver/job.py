@@ -11,7 +11,7 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from rollgym.driver.version_file import follow_version_file
 from rollgym.errors import ConfigError, OutputError, TransportError
 from rollgym.incarnations import IncarnationLog
 from rollgym.placement.supervisor import Supervisor, report_to_stderr
+from rollgym.server_urls import ServerUrls
 from rollgym.telemetry.groups import gate
 from rollgym.telemetry.loss_report import loss_warnings
 from rollgym.telemetry.run_session import RUN_SESSION
@@ -72,7 +73,7 @@ def resolve_run(config: JobConfig) -> tuple[str, Path]:
     return stored_id, output_dir
 
 
-def _read_run_file(output_dir: Path) -> dict[str, Any] | None:
+def _read_run_file(output_dir: Path) -> dict[str, object] | None:
     try:
         data = orjson.loads((output_dir / RUN_FILE).read_bytes())
     except (FileNotFoundError, NotADirectoryError):
@@ -153,7 +154,7 @@ async def _servers(
     output_dir: Path,
     env: dict[str, str],
     supervisor: Supervisor | None,
-) -> AsyncIterator[dict[str, str]]:
+) -> AsyncIterator[ServerUrls]:
     from rollgym.placement.launcher import launch_servers
 
     async with launch_servers(
@@ -164,7 +165,7 @@ async def _servers(
 
 def make_collector(
     config: JobConfig,
-    urls: dict[str, str],
+    urls: ServerUrls,
     telemetry: JobTelemetry,
     rotation: Supervisor | None = None,
 ) -> Collector:
@@ -179,7 +180,7 @@ def make_collector(
         metrics=telemetry.metrics,
         http_metrics=telemetry.http_metrics,
         rotation=rotation,
-        replicas=getattr(urls, "replicas", None),
+        replicas=urls.replicas,
         model_servers={name: urls[name] for name in config.servers_of_kind("model")},
     )
 
@@ -226,8 +227,8 @@ async def collect(
 
 
 async def aggregate_metrics(
-    collector: Collector, config: JobConfig, urls: dict[str, str]
-) -> dict[str, Any]:
+    collector: Collector, config: JobConfig, urls: ServerUrls
+) -> dict[str, object]:
     """Each environment server's ``/aggregate_metrics`` answer (or the error getting it).
 
     A server with several replicas is asked once per replica (each holds the aggregates of
@@ -236,11 +237,10 @@ async def aggregate_metrics(
     """
     from rollgym.servers.spec import instance_name
 
-    replicas: dict[str, list[str]] = getattr(urls, "replicas", {})
-    answers: dict[str, Any] = {}
+    answers: dict[str, object] = {}
     for name in config.servers_of_kind("environment"):
-        each: dict[str, Any] = {}
-        for replica, url in enumerate(replicas.get(name, [urls[name]])):
+        each: dict[str, object] = {}
+        for replica, url in enumerate(urls.replicas_of(name)):
             instance = instance_name(name, replica)
             if gate.job:
                 from rollgym.telemetry import spans
@@ -253,7 +253,7 @@ async def aggregate_metrics(
     return answers
 
 
-async def _aggregate_one(collector: Collector, name: str, url: str) -> Any:
+async def _aggregate_one(collector: Collector, name: str, url: str) -> object:
     try:
         response = await collector.client.post_json(
             name,
@@ -346,7 +346,7 @@ async def _collect_phase(state: JobState, collector: Collector, interrupts: Inte
 
 
 async def _job_body(
-    state: JobState, collector: Collector, urls: dict[str, str], interrupts: Interrupts
+    state: JobState, collector: Collector, urls: ServerUrls, interrupts: Interrupts
 ) -> None:
     """The run-level work ``gym.job`` holds: collection, aggregate metrics, finalization."""
     state.sessions.begin(_current_trace_id())
@@ -377,15 +377,14 @@ async def _serve_and_collect(
         telemetry.note_rollouts_ended()
 
 
-def replica_rotation(collector: Collector, urls: dict[str, str]) -> Callable[[str, bool], None]:
+def replica_rotation(collector: Collector, urls: ServerUrls) -> Callable[[str, bool], None]:
     """What the supervisor calls when a replica dies or is back: the driver's client holds a
     dead replica out of rotation until its restart is healthy (no attempt is spent on it)."""
     from rollgym.servers.spec import instance_name
 
-    replicas: dict[str, list[str]] = getattr(urls, "replicas", {})
     by_instance = {
         instance_name(name, index): url
-        for name, replica_urls in replicas.items()
+        for name, replica_urls in urls.replicas.items()
         for index, url in enumerate(replica_urls)
     }
 
@@ -490,7 +489,7 @@ def write_summary(summary: Summary, output_dir: Path) -> None:
         )
 
 
-def telemetry_warnings(counts: dict[str, Any]) -> list[str]:
+def telemetry_warnings(counts: Mapping[str, object]) -> list[str]:
     """What the person running the job must hear about its trace store (dropped spans have
     their own line: :func:`rollgym.driver.report.telemetry_loss_line`)."""
     warnings = []
@@ -504,9 +503,9 @@ def telemetry_warnings(counts: dict[str, Any]) -> list[str]:
 
 def _telemetry_counts(
     driver: SpanCountRecord, config: JobConfig, output_dir: Path
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The span counts of every launched server plus the driver's own."""
     launched = [name for name, server in config.servers.items() if server.impl is not None]
-    total: dict[str, Any] = dict(read_server_records(output_dir / "logs", launched))
+    total: dict[str, object] = dict(read_server_records(output_dir / "logs", launched))
     add_record(total, driver)
     return total

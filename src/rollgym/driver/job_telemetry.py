@@ -9,7 +9,6 @@ everything.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import sys
@@ -19,6 +18,7 @@ from typing import Any
 
 from rollgym.config import JobConfig
 from rollgym.errors import ConfigError
+from rollgym.event_loop import cancel_and_wait
 from rollgym.placement.supervisor import report_to_stderr
 from rollgym.telemetry.span_counts import SpanCountRecord, empty_record
 from rollgym.urls import redact_url
@@ -160,7 +160,8 @@ class JobTelemetry:
             return empty_record()
         self.handle.shutdown()
         try:
-            return self.handle.counts()
+            counts: SpanCountRecord = self.handle.counts()
+            return counts
         except Exception:  # noqa: BLE001
             return empty_record()
 
@@ -208,9 +209,9 @@ class JobTelemetry:
                 self.store_down_s += time.monotonic() - died
             report_to_stderr(f"rollgym: the trace store is back at {self.store.endpoint}")
 
-    def store_counts(self) -> dict[str, Any]:
+    def store_counts(self) -> dict[str, object]:
         """The store's availability for ``summary.json`` -> ``telemetry``."""
-        counts: dict[str, Any] = {
+        counts: dict[str, object] = {
             "store_deaths": self.store_deaths,
             "store_restarts": self.store_restarts,
             "store_down_s": round(self.store_down_s, 3),
@@ -220,11 +221,8 @@ class JobTelemetry:
         return counts
 
     async def stop_store(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watch
-            self._watch = None
+        await cancel_and_wait(self._watch)
+        self._watch = None
         if self.store is not None:
             stop = getattr(self.store, "astop", None)
             if stop is not None:

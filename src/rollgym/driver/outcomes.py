@@ -6,10 +6,27 @@ append them to ``rollouts.jsonl`` / ``failures.jsonl`` with the same field names
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rollgym.errors import ErrorKind
 from rollgym.policy_versions import PolicyVersion
+from rollgym.records import fields_record
+
+#: What a ``trajectories.jsonl`` line repeats of its ``rollouts.jsonl`` line (``usage`` when
+#: the rollout has one), before the trajectory itself.
+TRAJECTORY_FIELDS = (
+    "rollout_id",
+    "task_index",
+    "rollout_index",
+    "attempt",
+    "dispatch_name",
+    "reward",
+    "usage",
+    "policy_versions",
+    "policy_lag",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +63,7 @@ class RolloutResult:
     #: Versions the oldest call was behind the current one when the result came back.
     policy_lag: int | None = None
 
-    def to_record(self, trajectory_at: dict[str, Any] | None = None) -> dict[str, Any]:
+    def to_record(self, trajectory_at: Mapping[str, object] | None = None) -> dict[str, object]:
         """The ``rollouts.jsonl`` line; ``trajectory_at`` points at its trajectory line."""
         record = {
             "rollout_id": self.rollout_id,
@@ -73,33 +90,23 @@ class RolloutResult:
             record["trajectory"] = trajectory_at
         return record
 
-    def trajectory_record(self) -> dict[str, Any]:
-        """The ``trajectories.jsonl`` line: the rollout's identity, reward and trajectory."""
-        return {
-            "rollout_id": self.rollout_id,
-            "task_index": self.task_index,
-            "rollout_index": self.rollout_index,
-            "attempt": self.attempt,
-            "dispatch_name": self.dispatch_name,
-            "reward": self.reward,
-            **({"usage": self.usage} if self.usage is not None else {}),
-            **(
-                {"policy_versions": self.policy_versions, "policy_lag": self.policy_lag}
-                if self.policy_versions is not None
-                else {}
-            ),
-            "trajectory": self.trajectory,
-        }
+    def trajectory_record(self) -> dict[str, object]:
+        """The ``trajectories.jsonl`` line: the rollout's identity, reward and trajectory (the
+        ``rollouts.jsonl`` line's fields of :data:`TRAJECTORY_FIELDS`, in that order)."""
+        record = self.to_record()
+        kept = {key: record[key] for key in TRAJECTORY_FIELDS if key in record}
+        kept["trajectory"] = self.trajectory
+        return kept
 
 
 @dataclass(frozen=True, slots=True)
 class RolloutFailure:
     """A rollout (or an input line) that produced no reward, and why.
 
-    ``error_kind`` is one of: ``invalid_row``, ``unknown_agent``, ``unknown_route``,
-    ``connection_error``, ``timeout``, ``http_5xx``, ``http_429``, ``http_4xx``,
-    ``invalid_response``, ``missing_reward``, ``stale`` (every attempt ran on a policy version
-    more than ``max_staleness`` behind), ``cancelled``.
+    ``error_kind`` is one of :data:`rollgym.errors.ErrorKind` (``invalid_row``,
+    ``unknown_agent``, ``unknown_route``, ``connection_error``, ``timeout``, ``http_5xx``,
+    ``http_429``, ``http_4xx``, ``invalid_response``, ``missing_reward``, ``stale`` (every
+    attempt ran on a policy version more than ``max_staleness`` behind), ``cancelled``).
     """
 
     rollout_id: str | None
@@ -107,26 +114,15 @@ class RolloutFailure:
     rollout_index: int | None
     attempt: int
     dispatch_name: str | None
-    error_kind: str
+    error_kind: ErrorKind
     message: str
     line: int | None = None
     trace_id: str | None = None
     trace_sampled: bool = True
 
-    def to_record(self) -> dict[str, Any]:
-        """The ``failures.jsonl`` line."""
-        return {
-            "rollout_id": self.rollout_id,
-            "task_index": self.task_index,
-            "rollout_index": self.rollout_index,
-            "attempt": self.attempt,
-            "dispatch_name": self.dispatch_name,
-            "error_kind": self.error_kind,
-            "message": self.message,
-            "line": self.line,
-            "trace_id": self.trace_id,
-            "trace_sampled": self.trace_sampled,
-        }
+    def to_record(self) -> dict[str, object]:
+        """The ``failures.jsonl`` line: every field, in declaration order."""
+        return fields_record(self)
 
 
 Outcome = RolloutResult | RolloutFailure

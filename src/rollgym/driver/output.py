@@ -24,7 +24,7 @@ import errno
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -101,7 +101,7 @@ class OutcomeWriter:
             record["session"] = self._session
         return orjson.dumps(record, option=_NEWLINE)
 
-    def _write_trajectory(self, outcome: RolloutResult) -> dict[str, Any]:
+    def _write_trajectory(self, outcome: RolloutResult) -> dict[str, object]:
         """Append the trajectory line; return the rollout line's pointer to it."""
         if self._trajectories is None:
             self._trajectories = open(self._dir / TRAJECTORIES, "ab", buffering=0)  # noqa: SIM115
@@ -182,7 +182,7 @@ class Ledger:
         """True when this rollout already has a record (the hot-path check of a resume)."""
         return task_index * self.repeats + rollout_index in self.done
 
-    def _mark(self, record: dict[str, Any]) -> bool:
+    def _mark(self, record: Mapping[str, object]) -> bool:
         task_index = record.get("task_index")
         rollout_index = record.get("rollout_index")
         if not isinstance(task_index, int):

@@ -14,16 +14,20 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollgym.driver.dispatch import AttemptOutcome, outcome_label
 from rollgym.driver.outcomes import Outcome, RolloutFailure, RolloutResult
 from rollgym.driver.policy_clock import PolicyClock
 from rollgym.driver.rows import Rollout
-from rollgym.errors import PermanentDispatchError
+from rollgym.errors import InvariantBroken, PermanentDispatchError
+from rollgym.policy_versions import version_list
 from rollgym.telemetry.names import OUTCOME_ERROR
 from rollgym.trajectory.record import TRAJECTORY_KEY
 from rollgym.trajectory.usage import take_usage
+
+if TYPE_CHECKING:
+    from rollgym.telemetry.metrics import RolloutMetrics
 
 SendAttempt = Callable[[Rollout, int], Awaitable[AttemptOutcome]]
 #: Stands for "stale" where the metrics want an attempt's error (it never leaves this module).
@@ -56,7 +60,7 @@ class InFlight:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def oldest(self, count: int) -> list[dict[str, Any]]:
+    def oldest(self, count: int) -> list[dict[str, object]]:
         now = time.monotonic()
         rows = []
         for rollout, name, attempt, started in self.entries.values():
@@ -82,15 +86,19 @@ def result_of(
     With a ``clock``, a result's ``policy_lag`` is measured against the current version."""
     task = rollout.task
     if outcome.error is None:
-        assert outcome.reward is not None and outcome.result is not None
+        if outcome.reward is None or outcome.result is None:
+            raise InvariantBroken(
+                f"attempt {outcome.attempt} of {outcome.rollout_id} has neither an error nor a "
+                "reward and result"
+            )
         trajectory = outcome.result.get(TRAJECTORY_KEY)
         if isinstance(trajectory, dict):  # stored once, in trajectories.jsonl
             del outcome.result[TRAJECTORY_KEY]
         else:
             trajectory = None  # not a trajectory: left in the result as the agent sent it
         usage = take_usage(outcome.result)  # stored beside the result, not inside it
-        versions = usage.pop("policy_versions", None) if usage is not None else None
-        engine = usage.pop("engine_versions", None) if usage is not None else None
+        versions = version_list(usage.pop("policy_versions", None)) if usage else None
+        engine = version_list(usage.pop("engine_versions", None)) if usage else None
         lag = clock.lag(versions) if clock is not None and versions else None
         return RolloutResult(
             outcome.rollout_id,
@@ -171,7 +179,7 @@ async def run_rollout(
     policy: RetryPolicy,
     in_flight: InFlight,
     on_cancel: Callable[[RolloutFailure], object],
-    metrics: Any = None,
+    metrics: RolloutMetrics | None = None,
     clock: PolicyClock | None = None,
 ) -> Outcome:
     """All attempts of one rollout; returns its record.
@@ -182,10 +190,9 @@ async def run_rollout(
     attempt, while attempts remain), else it becomes a ``stale`` failure.
     """
     task = rollout.task
-    assert task.target is not None
-    name = task.target.dispatch_name
+    name = rollout.target.dispatch_name
     key = (task.task_index, rollout.rollout_index)
-    entry: list[Any] = [rollout, name, 0, time.monotonic()]
+    entry: list[object] = [rollout, name, 0, time.monotonic()]
     in_flight.entries[key] = entry
     if metrics is not None:
         metrics.started(name)

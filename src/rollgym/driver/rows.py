@@ -10,16 +10,24 @@ row that has nowhere to go becomes one failure per rollout (``unknown_agent`` /
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Collection,
+    Iterable,
+    Iterator,
+    Mapping,
+)
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 from rollgym.driver.outcomes import RolloutFailure
 from rollgym.driver.unique_ids import UniqueIds
-from rollgym.errors import InputError
+from rollgym.errors import ErrorKind, InputError, InvariantBroken
 from rollgym.identity import (
     ATTEMPT,
     EXPLICIT_ID,
@@ -40,6 +48,13 @@ class Target:
     episode: bool
 
 
+class Unroutable(NamedTuple):
+    """Why a row cannot be dispatched: its failure kind and a message naming the field."""
+
+    kind: ErrorKind
+    message: str
+
+
 # The per-row and per-rollout records below are plain (not frozen) slotted dataclasses on
 # purpose: one is built for every row and every rollout, and a frozen dataclass's __init__
 # costs about five times as much (bench/driver_throughput.py). Nothing mutates them.
@@ -52,8 +67,8 @@ class TaskRow:
     row: dict[str, Any]
     explicit_id: str | None
     target: Target | None
-    #: When ``target`` is None: (error_kind, message) of why it cannot be dispatched.
-    unroutable: tuple[str, str] | None = None
+    #: When ``target`` is None: why it cannot be dispatched.
+    unroutable: Unroutable | None = None
 
 
 @dataclass(slots=True)
@@ -73,6 +88,17 @@ class Rollout:
     task: TaskRow
     rollout_index: int
 
+    @property
+    def target(self) -> Target:
+        """Where the rollout is dispatched: :func:`expand` makes rollouts of routed rows only."""
+        target = self.task.target
+        if target is None:
+            raise InvariantBroken(
+                f"rollout {self.rollout_index} of task {self.task.task_index} (line "
+                f"{self.task.line}) has no target: an unroutable row became a rollout"
+            )
+        return target
+
     def rollout_id(self, attempt: int) -> str:
         """The id of this rollout's attempt ``attempt``: the one place the driver derives it."""
         task = self.task
@@ -82,7 +108,7 @@ class Rollout:
 WorkItem = Rollout | RolloutFailure
 
 
-def describe(value: Any) -> str:
+def describe(value: object) -> str:
     """``got str '3'``-style rendering of a bad value, short enough for one line."""
     text = repr(value)
     if len(text) > 60:
@@ -90,7 +116,7 @@ def describe(value: Any) -> str:
     return f"{type(value).__name__} {text}"
 
 
-def check_row(row: Any, *, path: str, line: int) -> dict[str, Any]:
+def check_row(row: object, *, path: str, line: int) -> dict[str, object]:
     """Return ``row`` if it can become rollouts, else raise :class:`InputError` naming the field."""
     if not isinstance(row, dict):
         raise InputError(f"expected a JSON object, got {describe(row)}", path=path, line=line)
@@ -119,7 +145,7 @@ def check_row(row: Any, *, path: str, line: int) -> dict[str, Any]:
     return row
 
 
-def _check_task_id(value: Any, *, path: str, line: int) -> None:
+def _check_task_id(value: object, *, path: str, line: int) -> None:
     if isinstance(value, str) or is_int(value):
         return  # a plain label; the row is routed by agent
     if isinstance(value, dict):
@@ -149,8 +175,8 @@ class Router:
         self._by_agent = {name: Target(name, name, False) for name in self._agents}
         self._default = default_agent
 
-    def route(self, row: Mapping[str, Any], where: str) -> Target | tuple[str, str]:
-        """The target, or ``(error_kind, message)`` naming the field at fault."""
+    def route(self, row: Mapping[str, Any], where: str) -> Target | Unroutable:
+        """The target, or why there is none (the message names the field at fault)."""
         task_id = row.get("task_id")
         taskset = task_id.get("taskset") if isinstance(task_id, dict) else None
         if taskset is not None and taskset in self._routes:
@@ -158,24 +184,26 @@ class Router:
         agent = row.get("agent", self._default)
         if agent is None:
             if taskset is not None:
-                return "unknown_route", (
+                return Unroutable(
+                    "unknown_route",
                     f"{where}: field 'task_id': task set {taskset!r} has no route in "
-                    f"run.environment_routes (routes: {sorted(self._routes)}) and no agent applies"
+                    f"run.environment_routes (routes: {sorted(self._routes)}) and no agent applies",
                 )
-            return (
+            return Unroutable(
                 "unknown_route",
                 f"{where}: field 'agent': the row names no agent and run.agent is not set",
             )
         target = self._by_agent.get(agent)
         if target is None:
             field = "agent" if "agent" in row else "run.agent"
-            return "unknown_agent", (
-                f"{where}: field {field!r}: unknown agent {agent!r} (agents: {sorted(self._agents)})"
+            return Unroutable(
+                "unknown_agent",
+                f"{where}: field {field!r}: unknown agent {agent!r} (agents: {sorted(self._agents)})",
             )
         return target
 
 
-def parse_line(raw: bytes, *, path: str, line: int) -> dict[str, Any]:
+def parse_line(raw: bytes, *, path: str, line: int) -> dict[str, object]:
     """One JSONL line -> a checked row, or :class:`InputError`."""
     try:
         row = orjson.loads(raw)
@@ -229,7 +257,7 @@ def read_jsonl(
 
 
 def _mapping_entry(
-    item: Any, position: int, router: Router, source: str, ids: UniqueIds | None
+    item: object, position: int, router: Router, source: str, ids: UniqueIds | None
 ) -> TaskRow | BadLine:
     line = position + 1
     try:
@@ -242,7 +270,7 @@ def _mapping_entry(
 
 
 def read_mappings(
-    rows: Iterable[Any], router: Router, source: str = "<rows>", ids: UniqueIds | None = None
+    rows: Iterable[object], router: Router, source: str = "<rows>", ids: UniqueIds | None = None
 ) -> Iterator[TaskRow | BadLine]:
     """Rows given by an embedder as mappings; "line" is the 1-based position."""
     for position, item in enumerate(rows):
@@ -251,7 +279,7 @@ def read_mappings(
 
 async def aread_mappings(
     rows: AsyncIterable[Any], router: Router, source: str = "<rows>", ids: UniqueIds | None = None
-):
+) -> AsyncIterator[TaskRow | BadLine]:
     """Like :func:`read_mappings` for an async iterable of rows."""
     position = 0
     async for item in rows:
@@ -287,7 +315,10 @@ def expand(entry: TaskRow | BadLine, repeats: int, skip: Skip | None = None) -> 
         if entry.target is not None:
             yield Rollout(entry, rollout_index)
         else:
-            assert entry.unroutable is not None
+            if entry.unroutable is None:
+                raise InvariantBroken(
+                    f"task {entry.task_index} (line {entry.line}) has neither a target nor a reason"
+                )
             kind, message = entry.unroutable
             yield RolloutFailure(
                 Rollout(entry, rollout_index).rollout_id(0),
@@ -301,7 +332,7 @@ def expand(entry: TaskRow | BadLine, repeats: int, skip: Skip | None = None) -> 
             )
 
 
-def collector_row(rollout: Rollout, attempt: int) -> dict[str, Any]:
+def collector_row(rollout: Rollout, attempt: int) -> dict[str, object]:
     """The task row plus the driver's stamps (an input row's own stamp values are overwritten)."""
     row = dict(rollout.task.row)
     row[TASK_INDEX] = rollout.task.task_index
@@ -310,7 +341,7 @@ def collector_row(rollout: Rollout, attempt: int) -> dict[str, Any]:
     return row
 
 
-def unstamped(row: Mapping[str, Any]) -> dict[str, Any]:
+def unstamped(row: Mapping[str, object]) -> dict[str, object]:
     """The row without the driver's stamps: the task of an episode ``/run`` the driver posts.
 
     Not :func:`rollgym.servers.task_of`, which an agent uses and which also drops the routing

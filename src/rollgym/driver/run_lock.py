@@ -20,7 +20,6 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Any
 
 import orjson
 
@@ -93,7 +92,7 @@ def _write_holder(fd: int) -> None:
     os.pwrite(fd, data, 0)
 
 
-def _read_holder(fd: int) -> dict[str, Any]:
+def _read_holder(fd: int) -> dict[str, object]:
     with contextlib.suppress(OSError, orjson.JSONDecodeError):
         holder = orjson.loads(os.pread(fd, 4096, 0))
         if isinstance(holder, dict):

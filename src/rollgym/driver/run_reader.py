@@ -58,7 +58,7 @@ def recorded_run_id(run_dir: Path) -> str | None:
     return None
 
 
-def names_rollout(wanted: str, rollout_id: Any) -> bool:
+def names_rollout(wanted: str, rollout_id: object) -> bool:
     """Does ``wanted`` (as typed) name the rollout whose final attempt is ``rollout_id``?"""
     if not isinstance(rollout_id, str):
         return False
@@ -67,7 +67,7 @@ def names_rollout(wanted: str, rollout_id: Any) -> bool:
     return _ATTEMPT_SUFFIX.search(wanted) is None and _ATTEMPT_SUFFIX.sub("", rollout_id) == wanted
 
 
-def _trajectory_at(run_dir: Path, pointer: Any) -> dict[str, Any] | None:
+def _trajectory_at(run_dir: Path, pointer: object) -> dict[str, object] | None:
     if not isinstance(pointer, dict):
         return None
     offset, size = pointer.get("offset"), pointer.get("bytes")

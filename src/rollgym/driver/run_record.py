@@ -20,12 +20,14 @@ without it: that resume goes on and the record is written then, from its config.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rollgym.config import JobConfig
 from rollgym.errors import ConfigError
+from rollgym.records import fields_record
 
 #: run.json key of the record.
 RECORD_KEY = "defines"
@@ -53,7 +55,7 @@ def _server_capture(config: JobConfig) -> dict[str, dict[str, bool]]:
     return found
 
 
-def _capture_differences(stored: Any, now: dict[str, dict[str, bool]]) -> list[tuple[str, str]]:
+def _capture_differences(stored: object, now: dict[str, dict[str, bool]]) -> list[tuple[str, str]]:
     was_all = stored if isinstance(stored, dict) else {}
     found = []
     for name in sorted(set(was_all) | set(now)):
@@ -106,18 +108,10 @@ class RunRecord:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "input": self.input,
-            "input_sha256": self.input_sha256,
-            "repeats": self.repeats,
-            "agent": self.agent,
-            "environment_routes": self.environment_routes,
-            "trajectories": self.trajectories,
-            "capture_tokens": self.capture_tokens,
-            "server_capture": self.server_capture,
-        }
+        """The record as ``run.json`` keeps it: every field."""
+        return fields_record(self)
 
-    def differences(self, stored: dict[str, Any]) -> list[tuple[str, str]]:
+    def differences(self, stored: Mapping[str, object]) -> list[tuple[str, str]]:
         """(config key, what differs) for each recorded field this session would change."""
         mine = self.to_json()
         found = []
@@ -133,7 +127,7 @@ class RunRecord:
         return found
 
 
-def _input_difference(stored: dict[str, Any], now: RunRecord) -> str:
+def _input_difference(stored: Mapping[str, object], now: RunRecord) -> str:
     was = f"{stored.get('input')} (sha256 {str(stored['input_sha256'])[:12]})"
     if stored.get("input") == now.input:
         return f"input file {now.input} has changed since the run began: was sha256 " + (
@@ -142,7 +136,9 @@ def _input_difference(stored: dict[str, Any], now: RunRecord) -> str:
     return f"the run read {was}, this input is {now.input} (sha256 {now.input_sha256[:12]})"
 
 
-def check_resume(output_dir: Path, stored_run: dict[str, Any] | None, record: RunRecord) -> None:
+def check_resume(
+    output_dir: Path, stored_run: Mapping[str, object] | None, record: RunRecord
+) -> None:
     """Raise one :class:`ConfigError` naming what a resume would change, or return.
 
     ``stored_run`` is the folder's ``run.json`` (None: a new run); without a record (a folder
@@ -163,7 +159,7 @@ def check_resume(output_dir: Path, stored_run: dict[str, Any] | None, record: Ru
     )
 
 
-def with_record(run: dict[str, Any], record: RunRecord) -> dict[str, Any] | None:
+def with_record(run: Mapping[str, object], record: RunRecord) -> dict[str, object] | None:
     """``run.json`` with the record added, or None when it already has one (kept as it is)."""
     if isinstance(run.get(RECORD_KEY), dict):
         return None

@@ -21,8 +21,8 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import orjson
 
@@ -72,12 +72,12 @@ class SessionLog:
         """Call when the session ends in any way but a kill (normal, error, Ctrl-C);
         ``status`` is the run's (``completed``, ``interrupted``, ...)."""
         if self.started:
-            record: dict[str, Any] = {"session": self.session, "event": "end", "at": time.time()}
+            record: dict[str, object] = {"session": self.session, "event": "end", "at": time.time()}
             if status is not None:
                 record["status"] = status
             self._append(record)
 
-    def _append(self, record: dict[str, Any]) -> None:
+    def _append(self, record: Mapping[str, object]) -> None:
         line = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
         with (
             contextlib.suppress(OSError),

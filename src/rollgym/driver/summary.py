@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - product
 
 
-def _grow(column: array, index: int) -> None:
+def _grow(column: array[int], index: int) -> None:
     """Make ``column[index]`` exist; grow by half so slack stays small on huge inputs."""
     if index >= len(column):
         column.frombytes(
@@ -59,7 +59,7 @@ class DispatchStats:
         #: Sums of the completed rollouts' ``usage`` (rollouts.jsonl); empty when none had one.
         self.usage: dict[str, int | float] = {}
 
-    def add_usage(self, usage: Mapping[str, Any] | None) -> None:
+    def add_usage(self, usage: Mapping[str, object] | None) -> None:
         """Add one rollout's usage: every numeric field summed under its own name."""
         if not isinstance(usage, Mapping):
             return
@@ -133,7 +133,7 @@ class Aggregator:
         name: str,
         task_index: int,
         reward: float,
-        usage: Mapping[str, Any] | None = None,
+        usage: Mapping[str, object] | None = None,
         policy_lag: int | None = None,
     ) -> None:
         self.completed += 1
@@ -174,7 +174,7 @@ class Aggregator:
         else:
             self.add_failure(record.get("dispatch_name"), str(record.get("error_kind")))
 
-    def by_dispatch_name(self) -> dict[str, Any]:
+    def by_dispatch_name(self) -> dict[str, object]:
         return {name: stats.to_json(self.repeats) for name, stats in sorted(self.by_name.items())}
 
 
@@ -245,7 +245,7 @@ class Summary:
 _MEANS_OVER_COUNT = frozenset({"mean_reward", "pass_rate"})
 
 
-def merge_replicas(per_replica: Mapping[str, Any]) -> dict[str, Any]:
+def merge_replicas(per_replica: Mapping[str, object]) -> dict[str, object]:
     """One server's figures from its replicas' (``{instance: figures}``), each still listed.
 
     Counts (integers) add up, nested tables merge key by key, ``mean_reward`` and
@@ -258,13 +258,13 @@ def merge_replicas(per_replica: Mapping[str, Any]) -> dict[str, Any]:
         for figures in per_replica.values()
         if isinstance(figures, dict) and "error" not in figures
     ]
-    merged: dict[str, Any] = _merge(answered) if answered else {"error": "no replica answered"}
+    merged: dict[str, object] = _merge(answered) if answered else {"error": "no replica answered"}
     merged["replicas"] = dict(per_replica)
     return merged
 
 
-def _merge(tables: list[dict[str, Any]]) -> dict[str, Any]:
-    merged: dict[str, Any] = {}
+def _merge(tables: list[dict[str, Any]]) -> dict[str, object]:
+    merged: dict[str, object] = {}
     keys = dict.fromkeys(key for table in tables for key in table)
     for key in keys:
         values = [table[key] for table in tables if key in table]
@@ -279,11 +279,11 @@ def _merge(tables: list[dict[str, Any]]) -> dict[str, Any]:
     return merged
 
 
-def _is_count(value: Any) -> bool:
+def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _weighted_mean(tables: list[dict[str, Any]], key: str) -> float | None:
+def _weighted_mean(tables: Sequence[Mapping[str, object]], key: str) -> float | None:
     """The mean of ``key`` over all replicas' samples (each replica's weighs its ``count``)."""
     total, weight = 0.0, 0
     for table in tables:
@@ -294,6 +294,6 @@ def _weighted_mean(tables: list[dict[str, Any]], key: str) -> float | None:
     return total / weight if weight else None
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+def write_json_atomic(path: Path, data: object) -> None:
     """Write a JSON file so a reader never sees half of it (:func:`write_atomically`)."""
     write_atomically(path, orjson.dumps(data, option=orjson.OPT_INDENT_2))

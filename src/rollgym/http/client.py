@@ -47,7 +47,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
 from contextvars import ContextVar
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -141,6 +141,16 @@ class HttpResponse(NamedTuple):
     replica: str | None = None
 
 
+class PoolMetrics(Protocol):
+    """What the client records about its pool (``telemetry.metrics.HttpClientMetrics``)."""
+
+    def request_started(self, destination: str) -> None: ...
+
+    def request_finished(self, destination: str) -> None: ...
+
+    def trace_config(self) -> aiohttp.TraceConfig: ...
+
+
 class HttpClient:
     """A pooled aiohttp client that speaks JSON and knows which server it talks to.
 
@@ -153,7 +163,7 @@ class HttpClient:
         self,
         *,
         limit: int = 0,
-        metrics: Any | None = None,
+        metrics: PoolMetrics | None = None,
         replicas: Mapping[str, list[str]] | None = None,
         limits: ExchangeLimits | None = None,
     ) -> None:
@@ -207,7 +217,7 @@ class HttpClient:
         self,
         destination: str,
         url: str,
-        body: Any,
+        body: object,
         *,
         timeout: float | None = None,
         headers: Mapping[str, str] | None = None,
@@ -244,7 +254,7 @@ class HttpClient:
         method: str,
         destination: str,
         url: str,
-        body: Any,
+        body: object,
         *,
         timeout: float | None = None,
         headers: Mapping[str, str] | None = None,
@@ -286,7 +296,7 @@ class HttpClient:
         method: str,
         destination: str,
         url: str,
-        body: Any,
+        body: object,
         timeout: float | None,
         headers: Mapping[str, str] | None,
         route: str | None,
@@ -305,7 +315,7 @@ class HttpClient:
         method: str,
         destination: str,
         url: str,
-        body: Any,
+        body: object,
         timeout: float | None,
         headers: Mapping[str, str] | None,
         route: str | None,
@@ -324,7 +334,7 @@ class HttpClient:
         method: str,
         destination: str,
         url: str,
-        body: Any,
+        body: object,
         timeout: float | None,
         headers: dict[str, str],
         trace_id: str | None,
@@ -377,7 +387,7 @@ class HttpClient:
         data: bytes | None,
         headers: dict[str, str],
         timeout: float | None,
-        trace_ctx: dict[str, Any] | None,
+        trace_ctx: Mapping[str, object] | None,
     ) -> tuple[int, bytes]:
         """One request on ``session`` (and its same-host redirects): the answer's status and
         body, read within ``max_response_bytes``."""
@@ -520,7 +530,8 @@ def _inject(headers: dict[str, str], span: Any = None) -> str | None:
     what went out, so it is not looked up a second time.
     """
     if span is not None:
-        return _span_helpers()[1](headers, span.get_span_context())
+        injected: str | None = _span_helpers()[1](headers, span.get_span_context())
+        return injected
     from opentelemetry import propagate, trace
 
     propagate.inject(headers)

@@ -40,6 +40,7 @@ from rollgym.placement.base import PlacedServer, Placement
 from rollgym.placement.health import wait_healthy
 from rollgym.placement.local import LocalPlacement
 from rollgym.placement.supervisor import POLL_S, Supervisor
+from rollgym.server_urls import ServerUrls
 from rollgym.servers.spec import ServeSpec, instance_name
 from rollgym.telemetry.groups import gate
 from rollgym.urls import redact_text
@@ -77,15 +78,6 @@ def launch_waves(deps: Mapping[str, set[str]]) -> list[list[str]]:
         for name in wave:
             del pending[name]
     return waves
-
-
-class ServerUrls(dict[str, str]):
-    """``{server name: base URL}``, plus ``replicas``: ``{server: [replica URLs]}`` for the
-    servers launched with more than one replica."""
-
-    def __init__(self, urls: Mapping[str, str], *, replicas: Mapping[str, list[str]]) -> None:
-        super().__init__(urls)
-        self.replicas = {name: list(urls) for name, urls in replicas.items()}
 
 
 class _Launch:

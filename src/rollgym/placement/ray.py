@@ -35,6 +35,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -120,7 +121,7 @@ class ServerActor:
         from rollgym.servers.server_process import AppServer
 
         if host is None:
-            host = ray.util.get_node_ip_address()
+            host = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
         self.server = AppServer(self.spec, self.telemetry, host)
         # A new thread starts in an empty context: the startup trace stays out of requests.
         self.thread = threading.Thread(
@@ -250,7 +251,7 @@ class RayPlacement:
 
     def configure(self, server: str, ray: RayResources) -> None:
         """What each actor of ``server`` reserves, and whether its replicas spread over nodes."""
-        options: dict[str, Any] = {"num_cpus": ray.num_cpus}
+        options: dict[str, object] = {"num_cpus": ray.num_cpus}
         if ray.resources:
             options["resources"] = dict(ray.resources)
         if ray.strategy == "SPREAD":
@@ -300,7 +301,7 @@ class RayPlacement:
     async def _place(
         self,
         spec: ServeSpec,
-        options: dict[str, Any],
+        options: Mapping[str, object],
         session: aiohttp.ClientSession,
         timeout_s: float,
     ) -> str:

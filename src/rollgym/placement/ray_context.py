@@ -55,7 +55,9 @@ def in_context(func: _F) -> _F:
     if inspect.iscoroutinefunction(func):
 
         @functools.wraps(func)
-        async def run_async(*args: Any, trace_carrier: Mapping[str, str] | None = None, **kw: Any):
+        async def run_async(
+            *args: Any, trace_carrier: Mapping[str, str] | None = None, **kw: Any
+        ) -> object:
             token = attach_context(extract_context(trace_carrier)) if trace_carrier else None
             try:
                 return await func(*args, **kw)

@@ -39,7 +39,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from rollgym.child_process import log_tail
-from rollgym.errors import DispatchError, LaunchError, PermanentDispatchError
+from rollgym.errors import DispatchError, InvariantBroken, LaunchError, PermanentDispatchError
 from rollgym.incarnations import IncarnationLog
 from rollgym.placement.base import PlacedServer
 from rollgym.servers.spec import instance_name
@@ -184,7 +184,10 @@ class Supervisor:
     async def _recover(self, name: str, status: str) -> None:
         """Restart while restarts are left; a server with none left stays in ``_recovering``
         (its dead replica is not reported twice)."""
-        assert self._restarter is not None
+        if self._restarter is None:
+            raise InvariantBroken(
+                f"server {name!r} died ({status}) under a supervisor with no restarter"
+            )
         health = self.health[name]
         while health.restarts < health.restart_limit:
             health.restarts += 1
@@ -241,7 +244,7 @@ class Supervisor:
         """``summary.json`` -> ``servers``: per server, deaths, restarts and whether it ended
         down. A server with replicas adds them up (``down``: all of them ended down) and
         lists each under ``replicas``."""
-        servers: dict[str, Any] = {}
+        servers: dict[str, object] = {}
         for name, instances in sorted(self._instances.items()):
             each = {instance: self.health[instance].to_json() for instance in instances}
             if len(instances) == 1:

@@ -168,18 +168,6 @@ def bwrap_launch(
     return Launch((program("bwrap"),), options, (*limit_args(limits), *command))
 
 
-def bwrap_argv(
-    disk: SandboxDisk,
-    sandbox_id: str,
-    limits: SandboxLimits,
-    command: list[str],
-    exec_name: str = "",
-    exec_number: int = 0,
-) -> list[str]:
-    """The whole logical command line (options inline), for reading and tests."""
-    return bwrap_launch(disk, sandbox_id, limits, command, exec_name, exec_number).argv(None)
-
-
 def unavailable_reason() -> str | None:
     """Why sandboxes cannot run on this machine (what :func:`check_support` would raise), or
     None when they can: for callers that report or skip instead of failing, such as tests."""

@@ -10,6 +10,7 @@ without a finite numeric ``reward`` with a clear 500, so the driver never record
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from fastapi import FastAPI, Request
@@ -30,7 +31,7 @@ from rollgym.trajectory.usage import attach_usage
 _NOT_TASK = frozenset((*STAMPED_FIELDS, EXPLICIT_ID, "agent", "sampling"))
 
 
-def task_of(row: dict[str, Any]) -> dict[str, Any]:
+def task_of(row: Mapping[str, object]) -> dict[str, Any]:
     """The task inside a collector row: the row without the driver's identity and routing keys."""
     return {key: value for key, value in row.items() if key not in _NOT_TASK}
 
@@ -125,14 +126,15 @@ class Agent(Server):
 
     async def _run_checked(
         self, row: dict[str, Any], rollout_id: str | None, capture: str | None
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         who = f"agent {self.context.name!r}"
 
-        async def attempt() -> dict[str, Any]:
+        async def attempt() -> dict[str, object]:
             rollout = self.rollout_context(rollout_id, row, capture)
             try:
                 answer = attach(await self.run(row, rollout), rollout.trajectory)
-                return attach_usage(answer, rollout.usage)
+                answered: dict[str, Any] = attach_usage(answer, rollout.usage)
+                return answered
             finally:
                 await rollout.aclose()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import orjson
 from fastapi import Request
@@ -34,7 +34,7 @@ def _permanent(status: int) -> bool:
     return 400 <= status < 500 and status not in (408, 429)
 
 
-def check_reward(answer: Any, who: str) -> dict[str, Any]:
+def check_reward(answer: object, who: str) -> dict[str, object]:
     """Return ``answer`` if it is an object with a finite numeric ``reward``; else HTTP 500."""
     if not isinstance(answer, dict):
         raise HTTPError(
@@ -50,7 +50,7 @@ def check_reward(answer: Any, who: str) -> dict[str, Any]:
     return answer
 
 
-async def json_object(request: Request) -> dict[str, Any]:
+async def json_object(request: Request) -> dict[str, object]:
     """The request body as a JSON object, or HTTP 400 naming the problem."""
     raw = await request.body()
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def content_text(content: Any) -> str:
+def content_text(content: object) -> str:
     """The text of ``content``: a string as it is, content parts' ``text`` joined, else ''."""
     if isinstance(content, str):
         return content

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 
 @dataclass
@@ -37,7 +36,7 @@ class EnvAggregates:
         if reward >= self.pass_threshold:
             self.passed += 1
 
-    def as_json(self, *, open_sessions: int, expired_sessions: int) -> dict[str, Any]:
+    def as_json(self, *, open_sessions: int, expired_sessions: int) -> dict[str, object]:
         count = self.verified
         return {
             "count": count,

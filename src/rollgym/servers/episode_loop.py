@@ -73,7 +73,7 @@ def first_message(completion: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
-async def _run_call(rollout: RolloutContext, call: dict[str, Any]) -> dict[str, Any]:
+async def _run_call(rollout: RolloutContext, call: dict[str, Any]) -> dict[str, object]:
     function = call.get("function") or {}
     name = str(function.get("name", ""))
     try:

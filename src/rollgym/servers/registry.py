@@ -73,7 +73,8 @@ def resolve_impl(impl: str, kind: str) -> type[Server]:
     if cls is None:
         raise AttributeError(f"module {module_name!r} has no class {class_name!r}")
     _check_kind(impl, cls, kind)
-    return cls
+    server_class: type[Server] = cls  # checked just above
+    return server_class
 
 
 def _working_directory_importable() -> None:

@@ -149,7 +149,7 @@ class ResponsesRequest(BaseModel):
         return items
 
 
-def _unknown_item(where: tuple[int | str, ...], raw: Any) -> InitErrorDetails:
+def _unknown_item(where: tuple[int | str, ...], raw: object) -> InitErrorDetails:
     expected = ", ".join(_ITEMS)
     error = PydanticCustomError(
         "input_item_type", "an input item is an object whose type is one of: {expected}"
@@ -170,7 +170,7 @@ def _prefixed(index: int, exc: ValidationError) -> list[InitErrorDetails]:
     return problems
 
 
-def parse_request(body: Any) -> ResponsesRequest:
+def parse_request(body: object) -> ResponsesRequest:
     """Validate a request body; a 400 naming the first bad field (``body.input.1.call_id``)."""
     try:
         return ResponsesRequest.model_validate(body)
@@ -189,7 +189,7 @@ def parse_request(body: Any) -> ResponsesRequest:
 
 def to_chat_request(request: ResponsesRequest) -> dict[str, Any]:
     """The chat completion request body that asks the same thing (for ``ChatRequest``)."""
-    messages: list[dict[str, Any]] = []
+    messages: list[dict[str, object]] = []
     if request.instructions:
         messages.append({"role": "system", "content": request.instructions})
     if isinstance(request.input, str):
@@ -197,7 +197,7 @@ def to_chat_request(request: ResponsesRequest) -> dict[str, Any]:
     else:
         for item in request.input:
             _append_chat_message(messages, item)
-    chat: dict[str, Any] = {"model": request.model, "messages": messages}
+    chat: dict[str, object] = {"model": request.model, "messages": messages}
     if request.tools:
         chat["tools"] = [_chat_tool(tool) for tool in request.tools]
     if request.tool_choice is not None:
@@ -239,7 +239,7 @@ def _chat_content(parts: list[ContentPart]) -> str | list[dict[str, Any]]:
     return [{"type": "text", "text": part.text} for part in parts]
 
 
-def _chat_tool(tool: FunctionTool) -> dict[str, Any]:
+def _chat_tool(tool: FunctionTool) -> dict[str, object]:
     function = tool.model_dump(exclude_none=True, exclude={"type"})
     return {"type": "function", "function": function}
 
@@ -253,7 +253,7 @@ def _chat_tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
 # --- chat -> Responses ------------------------------------------------------------------------
 
 
-def response_id(request_id: str | None, chat_id: Any) -> str:
+def response_id(request_id: str | None, chat_id: object) -> str:
     """``resp_<request id>``, like chat's ``chatcmpl-<request id>``; else from the chat id."""
     if request_id:
         return f"resp_{request_id}"
@@ -271,7 +271,7 @@ def to_response(
     choices = answer.get("choices") or [{}]
     choice = choices[0] if isinstance(choices[0], dict) else {}
     message = choice.get("message") or {}
-    output: list[dict[str, Any]] = []
+    output: list[dict[str, object]] = []
     text = content_text(message.get("content"))
     tool_calls = message.get("tool_calls") or []
     if text or not tool_calls:
@@ -318,7 +318,7 @@ def to_response(
     }
 
 
-def _usage(usage: Any) -> dict[str, Any]:
+def _usage(usage: object) -> dict[str, object]:
     """Chat ``usage`` in the Responses names (details zero where chat reports none)."""
     usage = usage if isinstance(usage, dict) else {}
     input_tokens = int(usage.get("prompt_tokens") or 0)

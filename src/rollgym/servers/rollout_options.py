@@ -45,7 +45,7 @@ SAMPLING_KEYS = frozenset(
 )
 
 
-def _problem(sampling: Any) -> str | None:
+def _problem(sampling: object) -> str | None:
     """What is wrong with a sampling object, naming the key; None when it is fine."""
     if not isinstance(sampling, Mapping):
         return f"must be an object of sampling parameters, got {type(sampling).__name__}"
@@ -86,7 +86,7 @@ class RolloutOptions(ServerOptions):
             raise ValueError(problem)
         return value
 
-    def sampling_for(self, row_sampling: Any) -> dict[str, Any]:
+    def sampling_for(self, row_sampling: Any) -> dict[str, object]:
         """This server's sampling merged with a row's; a bad row value is the row's fault."""
         if row_sampling is None:
             return self.sampling

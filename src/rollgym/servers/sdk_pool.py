@@ -66,7 +66,7 @@ def http_library() -> Any:
     return importlib.import_module("httpx2")
 
 
-def _limits() -> Any:
+def _limits() -> object:
     return http_library().Limits(
         max_connections=MAX_CONNECTIONS,
         max_keepalive_connections=MAX_CONNECTIONS,
@@ -74,7 +74,7 @@ def _limits() -> Any:
     )
 
 
-def _outside_any_span(build: Any) -> Any:
+def _outside_any_span(build: Any) -> object:
     """``build()`` with no span current, so the pool is nobody's child."""
     try:
         from opentelemetry import context
@@ -102,7 +102,7 @@ def aiohttp_transport_class() -> type[Any] | None:
     return None
 
 
-def _new_async_pool() -> Any:
+def _new_async_pool() -> object:
     aiohttp_transport = aiohttp_transport_class()
     if aiohttp_transport is None:
         return http_library().AsyncHTTPTransport(limits=_limits())
@@ -116,7 +116,7 @@ def _new_async_pool() -> Any:
     return aiohttp_transport(limits=_limits(), client=session)
 
 
-def async_pool() -> Any:
+def async_pool() -> object:
     """The running loop's shared async transport (built on first use)."""
     loop = asyncio.get_running_loop()
     pool = _async_pools.get(loop)
@@ -126,7 +126,7 @@ def async_pool() -> Any:
     return pool
 
 
-def sync_pool() -> Any:
+def sync_pool() -> object:
     """The process's shared blocking transport (built on first use; safe across threads)."""
     global _sync_pool
     if _sync_pool is None:

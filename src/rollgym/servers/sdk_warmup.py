@@ -68,7 +68,7 @@ def _warm_in_thread() -> None:
     openai = require_openai()
     http = http_library()
 
-    def answer(request: Any) -> Any:
+    def answer(request: object) -> Any:
         return http.Response(200, json=_SAMPLE_ANSWER)
 
     with http.Client(transport=http.MockTransport(answer)) as client:

@@ -75,7 +75,8 @@ def finish_telemetry(handle: Any | None, timeout_s: float | None = None) -> Span
         handle.shutdown()
     else:
         handle.shutdown(timeout_s)
-    return handle.counts()
+    counts: SpanCountRecord = handle.counts()
+    return counts
 
 
 class AppServer:
@@ -85,7 +86,7 @@ class AppServer:
     event loop calls it: the process's main loop here, a thread's loop in a Ray actor.
     """
 
-    def __init__(self, spec: ServeSpec, telemetry: Any | None, host: str = "127.0.0.1") -> None:
+    def __init__(self, spec: ServeSpec, telemetry: object, host: str = "127.0.0.1") -> None:
         cls = resolve_impl(spec.impl, spec.kind)
         options = cls.Options.model_validate(spec.options)
         context = ServerContext(

@@ -9,12 +9,13 @@ nobody touched for ``ttl_s``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
+
+from rollgym.event_loop import cancel_and_wait
 
 State = TypeVar("State")
 
@@ -86,11 +87,8 @@ class SessionStore(Generic[State]):
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
 
     async def stop_sweeper(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
-            self._sweeper = None
+        await cancel_and_wait(self._sweeper)
+        self._sweeper = None
 
     async def _sweep_forever(self) -> None:
         interval = max(1.0, self.ttl_s / 4)

@@ -9,7 +9,7 @@ upstream that streams passes the upstream's bytes through instead (see ``openai_
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -23,7 +23,7 @@ def data_line(payload: Any) -> bytes:
     return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
-def event(kind: str, payload: dict[str, Any]) -> bytes:
+def event(kind: str, payload: Mapping[str, object]) -> bytes:
     """One named event (the Responses API names each event by its ``type``)."""
     return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
 
@@ -79,7 +79,12 @@ def chat_chunks(answer: dict[str, Any], *, include_usage: bool) -> Iterator[byte
 
     def chunk(index: int, delta: dict[str, Any], finish: str | None = None, **engine: Any) -> bytes:
         nonlocal first
-        choice: dict[str, Any] = {"index": index, "delta": delta, "finish_reason": finish, **engine}
+        choice: dict[str, object] = {
+            "index": index,
+            "delta": delta,
+            "finish_reason": finish,
+            **engine,
+        }
         line = data_line({**head, **first, "choices": [choice]})
         first = {}
         return line
@@ -113,7 +118,7 @@ def _token_fields(choice: dict[str, Any]) -> Iterator[dict[str, Any]]:
     size = max(len(ids or []), len(logprobs or []))
     for start in range(0, size, TOKENS_PER_CHUNK):
         end = start + TOKENS_PER_CHUNK
-        fields: dict[str, Any] = {}
+        fields: dict[str, object] = {}
         if ids is not None:
             fields["token_ids"] = ids[start:end]
         if logprobs is not None:
@@ -121,7 +126,7 @@ def _token_fields(choice: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield fields
 
 
-def _pieces(content: Any) -> list[str]:
+def _pieces(content: object) -> list[str]:
     """Text cut after each space, so the pieces join back to exactly the text."""
     if not isinstance(content, str) or not content:
         return []
@@ -136,7 +141,7 @@ def response_events(response: dict[str, Any]) -> Iterator[bytes]:
     """The Responses API stream of a finished ``response`` object, in the API's order."""
     sequence = iter(range(1 << 30))
 
-    def emit(kind: str, **fields: Any) -> bytes:
+    def emit(kind: str, **fields: object) -> bytes:
         return event(kind, {"type": kind, "sequence_number": next(sequence), **fields})
 
     started = {**response, "status": "in_progress", "output": [], "usage": None}

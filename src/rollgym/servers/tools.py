@@ -39,7 +39,7 @@ class ToolSpec:
     takes_model: bool
     function: Callable[..., Awaitable[Any]]
 
-    def openai_schema(self) -> dict[str, Any]:
+    def openai_schema(self) -> dict[str, object]:
         """The tool as an OpenAI chat ``tools`` entry."""
         return {
             "type": "function",
@@ -50,7 +50,7 @@ class ToolSpec:
             },
         }
 
-    def parse(self, arguments: Any) -> BaseModel:
+    def parse(self, arguments: object) -> BaseModel:
         """Validate ``arguments``; raise :class:`ToolArgumentsError` naming the field."""
         try:
             return self.args_model.model_validate(arguments)
@@ -61,7 +61,7 @@ class ToolSpec:
                 f"tool {self.name!r}: {field}: {first['msg']}", field
             ) from None
 
-    async def invoke(self, owner: Any, state: Any, args: BaseModel) -> str:
+    async def invoke(self, owner: object, state: object, args: BaseModel) -> str:
         """Run the tool method and return its output as text."""
         if self.takes_model:
             result = await self.function(owner, state, args)
@@ -80,7 +80,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     args: type[BaseModel] | None = None,
-) -> Any:
+) -> object:
     """Mark an ``async def method(self, state, ...)`` of an Environment as a tool.
 
     Usable bare (``@tool``) or with options (``@tool(description=..., args=Model)``). The
@@ -116,7 +116,7 @@ def tools_of(cls: type) -> dict[str, ToolSpec]:
     return found
 
 
-def _model_from_signature(fn: Callable[..., Any]) -> type[BaseModel]:
+def _model_from_signature(fn: Callable[..., object]) -> type[BaseModel]:
     hints = typing.get_type_hints(fn)
     params = list(inspect.signature(fn).parameters.values())[2:]  # skip self, state
     fields: dict[str, Any] = {}

@@ -207,7 +207,7 @@ class CountingSpanProcessor(SpanProcessor):
         with self.counts.lock:
             self._shutdown = True
         self._batch.force_flush()  # on this thread; the SDK's own shutdown would cap it at 30 s
-        self._batch.shutdown()
+        self._batch.shutdown()  # type: ignore[no-untyped-call]
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self._batch.force_flush(timeout_millis)

@@ -9,7 +9,7 @@ by the exporter itself; otherwise the HTTP exporter gets ``<base>/v1/traces`` (o
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TypedDict
 
 from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricExporter
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
@@ -46,6 +46,26 @@ def _signal_endpoint(settings: TelemetrySettings, signal_env: str, path: str) ->
     if settings.protocol == "grpc":
         return settings.endpoint
     return f"{settings.endpoint.rstrip('/')}/{path}"
+
+
+class OtlpOptions(TypedDict):
+    """The keywords both OTLP exporters (HTTP and gRPC) of either signal are built with."""
+
+    endpoint: str | None
+    headers: dict[str, str] | None
+    timeout: float
+
+
+def _otlp_options(
+    settings: TelemetrySettings, store_token: str | None, signal_env: str, path: str
+) -> OtlpOptions:
+    """Endpoint, headers and time limit of one signal's exporter (None: the SDK reads
+    ``OTEL_*`` itself)."""
+    return {
+        "endpoint": _signal_endpoint(settings, signal_env, path),
+        "headers": _headers(settings, store_token, signal_env),
+        "timeout": settings.export_timeout_s,
+    }
 
 
 def otlp_http_traces_target(
@@ -86,11 +106,9 @@ def build_span_exporter(
         return ConsoleSpanExporter()
     if kind != "otlp":
         return None
-    kwargs: dict[str, Any] = {
-        "endpoint": _signal_endpoint(settings, env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "v1/traces"),
-        "headers": _headers(settings, store_token, env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT),
-        "timeout": settings.export_timeout_s,
-    }
+    kwargs = _otlp_options(
+        settings, store_token, env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "v1/traces"
+    )
     if settings.protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
             OTLPSpanExporter as GrpcSpanExporter,
@@ -111,13 +129,9 @@ def build_metric_exporter(
         return ConsoleMetricExporter()
     if kind != "otlp":
         return None
-    kwargs: dict[str, Any] = {
-        "endpoint": _signal_endpoint(
-            settings, env.OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, "v1/metrics"
-        ),
-        "headers": _headers(settings, store_token, env.OTEL_EXPORTER_OTLP_METRICS_ENDPOINT),
-        "timeout": settings.export_timeout_s,
-    }
+    kwargs = _otlp_options(
+        settings, store_token, env.OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, "v1/metrics"
+    )
     if settings.protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
             OTLPMetricExporter as GrpcMetricExporter,

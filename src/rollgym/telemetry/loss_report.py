@@ -18,7 +18,6 @@ and the line under the final table), by reason, because each reason has a differ
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 ADVICE = {
     "queue_full": "spans were made faster than they were exported: raise "
@@ -34,11 +33,11 @@ UNKNOWN_ADVICE = (
 )
 
 
-def _int(value: Any) -> int:
+def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def loss_warnings(counts: Mapping[str, Any]) -> list[str]:
+def loss_warnings(counts: Mapping[str, object]) -> list[str]:
     """One warning per reason with a count and its remedy; empty when nothing was lost."""
     warnings = []
     reasons = counts.get("spans_dropped_by_reason")
@@ -62,7 +61,7 @@ def loss_warnings(counts: Mapping[str, Any]) -> list[str]:
     return warnings
 
 
-def loss_line(counts: Mapping[str, Any]) -> str | None:
+def loss_line(counts: Mapping[str, object]) -> str | None:
     """The one loud line under the final table, or None when every span was delivered."""
     dropped = _int(counts.get("spans_dropped"))
     unknown = _int(counts.get("spans_unknown"))

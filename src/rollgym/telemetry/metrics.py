@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
@@ -117,7 +117,7 @@ class HttpClientMetrics:
 
         config = aiohttp.TraceConfig()
 
-        async def on_connection(_s: Any, ctx: SimpleNamespace, _p: Any) -> None:
+        async def on_connection(_s: object, ctx: SimpleNamespace, _p: object) -> None:
             self._record_wait(ctx)
 
         config.on_connection_reuseconn.append(on_connection)

@@ -57,11 +57,11 @@ def make_record(
     return record
 
 
-def _count(value: Any) -> int:
+def _count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def add_record(total: dict[str, Any], counts: Any) -> None:
+def add_record(total: dict[str, Any], counts: object) -> None:
     """Sum one process's record into ``total``; anything that is not a record adds nothing."""
     if not isinstance(counts, dict):
         return

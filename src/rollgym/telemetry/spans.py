@@ -101,10 +101,10 @@ def finalize_span() -> AbstractContextManager[Span]:
 
 # --- one rollout -----------------------------------------------------------------------------------
 def _dispatch_attributes(
-    collector_row: Mapping[str, Any], dispatch_name: str, destination: str
+    collector_row: Mapping[str, object], dispatch_name: str, destination: str
 ) -> dict[str, Any]:
     """Identity from the collector row (never the posted body); omitted when underivable."""
-    attributes: dict[str, Any] = {
+    attributes: dict[str, object] = {
         names.DISPATCH_NAME: dispatch_name,
         names.DESTINATION_SERVER_NAME: destination,
     }
@@ -124,7 +124,7 @@ def _dispatch_attributes(
 
 
 def dispatch_span(
-    collector_row: Mapping[str, Any], dispatch_name: str, destination: str
+    collector_row: Mapping[str, object], dispatch_name: str, destination: str
 ) -> AbstractContextManager[Span]:
     """``gym.rollout.dispatch``: a new root linked to the owned job, else nested (module doc)."""
     owned = _OWNED_JOB_SPAN_CONTEXT.get()
@@ -255,7 +255,7 @@ def genai_span(
     return current_span(f"{operation} {model}", kind=kind, attributes=attributes)
 
 
-def record_model_response(span: Span, response_json: Mapping[str, Any]) -> None:
+def record_model_response(span: Span, response_json: Mapping[str, object]) -> None:
     """``gen_ai.response.*`` and usage from an OpenAI-style answer; silent on odd shapes."""
     try:
         if not span.is_recording() or not isinstance(response_json, Mapping):
@@ -410,7 +410,7 @@ def verify_span(rollout_id: str | None) -> AbstractContextManager[Span]:
 
 # --- sandbox -----------------------------------------------------------------------------------------
 def _sandbox_attrs(rollout_id: str | None, sandbox_id: str) -> dict[str, Any]:
-    attributes: dict[str, Any] = {names.SANDBOX_ID: sandbox_id}
+    attributes: dict[str, object] = {names.SANDBOX_ID: sandbox_id}
     if rollout_id:
         attributes[names.ROLLOUT_ID] = rollout_id
     return attributes
@@ -532,7 +532,7 @@ def http_server_span(
 
 def _address_attributes(address: str) -> dict[str, Any]:
     """``gym.server.address`` plus ``server.address`` / ``server.port`` when they parse."""
-    attributes: dict[str, Any] = {names.SERVER_ADDRESS: redact_url(address)}
+    attributes: dict[str, object] = {names.SERVER_ADDRESS: redact_url(address)}
     try:
         parts = urlsplit(address if "//" in address else f"//{address}")
         host, port = parts.hostname, parts.port

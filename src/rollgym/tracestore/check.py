@@ -9,6 +9,7 @@ millions. Each rule is one small SQL query; a violation names the span, trace an
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ class CheckReport:
     #: processes that died mid-run.
     history: dict[str, Any] = field(default_factory=dict)
 
-    def add_killed_session_row(self, **where: Any) -> None:
+    def add_killed_session_row(self, **where: object) -> None:
         self.stats["lost_with_killed_session"] = self.stats.get("lost_with_killed_session", 0) + 1
         if len(self.killed_session_rows) < _MAX_LISTED:
             self.killed_session_rows.append(where)
@@ -53,7 +54,7 @@ class CheckReport:
     def ok(self) -> bool:
         return not self.violations
 
-    def add(self, rule: str, message: str, **where: Any) -> None:
+    def add(self, rule: str, message: str, **where: object) -> None:
         self.counts[rule] = self.counts.get(rule, 0) + 1
         if self.counts[rule] <= _MAX_LISTED:
             self.violations.append({"rule": rule, "message": message, **where})
@@ -101,7 +102,7 @@ def check_run(run_dir: str | Path, conn: sqlite3.Connection) -> CheckReport:
     return report
 
 
-def _history(history: RunHistory) -> dict[str, Any]:
+def _history(history: RunHistory) -> dict[str, object]:
     """What ``traces check`` prints above its verdict: how each session ended, which server
     processes died mid-run (each restart is a new incarnation)."""
     return {
@@ -118,7 +119,7 @@ def _history(history: RunHistory) -> dict[str, Any]:
 
 
 def _check_job(
-    conn: sqlite3.Connection, report: CheckReport, sessions: list[dict[str, Any]]
+    conn: sqlite3.Connection, report: CheckReport, sessions: Sequence[Mapping[str, object]]
 ) -> set[tuple[bytes, bytes]]:
     """One ``gym.job`` per session that ended (a resumed run has one per session; a killed
     session's job span died unexported); returns the job spans found."""
@@ -218,7 +219,7 @@ def _check_link_without_job(
     trace_id: bytes,
     span_id: bytes,
     link_count: int,
-    where: dict[str, Any],
+    where: Mapping[str, object],
     targets: set[tuple[bytes, bytes] | None],
 ) -> None:
     """No ``gym.job`` in the store: the ``per_rollout`` preset (no job span, so no link) or a
@@ -399,7 +400,7 @@ def _check_outputs(
             report.stats[f"{file_name}_unsampled"] = unsampled
 
 
-def _json_line(line: bytes) -> dict[str, Any] | None:
+def _json_line(line: bytes) -> dict[str, object] | None:
     try:
         value = orjson.loads(line)
     except orjson.JSONDecodeError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,7 +93,7 @@ def parse_traces(body: bytes, content_type: str) -> ExportTraceServiceRequest:
     raise PayloadError(f"unsupported Content-Type {content_type!r}")
 
 
-def _hex_ids_to_base64(document: dict[str, Any]) -> None:
+def _hex_ids_to_base64(document: Mapping[str, object]) -> None:
     """OTLP JSON writes ids as hex; protobuf's JSON mapping reads bytes as base64."""
     for resource_spans in _list(document, "resourceSpans", "resource_spans"):
         for scope_spans in _list(resource_spans, "scopeSpans", "scope_spans"):
@@ -104,7 +104,7 @@ def _hex_ids_to_base64(document: dict[str, Any]) -> None:
                     _convert_ids(link, ("traceId", "trace_id", "spanId", "span_id"))
 
 
-def _list(parent: Any, *keys: str) -> list[Any]:
+def _list(parent: object, *keys: str) -> list[object]:
     if not isinstance(parent, dict):
         return []
     for key in keys:
@@ -114,7 +114,7 @@ def _list(parent: Any, *keys: str) -> list[Any]:
     return []
 
 
-def _convert_ids(holder: Any, keys: tuple[str, ...]) -> None:
+def _convert_ids(holder: object, keys: tuple[str, ...]) -> None:
     if not isinstance(holder, dict):
         return
     for key in keys:
@@ -130,7 +130,7 @@ def _convert_ids(holder: Any, keys: tuple[str, ...]) -> None:
 # --- values and the rows container (span_rows.py builds the rows) --------------------------
 
 
-def any_value(value: AnyValue) -> Any:
+def any_value(value: AnyValue) -> object:
     """An OTLP AnyValue as a plain JSON-able Python value."""
     kind = value.WhichOneof("value")
     if kind is None:
@@ -144,12 +144,12 @@ def any_value(value: AnyValue) -> Any:
     return getattr(value, kind)
 
 
-def attributes(kvs: Any) -> dict[str, Any]:
+def attributes(kvs: Any) -> dict[str, object]:
     """Repeated KeyValue -> dict (later keys win, as in the SDK)."""
     return {kv.key: any_value(kv.value) for kv in kvs}
 
 
-def json_text(value: Any) -> str:
+def json_text(value: object) -> str:
     """Compact JSON text; SQLite's json functions read TEXT (a BLOB would be taken as JSONB)."""
     return orjson.dumps(value).decode()
 

@@ -21,7 +21,7 @@ DEFAULT_STALL_S = 60.0
 _PROGRESS = "progress.json"
 
 
-def read_progress(run_dir: Path) -> dict[str, Any] | None:
+def read_progress(run_dir: Path) -> dict[str, object] | None:
     """The run's ``progress.json`` with its age (``age_s``), or None when there is none yet
     (or it is being replaced right now: the next poll reads it)."""
     path = run_dir / _PROGRESS
@@ -38,7 +38,7 @@ def read_progress(run_dir: Path) -> dict[str, Any] | None:
 
 def stalled(
     conn: sqlite3.Connection, progress: dict[str, Any], stall_s: float
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     """The in-flight rollouts of ``progress`` with no span finished for ``stall_s`` seconds,
     each with its stage (its latest finished span's name, None when none finished yet)."""
     now_ns = time.time_ns()
@@ -64,7 +64,7 @@ def stalled(
     return rows
 
 
-def reward_histogram(conn: sqlite3.Connection, bins: int = 10) -> list[dict[str, Any]]:
+def reward_histogram(conn: sqlite3.Connection, bins: int = 10) -> list[dict[str, object]]:
     """Dispatches with a reward, in ``bins`` equal bins between the lowest and highest."""
     low, high = conn.execute(
         "SELECT MIN(reward), MAX(reward) FROM dispatches WHERE reward IS NOT NULL"

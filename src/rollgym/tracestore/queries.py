@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,7 @@ def _filters(
     max_duration_ms: float | None,
 ) -> tuple[str, list[Any]]:
     clauses: list[str] = []
-    params: list[Any] = []
+    params: list[object] = []
     for clause, value in (
         ("d.outcome = ?", outcome),
         ("d.dispatch_name = ?", dispatch_name),
@@ -102,7 +103,7 @@ def _filters(
     return ("WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 
-def _dispatch(row: sqlite3.Row) -> dict[str, Any]:
+def _dispatch(row: sqlite3.Row) -> dict[str, object]:
     keys = row.keys()
     return {
         "rollout_id": row["rollout_id"],
@@ -164,7 +165,7 @@ def trace_spans(conn: sqlite3.Connection, trace_id: str | bytes) -> list[dict[st
     return [_span(row, links.get(row["span_id"], [])) for row in rows]
 
 
-def _span(row: sqlite3.Row, links: list[dict[str, Any]]) -> dict[str, Any]:
+def _span(row: sqlite3.Row, links: Sequence[Mapping[str, object]]) -> dict[str, object]:
     return {
         "trace_id": hex_id(row["trace_id"]),
         "span_id": hex_id(row["span_id"]),
@@ -193,7 +194,7 @@ def rollout_detail(conn: sqlite3.Connection, rollout_id: str) -> dict[str, Any]:
     return {"rollout_id": base_rollout_id(rollout_id), "attempts": attempts}
 
 
-def root_traces(conn: sqlite3.Connection, name: str) -> list[dict[str, Any]]:
+def root_traces(conn: sqlite3.Connection, name: str) -> list[dict[str, object]]:
     """Traces whose root span has ``name`` (the job and startup traces), via a partial index."""
     rows = conn.execute(
         """SELECT trace_id, span_id, start_ns, end_ns, run_id,
@@ -246,7 +247,7 @@ def slowest(conn: sqlite3.Connection, n: int = 10) -> list[dict[str, Any]]:
     return result
 
 
-def overview(conn: sqlite3.Connection, bins: int = 20) -> dict[str, Any]:
+def overview(conn: sqlite3.Connection, bins: int = 20) -> dict[str, object]:
     """Run-level numbers for the viewer: counts, reward per dispatch name, duration histogram."""
     outcomes = {
         (r[0] or "unknown"): r[1]

@@ -35,7 +35,7 @@ _INLINE = (
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-def safe(value: Any) -> str:
+def safe(value: object) -> str:
     """``value`` as inert text for the console: control characters shown as ``\\x1b``-style
     escapes, rich markup (``[bold]``, ``[link=...]``, ``[/]``) escaped.
 

@@ -12,7 +12,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -22,7 +22,10 @@ if TYPE_CHECKING:
 RunRoutes = Callable[[Path | None, Path | None], "Callable[[web.Application], None]"]
 
 
-def add_serve_parser(commands: Any, run_routes: RunRoutes | None = None) -> argparse.ArgumentParser:
+def add_serve_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    run_routes: RunRoutes | None = None,
+) -> argparse.ArgumentParser:
     """``serve`` (also used by ``python -m rollgym.tracestore``); ``run_routes`` mounts the
     views of the run's own files (conversations, failures, the comparison)."""
     serve = commands.add_parser("serve", help="OTLP/HTTP receiver + viewer on one port")

@@ -11,6 +11,7 @@ compiled. Hence the ``Final`` names: compiled, they are constants, not module lo
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -91,8 +92,8 @@ def add_span(
     times: tuple[int, int],
     status: tuple[int, str],
     origin: tuple[int, str | None, str | None],
-    attrs: dict[str, Any],
-    events: list[dict[str, Any]],
+    attrs: Mapping[str, object],
+    events: Sequence[Mapping[str, object]],
     links: list[LinkParts],
 ) -> None:
     """Append one span's rows: ``identity`` = (trace id, span id, parent id or b"", name,

@@ -127,7 +127,7 @@ def _wait_ready(process: subprocess.Popen[bytes], ready: Path, timeout_s: float)
             )
         announced = read_ready_file(ready)
         if announced:
-            endpoint = json.loads(announced)["endpoint"]
+            endpoint: str = json.loads(announced)["endpoint"]
             try:
                 with urllib.request.urlopen(endpoint + "/health", timeout=2) as answer:
                     if answer.status == 200:

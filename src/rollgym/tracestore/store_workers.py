@@ -78,7 +78,7 @@ class WorkerUnavailable(RuntimeError):
 class _RespawningPool:
     """A process pool that replaces itself when one of its workers dies."""
 
-    def __init__(self, name: str, workers: int, initializer: Callable[..., None], *args: Any):
+    def __init__(self, name: str, workers: int, initializer: Callable[..., None], *args: object):
         self._name = name
         self._workers = max(1, workers)
         self._initializer = initializer
@@ -90,7 +90,7 @@ class _RespawningPool:
         self._pool = self._new_pool()
         self._pool.submit(int)  # any call starts the workers
 
-    async def call(self, function: Callable[..., Any], *args: Any) -> Any:
+    async def call(self, function: Callable[..., object], *args: object) -> Any:
         pool = self._pool
         assert pool is not None, "start() first"
         loop = asyncio.get_running_loop()

@@ -36,7 +36,9 @@ def add_api_routes(app: web.Application, db_path: Path, run_dir: Path | None) ->
     app.router.add_get("/api/progress", _progress)
 
 
-async def _query(request: web.Request, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+async def _query(
+    request: web.Request, fn: Callable[..., object], *args: object, **kwargs: object
+) -> Any:
     def run() -> Any:
         conn = connect_readonly(request.app[DB_KEY])
         try:
@@ -47,7 +49,7 @@ async def _query(request: web.Request, fn: Callable[..., Any], *args: Any, **kwa
     return await asyncio.to_thread(run)
 
 
-def _json(value: Any, status: int = 200) -> web.Response:
+def _json(value: object, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(value), status=status, content_type="application/json")
 
 

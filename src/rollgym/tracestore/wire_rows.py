@@ -188,8 +188,8 @@ def _span(
     kind = start_ns = end_ns = 0
     status = (0, "")
     seen_status = False
-    attrs: dict[str, Any] = {}
-    events: list[dict[str, Any]] = []
+    attrs: dict[str, object] = {}
+    events: list[dict[str, object]] = []
     links: list[LinkParts] = []
     cached = _attributes.get
     while i < end:
@@ -298,9 +298,9 @@ def _status(data: bytes, i: int, end: int) -> tuple[int, str]:
     return code, message
 
 
-def _event(data: bytes, i: int, end: int) -> dict[str, Any]:
+def _event(data: bytes, i: int, end: int) -> dict[str, object]:
     time_ns, name = 0, ""
-    attrs: dict[str, Any] = {}
+    attrs: dict[str, object] = {}
     for field, wire, a, b in _fields(data, i, end):
         if field == 1:
             if wire != _WIRE_FIXED64:
@@ -320,7 +320,7 @@ def _event(data: bytes, i: int, end: int) -> dict[str, Any]:
 
 def _link(data: bytes, i: int, end: int) -> LinkParts:
     trace_id = span_id = b""
-    attrs: dict[str, Any] = {}
+    attrs: dict[str, object] = {}
     for field, wire, a, b in _fields(data, i, end):
         if field in (1, 2, 4) and wire != _WIRE_LEN:
             raise _Irregular
@@ -355,10 +355,10 @@ def _key_value(raw: bytes) -> tuple[str, Any]:
     return known
 
 
-def _value(data: bytes, i: int, end: int) -> Any:
+def _value(data: bytes, i: int, end: int) -> object:
     """An AnyValue: a string, bool, int or double read here (the last one set wins, as in a
     oneof); one that holds an array, a map or bytes is read by ``opentelemetry-proto``."""
-    value: Any = None
+    value: object = None
     for field, wire, a, b in _fields(data, i, end):
         if field in (5, 6, 7):
             return any_value(AnyValue.FromString(data[i:end]))

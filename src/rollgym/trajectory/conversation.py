@@ -13,6 +13,7 @@ built here, once, for the terminal, the viewer and the Parquet export alike:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal, TypedDict
 
 
@@ -42,18 +43,18 @@ class Entry(TypedDict, total=False):
     reward: float | None
 
 
-def _turns(trajectory: dict[str, Any]) -> list[dict[str, Any]]:
+def _turns(trajectory: Mapping[str, object]) -> list[dict[str, Any]]:
     turns = trajectory.get("turns")
     return [turn for turn in turns if isinstance(turn, dict)] if isinstance(turns, list) else []
 
 
-def _messages(value: Any) -> list[dict[str, Any]]:
+def _messages(value: object) -> list[dict[str, Any]]:
     return [m for m in value if isinstance(m, dict)] if isinstance(value, list) else []
 
 
-def full_messages(trajectory: dict[str, Any]) -> list[dict[str, Any]]:
+def full_messages(trajectory: Mapping[str, object]) -> list[dict[str, object]]:
     """Every message of the rollout's last model call, then that call's answer."""
-    previous: list[dict[str, Any]] = []
+    previous: list[dict[str, object]] = []
     for turn in _turns(trajectory):
         if turn.get("type") != "model":
             continue
@@ -65,12 +66,12 @@ def full_messages(trajectory: dict[str, Any]) -> list[dict[str, Any]]:
     return previous
 
 
-def _last_model_turn(trajectory: dict[str, Any]) -> dict[str, Any] | None:
+def _last_model_turn(trajectory: Mapping[str, object]) -> dict[str, object] | None:
     models = [turn for turn in _turns(trajectory) if turn.get("type") == "model"]
     return models[-1] if models else None
 
 
-def completion_text(trajectory: dict[str, Any]) -> str | None:
+def completion_text(trajectory: Mapping[str, object]) -> str | None:
     """The text of the model's final answer (None when the last call answered no text)."""
     turn = _last_model_turn(trajectory)
     message = turn.get("message") if turn else None
@@ -78,14 +79,14 @@ def completion_text(trajectory: dict[str, Any]) -> str | None:
     return content if isinstance(content, str) else None
 
 
-def finish_reason(trajectory: dict[str, Any]) -> str | None:
+def finish_reason(trajectory: Mapping[str, object]) -> str | None:
     """The finish reason of the last model call (``stop``, ``length``, ``tool_calls``, ...)."""
     turn = _last_model_turn(trajectory)
     reason = turn.get("finish_reason") if turn else None
     return reason if isinstance(reason, str) else None
 
 
-def _usage(turn: dict[str, Any], key: str) -> int | None:
+def _usage(turn: Mapping[str, object], key: str) -> int | None:
     usage = turn.get("usage")
     value = usage.get(key) if isinstance(usage, dict) else None
     return value if isinstance(value, int) else None
@@ -128,7 +129,7 @@ def _model_entries(turn: dict[str, Any], skip_tool_messages: bool) -> list[Entry
     return entries
 
 
-def message_text(message: dict[str, Any]) -> str | None:
+def message_text(message: Mapping[str, object]) -> str | None:
     """A message's text: a string content, or the text parts of a list content."""
     content = message.get("content")
     if isinstance(content, str) or content is None:
@@ -139,7 +140,7 @@ def message_text(message: dict[str, Any]) -> str | None:
     return str(content)
 
 
-def conversation(trajectory: dict[str, Any]) -> list[Entry]:
+def conversation(trajectory: Mapping[str, object]) -> list[Entry]:
     """The rollout in order: messages, each model answer, each tool call, the verification."""
     entries: list[Entry] = []
     tool_since_model = False

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain
 from operator import itemgetter
 from typing import Any, Literal
@@ -78,7 +78,7 @@ def capture_mode(requested: str | None, trajectories: bool | None, tokens: bool 
     return asked
 
 
-def _common_prefix(left: Iterable[Any], right: Iterable[Any]) -> int:
+def _common_prefix(left: Iterable[object], right: Iterable[object]) -> int:
     count = 0
     for a, b in zip(left, right, strict=False):
         if a != b:
@@ -102,7 +102,7 @@ def _starts_with(ids: array[int], pieces: list[array[int]], length: int) -> bool
     return True
 
 
-def _token_ids(value: Any) -> array[int] | None:
+def _token_ids(value: object) -> array[int] | None:
     """The engine's token ids as a compact array, or None unless a list of integers.
 
     ``struct.pack`` checks every item in C (a float, a string or null fails), several times
@@ -122,7 +122,7 @@ def _token_ids(value: Any) -> array[int] | None:
 _LOGPROB = itemgetter("logprob")
 
 
-def _logprob_content(choice: dict[str, Any]) -> list[Any] | None:
+def _logprob_content(choice: Mapping[str, object]) -> list[Any] | None:
     logprobs = choice.get("logprobs")
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
     return content if isinstance(content, list) else None
@@ -138,7 +138,7 @@ def _logprobs_of(content: list[Any]) -> array[float]:
         return array("d", [v for v in values if isinstance(v, int | float)])
 
 
-def _top_logprobs_of(content: list[Any]) -> tuple[list[list[str]], list[list[float]]]:
+def _top_logprobs_of(content: Sequence[object]) -> tuple[list[list[str]], list[list[float]]]:
     """Per generated token, its alternatives: their token strings and log-probabilities, in
     the engine's order (``content[].top_logprobs[].{token, logprob}``)."""
     tokens: list[list[str]] = []
@@ -163,7 +163,7 @@ def cut_text(text: str, max_bytes: int) -> tuple[str, int] | None:
     return data[:max_bytes].decode("utf-8", "ignore"), len(data)
 
 
-def _plain(turn: dict[str, Any]) -> dict[str, Any]:
+def _plain(turn: dict[str, Any]) -> dict[str, object]:
     """A model turn with its compact token arrays as lists (what JSON writes)."""
     if "prompt_ids" not in turn and "logprobs" not in turn:
         return turn
@@ -189,8 +189,8 @@ class TrajectoryRecorder:
         self.turns: list[dict[str, Any]] = []
         self.dropped_turns = 0
         self.truncated = 0  # texts cut to tool_output_max_bytes
-        self._messages: list[dict[str, Any]] = []  # the previous request's + its answer
-        self._tools: Any = None
+        self._messages: list[dict[str, object]] = []  # the previous request's + its answer
+        self._tools: object = None
         #: The previous prompt + completion, as the arrays the turns hold; None: unknown.
         self._pieces: list[array[int]] | None = None
         self._length = 0
@@ -202,7 +202,7 @@ class TrajectoryRecorder:
     def tokens(self) -> bool:
         return self.capture == "tokens"
 
-    def request_fields(self) -> dict[str, Any]:
+    def request_fields(self) -> dict[str, object]:
         """What every model request adds so the engine answers its tokens."""
         return dict(TOKEN_REQUEST_FIELDS) if self.tokens else {}
 
@@ -217,7 +217,7 @@ class TrajectoryRecorder:
         messages = list(request.get("messages") or [])
         start = _common_prefix(self._messages, messages)
         kept, cut = self._bounded(messages[start:])
-        turn: dict[str, Any] = {
+        turn: dict[str, object] = {
             "type": "model",
             "call": self._model_calls,
             "messages_start": start,
@@ -331,10 +331,10 @@ class TrajectoryRecorder:
             self._pieces = [kept, completion]
         self._length = len(prompt) + len(completion)
 
-    def tool_call(self, name: str, arguments: dict[str, Any], output: str) -> None:
+    def tool_call(self, name: str, arguments: Mapping[str, object], output: str) -> None:
         """One environment tool call and its text output (what the model reads next); an
         output over ``tool_output_max_bytes`` is cut and marked ``truncated``."""
-        turn: dict[str, Any] = {"type": "tool", "name": name, "arguments": arguments}
+        turn: dict[str, object] = {"type": "tool", "name": name, "arguments": arguments}
         cut = cut_text(output, self.tool_output_max_bytes)
         if cut is None:
             turn["output"] = output
@@ -344,7 +344,7 @@ class TrajectoryRecorder:
             self.truncated += 1
         self._add(turn)
 
-    def verify(self, answer: str | None, verdict: dict[str, Any]) -> None:
+    def verify(self, answer: str | None, verdict: Mapping[str, object]) -> None:
         """The environment's verification of the final answer."""
         self._add(
             {
@@ -357,7 +357,7 @@ class TrajectoryRecorder:
 
     def to_json(self) -> dict[str, Any]:
         """The trajectory as it travels in the rollout's answer (see docs/trajectories.md)."""
-        data: dict[str, Any] = {
+        data: dict[str, object] = {
             "version": FORMAT_VERSION,
             "capture": self.capture,
             "model_calls": self._model_calls,
@@ -374,7 +374,7 @@ class TrajectoryRecorder:
         return data
 
 
-def attach(answer: Any, recorder: TrajectoryRecorder | None) -> Any:
+def attach(answer: object, recorder: TrajectoryRecorder | None) -> Any:
     """Put the trajectory into a rollout's answer (an answer that is not an object is left
     alone: the reward check refuses it anyway)."""
     if recorder is not None and isinstance(answer, dict):

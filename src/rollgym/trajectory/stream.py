@@ -73,13 +73,13 @@ class _Choice:
                 call["function"]["arguments"] += function["arguments"]
 
     def to_json(self, index: int) -> dict[str, Any]:
-        message: dict[str, Any] = {
+        message: dict[str, object] = {
             "role": self.role,
             "content": "".join(self.content) if self.content else None,
         }
         if self.tool_calls:
             message["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
-        choice: dict[str, Any] = {
+        choice: dict[str, object] = {
             "index": index,
             "message": message,
             "finish_reason": self.finish_reason,
@@ -96,10 +96,10 @@ class ChatStreamJoiner:
 
     def __init__(self) -> None:
         self._pending = b""
-        self._head: dict[str, Any] = {}
+        self._head: dict[str, object] = {}
         self._choices: dict[int, _Choice] = {}
-        self._usage: Any = None
-        self._prompt_ids: Any = None
+        self._usage: object = None
+        self._prompt_ids: object = None
         #: The stream ended with ``data: [DONE]`` (a stream cut short has not).
         self.done = False
 
@@ -140,7 +140,7 @@ class ChatStreamJoiner:
     def answer(self) -> dict[str, Any]:
         """The ``chat.completion`` the chunks add up to (what the recorder takes)."""
         self.feed(b"\n\n")  # a last event without its blank line
-        answer: dict[str, Any] = {
+        answer: dict[str, object] = {
             **self._head,
             "object": "chat.completion",
             "choices": [self._choices[i].to_json(i) for i in sorted(self._choices)],

@@ -48,7 +48,7 @@ class UsageTally:
         #: The engine's own weight label per call, where the engine reports one.
         self.engine_versions: list[PolicyVersion] = []
 
-    def add(self, answer: Mapping[str, Any], seconds: float | None = None) -> None:
+    def add(self, answer: Mapping[str, object], seconds: float | None = None) -> None:
         """One chat completion ``answer``; ``seconds``: how long the call took, when timed."""
         self.model_calls += 1
         if seconds is not None and seconds > 0:
@@ -70,7 +70,7 @@ class UsageTally:
             self.cached_tokens = (self.cached_tokens or 0) + cached
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+        data: dict[str, object] = {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "model_calls": self.model_calls,
@@ -85,7 +85,7 @@ class UsageTally:
         return data
 
 
-def attach_usage(answer: Any, tally: UsageTally | None) -> Any:
+def attach_usage(answer: object, tally: UsageTally | None) -> Any:
     """Put the tally into a rollout's answer (left alone when the answer is not an object, or
     no model was called: then there is nothing to count)."""
     if tally is not None and tally.model_calls and isinstance(answer, dict):
@@ -93,7 +93,7 @@ def attach_usage(answer: Any, tally: UsageTally | None) -> Any:
     return answer
 
 
-def take_usage(result: dict[str, Any]) -> dict[str, Any] | None:
+def take_usage(result: dict[str, Any]) -> dict[str, object] | None:
     """Remove and return the usage an answer carries (None when it carries none)."""
     usage = result.get(USAGE_KEY)
     if not isinstance(usage, dict):

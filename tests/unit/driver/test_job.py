@@ -29,7 +29,7 @@ def test_a_given_run_id_names_the_default_output_dir(
 async def test_a_replica_the_supervisor_saw_die_is_held_out_by_the_drivers_client() -> None:
     from rollgym.driver.collector import Collector
     from rollgym.driver.job import replica_rotation
-    from rollgym.placement.launcher import ServerUrls
+    from rollgym.server_urls import ServerUrls
 
     replicas = ["http://127.0.0.1:1001", "http://127.0.0.1:1002", "http://127.0.0.1:1003"]
     urls = ServerUrls({"a": replicas[0]}, replicas={"a": replicas})

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rollgym.sandbox import SandboxPool, SandboxUnavailable, check_support
-from rollgym.sandbox._bwrap import LAUNCH_ENV, bwrap_argv, bwrap_launch
+from rollgym.sandbox._bwrap import LAUNCH_ENV, bwrap_launch
 from rollgym.sandbox._disk import SandboxDisk
 from rollgym.sandbox.limits import SandboxLimits
 
@@ -41,7 +41,7 @@ async def test_a_pool_refuses_to_start_without_bubblewrap(
 def test_the_command_line_isolates_network_and_hides_the_host(tmp_path: Path) -> None:
     limits = SandboxLimits(memory_mb=100, cpu_s=2, processes=8, disk_mb=3)
     disk = SandboxDisk(tmp_path, 3 << 20, (1000, 1000), mounted=False)
-    argv = bwrap_argv(disk, "sb-1", limits, ["true"])
+    argv = bwrap_launch(disk, "sb-1", limits, ["true"]).argv(None)  # options inline
     assert Path(argv[0]).name == "bwrap" and "--unshare-all" in argv and "--clearenv" in argv
     bind = argv.index("--bind")
     assert argv[bind + 1 : bind + 3] == [str(tmp_path / "work"), "/work"]

@@ -19,6 +19,7 @@ file or audio inputs, reasoning items, ``previous_response_id``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -64,7 +65,7 @@ def _refuse(message: str, field: str) -> ServerCallError:
     return ServerCallError(f"row field {field!r}: {message}", field=field, bad_input=True)
 
 
-def _unsupported(params: dict[str, Any]) -> ServerCallError | None:
+def _unsupported(params: Mapping[str, object]) -> ServerCallError | None:
     """Images and reasoning items get their own message (the generic one only lists types)."""
     items = params.get("input")
     if not isinstance(items, list):
@@ -85,7 +86,7 @@ def _unsupported(params: dict[str, Any]) -> ServerCallError | None:
     return None
 
 
-def chat_request_of(row: dict[str, Any]) -> dict[str, Any]:
+def chat_request_of(row: Mapping[str, object]) -> dict[str, Any]:
     """The chat completion request the row's ``responses_create_params`` asks for."""
     params = row.get(PARAMS)
     if not isinstance(params, dict):
@@ -108,7 +109,7 @@ def chat_request_of(row: dict[str, Any]) -> dict[str, Any]:
     return chat
 
 
-def _conversation_keys(chat: dict[str, Any]) -> dict[str, Any]:
+def _conversation_keys(chat: Mapping[str, object]) -> dict[str, object]:
     return {
         k: v for k, v in chat.items() if k not in ("model", "messages", "tools", PROMPT_FROM_SEED)
     }
@@ -124,7 +125,7 @@ class NemoGymRowAgent(Agent):
         assert isinstance(self.options, NemoGymRowOptions)
         return self.options
 
-    def environment_for(self, row: dict[str, Any]) -> str | None:
+    def environment_for(self, row: Mapping[str, object]) -> str | None:
         ref = row.get(AGENT_REF)
         name = ref.get("name") if isinstance(ref, dict) else None
         routes = self.row_options.environments
@@ -138,14 +139,14 @@ class NemoGymRowAgent(Agent):
             )
         return self.row_options.environment
 
-    def row_sampling(self, row: dict[str, Any]) -> Any:
+    def row_sampling(self, row: Mapping[str, object]) -> object:
         """The request's own parameters (temperature, max_output_tokens ...), then the row's
         ``sampling`` over them."""
         own = row.get("sampling")
         merged = _conversation_keys(chat_request_of(row))
         return {**merged, **own} if isinstance(own, dict) else own or merged
 
-    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+    async def run(self, row: Mapping[str, object], rollout: RolloutContext) -> dict[str, Any]:
         chat = chat_request_of(row)
         task = {k: v for k, v in task_of(row).items() if k not in (PARAMS, AGENT_REF)}
         seeded = await rollout.env.seed(task)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from rollgym.servers import (
@@ -24,7 +25,7 @@ class SingleTurnAgent(Agent):
 
     Options: ClassVar[type[ServerOptions]] = SingleTurnOptions
 
-    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+    async def run(self, row: Mapping[str, object], rollout: RolloutContext) -> dict[str, Any]:
         seeded = await rollout.env.seed(task_of(row))
         completion = await rollout.chat(list(seeded.get("messages") or []))
         answer = first_message(completion).get("content")

@@ -6,6 +6,7 @@ episode ``/run``, so both play an episode the same way.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -31,6 +32,6 @@ class ToolLoopAgent(Agent):
 
     Options: ClassVar[type[ServerOptions]] = ToolLoopOptions
 
-    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+    async def run(self, row: Mapping[str, object], rollout: RolloutContext) -> dict[str, Any]:
         assert isinstance(self.options, ToolLoopOptions)
         return await play_tool_loop(rollout, task_of(row), max_turns=self.options.max_turns)

@@ -7,8 +7,9 @@ exact value (decimals within ``tolerance``, relative), else 0.0.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import Field
 
@@ -20,7 +21,7 @@ SYSTEM_PROMPT = "You are a careful calculator. Reply with the final result as 'A
 _OPS = {"+": "+", "-": "-", "*": "*", "/": "/", "add": "+", "sub": "-", "mul": "*", "div": "/"}
 
 
-def expression_of(task: dict[str, Any]) -> str:
+def expression_of(task: Mapping[str, object]) -> str:
     """The expression a task asks for; ValueError/KeyError when the task has none."""
     question = task.get("question")
     if isinstance(question, str) and question.strip():
@@ -45,7 +46,7 @@ class ArithmeticEnv(Environment):
 
     Options: ClassVar[type[ServerOptions]] = ArithmeticOptions
 
-    async def seed(self, task: dict[str, Any]) -> SessionState:
+    async def seed(self, task: Mapping[str, object]) -> SessionState:
         expression = expression_of(task)
         expected = evaluate(expression)
         prompt = f"Compute: {expression}\nReply with 'Answer: <number>'."

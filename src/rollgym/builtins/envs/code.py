@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 import orjson
@@ -119,7 +120,7 @@ class CodeEnv(SandboxedEnv):
 
     Options: ClassVar[type[ServerOptions]] = CodeOptions
 
-    async def seed(self, task: dict[str, Any]) -> SessionState:
+    async def seed(self, task: Mapping[str, object]) -> SessionState:
         problem = check_problem(task_from_row(task, "code", "problem"))
         prompt = (
             f"Problem {problem['id']}:\n{problem['prompt']}\n\nPublic tests (each must be "
@@ -129,7 +130,7 @@ class CodeEnv(SandboxedEnv):
             {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": prompt},
         ]
-        data: dict[str, Any] = {"problem": problem}
+        data: dict[str, object] = {"problem": problem}
         await self.new_sandbox(data)
         return SessionState(messages=messages, data=data)
 

@@ -10,8 +10,9 @@ secret **and** the session's reads followed the whole chain (no lucky guess).
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import Field
 
@@ -69,7 +70,7 @@ def followed(chain: tuple[str, ...], reads: list[str]) -> bool:
     return all(any(read == key for read in remaining) for key in chain)
 
 
-def _int_field(task: dict[str, Any], key: str, default: int | None = None) -> int:
+def _int_field(task: Mapping[str, object], key: str, default: int | None = None) -> int:
     value = task.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{key!r} must be an integer, got {value!r}")
@@ -86,7 +87,7 @@ class KeychainEnv(Environment):
 
     Options: ClassVar[type[ServerOptions]] = KeychainOptions
 
-    async def seed(self, task: dict[str, Any]) -> SessionState:
+    async def seed(self, task: Mapping[str, object]) -> SessionState:
         options = self.options
         assert isinstance(options, KeychainOptions)
         seed = _int_field(task, "seed")

@@ -8,6 +8,7 @@ missing bubblewrap is a clear error naming what to install.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import Any
 
@@ -60,7 +61,7 @@ class SandboxedEnv(Environment):
         finally:
             await self.pool.close()
 
-    async def open_session(self, rollout_id: str | None, task: dict[str, Any]) -> dict[str, Any]:
+    async def open_session(self, rollout_id: str | None, task: dict[str, Any]) -> dict[str, object]:
         token = _SEEDING_ROLLOUT.set(rollout_id)
         try:
             return await super().open_session(rollout_id, task)
@@ -83,7 +84,7 @@ class SandboxedEnv(Environment):
         if isinstance(sandbox, Sandbox):
             self.pool.release_soon(sandbox)
 
-    def aggregate_metrics(self) -> dict[str, Any]:
+    def aggregate_metrics(self) -> dict[str, object]:
         metrics = super().aggregate_metrics()
         metrics["sandbox"] = {**self.pool.stats.as_json(), "live": self.pool.live}
         return metrics
@@ -100,7 +101,7 @@ def shown(result: ExecResult) -> str:
     return "\n".join(parts)
 
 
-def task_from_row(row: dict[str, Any], taskset: str, key: str) -> dict[str, Any]:
+def task_from_row(row: Mapping[str, object], taskset: str, key: str) -> dict[str, Any]:
     """The task a row names by ``row[key]`` (an id of the shipped set) or carries inline.
 
     ValueError names the unknown id (the environment answers 400 naming the field).

@@ -10,6 +10,7 @@ else 0.0. The model's final answer text is not used.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from rollgym.builtins.envs.sandboxed import SandboxedEnv, SandboxedOptions, shown, task_from_row
@@ -42,7 +43,7 @@ class TerminalEnv(SandboxedEnv):
 
     Options: ClassVar[type[ServerOptions]] = TerminalOptions
 
-    async def seed(self, task: dict[str, Any]) -> SessionState:
+    async def seed(self, task: Mapping[str, object]) -> SessionState:
         spec = check_task(task_from_row(task, "terminal", "task"))
         listing = "\n".join(sorted(spec.get("files", {}))) or "(empty)"
         prompt = f"Task {spec['id']}:\n{spec['prompt']}\n\nFiles in the directory:\n{listing}"
@@ -50,7 +51,7 @@ class TerminalEnv(SandboxedEnv):
             {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": prompt},
         ]
-        data: dict[str, Any] = {"task": spec}
+        data: dict[str, object] = {"task": spec}
         sandbox = await self.new_sandbox(data)
         try:
             sandbox.write_files(spec.get("files", {}))

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any, ClassVar, Literal
 
 import orjson
@@ -90,7 +90,7 @@ class OpenAIUpstream(ModelServer):
 
     Options: ClassVar[type[ServerOptions]] = OpenAIUpstreamOptions
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         self._key: str | None = None
         #: The request-id form in use; ``auto`` until the upstream has told.
@@ -126,7 +126,7 @@ class OpenAIUpstream(ModelServer):
 
     async def complete(
         self, request: ChatRequest, request_id: str | None, rollout_id: str | None
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         body = request.model_dump(exclude_none=True)
         body.pop("stream", None)
         body["messages"] = wire_messages(body.get("messages") or [])
@@ -207,8 +207,8 @@ class OpenAIUpstream(ModelServer):
         return headers
 
     async def _forward(
-        self, route: str, body: dict[str, Any], request_id: str | None, rollout_id: str | None
-    ) -> dict[str, Any]:
+        self, route: str, body: Mapping[str, object], request_id: str | None, rollout_id: str | None
+    ) -> dict[str, object]:
         """POST ``body`` (its ``model`` replaced) to the upstream's ``route``; its answer."""
         body = {**body, "model": self.upstream.model}
         with _model_span(rollout_id, self.upstream.model) as span:
@@ -239,7 +239,7 @@ class OpenAIUpstream(ModelServer):
     async def _stream(
         self,
         route: str,
-        body: dict[str, Any],
+        body: Mapping[str, object],
         request_id: str | None,
         rollout_id: str | None,
         relay: _Relay,
@@ -280,7 +280,7 @@ class OpenAIUpstream(ModelServer):
         status = 504 if isinstance(exc, RequestTimeout) else 502
         return HTTPError(status, self.scrub(f"upstream model server: {exc}"))
 
-    def _refusal(self, route: str, status: int, detail: Any) -> Exception:
+    def _refusal(self, route: str, status: int, detail: object) -> Exception:
         """The error to answer for an upstream's non-success answer (scrubbed of the key)."""
         if route == _RESPONSES and status in (404, 405):
             return _NoRoute()
@@ -302,14 +302,14 @@ class _NoRoute(Exception):
     """The upstream has no ``/v1/responses``: translate to chat completions instead."""
 
 
-def _decoded(raw: bytes) -> Any:
+def _decoded(raw: bytes) -> object:
     try:
         return orjson.loads(raw) if raw else None
     except orjson.JSONDecodeError:
         return raw.decode("utf-8", "replace")
 
 
-def _detail_text(detail: Any) -> str:
+def _detail_text(detail: object) -> str:
     """The upstream's error message: OpenAI's ``error.message``, else its body, never empty."""
     if isinstance(detail, dict):
         error = detail.get("error")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rollgym.builtins.arith import evaluate, format_number
@@ -49,18 +49,20 @@ def decide(
     return _arithmetic(messages, correct, rng)
 
 
-def _asks_to_compute(messages: list[dict[str, Any]]) -> bool:
+def _asks_to_compute(messages: Sequence[Mapping[str, object]]) -> bool:
     return any(m.get("role") == "user" and _COMPUTE.search(_text(m)) is not None for m in messages)
 
 
-def _text(message: dict[str, Any]) -> str:
+def _text(message: Mapping[str, object]) -> str:
     content = message.get("content")
     if isinstance(content, list):  # OpenAI content parts
         return " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
     return content if isinstance(content, str) else ""
 
 
-def _arithmetic(messages: list[dict[str, Any]], correct: bool, rng: random.Random) -> Reply:
+def _arithmetic(
+    messages: Sequence[Mapping[str, object]], correct: bool, rng: random.Random
+) -> Reply:
     for message in reversed(messages):
         if message.get("role") != "user":
             continue
@@ -77,7 +79,7 @@ def _arithmetic(messages: list[dict[str, Any]], correct: bool, rng: random.Rando
     return Reply(content="Answer: I do not know")
 
 
-def _keychain(messages: list[dict[str, Any]], correct: bool, rng: random.Random) -> Reply:
+def _keychain(messages: Sequence[Mapping[str, object]], correct: bool, rng: random.Random) -> Reply:
     last = messages[-1]
     if last.get("role") == "tool":
         text = _text(last)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -51,12 +52,12 @@ SHELL_ABUSES: dict[str, str] = {
 }
 
 
-def _text(message: dict[str, Any]) -> str:
+def _text(message: Mapping[str, object]) -> str:
     content = message.get("content")
     return content if isinstance(content, str) else ""
 
 
-def _task(messages: list[dict[str, Any]], taskset: str) -> dict[str, Any] | None:
+def _task(messages: Sequence[Mapping[str, object]], taskset: str) -> dict[str, Any] | None:
     for message in messages:
         if message.get("role") == "user":
             found = _TASK_ID.search(_text(message))

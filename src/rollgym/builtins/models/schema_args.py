@@ -27,14 +27,16 @@ def quoted_words(text: str) -> list[str]:
 
 
 def arguments_for(
-    parameters: Mapping[str, Any] | None, rng: random.Random, hints: list[str] | None = None
-) -> dict[str, Any]:
+    parameters: Mapping[str, object] | None, rng: random.Random, hints: list[str] | None = None
+) -> dict[str, object]:
     """An arguments object valid for ``parameters`` (a tool's JSON schema)."""
     value = _value(parameters or {"type": "object"}, rng, hints or [], 0)
     return value if isinstance(value, dict) else {}
 
 
-def _value(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> Any:
+def _value(
+    schema: Mapping[str, object], rng: random.Random, hints: list[str], depth: int
+) -> object:
     if "const" in schema:
         return schema["const"]
     if "default" in schema:
@@ -47,7 +49,7 @@ def _value(schema: Mapping[str, Any], rng: random.Random, hints: list[str], dept
         if isinstance(options, list) and options:
             usable = [o for o in options if isinstance(o, Mapping) and o.get("type") != "null"]
             if key == "allOf":
-                merged: dict[str, Any] = {}
+                merged: dict[str, object] = {}
                 for option in usable:
                     merged.update(option)
                 return _value(merged, rng, hints, depth + 1)
@@ -61,10 +63,10 @@ def _value(schema: Mapping[str, Any], rng: random.Random, hints: list[str], dept
     return maker(schema, rng, hints, depth) if maker is not None else None
 
 
-def _object(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> Any:
+def _object(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> object:
     properties = schema.get("properties") or {}
     required = [n for n in schema.get("required") or [] if isinstance(n, str)]
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     if depth >= _MAX_DEPTH:
         return out
     for name in required:
@@ -73,7 +75,7 @@ def _object(schema: Mapping[str, Any], rng: random.Random, hints: list[str], dep
     return out
 
 
-def _array(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> Any:
+def _array(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> object:
     items = schema.get("items")
     count = max(int(schema.get("minItems", 1) or 0), 0 if depth >= _MAX_DEPTH else 1)
     maximum = schema.get("maxItems")
@@ -83,7 +85,7 @@ def _array(schema: Mapping[str, Any], rng: random.Random, hints: list[str], dept
     return [_value(item, rng, hints, depth + 1) for _ in range(count)]
 
 
-def _string(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> Any:
+def _string(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> object:
     low = int(schema.get("minLength", 0) or 0)
     high = schema.get("maxLength")
     text = hints[0] if hints and "pattern" not in schema else f"v{rng.randrange(16**6):06x}"
@@ -94,17 +96,23 @@ def _string(schema: Mapping[str, Any], rng: random.Random, hints: list[str], dep
     return text
 
 
-def _integer(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> Any:
+def _integer(
+    schema: Mapping[str, object], rng: random.Random, hints: list[str], depth: int
+) -> object:
     low, high = _bounds(schema, integer=True)
     return rng.randint(int(low), int(high))
 
 
-def _number(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> Any:
+def _number(
+    schema: Mapping[str, object], rng: random.Random, hints: list[str], depth: int
+) -> object:
     low, high = _bounds(schema, integer=False)
     return round(rng.uniform(low, high), 3) if high > low else low
 
 
-def _bound(schema: Mapping[str, Any], inclusive: str, exclusive: str, step: float) -> float | None:
+def _bound(
+    schema: Mapping[str, object], inclusive: str, exclusive: str, step: float
+) -> float | None:
     value = schema.get(inclusive)
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
@@ -114,7 +122,7 @@ def _bound(schema: Mapping[str, Any], inclusive: str, exclusive: str, step: floa
     return None
 
 
-def _bounds(schema: Mapping[str, Any], *, integer: bool) -> tuple[float, float]:
+def _bounds(schema: Mapping[str, object], *, integer: bool) -> tuple[float, float]:
     step = 1.0 if integer else 1e-3
     low = _bound(schema, "minimum", "exclusiveMinimum", step)
     high = _bound(schema, "maximum", "exclusiveMaximum", -step)
@@ -130,11 +138,13 @@ def _bounds(schema: Mapping[str, Any], *, integer: bool) -> tuple[float, float]:
     return low, max(low, high)
 
 
-def _boolean(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> Any:
+def _boolean(
+    schema: Mapping[str, object], rng: random.Random, hints: list[str], depth: int
+) -> object:
     return True
 
 
-def _null(schema: Mapping[str, Any], rng: random.Random, hints: list[str], depth: int) -> Any:
+def _null(schema: Mapping[str, object], rng: random.Random, hints: list[str], depth: int) -> object:
     return None
 
 

@@ -101,7 +101,7 @@ class SimulatedModel(ModelServer):
 
     Options: ClassVar[type[ServerOptions]] = SimulatedOptions
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         slots = self.sim_options.max_concurrent
         self._slots = asyncio.Semaphore(slots) if slots is not None else None
@@ -129,7 +129,7 @@ class SimulatedModel(ModelServer):
 
     async def complete(
         self, request: ChatRequest, request_id: str | None, rollout_id: str | None
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         request_id = request_id or uuid.uuid4().hex
         if gate.model:
             from rollgym.servers import spans
@@ -170,7 +170,7 @@ class SimulatedModel(ModelServer):
         rollout_id: str | None,
         timings: EngineTimings,
         arrived: float,
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         options = self.sim_options
         started = time.perf_counter()
         timings.time_in_queue = started - arrived
@@ -268,7 +268,7 @@ def _name(tool: dict[str, Any]) -> str:
     return str((tool.get("function") or {}).get("name"))
 
 
-def _arguments_for(function: dict[str, Any], text: str) -> dict[str, Any]:
+def _arguments_for(function: dict[str, Any], text: str) -> dict[str, object]:
     """Arguments for a forced call: each required parameter gets the reply's text."""
     parameters = function.get("parameters") or {}
     return {name: text for name in parameters.get("required") or []}
@@ -280,7 +280,7 @@ def completion(
     replies: list[Reply],
     *,
     token_limit: int | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """An OpenAI ``chat.completion`` object with one choice per reply (``usage``, token ids
     and log-probabilities are added by :func:`toy_tokenizer.annotate`)."""
     return {
@@ -294,10 +294,12 @@ def completion(
     }
 
 
-def _choice(request_id: str, index: int, reply: Reply, token_limit: int | None) -> dict[str, Any]:
+def _choice(
+    request_id: str, index: int, reply: Reply, token_limit: int | None
+) -> dict[str, object]:
     """One choice. Past ``token_limit`` tokens (of the toy tokenizer) the text is cut there and
     ``finish_reason`` is ``length``; a tool call that does not fit becomes its cut text."""
-    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    message: dict[str, object] = {"role": "assistant", "content": reply.content}
     finish_reason = "stop"
     if reply.tool_call is not None:
         name, arguments = reply.tool_call

@@ -11,7 +11,7 @@ environment end to end (seed, every tool, verify) with ``rollgym run`` and no re
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rollgym.builtins.models.reply import Reply
@@ -52,7 +52,7 @@ def turn(
     return Reply(content=f"Answer: {text_of(last).strip()}")
 
 
-def _last_user(messages: list[dict[str, Any]]) -> int:
+def _last_user(messages: Sequence[Mapping[str, object]]) -> int:
     for index in range(len(messages) - 1, -1, -1):
         if messages[index].get("role") == "user":
             return index

@@ -21,7 +21,7 @@ import hashlib
 import math
 import random
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import orjson
@@ -59,7 +59,7 @@ def token_id(piece: str) -> int:
     return _FIRST_HASHED_ID + int.from_bytes(digest, "big") % (VOCAB_SIZE - _FIRST_HASHED_ID)
 
 
-def _tool_calls_text(tool_calls: Any) -> str:
+def _tool_calls_text(tool_calls: object) -> str:
     """Tool calls as the model "wrote" them; the arguments string is kept verbatim."""
     if not isinstance(tool_calls, list):
         return ""
@@ -101,7 +101,7 @@ def text_ids(text: str) -> tuple[int, ...]:
     return tuple(token_id(p) for p in pieces(text))
 
 
-def _body_segments(message: dict[str, Any]) -> list[Segment]:
+def _body_segments(message: Mapping[str, object]) -> list[Segment]:
     return [
         content_text(message.get("content")) + _tool_calls_text(message.get("tool_calls")),
         _END,
@@ -109,7 +109,7 @@ def _body_segments(message: dict[str, Any]) -> list[Segment]:
 
 
 def _prompt_segments(
-    messages: Iterable[dict[str, Any]], tools: list[dict[str, Any]] | None
+    messages: Iterable[Mapping[str, object]], tools: Sequence[Mapping[str, object]] | None
 ) -> list[Segment]:
     """The template: the tools (if any); each message as ``<|im_start|>role\n body
     <|im_end|>\n``; then the generation prompt ``<|im_start|>assistant\n``."""
@@ -144,13 +144,13 @@ def _flat_ids(segments: list[Segment]) -> list[int]:
     return ids
 
 
-def body_pieces(message: dict[str, Any]) -> list[str]:
+def body_pieces(message: Mapping[str, object]) -> list[str]:
     """The tokens of a message's body: its text, then its tool calls, then the end token."""
     return _flat_pieces(_body_segments(message))
 
 
 def prompt_pieces(
-    messages: Iterable[dict[str, Any]], tools: list[dict[str, Any]] | None
+    messages: Iterable[Mapping[str, object]], tools: Sequence[Mapping[str, object]] | None
 ) -> list[str]:
     """The whole prompt: the tools (if any), every message, then the generation prompt."""
     return _flat_pieces(_prompt_segments(messages, tools))
@@ -167,7 +167,7 @@ def _piece_bytes(piece: str) -> list[int]:
     return list(piece.encode())
 
 
-def _logprobs(generated: list[str], top: int, rng: random.Random) -> list[dict[str, Any]]:
+def _logprobs(generated: list[str], top: int, rng: random.Random) -> list[dict[str, object]]:
     """Per generated token: its log-probability and ``top`` alternatives, all consistent:
     the chosen token is the most likely one and the probabilities sum to at most 1."""
     content = []
@@ -207,7 +207,7 @@ def annotate(
     token_ids: bool = False,
     logprobs: bool = False,
     top_logprobs: int = 0,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Set ``usage`` from the tokens of the prompt and of every choice, and the engine fields
     the request asked for (``return_token_ids``, ``logprobs``, ``top_logprobs``). Returns
     ``answer``, changed in place."""

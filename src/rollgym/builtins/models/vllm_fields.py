@@ -37,7 +37,7 @@ _MESSAGE: dict[str, Any] = {
 _USAGE: dict[str, Any] = {"prompt_tokens_details": None, "completion_tokens_details": None}
 
 
-def with_vllm_fields(answer: dict[str, Any]) -> dict[str, Any]:
+def with_vllm_fields(answer: dict[str, Any]) -> dict[str, object]:
     """``answer`` (a ``chat.completion``) with vLLM's extra fields where it has none (in place)."""
     for key, value in _ANSWER.items():
         answer.setdefault(key, value)
