@@ -104,7 +104,9 @@ async def test_a_server_that_serves_four_at_a_time_times_nothing_out(
     monkeypatch.setattr(dispatch_window, "INITIAL", dispatch_window.FLOOR)
     _saturated(agent)
     all_at_once = await _run(agent, adaptive=False, n=120)
-    assert agent.peak_in_flight == 120
+    # far more than it serves within timeout_s (4 x 1.5 / 0.1 = 60): on a busy machine the
+    # driver may not get all 120 out before the first answers
+    assert agent.peak_in_flight > 60
     timed_out = [o for o in all_at_once if isinstance(o, RolloutFailure)]
     assert timed_out and {o.error_kind for o in timed_out} == {"timeout"}
 
