@@ -103,7 +103,10 @@ async def store_app(tmp_path: Path) -> AsyncIterator[int]:
 
     writer = BatchWriter(tmp_path / "traces.db")
     writer.start()
-    runner = make_runner(build_app(writer, tmp_path / "traces.db", None, 1 << 20, LIMIT_S), LIMIT_S)
+    runner = make_runner(
+        build_app(writer, tmp_path / "traces.db", None, 1 << 20, read_timeout_s=LIMIT_S),
+        LIMIT_S,
+    )
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
