@@ -480,7 +480,7 @@ def test_profile_shows_vllms_engine_phases(vllm_run: TracedJob) -> None:
     print(shown.stdout)  # the table docs/telemetry.md shows
 
 
-def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+def _post_json(url: str, body: dict[str, Any]) -> dict[str, Any]:
     request = urllib.request.Request(
         url, data=orjson.dumps(body), headers={"Content-Type": "application/json"}
     )
@@ -488,7 +488,7 @@ def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
         return dict(orjson.loads(answer.read()))
 
 
-def _get(url: str) -> dict[str, Any]:
+def _get_json(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(url, timeout=30) as answer:
         return dict(orjson.loads(answer.read()))
 
@@ -501,12 +501,12 @@ async def test_vllm_weight_versions_and_rollgyms_stamp(engine: Engine, tmp_path:
 
     from rollgym import Collector, RolloutResult
 
-    before = _get(engine.url + "/weight_info")
+    before = _get_json(engine.url + "/weight_info")
     assert set(before) == {"weight_version"}
-    assert _post(engine.url + "/update_weight_version", {"new_version": "step-7"})["success"]
-    assert _get(engine.url + "/weight_info") == {"weight_version": "step-7"}
-    assert _post(engine.url + "/abort_requests", {})["status"] == "aborted"
-    chat = _post(
+    assert _post_json(engine.url + "/update_weight_version", {"new_version": "step-7"})["success"]
+    assert _get_json(engine.url + "/weight_info") == {"weight_version": "step-7"}
+    assert _post_json(engine.url + "/abort_requests", {})["status"] == "aborted"
+    chat = _post_json(
         engine.url + "/v1/chat/completions",
         {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
     )
