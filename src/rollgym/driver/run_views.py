@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from aiohttp import web
@@ -30,10 +30,13 @@ from rollgym.driver.compare import CompareError, compare_runs
 from rollgym.driver.conversation_report import conversation_view, model_latencies
 from rollgym.driver.output import FAILURES, TRAJECTORIES
 from rollgym.driver.run_reader import RolloutFiles, read_lines, read_rollout, recorded_run_id
+from rollgym.json_types import JsonObject
 from rollgym.tracestore import failures, queries
 from rollgym.tracestore.span_messages import recorded_conversation
 from rollgym.tracestore.store import connect_readonly
 from rollgym.tracestore.viewer_routes import DB_KEY
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -76,12 +79,12 @@ def _dirs(request: web.Request) -> tuple[Path | None, Path | None]:
     return dirs.run_dir, dirs.compare_dir
 
 
-def _json(value: Any, status: int = 200) -> web.Response:
+def _json(value: object, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(value), status=status, content_type="application/json")
 
 
-async def _in_store(request: web.Request, fn: Callable[[sqlite3.Connection], Any]) -> Any:
-    def run() -> Any:
+async def _in_store(request: web.Request, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def run() -> T:
         conn = connect_readonly(request.app[DB_KEY])
         try:
             return fn(conn)
@@ -91,8 +94,8 @@ async def _in_store(request: web.Request, fn: Callable[[sqlite3.Connection], Any
     return await asyncio.to_thread(run)
 
 
-def _run_entry(role: str, path: Path) -> dict[str, Any]:
-    summary: dict[str, Any] | None = None
+def _run_entry(role: str, path: Path) -> dict[str, object]:
+    summary: JsonObject | None = None
     try:
         loaded = orjson.loads((path / "summary.json").read_bytes())
         summary = loaded if isinstance(loaded, dict) else None
@@ -156,7 +159,7 @@ async def _conversation(request: web.Request) -> web.Response:
     return _json(view, 200 if found else 404)
 
 
-def _no_text_hint(run_dir: Path | None, outcome: Any) -> str:
+def _no_text_hint(run_dir: Path | None, outcome: object) -> str:
     kept = run_dir is not None and (run_dir / TRAJECTORIES).exists()
     if kept and outcome == "failed":
         return (
@@ -253,7 +256,7 @@ _SORT_KEYS = {
 }
 
 
-def _kept(row: dict[str, Any], query: Any) -> bool:
+def _kept(row: dict[str, Any], query: Mapping[str, str]) -> bool:
     """The table's other filters, on a failed row (a reward filter keeps none: no reward)."""
     for key in ("outcome", "dispatch_name"):
         if query.get(key) and row[key] != query[key]:
