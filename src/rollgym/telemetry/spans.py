@@ -17,13 +17,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 from opentelemetry import context as context_api
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import INVALID_SPAN, Link, Span, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.util.types import AttributeValue
 
 from rollgym.identity import ATTEMPT, rollout_id_of
 from rollgym.policy_versions import ANSWER_KEY, PolicyVersion, is_version, version_range
@@ -49,7 +50,7 @@ def startup_span() -> AbstractContextManager[Span]:
 
 def server_startup_span(name: str, kind: str, address: str | None) -> AbstractContextManager[Span]:
     """``gym.server.startup``: one server, from launch until it answers ``/health``."""
-    attributes: dict[str, Any] = {names.SERVER_NAME: name, names.SERVER_KIND: kind}
+    attributes: dict[str, AttributeValue] = {names.SERVER_NAME: name, names.SERVER_KIND: kind}
     if address:
         attributes.update(_address_attributes(address))
     return current_span(names.SPAN_SERVER_STARTUP, attributes=attributes)
@@ -67,7 +68,7 @@ def record_server_address(span: Span, address: str) -> None:
 def job_span(run_id: str) -> Iterator[Span]:
     """``gym.job``; owns the trace (see module docstring) only when nothing was current."""
     standalone = not trace.get_current_span().get_span_context().is_valid
-    attributes: dict[str, Any] = {names.RUN_ID: run_id}
+    attributes: dict[str, AttributeValue] = {names.RUN_ID: run_id}
     session = RUN_SESSION.get()
     if session is not None:
         attributes[names.RUN_SESSION] = session
@@ -99,12 +100,48 @@ def finalize_span() -> AbstractContextManager[Span]:
     return current_span(names.SPAN_FINALIZE)
 
 
+class EngineTimings(Protocol):
+    """What an engine measured of one generation, in seconds from its arrival (the simulated
+    engine's ``EngineTimings`` has it); a Protocol, so telemetry imports no engine."""
+
+    @property
+    def time_in_queue(self) -> float: ...
+    @property
+    def time_to_first_token(self) -> float: ...
+    @property
+    def e2e(self) -> float: ...
+
+
+class ExecOutcome(Protocol):
+    """The parts of a sandbox's ``ExecResult`` its exec span records (telemetry sits below
+    the sandbox, so it names the shape, not the class)."""
+
+    @property
+    def exit_code(self) -> int: ...
+    @property
+    def timed_out(self) -> bool: ...
+    @property
+    def killed(self) -> bool: ...
+    @property
+    def wall_s(self) -> float: ...
+    @property
+    def cpu_s(self) -> float: ...
+    @property
+    def stdout_bytes(self) -> int: ...
+    @property
+    def stderr_bytes(self) -> int: ...
+    @property
+    def truncated(self) -> bool: ...
+    @property
+    def limit(self) -> str | None: ...
+
+
 # --- one rollout -----------------------------------------------------------------------------------
 def _dispatch_attributes(
     collector_row: Mapping[str, object], dispatch_name: str, destination: str
-) -> dict[str, Any]:
+) -> dict[str, AttributeValue]:
     """Identity from the collector row (never the posted body); omitted when underivable."""
-    attributes: dict[str, object] = {
+    attributes: dict[str, AttributeValue] = {
         names.DISPATCH_NAME: dispatch_name,
         names.DESTINATION_SERVER_NAME: destination,
     }
@@ -198,7 +235,10 @@ def record_dispatch_versions(
         if not versions or not span.is_recording():
             return
         low, high = version_range(versions)
-        attributes: dict[str, Any] = {names.POLICY_VERSION_MIN: low, names.POLICY_VERSION_MAX: high}
+        attributes: dict[str, AttributeValue] = {
+            names.POLICY_VERSION_MIN: low,
+            names.POLICY_VERSION_MAX: high,
+        }
         if lag is not None:
             attributes[names.POLICY_LAG] = lag
         span.set_attributes(attributes)
@@ -206,7 +246,7 @@ def record_dispatch_versions(
         warn_once("recording a dispatch's policy versions failed")
 
 
-def _rollout_attrs(rollout_id: str | None) -> dict[str, Any] | None:
+def _rollout_attrs(rollout_id: str | None) -> dict[str, AttributeValue] | None:
     return {names.ROLLOUT_ID: rollout_id} if rollout_id else None
 
 
@@ -225,7 +265,7 @@ def model_chat_span(
     return current_span(names.SPAN_MODEL_CHAT, kind=SpanKind.CLIENT, attributes=attributes)
 
 
-def _genai_attributes(operation: str, model: str, provider: str) -> dict[str, Any]:
+def _genai_attributes(operation: str, model: str, provider: str) -> dict[str, AttributeValue]:
     return {
         names.GEN_AI_OPERATION_NAME: operation,
         names.GEN_AI_PROVIDER_NAME: provider,
@@ -301,7 +341,7 @@ def record_upstream_request(
     try:
         if not span.is_recording():
             return
-        attributes: dict[str, Any] = {}
+        attributes: dict[str, AttributeValue] = {}
         if request_id:
             attributes[names.MODEL_REQUEST_ID] = request_id
         if sent_id:
@@ -324,7 +364,7 @@ def engine_request_span(
     :func:`record_engine_timings`. vLLM's span names no model, so ``model`` is not recorded;
     ``gym.rollout.id`` is the one attribute vLLM cannot have.
     """
-    attributes: dict[str, Any] = {names.GEN_AI_REQUEST_ID: f"chatcmpl-{request_id}"}
+    attributes: dict[str, AttributeValue] = {names.GEN_AI_REQUEST_ID: f"chatcmpl-{request_id}"}
     if rollout_id:
         attributes[names.ROLLOUT_ID] = rollout_id
     return current_span(names.SPAN_ENGINE_REQUEST, kind=SpanKind.SERVER, attributes=attributes)
@@ -355,7 +395,9 @@ def record_engine_request(
         warn_once("recording engine request parameters failed")
 
 
-def record_engine_timings(span: Span, timings: Any, usage: Mapping[str, Any] | None) -> None:
+def record_engine_timings(
+    span: Span, timings: EngineTimings, usage: Mapping[str, object] | None
+) -> None:
     """Latency (``gen_ai.latency.*``, seconds) and token usage of one engine generation.
 
     ``timings`` has ``time_in_queue``, ``time_to_first_token`` and ``e2e`` (each from arrival);
@@ -369,7 +411,7 @@ def record_engine_timings(span: Span, timings: Any, usage: Mapping[str, Any] | N
         queue = float(timings.time_in_queue)
         first_token = float(timings.time_to_first_token)
         e2e = float(timings.e2e)
-        attributes: dict[str, Any] = {
+        attributes: dict[str, AttributeValue] = {
             names.GEN_AI_LATENCY_TIME_IN_QUEUE: queue,
             names.GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN: first_token,
             names.GEN_AI_LATENCY_E2E: e2e,
@@ -397,7 +439,7 @@ def env_seed_span(rollout_id: str | None) -> AbstractContextManager[Span]:
 
 def env_tool_span(rollout_id: str | None, tool_name: str) -> AbstractContextManager[Span]:
     """``gym.env.tool``: one tool call, environment server side."""
-    attributes: dict[str, Any] = {names.ENV_TOOL_NAME: tool_name}
+    attributes: dict[str, AttributeValue] = {names.ENV_TOOL_NAME: tool_name}
     if rollout_id:
         attributes[names.ROLLOUT_ID] = rollout_id
     return current_span(names.SPAN_ENV_TOOL, attributes=attributes)
@@ -409,8 +451,8 @@ def verify_span(rollout_id: str | None) -> AbstractContextManager[Span]:
 
 
 # --- sandbox -----------------------------------------------------------------------------------------
-def _sandbox_attrs(rollout_id: str | None, sandbox_id: str) -> dict[str, Any]:
-    attributes: dict[str, object] = {names.SANDBOX_ID: sandbox_id}
+def _sandbox_attrs(rollout_id: str | None, sandbox_id: str) -> dict[str, AttributeValue]:
+    attributes: dict[str, AttributeValue] = {names.SANDBOX_ID: sandbox_id}
     if rollout_id:
         attributes[names.ROLLOUT_ID] = rollout_id
     return attributes
@@ -437,12 +479,12 @@ def sandbox_exec_span(
     return current_span(names.SPAN_SANDBOX_EXEC, attributes=attributes)
 
 
-def record_sandbox_exec(span: Span, result: Any) -> None:
+def record_sandbox_exec(span: Span, result: ExecOutcome) -> None:
     """Exit code, limit flags, durations and output sizes of an :class:`ExecResult`."""
     try:
         if not span.is_recording():
             return
-        attributes: dict[str, Any] = {
+        attributes: dict[str, AttributeValue] = {
             names.SANDBOX_EXIT_CODE: result.exit_code,
             names.SANDBOX_TIMED_OUT: result.timed_out,
             names.SANDBOX_KILLED: result.killed,
@@ -470,13 +512,13 @@ def sandbox_destroy_span(rollout_id: str | None, sandbox_id: str) -> AbstractCon
 #: Client-span attributes per (method, destination, url): the driver posts to the same few URLs
 #: all run long, so parsing each URL once keeps the traced hot path short. Bounded, because
 #: rollout-scoped model URLs are distinct per rollout.
-_CLIENT_ATTRIBUTES: dict[tuple[str, str, str, str | None], dict[str, Any]] = {}
+_CLIENT_ATTRIBUTES: dict[tuple[str, str, str, str | None], dict[str, AttributeValue]] = {}
 _CLIENT_ATTRIBUTES_MAX = 1024
 
 
 def _client_attributes(
     method: str, destination: str, url: str, route: str | None
-) -> dict[str, Any]:
+) -> dict[str, AttributeValue]:
     key = (method, destination, url, route)
     attributes = _CLIENT_ATTRIBUTES.get(key)
     if attributes is not None:
@@ -530,9 +572,9 @@ def http_server_span(
     )
 
 
-def _address_attributes(address: str) -> dict[str, Any]:
+def _address_attributes(address: str) -> dict[str, AttributeValue]:
     """``gym.server.address`` plus ``server.address`` / ``server.port`` when they parse."""
-    attributes: dict[str, object] = {names.SERVER_ADDRESS: redact_url(address)}
+    attributes: dict[str, AttributeValue] = {names.SERVER_ADDRESS: redact_url(address)}
     try:
         parts = urlsplit(address if "//" in address else f"//{address}")
         host, port = parts.hostname, parts.port
