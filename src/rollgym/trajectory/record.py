@@ -20,7 +20,7 @@ from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain
 from operator import itemgetter
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import rollgym.policy_versions as policy_versions
 
@@ -42,7 +42,7 @@ _ASKED: dict[str, Capture] = {"turns": "turns", "tokens": "tokens"}
 #: ``logprobs: true`` alone (llama-cpp-python's server computes them only when it is set);
 #: vLLM and OpenAI accept 0 as "the chosen token's only". A ``top_logprobs`` the agent's or
 #: the row's ``sampling`` sets wins over this 0.
-TOKEN_REQUEST_FIELDS: dict[str, Any] = {
+TOKEN_REQUEST_FIELDS: dict[str, object] = {
     "return_token_ids": True,
     "logprobs": True,
     "top_logprobs": 0,
@@ -122,7 +122,7 @@ def _token_ids(value: object) -> array[int] | None:
 _LOGPROB = itemgetter("logprob")
 
 
-def _logprob_content(choice: Mapping[str, object]) -> list[Any] | None:
+def _logprob_content(choice: Mapping[str, object]) -> list[object] | None:
     logprobs = choice.get("logprobs")
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
     return content if isinstance(content, list) else None
@@ -163,7 +163,7 @@ def cut_text(text: str, max_bytes: int) -> tuple[str, int] | None:
     return data[:max_bytes].decode("utf-8", "ignore"), len(data)
 
 
-def _plain(turn: dict[str, Any]) -> dict[str, object]:
+def _plain(turn: dict[str, object]) -> dict[str, object]:
     """A model turn with its compact token arrays as lists (what JSON writes)."""
     if "prompt_ids" not in turn and "logprobs" not in turn:
         return turn
@@ -186,10 +186,10 @@ class TrajectoryRecorder:
     def __init__(self, capture: Capture, *, tool_output_max_bytes: int = TOOL_OUTPUT_MAX_BYTES):
         self.capture = capture
         self.tool_output_max_bytes = tool_output_max_bytes
-        self.turns: list[dict[str, Any]] = []
+        self.turns: list[dict[str, object]] = []
         self.dropped_turns = 0
         self.truncated = 0  # texts cut to tool_output_max_bytes
-        self._messages: list[dict[str, object]] = []  # the previous request's + its answer
+        self._messages: list[object] = []  # the previous request's + its answer
         self._tools: object = None
         #: The previous prompt + completion, as the arrays the turns hold; None: unknown.
         self._pieces: list[array[int]] | None = None
@@ -206,15 +206,16 @@ class TrajectoryRecorder:
         """What every model request adds so the engine answers its tokens."""
         return dict(TOKEN_REQUEST_FIELDS) if self.tokens else {}
 
-    def _add(self, turn: dict[str, Any]) -> None:
+    def _add(self, turn: dict[str, object]) -> None:
         if len(self.turns) >= MAX_TURNS:
             self.dropped_turns += 1
             return
         self.turns.append(turn)
 
-    def model_call(self, request: dict[str, Any], answer: dict[str, Any]) -> None:
+    def model_call(self, request: Mapping[str, object], answer: Mapping[str, object]) -> None:
         """One chat completion: ``request`` is the body posted, ``answer`` the engine's reply."""
-        messages = list(request.get("messages") or [])
+        sent = request.get("messages")
+        messages: list[object] = list(sent) if isinstance(sent, list | tuple) else []
         start = _common_prefix(self._messages, messages)
         kept, cut = self._bounded(messages[start:])
         turn: dict[str, object] = {
@@ -262,13 +263,15 @@ class TrajectoryRecorder:
         self._model_calls += 1
         self._add(turn)
 
-    def _bounded(self, messages: list[Any]) -> tuple[list[Any], list[dict[str, int]]]:
+    def _bounded(self, messages: list[object]) -> tuple[list[object], list[dict[str, int]]]:
         """``messages`` with each text over the cap replaced by a cut copy, and which were cut
         (``{"message": index, "bytes": whole size}``)."""
         kept = messages
         cut: list[dict[str, int]] = []
         for index, message in enumerate(messages):
-            content = message.get("content") if isinstance(message, dict) else None
+            if not isinstance(message, dict):
+                continue
+            content = message.get("content")
             if not isinstance(content, str):
                 continue
             short = cut_text(content, self.tool_output_max_bytes)
@@ -280,7 +283,11 @@ class TrajectoryRecorder:
         return kept, cut
 
     def _record_tokens(
-        self, turn: dict[str, Any], answer: dict[str, Any], choice: dict[str, Any], top: bool
+        self,
+        turn: dict[str, object],
+        answer: Mapping[str, object],
+        choice: Mapping[str, object],
+        top: bool,
     ) -> None:
         prompt = _token_ids(answer.get("prompt_token_ids"))
         completion = _token_ids(choice.get("token_ids"))
@@ -355,7 +362,7 @@ class TrajectoryRecorder:
             }
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The trajectory as it travels in the rollout's answer (see docs/trajectories.md)."""
         data: dict[str, object] = {
             "version": FORMAT_VERSION,
@@ -374,7 +381,11 @@ class TrajectoryRecorder:
         return data
 
 
-def attach(answer: object, recorder: TrajectoryRecorder | None) -> Any:
+#: An answer goes back as it came (the trajectory added when it is an object).
+_Answer = TypeVar("_Answer")
+
+
+def attach(answer: _Answer, recorder: TrajectoryRecorder | None) -> _Answer:
     """Put the trajectory into a rollout's answer (an answer that is not an object is left
     alone: the reward check refuses it anyway)."""
     if recorder is not None and isinstance(answer, dict):
