@@ -23,6 +23,7 @@ sessions (with a TTL so a dead agent leaks nothing), the spans (``gym.env.tool``
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -85,13 +86,13 @@ class EnvironmentOptions(RolloutOptions):
 class SeedRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     rollout_id: str | None = None
-    task: dict[str, Any]
+    task: dict[str, object]
 
 
 class ToolRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     session_id: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
+    arguments: dict[str, object] = Field(default_factory=dict)
 
 
 class VerifyRequest(BaseModel):
@@ -108,7 +109,7 @@ class Environment(Server):
     #: The tools declared with ``@tool`` on this class, by name (filled per subclass).
     tools: ClassVar[dict[str, ToolSpec]] = {}
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         cls.tools = tools_of(cls)
 
@@ -145,7 +146,7 @@ class Environment(Server):
 
     # --- the operations, shared by the HTTP routes and in-process episodes --------------------
 
-    async def open_session(self, rollout_id: str | None, task: dict[str, Any]) -> dict[str, Any]:
+    async def open_session(self, rollout_id: str | None, task: dict[str, Any]) -> dict[str, object]:
         if gate.env:
             from rollgym.telemetry import spans
 
@@ -153,7 +154,9 @@ class Environment(Server):
                 return await self._open_session(rollout_id, task)
         return await self._open_session(rollout_id, task)
 
-    async def _open_session(self, rollout_id: str | None, task: dict[str, Any]) -> dict[str, Any]:
+    async def _open_session(
+        self, rollout_id: str | None, task: dict[str, Any]
+    ) -> dict[str, object]:
         try:
             state = await self.seed(task)
         except HTTPError:
@@ -171,7 +174,7 @@ class Environment(Server):
             "tools": self._tool_schemas,
         }
 
-    async def run_tool(self, session_id: str, name: str, arguments: dict[str, Any]) -> str:
+    async def run_tool(self, session_id: str, name: str, arguments: Mapping[str, object]) -> str:
         session = self._live(session_id)
         spec = self.tools.get(name)
         if spec is None:
@@ -190,7 +193,7 @@ class Environment(Server):
                 return await self._invoke(spec, session, args)
         return await self._invoke(spec, session, args)
 
-    async def finish(self, session_id: str, answer: str | None) -> dict[str, Any]:
+    async def finish(self, session_id: str, answer: str | None) -> dict[str, object]:
         session = self.sessions.pop(session_id)
         if session is None:
             raise self._unknown_session(session_id)
@@ -204,7 +207,7 @@ class Environment(Server):
         self.aggregates.record_verify(verdict.reward)
         return {"reward": verdict.reward, "details": verdict.details}
 
-    def aggregate_metrics(self) -> dict[str, Any]:
+    def aggregate_metrics(self) -> dict[str, object]:
         return self.aggregates.as_json(
             open_sessions=len(self.sessions), expired_sessions=self.sessions.expired
         )
@@ -293,14 +296,14 @@ class Environment(Server):
 
     async def _episode(
         self, rollout_id: str | None, task: dict[str, Any], capture: str | None
-    ) -> dict[str, Any]:
+    ) -> object:
         options = self.env_options
         model_server = options.model
         assert model_server is not None
         who = f"environment {self.context.name!r} episode"
         env = LocalEnvSession(self, rollout_id)
 
-        async def attempt() -> dict[str, Any]:
+        async def attempt() -> object:
             model = ModelClient.of_server(
                 self.context,
                 model_server,

@@ -8,7 +8,7 @@ shared episode loop cannot tell the two apart.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from rollgym.errors import HTTPError
@@ -39,11 +39,13 @@ class SessionHost(Protocol):
 
     async def open_session(
         self, rollout_id: str | None, task: dict[str, Any]
-    ) -> dict[str, Any]: ...
+    ) -> dict[str, object]: ...
 
-    async def run_tool(self, session_id: str, name: str, arguments: dict[str, Any]) -> str: ...
+    async def run_tool(
+        self, session_id: str, name: str, arguments: Mapping[str, object]
+    ) -> str: ...
 
-    async def finish(self, session_id: str, answer: str | None) -> dict[str, Any]: ...
+    async def finish(self, session_id: str, answer: str | None) -> dict[str, object]: ...
 
 
 class LocalEnvSession(SessionBase):
@@ -66,7 +68,9 @@ class LocalEnvSession(SessionBase):
 
     async def seed(self, task: dict[str, Any]) -> dict[str, Any]:
         seeded = await self._call(SEED_SESSION, self._env.open_session(self._rollout_id, task))
-        self.session_id = seeded["session_id"]
+        session_id = seeded["session_id"]
+        if isinstance(session_id, str):  # always: the environment names it
+            self.session_id = session_id
         return seeded
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> str:

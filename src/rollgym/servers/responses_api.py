@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -47,7 +48,7 @@ class MessageItem(BaseModel):
 
     @field_validator("content", mode="before")
     @classmethod
-    def _string_is_one_part(cls, value: Any) -> Any:
+    def _string_is_one_part(cls, value: object) -> object:
         # A string is one text part: one field type keeps error paths free of union names.
         return [{"type": "input_text", "text": value}] if isinstance(value, str) else value
 
@@ -74,7 +75,7 @@ class FunctionCallOutputItem(BaseModel):
 
 
 InputItem = MessageItem | FunctionCallItem | FunctionCallOutputItem
-_ITEMS: dict[str, type[BaseModel]] = {
+_ITEMS: dict[str, type[InputItem]] = {
     "message": MessageItem,
     "function_call": FunctionCallItem,
     "function_call_output": FunctionCallOutputItem,
@@ -89,7 +90,7 @@ class FunctionTool(BaseModel):
     type: Literal["function"]
     name: str
     description: str | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: dict[str, object] | None = None
     strict: bool | None = None
 
 
@@ -102,7 +103,7 @@ class ResponsesRequest(BaseModel):
     input: str | list[InputItem]
     instructions: str | None = None
     tools: list[FunctionTool] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tool_choice: str | dict[str, object] | None = None
     parallel_tool_calls: bool | None = None
     max_output_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
@@ -122,14 +123,14 @@ class ResponsesRequest(BaseModel):
 
     @field_validator("input", mode="plain")
     @classmethod
-    def _input_items(cls, value: Any) -> str | list[InputItem]:
+    def _input_items(cls, value: object) -> str | list[InputItem]:
         if isinstance(value, str):
             return value
         if not isinstance(value, list) or not value:
             raise PydanticCustomError(
                 "input_type", "must be a string or a non-empty list of input items"
             )
-        items: list[Any] = []
+        items: list[InputItem] = []
         problems: list[InitErrorDetails] = []
         for index, raw in enumerate(value):
             kind = raw.get("type", "message") if isinstance(raw, dict) else None
@@ -187,7 +188,7 @@ def parse_request(body: object) -> ResponsesRequest:
 # --- Responses -> chat ------------------------------------------------------------------------
 
 
-def to_chat_request(request: ResponsesRequest) -> dict[str, Any]:
+def to_chat_request(request: ResponsesRequest) -> dict[str, object]:
     """The chat completion request body that asks the same thing (for ``ChatRequest``)."""
     messages: list[dict[str, object]] = []
     if request.instructions:
@@ -211,7 +212,7 @@ def to_chat_request(request: ResponsesRequest) -> dict[str, Any]:
     return chat
 
 
-def _append_chat_message(messages: list[dict[str, Any]], item: InputItem) -> None:
+def _append_chat_message(messages: list[dict[str, object]], item: InputItem) -> None:
     if isinstance(item, MessageItem):
         # "developer" is the newer name of "system"; not every chat server knows it.
         role = "system" if item.role == "developer" else item.role
@@ -225,14 +226,16 @@ def _append_chat_message(messages: list[dict[str, Any]], item: InputItem) -> Non
         last = messages[-1] if messages else None
         # Chat puts a turn's text and its (parallel) tool calls in one assistant message.
         if last is not None and last["role"] == "assistant":
-            last.setdefault("tool_calls", []).append(call)
+            calls = last.setdefault("tool_calls", [])
+            if isinstance(calls, list):  # always: only this function sets it
+                calls.append(call)
         else:
             messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
     else:
         messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
 
 
-def _chat_content(parts: list[ContentPart]) -> str | list[dict[str, Any]]:
+def _chat_content(parts: list[ContentPart]) -> str | list[dict[str, object]]:
     """One part is a plain string (what a string content was); several stay parts."""
     if len(parts) <= 1:
         return parts[0].text if parts else ""
@@ -244,7 +247,7 @@ def _chat_tool(tool: FunctionTool) -> dict[str, object]:
     return {"type": "function", "function": function}
 
 
-def _chat_tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
+def _chat_tool_choice(choice: str | dict[str, object]) -> str | dict[str, object]:
     if isinstance(choice, dict) and choice.get("type") == "function" and "name" in choice:
         return {"type": "function", "function": {"name": choice["name"]}}
     return choice
@@ -263,13 +266,14 @@ def response_id(request_id: str | None, chat_id: object) -> str:
 
 
 def to_response(
-    answer: dict[str, Any], request: ResponsesRequest, request_id: str | None
-) -> dict[str, Any]:
+    answer: Mapping[str, object], request: ResponsesRequest, request_id: str | None
+) -> dict[str, object]:
     """The Responses object for a ``chat.completion`` answer to the translated request."""
     rid = response_id(request_id, answer.get("id"))
     suffix = rid.removeprefix("resp_")
-    choices = answer.get("choices") or [{}]
-    choice = choices[0] if isinstance(choices[0], dict) else {}
+    choices = answer.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    choice = first if isinstance(first, dict) else {}
     message = choice.get("message") or {}
     output: list[dict[str, object]] = []
     text = content_text(message.get("content"))

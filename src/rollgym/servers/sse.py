@@ -10,7 +10,7 @@ upstream that streams passes the upstream's bytes through instead (see ``openai_
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any
+from typing import Protocol
 
 import orjson
 
@@ -18,7 +18,7 @@ DONE = b"data: [DONE]\n\n"
 MEDIA_TYPE = "text/event-stream"
 
 
-def data_line(payload: Any) -> bytes:
+def data_line(payload: object) -> bytes:
     """One ``data:`` event (chat completions name no event type)."""
     return b"data: " + orjson.dumps(payload) + b"\n\n"
 
@@ -55,7 +55,7 @@ async def primed(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
 TOKENS_PER_CHUNK = 16
 
 
-def chat_chunks(answer: dict[str, Any], *, include_usage: bool) -> Iterator[bytes]:
+def chat_chunks(answer: Mapping[str, object], *, include_usage: bool) -> Iterator[bytes]:
     """The ``chat.completion.chunk`` events of a ``chat.completion``, then ``[DONE]``.
 
     Per choice: the role, the content word by word, the tool calls (whole), the engine's token
@@ -77,7 +77,9 @@ def chat_chunks(answer: dict[str, Any], *, include_usage: bool) -> Iterator[byte
         head["system_fingerprint"] = answer["system_fingerprint"]
     first = {k: answer[k] for k in ("prompt_token_ids", "prompt_text") if k in answer}
 
-    def chunk(index: int, delta: dict[str, Any], finish: str | None = None, **engine: Any) -> bytes:
+    def chunk(
+        index: int, delta: dict[str, object], finish: str | None = None, /, **engine: object
+    ) -> bytes:
         nonlocal first
         choice: dict[str, object] = {
             "index": index,
@@ -89,7 +91,8 @@ def chat_chunks(answer: dict[str, Any], *, include_usage: bool) -> Iterator[byte
         first = {}
         return line
 
-    for choice in answer.get("choices") or []:
+    choices = answer.get("choices")
+    for choice in choices if isinstance(choices, list) else []:
         index = choice.get("index", 0)
         message = choice.get("message") or {}
         yield chunk(index, {"role": "assistant", "content": ""})
@@ -111,10 +114,13 @@ def chat_chunks(answer: dict[str, Any], *, include_usage: bool) -> Iterator[byte
     yield DONE
 
 
-def _token_fields(choice: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def _token_fields(choice: Mapping[str, object]) -> Iterator[dict[str, object]]:
     """A choice's ``token_ids`` and ``logprobs.content``, cut into aligned slices."""
     ids = choice.get("token_ids")
-    logprobs = (choice.get("logprobs") or {}).get("content")
+    ids = ids if isinstance(ids, list) else None
+    found = choice.get("logprobs")
+    logprobs = found.get("content") if isinstance(found, dict) else None
+    logprobs = logprobs if isinstance(logprobs, list) else None
     size = max(len(ids or []), len(logprobs or []))
     for start in range(0, size, TOKENS_PER_CHUNK):
         end = start + TOKENS_PER_CHUNK
@@ -137,7 +143,13 @@ def _pieces(content: object) -> list[str]:
 # --- Responses --------------------------------------------------------------------------------
 
 
-def response_events(response: dict[str, Any]) -> Iterator[bytes]:
+class _Emit(Protocol):
+    """Builds one numbered event of a Responses stream (``response_events``'s ``emit``)."""
+
+    def __call__(self, kind: str, **fields: object) -> bytes: ...
+
+
+def response_events(response: Mapping[str, object]) -> Iterator[bytes]:
     """The Responses API stream of a finished ``response`` object, in the API's order."""
     sequence = iter(range(1 << 30))
 
@@ -147,7 +159,8 @@ def response_events(response: dict[str, Any]) -> Iterator[bytes]:
     started = {**response, "status": "in_progress", "output": [], "usage": None}
     yield emit("response.created", response=started)
     yield emit("response.in_progress", response=started)
-    for index, item in enumerate(response.get("output") or []):
+    output = response.get("output")
+    for index, item in enumerate(output if isinstance(output, list) else []):
         if item.get("type") == "message":
             yield from _message_events(emit, index, item)
         elif item.get("type") == "function_call":
@@ -156,14 +169,15 @@ def response_events(response: dict[str, Any]) -> Iterator[bytes]:
     yield emit(kind, response=response)
 
 
-def _message_events(emit: Any, index: int, item: dict[str, Any]) -> Iterator[bytes]:
+def _message_events(emit: _Emit, index: int, item: Mapping[str, object]) -> Iterator[bytes]:
     item_id = item["id"]
     yield emit(
         "response.output_item.added",
         output_index=index,
         item={**item, "status": "in_progress", "content": []},
     )
-    for part_index, part in enumerate(item.get("content") or []):
+    content = item.get("content")
+    for part_index, part in enumerate(content if isinstance(content, list) else []):
         where = {"item_id": item_id, "output_index": index, "content_index": part_index}
         empty = {**part, "text": ""}
         yield emit("response.content_part.added", **where, part=empty)
@@ -175,7 +189,7 @@ def _message_events(emit: Any, index: int, item: dict[str, Any]) -> Iterator[byt
     yield emit("response.output_item.done", output_index=index, item=item)
 
 
-def _call_events(emit: Any, index: int, item: dict[str, Any]) -> Iterator[bytes]:
+def _call_events(emit: _Emit, index: int, item: Mapping[str, object]) -> Iterator[bytes]:
     item_id = item["id"]
     yield emit(
         "response.output_item.added",

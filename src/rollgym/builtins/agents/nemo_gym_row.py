@@ -104,7 +104,9 @@ def chat_request_of(row: Mapping[str, object]) -> dict[str, Any]:
         raise _refuse(exc.message.split(": ", 1)[-1], field) from None
     chat = responses_api.to_chat_request(request)
     if from_seed:
-        chat["messages"] = chat["messages"][:-1]  # the placeholder user message
+        messages = chat["messages"]
+        if isinstance(messages, list):  # always: to_chat_request builds a list
+            chat["messages"] = messages[:-1]  # the placeholder user message
         chat[PROMPT_FROM_SEED] = True
     return chat
 
