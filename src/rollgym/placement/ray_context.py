@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Protocol, TypeVar
 
 from rollgym.telemetry.context import (
     attach_context,
@@ -33,10 +33,18 @@ from rollgym.telemetry.context import (
 )
 
 CARRIER_KWARG = "trace_carrier"
-_F = TypeVar("_F", bound=Callable[..., Any])
+_F = TypeVar("_F", bound=Callable[..., object])
+_R = TypeVar("_R", covariant=True)
 
 
-def remote_with_context(method: Any, *args: Any, **kwargs: Any) -> Any:
+class RemoteCallable(Protocol[_R]):
+    """An actor method handle or a remote function: what has ``.remote`` (Ray's own classes
+    are untyped, so this names the one call rollgym makes on them)."""
+
+    def remote(self, *args: object, **kwargs: object) -> _R: ...
+
+
+def remote_with_context(method: RemoteCallable[_R], *args: object, **kwargs: object) -> _R:
     """``method.remote(*args, **kwargs)`` with the caller's trace context as ``trace_carrier``.
 
     ``method`` is an actor method handle or a remote function whose Python function is wrapped
@@ -56,7 +64,7 @@ def in_context(func: _F) -> _F:
 
         @functools.wraps(func)
         async def run_async(
-            *args: Any, trace_carrier: Mapping[str, str] | None = None, **kw: Any
+            *args: object, trace_carrier: Mapping[str, str] | None = None, **kw: object
         ) -> object:
             token = attach_context(extract_context(trace_carrier)) if trace_carrier else None
             try:
@@ -64,11 +72,13 @@ def in_context(func: _F) -> _F:
             finally:
                 detach_context(token)
 
-        wrapper: Callable[..., Any] = run_async
+        wrapper: Callable[..., object] = run_async
     else:
 
         @functools.wraps(func)
-        def run(*args: Any, trace_carrier: Mapping[str, str] | None = None, **kw: Any) -> Any:
+        def run(
+            *args: object, trace_carrier: Mapping[str, str] | None = None, **kw: object
+        ) -> object:
             token = attach_context(extract_context(trace_carrier)) if trace_carrier else None
             try:
                 return func(*args, **kw)
