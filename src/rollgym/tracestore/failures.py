@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import sqlite3
 from collections import Counter
-from typing import Any, TypedDict
+from collections.abc import Mapping, Sequence
+from typing import TypedDict
 
 from rollgym.telemetry import names
 from rollgym.tracestore.queries import base_rollout_id, list_rollouts, rollout_attempts, trace_spans
+from rollgym.tracestore.query_rows import DispatchRow, SpanRow
 
 #: Dispatch outcomes that are a failed attempt.
 FAILED_OUTCOMES = (names.OUTCOME_ERROR, names.OUTCOME_TIMEOUT)
@@ -37,7 +39,15 @@ class AttemptError(TypedDict):
     message: str | None
 
 
-def _kind_from_status(status: Any) -> str | None:
+class FailedAttempt(DispatchRow):
+    """A failed attempt's dispatch row, why it failed, and whether it was the rollout's last."""
+
+    error_kind: str
+    message: str | None
+    final: bool
+
+
+def _kind_from_status(status: object) -> str | None:
     if not isinstance(status, int) or status < 400:
         return None
     if status == 429:
@@ -45,7 +55,7 @@ def _kind_from_status(status: Any) -> str | None:
     return "http_5xx" if status >= 500 else "http_4xx"
 
 
-def attempt_error(dispatch: dict[str, Any], spans: list[dict[str, Any]]) -> AttemptError:
+def attempt_error(dispatch: Mapping[str, object], spans: Sequence[SpanRow]) -> AttemptError:
     """The failure kind and message of one failed attempt, from its trace's spans."""
     kind: str | None = names.OUTCOME_TIMEOUT if dispatch.get("outcome") == "timeout" else None
     message: str | None = None
@@ -55,9 +65,12 @@ def attempt_error(dispatch: dict[str, Any], spans: list[dict[str, Any]]) -> Atte
             kind = _kind_from_status(attributes.get(names.HTTP_RESPONSE_STATUS_CODE))
         if span.get("status_code") == 2 and span.get("status_message") not in _GENERIC:
             message = message or str(span["status_message"])
-        for event in span.get("events") or []:
+        for event in span["events"]:
+            if not isinstance(event, dict):
+                continue
             if event.get("name") == "exception" and message is None:
-                text = (event.get("attributes") or {}).get("exception.message")
+                found = event.get("attributes")
+                text = found.get("exception.message") if isinstance(found, dict) else None
                 message = str(text) if text else None
     if kind is None:
         error_types = [
@@ -69,10 +82,10 @@ def attempt_error(dispatch: dict[str, Any], spans: list[dict[str, Any]]) -> Atte
     return {"error_kind": kind, "message": message}
 
 
-def failed_attempts(conn: sqlite3.Connection) -> tuple[list[dict[str, Any]], int]:
+def failed_attempts(conn: sqlite3.Connection) -> tuple[list[FailedAttempt], int]:
     """Failed attempts (dispatch rows with ``error_kind``, ``message`` and ``final``: was it
     the rollout's last attempt), oldest first; and how many the store holds in all."""
-    rows: list[dict[str, Any]] = []
+    rows: list[DispatchRow] = []
     total = 0
     for outcome in FAILED_OUTCOMES:
         page = list_rollouts(conn, outcome=outcome, limit=MAX_ATTEMPTS)
@@ -80,23 +93,24 @@ def failed_attempts(conn: sqlite3.Connection) -> tuple[list[dict[str, Any]], int
         rows += page["rows"]
     rows.sort(key=lambda r: r["start_ns"])
     rows = rows[:MAX_ATTEMPTS]
-    last: dict[str, str] = {}
+    last: dict[str, str | None] = {}
+    failed: list[FailedAttempt] = []
     for row in rows:
-        base = base_rollout_id(row["rollout_id"])
+        base = base_rollout_id(row["rollout_id"] or "")
         if base not in last:
             attempts = rollout_attempts(conn, base)
             last[base] = max(attempts, key=lambda a: a["attempt"] or 0)["rollout_id"]
-        row.update(attempt_error(row, trace_spans(conn, row["trace_id"])))
-        row["final"] = last[base] == row["rollout_id"]
-    return rows, total
+        error = attempt_error(row, trace_spans(conn, row["trace_id"]))
+        failed.append(FailedAttempt(**row, **error, final=last[base] == row["rollout_id"]))
+    return failed, total
 
 
-def groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def groups(rows: Sequence[Mapping[str, object]]) -> list[dict[str, object]]:
     """Rows grouped by ``error_kind``: count, the most frequent messages, the rollout ids."""
-    by_kind: dict[str, list[dict[str, Any]]] = {}
+    by_kind: dict[str, list[Mapping[str, object]]] = {}
     for row in rows:
         by_kind.setdefault(str(row.get("error_kind") or "unknown"), []).append(row)
-    result = []
+    result: list[dict[str, object]] = []
     for kind, members in sorted(by_kind.items(), key=lambda item: (-len(item[1]), item[0])):
         messages = Counter(str(m.get("message") or "(no message recorded)") for m in members)
         result.append(

@@ -11,14 +11,22 @@ from __future__ import annotations
 import re
 import sqlite3
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import orjson
 
 from rollgym.telemetry import names
 from rollgym.tracestore.decode import hex_id, id_bytes
+from rollgym.tracestore.query_rows import (
+    AttemptDetail,
+    DispatchRow,
+    LinkRow,
+    RolloutDetail,
+    RolloutsPage,
+    SlowDispatch,
+    SpanRow,
+)
 
 DB_NAME = "traces.db"
 SORT_COLUMNS = {
@@ -61,7 +69,7 @@ def list_rollouts(
     max_duration_ms: float | None = None,
     sort: str = "start",
     descending: bool = False,
-) -> dict[str, Any]:
+) -> RolloutsPage:
     """One page of dispatches (one per attempt) with span counts; ``total`` counts the filter."""
     where, params = _filters(
         outcome, dispatch_name, min_reward, max_reward, min_duration_ms, max_duration_ms
@@ -86,7 +94,7 @@ def _filters(
     max_reward: float | None,
     min_duration_ms: float | None,
     max_duration_ms: float | None,
-) -> tuple[str, list[Any]]:
+) -> tuple[str, list[object]]:
     clauses: list[str] = []
     params: list[object] = []
     for clause, value in (
@@ -103,7 +111,12 @@ def _filters(
     return ("WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 
-def _dispatch(row: sqlite3.Row) -> dict[str, object]:
+def _hex(raw: bytes) -> str:
+    """A NOT NULL id column as hex (``hex_id`` is for the nullable ones)."""
+    return raw.hex()
+
+
+def _dispatch(row: sqlite3.Row) -> DispatchRow:
     keys = row.keys()
     return {
         "rollout_id": row["rollout_id"],
@@ -114,15 +127,15 @@ def _dispatch(row: sqlite3.Row) -> dict[str, object]:
         "duration_ms": row["duration_ns"] / 1e6,
         "start_ns": row["start_ns"],
         "span_count": row["span_count"] if "span_count" in keys else None,
-        "trace_id": hex_id(row["trace_id"]),
-        "span_id": hex_id(row["span_id"]),
+        "trace_id": _hex(row["trace_id"]),
+        "span_id": _hex(row["span_id"]),
         "is_root": bool(row["is_root"]),
         "link_count": row["link_count"],
         "run_id": row["run_id"],
     }
 
 
-def rollout_attempts(conn: sqlite3.Connection, rollout_id: str) -> list[dict[str, Any]]:
+def rollout_attempts(conn: sqlite3.Connection, rollout_id: str) -> list[DispatchRow]:
     """Every attempt's dispatch of a rollout (``X``, ``X-a1``, ...), oldest first."""
     base = base_rollout_id(rollout_id)
     rows = conn.execute(
@@ -135,10 +148,10 @@ def rollout_attempts(conn: sqlite3.Connection, rollout_id: str) -> list[dict[str
     return [_dispatch(r) for r in rows if pattern.match(r["rollout_id"] or "")]
 
 
-def trace_spans(conn: sqlite3.Connection, trace_id: str | bytes) -> list[dict[str, Any]]:
+def trace_spans(conn: sqlite3.Connection, trace_id: str | bytes) -> list[SpanRow]:
     """All spans of a trace, oldest first, with attributes, events, links and resource."""
     raw = trace_id if isinstance(trace_id, bytes) else id_bytes(trace_id)
-    links: dict[bytes, list[dict[str, Any]]] = defaultdict(list)
+    links: dict[bytes, list[LinkRow]] = defaultdict(list)
     for link in conn.execute(
         "SELECT span_id, linked_trace_id, linked_span_id, attributes FROM links "
         "WHERE trace_id = ? ORDER BY span_id, idx",
@@ -151,8 +164,8 @@ def trace_spans(conn: sqlite3.Connection, trace_id: str | bytes) -> list[dict[st
         links[link["span_id"]].append(
             {
                 "name": target[0] if target else None,
-                "trace_id": hex_id(link["linked_trace_id"]),
-                "span_id": hex_id(link["linked_span_id"]),
+                "trace_id": _hex(link["linked_trace_id"]),
+                "span_id": _hex(link["linked_span_id"]),
                 "attributes": orjson.loads(link["attributes"]) if link["attributes"] else {},
             }
         )
@@ -165,10 +178,10 @@ def trace_spans(conn: sqlite3.Connection, trace_id: str | bytes) -> list[dict[st
     return [_span(row, links.get(row["span_id"], [])) for row in rows]
 
 
-def _span(row: sqlite3.Row, links: Sequence[Mapping[str, object]]) -> dict[str, object]:
+def _span(row: sqlite3.Row, links: list[LinkRow]) -> SpanRow:
     return {
-        "trace_id": hex_id(row["trace_id"]),
-        "span_id": hex_id(row["span_id"]),
+        "trace_id": _hex(row["trace_id"]),
+        "span_id": _hex(row["span_id"]),
         "parent_span_id": hex_id(row["parent_span_id"]),
         "name": row["name"],
         "kind": row["kind"],
@@ -186,11 +199,11 @@ def _span(row: sqlite3.Row, links: Sequence[Mapping[str, object]]) -> dict[str, 
     }
 
 
-def rollout_detail(conn: sqlite3.Connection, rollout_id: str) -> dict[str, Any]:
+def rollout_detail(conn: sqlite3.Connection, rollout_id: str) -> RolloutDetail:
     """What ``show`` prints: every attempt with its spans (a dispatch's link names its job)."""
-    attempts = []
+    attempts: list[AttemptDetail] = []
     for attempt in rollout_attempts(conn, rollout_id):
-        attempts.append({**attempt, "spans": trace_spans(conn, attempt["trace_id"])})
+        attempts.append(AttemptDetail(**attempt, spans=trace_spans(conn, attempt["trace_id"])))
     return {"rollout_id": base_rollout_id(rollout_id), "attempts": attempts}
 
 
@@ -214,9 +227,9 @@ def root_traces(conn: sqlite3.Connection, name: str) -> list[dict[str, object]]:
     ]
 
 
-def self_times(spans: list[dict[str, Any]]) -> dict[str, float]:
+def self_times(spans: Sequence[SpanRow]) -> dict[str, float]:
     """Milliseconds per span name not covered by a child: where a trace spent its time."""
-    children: dict[str | None, list[dict[str, Any]]] = defaultdict(list)
+    children: dict[str | None, list[SpanRow]] = defaultdict(list)
     for span in spans:
         children[span["parent_span_id"]].append(span)
     totals: dict[str, float] = defaultdict(float)
@@ -232,18 +245,17 @@ def self_times(spans: list[dict[str, Any]]) -> dict[str, float]:
     return dict(sorted(totals.items(), key=lambda item: -item[1]))
 
 
-def slowest(conn: sqlite3.Connection, n: int = 10) -> list[dict[str, Any]]:
+def slowest(conn: sqlite3.Connection, n: int = 10) -> list[SlowDispatch]:
     """The ``n`` longest dispatches, each with its per-span-name self-time breakdown."""
     rows = conn.execute(
         f"{_DISPATCHES_WITH_SPAN_COUNT} ORDER BY d.duration_ns DESC LIMIT ?",
         (int(n),),
     ).fetchall()
-    result = []
+    result: list[SlowDispatch] = []
     for row in rows:
-        item = _dispatch(row)
         # Per trace: in single-trace mode this covers the whole run, which is what is slow.
-        item["self_time_ms"] = self_times(trace_spans(conn, row["trace_id"]))
-        result.append(item)
+        spent = self_times(trace_spans(conn, row["trace_id"]))
+        result.append(SlowDispatch(**_dispatch(row), self_time_ms=spent))
     return result
 
 
@@ -295,7 +307,7 @@ def overview(conn: sqlite3.Connection, bins: int = 20) -> dict[str, object]:
     }
 
 
-def search(conn: sqlite3.Connection, query: str) -> dict[str, Any]:
+def search(conn: sqlite3.Connection, query: str) -> dict[str, object]:
     """A rollout id (any attempt) or a 32-hex trace id -> where to go."""
     query = query.strip()
     attempts = rollout_attempts(conn, query) if query else []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
@@ -17,6 +18,7 @@ from rich.tree import Tree
 
 from rollgym.telemetry import names
 from rollgym.tracestore.check import CheckReport
+from rollgym.tracestore.query_rows import RolloutDetail, RolloutsPage, SlowDispatch, SpanRow
 
 #: Attributes worth showing inline in a tree; everything else is in --json and the viewer.
 _INLINE = (
@@ -50,7 +52,7 @@ def _fmt(value: float | None, spec: str = ".3f") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def rollouts_table(console: Console, page: dict[str, Any]) -> None:
+def rollouts_table(console: Console, page: RolloutsPage) -> None:
     table = Table(
         title=f"rollouts {page['offset'] + 1}-{page['offset'] + len(page['rows'])} "
         f"of {page['total']}"
@@ -71,7 +73,7 @@ def rollouts_table(console: Console, page: dict[str, Any]) -> None:
     console.print(table)
 
 
-def rollout_trees(console: Console, detail: dict[str, Any]) -> None:
+def rollout_trees(console: Console, detail: RolloutDetail) -> None:
     if not detail["attempts"]:
         console.print(f"no dispatch for rollout {safe(repr(detail['rollout_id']))} in this store")
         return
@@ -85,17 +87,17 @@ def rollout_trees(console: Console, detail: dict[str, Any]) -> None:
         console.print(trace_tree(attempt["spans"]))
 
 
-def trace_tree(spans: list[dict[str, Any]]) -> Tree:
+def trace_tree(spans: Sequence[SpanRow]) -> Tree:
     """Indented tree of one trace; spans whose parent is absent hang under the root, marked."""
     by_id = {span["span_id"]: span for span in spans}
-    children: dict[str | None, list[dict[str, Any]]] = defaultdict(list)
+    children: dict[str | None, list[SpanRow]] = defaultdict(list)
     for span in spans:
         parent = span["parent_span_id"]
         children[parent if parent in by_id else None].append(span)
     origin = min((span["start_ns"] for span in spans), default=0)
     tree = Tree("trace")
 
-    def add(node: Tree, span: dict[str, Any]) -> None:
+    def add(node: Tree, span: SpanRow) -> None:
         orphan = span["parent_span_id"] and span["parent_span_id"] not in by_id
         branch = node.add(_label(span, origin) + (" [red](parent missing)[/]" if orphan else ""))
         for link in span["links"]:
@@ -112,7 +114,7 @@ def trace_tree(spans: list[dict[str, Any]]) -> Tree:
     return tree
 
 
-def _label(span: dict[str, Any], origin: int) -> str:
+def _label(span: SpanRow, origin: int) -> str:
     inline = " ".join(
         f"{key}={safe(span['attributes'][key])}" for key in _INLINE if key in span["attributes"]
     )
@@ -123,7 +125,7 @@ def _label(span: dict[str, Any], origin: int) -> str:
     )
 
 
-def slowest_list(console: Console, items: list[dict[str, Any]]) -> None:
+def slowest_list(console: Console, items: Sequence[SlowDispatch]) -> None:
     for rank, item in enumerate(items, start=1):
         console.print(
             f"{rank:>3}. [bold]{safe(item['rollout_id'])}[/] {item['duration_ms']:.1f} ms "

@@ -10,11 +10,13 @@ shows one view whichever was recorded.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import orjson
 
+from rollgym.json_types import JsonObject
 from rollgym.telemetry import names
+from rollgym.tracestore.query_rows import SpanRow
 
 INPUT_MESSAGES = "gen_ai.input.messages"
 OUTPUT_MESSAGES = "gen_ai.output.messages"
@@ -26,7 +28,7 @@ _EVENT_ROLES = {
 }
 
 
-def _json_list(value: Any) -> list[dict[str, Any]]:
+def _json_list(value: object) -> list[JsonObject]:
     if isinstance(value, str):
         try:
             value = orjson.loads(value)
@@ -35,7 +37,7 @@ def _json_list(value: Any) -> list[dict[str, Any]]:
     return [m for m in value if isinstance(m, dict)] if isinstance(value, list) else []
 
 
-def _text(message: dict[str, Any]) -> str | None:
+def _text(message: Mapping[str, object]) -> str | None:
     """The text of a message in either shape: ``content`` or the newer ``parts``."""
     content = message.get("content")
     if isinstance(content, str):
@@ -47,9 +49,11 @@ def _text(message: dict[str, Any]) -> str | None:
     return None
 
 
-def _event_messages(span: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    inputs, outputs = [], []
-    for event in span.get("events") or []:
+def _event_messages(span: Mapping[str, object]) -> tuple[list[JsonObject], list[JsonObject]]:
+    inputs: list[JsonObject] = []
+    outputs: list[JsonObject] = []
+    events = span.get("events")
+    for event in events if isinstance(events, list) else []:
         attributes = event.get("attributes") or {}
         name = event.get("name")
         body = attributes.get("content", attributes.get("gen_ai.event.content"))
@@ -62,10 +66,10 @@ def _event_messages(span: dict[str, Any]) -> tuple[list[dict[str, Any]], list[di
     return inputs, outputs
 
 
-def recorded_conversation(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def recorded_conversation(spans: Sequence[SpanRow]) -> list[dict[str, object]]:
     """Entries (``message`` and ``answer``) from the model spans that recorded messages, in
     order; each call's new input messages only (a call repeats the ones before it)."""
-    entries: list[dict[str, Any]] = []
+    entries: list[dict[str, object]] = []
     seen = 0
     calls = 0
     for span in sorted(spans, key=lambda s: s["start_ns"]):
