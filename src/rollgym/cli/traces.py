@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from aiohttp import web
 
+    from rollgym.tracestore.query_rows import SpanRow
+
 # ``serve`` is the store's own command (``python -m rollgym.tracestore serve`` too): its home is
 # the trace store; ``rollgym traces`` adds it to its sub-commands.
 from rollgym.tracestore.serve_command import add_serve_parser
@@ -204,7 +206,7 @@ def _conversation(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    spans: list[dict[str, object]] = []
+    spans: list[SpanRow] = []
     if (run_dir / "traces.db").exists():
         with _open(args) as conn:
             detail = queries.rollout_detail(conn, args.rollout_id)

@@ -16,6 +16,7 @@ from rich.console import Console
 
 from rollgym.driver.run_reader import RolloutFiles
 from rollgym.telemetry import names
+from rollgym.tracestore.query_rows import SpanRow
 from rollgym.tracestore.render import safe
 from rollgym.trajectory.conversation import Entry, conversation
 
@@ -23,12 +24,12 @@ from rollgym.trajectory.conversation import Entry, conversation
 SHOWN_CHARS = 2000
 
 
-def model_latencies(spans: list[dict[str, Any]]) -> dict[str, float]:
+def model_latencies(spans: Sequence[SpanRow]) -> dict[str, float]:
     """``{response id: milliseconds}`` of the model spans of a rollout's traces."""
     latencies: dict[str, float] = {}
     for span in spans:
-        response_id = span.get("attributes", {}).get(names.GEN_AI_RESPONSE_ID)
-        if span.get("name") == names.SPAN_MODEL_CHAT and isinstance(response_id, str):
+        response_id = span["attributes"].get(names.GEN_AI_RESPONSE_ID)
+        if span["name"] == names.SPAN_MODEL_CHAT and isinstance(response_id, str):
             latencies[response_id] = float(span["duration_ms"])
     return latencies
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,6 +32,7 @@ from rollgym.driver.output import FAILURES, TRAJECTORIES
 from rollgym.driver.run_reader import RolloutFiles, read_lines, read_rollout, recorded_run_id
 from rollgym.json_types import JsonObject
 from rollgym.tracestore import failures, queries
+from rollgym.tracestore.query_rows import RolloutDetail
 from rollgym.tracestore.span_messages import recorded_conversation
 from rollgym.tracestore.store import connect_readonly
 from rollgym.tracestore.viewer_routes import DB_KEY
@@ -119,8 +120,8 @@ async def _runs(request: web.Request) -> web.Response:
     return _json({"runs": runs, "can_compare": run_dir is not None and compare_dir is not None})
 
 
-def _attempt_errors(detail: dict[str, Any]) -> list[dict[str, Any]]:
-    errors = []
+def _attempt_errors(detail: RolloutDetail) -> list[dict[str, object]]:
+    errors: list[dict[str, object]] = []
     for attempt in detail["attempts"]:
         if attempt["outcome"] in failures.FAILED_OUTCOMES:
             found = failures.attempt_error(attempt, attempt["spans"])
@@ -179,11 +180,12 @@ def _report(conn: sqlite3.Connection, run_dir: Path | None) -> dict[str, Any]:
     rows, total = failures.failed_attempts(conn)
     records = _final_records(run_dir)
     for row in rows:  # a final failure's kind is the driver's, as failures.jsonl has it
-        record = records.get(row["rollout_id"])
+        record = records.get(row["rollout_id"] or "")
         if row["final"] and record:
             row["error_kind"] = record.get("error_kind") or row["error_kind"]
             row["message"] = record.get("message") or row["message"]
     final = [row for row in rows if row["final"]]
+    final_groups_from: Sequence[Mapping[str, object]]
     if records:  # failures.jsonl also names failures the store never saw (a bad input line)
         in_store = {row["rollout_id"] for row in final}
         final_groups_from = final + [
@@ -193,8 +195,8 @@ def _report(conn: sqlite3.Connection, run_dir: Path | None) -> dict[str, Any]:
         ]
     else:
         final_groups_from = final
-    bases = {queries.base_rollout_id(row["rollout_id"]) for row in rows}
-    final_bases = {queries.base_rollout_id(row["rollout_id"]) for row in final}
+    bases = {queries.base_rollout_id(row["rollout_id"] or "") for row in rows}
+    final_bases = {queries.base_rollout_id(row["rollout_id"] or "") for row in final}
     return {
         "attempts": {
             "failed": total,
