@@ -12,7 +12,7 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import orjson
 
@@ -27,23 +27,32 @@ from rollgym.tracestore.queries import trace_exists
 _MAX_LISTED = 50  # per rule; the count is always exact
 
 
+class RunStory(TypedDict, total=False):
+    """The run's history as ``traces check`` prints it: each session's index and status, the
+    server processes that died mid-run, how many processes the servers had in all."""
+
+    sessions: list[dict[str, object]]
+    server_deaths: list[dict[str, object]]
+    server_incarnations: int
+
+
 @dataclass
 class CheckReport:
     """Violations by rule, plus the facts a reader wants next to them."""
 
-    violations: list[dict[str, Any]] = field(default_factory=list)
+    violations: list[dict[str, object]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
-    largest_trace: dict[str, Any] | None = None
+    largest_trace: dict[str, object] | None = None
     stats: dict[str, int] = field(default_factory=dict)
     #: Rows whose traces died with a killed session (``kill -9``): not violations; listed
     #: (the first 50) so a reader sees which.
-    killed_session_rows: list[dict[str, Any]] = field(default_factory=list)
+    killed_session_rows: list[dict[str, object]] = field(default_factory=list)
     #: Span checks excused because a killed session or a dead process cut their trace short,
     #: by what cut it (``session 0 (killed)``, ``agent@1 pid 42 (...) in session 1``).
     cut_short: dict[str, int] = field(default_factory=dict)
     #: The run's history as its records tell it: sessions (index, status) and the server
     #: processes that died mid-run.
-    history: dict[str, Any] = field(default_factory=dict)
+    history: RunStory = field(default_factory=lambda: RunStory())
 
     def add_killed_session_row(self, **where: object) -> None:
         self.stats["lost_with_killed_session"] = self.stats.get("lost_with_killed_session", 0) + 1
@@ -59,7 +68,7 @@ class CheckReport:
         if self.counts[rule] <= _MAX_LISTED:
             self.violations.append({"rule": rule, "message": message, **where})
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {
             "ok": self.ok,
             "violation_counts": self.counts,
@@ -102,7 +111,7 @@ def check_run(run_dir: str | Path, conn: sqlite3.Connection) -> CheckReport:
     return report
 
 
-def _history(history: RunHistory) -> dict[str, object]:
+def _history(history: RunHistory) -> RunStory:
     """What ``traces check`` prints above its verdict: how each session ended, which server
     processes died mid-run (each restart is a new incarnation)."""
     return {

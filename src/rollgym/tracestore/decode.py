@@ -158,14 +158,14 @@ def json_text(value: object) -> str:
 class SpanBatch:
     """Rows of one request, in the column order of the store's insert statements."""
 
-    spans: list[tuple[Any, ...]] = field(default_factory=list)
-    resources: list[tuple[Any, ...]] = field(default_factory=list)
-    links: list[tuple[Any, ...]] = field(default_factory=list)
-    dispatches: list[tuple[Any, ...]] = field(default_factory=list)
+    spans: list[tuple[object, ...]] = field(default_factory=list)
+    resources: list[tuple[object, ...]] = field(default_factory=list)
+    links: list[tuple[object, ...]] = field(default_factory=list)
+    dispatches: list[tuple[object, ...]] = field(default_factory=list)
 
 
 #: Maps a Resource to (row id, run id, resource row); see store.ResourceRegistry.
-ResourceIds = Callable[[Resource], tuple[int, str | None, tuple[Any, ...]]]
+ResourceIds = Callable[[Resource], tuple[int, str | None, tuple[object, ...]]]
 
 
 def hex_id(raw: bytes | None) -> str | None:

@@ -52,7 +52,7 @@ NOT_DERIVED: dict[str, str] = {
 }
 
 
-def _histogram(attributes: dict[str, Any], values: list[float]) -> dict[str, Any]:
+def _histogram(attributes: dict[str, object], values: list[float]) -> dict[str, object]:
     return {
         "attributes": attributes,
         "count": len(values),
@@ -72,7 +72,7 @@ def _peak(intervals: Iterable[tuple[int, int]]) -> int:
     return peak
 
 
-def derive_metrics(conn: apsw.Connection) -> dict[str, list[dict[str, Any]]]:
+def derive_metrics(conn: apsw.Connection) -> dict[str, list[dict[str, object]]]:
     """Every metric of :data:`DERIVED` as a list of data points (``attributes`` and
     ``value`` for counters and peaks; ``count``, ``sum``, ``min``, ``max`` for histograms)."""
     rollouts = _rollouts(conn)
@@ -88,7 +88,7 @@ def derive_metrics(conn: apsw.Connection) -> dict[str, list[dict[str, Any]]]:
             rewards.setdefault(name, []).append(reward)
         windows.setdefault(name, []).append((lo, hi))
 
-    def outcome_attrs(key: tuple[str, str]) -> dict[str, Any]:
+    def outcome_attrs(key: tuple[str, str]) -> dict[str, object]:
         return {names.DISPATCH_NAME: key[0], names.ROLLOUT_OUTCOME: key[1]}
 
     queue: dict[str, list[float]] = {}

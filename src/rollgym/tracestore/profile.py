@@ -99,7 +99,7 @@ class _Totals:
         self.wall_ns += other.wall_ns
         self.per_dispatch_ns.extend(other.per_dispatch_ns)
 
-    def phases(self) -> list[dict[str, Any]]:
+    def phases(self) -> list[dict[str, object]]:
         columns = list(zip(*self.per_dispatch_ns, strict=True)) or [() for _ in PHASES]
         rows = []
         for i, name in enumerate(PHASES):
@@ -177,7 +177,7 @@ class _Timeline:
             for i, value in enumerate(their_mix):
                 mix[i] += value
 
-    def points(self) -> list[dict[str, Any]]:
+    def points(self) -> list[dict[str, object]]:
         seconds = self.width / _SECOND
         points = []
         covering = 0
