@@ -36,6 +36,7 @@ from rollgym.collector_options import CollectorOptions
 from rollgym.config_yaml import load_yaml
 from rollgym.defaults import MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES
 from rollgym.errors import ConfigError
+from rollgym.json_types import JsonValue
 from rollgym.server_options import ServerKind
 from rollgym.server_options import (
     ServerOptions as ServerOptions,  # public: implementations import it from here
@@ -202,8 +203,8 @@ class ServerConfig(BaseModel):
 
     #: The implementation class and its validated options, once :meth:`implementation` and
     #: :meth:`validated_options` have run: the driver's process resolves each server once.
-    _implementation: Any = PrivateAttr(None)
-    _validated_options: Any = PrivateAttr(None)
+    _implementation: type[Server] | None = PrivateAttr(None)
+    _validated_options: ServerOptions | None = PrivateAttr(None)
 
     @property
     def options(self) -> dict[str, Any]:
@@ -259,7 +260,7 @@ def new_run_id() -> str:
 # --- loading ----------------------------------------------------------------------------------
 
 
-def parse_override(text: str) -> tuple[list[str], Any]:
+def parse_override(text: str) -> tuple[list[str], object]:
     """``run.concurrency=256`` -> (["run", "concurrency"], 256). Values are parsed as YAML."""
     key, sep, raw = text.partition("=")
     if not sep or not key or any(not part for part in key.split(".")):
@@ -275,7 +276,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.split("."), value
 
 
-def apply_override(data: dict[str, Any], path: list[str], value: Any) -> None:
+def apply_override(data: dict[str, Any], path: list[str], value: object) -> None:
     node = data
     for depth, part in enumerate(path[:-1]):
         child = node.get(part)
@@ -482,18 +483,15 @@ def redacted(config: JobConfig) -> dict[str, Any]:
     Keys ending in ``_env`` name an environment variable and are kept: they are not secrets.
     """
 
-    def scrub(node: Any) -> Any:
+    def entry(key: str, value: JsonValue) -> JsonValue:
+        secret = _SECRET_KEY.search(str(key)) and not str(key).endswith("_env")
+        return "<redacted>" if secret else scrub(value)
+
+    def scrub(node: JsonValue) -> JsonValue:
         if isinstance(node, dict):
-            return {
-                key: (
-                    "<redacted>"
-                    if _SECRET_KEY.search(str(key)) and not str(key).endswith("_env")
-                    else scrub(value)
-                )
-                for key, value in node.items()
-            }
+            return {key: entry(key, value) for key, value in node.items()}
         if isinstance(node, list):
             return [scrub(item) for item in node]
         return redact_text(node) if isinstance(node, str) else node  # a URL's user:password
 
-    return scrub(config.model_dump(mode="json"))
+    return {key: entry(key, value) for key, value in config.model_dump(mode="json").items()}
