@@ -284,14 +284,14 @@ class Collector:
             self._pool.cancel()
 
     def stream(
-        self, rows: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]]
+        self, rows: Iterable[Mapping[str, object]] | AsyncIterable[Mapping[str, object]]
     ) -> AsyncIterator[Outcome]:
         """Run ``repeats`` rollouts of each row; yield each record as it finishes."""
         return self.stream_entries(self._entries(rows))
 
     async def groups(
         self,
-        rows: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
+        rows: Iterable[Mapping[str, object]] | AsyncIterable[Mapping[str, object]],
         size: int | None = None,
         finished: Iterable[Outcome] = (),
     ) -> AsyncIterator[list[Outcome]]:
@@ -317,7 +317,7 @@ class Collector:
 
     async def run(
         self,
-        rows: Iterable[Mapping[str, Any]] | AsyncIterable[Mapping[str, Any]],
+        rows: Iterable[Mapping[str, object]] | AsyncIterable[Mapping[str, object]],
         on_outcome: Callable[[Outcome], object],
     ) -> None:
         """Like :meth:`stream`, handing each record to ``on_outcome`` as it finishes.
@@ -328,7 +328,9 @@ class Collector:
         await self.run_entries(self._entries(rows), on_outcome)
 
     def _entries(
-        self, rows: Any, repeats: int | None = None
+        self,
+        rows: Iterable[Mapping[str, object]] | AsyncIterable[Mapping[str, object]],
+        repeats: int | None = None,
     ) -> Iterator[TaskRow | BadLine] | AsyncIterator[TaskRow | BadLine]:
         ids = self.unique_ids(repeats)
         if isinstance(rows, AsyncIterable):
@@ -340,7 +342,10 @@ class Collector:
         return UniqueIds(repeats or self.repeats, self.policy.max_attempts)
 
     def _items(
-        self, entries: Any, skip: Skip | None, repeats: int
+        self,
+        entries: Iterator[TaskRow | BadLine] | AsyncIterator[TaskRow | BadLine],
+        skip: Skip | None,
+        repeats: int,
     ) -> Iterator[WorkItem] | AsyncIterator[WorkItem]:
         if isinstance(entries, Iterator):
             return _expand_sync(entries, repeats, skip)

@@ -278,7 +278,10 @@ def read_mappings(
 
 
 async def aread_mappings(
-    rows: AsyncIterable[Any], router: Router, source: str = "<rows>", ids: UniqueIds | None = None
+    rows: AsyncIterable[object],
+    router: Router,
+    source: str = "<rows>",
+    ids: UniqueIds | None = None,
 ) -> AsyncIterator[TaskRow | BadLine]:
     """Like :func:`read_mappings` for an async iterable of rows."""
     position = 0
