@@ -72,7 +72,7 @@ def _span_context(trace_id: int, span_id: int, flags: TraceFlags, state: TraceSt
     return SpanContext(trace_id, span_id, False, flags, state)
 
 
-def clean_value(value: Any) -> AttributeValue | None:
+def clean_value(value: object) -> AttributeValue | None:
     """An attribute value as the API allows it (scalars, homogeneous sequences), else None."""
     if isinstance(value, _SCALARS):
         return value
@@ -232,7 +232,7 @@ class RecordingSpan(trace.Span):
         """An ``exception`` event with the semantic-convention attributes, as the SDK writes it."""
         module = type(exception).__module__
         qualname = type(exception).__qualname__
-        event: dict[str, Any] = {
+        event: dict[str, AttributeValue] = {
             "exception.type": f"{module}.{qualname}"
             if module and module != "builtins"
             else qualname,
