@@ -14,7 +14,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollgym.config import JobConfig
 from rollgym.errors import ConfigError
@@ -22,6 +22,12 @@ from rollgym.event_loop import cancel_and_wait
 from rollgym.placement.supervisor import report_to_stderr
 from rollgym.telemetry.span_counts import SpanCountRecord, empty_record
 from rollgym.urls import redact_url
+
+if TYPE_CHECKING:  # telemetry and the store load only when a run uses them
+    from rollgym.telemetry.metrics import HttpClientMetrics, RolloutMetrics
+    from rollgym.telemetry.settings import TelemetrySettings
+    from rollgym.telemetry.setup import TelemetryHandle
+    from rollgym.tracestore.store_process import TraceStoreProcess
 
 _log = logging.getLogger(__name__)
 
@@ -35,8 +41,8 @@ class JobTelemetry:
     """Owns the trace store process and the driver's telemetry handle for one run."""
 
     def __init__(self) -> None:
-        self.store: Any = None
-        self.handle: Any = None
+        self.store: TraceStoreProcess | None = None
+        self.handle: TelemetryHandle | None = None
         self.server_env: dict[str, str] = {}
         #: Bearer token of the local store when it listens beyond loopback (never written out).
         self.store_token: str | None = None
@@ -51,11 +57,11 @@ class JobTelemetry:
         self.unreachable_endpoint: str | None = None
 
     @property
-    def metrics(self) -> Any:
+    def metrics(self) -> RolloutMetrics | None:
         return getattr(self.handle, "metrics", None)
 
     @property
-    def http_metrics(self) -> Any:
+    def http_metrics(self) -> HttpClientMetrics | None:
         return getattr(self.handle, "http_metrics", None)
 
     def start(self, config: JobConfig, output_dir: Path, run_id: str) -> None:
@@ -87,7 +93,7 @@ class JobTelemetry:
 
             self.server_env[ROLLGYM_TRACE_STORE_TOKEN] = self.store_token
 
-    def _probe(self, settings: Any, required: bool) -> Any:
+    def _probe(self, settings: TelemetrySettings, required: bool) -> TelemetrySettings:
         """One connect to a chosen OTLP endpoint: when nothing is there, say so in one line and
         go on (the spans wait for a backend that is merely slow to start; each process checks
         again at its end and, when nothing listens still, stops waiting at once: seconds, not

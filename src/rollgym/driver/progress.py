@@ -13,10 +13,13 @@ import contextlib
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO, TypedDict
 
 from rollgym.driver.retry import InFlight
 from rollgym.driver.summary import Aggregator, write_json_atomic
+
+if TYPE_CHECKING:  # rich loads only when the bar is drawn
+    from rich.progress import Progress
 
 OLDEST_SHOWN = 10
 
@@ -42,6 +45,22 @@ def resume_line(output_dir: Path, aggregator: Aggregator, total: int | None) -> 
         f"rollgym: resuming {output_dir}: {done} of {total} rollouts already recorded "
         f"({counts}), {left} to run"
     )
+
+
+class ProgressSnapshot(TypedDict):
+    """``progress.json``: the run's counts now, its rate (rollouts a second this session) and
+    estimated seconds left, and the oldest rollouts still in flight."""
+
+    requested_so_far: int
+    total: int | None
+    completed: int
+    failed: int
+    failed_by_kind: dict[str, int]
+    in_flight: int
+    rate: float
+    eta_s: float | None
+    elapsed_s: float
+    oldest_in_flight: list[dict[str, object]]
 
 
 def failure_counts(failed_by_kind: dict[str, int]) -> str:
@@ -98,9 +117,9 @@ class ProgressReporter:
         self._start = time.monotonic()
         self._base = aggregator.requested  # records of earlier sessions do not make the rate
         self._task: asyncio.Task[None] | None = None
-        self._bar: Any = None
+        self._bar: Progress | None = None
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> ProgressSnapshot:
         """The ``progress.json`` content right now."""
         agg = self._aggregator
         elapsed = max(time.monotonic() - self._start, 1e-9)
@@ -122,10 +141,10 @@ class ProgressReporter:
             "oldest_in_flight": self._in_flight.oldest(OLDEST_SHOWN),
         }
 
-    def line(self, snap: dict[str, Any]) -> str:
+    def line(self, snap: ProgressSnapshot) -> str:
         total = f"/{snap['total']}" if snap["total"] is not None else ""
         eta = f", eta {snap['eta_s']:.0f}s" if snap["eta_s"] is not None else ""
-        kinds = failure_counts(snap.get("failed_by_kind") or {})
+        kinds = failure_counts(snap["failed_by_kind"])
         return (
             f"[rollgym] {snap['completed'] + snap['failed']}{total} done "
             f"({snap['completed']} completed, {snap['failed']} failed{': ' + kinds if kinds else ''}), "
@@ -165,7 +184,7 @@ class ProgressReporter:
                 last_line = time.monotonic()
                 print(self.line(snap), file=self._stream, flush=True)
 
-    def tick(self) -> dict[str, Any]:
+    def tick(self) -> ProgressSnapshot:
         """One sample: rewrite progress.json, move the bar."""
         snap = self.snapshot()
         if self._path is not None:
