@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from importlib import import_module
-from typing import Any
 
 
 def lazy_door(
-    namespace: dict[str, Any], exports: Mapping[str, str], modules: Collection[str] = ()
-) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    namespace: dict[str, object], exports: Mapping[str, str], modules: Collection[str] = ()
+) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
     """``(__getattr__, __dir__)`` for the package whose ``globals()`` is ``namespace``.
 
     ``exports`` maps each public name to the module that defines it; a name in ``modules`` is
@@ -22,7 +21,7 @@ def lazy_door(
     """
     package = namespace["__name__"]
 
-    def __getattr__(name: str) -> Any:
+    def __getattr__(name: str) -> object:
         home = exports.get(name)
         if home is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
@@ -32,6 +31,7 @@ def lazy_door(
         return value
 
     def __dir__() -> list[str]:
-        return sorted(set(namespace) | set(namespace.get("__all__", ())))
+        exported = namespace.get("__all__", ())
+        return sorted(set(namespace) | set(exported if isinstance(exported, list | tuple) else ()))
 
     return __getattr__, __dir__

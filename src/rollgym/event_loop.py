@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -25,13 +25,13 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return factory
 
 
-def run(main: Coroutine[Any, Any, T]) -> T:
+def run(main: Coroutine[object, object, T]) -> T:
     """``asyncio.run`` on the loop :func:`loop_factory` picks (what the benchmarks use)."""
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         return runner.run(main)
 
 
-async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
+async def cancel_and_wait(task: asyncio.Task[object] | None) -> None:
     """Cancel a background task (a watcher, a sweeper) and wait until it has stopped.
 
     Its cancellation is the expected end, so it is swallowed; anything else it raised on the

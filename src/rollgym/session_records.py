@@ -9,8 +9,8 @@ lines mean (killed sessions, the session index) is told in :mod:`rollgym.driver.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import orjson
 
@@ -18,11 +18,11 @@ SESSIONS = "sessions.jsonl"
 OUTPUT_FILES = ("rollouts.jsonl", "failures.jsonl")
 
 
-def read_sessions(run_dir: Path) -> list[dict[str, Any]]:
+def read_sessions(run_dir: Path) -> list[dict[str, object]]:
     """The sessions in start order, each with ``ended`` (False: it was killed), ``index``
     (its position; older files have none written) and ``status`` (how it ended: the run's
     status, ``killed`` when it has no end line, ``ended`` when the end line says none)."""
-    starts: list[dict[str, Any]] = []
+    starts: list[dict[str, object]] = []
     ended: dict[str, str] = {}
     try:
         data = (run_dir / SESSIONS).read_bytes()
@@ -50,14 +50,23 @@ def read_sessions(run_dir: Path) -> list[dict[str, Any]]:
     ]
 
 
-def killed_ranges(sessions: list[dict[str, Any]], file_name: str) -> list[tuple[int, int]]:
+def killed_ranges(
+    sessions: Sequence[Mapping[str, object]], file_name: str
+) -> list[tuple[int, int]]:
     """Byte ranges of ``file_name`` written by sessions that were killed (end: next start)."""
     ranges = []
     for index, session in enumerate(sessions):
         if session["ended"]:
             continue
-        start = int(session.get("offsets", {}).get(file_name, 0))
+        start = _offset(session, file_name)
         later = sessions[index + 1 :]
-        end = int(later[0].get("offsets", {}).get(file_name, 0)) if later else 1 << 62
+        end = _offset(later[0], file_name) if later else 1 << 62
         ranges.append((start, end))
     return ranges
+
+
+def _offset(session: Mapping[str, object], file_name: str) -> int:
+    """Where ``file_name`` stood when ``session`` started (0: not recorded)."""
+    offsets = session.get("offsets")
+    value = offsets.get(file_name, 0) if isinstance(offsets, dict) else 0
+    return int(value)

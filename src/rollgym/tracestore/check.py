@@ -12,7 +12,7 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import orjson
 
@@ -88,7 +88,11 @@ def check_run(run_dir: str | Path, conn: sqlite3.Connection) -> CheckReport:
     history = RunHistory(conn, sessions, read_incarnations(Path(run_dir)))
     report.history = _history(history)
     jobs = _check_job(conn, report, sessions)
-    killed_jobs = {s["job_trace_id"] for s in sessions if not s["ended"] and s.get("job_trace_id")}
+    killed_jobs = {
+        job
+        for s in sessions
+        if not s["ended"] and isinstance(job := s.get("job_trace_id"), str) and job
+    }
     _check_dispatches(conn, report, jobs, killed_jobs)
     if report.stats["dispatch_spans"]:
         _check_isolation(conn, report, history)
@@ -354,7 +358,7 @@ def _check_outputs(
     run_dir: Path,
     conn: sqlite3.Connection,
     report: CheckReport,
-    sessions: list[dict[str, Any]],
+    sessions: Sequence[Mapping[str, object]],
     *,
     require_ids: bool,
 ) -> None:
