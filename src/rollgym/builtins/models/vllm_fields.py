@@ -17,7 +17,7 @@ from typing import Any
 #: ``system_fingerprint``: vLLM sends ``vllm-<version>-<hash>``; this names the simulation.
 SYSTEM_FINGERPRINT = "rollgym-simulated"
 
-_ANSWER: dict[str, Any] = {
+_ANSWER: dict[str, str | None] = {
     "service_tier": None,
     "system_fingerprint": SYSTEM_FINGERPRINT,
     "prompt_logprobs": None,
@@ -26,15 +26,15 @@ _ANSWER: dict[str, Any] = {
     "ec_transfer_params": None,
     "metrics": None,
 }
-_CHOICE: dict[str, Any] = {"stop_reason": None, "routed_experts": None}
-_MESSAGE: dict[str, Any] = {
+_CHOICE: dict[str, None] = {"stop_reason": None, "routed_experts": None}
+_MESSAGE: dict[str, None] = {
     "refusal": None,
     "annotations": None,
     "audio": None,
     "function_call": None,
     "reasoning": None,
 }
-_USAGE: dict[str, Any] = {"prompt_tokens_details": None, "completion_tokens_details": None}
+_USAGE: dict[str, None] = {"prompt_tokens_details": None, "completion_tokens_details": None}
 
 
 def with_vllm_fields(answer: dict[str, Any]) -> dict[str, object]:
