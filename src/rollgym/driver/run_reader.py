@@ -12,11 +12,11 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import orjson
 
 from rollgym.driver.output import FAILURES, ROLLOUTS, TRAJECTORIES
+from rollgym.json_types import JsonObject
 
 _ATTEMPT_SUFFIX = re.compile(r"-a\d+$")
 
@@ -25,12 +25,12 @@ _ATTEMPT_SUFFIX = re.compile(r"-a\d+$")
 class RolloutFiles:
     """What the run directory holds of one rollout (each None when it holds nothing)."""
 
-    rollout: dict[str, Any] | None = None
-    trajectory: dict[str, Any] | None = None
-    failure: dict[str, Any] | None = None
+    rollout: JsonObject | None = None
+    trajectory: JsonObject | None = None
+    failure: JsonObject | None = None
 
 
-def read_lines(path: Path) -> Iterator[dict[str, Any]]:
+def read_lines(path: Path) -> Iterator[JsonObject]:
     """The whole JSON-object lines of a JSONL file, read only (a torn last line is skipped)."""
     if not path.exists():
         return
@@ -67,7 +67,7 @@ def names_rollout(wanted: str, rollout_id: object) -> bool:
     return _ATTEMPT_SUFFIX.search(wanted) is None and _ATTEMPT_SUFFIX.sub("", rollout_id) == wanted
 
 
-def _trajectory_at(run_dir: Path, pointer: object) -> dict[str, object] | None:
+def _trajectory_at(run_dir: Path, pointer: object) -> JsonObject | None:
     if not isinstance(pointer, dict):
         return None
     offset, size = pointer.get("offset"), pointer.get("bytes")
