@@ -23,7 +23,7 @@ class Entry(TypedDict, total=False):
     kind: Literal["message", "answer", "tool", "verify"]
     role: str
     content: str | None
-    tool_calls: list[dict[str, Any]]
+    tool_calls: list[Mapping[str, object]]
     #: model calls: the call index, its usage and finish reason, its response id
     call: int
     input_tokens: int | None
@@ -34,7 +34,7 @@ class Entry(TypedDict, total=False):
     latency_ms: float | None
     #: a tool turn
     name: str
-    arguments: Any
+    arguments: object
     output: str
     #: a text cut at the recorder's cap: the whole size in bytes
     truncated_bytes: int
