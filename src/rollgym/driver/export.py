@@ -95,8 +95,9 @@ def _message_row(message: Mapping[str, object]) -> dict[str, object]:
     }
 
 
-def _first_model_turn(trajectory: dict[str, Any]) -> dict[str, object]:
-    for turn in trajectory.get("turns") or []:
+def _first_model_turn(trajectory: Mapping[str, object]) -> dict[str, object]:
+    turns = trajectory.get("turns")
+    for turn in turns if isinstance(turns, list) else []:
         if isinstance(turn, dict) and turn.get("type") == "model":
             return turn
     return {}
@@ -163,7 +164,7 @@ def export_row(record: dict[str, Any], run_id: str | None = None) -> dict[str, o
     }
 
 
-def _as_text(versions: Any) -> list[str]:
+def _as_text(versions: object) -> list[str]:
     """Versions as text (a version is an int or a label; one column type holds both)."""
     return [str(v) for v in versions] if isinstance(versions, list) else []
 
