@@ -234,7 +234,7 @@ class Dispatcher:
         attempt: int,
         row: dict[str, Any],
         rollout_id: str,
-        body: Any,
+        body: object,
         server: str,
         waited: float,
     ) -> AttemptOutcome:
