@@ -37,7 +37,7 @@ class ToolSpec:
     args_model: type[BaseModel]
     #: True when the method takes the model instance itself rather than keyword arguments.
     takes_model: bool
-    function: Callable[..., Awaitable[Any]]
+    function: Callable[..., Awaitable[object]]
 
     def openai_schema(self) -> dict[str, object]:
         """The tool as an OpenAI chat ``tools`` entry."""
@@ -75,7 +75,7 @@ class ToolSpec:
 
 
 def tool(
-    function: Callable[..., Awaitable[Any]] | None = None,
+    function: Callable[..., Awaitable[object]] | None = None,
     *,
     name: str | None = None,
     description: str | None = None,
@@ -87,7 +87,7 @@ def tool(
     description defaults to the docstring's first paragraph.
     """
 
-    def mark(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    def mark(fn: Callable[..., Awaitable[object]]) -> Callable[..., Awaitable[object]]:
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"tool {fn.__name__!r} must be an 'async def' method")
         model = args if args is not None else _model_from_signature(fn)
