@@ -6,8 +6,8 @@ records read back from the trace store). These aliases say so in the type instea
 on the ground floor so every layer can name them without importing another's module.
 
 A value rollgym only passes on (never reads) is better typed `object`; a shape rollgym itself
-builds and reads has its `TypedDict` next to the code that owns it (the chat completion shapes
-are in `servers/chat_types.py`).
+builds and reads has its `TypedDict` next to the code that owns it (the trace store's rows are
+in `tracestore/query_rows.py`, `progress.json` is `driver.progress.ProgressSnapshot`).
 """
 
 from __future__ import annotations
