@@ -23,7 +23,6 @@ sessions (with a TTL so a dead agent leaks nothing), the spans (``gym.env.tool``
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -174,7 +173,7 @@ class Environment(Server):
             "tools": self._tool_schemas,
         }
 
-    async def run_tool(self, session_id: str, name: str, arguments: Mapping[str, object]) -> str:
+    async def run_tool(self, session_id: str, name: str, arguments: dict[str, Any]) -> str:
         session = self._live(session_id)
         spec = self.tools.get(name)
         if spec is None:

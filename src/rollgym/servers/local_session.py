@@ -8,7 +8,7 @@ shared episode loop cannot tell the two apart.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable
 from typing import Any, Protocol, TypeVar
 
 from rollgym.errors import HTTPError
@@ -41,9 +41,7 @@ class SessionHost(Protocol):
         self, rollout_id: str | None, task: dict[str, Any]
     ) -> dict[str, object]: ...
 
-    async def run_tool(
-        self, session_id: str, name: str, arguments: Mapping[str, object]
-    ) -> str: ...
+    async def run_tool(self, session_id: str, name: str, arguments: dict[str, Any]) -> str: ...
 
     async def finish(self, session_id: str, answer: str | None) -> dict[str, object]: ...
 
