@@ -11,9 +11,15 @@ import asyncio
 import sys
 from typing import Any
 
-EXIT_INTERRUPTED = 130
-EXIT_CONFIG = 2
-EXIT_ERROR = 1
+from rollgym.cli.exit_codes import (
+    EXIT_CONFIG,
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    config_error,
+    rollgym_error,
+)
+
+__all__ = ["EXIT_CONFIG", "EXIT_ERROR", "EXIT_INTERRUPTED", "handle", "register"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -58,14 +64,12 @@ def handle(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, args.overrides)
     except ConfigError as exc:
-        print(f"rollgym: config error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return config_error(exc)
     try:
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
             summary = runner.run(run_job(config, handle_signals=True))
     except ConfigError as exc:
-        print(f"rollgym: config error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return config_error(exc)
     except (KeyboardInterrupt, asyncio.CancelledError):  # before the collection began
         print(
             f"rollgym: interrupted; to resume: {resume_command(args, config, None)}",
@@ -73,8 +77,7 @@ def handle(args: argparse.Namespace) -> int:
         )
         return EXIT_INTERRUPTED
     except RollgymError as exc:
-        print(f"rollgym: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return rollgym_error(exc)
     if not args.no_table:
         print_report(summary)
     loss = telemetry_loss_line(summary)

@@ -12,8 +12,9 @@ import signal
 import sys
 from typing import Any
 
-EXIT_CONFIG = 2
-EXIT_ERROR = 1
+from rollgym.cli.exit_codes import EXIT_CONFIG, EXIT_ERROR, config_error, rollgym_error
+
+__all__ = ["EXIT_CONFIG", "EXIT_ERROR", "handle", "register"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -79,9 +80,7 @@ def handle(args: argparse.Namespace) -> int:
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
             runner.run(_serve(config, names))
     except ConfigError as exc:
-        print(f"rollgym: config error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return config_error(exc)
     except RollgymError as exc:
-        print(f"rollgym: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return rollgym_error(exc)
     return 0
