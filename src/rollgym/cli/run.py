@@ -11,10 +11,11 @@ import asyncio
 import sys
 from typing import Any
 
-from rollgym.cli.exit_codes import (
+from rollgym.cli.job_command import (
     EXIT_CONFIG,
     EXIT_ERROR,
     EXIT_INTERRUPTED,
+    add_job_command,
     config_error,
     rollgym_error,
 )
@@ -24,7 +25,8 @@ __all__ = ["EXIT_CONFIG", "EXIT_ERROR", "EXIT_INTERRUPTED", "handle", "register"
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``run`` subcommand."""
-    parser = subparsers.add_parser(
+    parser = add_job_command(
+        subparsers,
         "run",
         help="run a rollout-collection job from a YAML config",
         description=(
@@ -33,10 +35,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "progress.json and config.yaml to run.output_dir (default runs/<run id>/). Running "
             "the same command again on the same output directory resumes it."
         ),
-        epilog="example: rollgym run examples/quickstart.yaml run.concurrency=256 run.repeats=8",
-    )
-    parser.add_argument(
-        "config", metavar="CONFIG", help="job config file (YAML): run:, servers:, telemetry:"
+        example="rollgym run examples/quickstart.yaml run.concurrency=256 run.repeats=8",
     )
     parser.add_argument(
         "overrides",

@@ -12,14 +12,21 @@ import signal
 import sys
 from typing import Any
 
-from rollgym.cli.exit_codes import EXIT_CONFIG, EXIT_ERROR, config_error, rollgym_error
+from rollgym.cli.job_command import (
+    EXIT_CONFIG,
+    EXIT_ERROR,
+    add_job_command,
+    config_error,
+    rollgym_error,
+)
 
 __all__ = ["EXIT_CONFIG", "EXIT_ERROR", "handle", "register"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``serve`` subcommand."""
-    parser = subparsers.add_parser(
+    parser = add_job_command(
+        subparsers,
         "serve",
         help="start a job's servers without the driver and print their URLs",
         description=(
@@ -29,9 +36,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "run.output_dir (default runs/<run id>/). Use it to develop an agent or to point "
             "an OpenAI SDK at a model server: base_url=<URL>/v1."
         ),
-        epilog="example: rollgym serve examples/quickstart.yaml solver run.output_dir=runs/dev",
+        example="rollgym serve examples/quickstart.yaml solver run.output_dir=runs/dev",
     )
-    parser.add_argument("config", metavar="CONFIG", help="job config file (YAML)")
     parser.add_argument(
         "names",
         metavar="NAME|KEY=VALUE",
