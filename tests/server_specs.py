@@ -57,6 +57,31 @@ def quickstart_servers(
             "max_turns": 12,
         },
     }
+    return _changed(servers, changes)
+
+
+def walker_servers(
+    *, model: Spec | None = None, episodes: bool = True, **changes: Mapping[str, Any] | None
+) -> dict[str, Spec]:
+    """The keychain walk alone: ``policy`` (default: right 70% of the time, so some walks
+    fail), ``keys`` and the tool-loop ``walker``, both at most 8 turns. ``episodes`` and
+    ``changes`` as for :func:`quickstart_servers`."""
+    servers = quickstart_servers(
+        model=model if model is not None else simulated_model(accuracy=0.7),
+        episodes=episodes,
+        arith=None,
+        solver=None,
+        walker={"max_turns": 8},
+    )
+    if episodes:
+        servers["keys"]["max_turns"] = 8
+    return _changed(servers, changes)
+
+
+def _changed(
+    servers: dict[str, Spec], changes: Mapping[str, Mapping[str, Any] | None]
+) -> dict[str, Spec]:
+    """``servers`` with each named server's spec updated (None: left out)."""
     for name, change in changes.items():
         if change is None:
             servers.pop(name, None)
