@@ -393,8 +393,8 @@ def test_force_flush_waits_until_every_span_has_an_outcome() -> None:
         shipper.shutdown(timeout_s=10.0)
 
 
-def _probes_at_shutdown(monkeypatch: pytest.MonkeyPatch, rollouts_ended_first: bool) -> int:
-    """How many times a shutdown with one unsent span asks whether the endpoint listens."""
+def _counted_probes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The URLs each shutdown probe asks about, in order, with a 0.3 s grace."""
     from rollgym.telemetry import endpoint_probe
     from rollgym.telemetry.pipeline import shipper as shipper_module
 
@@ -407,6 +407,12 @@ def _probes_at_shutdown(monkeypatch: pytest.MonkeyPatch, rollouts_ended_first: b
 
     monkeypatch.setattr(endpoint_probe, "unreachable", counted)
     monkeypatch.setattr(shipper_module, "SHUTDOWN_PROBE_S", 0.3)
+    return calls
+
+
+def _probes_at_shutdown(monkeypatch: pytest.MonkeyPatch, rollouts_ended_first: bool) -> int:
+    """How many times a shutdown with one unsent span asks whether the endpoint listens."""
+    calls = _counted_probes(monkeypatch)
     shipper = _shipper(patience_s=60.0)  # the child keeps the failing batch, unanswered
     shipper.on_end(_record(0))
     ended_at = time.monotonic() if rollouts_ended_first else None
@@ -432,20 +438,10 @@ def test_a_dead_endpoints_grace_counts_from_the_end_of_the_rollouts(
 def _handle_probes_at_shutdown(monkeypatch: pytest.MonkeyPatch, note_end: bool) -> int:
     """How many times a handle's shutdown (one unsent span, nothing listening) asks whether
     the endpoint listens, when the rollouts ended 0.4 s before (``note_end``) or not."""
-    from rollgym.telemetry import endpoint_probe
     from rollgym.telemetry.groups import PRESETS
-    from rollgym.telemetry.pipeline import shipper as shipper_module
     from rollgym.telemetry.setup import setup_telemetry
 
-    calls: list[str] = []
-    real = endpoint_probe.unreachable
-
-    def counted(url: str, timeout_s: float = 1.0) -> str | None:
-        calls.append(url)
-        return real(url, timeout_s=timeout_s)
-
-    monkeypatch.setattr(endpoint_probe, "unreachable", counted)
-    monkeypatch.setattr(shipper_module, "SHUTDOWN_PROBE_S", 0.3)
+    calls = _counted_probes(monkeypatch)
     handle = setup_telemetry(
         TelemetrySettings(
             groups=PRESETS["default"],
