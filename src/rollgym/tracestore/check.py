@@ -33,8 +33,7 @@ class CheckReport:
     """Violations by rule, plus the facts a reader wants next to them."""
 
     violations: list[dict[str, Any]] = field(default_factory=list)
-    #: Violations by rule, all of them (``violations`` lists the first 50 of each).
-    violation_counts: dict[str, int] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
     largest_trace: dict[str, Any] | None = None
     stats: dict[str, int] = field(default_factory=dict)
     #: Rows whose traces died with a killed session (``kill -9``): not violations; listed
@@ -53,23 +52,18 @@ class CheckReport:
             self.killed_session_rows.append(where)
 
     @property
-    def counts(self) -> dict[str, int]:
-        """The name ``violation_counts`` had before the report was printed field for field."""
-        return self.violation_counts
-
-    @property
     def ok(self) -> bool:
         return not self.violations
 
     def add(self, rule: str, message: str, **where: object) -> None:
-        counts = self.violation_counts
-        counts[rule] = counts.get(rule, 0) + 1
-        if counts[rule] <= _MAX_LISTED:
+        self.counts[rule] = self.counts.get(rule, 0) + 1
+        if self.counts[rule] <= _MAX_LISTED:
             self.violations.append({"rule": rule, "message": message, **where})
 
     def as_dict(self) -> dict[str, object]:
-        """The report as ``traces check --json`` prints it: ``ok``, then every field."""
-        return {"ok": self.ok, **fields_record(self)}
+        """The report as ``traces check --json`` prints it: ``ok``, the counts, every field."""
+        fields = fields_record(self, leave_out={"counts"})
+        return {"ok": self.ok, "violation_counts": self.counts, **fields}
 
 
 def check_run(run_dir: str | Path, conn: sqlite3.Connection) -> CheckReport:

@@ -215,8 +215,8 @@ def check_report(console: Console, report: CheckReport) -> None:
         console.print(
             f"[red]VIOLATION[/] {violation['rule']}: {safe(violation['message'])} {where}"
         )
-    counts = ", ".join(f"{rule}={n}" for rule, n in report.violation_counts.items())
-    console.print(f"[red]FAILED[/]: {sum(report.violation_counts.values())} violations ({counts})")
+    counts = ", ".join(f"{rule}={n}" for rule, n in report.counts.items())
+    console.print(f"[red]FAILED[/]: {sum(report.counts.values())} violations ({counts})")
 
 
 def _history_lines(console: Console, report: CheckReport) -> None:
