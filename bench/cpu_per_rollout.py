@@ -29,6 +29,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from _jobs import arithmetic_servers, write_job
+
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 _INSTANCE = re.compile(rb'"name": "([^"]+)"')
 
@@ -36,26 +38,10 @@ _INSTANCE = re.compile(rb'"name": "([^"]+)"')
 def _config(root: Path, telemetry: str) -> Path:
     config = {
         "run": {"agent": "solver", "concurrency": 64, "max_attempts": 1, "timeout_s": 120},
-        "servers": {
-            "policy": {
-                "kind": "model",
-                "impl": "simulated",
-                "accuracy": 0.8,
-                "latency": {"kind": "fixed", "seconds": 0.02},
-            },
-            "arith": {"kind": "environment", "impl": "arithmetic"},
-            "solver": {
-                "kind": "agent",
-                "impl": "single_turn",
-                "model": "policy",
-                "environment": "arith",
-            },
-        },
+        "servers": arithmetic_servers(0.02, accuracy=0.8),
         "telemetry": {"preset": telemetry},
     }
-    path = root / "job.json"
-    path.write_text(json.dumps(config))
-    return path
+    return write_job(root, config)
 
 
 def _rows(root: Path, n: int) -> Path:

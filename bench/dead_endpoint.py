@@ -22,9 +22,7 @@ import time
 from pathlib import Path
 
 import orjson
-
-REPO = Path(__file__).resolve().parent.parent
-QUICKSTART = REPO / "examples" / "quickstart.yaml"
+from _jobs import REPO, quickstart_run
 
 
 def _closed_port() -> int:
@@ -36,17 +34,12 @@ def _closed_port() -> int:
 def run(root: Path, label: str, rows: Path, extra_env: dict[str, str]) -> tuple[float, dict]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     out = root / label
-    command = [
-        sys.executable,
-        "-m",
-        "rollgym",
-        "run",
-        str(QUICKSTART),
+    command = quickstart_run(
+        out,
         f"run.input={rows}",
-        f"run.output_dir={out}",
         "run.repeats=1",
         "--no-table",
-    ]
+    )
     start = time.perf_counter()
     done = subprocess.run(command, env={**env, **extra_env}, capture_output=True, text=True)
     wall = time.perf_counter() - start

@@ -21,27 +21,20 @@ import time
 from pathlib import Path
 
 import orjson
-
-REPO = Path(__file__).resolve().parent.parent
-QUICKSTART = REPO / "examples" / "quickstart.yaml"
+from _jobs import quickstart_run
 
 
 def run(output_dir: Path, repeats: int, concurrency: int) -> tuple[float, dict]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    command = [
-        sys.executable,
-        "-m",
-        "rollgym",
-        "run",
-        str(QUICKSTART),
-        f"run.output_dir={output_dir}",
+    command = quickstart_run(
+        output_dir,
         f"run.repeats={repeats}",
         f"run.concurrency={concurrency}",
         "servers.policy.latency.kind=fixed",
         "servers.policy.latency.seconds=0",
         "telemetry.preset=default",
         "--no-table",
-    ]
+    )
     start = time.perf_counter()
     proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start

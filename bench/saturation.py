@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import orjson
-import yaml
+from _jobs import arithmetic_servers, write_job
 
 BURN = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass\n"
 
@@ -66,25 +66,10 @@ def run_once(args: argparse.Namespace, adaptive: bool) -> None:
                 "agent": "solver",
                 "progress_interval_s": 5,
             },
-            "servers": {
-                "policy": {
-                    "kind": "model",
-                    "impl": "simulated",
-                    "accuracy": 1.0,
-                    "latency": {"kind": "fixed", "seconds": args.latency},
-                },
-                "arith": {"kind": "environment", "impl": "arithmetic"},
-                "solver": {
-                    "kind": "agent",
-                    "impl": "single_turn",
-                    "model": "policy",
-                    "environment": "arith",
-                },
-            },
+            "servers": arithmetic_servers(args.latency),
             "telemetry": {"preset": "default"},
         }
-        path = root / "job.yaml"
-        path.write_text(yaml.safe_dump(config))
+        path = write_job(root, config)
         env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
         burners = [
             subprocess.Popen(

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
+from _jobs import simulated_model, write_job
 
 HERE = Path(__file__).resolve().parent
 
@@ -61,20 +61,14 @@ def _job(
             "progress_interval_s": 5,
         },
         "servers": {
-            "policy": {
-                "kind": "model",
-                "impl": "simulated",
-                "accuracy": 1.0,
-                "latency": {"kind": "fixed", "seconds": latency},
-            },
+            "policy": simulated_model(latency),
             "arith": {"kind": "environment", "impl": "arithmetic"},
             "single_turn": {**common, "impl": "single_turn"},
             "sdk": {**common, "impl": "_sdk_agent:SdkSolver", "calls": calls},
         },
         "telemetry": {"preset": "default"},
     }
-    path = root / "job.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path = write_job(root, config)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
     proc = subprocess.run(

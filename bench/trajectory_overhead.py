@@ -22,32 +22,24 @@ import os
 import resource
 import statistics
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import orjson
-
-REPO = Path(__file__).resolve().parent.parent
-QUICKSTART = REPO / "examples" / "quickstart.yaml"
+from _jobs import quickstart_run
 
 
 def run(output_dir: Path, repeats: int, capture: bool) -> tuple[float, int, int, int, float]:
     """One run; returns (rollouts/s of its collection, rollouts, trajectory bytes, rollout
     bytes, CPU seconds of the run and all its servers)."""
     env = {**os.environ, "OTEL_SDK_DISABLED": "true"}
-    command = [
-        sys.executable,
-        "-m",
-        "rollgym",
-        "run",
-        str(QUICKSTART),
-        f"run.output_dir={output_dir}",
+    command = quickstart_run(
+        output_dir,
         f"run.repeats={repeats}",
         f"run.capture_tokens={'true' if capture else 'false'}",
         "telemetry.preset=off",
         "telemetry.exporter=none",
-    ]
+    )
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

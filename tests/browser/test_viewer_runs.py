@@ -20,30 +20,17 @@ import orjson
 import pytest
 
 from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
+from server_specs import walker_servers
 
 from .conftest import BROWSER_MARKS, IMAGES
 
 E2E = Path(__file__).resolve().parents[1] / "e2e"
 pytestmark = [*BROWSER_MARKS, pytest.mark.e2e]
 
-SERVERS: dict[str, Any] = {
-    "policy": {
-        "kind": "model",
-        "impl": "simulated",
-        "accuracy": 0.7,
-        "latency": {"kind": "fixed", "seconds": 0.0},
-    },
-    "keys": {"kind": "environment", "impl": "keychain", "model": "policy", "max_turns": 8},
-    "walker": {
-        "kind": "agent",
-        "impl": "tool_loop",
-        "model": "policy",
-        "environment": "keys",
-        "max_turns": 8,
-    },
-    "broken": {"kind": "agent", "impl": "agents:AlwaysFailAgent"},
-    "flaky": {"kind": "agent", "impl": "agents:FailFirstAttemptAgent"},
-}
+SERVERS = walker_servers(
+    broken={"kind": "agent", "impl": "agents:AlwaysFailAgent"},
+    flaky={"kind": "agent", "impl": "agents:FailFirstAttemptAgent"},
+)
 ROWS: list[dict[str, Any]] = [
     *({"seed": seed, "hops": 1 + seed % 3} for seed in range(6)),
     {"agent": "broken", "q": "never answered"},

@@ -27,6 +27,7 @@ import orjson
 from e2e_support import Job, pythonpath
 
 from rollgym.telemetry import names
+from server_specs import quickstart_servers, simulated_model
 
 #: OTLP proto span kinds (what the store keeps) and the SDK enum, as one vocabulary.
 _PROTO_KINDS = {0: "UNSPECIFIED", 1: "INTERNAL", 2: "SERVER", 3: "CLIENT", 4: "PRODUCER"}
@@ -243,41 +244,13 @@ class TracedJob(Job):
 
 
 # --- server sets ---------------------------------------------------------------------------------
-def simulated_model(latency_s: float = 0.0, accuracy: float = 1.0) -> dict[str, Any]:
-    return {
-        "kind": "model",
-        "impl": "simulated",
-        "accuracy": accuracy,
-        "latency": {"kind": "fixed", "seconds": latency_s},
-    }
-
-
 def quick_servers(latency_s: float = 0.0, *, episodes: bool = True) -> dict[str, Any]:
-    """A model, both built-in environments, a single-turn and a tool-loop agent.
+    """A model, both built-in environments, a single-turn and a tool-loop agent
+    (:func:`server_specs.quickstart_servers`, the model answering after ``latency_s``).
 
     With ``episodes`` the keychain environment plays episode ``/run`` rows itself.
     """
-    keys: dict[str, Any] = {"kind": "environment", "impl": "keychain"}
-    if episodes:
-        keys["model"] = "policy"
-    return {
-        "policy": simulated_model(latency_s),
-        "arith": {"kind": "environment", "impl": "arithmetic"},
-        "keys": keys,
-        "solver": {
-            "kind": "agent",
-            "impl": "single_turn",
-            "model": "policy",
-            "environment": "arith",
-        },
-        "walker": {
-            "kind": "agent",
-            "impl": "tool_loop",
-            "model": "policy",
-            "environment": "keys",
-            "max_turns": 12,
-        },
-    }
+    return quickstart_servers(model=simulated_model(latency_s), episodes=episodes)
 
 
 def quick_rows(n_arith: int, n_keys: int, n_episodes: int) -> list[dict[str, Any]]:

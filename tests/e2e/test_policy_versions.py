@@ -20,35 +20,14 @@ from rollgym import Collector, RolloutFailure, RolloutResult
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import configure_gate
 from rollgym.telemetry.setup import install_for_tests
+from server_specs import quickstart_servers, simulated_model
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 
 def _servers(**model: Any) -> dict[str, Any]:
-    return {
-        "policy": {
-            "kind": "model",
-            "impl": "simulated",
-            "accuracy": 1.0,
-            "latency": {"kind": "fixed", "seconds": 0.0},
-            **model,
-        },
-        "arith": {"kind": "environment", "impl": "arithmetic"},
-        "keys": {"kind": "environment", "impl": "keychain"},
-        "solver": {
-            "kind": "agent",
-            "impl": "single_turn",
-            "model": "policy",
-            "environment": "arith",
-        },
-        "walker": {
-            "kind": "agent",
-            "impl": "tool_loop",
-            "model": "policy",
-            "environment": "keys",
-            "max_turns": 12,
-        },
-    }
+    """The quickstart's servers, the model given ``model``'s options (its version keys)."""
+    return quickstart_servers(model=simulated_model(**model), episodes=False)
 
 
 def _collector(urls: dict[str, str], **kwargs: Any) -> Collector:

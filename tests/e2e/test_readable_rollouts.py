@@ -15,25 +15,11 @@ import orjson
 import pytest
 from e2e_support import Job, agent
 
+from server_specs import walker_servers
+
 pytestmark = pytest.mark.e2e
 
-SERVERS: dict[str, Any] = {
-    "policy": {
-        "kind": "model",
-        "impl": "simulated",
-        "accuracy": 0.7,
-        "latency": {"kind": "fixed", "seconds": 0.0},
-    },
-    "keys": {"kind": "environment", "impl": "keychain", "model": "policy", "max_turns": 8},
-    "walker": {
-        "kind": "agent",
-        "impl": "tool_loop",
-        "model": "policy",
-        "environment": "keys",
-        "max_turns": 8,
-    },
-    "broken": agent("agents:AlwaysFailAgent"),
-}
+SERVERS = walker_servers(broken=agent("agents:AlwaysFailAgent"))
 
 
 def _rows() -> list[dict[str, Any]]:

@@ -13,7 +13,6 @@ caches it); without it these tests are skipped, saying so.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import openai
 import pytest
-from e2e_support import wait_for
+from engine_support import llama_server
 from telemetry_helpers import TracedJob
 from tiny_gguf import write_tiny_llama
 
@@ -40,47 +39,12 @@ pytestmark = pytest.mark.e2e
 ROWS = [{"question": f"{i} + 2", "agent": agent} for i in range(3) for agent in ("solver", "sdk")]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _models_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/v1/models", timeout=5) as answer:
-            return answer.status == 200
-    except (OSError, urllib.error.URLError):
-        return False
-
-
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """llama.cpp's OpenAI-compatible server on 127.0.0.1, serving the tiny model."""
     folder = tmp_path_factory.mktemp("engine")
-    model = write_tiny_llama(folder / "tiny.gguf")
-    port = _free_port()
-    log = (folder / "engine.log").open("wb")
-    command = [
-        sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", "tiny",
-        "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "512", "--n_threads", "1",
-    ]  # fmt: skip
-    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        started = wait_for(lambda: _models_ok(url) or proc.poll() is not None, timeout=180)
-        if not started or proc.poll() is not None:
-            raise RuntimeError(
-                "llama.cpp server did not start: " + (folder / "engine.log").read_text()
-            )
+    with llama_server(folder, write_tiny_llama(folder / "tiny.gguf")) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 def servers(engine_url: str) -> dict[str, object]:

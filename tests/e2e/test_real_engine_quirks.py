@@ -15,7 +15,6 @@ llama-cpp-python builds from source (scripts/test.sh); without it these tests ar
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -26,7 +25,8 @@ from pathlib import Path
 import openai
 import orjson
 import pytest
-from e2e_support import Job, wait_for
+from e2e_support import Job
+from engine_support import llama_server
 from tiny_gguf import write_tiny_llama
 
 pytest.importorskip(
@@ -64,48 +64,13 @@ SECOND_TURN = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _models_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/v1/models", timeout=5) as answer:
-            return answer.status == 200
-    except (OSError, urllib.error.URLError):
-        return False
-
-
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     folder = tmp_path_factory.mktemp("engine_quirks")
     model = write_tiny_llama(folder / "tiny.gguf")
-    port = _free_port()
-    log = (folder / "engine.log").open("wb")
-    command = [
-        sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", "tiny",
-        "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "512", "--n_threads", "1",
-        "--chat_format", "chatml-function-calling", "--logits_all", "true",
-    ]  # fmt: skip
-    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        started = wait_for(lambda: _models_ok(url) or proc.poll() is not None, timeout=180)
-        if not started or proc.poll() is not None:
-            raise RuntimeError(
-                "llama.cpp server did not start: " + (folder / "engine.log").read_text()
-            )
+    quirks = ("--chat_format", "chatml-function-calling", "--logits_all", "true")
+    with llama_server(folder, model, *quirks) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 def _post(url: str, body: dict[str, object]) -> tuple[int, bytes]:

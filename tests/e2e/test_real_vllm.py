@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ from typing import Any
 import orjson
 import pytest
 from e2e_support import HERE, REPO, wait_for
+from engine_support import free_port, serving
 from telemetry_helpers import SpanRecord, TracedJob, quick_rows, read_store
 
 from rollgym.sandbox import unavailable_reason
@@ -73,20 +73,6 @@ if not INSTALLED.exists():
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.timeout(1500)]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _models_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/v1/models", timeout=5) as answer:
-            return answer.status == 200
-    except (OSError, urllib.error.URLError):
-        return False
-
-
 @dataclass(frozen=True)
 class Engine:
     """The running vLLM server: its URL, the trace port it exports to, how long it took."""
@@ -112,7 +98,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
             timeout=300,
         )
         assert written.returncode == 0, written.stderr
-    port, store_port = _free_port(), _free_port()
+    port, store_port = free_port(), free_port()
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTHON"))},
         "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",  # vLLM's default is gRPC
@@ -133,37 +119,29 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
         "--enforce-eager",  # no torch.compile warm-up (132 s of a 300 s start-up, measured here)
         *shlex.split(os.environ.get("ROLLGYM_VLLM_ARGS", "")),  # e.g. --dtype on a GPU
     ]  # fmt: skip
-    log_path = folder / "vllm.log"
-    log = log_path.open("wb")
     # vLLM exports spans of its own start-up (EngineCoreProc init, ...) from several processes;
     # a store of their own catches them all, or late ones would land in the first run's store
     # with their parent lost (``traces check``: missing_parent)
     startup_db = folder / "startup-traces.db"
     startup_store = start_trace_store(startup_db, folder / "startup-store.log", port=store_port)
     started = time.monotonic()
-    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        up = wait_for(
-            lambda: _models_ok(url) or proc.poll() is not None,
-            timeout=START_TIMEOUT_S,
-            interval=1.0,
-        )
-        if not up or proc.poll() is not None:
-            raise RuntimeError("vLLM did not start: " + log_path.read_text()[-4000:])
-        startup_s = time.monotonic() - started
-        time.sleep(2)  # 20 export intervals: the last start-up spans reach their store
-        startup_store.stop()
-        yield Engine(url, store_port, model_dir, startup_s, startup_db)
+        with serving(
+            "vLLM",
+            command,
+            url,
+            folder / "vllm.log",
+            start_timeout_s=START_TIMEOUT_S,
+            stop_timeout_s=60,
+            env=env,
+        ):
+            startup_s = time.monotonic() - started
+            time.sleep(2)  # 20 export intervals: the last start-up spans reach their store
+            startup_store.stop()
+            yield Engine(url, store_port, model_dir, startup_s, startup_db)
     finally:
         startup_store.stop()  # idempotent
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
-        log.close()
 
 
 def servers(engine_url: str) -> dict[str, Any]:

@@ -11,22 +11,13 @@ import orjson
 import pytest
 from e2e_support import Job, killed_if_left_running, wait_for
 
+from server_specs import simulated_model, walker_servers
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 
 def _servers() -> dict[str, Any]:
-    latency = {"kind": "fixed", "seconds": 0.25}
-    return {
-        "policy": {"kind": "model", "impl": "simulated", "accuracy": 0.7, "latency": latency},
-        "keys": {"kind": "environment", "impl": "keychain"},
-        "walker": {
-            "kind": "agent",
-            "impl": "tool_loop",
-            "model": "policy",
-            "environment": "keys",
-            "max_turns": 8,
-        },
-    }
+    return walker_servers(model=simulated_model(0.25, accuracy=0.7), episodes=False)
 
 
 def test_run_follows_the_version_file_and_exports_versions(job: Job, tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from e2e_support import Job, server_pids_alive, wait_for
 
 from rollgym.builtins.models import toy_tokenizer
 from rollgym.trajectory.tokens import token_sequence
+from server_specs import simulated_model, walker_servers
 
 pytestmark = pytest.mark.e2e
 
@@ -25,18 +26,7 @@ FAST = {"kind": "fixed", "seconds": 0.0}
 
 
 def _servers(latency: dict[str, Any] = FAST, **walker: Any) -> dict[str, Any]:
-    return {
-        "policy": {"kind": "model", "impl": "simulated", "accuracy": 0.7, "latency": latency},
-        "keys": {"kind": "environment", "impl": "keychain", "model": "policy", "max_turns": 8},
-        "walker": {
-            "kind": "agent",
-            "impl": "tool_loop",
-            "model": "policy",
-            "environment": "keys",
-            "max_turns": 8,
-            **walker,
-        },
-    }
+    return walker_servers(model=simulated_model(accuracy=0.7, latency=latency), walker=walker)
 
 
 def _keychain_rows(count: int) -> list[dict[str, Any]]:

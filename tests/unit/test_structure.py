@@ -241,6 +241,15 @@ def test_every_room_is_on_a_floor() -> None:
     assert folders - placed == set()
 
 
+def test_unit_tests_mirror_the_packages() -> None:
+    """Every package of src/rollgym has its folder of unit tests, with a test in it."""
+    root = Path(rollgym.__file__).parent
+    unit = Path(__file__).resolve().parent
+    packages = sorted(p.name for p in root.iterdir() if (p / "__init__.py").exists())
+    untested = [name for name in packages if not list((unit / name).glob("test_*.py"))]
+    assert untested == [], f"no tests/unit/<package>/test_*.py for: {untested}"
+
+
 def test_the_layer_check_sees_an_upward_import() -> None:
     graph = {
         "rollgym.http.server": {"rollgym.servers.base", "rollgym.telemetry.names"},

@@ -11,14 +11,22 @@ import asyncio
 import sys
 from typing import Any
 
-EXIT_INTERRUPTED = 130
-EXIT_CONFIG = 2
-EXIT_ERROR = 1
+from rollgym.cli.job_command import (
+    EXIT_CONFIG,
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    add_job_command,
+    config_error,
+    rollgym_error,
+)
+
+__all__ = ["EXIT_CONFIG", "EXIT_ERROR", "EXIT_INTERRUPTED", "handle", "register"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``run`` subcommand."""
-    parser = subparsers.add_parser(
+    parser = add_job_command(
+        subparsers,
         "run",
         help="run a rollout-collection job from a YAML config",
         description=(
@@ -27,10 +35,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "progress.json and config.yaml to run.output_dir (default runs/<run id>/). Running "
             "the same command again on the same output directory resumes it."
         ),
-        epilog="example: rollgym run examples/quickstart.yaml run.concurrency=256 run.repeats=8",
-    )
-    parser.add_argument(
-        "config", metavar="CONFIG", help="job config file (YAML): run:, servers:, telemetry:"
+        example="rollgym run examples/quickstart.yaml run.concurrency=256 run.repeats=8",
     )
     parser.add_argument(
         "overrides",
@@ -58,14 +63,12 @@ def handle(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, args.overrides)
     except ConfigError as exc:
-        print(f"rollgym: config error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return config_error(exc)
     try:
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
             summary = runner.run(run_job(config, handle_signals=True))
     except ConfigError as exc:
-        print(f"rollgym: config error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return config_error(exc)
     except (KeyboardInterrupt, asyncio.CancelledError):  # before the collection began
         print(
             f"rollgym: interrupted; to resume: {resume_command(args, config, None)}",
@@ -73,8 +76,7 @@ def handle(args: argparse.Namespace) -> int:
         )
         return EXIT_INTERRUPTED
     except RollgymError as exc:
-        print(f"rollgym: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return rollgym_error(exc)
     if not args.no_table:
         print_report(summary)
     loss = telemetry_loss_line(summary)

@@ -12,13 +12,21 @@ import signal
 import sys
 from typing import Any
 
-EXIT_CONFIG = 2
-EXIT_ERROR = 1
+from rollgym.cli.job_command import (
+    EXIT_CONFIG,
+    EXIT_ERROR,
+    add_job_command,
+    config_error,
+    rollgym_error,
+)
+
+__all__ = ["EXIT_CONFIG", "EXIT_ERROR", "handle", "register"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``serve`` subcommand."""
-    parser = subparsers.add_parser(
+    parser = add_job_command(
+        subparsers,
         "serve",
         help="start a job's servers without the driver and print their URLs",
         description=(
@@ -28,9 +36,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "run.output_dir (default runs/<run id>/). Use it to develop an agent or to point "
             "an OpenAI SDK at a model server: base_url=<URL>/v1."
         ),
-        epilog="example: rollgym serve examples/quickstart.yaml solver run.output_dir=runs/dev",
+        example="rollgym serve examples/quickstart.yaml solver run.output_dir=runs/dev",
     )
-    parser.add_argument("config", metavar="CONFIG", help="job config file (YAML)")
     parser.add_argument(
         "names",
         metavar="NAME|KEY=VALUE",
@@ -79,9 +86,7 @@ def handle(args: argparse.Namespace) -> int:
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
             runner.run(_serve(config, names))
     except ConfigError as exc:
-        print(f"rollgym: config error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return config_error(exc)
     except RollgymError as exc:
-        print(f"rollgym: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return rollgym_error(exc)
     return 0

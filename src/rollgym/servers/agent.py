@@ -23,7 +23,7 @@ from rollgym.servers.answers import check_reward, guarded, json_object
 from rollgym.servers.base import Server
 from rollgym.servers.rollout_context import HttpEnvSession, ModelClient, RolloutContext
 from rollgym.servers.rollout_options import RolloutOptions
-from rollgym.telemetry.groups import gate
+from rollgym.servers.rollout_span import under_rollout_span
 from rollgym.trajectory.record import CAPTURE_HEADER, attach
 from rollgym.trajectory.usage import attach_usage
 
@@ -115,13 +115,7 @@ class Agent(Server):
         row = await json_object(request)
         rollout_id = rollout_id_of(row)
         capture = request.headers.get(CAPTURE_HEADER)
-        if gate.rollout:
-            from rollgym.telemetry import spans
-
-            with spans.rollout_span(rollout_id):
-                answer = await self._run_checked(row, rollout_id, capture)
-        else:
-            answer = await self._run_checked(row, rollout_id, capture)
+        answer = await under_rollout_span(rollout_id, self._run_checked(row, rollout_id, capture))
         return OrjsonResponse(answer)
 
     async def _run_checked(

@@ -42,6 +42,7 @@ from rollgym.servers.episode_loop import play_tool_loop
 from rollgym.servers.local_session import LocalEnvSession
 from rollgym.servers.rollout_context import ModelClient, RolloutContext
 from rollgym.servers.rollout_options import RolloutOptions
+from rollgym.servers.rollout_span import under_rollout_span
 from rollgym.servers.sessions import Session, SessionStore
 from rollgym.servers.tools import ToolArgumentsError, ToolSpec, tools_of
 from rollgym.telemetry.groups import gate
@@ -284,13 +285,7 @@ class Environment(Server):
             raise HTTPError(400, "an episode body needs 'task', a JSON object", field="task")
         rollout_id = rollout_id_of_episode(body)
         capture = request.headers.get(CAPTURE_HEADER)
-        if gate.rollout:
-            from rollgym.telemetry import spans
-
-            with spans.rollout_span(rollout_id):
-                answer = await self._episode(rollout_id, task, capture)
-        else:
-            answer = await self._episode(rollout_id, task, capture)
+        answer = await under_rollout_span(rollout_id, self._episode(rollout_id, task, capture))
         return OrjsonResponse(answer)
 
     async def _episode(

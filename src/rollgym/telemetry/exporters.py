@@ -8,14 +8,16 @@ by the exporter itself; otherwise the HTTP exporter gets ``<base>/v1/traces`` (o
 
 from __future__ import annotations
 
+import importlib
 import os
-from typing import TypedDict
+from collections.abc import Callable
+from typing import NamedTuple, TypedDict, TypeVar
 
 from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricExporter
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 
 from rollgym.telemetry import env_vars as env
-from rollgym.telemetry.settings import TelemetrySettings
+from rollgym.telemetry.settings import ExporterKind, TelemetrySettings
 
 
 def _headers(
@@ -97,47 +99,66 @@ def otlp_http_traces_target(
     return url, headers, compression
 
 
+class _Signal(NamedTuple):
+    """What tells one signal's exporters apart; building them is otherwise the same."""
+
+    #: The per-signal endpoint variable (when set, the SDK exporter reads it itself).
+    endpoint_env: str
+    #: The path the HTTP exporter posts to under the configured base endpoint.
+    path: str
+    #: The exporter's module, named alike under ``otlp.proto.http`` and ``otlp.proto.grpc``.
+    module: str
+    #: The exporter's class in that module.
+    otlp_class: str
+
+
+_TRACES = _Signal(
+    env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "v1/traces", "trace_exporter", "OTLPSpanExporter"
+)
+_METRICS = _Signal(
+    env.OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, "v1/metrics", "metric_exporter", "OTLPMetricExporter"
+)
+
+_Exporter = TypeVar("_Exporter", SpanExporter, MetricExporter)
+
+
+def _build(
+    kind: ExporterKind,
+    console: Callable[[], _Exporter],
+    signal: _Signal,
+    settings: TelemetrySettings,
+    store_token: str | None,
+) -> _Exporter | None:
+    """One signal's exporter: the console one, the OTLP one (gRPC or HTTP), or None.
+
+    ``console`` also fixes the exporter's type: the OTLP class found by name is that signal's.
+    """
+    if kind == "console":
+        return console()
+    if kind != "otlp":
+        return None
+    proto = "grpc" if settings.protocol == "grpc" else "http"
+    module = importlib.import_module(f"opentelemetry.exporter.otlp.proto.{proto}.{signal.module}")
+    options = _otlp_options(settings, store_token, signal.endpoint_env, signal.path)
+    exporter: _Exporter = getattr(module, signal.otlp_class)(**options)
+    return exporter
+
+
 def build_span_exporter(
     settings: TelemetrySettings, store_token: str | None = None
 ) -> SpanExporter | None:
     """The span exporter, or None when traces are off."""
-    kind = settings.traces_exporter
-    if kind == "console":
-        return ConsoleSpanExporter()
-    if kind != "otlp":
-        return None
-    kwargs = _otlp_options(
-        settings, store_token, env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "v1/traces"
-    )
-    if settings.protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-            OTLPSpanExporter as GrpcSpanExporter,
-        )
-
-        return GrpcSpanExporter(**kwargs)
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-    return OTLPSpanExporter(**kwargs)
+    return _build(settings.traces_exporter, ConsoleSpanExporter, _TRACES, settings, store_token)
 
 
 def build_metric_exporter(
     settings: TelemetrySettings, store_token: str | None = None
 ) -> MetricExporter | None:
     """The metric exporter, or None when metrics are off."""
-    kind = settings.metrics_exporter
-    if kind == "console":
-        return ConsoleMetricExporter()
-    if kind != "otlp":
-        return None
-    kwargs = _otlp_options(
-        settings, store_token, env.OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, "v1/metrics"
+    return _build(
+        settings.metrics_exporter,
+        ConsoleMetricExporter,
+        _METRICS,
+        settings,
+        store_token,
     )
-    if settings.protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
-            OTLPMetricExporter as GrpcMetricExporter,
-        )
-
-        return GrpcMetricExporter(**kwargs)
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-
-    return OTLPMetricExporter(**kwargs)

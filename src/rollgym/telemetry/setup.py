@@ -125,8 +125,12 @@ class TelemetryHandle:
             self._rollouts_ended_at,
             time.monotonic(),
         )
-        if self.processor is not None:
-            self.processor.stop_retrying_at(time.monotonic() + timeout_s)
+        deadline = time.monotonic() + timeout_s
+        if isinstance(self.processor, SpanShipper):
+            # The one end-of-rollouts timestamp: the shipper's probe grace counts from it too.
+            self.processor.stop_retrying_at(deadline, rollouts_ended_at=self._rollouts_ended_at)
+        elif self.processor is not None:
+            self.processor.stop_retrying_at(deadline)
         installed = self.tracer_provider or self.caller_provider
         if installed is not None and state.provider is installed:
             configure_gate((), tracing_active=False)
@@ -153,11 +157,10 @@ class TelemetryHandle:
     def note_rollouts_ended(self) -> None:
         """The rollouts are over; only shutdown is left. A dead endpoint's grace at shutdown
         counts from here, so the driver (which shuts down after its servers) does not wait it
-        out a second time; nor does the flush limit, which counts from here too."""
+        out a second time; nor does the flush limit, which counts from here too. The handle
+        keeps this one timestamp and hands it to the span shipper at :meth:`shutdown`."""
         if self._rollouts_ended_at is None:
             self._rollouts_ended_at = time.monotonic()
-        if isinstance(self.processor, SpanShipper):
-            self.processor.note_rollouts_ended()
 
     def _shutdown_providers(self) -> None:
         """Spans and metrics shut down side by side: each may wait on a slow or dead endpoint

@@ -17,6 +17,7 @@ from typing import TypedDict
 import orjson
 
 from rollgym.incarnations import read_incarnations
+from rollgym.records import fields_record
 from rollgym.session_records import killed_ranges, read_sessions
 from rollgym.telemetry import names
 from rollgym.tracestore.cut_short import RunHistory
@@ -69,16 +70,9 @@ class CheckReport:
             self.violations.append({"rule": rule, "message": message, **where})
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "ok": self.ok,
-            "violation_counts": self.counts,
-            "violations": self.violations,
-            "largest_trace": self.largest_trace,
-            "stats": self.stats,
-            "killed_session_rows": self.killed_session_rows,
-            "cut_short": self.cut_short,
-            "history": self.history,
-        }
+        """The report as ``traces check --json`` prints it: ``ok``, the counts, every field."""
+        fields = fields_record(self, leave_out={"counts"})
+        return {"ok": self.ok, "violation_counts": self.counts, **fields}
 
 
 def check_run(run_dir: str | Path, conn: sqlite3.Connection) -> CheckReport:

@@ -7,30 +7,19 @@ import pytest
 from rollgym.config import validate_config
 from rollgym.errors import LaunchError
 from rollgym.placement.launcher import dependencies, launch_waves
+from server_specs import quickstart_servers
 
 
 def test_models_and_environments_before_the_agents_that_name_them(tmp_path):
     config = validate_config(
         {
             "run": {"input": str(tmp_path / "rows.jsonl"), "agent": "solver"},
-            "servers": {
-                "policy": {"kind": "model", "impl": "simulated"},
-                "remote": {"kind": "model", "url": "http://127.0.0.1:1"},
-                "arith": {"kind": "environment", "impl": "arithmetic", "model": "policy"},
-                "keys": {"kind": "environment", "impl": "keychain"},
-                "solver": {
-                    "kind": "agent",
-                    "impl": "single_turn",
-                    "model": "policy",
-                    "environment": "arith",
-                },
-                "walker": {
-                    "kind": "agent",
-                    "impl": "tool_loop",
-                    "model": "remote",
-                    "environment": "keys",
-                },
-            },
+            "servers": quickstart_servers(
+                episodes=False,
+                remote={"kind": "model", "url": "http://127.0.0.1:1"},
+                arith={"model": "policy"},
+                walker={"model": "remote"},
+            ),
         }
     )
     deps = dependencies(config)

@@ -18,6 +18,7 @@ from rollgym.placement.launcher import _Launch
 from rollgym.placement.local import LocalPlacement
 from rollgym.placement.reserved import Reservations
 from rollgym.servers.spec import ServeSpec
+from server_specs import quickstart_servers
 
 
 class _OrderedPlacement:
@@ -62,23 +63,7 @@ def _config(tmp_path: Path):
     return validate_config(
         {
             "run": {"input": str(tmp_path / "rows.jsonl"), "agent": "solver"},
-            "servers": {
-                "policy": {"kind": "model", "impl": "simulated"},
-                "arith": {"kind": "environment", "impl": "arithmetic"},
-                "keys": {"kind": "environment", "impl": "keychain", "model": "policy"},
-                "solver": {
-                    "kind": "agent",
-                    "impl": "single_turn",
-                    "model": "policy",
-                    "environment": "arith",
-                },
-                "walker": {
-                    "kind": "agent",
-                    "impl": "tool_loop",
-                    "model": "policy",
-                    "environment": "keys",
-                },
-            },
+            "servers": quickstart_servers(),
         }
     )
 

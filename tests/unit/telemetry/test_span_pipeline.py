@@ -393,8 +393,8 @@ def test_force_flush_waits_until_every_span_has_an_outcome() -> None:
         shipper.shutdown(timeout_s=10.0)
 
 
-def _probes_at_shutdown(monkeypatch: pytest.MonkeyPatch, rollouts_ended_first: bool) -> int:
-    """How many times a shutdown with one unsent span asks whether the endpoint listens."""
+def _counted_probes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The URLs each shutdown probe asks about, in order, with a 0.3 s grace."""
     from rollgym.telemetry import endpoint_probe
     from rollgym.telemetry.pipeline import shipper as shipper_module
 
@@ -407,12 +407,20 @@ def _probes_at_shutdown(monkeypatch: pytest.MonkeyPatch, rollouts_ended_first: b
 
     monkeypatch.setattr(endpoint_probe, "unreachable", counted)
     monkeypatch.setattr(shipper_module, "SHUTDOWN_PROBE_S", 0.3)
+    return calls
+
+
+def _probes_at_shutdown(monkeypatch: pytest.MonkeyPatch, rollouts_ended_first: bool) -> int:
+    """How many times a shutdown with one unsent span asks whether the endpoint listens."""
+    calls = _counted_probes(monkeypatch)
     shipper = _shipper(patience_s=60.0)  # the child keeps the failing batch, unanswered
     shipper.on_end(_record(0))
+    ended_at = time.monotonic() if rollouts_ended_first else None
     if rollouts_ended_first:
-        shipper.note_rollouts_ended()
         time.sleep(0.4)  # the servers' shutdown, during which the grace runs out
-    shipper.shutdown(timeout_s=20.0)
+    # What the handle does at shutdown: the flush limit, and when the rollouts ended.
+    shipper.stop_retrying_at(time.monotonic() + 20.0, rollouts_ended_at=ended_at)
+    shipper.shutdown()
     assert shipper.gave_up_on_endpoint
     shipper.counts.close()
     assert _two(shipper.counts.snapshot()) == {"spans_exported": 0, "spans_dropped": 1}
@@ -425,3 +433,42 @@ def test_a_dead_endpoints_grace_counts_from_the_end_of_the_rollouts(
     """The driver shuts down after its servers: it does not wait the grace out again."""
     assert _probes_at_shutdown(monkeypatch, rollouts_ended_first=True) == 1
     assert _probes_at_shutdown(monkeypatch, rollouts_ended_first=False) >= 2
+
+
+def _handle_probes_at_shutdown(monkeypatch: pytest.MonkeyPatch, note_end: bool) -> int:
+    """How many times a handle's shutdown (one unsent span, nothing listening) asks whether
+    the endpoint listens, when the rollouts ended 0.4 s before (``note_end``) or not."""
+    from rollgym.telemetry.groups import PRESETS
+    from rollgym.telemetry.setup import setup_telemetry
+
+    calls = _counted_probes(monkeypatch)
+    handle = setup_telemetry(
+        TelemetrySettings(
+            groups=PRESETS["default"],
+            traces_exporter="otlp",
+            endpoint="http://127.0.0.1:9",
+            export_timeout_s=1.0,
+            schedule_delay_ms=10,
+        ),
+        service_name="t",
+        run_id="r",
+    )
+    if not isinstance(handle.processor, SpanShipper):
+        pytest.skip("this process exports through the SDK's processor, not the span shipper")
+    with spans.rollout_span("0"):
+        pass
+    if note_end:
+        handle.note_rollouts_ended()
+        time.sleep(0.4)  # the servers' shutdown, during which the grace runs out
+    handle.shutdown(20.0)
+    assert _two(handle.counts()) == {"spans_exported": 0, "spans_dropped": 1}
+    return len(calls)
+
+
+def test_the_handle_hands_its_end_of_rollouts_to_the_shipper(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One timestamp: the grace the shipper gives a dead endpoint counts from the moment the
+    handle noted the end of the rollouts (one probe), else from shutdown (probes through it)."""
+    assert _handle_probes_at_shutdown(monkeypatch, note_end=True) == 1
+    assert _handle_probes_at_shutdown(monkeypatch, note_end=False) >= 2

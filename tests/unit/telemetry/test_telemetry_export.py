@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from rollgym.telemetry import spans
 from rollgym.telemetry.groups import PRESETS
 from rollgym.telemetry.settings import TelemetrySettings
-from rollgym.telemetry.setup import setup_telemetry
+from rollgym.telemetry.setup import TelemetryHandle, setup_telemetry
 
 
 def _two(counts: dict) -> dict:
@@ -104,7 +104,18 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-async def test_dead_endpoint_never_blocks_or_raises():
+def _settle(handle: TelemetryHandle, timeout_s: float) -> bool:
+    """Shut ``handle`` down on a thread; whether it returned within a liveness bound (not a
+    speed figure: a shutdown that hangs never returns at all)."""
+    closing = threading.Thread(target=handle.shutdown, args=(timeout_s,), daemon=True)
+    closing.start()
+    closing.join(120)
+    return not closing.is_alive()
+
+
+def test_dead_endpoint_never_blocks_or_raises():
+    """Nothing listens: ending spans raises nothing, shutdown returns, every span is counted
+    as dropped with its reason."""
     handle = setup_telemetry(
         _settings(
             endpoint=f"http://127.0.0.1:{_closed_port()}",
@@ -115,17 +126,79 @@ async def test_dead_endpoint_never_blocks_or_raises():
         service_name="t",
         run_id="r",
     )
-    worst = _end_spans(50)
-    assert worst < 0.5  # blocking would cost the 1 s export timeout
-    t0 = time.perf_counter()
-    await asyncio.to_thread(handle.shutdown, 8.0)
-    assert time.perf_counter() - t0 < 9.0
+    _end_spans(50)
+    assert _settle(handle, 8.0), "shutdown hung on a dead endpoint"
     counts = handle.counts()
     assert counts["spans_exported"] == 0
     assert counts["spans_dropped"] == 50
     # a failed batch is retried until the flush limit; what is still unsent then is "shutdown"
     reasons = handle.dropped_by_reason()
     assert reasons["export_failed"] + reasons["shutdown"] == 50 and reasons["queue_full"] == 0
+
+
+class _SilentEndpoint:
+    """Accepts connections and reads them, never answers, until released: an exporter
+    posting to it stays stuck in its request, deterministically."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.connected = threading.Event()
+        self.release = threading.Event()
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        self.listener.settimeout(0.2)
+        while not self.release.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.held.append(conn)
+            self.connected.set()
+
+    def close(self) -> None:
+        self.release.set()
+        for conn in self.held:
+            conn.close()
+        self.listener.close()
+
+
+def test_an_endpoint_that_never_answers_never_holds_the_caller():
+    """2,000 spans end while the exporter is stuck in a request nobody answers: had ending a
+    span waited on the export, the thread ending them would still be stuck when released."""
+    endpoint = _SilentEndpoint()
+    try:
+        handle = setup_telemetry(
+            _settings(
+                endpoint=endpoint.url,
+                export_timeout_s=60.0,
+                max_queue_size=64,
+                max_export_batch_size=8,
+                schedule_delay_ms=5,
+            ),
+            service_name="t",
+            run_id="r",
+        )
+        _end_spans(8)  # a full batch: the exporter posts it and waits for an answer
+        assert endpoint.connected.wait(60), "the exporter never reached the endpoint"
+        ending = threading.Thread(target=_end_spans, args=(2000,), daemon=True)
+        ending.start()
+        ending.join(120)  # a liveness bound, not a speed figure
+        stuck = ending.is_alive()
+        still_unanswered = not endpoint.release.is_set()
+    finally:
+        endpoint.close()
+    assert still_unanswered
+    assert not stuck, "ending spans waited on an exporter stuck in its request"
+    assert _settle(handle, 10.0), "shutdown hung on an endpoint that never answered"
+    counts = handle.counts()
+    assert counts["spans_exported"] == 0
+    assert counts["spans_dropped"] == 2008
+    assert handle.dropped_by_reason()["queue_full"] > 0
 
 
 async def _receiver(status: int) -> tuple[web.AppRunner, str, list[ExportTraceServiceRequest]]:

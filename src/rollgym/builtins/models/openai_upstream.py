@@ -27,7 +27,7 @@ import os
 import re
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypedDict
 
 import orjson
 from pydantic import Field, model_validator
@@ -198,6 +198,14 @@ class OpenAIUpstream(ModelServer):
         if self.id_policy == "auto" and request_id and sent and not is_uuid(request_id):
             self.id_policy = "uuid" if sent != request_id else "header"
 
+    def _sending(self, route: str, sent_id: str | None) -> _Sending:
+        """How one upstream call is sent, alike for an answer and a stream."""
+        return {
+            "timeout": self.upstream.timeout_s,
+            "headers": self._headers(sent_id),
+            "route": "/v1" + route,
+        }
+
     def _headers(self, sent_id: str | None) -> dict[str, str]:
         headers = {}
         if self._key:
@@ -217,12 +225,7 @@ class OpenAIUpstream(ModelServer):
             for attempt, sent_id in enumerate(tries):
                 try:
                     response = await self.client.post_json(
-                        destination,
-                        base + route,
-                        body,
-                        timeout=self.upstream.timeout_s,
-                        headers=self._headers(sent_id),
-                        route="/v1" + route,
+                        destination, base + route, body, **self._sending(route, sent_id)
                     )
                 except TransportError as exc:
                     raise self._unreachable(exc) from None
@@ -252,12 +255,7 @@ class OpenAIUpstream(ModelServer):
             for attempt, sent_id in enumerate(tries):
                 try:
                     async with self.client.stream(
-                        destination,
-                        base + route,
-                        body,
-                        timeout=self.upstream.timeout_s,
-                        headers=self._headers(sent_id),
-                        route="/v1" + route,
+                        destination, base + route, body, **self._sending(route, sent_id)
                     ) as response:
                         if response.status == 400 and attempt + 1 < len(tries):
                             continue
@@ -296,6 +294,15 @@ class OpenAIUpstream(ModelServer):
         else:
             message = f"upstream answered HTTP {status}: {text}"
         return HTTPError(status if 400 <= status < 600 else 502, self.scrub(message))
+
+
+class _Sending(TypedDict):
+    """The keywords of one upstream call (``post_json`` or ``stream``): its time limit, the
+    key and request-id headers, and the route template its span is named by."""
+
+    timeout: float
+    headers: dict[str, str]
+    route: str
 
 
 class _NoRoute(Exception):

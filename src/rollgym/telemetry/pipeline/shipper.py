@@ -65,8 +65,9 @@ def clean_record(record: SpanRecord) -> SpanRecord:
 
 #: How long after the rollouts end an endpoint that accepts no connection is given to start
 #: accepting before the unsent spans are given up (instead of waiting out the whole flush
-#: limit). Counted from :meth:`SpanShipper.note_rollouts_ended` (else from shutdown), so a
-#: driver that shuts down after its servers did does not wait the same seconds again.
+#: limit). Counted from the end of the rollouts that :meth:`SpanShipper.stop_retrying_at` is
+#: handed (else from shutdown), so a driver that shuts down after its servers did does not
+#: wait the same seconds again.
 SHUTDOWN_PROBE_S = 8.0
 
 
@@ -269,15 +270,17 @@ class SpanShipper:
             self._wake.set()
             time.sleep(0.01)
 
-    def stop_retrying_at(self, deadline: float) -> None:
-        """The flush limit (monotonic): :meth:`shutdown` stops the child then, retrying or not."""
-        self._deadline = deadline
+    def stop_retrying_at(self, deadline: float, *, rollouts_ended_at: float | None = None) -> None:
+        """The flush limit (monotonic): :meth:`shutdown` stops the child then, retrying or not.
 
-    def note_rollouts_ended(self) -> None:
-        """The run's rollouts are over (only shutdown is left): a dead endpoint's grace
-        (:data:`SHUTDOWN_PROBE_S`) counts from now."""
-        if self._rollouts_ended_at is None:
-            self._rollouts_ended_at = time.monotonic()
+        ``rollouts_ended_at`` (monotonic) is when the run's rollouts were over, as the
+        :class:`~rollgym.telemetry.setup.TelemetryHandle` noted it: a dead endpoint's grace
+        (:data:`SHUTDOWN_PROBE_S`) counts from then. The handle holds that one timestamp and
+        hands it over here at shutdown, so the flush limit and the grace count from the same
+        moment.
+        """
+        self._deadline = deadline
+        self._rollouts_ended_at = rollouts_ended_at
 
     def shutdown(self, timeout_s: float | None = None) -> None:
         """Ship the backlog, close the child's input, wait for its last answers (bounded).
