@@ -16,6 +16,12 @@ What an OpenAI client expects of any server lives here, once for every model ser
 "default" for every optional field, ``GET /v1/models`` lists the served model, and errors have
 OpenAI's shape (``{"error": {"message", "type", "param", "code"}}``) so an SDK shows the
 message.
+
+Every non-streamed answer carries ``Server-Timing: engine;dur=<ms>``, the seconds the engine
+spent on the request, which reach the calling rollout's ``usage.engine_s``
+(:mod:`rollgym.server_timing`): what the implementation noted with
+``server_timing.note(server_timing.ENGINE, seconds)`` while answering (the simulated engine
+notes its own time), else the wall time of :meth:`ModelServer.complete`.
 """
 
 from __future__ import annotations
