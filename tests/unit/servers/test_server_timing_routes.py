@@ -4,15 +4,20 @@ in-process (an environment's own episode)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
+from fastapi import FastAPI, Request
 
 import rollgym.server_timing as server_timing
 from rollgym.builtins.agents.tool_loop import ToolLoopAgent
 from rollgym.builtins.envs.keychain import KeychainEnv
+from rollgym.builtins.models.openai_upstream import OpenAIUpstream
 from rollgym.builtins.models.simulated import SimulatedModel
+from rollgym.http.server import OrjsonResponse
 from rollgym.identity import episode_body
+from rollgym.servers.base import Server
 from rollgym.trajectory.usage import USAGE_KEY
 
 LATENCY_S = 0.02
@@ -71,3 +76,44 @@ async def test_an_episodes_usage_gets_them_in_process(serving, client):
     usage = answer.data[USAGE_KEY]
     assert usage["engine_s"] >= LATENCY_S * usage["model_calls"] > 0
     assert usage["sandbox_s"] == pytest.approx(SANDBOX_S)
+
+
+class LlamaCppLike(Server):
+    """An upstream answering as llama.cpp's server does: ``timings`` in the body, no header."""
+
+    kind = "model"
+
+    def add_routes(self, app: FastAPI) -> None:
+        @app.post("/v1/chat/completions")
+        async def chat(request: Request) -> OrjsonResponse:
+            await asyncio.sleep(0.3)  # the call's wall time: not what is reported
+            return OrjsonResponse(
+                {
+                    "id": "chatcmpl-1",
+                    "object": "chat.completion",
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": "4"}}],
+                    "usage": {"prompt_tokens": 5, "completion_tokens": 1},
+                    "timings": {"prompt_ms": 30.0, "predicted_ms": 70.0},
+                }
+            )
+
+
+async def _proxied_engine_seconds(serving, client, upstream: Server) -> float | None:
+    async with serving(upstream) as upstream_url:
+        proxy = OpenAIUpstream.build("proxy", {"base_url": upstream_url + "/v1", "model": "m"})
+        async with serving(proxy) as url:
+            body = {"messages": [{"role": "user", "content": "Compute: 2 + 2"}]}
+            with server_timing.collecting() as timings:
+                answer = await client.post_json("proxy", url + "/v1/chat/completions", body)
+    assert answer.status == 200, answer.data
+    return timings.get(server_timing.ENGINE)
+
+
+async def test_a_proxy_passes_on_the_engines_own_seconds(serving, client):
+    """In front of an upstream that reports its engine (a rollgym model server's header,
+    llama.cpp's ``timings``), the proxy reports that, not its own wait."""
+    slow = SimulatedModel.build("engine", {"latency": {"kind": "fixed", "seconds": 0.05}})
+    chained = await _proxied_engine_seconds(serving, client, slow)
+    assert chained is not None and 0.05 <= chained < 0.3
+    llama = await _proxied_engine_seconds(serving, client, LlamaCppLike.build("engine", {}))
+    assert llama == pytest.approx(0.1)
