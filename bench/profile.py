@@ -62,8 +62,14 @@ def _remap(value: bytes | None, copy: int) -> bytes | None:
     return value[:-4] + tail.to_bytes(4, "big")
 
 
-def build(source: Path, db: Path, total: int) -> int:
-    """Copy ``source``'s dispatch traces until ``db`` holds ``total`` spans; returns spans."""
+def _renamed(rollout_id: str | None, copy: int, distinct: bool) -> str | None:
+    """A copy's rollout id: the same (``distinct`` false), or one of its own (``c3.12-0-a1``)."""
+    return f"c{copy}.{rollout_id}" if distinct and rollout_id is not None else rollout_id
+
+
+def build(source: Path, db: Path, total: int, *, distinct_rollouts: bool = False) -> int:
+    """Copy ``source``'s dispatch traces until ``db`` holds ``total`` spans; returns spans.
+    ``distinct_rollouts``: each copy's rollouts get ids of their own (else copies share them)."""
     TraceStore(db).close()  # the schema
     src = apsw.Connection(str(source), flags=apsw.SQLITE_OPEN_READONLY)
     spans = list(
@@ -85,14 +91,21 @@ def build(source: Path, db: Path, total: int) -> int:
             INSERT_SPAN,
             [
                 (_remap(r[0], copy), _remap(r[1], copy), _remap(r[2], copy), *r[3:5])
-                + (r[5] + shift, r[6] + shift, *r[7:])
+                + (r[5] + shift, r[6] + shift, *r[7:11])
+                + (_renamed(r[11], copy, distinct_rollouts), *r[12:])
                 for r in take
             ],
         )
         out.executemany(
             INSERT_DISPATCH,
             [
-                (_remap(d[0], copy), _remap(d[1], copy), *d[2:8], d[8] + shift, *d[9:])
+                (
+                    _remap(d[0], copy),
+                    _remap(d[1], copy),
+                    d[2],
+                    _renamed(d[3], copy, distinct_rollouts),
+                )
+                + (*d[4:8], d[8] + shift, *d[9:])
                 for d in dispatches
             ],
         )

@@ -458,6 +458,34 @@ def test_profile_shows_vllms_engine_phases(vllm_run: TracedJob) -> None:
     print(shown.stdout)  # the table docs/telemetry.md shows
 
 
+def test_usage_engine_seconds_come_from_vllm(vllm_run: TracedJob) -> None:
+    """Each rollout's ``usage.engine_s``: the policy server's calls to vLLM, reported in
+    ``Server-Timing``. Never less than vLLM's own end-to-end time for the rollout's requests
+    (``gen_ai.latency.e2e`` on its ``llm_request`` spans), never more than the agent waited;
+    summed per dispatch name in summary.json."""
+    vllm_e2e: Counter[str] = Counter()
+    for span in _engine_spans(vllm_run):
+        rollout_id = rollout_of_engine_id(span.attributes[names.GEN_AI_REQUEST_ID])
+        assert rollout_id is not None
+        vllm_e2e[rollout_id] += float(span.attributes.get(names.GEN_AI_LATENCY_E2E, 0.0))
+    checked = 0
+    for record in vllm_run.rollouts:
+        usage = record["usage"]
+        if record["dispatch_name"] == "streamer":
+            continue  # a streamed answer's headers leave before the engine is done
+        engine_s, rollout_id = usage["engine_s"], record["rollout_id"]
+        assert vllm_e2e[rollout_id] > 0, rollout_id
+        assert vllm_e2e[rollout_id] - 1e-3 * usage["model_calls"] <= engine_s, rollout_id
+        assert engine_s <= usage["model_s"] + 1e-3, rollout_id
+        checked += 1
+    assert checked >= len(vllm_run.rollouts) - 20
+    for name, table in vllm_run.summary["by_dispatch_name"].items():
+        mine = [
+            r["usage"].get("engine_s", 0.0) for r in vllm_run.rollouts if r["dispatch_name"] == name
+        ]
+        assert table["usage"].get("engine_s", 0.0) == pytest.approx(sum(mine), abs=1e-3), name
+
+
 def _post_json(url: str, body: dict[str, Any]) -> dict[str, Any]:
     request = urllib.request.Request(
         url, data=orjson.dumps(body), headers={"Content-Type": "application/json"}

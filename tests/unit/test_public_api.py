@@ -96,6 +96,7 @@ SERVERS_DOOR = {
     "play_tool_loop",
     "policy_versions",
     "responses_api",
+    "server_timing",
     "spans",
     "task_of",
     "tool",

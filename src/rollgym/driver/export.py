@@ -10,7 +10,9 @@ for ``top_logprobs``), ``has_tokens``, ``prefix_ok`` (null without tokens), ``mo
 answer: role, content, tool calls as JSON), ``completion_text``, ``finish_reason``,
 ``truncated`` (the last call stopped at its length limit), ``model``, ``sampling`` (JSON) with
 typed ``temperature``, ``top_p``, ``max_tokens``, ``seed``; from the rollout's ``usage``: ``cached_tokens`` (null where the
-engine did not say) and ``model_s`` (seconds the rollout waited on model calls).
+engine did not say), ``model_s`` (seconds the rollout waited on model calls), ``engine_s``
+(the engine's own seconds, as the model server reported them) and ``sandbox_s`` (seconds
+waited on sandbox execs; null where no sandbox ran).
 docs/trajectories.md lists them.
 
 Memory stays bounded: lines are streamed and written in row groups of ``batch_rows``. Only
@@ -158,6 +160,8 @@ def export_row(record: dict[str, Any], run_id: str | None = None) -> dict[str, o
         **{key: _typed(sampling, key) for key in _TYPED_SAMPLING},
         "cached_tokens": rollout_usage.get("cached_tokens"),
         "model_s": rollout_usage.get("model_s"),
+        "engine_s": rollout_usage.get("engine_s"),
+        "sandbox_s": rollout_usage.get("sandbox_s"),
         "policy_versions": _as_text(record.get("policy_versions")),
         "policy_lag": record.get("policy_lag"),
         "token_policy_versions": sequence.token_versions if sequence else [],
@@ -212,6 +216,8 @@ def _schema(pa: Any) -> Any:
             ("seed", pa.int64()),
             ("cached_tokens", pa.int64()),
             ("model_s", pa.float64()),
+            ("engine_s", pa.float64()),
+            ("sandbox_s", pa.float64()),
             ("policy_versions", pa.list_(pa.string())),
             ("policy_lag", pa.int64()),
             ("token_policy_versions", pa.list_(pa.string())),

@@ -32,6 +32,8 @@ from rollgym.driver.output import FAILURES, TRAJECTORIES
 from rollgym.driver.run_reader import RolloutFiles, read_lines, read_rollout, recorded_run_id
 from rollgym.json_types import JsonObject
 from rollgym.tracestore import failures, queries
+from rollgym.tracestore.live import read_progress, run_going
+from rollgym.tracestore.profile_cache import ThrottledCache
 from rollgym.tracestore.query_rows import RolloutDetail
 from rollgym.tracestore.span_messages import recorded_conversation
 from rollgym.tracestore.store import connect_readonly
@@ -50,7 +52,7 @@ class RunDirs:
 
 RUNS_KEY = web.AppKey("run_views_runs", RunDirs)
 #: The last failures report and the file stamps it was read at.
-REPORT_KEY = web.AppKey("run_views_failures_report", dict)
+REPORT_KEY = web.AppKey("run_views_failures_report", ThrottledCache)
 
 #: What the viewer says when a rollout kept no text anywhere.
 NOT_KEPT = (
@@ -65,7 +67,7 @@ def run_routes(run_dir: Path | None, compare_dir: Path | None) -> Callable[[web.
 
     def mount(app: web.Application) -> None:
         app[RUNS_KEY] = RunDirs(run_dir, compare_dir)
-        app[REPORT_KEY] = {}
+        app[REPORT_KEY] = ThrottledCache()
         app.router.add_get("/api/runs", _runs)
         app.router.add_get("/api/conversation/{rollout_id}", _conversation)
         app.router.add_get("/api/failures", _failures)
@@ -228,19 +230,23 @@ def _stamp(paths: list[Path]) -> tuple[tuple[int, int], ...]:
 
 async def _cached_report(request: web.Request) -> dict[str, Any]:
     """The report, read again only when the store or ``failures.jsonl`` changed (paging
-    through the failed rows must not read every failed trace for each page)."""
+    through the failed rows must not read every failed trace for each page), and while the
+    run goes at most at the rate :class:`ThrottledCache` allows."""
     run_dir, _ = _dirs(request)
     db = request.app[DB_KEY]
     paths = [db, db.with_name(db.name + "-wal")]
     if run_dir is not None:
         paths.append(run_dir / FAILURES)
     stamp = _stamp(paths)
-    cache = request.app[REPORT_KEY]
-    if cache.get("stamp") != stamp:
-        cache["report"] = await _in_store(request, lambda conn: _report(conn, run_dir))
-        cache["stamp"] = stamp
-    report: dict[str, Any] = cache["report"]
-    return report
+    cache: ThrottledCache[dict[str, Any]] = request.app[REPORT_KEY]
+    # While the run goes the store changes every export: read it again at a bounded rate.
+    going = run_going(read_progress(run_dir)) if run_dir is not None else False
+
+    async def compute() -> dict[str, Any]:
+        report: dict[str, Any] = await _in_store(request, lambda conn: _report(conn, run_dir))
+        return report
+
+    return await cache.get(stamp, going, compute)
 
 
 async def _failures(request: web.Request) -> web.Response:

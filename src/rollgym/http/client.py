@@ -53,6 +53,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
+import rollgym.server_timing as server_timing
 from rollgym.errors import ConnectError, ConnectionRefused, RequestTimeout
 from rollgym.http.limits import ExchangeLimits, read_bounded, redirect_target
 from rollgym.http.replicas import ReplicaSet, ReplicaTable, on_replica, origin
@@ -353,14 +354,14 @@ class HttpClient:
         )
         try:
             try:
-                status, raw = await self._exchange(
+                status, raw, timing = await self._exchange(
                     self._session, destination, method, url, data, headers, timeout, trace_ctx
                 )
             except aiohttp.ClientError as exc:
                 if not (_stale_connection(exc) and _reused.get() and self._fresh is not None):
                     raise
                 self.resent += 1
-                status, raw = await self._exchange(
+                status, raw, timing = await self._exchange(
                     self._fresh, destination, method, url, data, headers, timeout, trace_ctx
                 )
         except TimeoutError:
@@ -370,6 +371,9 @@ class HttpClient:
         finally:
             if metrics is not None:
                 metrics.request_finished(destination)
+        # Seconds the server reports spending for us (engine, sandbox) join the open
+        # request scope, where they reach the rollout's usage (rollgym/server_timing.py).
+        server_timing.note_header(timing)
         try:
             parsed = orjson.loads(raw) if raw else None
             text = ""
@@ -388,9 +392,9 @@ class HttpClient:
         headers: dict[str, str],
         timeout: float | None,
         trace_ctx: Mapping[str, object] | None,
-    ) -> tuple[int, bytes]:
-        """One request on ``session`` (and its same-host redirects): the answer's status and
-        body, read within ``max_response_bytes``."""
+    ) -> tuple[int, bytes, str | None]:
+        """One request on ``session`` (and its same-host redirects): the answer's status,
+        body (read within ``max_response_bytes``) and ``Server-Timing`` header."""
         limits = self.limits
         redirects = 0
         while True:
@@ -409,7 +413,7 @@ class HttpClient:
                 target = redirect_target(response.status, url, response.headers)
                 if target is None:
                     body = await read_bounded(response, limits, destination, method, _path(url))
-                    return response.status, body
+                    return response.status, body, response.headers.get(server_timing.HEADER)
             redirects += 1
             limits.check_redirect(destination, response.status, url, target, redirects)
             url = target

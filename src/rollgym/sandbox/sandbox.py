@@ -3,7 +3,8 @@
 Files persist in the work directory between execs of the same sandbox (a terminal task's
 state); processes do not: when an exec's command ends, its pid namespace ends with it, so
 nothing it started in the background (a daemon, a zombie, a fork bomb's children) outlives
-the exec. Every exec is a ``gym.sandbox.exec`` span in the calling rollout's trace.
+the exec. Every exec is a ``gym.sandbox.exec`` span in the calling rollout's trace, and its
+seconds join the calling request's ``Server-Timing`` (:mod:`rollgym.server_timing`).
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import asyncio
 import dataclasses
 import errno
 import os
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+import rollgym.server_timing as server_timing
 from rollgym.sandbox._bwrap import Launch, bwrap_launch, sandbox_owner
 from rollgym.sandbox._disk import SandboxDisk
 from rollgym.sandbox._files import write_inside
@@ -94,15 +97,21 @@ class Sandbox:
             self._parts(name)  # a bad path is misuse: raised before anything runs
         data = stdin.encode() if isinstance(stdin, str) else stdin
         effective = limits or self.host.limits
-        if gate.sandbox:
-            from rollgym.telemetry import spans
+        started = time.perf_counter()
+        try:
+            if gate.sandbox:
+                from rollgym.telemetry import spans
 
-            name = argv[0] if isinstance(command, list) else "sh"
-            with spans.sandbox_exec_span(self.rollout_id, self.sandbox_id, name) as span:
-                result = await self._run(argv, data, effective, files)
-                spans.record_sandbox_exec(span, result)
-                return result
-        return await self._run(argv, data, effective, files)
+                name = argv[0] if isinstance(command, list) else "sh"
+                with spans.sandbox_exec_span(self.rollout_id, self.sandbox_id, name) as span:
+                    result = await self._run(argv, data, effective, files)
+                    spans.record_sandbox_exec(span, result)
+                    return result
+            return await self._run(argv, data, effective, files)
+        finally:
+            # What the caller waited (a free worker thread included): the request's
+            # Server-Timing carries it to the rollout's usage (sandbox_s).
+            server_timing.note(server_timing.SANDBOX, time.perf_counter() - started)
 
     async def _run(
         self,

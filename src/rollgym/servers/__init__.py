@@ -4,7 +4,7 @@ Everything a server implementation needs comes from this one package: the base c
 (:class:`Agent`, :class:`Environment`, :class:`ModelServer`) and their options, ``@tool``, the
 :class:`RolloutContext` a rollout plays through, the errors a server raises or catches, the
 shared episode loop (:func:`play_tool_loop`), the row and request-id helpers, and the
-telemetry a model server records itself. The built-in servers (:mod:`rollgym.builtins`)
+telemetry a model server records itself and the seconds it reports (:mod:`server_timing`). The built-in servers (:mod:`rollgym.builtins`)
 import only from here, so each of them is an example a user can copy; a test
 (``tests/unit/test_public_api.py``) keeps this list and the built-ins honest.
 
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from rollgym._lazy_door import lazy_door
 
 if TYPE_CHECKING:
-    from rollgym import policy_versions
+    from rollgym import policy_versions, server_timing
     from rollgym.errors import (
         ConnectError,
         HTTPError,
@@ -73,6 +73,7 @@ _EXPORTS = {
     "play_tool_loop": "rollgym.servers.episode_loop",
     "policy_versions": "rollgym.policy_versions",
     "responses_api": "rollgym.servers.responses_api",
+    "server_timing": "rollgym.server_timing",
     "spans": "rollgym.telemetry.spans",
     "task_of": "rollgym.servers.agent",
     "tool": "rollgym.servers.tools",
@@ -80,7 +81,7 @@ _EXPORTS = {
     "wire_messages": "rollgym.servers.chat_content",
 }
 #: exported names that are whole modules (``responses_api.parse_request``, ``spans.X``)
-_MODULES = frozenset({"policy_versions", "responses_api", "spans"})
+_MODULES = frozenset({"policy_versions", "responses_api", "server_timing", "spans"})
 
 __all__ = [
     "HEADER_REQUEST_ID",
@@ -110,6 +111,7 @@ __all__ = [
     "play_tool_loop",
     "policy_versions",
     "responses_api",
+    "server_timing",
     "spans",
     "task_of",
     "tool",

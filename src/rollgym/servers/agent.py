@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
+import rollgym.server_timing as server_timing
 from rollgym.http.server import OrjsonResponse
 from rollgym.identity import EXPLICIT_ID, STAMPED_FIELDS, rollout_id_of
 from rollgym.server_options import ServerKind, ServerOptions
@@ -126,7 +127,9 @@ class Agent(Server):
         async def attempt() -> dict[str, object]:
             rollout = self.rollout_context(rollout_id, row, capture)
             try:
-                answer = attach(await self.run(row, rollout), rollout.trajectory)
+                with server_timing.collecting(rollout.usage.timings):
+                    played = await self.run(row, rollout)
+                answer = attach(played, rollout.trajectory)
                 answered: dict[str, Any] = attach_usage(answer, rollout.usage)
                 return answered
             finally:

@@ -30,6 +30,7 @@ from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
+import rollgym.server_timing as server_timing
 from rollgym.errors import HTTPError
 from rollgym.http.server import OrjsonResponse
 from rollgym.identity import rollout_id_of_episode
@@ -264,16 +265,23 @@ class Environment(Server):
         if self.env_options.model is not None:
             app.post("/run")(self._episode_route)
 
+    # Each session route answers with the sandbox seconds it spent (Server-Timing), which
+    # the agent's client adds to the rollout's usage (rollgym/server_timing.py).
+
     async def _seed_route(self, body: SeedRequest) -> Response:
-        return OrjsonResponse(await self.open_session(body.rollout_id, body.task))
+        with server_timing.collecting() as timings:
+            seeded = await self.open_session(body.rollout_id, body.task)
+        return OrjsonResponse(seeded, headers=timings.header())
 
     async def _tool_route(self, name: str, body: ToolRequest) -> Response:
-        return OrjsonResponse(
-            {"output": await self.run_tool(body.session_id, name, body.arguments)}
-        )
+        with server_timing.collecting() as timings:
+            output = await self.run_tool(body.session_id, name, body.arguments)
+        return OrjsonResponse({"output": output}, headers=timings.header())
 
     async def _verify_route(self, body: VerifyRequest) -> Response:
-        return OrjsonResponse(await self.finish(body.session_id, body.answer))
+        with server_timing.collecting() as timings:
+            verdict = await self.finish(body.session_id, body.answer)
+        return OrjsonResponse(verdict, headers=timings.header())
 
     async def _aggregate_route(self) -> Response:
         return OrjsonResponse(self.aggregate_metrics())
@@ -311,7 +319,9 @@ class Environment(Server):
                 rollout_id, model, env, sampling=sampling, trajectory=trajectory
             )
             try:
-                answer = attach(await self.play_episode(rollout, task), trajectory)
+                with server_timing.collecting(rollout.usage.timings):
+                    played = await self.play_episode(rollout, task)
+                answer = attach(played, trajectory)
                 return attach_usage(answer, rollout.usage)
             finally:
                 await rollout.aclose()

@@ -16,6 +16,12 @@ What an OpenAI client expects of any server lives here, once for every model ser
 "default" for every optional field, ``GET /v1/models`` lists the served model, and errors have
 OpenAI's shape (``{"error": {"message", "type", "param", "code"}}``) so an SDK shows the
 message.
+
+Every non-streamed answer carries ``Server-Timing: engine;dur=<ms>``, the seconds the engine
+spent on the request, which reach the calling rollout's ``usage.engine_s``
+(:mod:`rollgym.server_timing`): what the implementation noted with
+``server_timing.note(server_timing.ENGINE, seconds)`` while answering (the simulated engine
+notes its own time), else the wall time of :meth:`ModelServer.complete`.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.responses import Response, StreamingResponse
 
 import rollgym.policy_versions as policy_versions
+import rollgym.server_timing as server_timing
 from rollgym.http.scoped_context import split_scoped_id
 from rollgym.http.server import OrjsonResponse
 from rollgym.policy_versions import PolicyVersion, is_version
@@ -251,8 +258,11 @@ class ModelServer(Server):
             events = await sse.primed(self.chat_events(body, request_id, rollout_id))
             headers = self._stamp(None, version)
             return StreamingResponse(events, media_type=sse.MEDIA_TYPE, headers=headers)
-        answer = await self.complete(body, request_id, rollout_id)
-        return OrjsonResponse(answer, headers=self._stamp(answer, version))
+        with server_timing.collecting() as timings:
+            started = time.perf_counter()
+            answer = await self.complete(body, request_id, rollout_id)
+            headers = _timed(timings, time.perf_counter() - started, self._stamp(answer, version))
+        return OrjsonResponse(answer, headers=headers)
 
     async def _responses(
         self, body: Annotated[dict[str, Any], Body()], request: Request
@@ -272,5 +282,19 @@ class ModelServer(Server):
             events = await sse.primed(self.response_events(body, request_id, rollout_id))
             headers = self._stamp(None, version)
             return StreamingResponse(events, media_type=sse.MEDIA_TYPE, headers=headers)
-        answer = await self.respond(body, request_id, rollout_id)
-        return OrjsonResponse(answer, headers=self._stamp(answer, version))
+        with server_timing.collecting() as timings:
+            started = time.perf_counter()
+            answer = await self.respond(body, request_id, rollout_id)
+            headers = _timed(timings, time.perf_counter() - started, self._stamp(answer, version))
+        return OrjsonResponse(answer, headers=headers)
+
+
+def _timed(
+    timings: server_timing.Timings, wall_s: float, headers: dict[str, str] | None
+) -> dict[str, str]:
+    """``headers`` plus ``Server-Timing: engine;dur=...``: the engine's own seconds where the
+    implementation noted them (the simulated engine, an upstream that reports its own), else
+    the wall time of the call, which for an engine behind HTTP is its time plus one hop."""
+    if timings.get(server_timing.ENGINE) is None:
+        timings.add(server_timing.ENGINE, wall_s)
+    return {**(headers or {}), **timings.header()}

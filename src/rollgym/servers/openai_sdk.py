@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 import rollgym.policy_versions as policy_versions
+import rollgym.server_timing as server_timing
 from rollgym.servers.sdk_pool import async_pool, http_library, require_openai, sync_pool
 from rollgym.servers.sse import MEDIA_TYPE
 from rollgym.telemetry import names
@@ -124,7 +125,8 @@ class _RolloutHooks:
         self, span: Any, request: httpx2.Request, response: httpx2.Response, body: bytes | None
     ) -> None:
         """Record the answer on the span (status, usage when the body was JSON) and a chat
-        completion in the trajectory."""
+        completion in the trajectory; the engine seconds the server reports join the usage."""
+        server_timing.note_header(response.headers.get(server_timing.HEADER))
         answer = None
         if body:
             with suppress(orjson.JSONDecodeError):

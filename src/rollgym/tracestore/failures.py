@@ -14,14 +14,19 @@ HTTP status of the agent's answer, a timeout) from the attempt's spans.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TypedDict
 
+import orjson
+
+from rollgym.json_types import JsonObject, JsonValue
 from rollgym.telemetry import names
-from rollgym.tracestore.queries import base_rollout_id, list_rollouts, rollout_attempts, trace_spans
-from rollgym.tracestore.query_rows import DispatchRow, SpanRow
+from rollgym.tracestore.decode import id_bytes
+from rollgym.tracestore.queries import base_rollout_id, list_rollouts
+from rollgym.tracestore.query_rows import DispatchRow
 
 #: Dispatch outcomes that are a failed attempt.
 FAILED_OUTCOMES = (names.OUTCOME_ERROR, names.OUTCOME_TIMEOUT)
@@ -37,6 +42,17 @@ _GENERIC = {None, "", "error", "Error"}
 class AttemptError(TypedDict):
     error_kind: str
     message: str | None
+
+
+class ErrorSpan(TypedDict):
+    """What :func:`attempt_error` reads of a span (a :class:`SpanRow` has all of it)."""
+
+    kind: int
+    start_ns: int
+    status_code: int
+    status_message: str | None
+    attributes: JsonObject
+    events: list[JsonValue]
 
 
 class FailedAttempt(DispatchRow):
@@ -55,7 +71,7 @@ def _kind_from_status(status: object) -> str | None:
     return "http_5xx" if status >= 500 else "http_4xx"
 
 
-def attempt_error(dispatch: Mapping[str, object], spans: Sequence[SpanRow]) -> AttemptError:
+def attempt_error(dispatch: Mapping[str, object], spans: Sequence[ErrorSpan]) -> AttemptError:
     """The failure kind and message of one failed attempt, from its trace's spans."""
     kind: str | None = names.OUTCOME_TIMEOUT if dispatch.get("outcome") == "timeout" else None
     message: str | None = None
@@ -98,11 +114,53 @@ def failed_attempts(conn: sqlite3.Connection) -> tuple[list[FailedAttempt], int]
     for row in rows:
         base = base_rollout_id(row["rollout_id"] or "")
         if base not in last:
-            attempts = rollout_attempts(conn, base)
-            last[base] = max(attempts, key=lambda a: a["attempt"] or 0)["rollout_id"]
-        error = attempt_error(row, trace_spans(conn, row["trace_id"]))
+            last[base] = last_attempt(conn, base)
+        error = attempt_error(row, error_spans(conn, row["trace_id"]))
         failed.append(FailedAttempt(**row, **error, final=last[base] == row["rollout_id"]))
     return failed, total
+
+
+def last_attempt(conn: sqlite3.Connection, base: str) -> str | None:
+    """The rollout id of ``base``'s last attempt (``X``, ``X-a1``, ...) in the store: one
+    indexed read of two columns (the whole dispatch rows, with their span counts, made the
+    panel's first load on thousands of failures take seconds: ``bench/failures_panel.py``)."""
+    pattern = re.compile(re.escape(base) + r"(-a\d+)?$")
+    best: tuple[int, str] | None = None
+    for rollout_id, attempt in conn.execute(
+        "SELECT rollout_id, attempt FROM dispatches "
+        "WHERE rollout_id = ? OR (rollout_id >= ? AND rollout_id < ?)",
+        (base, base + "-a0", base + "-a:"),
+    ):
+        if rollout_id and pattern.match(rollout_id):
+            key = (attempt or 0, rollout_id)
+            best = key if best is None or key[0] > best[0] else best
+    return best[1] if best else None
+
+
+def error_spans(conn: sqlite3.Connection, trace_id: str | bytes) -> list[ErrorSpan]:
+    """What :func:`attempt_error` reads of a trace, and only that: the columns it looks at,
+    attributes decoded only for the spans it reads them of (the driver's client span, the
+    spans that failed). Why not :func:`~rollgym.tracestore.queries.trace_spans`: the panel
+    reads up to :data:`MAX_ATTEMPTS` traces on first load, and the whole span (links,
+    resource, every attribute) made that several times slower (``bench/failures_panel.py``)."""
+    spans: list[ErrorSpan] = []
+    for kind, start_ns, status_code, status_message, attributes, events in conn.execute(
+        "SELECT kind, start_ns, status_code, status_message, attributes, events FROM spans "
+        "WHERE trace_id = ?",
+        (trace_id if isinstance(trace_id, bytes) else id_bytes(trace_id),),
+    ):
+        wanted = kind == 3 or status_code == 2
+        spans.append(
+            ErrorSpan(
+                kind=kind,
+                start_ns=start_ns,
+                status_code=status_code,
+                status_message=status_message,
+                attributes=orjson.loads(attributes) if wanted and attributes else {},
+                events=orjson.loads(events) if events else [],
+            )
+        )
+    return spans
 
 
 def groups(rows: Sequence[Mapping[str, object]]) -> list[dict[str, object]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,19 @@ def read_progress(run_dir: Path) -> dict[str, object] | None:
         return None
     data["age_s"] = round(max(0.0, age), 1)
     return data
+
+
+def run_going(progress: Mapping[str, object] | None) -> bool:
+    """Whether ``progress.json`` says the run is still going (the viewer's rule too: rollouts
+    left of a known total, or some in flight)."""
+    if progress is None:
+        return False
+    total, completed, failed, in_flight = (
+        progress.get(key) for key in ("total", "completed", "failed", "in_flight")
+    )
+    if isinstance(total, int) and total and isinstance(completed, int) and isinstance(failed, int):
+        return completed + failed < total
+    return isinstance(in_flight, int) and in_flight > 0
 
 
 def stalled(

@@ -17,16 +17,19 @@ from aiohttp import web
 
 from rollgym.tracestore import live, queries
 from rollgym.tracestore.profile import profile_store
+from rollgym.tracestore.profile_cache import ThrottledCache, store_stamp
 from rollgym.tracestore.store import connect_readonly
 
 DB_KEY = web.AppKey("db_path", Path)
 RUN_DIR_KEY = web.AppKey("run_dir", object)
+PROFILE_KEY = web.AppKey("profile_cache", ThrottledCache)
 
 
 def add_api_routes(app: web.Application, db_path: Path, run_dir: Path | None) -> None:
     """Mount ``/api/*``; ``run_dir`` (optional) adds the run's summary.json to the overview."""
     app[DB_KEY] = db_path
     app[RUN_DIR_KEY] = run_dir
+    app[PROFILE_KEY] = ThrottledCache()
     app.router.add_get("/api/overview", _overview)
     app.router.add_get("/api/rollouts", _rollouts)
     app.router.add_get("/api/rollout/{rollout_id}", _rollout)
@@ -117,12 +120,22 @@ async def _search(request: web.Request) -> web.Response:
 
 
 async def _profile(request: web.Request) -> web.Response:
-    """The ``traces profile`` report, plus the reward and duration histograms it plots."""
+    """The ``traces profile`` report, plus the reward and duration histograms it plots;
+    computed once per change of the store, and at a bounded rate while the run goes
+    (:mod:`~rollgym.tracestore.profile_cache`)."""
     db = request.app[DB_KEY]
-    data = await asyncio.to_thread(profile_store, db, stragglers=10, bins=40)
-    data["reward_histogram"] = await _query(request, live.reward_histogram)
-    data["duration_histogram"] = (await _query(request, queries.overview))["duration_histogram"]
-    return _json(data)
+
+    async def compute() -> dict[str, Any]:
+        data = await asyncio.to_thread(profile_store, db, stragglers=10, bins=40)
+        data["reward_histogram"] = await _query(request, live.reward_histogram)
+        overview = await _query(request, queries.overview)
+        data["duration_histogram"] = overview["duration_histogram"]
+        return data
+
+    run_dir = request.app[RUN_DIR_KEY]
+    progress = live.read_progress(run_dir) if isinstance(run_dir, Path) else None
+    cache: ThrottledCache[dict[str, Any]] = request.app[PROFILE_KEY]
+    return _json(await cache.get(store_stamp(db), live.run_going(progress), compute))
 
 
 async def _progress(request: web.Request) -> web.Response:

@@ -1,5 +1,11 @@
-"""What one rollout used at the model: tokens (cached ones where the engine says), calls,
-seconds waited on the model. Always on, unlike the trajectory: it is a few integers.
+"""What one rollout used: tokens (cached ones where the engine says), model calls, seconds
+waited on the model, the engine's own seconds and the sandbox's. Always on, unlike the
+trajectory: it is a few numbers, and it never depends on whether tracing is on.
+
+The engine and sandbox seconds are measured in other processes: the model server and the
+environment server report them in ``Server-Timing`` (:mod:`rollgym.server_timing`), the
+process's HTTP client adds them to the scope open around the rollout (:attr:`UsageTally.timings`),
+and an environment's own episode adds its sandbox execs to the same scope directly.
 
 Why here, beside the trajectory recorder: both watch the same model-call boundary (every
 chat completion a rollout's context or SDK client sees), and the driver takes both out of the
@@ -13,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rollgym.policy_versions import ANSWER_KEY, ENGINE_KEY, PolicyVersion, is_version
+from rollgym.server_timing import ENGINE, SANDBOX, Timings
 
 #: The key the usage travels under in a rollout's answer; the driver removes it.
 USAGE_KEY = "rollgym_usage"
@@ -33,6 +40,7 @@ class UsageTally:
         "model_s",
         "policy_versions",
         "engine_versions",
+        "timings",
     )
 
     def __init__(self) -> None:
@@ -47,6 +55,9 @@ class UsageTally:
         self.policy_versions: list[PolicyVersion] = []
         #: The engine's own weight label per call, where the engine reports one.
         self.engine_versions: list[PolicyVersion] = []
+        #: Seconds servers reported for this rollout (``engine``, ``sandbox``): the scope
+        #: the agent or episode opens around the rollout with ``server_timing.collecting``.
+        self.timings = Timings()
 
     def add(self, answer: Mapping[str, object], seconds: float | None = None) -> None:
         """One chat completion ``answer``; ``seconds``: how long the call took, when timed."""
@@ -78,6 +89,10 @@ class UsageTally:
         }
         if self.cached_tokens is not None:
             data["cached_tokens"] = self.cached_tokens
+        for name, key in ((ENGINE, "engine_s"), (SANDBOX, "sandbox_s")):
+            seconds = self.timings.get(name)
+            if seconds is not None:
+                data[key] = round(seconds, 6)
         if self.policy_versions:
             data["policy_versions"] = self.policy_versions
         if self.engine_versions:
@@ -87,8 +102,9 @@ class UsageTally:
 
 def attach_usage(answer: object, tally: UsageTally | None) -> Any:
     """Put the tally into a rollout's answer (left alone when the answer is not an object, or
-    no model was called: then there is nothing to count)."""
-    if tally is not None and tally.model_calls and isinstance(answer, dict):
+    nothing was counted: no model call, no reported seconds)."""
+    counted = tally is not None and (tally.model_calls or tally.timings.seconds)
+    if tally is not None and counted and isinstance(answer, dict):
         answer[USAGE_KEY] = tally.to_json()
     return answer
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from rollgym.tracestore.failures import attempt_error, groups
+from rollgym.tracestore.failures import attempt_error, failed_attempts, groups, last_attempt
+from rollgym.tracestore.queries import base_rollout_id, rollout_attempts, trace_spans
+from rollgym.tracestore.store import connect_readonly
+from rollgym.tracestore.synthetic import SyntheticRun
 
 
 def _span(name: str, start: int, **fields: Any) -> dict[str, Any]:
@@ -73,3 +77,29 @@ def test_groups_count_kinds_and_messages_most_frequent_first() -> None:
     assert found[0]["messages"] == [{"message": "b", "count": 2}, {"message": "a", "count": 1}]
     assert found[0]["rollout_ids"] == ["1-0", "2-0", "3-0"]
     assert found[1]["messages"] == [{"message": "(no message recorded)", "count": 1}]
+
+
+def test_the_lean_reads_agree_with_the_whole_trace_and_attempt_rows(
+    finished_run: tuple[Path, SyntheticRun],
+) -> None:
+    """``error_spans`` / ``last_attempt`` (what the panel reads now) give the same kinds,
+    messages and final attempts as whole traces and whole attempt rows."""
+    run_dir, run = finished_run
+    conn = connect_readonly(run_dir / "traces.db")
+    try:
+        rows, total = failed_attempts(conn)
+        assert total == len(rows) > 0
+        finals = 0
+        for row in rows:
+            whole = attempt_error(row, trace_spans(conn, row["trace_id"]))
+            assert {k: row[k] for k in whole} == whole
+            attempts = rollout_attempts(conn, row["rollout_id"])
+            newest = max(attempts, key=lambda a: a["attempt"] or 0)["rollout_id"]
+            assert last_attempt(conn, base_rollout_id(row["rollout_id"])) == newest
+            assert row["final"] == (newest == row["rollout_id"])
+            finals += row["final"]
+        # every 7th rollout fails for good; every 5th failed once, then was answered
+        assert finals == len(run.failures) and len(rows) > finals
+        assert last_attempt(conn, "no-such-rollout") is None
+    finally:
+        conn.close()

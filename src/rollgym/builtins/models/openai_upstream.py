@@ -42,6 +42,7 @@ from rollgym.servers import (
     TransportError,
     gate,
     is_uuid,
+    server_timing,
     upstream_uuid,
     wire_messages,
 )
@@ -234,6 +235,7 @@ class OpenAIUpstream(ModelServer):
                 if response.status == 200 and isinstance(response.data, dict):
                     self._learn(request_id, sent_id)
                     _record(span, request_id, sent_id, response.data, None)
+                    _note_engine_timings(response.data)
                     return response.data
                 detail = response.data if response.data is not None else response.text
                 raise self._refusal(route, response.status, detail)
@@ -394,6 +396,22 @@ def _model_span(rollout_id: str | None, model: str) -> Any:
     from rollgym.servers import spans
 
     return spans.genai_span(rollout_id, model, _PROVIDER, upstream=True)
+
+
+def _note_engine_timings(answer: Mapping[str, object]) -> None:
+    """The engine's own seconds where its answer says them (llama.cpp's ``timings``:
+    ``prompt_ms`` + ``predicted_ms``), unless the upstream's ``Server-Timing`` already did;
+    without either the model server reports the upstream call's wall time."""
+    timings = answer.get("timings")
+    current = server_timing.current()
+    if not isinstance(timings, Mapping) or current is None:
+        return
+    if current.get(server_timing.ENGINE) is not None:
+        return
+    parts = [timings.get("prompt_ms"), timings.get("predicted_ms")]
+    numbers = [p for p in parts if isinstance(p, (int, float)) and not isinstance(p, bool)]
+    if numbers and all(n >= 0 for n in numbers):
+        current.add(server_timing.ENGINE, sum(numbers) / 1000)
 
 
 def _record(

@@ -29,7 +29,14 @@ from rollgym.builtins.models import toy_tokenizer
 from rollgym.builtins.models.policy import decide
 from rollgym.builtins.models.reply import Reply
 from rollgym.builtins.models.vllm_fields import with_vllm_fields
-from rollgym.servers import ChatRequest, ModelServer, ServerOptions, gate, policy_versions
+from rollgym.servers import (
+    ChatRequest,
+    ModelServer,
+    ServerOptions,
+    gate,
+    policy_versions,
+    server_timing,
+)
 
 
 class Latency(BaseModel):
@@ -159,9 +166,14 @@ class SimulatedModel(ModelServer):
     ) -> dict[str, Any]:
         arrived = time.perf_counter()
         if self._slots is None:
-            return await self._decode(request, request_id, rollout_id, timings, arrived)
-        async with self._slots:
-            return await self._decode(request, request_id, rollout_id, timings, arrived)
+            answer = await self._decode(request, request_id, rollout_id, timings, arrived)
+        else:
+            async with self._slots:
+                answer = await self._decode(request, request_id, rollout_id, timings, arrived)
+        # The engine's own time (its queue, prefill and decode), reported as a real engine's
+        # is: the Server-Timing header carries it to the rollout's usage (engine_s).
+        server_timing.note(server_timing.ENGINE, timings.e2e)
+        return answer
 
     async def _decode(
         self,
