@@ -13,6 +13,9 @@ attempt each (so a timeout is not hidden by a retry):
 It prints, per agent, completed/requested, the median rollout duration and the wall time
 (its first rollout's start to its last one's end), then the ratios sdk / single_turn (target:
 completed/requested 1.0 for both, wall-time ratio within 1.5x). ``--full``: 5,000 each.
+``--replicas K`` serves each agent with K processes (both agents alike, so the comparison
+stays fair). Last, ``rollgym traces check`` runs on the job's trace store: the trace contract
+(no span of one rollout in another's trace) must hold for both agents at that concurrency.
 
 ``--construction`` prints instead what one rollout's SDK client costs to make, piece by
 piece, against what a fresh ``AsyncOpenAI`` with its own transport costs.
@@ -36,10 +39,25 @@ import yaml
 HERE = Path(__file__).resolve().parent
 
 
+def _traces_check(out: Path) -> tuple[int, str]:
+    """``rollgym traces check`` on the run: exit status and its verdict line (the trace
+    contract: no span of one rollout in another's trace)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "rollgym", "traces", "check", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    return proc.returncode, lines[-1] if lines else ""
+
+
 def _job(
-    root: Path, n: int, latency: float, calls: int, window: bool = True
-) -> dict[str, dict[str, Any]]:
-    """One job, N rows for each agent, all in flight at once; per-agent figures."""
+    root: Path, n: int, latency: float, calls: int, window: bool = True, replicas: int = 1
+) -> tuple[dict[str, dict[str, Any]], tuple[int, str]]:
+    """One job, N rows for each agent, all in flight at once; per-agent figures and the
+    verdict of ``rollgym traces check`` on its traces."""
     root.mkdir(parents=True)
     rows = root / "rows.jsonl"
     rows.write_text(
@@ -49,7 +67,8 @@ def _job(
             for agent in ("single_turn", "sdk")
         )
     )
-    common = {"kind": "agent", "model": "policy", "environment": "arith"}
+    # the same replicas for both agents, so neither gets more processes than the other
+    common = {"kind": "agent", "model": "policy", "environment": "arith", "replicas": replicas}
     config = {
         "run": {
             "input": str(rows),
@@ -113,7 +132,7 @@ def _job(
                 else float("nan")
             ),
         }
-    return figures
+    return figures, _traces_check(out)
 
 
 def _print(name: str, r: dict[str, Any]) -> None:
@@ -185,6 +204,12 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1, help="model calls of the SDK agent")
     parser.add_argument("--construction", action="store_true", help="client set-up costs only")
     parser.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        help="processes serving each agent (the same for both, so the comparison stays fair)",
+    )
+    parser.add_argument(
         "--window",
         choices=["on", "off"],
         default="on",
@@ -196,12 +221,16 @@ def main() -> None:
         return
     n = 5000 if args.full else args.n
     with tempfile.TemporaryDirectory(prefix="bench-sdk-") as tmp:
-        figures = _job(Path(tmp) / "job", n, args.latency, args.calls, args.window == "on")
+        load_before = os.getloadavg()[0]
+        figures, (check_rc, check_line) = _job(
+            Path(tmp) / "job", n, args.latency, args.calls, args.window == "on", args.replicas
+        )
     single, sdk = figures["single_turn"], figures["sdk"]
     print(
         f"{n:,} rollouts of each agent in flight at once ({2 * n:,} in all), model latency "
         f"{args.latency} s, SDK agent model calls: {args.calls}, run.adaptive_window "
-        f"{args.window}; load average {os.getloadavg()[0]:.1f}"
+        f"{args.window}, replicas per agent: {args.replicas}; load average "
+        f"{load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     )
     _print("single_turn", single)
     _print("sdk", sdk)
@@ -213,6 +242,7 @@ def main() -> None:
         f"wall-time ratio sdk / single_turn: {sdk['wall_s'] / single['wall_s']:.2f} "
         f"(target <= 1.5); median-rollout ratio: {sdk['median_s'] / single['median_s']:.2f}"
     )
+    print(f"rollgym traces check: exit {check_rc} (target 0): {check_line}")
 
 
 if __name__ == "__main__":
