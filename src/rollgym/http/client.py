@@ -127,6 +127,17 @@ def _stale_connection(exc: aiohttp.ClientError) -> bool:
     return isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError))
 
 
+#: The same stale-connection resend, for the OpenAI SDK's shared pool
+#: (:mod:`rollgym.servers.sdk_pool`): its connector, and the two tests of a failed send.
+ReuseAwareConnector = _ReuseAwareConnector
+is_stale_connection = _stale_connection
+
+
+def sent_on_reused_connection() -> bool:
+    """Whether this task's last request went out on a pooled (reused) connection."""
+    return _reused.get()
+
+
 class HttpResponse(NamedTuple):
     """A finished exchange: status, parsed JSON (None when the body was not JSON), raw text snippet.
 

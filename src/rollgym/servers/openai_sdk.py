@@ -176,18 +176,6 @@ def _with_stream(
     )
 
 
-def _rebuilt(request: httpx2.Request, response: httpx2.Response, body: bytes) -> httpx2.Response:
-    """The same answer with its (already decoded) body in memory."""
-    headers = [(k, v) for k, v in response.headers.items() if k.lower() != "content-encoding"]
-    return type(response)(
-        response.status_code,
-        headers=headers,
-        content=body,
-        request=request,
-        extensions=response.extensions,
-    )
-
-
 @functools.cache
 def _async_transport_class() -> type[Any]:
     """The per-rollout async transport class, made once for the SDK's HTTP library."""
@@ -231,9 +219,11 @@ def _async_transport_class() -> type[Any]:
                 if not self.hooks.wants_body(span, response):
                     self.hooks.after_answer(span, request, response, None)
                     return response
+                # read once, kept on the answer (httpx caches it): the SDK reads it again
+                # for free, where a rebuilt answer cost a second header parse per call
                 body = await response.aread()
                 self.hooks.after_answer(span, request, response, body)
-                return _rebuilt(request, response, body)
+                return response
 
         async def aclose(self) -> None:
             """Nothing of its own to close: the pool is shared by the process's rollouts."""
@@ -292,9 +282,11 @@ def _sync_transport_class() -> type[Any]:
                 if not self.hooks.wants_body(span, response):
                     self.hooks.after_answer(span, request, response, None)
                     return response
+                # read once, kept on the answer (httpx caches it): the SDK reads it again
+                # for free, where a rebuilt answer cost a second header parse per call
                 body = response.read()
                 self.hooks.after_answer(span, request, response, body)
-                return _rebuilt(request, response, body)
+                return response
 
         def close(self) -> None:
             """Nothing of its own to close: the pool is shared by the process's rollouts."""
@@ -310,6 +302,12 @@ def sync_transport(model: SdkModel, record: Record | None = None) -> httpx2.Base
     return transport
 
 
+def _parsed_base_url(model: SdkModel) -> Any:
+    """The base URL parsed once, with the trailing slash the SDK would add: given a string,
+    the SDK parses it three times per client (URL parsing was most of a client's cost)."""
+    return http_library().URL(model.sdk_base_url.rstrip("/") + "/")
+
+
 def async_client(model: SdkModel, record: Record | None = None) -> openai.AsyncOpenAI:
     """An ``AsyncOpenAI`` on the rollout-scoped URL of ``model``, stamped and traced; with
     ``record``, its chat completions go into the rollout's trajectory."""
@@ -317,7 +315,7 @@ def async_client(model: SdkModel, record: Record | None = None) -> openai.AsyncO
     transport = async_transport(model, record)
     http = http_library().AsyncClient(transport=transport, timeout=model.timeout)
     return openai.AsyncOpenAI(
-        base_url=model.sdk_base_url, api_key=PLACEHOLDER_KEY, http_client=http, max_retries=0
+        base_url=_parsed_base_url(model), api_key=PLACEHOLDER_KEY, http_client=http, max_retries=0
     )
 
 
@@ -326,5 +324,5 @@ def sync_client(model: SdkModel, record: Record | None = None) -> openai.OpenAI:
     openai = require_openai()
     http = http_library().Client(transport=sync_transport(model, record), timeout=model.timeout)
     return openai.OpenAI(
-        base_url=model.sdk_base_url, api_key=PLACEHOLDER_KEY, http_client=http, max_retries=0
+        base_url=_parsed_base_url(model), api_key=PLACEHOLDER_KEY, http_client=http, max_retries=0
     )

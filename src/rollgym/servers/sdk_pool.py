@@ -18,6 +18,19 @@ used it (its connections are that loop's sockets), so there is one per running l
 blocking pool (httpx's, thread-safe; threads bound its concurrency) is one per process. Both
 are built in an empty OpenTelemetry context, so nothing long-lived holds on to the rollout
 whose first call built it.
+
+Stale connections: a server closes an idle keep-alive connection on its own timer (uvicorn's
+default, vLLM's and llama.cpp's servers: 5 s), and a request written on it at that moment fails
+("connection reset by peer", "server disconnected") although the server never read it. On a
+loaded machine the event loop may not yet have seen the server's FIN when the pool hands the
+connection out, and the SDK's own retries (``max_retries=0`` here) would each pick another such
+connection. Two defences, the same as rollgym's own client (:mod:`rollgym.http.client`): the
+pool gives an idle connection up after :data:`KEEPALIVE_EXPIRY_S`, well below those servers'
+keep-alive, and a request whose send died that way on a *reused* connection, before any byte
+of an answer arrived, is sent once more on a fresh, unpooled connection
+(:class:`ResendOnStale`). That resend is safe for a POST: a server closes a keep-alive
+connection only while no request is in progress on it. A failure on a fresh connection, or once
+the answer started, is never resent: the server may have run the request.
 """
 
 from __future__ import annotations
@@ -29,13 +42,17 @@ import threading
 import weakref
 from typing import Any
 
+import aiohttp
+
+from rollgym.http.client import ReuseAwareConnector, is_stale_connection, sent_on_reused_connection
+
 #: Connections the pool keeps open at most (requests beyond it wait for one, within the
 #: client's timeout): enough for thousands of rollouts each with one model call in flight.
 MAX_CONNECTIONS = 4096
-#: Seconds an idle connection is kept: below the 5 s keep-alive of uvicorn's default (vLLM's
-#: and llama.cpp's servers, a ``url:`` model server), so the pool drops a connection before the
-#: server closes it under a request (the SDK client makes no retry: ``max_retries=0``).
-KEEPALIVE_EXPIRY_S = 4.0
+#: Seconds an idle connection is kept: well below the 5 s keep-alive of uvicorn's default
+#: (vLLM's and llama.cpp's servers, a ``url:`` model server), so the pool drops a connection
+#: before the server closes it, even when a loaded loop releases it a few seconds late.
+KEEPALIVE_EXPIRY_S = 2.0
 
 _async_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
     weakref.WeakKeyDictionary()
@@ -102,18 +119,69 @@ def aiohttp_transport_class() -> type[Any] | None:
     return None
 
 
+@functools.cache
+def resend_on_stale_class() -> type[Any]:
+    """:class:`ResendOnStale` for the SDK's HTTP library (made once; the SDK accepts only
+    transports of its own library)."""
+    http = http_library()
+
+    class ResendOnStale(http.AsyncBaseTransport):  # type: ignore[misc,name-defined]
+        """The shared aiohttp pool, and one resend on a fresh connection after a stale one."""
+
+        def __init__(self, pooled: Any, fresh: Any) -> None:
+            #: The keep-alive pool every request goes to first.
+            self.pooled = pooled
+            #: Never pools (``force_close``): the one resend's connection is always new.
+            self.fresh = fresh
+            #: Requests resent after a stale pooled connection.
+            self.resent = 0
+
+        async def handle_async_request(self, request: Any) -> Any:
+            try:
+                return await self.pooled.handle_async_request(request)
+            except http.TransportError as error:
+                if not _resendable(request, error):
+                    raise
+            self.resent += 1
+            return await self.fresh.handle_async_request(request)
+
+        async def aclose(self) -> None:
+            try:
+                await self.pooled.aclose()
+            finally:
+                await self.fresh.aclose()
+
+    return ResendOnStale
+
+
+def _resendable(request: Any, error: BaseException) -> bool:
+    """A send that died on a reused connection the server had closed, its body in memory."""
+    cause = error.__cause__
+    if not (isinstance(cause, aiohttp.ClientError) and is_stale_connection(cause)):
+        return False
+    if not sent_on_reused_connection():
+        return False
+    try:
+        request.content  # noqa: B018 - raises when the body is a stream (not resendable)
+    except http_library().RequestNotRead:
+        return False
+    return True
+
+
 def _new_async_pool() -> object:
     aiohttp_transport = aiohttp_transport_class()
     if aiohttp_transport is None:
         return http_library().AsyncHTTPTransport(limits=_limits())
-    import aiohttp
-
-    session = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(
+    pooled = aiohttp.ClientSession(
+        connector=ReuseAwareConnector(
             limit=MAX_CONNECTIONS, limit_per_host=0, keepalive_timeout=KEEPALIVE_EXPIRY_S
         )
     )
-    return aiohttp_transport(limits=_limits(), client=session)
+    fresh = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True))
+    return resend_on_stale_class()(
+        aiohttp_transport(limits=_limits(), client=pooled),
+        aiohttp_transport(limits=_limits(), client=fresh),
+    )
 
 
 def async_pool() -> object:

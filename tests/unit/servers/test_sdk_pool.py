@@ -54,12 +54,13 @@ async def test_concurrent_rollouts_share_one_pool_and_keep_their_own_ids(serving
         answer = await late.async_openai().chat.completions.create(model="sim", messages=ARITH)
         await late.aclose()
         # connections kept open for reuse (aiohttp's pool; the SDK ships its transport)
-        idle = pool.client.connector._conns
+        idle = pool.pooled.client.connector._conns
         connections = sum(len(held) for held in idle.values())
         await sdk_pool.aclose_async_pool()
     assert answer.id == "chatcmpl-late-0.0"
     assert all(inner is pool for _, _, inner in results)
-    assert isinstance(pool, sdk_pool.aiohttp_transport_class())
+    assert isinstance(pool, sdk_pool.resend_on_stale_class())
+    assert isinstance(pool.pooled, sdk_pool.aiohttp_transport_class())
     # far fewer connections than rollouts: the pool reuses them (all 60 were in flight at once)
     assert 1 <= connections <= ROLLOUTS
     for i, (ids, _, _) in enumerate(results):
