@@ -39,6 +39,7 @@ from rollgym.http.listen import BACKLOG, bind_loopback
 from rollgym.http.server import create_app
 from rollgym.open_files import raise_open_files_limit
 from rollgym.servers.base import ServerContext
+from rollgym.servers.fork_server import ENV_CONTROL_FD, FORK_SERVER_ARG, run_fork_server
 from rollgym.servers.registry import resolve_impl
 from rollgym.servers.spec import ServeSpec
 from rollgym.telemetry.span_counts import SpanCountRecord, empty_record, write_server_record
@@ -200,4 +201,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == [FORK_SERVER_ARG]:  # the local placement's fork server (its children
+        # call main() themselves, with this argv still theirs)
+        sys.exit(run_fork_server(int(os.environ[ENV_CONTROL_FD])))
     sys.exit(main())
