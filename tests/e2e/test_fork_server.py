@@ -12,6 +12,7 @@ import pytest
 
 from rollgym.config import JobConfig, validate_config
 from rollgym.errors import LaunchError
+from rollgym.placement import forked
 from rollgym.placement.forked import ENV_FORK_SERVER
 from rollgym.placement.launcher import launch_servers
 from rollgym.servers.fork_server import FORK_SERVER_ARG
@@ -149,3 +150,32 @@ def _launched_pids(out: Path) -> list[int]:
         if ours and "rollgym.servers.server_process" in line and str(out).encode() in environ:
             found.append(int(entry.name))
     return found
+
+
+async def test_a_fork_server_started_ahead_is_the_one_that_forks(tmp_path, monkeypatch):
+    """A run starts its fork server before its trace store (its imports overlap the store's
+    start); the launch takes that one over instead of starting another."""
+    monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
+    out = tmp_path / "out"
+    job = config(tmp_path, {"arith": {"kind": "environment", "impl": "arithmetic"}})
+    forked.prestart_for(job, out)
+    ahead = forked._prestarted[out / "logs"].process.pid
+    try:
+        async with launch_servers(job, run_id="p", output_dir=out, env={}) as urls:
+            assert reply(urls["arith"]) == 200
+            assert out / "logs" not in forked._prestarted  # taken over
+    finally:
+        forked.discard_for(out)
+    log = (out / "logs" / "fork-server.log").read_text()
+    assert f"fork server {ahead}: forked arith as pid" in log, log
+    assert log.count("fork server ") == 1, log
+
+
+async def test_a_fork_server_no_launch_took_is_let_go(tmp_path, monkeypatch):
+    monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
+    out = tmp_path / "out"
+    job = config(tmp_path, {"arith": {"kind": "environment", "impl": "arithmetic"}})
+    forked.prestart_for(job, out)
+    process = forked._prestarted[out / "logs"].process
+    forked.discard_for(out)
+    assert process.poll() == 0 and not forked._prestarted

@@ -25,13 +25,17 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rollgym.child_process import log_tail, spawn_child
 from rollgym.errors import LaunchError
-from rollgym.servers.fork_server import ENV_CONTROL_FD, FORK_SERVER_ARG
+from rollgym.servers.fork_server import ENV_CONTROL_FD, ENV_PRELOAD, FORK_SERVER_ARG
 from rollgym.servers.spec import ServeSpec
+
+if TYPE_CHECKING:
+    from rollgym.config import JobConfig
 
 #: ``ROLLGYM_FORK_SERVER=0`` spawns every server process on its own (as before the fork server).
 ENV_FORK_SERVER = "ROLLGYM_FORK_SERVER"
@@ -124,7 +128,8 @@ class ForkServer:
 
     def __init__(self, env: Mapping[str, str], log_path: Path) -> None:
         self.log_path = log_path
-        self._env = dict(env)
+        #: The environment it was started in (each server's own comes with its request).
+        self.start_env = dict(env)
         self._lock = asyncio.Lock()
         self._subreaper = _adopt_orphans(True)
         if not self._subreaper:
@@ -136,7 +141,7 @@ class ForkServer:
                 # the run's folder in its environment names the run its servers belong to
                 # (forked servers keep the environment of the process they are forked from)
                 env={
-                    **self._env,
+                    **self.start_env,
                     ENV_CONTROL_FD: str(theirs.fileno()),
                     ENV_FORK_SERVER_LOGS: str(log_path.parent),
                 },
@@ -196,3 +201,67 @@ class ForkServer:
         if self._subreaper:
             self._subreaper = False
             _adopt_orphans(False)
+
+
+#: Fork servers started ahead of their launch (:func:`prestart`), by the run's logs folder.
+_prestarted: dict[Path, ForkServer] = {}
+
+
+def _interpreter_env(env: Mapping[str, str]) -> dict[str, str]:
+    """What decides what an interpreter imports (``PYTHONPATH`` and the other ``PYTHON*``):
+    a fork server started ahead serves a launch whose environment agrees on these; every
+    other variable reaches each server in its own request."""
+    return {key: value for key, value in env.items() if key.startswith("PYTHON")}
+
+
+def prestart(
+    logs: Path, impls: Iterable[tuple[str, str]], env: Mapping[str, str] = os.environ
+) -> None:
+    """Start the run's fork server now, so it imports the server stack and ``impls`` (``(impl,
+    kind)`` of each server to fork) while the driver starts the trace store (the launcher
+    takes it over, :func:`take_prestarted`). Nothing where forking is off, there is nothing
+    to fork, or one already waits for ``logs``."""
+    named = sorted(set(impls))
+    if not named or not fork_server_enabled(env) or logs in _prestarted:
+        return
+    try:
+        _prestarted[logs] = ForkServer(
+            {**env, ENV_PRELOAD: json.dumps(named)}, logs / "fork-server.log"
+        )
+    except OSError:
+        return  # the launch spawns each server, and says why
+
+
+def take_prestarted(logs: Path, env: Mapping[str, str]) -> ForkServer | None:
+    """The fork server :func:`prestart` started for ``logs`` if it can serve a launch in
+    ``env`` (the launch's to finish now); else None, and it is let go."""
+    forks = _prestarted.pop(logs, None)
+    if forks is None:
+        return None
+    if (
+        _interpreter_env(forks.start_env) != _interpreter_env(env)
+        or forks.process.poll() is not None
+    ):
+        forks.finish()
+        return None
+    return forks
+
+
+def discard_prestarted(logs: Path) -> None:
+    """Let go of a fork server started for ``logs`` that no launch took (a run that failed
+    before its servers started)."""
+    forks = _prestarted.pop(logs, None)
+    if forks is not None:
+        forks.finish()
+
+
+def prestart_for(config: JobConfig, output_dir: Path) -> None:
+    """:func:`prestart` for a job's local servers, before its trace store starts."""
+    if config.run.placement == "local":
+        impls = [(s.impl, s.kind) for s in config.servers.values() if s.impl is not None]
+        prestart(Path(output_dir) / "logs", impls)
+
+
+def discard_for(output_dir: Path) -> None:
+    """:func:`discard_prestarted` of a job's run folder (after its launch, or its failure)."""
+    discard_prestarted(Path(output_dir) / "logs")

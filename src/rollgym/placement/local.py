@@ -24,7 +24,7 @@ import aiohttp
 
 from rollgym.child_process import describe_exit, log_tail, spawn_child
 from rollgym.errors import LaunchError
-from rollgym.placement.forked import ForkServer, fork_server_enabled
+from rollgym.placement.forked import ForkServer, fork_server_enabled, take_prestarted
 from rollgym.placement.health import wait_healthy
 from rollgym.placement.reserved import Reservations
 from rollgym.servers.spec import ENV_SPEC, ServeSpec
@@ -175,8 +175,11 @@ class LocalPlacement:
         starts the fork server, which imports the server stack meanwhile."""
         url = self.reservations.reserve(instance)
         if self._use_forks and self.forks is None:
+            start_env = {**os.environ, **self.env}
             try:
-                self.forks = ForkServer({**os.environ, **self.env}, self.logs / "fork-server.log")
+                self.forks = take_prestarted(self.logs, start_env) or ForkServer(
+                    start_env, self.logs / "fork-server.log"
+                )
             except OSError as exc:
                 log.warning("no fork server (%s); spawning each server", exc)
                 self._use_forks = False

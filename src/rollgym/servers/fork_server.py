@@ -32,6 +32,7 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import replace
 from typing import NoReturn
 
@@ -42,17 +43,20 @@ from rollgym.servers.spec import ENV_SPEC, ServeSpec
 FORK_SERVER_ARG = "--fork-server"
 #: The environment variable naming the inherited control socket's descriptor.
 ENV_CONTROL_FD = "ROLLGYM_FORK_SERVER_FD"
+#: JSON ``[[impl, kind], ...]``: the server classes to import before the first request.
+ENV_PRELOAD = "ROLLGYM_FORK_SERVER_PRELOAD"
 #: The largest request (a spec plus the server's environment).
 MAX_REQUEST_BYTES = 1 << 20
 #: How long a forked server waits for the driver to adopt it (the fork server to exit).
 ADOPTION_TIMEOUT_S = 60.0
 
 
-def run_fork_server(control_fd: int) -> int:
-    """Fork one server per request until the driver closes the socket; 0 then."""
+def run_fork_server(control_fd: int, serve: Callable[[], int]) -> int:
+    """Fork one server per request until the driver closes the socket; 0 then. Each child
+    calls ``serve`` (``server_process.main``) once it is set up as a spawned server is."""
     control = socket.socket(fileno=control_fd)
     own_pid = os.getpid()
-    preloaded_telemetry = False
+    preloaded_telemetry = _preload_named(os.environ.get(ENV_PRELOAD))
     while True:
         try:
             message, fds, _flags, _addr = socket.recv_fds(control, MAX_REQUEST_BYTES, 1)
@@ -68,10 +72,24 @@ def run_fork_server(control_fd: int) -> int:
         _preload_impl(spec)
         pid = os.fork()
         if pid == 0:
-            _forked_server(control, request, spec, own_pid)
+            _forked_server(control, request, spec, own_pid, serve)
         for fd in fds:
             os.close(fd)
         control.send(str(pid).encode())
+        print(f"fork server {own_pid}: forked {spec.instance} as pid {pid}", flush=True)
+
+
+def _preload_named(named: str | None) -> bool:
+    """Before the first request (the driver may still be starting the trace store): the
+    telemetry SDK and the classes ``ROLLGYM_FORK_SERVER_PRELOAD`` names. True when it named
+    any (telemetry preloaded)."""
+    if not named:
+        return False
+    with contextlib.suppress(ImportError):
+        import rollgym.telemetry.setup  # noqa: F401
+    for impl, kind in json.loads(named):
+        _preload_impl(ServeSpec(name="preload", kind=kind, impl=impl, ready_file=""))
+    return True
 
 
 def _preload_telemetry(env: dict[str, str]) -> bool:
@@ -96,7 +114,11 @@ def _preload_impl(spec: ServeSpec) -> None:
 
 
 def _forked_server(
-    control: socket.socket, request: dict[str, object], spec: ServeSpec, fork_server: int
+    control: socket.socket,
+    request: dict[str, object],
+    spec: ServeSpec,
+    fork_server: int,
+    serve: Callable[[], int],
 ) -> NoReturn:
     """The child: its own session, log and environment, adopted by the driver, then serve."""
     code = 1
@@ -114,9 +136,7 @@ def _forked_server(
         if not isinstance(driver, int):
             raise TypeError("the fork request's driver_pid is not a number")
         _wait_adopted(driver, fork_server)
-        from rollgym.servers.server_process import main
-
-        code = main()
+        code = serve()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:
