@@ -179,3 +179,30 @@ async def test_a_fork_server_no_launch_took_is_let_go(tmp_path, monkeypatch):
     process = forked._prestarted[out / "logs"].process
     forked.discard_for(out)
     assert process.poll() == 0 and not forked._prestarted
+
+
+async def test_a_server_class_that_starts_a_thread_at_import_is_spawned(tmp_path, monkeypatch):
+    """Forking a process with a thread running copies it half-stopped: the fork server
+    declines, and that server is spawned; the one forked before it (sorted first) stays
+    forked."""
+    monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
+    (tmp_path / "threaded_servers.py").write_text(
+        "import threading, time\n"
+        "from rollgym.servers.environment import Environment\n"
+        "threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n"
+        "class Threaded(Environment):\n"
+        "    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    server_map = {
+        "arith": {"kind": "environment", "impl": "arithmetic"},
+        "zthreaded": {"kind": "environment", "impl": "threaded_servers:Threaded"},
+    }
+    out = tmp_path / "out"
+    job = config(tmp_path, server_map)
+    async with launch_servers(job, run_id="t", output_dir=out, env=env) as urls:
+        assert reply(urls["arith"]) == 200 and reply(urls["zthreaded"]) == 200
+        lines = sorted(cmdline(pid) for pid in _launched_pids(out))
+        assert len(lines) == 2
+        assert sum(FORK_SERVER_ARG in line for line in lines) == 1, lines

@@ -31,7 +31,12 @@ from typing import TYPE_CHECKING
 
 from rollgym.child_process import log_tail, spawn_child
 from rollgym.errors import LaunchError
-from rollgym.servers.fork_server import ENV_CONTROL_FD, ENV_PRELOAD, FORK_SERVER_ARG
+from rollgym.servers.fork_server import (
+    ENV_CONTROL_FD,
+    ENV_PRELOAD,
+    FORK_SERVER_ARG,
+    SPAWN_INSTEAD,
+)
 from rollgym.servers.spec import ServeSpec
 
 if TYPE_CHECKING:
@@ -179,6 +184,8 @@ class ForkServer:
             reply = await loop.sock_recv(self._control, _REPLY_BYTES)
         if not reply:
             raise self._failure("exited before it forked this server", spec)
+        if reply == SPAWN_INSTEAD:
+            raise self._failure("runs a thread (a server class started one at import)", spec)
         return ForkedChild(int(reply))
 
     def _failure(self, problem: str, spec: ServeSpec) -> LaunchError:

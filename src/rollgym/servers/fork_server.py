@@ -12,7 +12,8 @@ The protocol, over one ``SOCK_SEQPACKET`` socket (one message per request):
 - the driver sends ``{"spec": <ServeSpec JSON>, "env": {...}, "log_path": ..., "driver_pid":
   ...}`` with the server's listening socket attached (``SCM_RIGHTS``);
 - this process imports what the server needs (its class too), forks, and answers the child's
-  pid; a child that cannot start says why in its own log;
+  pid (or ``spawn`` when a class it imported started a thread: the driver spawns that
+  server); a child that cannot start says why in its own log;
 - when the driver closes its end (every reserved server has been forked), this process exits.
 
 Why it exits then: its children are re-parented to the driver, which made itself a "child
@@ -30,6 +31,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -45,6 +47,10 @@ FORK_SERVER_ARG = "--fork-server"
 ENV_CONTROL_FD = "ROLLGYM_FORK_SERVER_FD"
 #: JSON ``[[impl, kind], ...]``: the server classes to import before the first request.
 ENV_PRELOAD = "ROLLGYM_FORK_SERVER_PRELOAD"
+#: The answer instead of a pid when this process runs a thread (a server class started one at
+#: import): a fork would copy it half-stopped, so the driver spawns that server (and every
+#: later one: the thread stays) instead.
+SPAWN_INSTEAD = b"spawn"
 #: The largest request (a spec plus the server's environment).
 MAX_REQUEST_BYTES = 1 << 20
 #: How long a forked server waits for the driver to adopt it (the fork server to exit).
@@ -70,6 +76,9 @@ def run_fork_server(control_fd: int, serve: Callable[[], int]) -> int:
         if not preloaded_telemetry:
             preloaded_telemetry = _preload_telemetry(request["env"])
         _preload_impl(spec)
+        if threading.active_count() > 1:  # an imported class started one: forking is unsafe
+            control.send(SPAWN_INSTEAD)
+            continue
         pid = os.fork()
         if pid == 0:
             _forked_server(control, request, spec, own_pid, serve)
