@@ -12,6 +12,7 @@ seconds of each tree from start to exit. Run it on an otherwise idle machine for
 on a loaded one the ratio is still side by side, but say how loaded it was (load average).
 
     python bench/startup.py --rounds 5
+    python bench/startup.py --breakdown     # one serve: each process's start and CPU at ready
 """
 
 from __future__ import annotations
@@ -115,6 +116,65 @@ def rollgym_serve(
         return ready, _stop(proc)
 
 
+def _role(cmdline: list[str]) -> str:
+    """A short name for one process of the tree, from its command line."""
+    text = " ".join(cmdline)
+    for marker, role in (
+        ("rollgym.servers.server_process", "server"),
+        ("forkserver", "fork server"),
+        ("telemetry.pipeline.child", "span shipper"),
+        ("rollgym.tracestore", "trace store"),
+        ("multiprocessing", "store worker"),
+        ("rollgym serve", "driver"),
+        ("-m rollgym", "driver"),
+    ):
+        if marker in text:
+            return role
+    return text[:60]
+
+
+def breakdown(config: str, servers: int, timeout_s: float) -> None:
+    """One ``rollgym serve``: when every URL is printed, each process of the tree with its
+    start (seconds after the command's) and CPU so far (``psutil``; a process that ended
+    before ready is not counted)."""
+    import psutil
+
+    with tempfile.TemporaryDirectory(prefix="rollgym-startup-") as out:
+        start_wall = time.time()
+        start = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rollgym", "serve", config, f"run.output_dir={out}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            bufsize=0,
+        )
+        assert proc.stdout is not None
+        for _ in range(servers):
+            if not select.select([proc.stdout], [], [], timeout_s)[0]:
+                proc.kill()
+                raise SystemExit("rollgym serve did not print its URLs in time")
+            proc.stdout.readline()
+        ready = time.perf_counter() - start
+        root = psutil.Process(proc.pid)
+        rows = []
+        for one in [root, *root.children(recursive=True)]:
+            try:
+                with one.oneshot():
+                    cpu = one.cpu_times()
+                    rows.append(
+                        (one.create_time() - start_wall, cpu.user + cpu.system, one.cmdline())
+                    )
+            except psutil.Error:
+                continue
+        _stop(proc)
+    print(f"ready after {ready:.2f} s; load average {os.getloadavg()[0]:.1f}")
+    total = 0.0
+    for started, cpu, cmdline in sorted(rows):
+        total += cpu
+        print(f"  +{started:5.2f} s  {cpu:5.2f} s CPU  {_role(cmdline)}")
+    print(f"  CPU of the tree at ready: {total:.2f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", default=str(ROOT / "examples" / "quickstart.yaml"))
@@ -126,7 +186,15 @@ def main() -> None:
         help="also run the rollgym whose sources are in this folder (another checkout's src/) "
         "in each round, for a before/after side by side",
     )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="one serve only: print each process's start and CPU at ready, then exit",
+    )
     args = parser.parse_args()
+    if args.breakdown:
+        breakdown(args.config, args.servers, args.timeout_s)
+        return
     bare: list[tuple[float, float]] = []
     served: list[tuple[float, float]] = []
     baseline: list[tuple[float, float]] = []

@@ -176,6 +176,22 @@ def server_pids_alive(
     return alive
 
 
+def live_server_pid(run_dir: Path, instance: str) -> int | None:
+    """The pid of server instance ``instance`` (``name`` or ``name@<i>``) of the run in
+    ``run_dir``, from its ``servers.jsonl`` (the latest start still running), or None.
+
+    The run's file, not ``/proc/<pid>/environ``: a forked server keeps the environment of
+    the fork server, not its own spec."""
+    from rollgym.incarnations import read_incarnations
+
+    for incarnation in reversed(read_incarnations(run_dir)):
+        if incarnation.instance == instance and incarnation.pid is not None:
+            if incarnation.pid in server_pids_alive(under=str(run_dir)):
+                return incarnation.pid
+            return None
+    return None
+
+
 def wait_for(predicate: Any, timeout: float = 60.0, interval: float = 0.05) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

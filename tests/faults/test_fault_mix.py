@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 
 import orjson
 import pytest
-from e2e_support import Job, killed_if_left_running, server_pids_alive, wait_for
+from e2e_support import Job, killed_if_left_running, live_server_pid, wait_for
 from faults_support import assert_exact_accounting
 
 pytestmark = pytest.mark.e2e
@@ -84,9 +83,8 @@ def test_an_environment_killed_mid_run_is_restarted_and_nothing_is_lost(
 
 
 def _pid_of(job: Job, name: str) -> int:
-    """The pid of launched server ``name`` of this job (its spec names it)."""
-    marker = f'"name": "{name}"'.encode()
-    for pid in server_pids_alive(under=str(job.root)):
-        if marker in Path(f"/proc/{pid}/environ").read_bytes():
-            return pid
-    raise AssertionError(f"no live server {name!r}")
+    """The pid of launched server ``name`` of this job (from the run's servers.jsonl)."""
+    pid = live_server_pid(job.out, name)
+    if pid is None:
+        raise AssertionError(f"no live server {name!r}")
+    return pid

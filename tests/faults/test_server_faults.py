@@ -6,7 +6,7 @@ import os
 import signal
 
 import pytest
-from e2e_support import Job, killed_if_left_running, server_pids_alive, wait_for
+from e2e_support import Job, killed_if_left_running, live_server_pid, server_pids_alive, wait_for
 from faults_support import assert_exact_accounting
 
 pytestmark = pytest.mark.e2e
@@ -80,12 +80,11 @@ def test_a_server_dying_during_start_up_stops_the_run_before_its_dependents_serv
 
 
 def _replica_pid(job: Job, replica: int) -> int:
-    """The PID of replica ``replica`` of the job's one server (its spec names its replica)."""
-    for pid in server_pids_alive(under=str(job.root)):
-        with open(f"/proc/{pid}/environ", "rb") as environ:
-            if f'"replica": {replica}'.encode() in environ.read():
-                return pid
-    raise AssertionError(f"no live process for replica {replica}")
+    """The PID of replica ``replica`` of the job's one server (from the run's servers.jsonl)."""
+    pid = live_server_pid(job.out, f"a@{replica}" if replica else "a")
+    if pid is None:
+        raise AssertionError(f"no live process for replica {replica}")
+    return pid
 
 
 def _restarted(job: Job, killed: int) -> bool:

@@ -38,6 +38,7 @@ from rollgym.driver.summary import (
 from rollgym.driver.version_file import follow_version_file
 from rollgym.errors import ConfigError, OutputError, TransportError
 from rollgym.incarnations import IncarnationLog
+from rollgym.placement.forked import discard_for, prestart_for
 from rollgym.placement.supervisor import Supervisor, report_to_stderr
 from rollgym.server_urls import ServerUrls
 from rollgym.telemetry.groups import gate
@@ -454,6 +455,7 @@ async def _run_owned(
         interrupts.install(loop)
     telemetry = JobTelemetry()
     try:
+        prestart_for(config, output_dir)  # the servers' imports overlap the store's start
         telemetry.start(config, output_dir, run_id)
         telemetry.watch_store()
         session = RUN_SESSION.set(state.sessions.index)  # gym.run.session on its dispatches
@@ -471,6 +473,7 @@ async def _run_owned(
             write_summary(summary, output_dir)
             state.sessions.end(state.status)
     finally:
+        discard_for(output_dir)
         await telemetry.stop_store()
         if handle_signals:
             interrupts.remove(loop)

@@ -61,6 +61,7 @@ async def serve_servers(config: JobConfig, names: Iterable[str] = ()) -> AsyncIt
 
     Leaving the block for any reason stops every launched process, as a run does.
     """
+    from rollgym.placement.forked import discard_for, prestart_for
     from rollgym.placement.launcher import launch_servers
 
     config = with_dependencies(config, names)
@@ -68,6 +69,7 @@ async def serve_servers(config: JobConfig, names: Iterable[str] = ()) -> AsyncIt
     prepare_output(config, run_id, output_dir)
     telemetry = JobTelemetry()
     try:
+        prestart_for(config, output_dir)  # the servers' imports overlap the store's start
         telemetry.start(config, output_dir, run_id)
         async with launch_servers(
             config, run_id=run_id, output_dir=output_dir, env=telemetry.server_env
@@ -75,5 +77,6 @@ async def serve_servers(config: JobConfig, names: Iterable[str] = ()) -> AsyncIt
             ordered = {name: urls[name] for name in config.servers if name in urls}
             yield Served(ordered, output_dir, run_id)
     finally:
+        discard_for(output_dir)
         telemetry.flush()
         await telemetry.stop_store()

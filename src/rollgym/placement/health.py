@@ -9,10 +9,10 @@ nothing listens at all.
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Protocol
 
 import aiohttp
 
@@ -24,6 +24,14 @@ from rollgym.errors import LaunchError
 _POLL_FIRST_S = 0.005
 _POLL_GROWTH = 1.5
 _POLL_MAX_S = 0.05
+
+
+class ExitWatch(Protocol):
+    """A launched server's process, as far as waiting for it needs: has it exited, and how."""
+
+    @property
+    def returncode(self) -> int | None: ...
+    def poll(self) -> int | None: ...
 
 
 def poll_pauses() -> Iterator[float]:
@@ -40,7 +48,7 @@ async def wait_healthy(
     session: aiohttp.ClientSession,
     deadline: float,
     ready_file: Path | None = None,
-    process: subprocess.Popen[bytes] | None = None,
+    process: ExitWatch | None = None,
     failure: Callable[[str], LaunchError],
     strict: bool = True,
     refused_for_s: float | None = None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import os
 import signal
 import socket
@@ -17,38 +18,60 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Protocol
 
 import aiohttp
 
 from rollgym.child_process import describe_exit, log_tail, spawn_child
 from rollgym.errors import LaunchError
+from rollgym.placement.forked import ForkServer, fork_server_enabled, take_prestarted
 from rollgym.placement.health import wait_healthy
 from rollgym.placement.reserved import Reservations
 from rollgym.servers.spec import ENV_SPEC, ServeSpec
 
 _POLL_S = 0.05
+log = logging.getLogger(__name__)
+
+
+class ChildHandle(Protocol):
+    """A server's process as the placement handles it: a spawned :class:`subprocess.Popen`
+    or a :class:`~rollgym.placement.forked.ForkedChild`."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def returncode(self) -> int | None: ...
+    def poll(self) -> int | None: ...
+    def send_signal(self, sig: int, /) -> None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
 
 
 class ServerProcess:
-    """A server (one replica of it) started with ``python -m rollgym.servers.server_process``."""
+    """A server (one replica of it): ``python -m rollgym.servers.server_process`` spawned
+    (:meth:`spawn`), or forked by the run's fork server (:meth:`fork`)."""
 
-    def __init__(
-        self,
+    def __init__(self, spec: ServeSpec, log_path: Path, popen: ChildHandle) -> None:
+        self.spec = spec
+        self.log_path = log_path
+        self.ready_file = Path(spec.ready_file)
+        self.popen = popen
+
+    @classmethod
+    def spawn(
+        cls,
         spec: ServeSpec,
         env: Mapping[str, str],
         log_path: Path,
         listener: socket.socket | None = None,
-    ) -> None:
-        """``listener``: a socket bound for it in advance (its URL already handed out); the
-        process serves on it, and this process's copy is closed once the child has it."""
+    ) -> ServerProcess:
+        """A new interpreter for the server. ``listener``: a socket bound for it in advance
+        (its URL already handed out); the process serves on it, and this process's copy is
+        closed once the child has it."""
         if listener is not None:
             spec = dataclasses.replace(spec, listen_fd=listener.fileno())
-        self.spec = spec
-        self.log_path = log_path
-        self.ready_file = Path(spec.ready_file)
-        self.ready_file.unlink(missing_ok=True)
+        Path(spec.ready_file).unlink(missing_ok=True)
         try:
-            self.popen = spawn_child(
+            popen = spawn_child(
                 [sys.executable, "-m", "rollgym.servers.server_process"],
                 env={**os.environ, **env, ENV_SPEC: spec.to_env()},
                 log_path=log_path,
@@ -58,6 +81,24 @@ class ServerProcess:
         finally:
             if listener is not None:
                 listener.close()
+        return cls(spec, log_path, popen)
+
+    @classmethod
+    async def fork(
+        cls,
+        forks: ForkServer,
+        spec: ServeSpec,
+        env: Mapping[str, str],
+        log_path: Path,
+        listener: socket.socket,
+    ) -> ServerProcess:
+        """The server forked by the run's fork server, serving on ``listener`` (closed here
+        once the server has it; left open when the fork server failed, to spawn it instead)."""
+        Path(spec.ready_file).unlink(missing_ok=True)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        child = await forks.fork(spec, {**os.environ, **env}, log_path, listener)
+        listener.close()
+        return cls(spec, log_path, child)
 
     @property
     def pid(self) -> int:
@@ -124,22 +165,57 @@ class LocalPlacement:
         self.by_name: dict[str, ServerProcess] = {}
         self.urls: dict[str, str] = {}
         self.reservations = Reservations()
+        #: Forks the reserved servers (started with the first reservation); None: spawn each.
+        self.forks: ForkServer | None = None
+        self._use_forks = fork_server_enabled()
+        self._forking = 0
 
     def reserve(self, instance: str) -> str:
-        """Bind instance's socket now; its URL (known before the process starts)."""
-        return self.reservations.reserve(instance)
+        """Bind instance's socket now; its URL (known before the process starts). The first
+        starts the fork server, which imports the server stack meanwhile."""
+        url = self.reservations.reserve(instance)
+        if self._use_forks and self.forks is None:
+            start_env = {**os.environ, **self.env}
+            try:
+                self.forks = take_prestarted(self.logs, start_env) or ForkServer(
+                    start_env, self.logs / "fork-server.log"
+                )
+            except OSError as exc:
+                log.warning("no fork server (%s); spawning each server", exc)
+                self._use_forks = False
+        return url
 
     async def start(
         self, spec: ServeSpec, *, session: aiohttp.ClientSession, timeout_s: float
     ) -> str:
         """Start one server; its base URL once ``GET /health`` answers."""
         listener = self.reservations.take(spec.instance)
-        process = ServerProcess(spec, self.env, self.logs / f"{spec.instance}.log", listener)
+        log_path = self.logs / f"{spec.instance}.log"
+        if listener is not None and self.forks is not None:
+            process = await self._fork(spec, log_path, listener)
+        else:
+            process = ServerProcess.spawn(spec, self.env, log_path, listener)
         self.processes.append(process)
         self.by_name[spec.instance] = process
         url = await process.wait_healthy(session, timeout_s)
         self.urls[spec.instance] = url
         return url
+
+    async def _fork(
+        self, spec: ServeSpec, log_path: Path, listener: socket.socket
+    ) -> ServerProcess:
+        """Fork the server; once no reserved server is left to fork, let the fork server go."""
+        assert self.forks is not None
+        self._forking += 1
+        try:
+            return await ServerProcess.fork(self.forks, spec, self.env, log_path, listener)
+        except LaunchError as exc:  # the fork server is gone: spawn this one (and the rest)
+            log.warning("%s; spawning %s instead", exc, spec.instance)
+            return ServerProcess.spawn(spec, self.env, log_path, listener)
+        finally:
+            self._forking -= 1
+            if self._forking == 0 and not self.reservations.pending():
+                self.forks.finish()
 
     def launched(self) -> dict[str, ServerProcess]:
         """``{instance: its current process}`` (``name``, or ``name@<i>`` for replica i) of
@@ -151,7 +227,7 @@ class LocalPlacement:
         old = self.by_name[name]
         port = int(self.urls[name].rsplit(":", 1)[1])
         spec = dataclasses.replace(old.spec, port=port, listen_fd=None)
-        process = ServerProcess(spec, self.env, old.log_path)
+        process = ServerProcess.spawn(spec, self.env, old.log_path)
         self.processes.append(process)
         self.by_name[name] = process
         async with aiohttp.ClientSession() as session:
@@ -167,6 +243,8 @@ class LocalPlacement:
 
     def close(self) -> None:
         self.reservations.close()
+        if self.forks is not None:
+            self.forks.finish()
         self.kill_now()
 
 

@@ -34,6 +34,10 @@ class Reservations:
         """The socket reserved for ``instance`` (now the caller's to pass on and close)."""
         return self._sockets.pop(instance, None)
 
+    def pending(self) -> int:
+        """How many reserved sockets no process has taken yet."""
+        return len(self._sockets)
+
     def close(self) -> None:
         """Close every socket no process took (a launch that failed before they started)."""
         for sock in self._sockets.values():

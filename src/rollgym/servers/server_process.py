@@ -11,6 +11,10 @@ When the driver is gone (``kill -9``; the process was re-parented), nobody waits
 answers and the trace store died with the driver: it stops at once (no graceful drain) and
 gives telemetry :data:`ORPHANED_FLUSH_S` instead of retrying exports to a dead store.
 
+``--fork-server`` makes the process the local placement's fork server instead
+(:mod:`rollgym.servers.fork_server`): it imports this module's stack once and forks each
+server, which then runs :func:`main` as a spawned one does.
+
 :class:`AppServer` (build the app, bind, serve with uvicorn) is the part shared with the Ray
 placement (:mod:`rollgym.placement.ray`), which runs it on a thread of its own inside an
 actor instead of as this process's main loop.
@@ -39,6 +43,7 @@ from rollgym.http.listen import BACKLOG, bind_loopback
 from rollgym.http.server import create_app
 from rollgym.open_files import raise_open_files_limit
 from rollgym.servers.base import ServerContext
+from rollgym.servers.fork_server import ENV_CONTROL_FD, FORK_SERVER_ARG, run_fork_server
 from rollgym.servers.registry import resolve_impl
 from rollgym.servers.spec import ServeSpec
 from rollgym.telemetry.span_counts import SpanCountRecord, empty_record, write_server_record
@@ -200,4 +205,10 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == [FORK_SERVER_ARG]:  # the local placement's fork server (its children
+        # call main() themselves, with this argv still theirs)
+        code = run_fork_server(int(os.environ[ENV_CONTROL_FD]), main)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # no interpreter teardown: its servers wait until it is gone
     sys.exit(main())

@@ -1,0 +1,274 @@
+"""The driver's side of the fork server (:mod:`rollgym.servers.fork_server`).
+
+:class:`ForkServer` starts ``python -m rollgym.servers.server_process --fork-server`` once
+per launch; it imports the server stack while the launcher binds sockets and builds specs,
+then forks one server per :meth:`ForkServer.fork`. Once every reserved server has been
+forked the driver closes the control socket, the fork server exits, and its children are
+re-parented here: this process is a child subreaper for as long as a fork server runs
+(Linux ``PR_SET_CHILD_SUBREAPER``). :class:`ForkedChild` then waits for, signals and reaps
+a forked server as :class:`subprocess.Popen` does a spawned one.
+
+Only on Linux, and not with ``ROLLGYM_FORK_SERVER=0`` (:func:`fork_server_enabled`); the
+local placement spawns each server otherwise, and always for a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rollgym.child_process import log_tail, spawn_child
+from rollgym.errors import LaunchError
+from rollgym.servers.fork_server import (
+    ENV_CONTROL_FD,
+    ENV_PRELOAD,
+    FORK_SERVER_ARG,
+    SPAWN_INSTEAD,
+)
+from rollgym.servers.spec import ServeSpec
+
+if TYPE_CHECKING:
+    from rollgym.config import JobConfig
+
+#: ``ROLLGYM_FORK_SERVER=0`` spawns every server process on its own (as before the fork server).
+ENV_FORK_SERVER = "ROLLGYM_FORK_SERVER"
+#: The run's logs folder, in the fork server's environment (and so its servers' ``/proc``).
+ENV_FORK_SERVER_LOGS = "ROLLGYM_FORK_SERVER_LOGS"
+_PR_SET_CHILD_SUBREAPER = 36
+_WAIT_POLL_S = 0.01
+_REPLY_BYTES = 64
+
+_subreaper_lock = threading.Lock()
+_subreaper_users = 0
+
+
+def fork_server_enabled(environ: Mapping[str, str] = os.environ) -> bool:
+    """Linux (child subreapers, ``PR_SET_PDEATHSIG``), unless ``ROLLGYM_FORK_SERVER=0``."""
+    return sys.platform.startswith("linux") and environ.get(ENV_FORK_SERVER, "1") != "0"
+
+
+def _prctl_subreaper(on: bool) -> bool:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)) == 0
+
+
+def _adopt_orphans(on: bool) -> bool:
+    """Count a user of this process's subreaper flag; set it for the first, clear it after the
+    last (so orphans of anything else go back to init). False when the kernel refused."""
+    global _subreaper_users
+    with _subreaper_lock:
+        if on:
+            if _subreaper_users == 0 and not _prctl_subreaper(True):
+                return False
+            _subreaper_users += 1
+        else:
+            _subreaper_users -= 1
+            if _subreaper_users == 0:
+                _prctl_subreaper(False)
+        return True
+
+
+class ForkedChild:
+    """A server forked by the fork server, adopted by this process: the part of
+    :class:`subprocess.Popen` the placement uses (``pid``, ``poll``, ``send_signal``, ``wait``)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        """None while it runs (or is not adopted yet), else its exit code (-N: signal N)."""
+        if self.returncode is not None:
+            return self.returncode
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:  # not (yet) ours: the fork server still runs, or it is gone
+            if not _exists(self.pid):
+                self.returncode = -1
+            return self.returncode
+        if pid:
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
+            time.sleep(_WAIT_POLL_S)
+        return code
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie of ours exists until reaped; one of the fork server's until it is adopted
+    return True
+
+
+class ForkServer:
+    """One fork server for one launch: :meth:`fork` a server per reserved socket, then
+    :meth:`finish` (the fork server exits; its children are this process's)."""
+
+    def __init__(self, env: Mapping[str, str], log_path: Path) -> None:
+        self.log_path = log_path
+        #: The environment it was started in (each server's own comes with its request).
+        self.start_env = dict(env)
+        self._lock = asyncio.Lock()
+        self._subreaper = _adopt_orphans(True)
+        if not self._subreaper:
+            raise OSError("this kernel refused PR_SET_CHILD_SUBREAPER")
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.process = spawn_child(
+                [sys.executable, "-m", "rollgym.servers.server_process", FORK_SERVER_ARG],
+                # the run's folder in its environment names the run its servers belong to
+                # (forked servers keep the environment of the process they are forked from)
+                env={
+                    **self.start_env,
+                    ENV_CONTROL_FD: str(theirs.fileno()),
+                    ENV_FORK_SERVER_LOGS: str(log_path.parent),
+                },
+                log_path=log_path,
+                new_session=True,
+                pass_fds=(theirs.fileno(),),
+            )
+        except BaseException:
+            ours.close()
+            _adopt_orphans(False)
+            self._subreaper = False
+            raise
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self._control: socket.socket | None = ours
+
+    async def fork(
+        self, spec: ServeSpec, env: Mapping[str, str], log_path: Path, listener: socket.socket
+    ) -> ForkedChild:
+        """Fork one server serving on ``listener`` (this process's copy stays the caller's)."""
+        request = json.dumps(
+            {
+                "spec": spec.to_env(),
+                "env": dict(env),
+                "log_path": str(log_path),
+                "driver_pid": os.getpid(),
+            }
+        ).encode()
+        loop = asyncio.get_running_loop()
+        async with self._lock:
+            if self._control is None:
+                raise self._failure("was closed before every server was forked", spec)
+            socket.send_fds(self._control, [request], [listener.fileno()])
+            reply = await loop.sock_recv(self._control, _REPLY_BYTES)
+        if not reply:
+            raise self._failure("exited before it forked this server", spec)
+        if reply == SPAWN_INSTEAD:
+            raise self._failure("runs a thread (a server class started one at import)", spec)
+        return ForkedChild(int(reply))
+
+    def _failure(self, problem: str, spec: ServeSpec) -> LaunchError:
+        tail = log_tail(self.log_path)
+        quoted = f"; last lines of {self.log_path}:\n{tail}" if tail else ""
+        return LaunchError(f"the fork server {problem}{quoted}", server=spec.instance)
+
+    def finish(self) -> None:
+        """No more servers: the fork server exits and its children are adopted here. Safe to
+        call twice; the subreaper flag is dropped once the fork server is reaped."""
+        if self._control is not None:
+            self._control.close()
+            self._control = None
+        if self.process.poll() is None:
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self._subreaper:
+            self._subreaper = False
+            _adopt_orphans(False)
+
+
+#: Fork servers started ahead of their launch (:func:`prestart`), by the run's logs folder.
+_prestarted: dict[Path, ForkServer] = {}
+
+
+def _interpreter_env(env: Mapping[str, str]) -> dict[str, str]:
+    """What decides what an interpreter imports (``PYTHONPATH`` and the other ``PYTHON*``):
+    a fork server started ahead serves a launch whose environment agrees on these; every
+    other variable reaches each server in its own request."""
+    return {key: value for key, value in env.items() if key.startswith("PYTHON")}
+
+
+def prestart(
+    logs: Path, impls: Iterable[tuple[str, str]], env: Mapping[str, str] = os.environ
+) -> None:
+    """Start the run's fork server now, so it imports the server stack and ``impls`` (``(impl,
+    kind)`` of each server to fork) while the driver starts the trace store (the launcher
+    takes it over, :func:`take_prestarted`). Nothing where forking is off, there is nothing
+    to fork, or one already waits for ``logs``."""
+    named = sorted(set(impls))
+    if not named or not fork_server_enabled(env) or logs in _prestarted:
+        return
+    try:
+        _prestarted[logs] = ForkServer(
+            {**env, ENV_PRELOAD: json.dumps(named)}, logs / "fork-server.log"
+        )
+    except OSError:
+        return  # the launch spawns each server, and says why
+
+
+def take_prestarted(logs: Path, env: Mapping[str, str]) -> ForkServer | None:
+    """The fork server :func:`prestart` started for ``logs`` if it can serve a launch in
+    ``env`` (the launch's to finish now); else None, and it is let go."""
+    forks = _prestarted.pop(logs, None)
+    if forks is None:
+        return None
+    if (
+        _interpreter_env(forks.start_env) != _interpreter_env(env)
+        or forks.process.poll() is not None
+    ):
+        forks.finish()
+        return None
+    return forks
+
+
+def discard_prestarted(logs: Path) -> None:
+    """Let go of a fork server started for ``logs`` that no launch took (a run that failed
+    before its servers started)."""
+    forks = _prestarted.pop(logs, None)
+    if forks is not None:
+        forks.finish()
+
+
+def prestart_for(config: JobConfig, output_dir: Path) -> None:
+    """:func:`prestart` for a job's local servers, before its trace store starts."""
+    if config.run.placement == "local":
+        impls = [(s.impl, s.kind) for s in config.servers.values() if s.impl is not None]
+        prestart(Path(output_dir) / "logs", impls)
+
+
+def discard_for(output_dir: Path) -> None:
+    """:func:`discard_prestarted` of a job's run folder (after its launch, or its failure)."""
+    discard_prestarted(Path(output_dir) / "logs")

@@ -1,0 +1,208 @@
+"""Local servers forked from one fork server: adopted by the driver, served, stopped, reaped."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from rollgym.config import JobConfig, validate_config
+from rollgym.errors import LaunchError
+from rollgym.placement import forked
+from rollgym.placement.forked import ENV_FORK_SERVER
+from rollgym.placement.launcher import launch_servers
+from rollgym.servers.fork_server import FORK_SERVER_ARG
+
+pytestmark = pytest.mark.e2e
+
+FAST = {"kind": "fixed", "seconds": 0.001}
+_PR_GET_CHILD_SUBREAPER = 37
+
+
+def servers() -> dict:
+    return {
+        "policy": {"kind": "model", "impl": "simulated", "accuracy": 1.0, "latency": FAST},
+        "arith": {"kind": "environment", "impl": "arithmetic"},
+        "solver": {
+            "kind": "agent",
+            "impl": "single_turn",
+            "model": "policy",
+            "environment": "arith",
+            "replicas": 2,
+        },
+    }
+
+
+def config(tmp_path: Path, server_map: dict) -> JobConfig:
+    return validate_config({"run": {"input": str(tmp_path / "rows.jsonl")}, "servers": server_map})
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def cmdline(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def subreaper() -> int:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    flag = ctypes.c_int(-1)
+    assert libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0
+    return flag.value
+
+
+def reply(url: str) -> int:
+    with urllib.request.urlopen(f"{url}/health", timeout=10) as answer:
+        return int(answer.status)
+
+
+async def test_servers_are_forked_adopted_by_the_driver_and_stopped(tmp_path, monkeypatch):
+    monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
+    out = tmp_path / "out"
+    async with launch_servers(
+        config(tmp_path, servers()), run_id="f", output_dir=out, env={}
+    ) as urls:
+        for name in ("policy", "arith", "solver"):
+            for url in urls.replicas_of(name):
+                assert reply(url) == 200
+        pids = {pid: cmdline(pid) for pid in _launched_pids(out)}
+        # policy, arith, solver and solver@1; the fork server (same command line, same
+        # folder in its environment) has exited
+        assert len(pids) == 4, pids
+        for pid, line in pids.items():
+            # forked, not spawned: each keeps the fork server's command line ...
+            assert FORK_SERVER_ARG in line, line
+            # ... and, the fork server gone, is this process's own child
+            assert parent_of(pid) == os.getpid()
+        # the flag that adopted them is dropped once they are ours
+        assert subreaper() == 0
+        assert (out / "logs" / "fork-server.log").exists()
+    for pid in pids:
+        assert not alive(pid), f"server {pid} left running"
+        with pytest.raises(ChildProcessError):  # reaped, not left a zombie
+            os.waitpid(pid, os.WNOHANG)
+
+
+async def test_without_the_fork_server_each_server_is_spawned(tmp_path, monkeypatch):
+    monkeypatch.setenv(ENV_FORK_SERVER, "0")
+    out = tmp_path / "out"
+    server_map = {"arith": {"kind": "environment", "impl": "arithmetic"}}
+    async with launch_servers(
+        config(tmp_path, server_map), run_id="s", output_dir=out, env={}
+    ) as urls:
+        assert reply(urls["arith"]) == 200
+        (pid,) = _launched_pids(out)
+        assert FORK_SERVER_ARG not in cmdline(pid)
+        assert parent_of(pid) == os.getpid()
+    assert not (out / "logs" / "fork-server.log").exists()
+
+
+async def test_a_forked_server_that_cannot_start_names_itself_and_its_log(tmp_path, monkeypatch):
+    monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
+    (tmp_path / "broken_servers.py").write_text(
+        "from rollgym.servers.environment import Environment\n"
+        "class Broken(Environment):\n"
+        "    def __init__(self, context):\n"
+        "        raise RuntimeError('broken refuses to start: no vault')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    server_map = {
+        "arith": {"kind": "environment", "impl": "arithmetic"},
+        "broken": {"kind": "environment", "impl": "broken_servers:Broken"},
+    }
+    out = tmp_path / "out"
+    with pytest.raises(LaunchError) as caught:
+        async with launch_servers(
+            config(tmp_path, server_map), run_id="b", output_dir=out, env=env
+        ):
+            pass
+    message = str(caught.value)
+    assert "broken" in message and "no vault" in message
+    assert not _launched_pids(out)
+
+
+def _launched_pids(out: Path) -> list[int]:
+    """Live server processes of this run (forked ones name the run's logs folder)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or not alive(int(entry.name)):
+            continue
+        try:
+            line = cmdline(int(entry.name))
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        ours = parent_of(int(entry.name)) == os.getpid()
+        if ours and "rollgym.servers.server_process" in line and str(out).encode() in environ:
+            found.append(int(entry.name))
+    return found
+
+
+async def test_a_fork_server_started_ahead_is_the_one_that_forks(tmp_path, monkeypatch):
+    """A run starts its fork server before its trace store (its imports overlap the store's
+    start); the launch takes that one over instead of starting another."""
+    monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
+    out = tmp_path / "out"
+    job = config(tmp_path, {"arith": {"kind": "environment", "impl": "arithmetic"}})
+    forked.prestart_for(job, out)
+    ahead = forked._prestarted[out / "logs"].process.pid
+    try:
+        async with launch_servers(job, run_id="p", output_dir=out, env={}) as urls:
+            assert reply(urls["arith"]) == 200
+            assert out / "logs" not in forked._prestarted  # taken over
+    finally:
+        forked.discard_for(out)
+    log = (out / "logs" / "fork-server.log").read_text()
+    assert f"fork server {ahead}: forked arith as pid" in log, log
+    assert log.count("fork server ") == 1, log
+
+
+async def test_a_fork_server_no_launch_took_is_let_go(tmp_path, monkeypatch):
+    monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
+    out = tmp_path / "out"
+    job = config(tmp_path, {"arith": {"kind": "environment", "impl": "arithmetic"}})
+    forked.prestart_for(job, out)
+    process = forked._prestarted[out / "logs"].process
+    forked.discard_for(out)
+    assert process.poll() == 0 and not forked._prestarted
+
+
+async def test_a_server_class_that_starts_a_thread_at_import_is_spawned(tmp_path, monkeypatch):
+    """Forking a process with a thread running copies it half-stopped: the fork server
+    declines, and that server is spawned; the one forked before it (sorted first) stays
+    forked."""
+    monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
+    (tmp_path / "threaded_servers.py").write_text(
+        "import threading, time\n"
+        "from rollgym.servers.environment import Environment\n"
+        "threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n"
+        "class Threaded(Environment):\n"
+        "    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    server_map = {
+        "arith": {"kind": "environment", "impl": "arithmetic"},
+        "zthreaded": {"kind": "environment", "impl": "threaded_servers:Threaded"},
+    }
+    out = tmp_path / "out"
+    job = config(tmp_path, server_map)
+    async with launch_servers(job, run_id="t", output_dir=out, env=env) as urls:
+        assert reply(urls["arith"]) == 200 and reply(urls["zthreaded"]) == 200
+        lines = sorted(cmdline(pid) for pid in _launched_pids(out))
+        assert len(lines) == 2
+        assert sum(FORK_SERVER_ARG in line for line in lines) == 1, lines
