@@ -33,7 +33,7 @@ from rollgym.driver.run_reader import RolloutFiles, read_lines, read_rollout, re
 from rollgym.json_types import JsonObject
 from rollgym.tracestore import failures, queries
 from rollgym.tracestore.live import read_progress, run_going
-from rollgym.tracestore.profile_cache import ThrottledCache
+from rollgym.tracestore.profile_cache import ThrottledCache, file_stamps
 from rollgym.tracestore.query_rows import RolloutDetail
 from rollgym.tracestore.span_messages import recorded_conversation
 from rollgym.tracestore.store import connect_readonly
@@ -216,18 +216,6 @@ def _report(conn: sqlite3.Connection, run_dir: Path | None) -> dict[str, Any]:
     }
 
 
-def _stamp(paths: list[Path]) -> tuple[tuple[int, int], ...]:
-    """What changes when the store or failures.jsonl gains a line (size, mtime of each)."""
-    stamps = []
-    for path in paths:
-        try:
-            info = path.stat()
-            stamps.append((info.st_size, info.st_mtime_ns))
-        except OSError:
-            stamps.append((-1, -1))
-    return tuple(stamps)
-
-
 async def _cached_report(request: web.Request) -> dict[str, Any]:
     """The report, read again only when the store or ``failures.jsonl`` changed (paging
     through the failed rows must not read every failed trace for each page), and while the
@@ -237,7 +225,7 @@ async def _cached_report(request: web.Request) -> dict[str, Any]:
     paths = [db, db.with_name(db.name + "-wal")]
     if run_dir is not None:
         paths.append(run_dir / FAILURES)
-    stamp = _stamp(paths)
+    stamp = file_stamps(paths)
     cache: ThrottledCache[dict[str, Any]] = request.app[REPORT_KEY]
     # While the run goes the store changes every export: read it again at a bounded rate.
     going = run_going(read_progress(run_dir)) if run_dir is not None else False

@@ -29,8 +29,14 @@ MIN_INTERVAL_S = 1.0
 
 def store_stamp(db_path: Path) -> tuple[tuple[int, int], ...]:
     """What changes when the store gains a span: (size, mtime ns) of the file and its WAL."""
+    return file_stamps([db_path, db_path.with_name(db_path.name + "-wal")])
+
+
+def file_stamps(paths: list[Path]) -> tuple[tuple[int, int], ...]:
+    """(size, mtime ns) of each path, ``(-1, -1)`` for one that is not there: what changes
+    when a file gains a line."""
     stamps = []
-    for path in (db_path, db_path.with_name(db_path.name + "-wal")):
+    for path in paths:
         try:
             info = path.stat()
             stamps.append((info.st_size, info.st_mtime_ns))
