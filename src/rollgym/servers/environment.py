@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from rollgym.errors import HTTPError
+from rollgym.http.model_body import model_body
 from rollgym.http.server import OrjsonResponse
 from rollgym.identity import rollout_id_of_episode
 from rollgym.rewards import is_reward
@@ -261,15 +262,20 @@ class Environment(Server):
         if self.env_options.model is not None:
             app.post("/run")(self._episode_route)
 
-    async def _seed_route(self, body: SeedRequest) -> Response:
+    # The bodies are read with model_body (pydantic-core straight from the bytes), not as
+    # FastAPI body parameters: the same 400s, a fraction of the CPU per request.
+    async def _seed_route(self, request: Request) -> Response:
+        body = await model_body(request, SeedRequest)
         return OrjsonResponse(await self.open_session(body.rollout_id, body.task))
 
-    async def _tool_route(self, name: str, body: ToolRequest) -> Response:
+    async def _tool_route(self, name: str, request: Request) -> Response:
+        body = await model_body(request, ToolRequest)
         return OrjsonResponse(
             {"output": await self.run_tool(body.session_id, name, body.arguments)}
         )
 
-    async def _verify_route(self, body: VerifyRequest) -> Response:
+    async def _verify_route(self, request: Request) -> Response:
+        body = await model_body(request, VerifyRequest)
         return OrjsonResponse(await self.finish(body.session_id, body.answer))
 
     async def _aggregate_route(self) -> Response:

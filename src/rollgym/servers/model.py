@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.responses import Response, StreamingResponse
 
 import rollgym.policy_versions as policy_versions
+from rollgym.http.model_body import model_body
 from rollgym.http.scoped_context import split_scoped_id
 from rollgym.http.server import OrjsonResponse
 from rollgym.policy_versions import PolicyVersion, is_version
@@ -237,10 +238,12 @@ class ModelServer(Server):
             trace.get_current_span().set_attribute(names.ROLLOUT_ID, rollout_id)
         return request_id, rollout_id
 
-    async def _chat(self, body: ChatRequest, request: Request) -> Response:
+    async def _chat(self, request: Request) -> Response:
+        body = await model_body(request, ChatRequest)  # not a FastAPI body parameter: cheaper
         return await self._answer(body, *self._identify(request, None))
 
-    async def _scoped_chat(self, rollout_id: str, body: ChatRequest, request: Request) -> Response:
+    async def _scoped_chat(self, rollout_id: str, request: Request) -> Response:
+        body = await model_body(request, ChatRequest)
         return await self._answer(body, *self._identify(request, rollout_id))
 
     async def _answer(
