@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
+from rollgym.http.plain_routes import add_post
 from rollgym.http.server import OrjsonResponse
 from rollgym.identity import EXPLICIT_ID, STAMPED_FIELDS, rollout_id_of
 from rollgym.server_options import ServerKind, ServerOptions
@@ -65,7 +66,7 @@ class Agent(Server):
         raise NotImplementedError
 
     def add_routes(self, app: FastAPI) -> None:
-        app.post("/run")(self._handle_run)
+        add_post(app, "/run", self._handle_run)  # a plain Starlette route: no dependency solving
 
     def rollout_context(
         self,

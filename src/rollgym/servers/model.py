@@ -30,6 +30,7 @@ from starlette.responses import Response, StreamingResponse
 
 import rollgym.policy_versions as policy_versions
 from rollgym.http.model_body import model_body
+from rollgym.http.plain_routes import add_post
 from rollgym.http.scoped_context import split_scoped_id
 from rollgym.http.server import OrjsonResponse
 from rollgym.policy_versions import PolicyVersion, is_version
@@ -190,8 +191,9 @@ class ModelServer(Server):
     # --- routes --------------------------------------------------------------------------------
 
     def add_routes(self, app: FastAPI) -> None:
-        app.post("/v1/chat/completions")(self._chat)
-        app.post("/r/{rollout_id:path}/v1/chat/completions")(self._scoped_chat)
+        # plain Starlette routes (no dependency solving): the hot path of every rollout
+        add_post(app, "/v1/chat/completions", self._chat)
+        add_post(app, "/r/{rollout_id:path}/v1/chat/completions", self._scoped_chat)
         app.post("/v1/responses")(self._responses)
         app.post("/r/{rollout_id:path}/v1/responses")(self._scoped_responses)
         app.get("/v1/models")(self._models)
@@ -242,7 +244,8 @@ class ModelServer(Server):
         body = await model_body(request, ChatRequest)  # not a FastAPI body parameter: cheaper
         return await self._answer(body, *self._identify(request, None))
 
-    async def _scoped_chat(self, rollout_id: str, request: Request) -> Response:
+    async def _scoped_chat(self, request: Request) -> Response:
+        rollout_id: str = request.path_params["rollout_id"]
         body = await model_body(request, ChatRequest)
         return await self._answer(body, *self._identify(request, rollout_id))
 

@@ -1,4 +1,4 @@
-"""Bodies read with ``model_body`` answer exactly what a FastAPI body parameter answered.
+"""Bodies read with ``model_body`` (in plain routes too) answer as FastAPI body parameters did.
 
 A real server on loopback with the same model behind both readers; every bad body gets the same
 status and the same dotted field from both, so the switch on the hot routes changes no answer.
@@ -12,6 +12,7 @@ from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollgym.http.model_body import model_body
+from rollgym.http.plain_routes import add_post
 from rollgym.http.server import OrjsonResponse
 from rollgym.servers.base import Server
 
@@ -74,3 +75,36 @@ async def test_invalid_json_is_a_400_naming_the_body(serving) -> None:
         status, answer = await _post(url + "/raw", b'{"name": ')
     assert status == 400
     assert str(answer["field"]).startswith("body")
+
+
+class ToolServer(Server):
+    kind = "environment"
+
+    def add_routes(self, app: FastAPI) -> None:
+        async def tool(request: Request) -> OrjsonResponse:
+            order = await model_body(request, Order)
+            return OrjsonResponse({"tool": request.path_params["name"], "count": order.count})
+
+        add_post(app, "/tools/{name}", tool)
+
+
+async def test_a_plain_route_names_its_span_by_the_template(serving, client) -> None:
+    """A Starlette route answers like a FastAPI one and its server span keeps the template."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from rollgym.telemetry import names
+    from rollgym.telemetry.setup import install_for_tests
+
+    exporter = InMemorySpanExporter()
+    install_for_tests(exporter)
+    async with serving(ToolServer.build("tools", {})) as url:
+        ok = await client.post_json("tools", url + "/tools/add", {"name": "x", "count": 3})
+        bad = await client.post_json("tools", url + "/tools/add", {"name": "x", "count": 0})
+        wrong_method = await client.get_json("tools", url + "/tools/add")
+    assert (ok.status, ok.data) == (200, {"tool": "add", "count": 3})
+    assert (bad.status, bad.data["field"]) == (400, "body.count")
+    assert wrong_method.status == 405
+    server = [s for s in exporter.get_finished_spans() if s.kind == trace.SpanKind.SERVER]
+    assert server and {s.name for s in server} >= {"POST /tools/{name}"}
+    assert server[0].attributes[names.HTTP_ROUTE] == "/tools/{name}"
