@@ -10,6 +10,10 @@ The breakdown by process comes from sampling ``/proc/<pid>/stat`` of every desce
 each is named by its server instance (``ROLLGYM_SERVER_SPEC``) or its command.
 
     python bench/cpu_per_rollout.py --small 200 --large 1200 --rounds 2
+    python bench/cpu_per_rollout.py --against ROLLGYM_HTTP_PARSER=h11   # default vs h11, A/B
+
+``--against KEY=VALUE`` runs every size twice per round, as is and with that variable set in
+the run's environment (alternating), and prints both margins and their ratio side by side.
 
 Target: at most 2 ms a rollout. On a loaded machine CPU seconds stay meaningful where wall
 time does not; say the load average with the figure.
@@ -92,7 +96,7 @@ def _cpu_s(pid: int) -> float | None:
 
 
 def one_run(
-    root: Path, config: Path, rows: Path, sample_s: float
+    root: Path, config: Path, rows: Path, sample_s: float, env: dict[str, str] | None = None
 ) -> tuple[float, dict[str, float]]:
     """The tree's CPU seconds (exact) and the sampled CPU by process name."""
     out = tempfile.mkdtemp(prefix="run-", dir=root)
@@ -108,6 +112,7 @@ def one_run(
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
     )
     last: dict[int, tuple[str, float]] = {}
     while True:
@@ -133,6 +138,33 @@ def one_run(
     return usage.ru_utime + usage.ru_stime, dict(by_name)
 
 
+def _against(args: argparse.Namespace) -> None:
+    """As is vs with ``args.against`` set, alternating, each at both sizes: margins side by side."""
+    key, _, value = args.against.partition("=")
+    ways = {"as is": {}, args.against: {key: value}}
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="rollgym-cpu-") as tmp:
+        root = Path(tmp)
+        config = _config(root, args.telemetry)
+        sizes = {args.small: _rows(root, args.small), args.large: _rows(root, args.large)}
+        cpu: dict[tuple[str, int], list[float]] = {(w, n): [] for w in ways for n in sizes}
+        for i in range(args.rounds):
+            order = list(ways) if i % 2 == 0 else list(reversed(ways))
+            for way in order:
+                for n in sizes:
+                    cpu[way, n].append(one_run(root, config, sizes[n], args.sample_s, ways[way])[0])
+                    print(f"round {i + 1}: {way}: {n} rows: {cpu[way, n][-1]:.2f} s", flush=True)
+    print(f"load average at start {load:.1f}, now {os.getloadavg()[0]:.1f}")
+    margin = args.large - args.small
+    per: dict[str, float] = {}
+    for way in ways:
+        small = statistics.median(cpu[way, args.small])
+        large = statistics.median(cpu[way, args.large])
+        per[way] = (large - small) / margin
+        print(f"{way:32s} marginal CPU per rollout {per[way] * 1000:.2f} ms")
+    print(f"ratio {args.against} / as is: {per[args.against] / per['as is']:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--small", type=int, default=200)
@@ -140,7 +172,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--telemetry", default="default", help="telemetry.preset of the job")
     parser.add_argument("--sample-s", type=float, default=0.2)
+    parser.add_argument("--against", metavar="KEY=VALUE", help="A/B: as is vs with KEY=VALUE set")
     args = parser.parse_args()
+    if args.against:
+        _against(args)
+        return
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="rollgym-cpu-") as tmp:
         root = Path(tmp)

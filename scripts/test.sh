@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
+# The core dependencies include uvloop and httptools: the suite tests the fast default (and,
+# by hiding them, the fallback).
 python -m pip install --quiet -e '.[test]'
 
 # The browser tests drive Debian's Chromium with Playwright; never a downloaded browser.

@@ -17,6 +17,7 @@ from fastapi import FastAPI, Request
 from starlette.responses import Response
 
 import rollgym.server_timing as server_timing
+from rollgym.http.plain_routes import add_post
 from rollgym.http.server import OrjsonResponse
 from rollgym.identity import EXPLICIT_ID, STAMPED_FIELDS, rollout_id_of
 from rollgym.server_options import ServerKind, ServerOptions
@@ -66,7 +67,7 @@ class Agent(Server):
         raise NotImplementedError
 
     def add_routes(self, app: FastAPI) -> None:
-        app.post("/run")(self._handle_run)
+        add_post(app, "/run", self._handle_run)  # a plain Starlette route: no dependency solving
 
     def rollout_context(
         self,

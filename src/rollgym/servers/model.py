@@ -27,7 +27,7 @@ notes its own time), else the wall time of :meth:`ModelServer.complete`.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Annotated, Any, ClassVar
 
 from fastapi import Body, FastAPI, Request
@@ -36,6 +36,8 @@ from starlette.responses import Response, StreamingResponse
 
 import rollgym.policy_versions as policy_versions
 import rollgym.server_timing as server_timing
+from rollgym.http.model_body import model_body
+from rollgym.http.plain_routes import add_post
 from rollgym.http.scoped_context import split_scoped_id
 from rollgym.http.server import OrjsonResponse
 from rollgym.policy_versions import PolicyVersion, is_version
@@ -196,8 +198,9 @@ class ModelServer(Server):
     # --- routes --------------------------------------------------------------------------------
 
     def add_routes(self, app: FastAPI) -> None:
-        app.post("/v1/chat/completions")(self._chat)
-        app.post("/r/{rollout_id:path}/v1/chat/completions")(self._scoped_chat)
+        # plain Starlette routes (no dependency solving): the hot path of every rollout
+        add_post(app, "/v1/chat/completions", self._chat)
+        add_post(app, "/r/{rollout_id:path}/v1/chat/completions", self._scoped_chat)
         app.post("/v1/responses")(self._responses)
         app.post("/r/{rollout_id:path}/v1/responses")(self._scoped_responses)
         app.get("/v1/models")(self._models)
@@ -244,10 +247,13 @@ class ModelServer(Server):
             trace.get_current_span().set_attribute(names.ROLLOUT_ID, rollout_id)
         return request_id, rollout_id
 
-    async def _chat(self, body: ChatRequest, request: Request) -> Response:
+    async def _chat(self, request: Request) -> Response:
+        body = await model_body(request, ChatRequest)  # not a FastAPI body parameter: cheaper
         return await self._answer(body, *self._identify(request, None))
 
-    async def _scoped_chat(self, rollout_id: str, body: ChatRequest, request: Request) -> Response:
+    async def _scoped_chat(self, request: Request) -> Response:
+        rollout_id: str = request.path_params["rollout_id"]
+        body = await model_body(request, ChatRequest)
         return await self._answer(body, *self._identify(request, rollout_id))
 
     async def _answer(
@@ -255,14 +261,8 @@ class ModelServer(Server):
     ) -> Response:
         version = self.served_version()
         if body.stream:
-            events = await sse.primed(self.chat_events(body, request_id, rollout_id))
-            headers = self._stamp(None, version)
-            return StreamingResponse(events, media_type=sse.MEDIA_TYPE, headers=headers)
-        with server_timing.collecting() as timings:
-            started = time.perf_counter()
-            answer = await self.complete(body, request_id, rollout_id)
-            headers = _timed(timings, time.perf_counter() - started, self._stamp(answer, version))
-        return OrjsonResponse(answer, headers=headers)
+            return await self._streamed(self.chat_events(body, request_id, rollout_id), version)
+        return await self._timed_answer(self.complete(body, request_id, rollout_id), version)
 
     async def _responses(
         self, body: Annotated[dict[str, Any], Body()], request: Request
@@ -279,12 +279,26 @@ class ModelServer(Server):
     ) -> Response:
         version = self.served_version()
         if body.get("stream"):
-            events = await sse.primed(self.response_events(body, request_id, rollout_id))
-            headers = self._stamp(None, version)
-            return StreamingResponse(events, media_type=sse.MEDIA_TYPE, headers=headers)
+            return await self._streamed(self.response_events(body, request_id, rollout_id), version)
+        return await self._timed_answer(self.respond(body, request_id, rollout_id), version)
+
+    async def _streamed(
+        self, events: AsyncIterator[bytes], version: PolicyVersion | None
+    ) -> Response:
+        """A stream's response: its version in a header (its Server-Timing would leave before
+        the engine finished, so a stream has none)."""
+        first = await sse.primed(events)
+        return StreamingResponse(
+            first, media_type=sse.MEDIA_TYPE, headers=self._stamp(None, version)
+        )
+
+    async def _timed_answer(
+        self, answering: Awaitable[dict[str, Any]], version: PolicyVersion | None
+    ) -> Response:
+        """An answer's response, with the engine seconds it took in ``Server-Timing``."""
         with server_timing.collecting() as timings:
             started = time.perf_counter()
-            answer = await self.respond(body, request_id, rollout_id)
+            answer = await answering
             headers = _timed(timings, time.perf_counter() - started, self._stamp(answer, version))
         return OrjsonResponse(answer, headers=headers)
 

@@ -37,7 +37,7 @@ import uvicorn
 
 from rollgym.event_loop import loop_factory
 from rollgym.files import write_atomically
-from rollgym.http.bounded_reads import BoundedH11Protocol
+from rollgym.http.bounded_reads import bounded_protocol
 from rollgym.http.client import SERVER_KEEPALIVE_S, HttpClient
 from rollgym.http.listen import BACKLOG, bind_loopback
 from rollgym.http.server import create_app
@@ -116,8 +116,9 @@ class AppServer:
                 app,
                 log_level="warning",
                 access_log=False,
-                # A request must be whole within REQUEST_READ_TIMEOUT_S (slow clients).
-                http=BoundedH11Protocol,
+                # A request must be whole within REQUEST_READ_TIMEOUT_S (slow clients); httptools
+                # when installed (less CPU per request than h11).
+                http=bounded_protocol(),
                 backlog=BACKLOG,
                 lifespan="on",
                 # Longer than the client pool's idle time (KEEPALIVE_S): the pool lets an

@@ -1,7 +1,7 @@
 """Slow and half-sent requests: rollgym's servers and its trace store drop them in bounded time.
 
-Real uvicorn (with rollgym's protocol) and the real store app on loopback; the read limit is
-shortened to 0.5 s so the test is quick, and every wait is generous.
+Real uvicorn (with rollgym's protocol, on h11 and on httptools) and the real store app on
+loopback; the read limit is shortened to 0.5 s so the test is quick, and every wait is generous.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
+from rollgym.http.bounded_httptools import BoundedHttpToolsProtocol
 from rollgym.http.bounded_reads import BoundedH11Protocol
 from rollgym.tracestore.lifecycle import build_app, make_runner
 from rollgym.tracestore.writer import BatchWriter
@@ -36,8 +37,17 @@ class QuickBoundedH11(BoundedH11Protocol):
     read_timeout_s = LIMIT_S
 
 
+class QuickBoundedHttpTools(BoundedHttpToolsProtocol):
+    read_timeout_s = LIMIT_S
+
+
+PROTOCOLS = pytest.mark.parametrize(
+    "protocol", [QuickBoundedH11, QuickBoundedHttpTools], ids=["h11", "httptools"]
+)
+
+
 @contextlib.contextmanager
-def uvicorn_server() -> Iterator[int]:
+def uvicorn_server(protocol: type[asyncio.Protocol]) -> Iterator[int]:
     app = FastAPI()
 
     @app.post("/run")
@@ -47,7 +57,7 @@ def uvicorn_server() -> Iterator[int]:
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="error", http=QuickBoundedH11))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="error", http=protocol))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
@@ -77,24 +87,53 @@ def _hung_up(port: int, sent: bytes) -> bool:
             return True
 
 
+@PROTOCOLS
 @pytest.mark.parametrize("sent", HALF_SENT, ids=["nothing", "half-head", "half-body"])
-def test_uvicorn_with_rollgyms_protocol_drops_a_half_sent_request(sent: bytes) -> None:
-    with uvicorn_server() as port:
+def test_uvicorn_with_rollgyms_protocol_drops_a_half_sent_request(
+    protocol: type[asyncio.Protocol], sent: bytes
+) -> None:
+    with uvicorn_server(protocol) as port:
         assert _hung_up(port, sent)
 
 
-def test_a_whole_request_with_a_slow_handler_is_answered() -> None:
+def _answer(conn: socket.socket) -> bytes:
+    answer = b""
+    while b"reward" not in answer:
+        chunk = conn.recv(4096)
+        assert chunk, "the server hung up on a whole request"
+        answer += chunk
+    return answer
+
+
+@PROTOCOLS
+def test_a_whole_request_with_a_slow_handler_is_answered(protocol: type[asyncio.Protocol]) -> None:
     with (
-        uvicorn_server() as port,
+        uvicorn_server(protocol) as port,
         socket.create_connection(("127.0.0.1", port), timeout=PATIENCE_S) as conn,
     ):
         conn.sendall(b"POST /run HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
-        answer = b""
-        while b"reward" not in answer:
-            chunk = conn.recv(4096)
-            assert chunk, "the server hung up on a whole request"
-            answer += chunk
-        assert answer.startswith(b"HTTP/1.1 200")
+        assert _answer(conn).startswith(b"HTTP/1.1 200")
+
+
+@PROTOCOLS
+def test_a_kept_alive_connection_is_bounded_again_on_its_next_request(
+    protocol: type[asyncio.Protocol],
+) -> None:
+    """The first request answered, the second sent by halves: the limit applies anew."""
+    with (
+        uvicorn_server(protocol) as port,
+        socket.create_connection(("127.0.0.1", port), timeout=PATIENCE_S) as conn,
+    ):
+        conn.sendall(b"POST /run HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+        assert _answer(conn).startswith(b"HTTP/1.1 200")
+        conn.sendall(HALF_SENT[2])
+        try:
+            while conn.recv(4096):
+                pass
+        except ConnectionResetError:
+            pass  # hung up: what the test wants
+        except TimeoutError:
+            pytest.fail("a half-sent second request held its kept-alive connection")
 
 
 @contextlib.asynccontextmanager

@@ -1,0 +1,74 @@
+"""uvicorn's httptools protocol with rollgym's time limit on reading each request.
+
+The same rule as :class:`rollgym.http.bounded_reads.BoundedH11Protocol` (a request must be
+whole within ``read_timeout_s`` of its connection, or of its first byte on a kept-alive
+connection), on the C parser: the timer is armed when a connection opens and when a message
+begins, and disarmed once the message is complete. Importing this module raises ImportError
+where httptools is not installed; :func:`rollgym.http.bounded_reads.bounded_protocol` then
+falls back to h11.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import httptools  # noqa: F401  (ImportError here is the fallback's signal)
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from rollgym.http import REQUEST_READ_TIMEOUT_S
+
+log = logging.getLogger("rollgym.http")
+
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, closing a connection whose request is not whole in time.
+
+    ``read_timeout_s`` is a class attribute so a test can shorten it in a subclass.
+    """
+
+    read_timeout_s: float = REQUEST_READ_TIMEOUT_S
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._read_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()  # a connection that never sends a byte is a slow request too
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._read_timer is None:
+            self._arm()
+
+    def on_message_complete(self) -> None:
+        self._disarm()  # the request is whole: the handler's time is not the client's
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        self._disarm()  # from here the idle connection is the keep-alive timer's
+        super().on_response_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._read_timer = self.loop.call_later(self.read_timeout_s, self._too_slow)
+
+    def _disarm(self) -> None:
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+
+    def _too_slow(self) -> None:
+        self._read_timer = None
+        if not self.transport.is_closing():
+            log.info(
+                "closing a connection from %s: its request was not received within %.0f s",
+                self.client,
+                self.read_timeout_s,
+            )
+            self.transport.close()
