@@ -16,6 +16,7 @@ Telemetry plays no part: these seconds are kept with tracing on or off.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -35,16 +36,20 @@ _DUR = re.compile(r"(?:^|;)\s*dur\s*=\s*\"?([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]
 
 class Timings:
     """Seconds by name for one request; mutable, so tasks and threads the request starts
-    (they copy the context, not the object) add to the same totals."""
+    (they copy the context, not the object) add to the same totals. Adding holds a lock:
+    a blocking SDK client's worker threads add at once, and a read-then-write under the GIL
+    alone can lose one of two additions."""
 
-    __slots__ = ("seconds",)
+    __slots__ = ("_lock", "seconds")
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
+        self._lock = threading.Lock()
 
     def add(self, name: str, seconds: float) -> None:
         if seconds >= 0:
-            self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+            with self._lock:
+                self.seconds[name] = self.seconds.get(name, 0.0) + seconds
 
     def get(self, name: str) -> float | None:
         return self.seconds.get(name)

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 
 import pytest
 
 import rollgym.server_timing as server_timing
-from rollgym.server_timing import ENGINE, SANDBOX, collecting, note, note_header, parse_header
+from rollgym.server_timing import (
+    ENGINE,
+    SANDBOX,
+    Timings,
+    collecting,
+    note,
+    note_header,
+    parse_header,
+)
 from rollgym.trajectory.usage import USAGE_KEY, UsageTally, attach_usage
 
 
@@ -92,3 +101,22 @@ def test_sandbox_seconds_alone_are_attached() -> None:
         "model_s": 0.0,
         "sandbox_s": 0.2,
     }
+
+
+def test_threads_adding_at_once_lose_no_second() -> None:
+    """A blocking SDK client's worker threads note their seconds at once: every one counts."""
+    timings = Timings()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: a lost update shows
+    try:
+        workers = [
+            threading.Thread(target=lambda: [timings.add(ENGINE, 1.0) for _ in range(20_000)])
+            for _ in range(8)
+        ]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert timings.get(ENGINE) == 160_000.0
