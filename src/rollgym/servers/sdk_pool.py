@@ -141,9 +141,12 @@ def resend_on_stale_class() -> type[Any]:
                 return await self.pooled.handle_async_request(request)
             except http.TransportError as error:
                 if not _resendable(request, error):
-                    raise
+                    raise _truthful(error) from error.__cause__
             self.resent += 1
-            return await self.fresh.handle_async_request(request)
+            try:
+                return await self.fresh.handle_async_request(request)
+            except http.TransportError as error:
+                raise _truthful(error) from error.__cause__
 
         async def aclose(self) -> None:
             try:
@@ -152,6 +155,24 @@ def resend_on_stale_class() -> type[Any]:
                 await self.fresh.aclose()
 
     return ResendOnStale
+
+
+def _truthful(error: BaseException) -> BaseException:
+    """The error the SDK should see. Its aiohttp transport maps every aiohttp connection
+    error it has no closer entry for to ``ConnectTimeout``, so a server that closed the
+    connection ("server disconnected", a reset) reached the agent as ``APITimeoutError`` and
+    the rollout failed as a timeout; as ``RemoteProtocolError`` / ``ReadError`` it is the
+    connection error it was (``APIConnectionError``)."""
+    http = http_library()
+    cause = error.__cause__
+    if type(error) is not http.ConnectTimeout or isinstance(cause, TimeoutError):
+        return error
+    truer: BaseException = error
+    if isinstance(cause, aiohttp.ServerDisconnectedError):
+        truer = http.RemoteProtocolError(str(cause))
+    elif isinstance(cause, aiohttp.ClientOSError):
+        truer = http.ReadError(str(cause))
+    return truer
 
 
 def _resendable(request: Any, error: BaseException) -> bool:

@@ -137,3 +137,31 @@ async def test_a_fresh_connection_that_fails_is_not_resent(client) -> None:
     await rollout.aclose()
     await sdk_pool.aclose_async_pool()
     assert pool.resent == 0
+
+
+async def test_a_server_that_hangs_up_is_a_connection_error_not_a_timeout(client) -> None:
+    """A server that reads the request and closes without answering: the SDK's aiohttp
+    transport would call that ``ConnectTimeout`` (so ``APITimeoutError``, and a rollout failed
+    as a timeout); the pool hands the SDK the connection error it was."""
+    import asyncio
+
+    from openai import APIConnectionError, APITimeoutError
+
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.close()
+
+    listener = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{listener.sockets[0].getsockname()[1]}"
+    rollout = _rollout(client, url, "h-0")
+    sdk = rollout.async_openai().with_options(max_retries=0)
+    try:
+        with pytest.raises(APIConnectionError) as raised:
+            await sdk.chat.completions.create(model="sim", messages=ARITH)
+    finally:
+        await rollout.aclose()
+        await sdk_pool.aclose_async_pool()
+        listener.close()
+        await listener.wait_closed()
+    assert not isinstance(raised.value, APITimeoutError)
+    assert "disconnected" in str(raised.value.__cause__).lower()
