@@ -25,7 +25,11 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from telemetry_helpers import from_sdk, launched_servers, quick_rows, quick_servers, trace_store
+
+# Run as a script: its folder is on sys.path, the shared test helpers' folder (tests/) is not.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from telemetry_helpers import from_sdk, launched_servers, quick_rows, quick_servers, trace_store  # noqa: E402
 
 import rollgym
 from rollgym.telemetry.groups import gate
