@@ -11,15 +11,13 @@ falls back to h11.
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
 import httptools  # noqa: F401  (ImportError here is the fallback's signal)
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from rollgym.http import REQUEST_READ_TIMEOUT_S
-
-log = logging.getLogger("rollgym.http")
+from rollgym.http.read_deadline import ReadDeadline
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -32,43 +30,25 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._read_timer: asyncio.TimerHandle | None = None
+        self._deadline = ReadDeadline(self.loop, self.read_timeout_s)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm()  # a connection that never sends a byte is a slow request too
+        self._deadline.arm(transport, self.client)  # a silent connection is a slow request too
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        if self._read_timer is None:
-            self._arm()
+        if not self._deadline.armed:
+            self._deadline.arm(self.transport, self.client)
 
     def on_message_complete(self) -> None:
-        self._disarm()  # the request is whole: the handler's time is not the client's
+        self._deadline.disarm()  # the request is whole: the handler's time is not the client's
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
-        self._disarm()  # from here the idle connection is the keep-alive timer's
+        self._deadline.disarm()  # from here the idle connection is the keep-alive timer's
         super().on_response_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+        self._deadline.disarm()
         super().connection_lost(exc)
-
-    def _arm(self) -> None:
-        self._read_timer = self.loop.call_later(self.read_timeout_s, self._too_slow)
-
-    def _disarm(self) -> None:
-        if self._read_timer is not None:
-            self._read_timer.cancel()
-            self._read_timer = None
-
-    def _too_slow(self) -> None:
-        self._read_timer = None
-        if not self.transport.is_closing():
-            log.info(
-                "closing a connection from %s: its request was not received within %.0f s",
-                self.client,
-                self.read_timeout_s,
-            )
-            self.transport.close()

@@ -19,7 +19,6 @@ installs never import httptools.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 from typing import Any
 
@@ -27,8 +26,7 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from rollgym.http import REQUEST_READ_TIMEOUT_S
-
-log = logging.getLogger("rollgym.http")
+from rollgym.http.read_deadline import ReadDeadline
 
 #: States in which the client has nothing more to send for the current request.
 _RECEIVED = (h11.DONE, h11.MUST_CLOSE, h11.CLOSED, h11.ERROR)
@@ -60,41 +58,23 @@ class BoundedH11Protocol(H11Protocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._read_timer: asyncio.TimerHandle | None = None
+        self._deadline = ReadDeadline(self.loop, self.read_timeout_s)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm()  # a connection that never sends a byte is a slow request too
+        self._deadline.arm(transport, self.client)  # a silent connection is a slow request too
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
         if self.conn.their_state in _RECEIVED:
-            self._disarm()
-        elif self._read_timer is None:
-            self._arm()
+            self._deadline.disarm()
+        elif not self._deadline.armed:
+            self._deadline.arm(self.transport, self.client)
 
     def on_response_complete(self) -> None:
-        self._disarm()  # from here the idle connection is the keep-alive timer's
+        self._deadline.disarm()  # from here the idle connection is the keep-alive timer's
         super().on_response_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+        self._deadline.disarm()
         super().connection_lost(exc)
-
-    def _arm(self) -> None:
-        self._read_timer = self.loop.call_later(self.read_timeout_s, self._too_slow)
-
-    def _disarm(self) -> None:
-        if self._read_timer is not None:
-            self._read_timer.cancel()
-            self._read_timer = None
-
-    def _too_slow(self) -> None:
-        self._read_timer = None
-        if not self.transport.is_closing():
-            log.info(
-                "closing a connection from %s: its request was not received within %.0f s",
-                self.client,
-                self.read_timeout_s,
-            )
-            self.transport.close()
