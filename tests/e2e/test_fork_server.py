@@ -16,25 +16,26 @@ from rollgym.placement import forked
 from rollgym.placement.forked import ENV_FORK_SERVER
 from rollgym.placement.launcher import launch_servers
 from rollgym.servers.fork_server import FORK_SERVER_ARG
+from server_specs import quickstart_servers, simulated_model
 
 pytestmark = pytest.mark.e2e
 
-FAST = {"kind": "fixed", "seconds": 0.001}
 _PR_GET_CHILD_SUBREAPER = 37
 
 
 def servers() -> dict:
-    return {
-        "policy": {"kind": "model", "impl": "simulated", "accuracy": 1.0, "latency": FAST},
-        "arith": {"kind": "environment", "impl": "arithmetic"},
-        "solver": {
-            "kind": "agent",
-            "impl": "single_turn",
-            "model": "policy",
-            "environment": "arith",
-            "replicas": 2,
-        },
-    }
+    """The model, one environment and a single-turn agent with two replicas."""
+    return quickstart_servers(
+        model=simulated_model(0.001), keys=None, walker=None, solver={"replicas": 2}
+    )
+
+
+def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, source: str) -> dict:
+    """Write the user's server module ``name`` into ``tmp_path`` and make it importable here
+    and in the launched servers; returns their environment."""
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
 
 
 def config(tmp_path: Path, server_map: dict) -> JobConfig:
@@ -112,14 +113,15 @@ async def test_without_the_fork_server_each_server_is_spawned(tmp_path, monkeypa
 
 async def test_a_forked_server_that_cannot_start_names_itself_and_its_log(tmp_path, monkeypatch):
     monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
-    (tmp_path / "broken_servers.py").write_text(
+    env = user_module(
+        tmp_path,
+        monkeypatch,
+        "broken_servers",
         "from rollgym.servers.environment import Environment\n"
         "class Broken(Environment):\n"
         "    def __init__(self, context):\n"
-        "        raise RuntimeError('broken refuses to start: no vault')\n"
+        "        raise RuntimeError('broken refuses to start: no vault')\n",
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
     server_map = {
         "arith": {"kind": "environment", "impl": "arithmetic"},
         "broken": {"kind": "environment", "impl": "broken_servers:Broken"},
@@ -186,15 +188,16 @@ async def test_a_server_class_that_starts_a_thread_at_import_is_spawned(tmp_path
     declines, and that server is spawned; the one forked before it (sorted first) stays
     forked."""
     monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
-    (tmp_path / "threaded_servers.py").write_text(
+    env = user_module(
+        tmp_path,
+        monkeypatch,
+        "threaded_servers",
         "import threading, time\n"
         "from rollgym.servers.environment import Environment\n"
         "threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n"
         "class Threaded(Environment):\n"
-        "    pass\n"
+        "    pass\n",
     )
-    monkeypatch.syspath_prepend(str(tmp_path))
-    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
     server_map = {
         "arith": {"kind": "environment", "impl": "arithmetic"},
         "zthreaded": {"kind": "environment", "impl": "threaded_servers:Threaded"},
