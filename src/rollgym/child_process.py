@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import os
 import signal
 import subprocess
@@ -28,6 +29,12 @@ from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
 _LOG_TAIL_LINES = 20
+
+
+@functools.cache
+def libc() -> ctypes.CDLL:
+    """The C library, loaded once (``prctl`` for parent-death signals and subreapers)."""
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
 def die_with_parent(
@@ -41,11 +48,11 @@ def die_with_parent(
     """
     if not sys.platform.startswith("linux"):
         return None
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    c = libc()  # loaded here, in the parent: a forked child only calls into it
     parent = os.getpid() if parent is None else parent
 
     def preexec() -> None:
-        libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        c.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
         if os.getppid() != parent:  # the parent died before prctl took effect
             os._exit(1)
 

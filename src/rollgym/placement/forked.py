@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import json
 import os
 import socket
@@ -29,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rollgym.child_process import log_tail, spawn_child
+from rollgym.child_process import libc, log_tail, spawn_child
 from rollgym.errors import LaunchError
 from rollgym.servers.fork_server import (
     ENV_CONTROL_FD,
@@ -60,8 +58,7 @@ def fork_server_enabled(environ: Mapping[str, str] = os.environ) -> bool:
 
 
 def _prctl_subreaper(on: bool) -> bool:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)) == 0
+    return int(libc().prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0)) == 0
 
 
 def _adopt_orphans(on: bool) -> bool:
