@@ -265,6 +265,58 @@ def test_record_exception_and_current_span_as_the_api_promises() -> None:
     assert "late" not in record[R.ATTRIBUTES]
 
 
+def test_use_span_flags_reach_use_span_by_position_or_by_name() -> None:
+    """``start_as_current_span`` passes ``start_span``'s arguments on and keeps the last three
+    (record_exception, set_status_on_exception, end_on_exit) for ``use_span``."""
+    kept_open: list[trace.Span] = []
+
+    def body(tracer: trace.Tracer) -> None:
+        with tracer.start_as_current_span("by-name", end_on_exit=False) as span:
+            kept_open.append(span)
+        assert span.is_recording()
+        span.end()
+        positional = (None, SpanKind.CLIENT, {"a": 1}, None, None, False, False)
+        with pytest.raises(KeyError), tracer.start_as_current_span("quiet", *positional):
+            raise KeyError("k")
+
+    records = {r[R.NAME]: r for r in _records_of(body)}
+    assert set(records) == {"by-name", "quiet"}
+    quiet = records["quiet"]
+    assert quiet[R.KIND] == SpanKind.CLIENT.value and quiet[R.ATTRIBUTES] == {"a": 1}
+    assert quiet[R.EVENTS] is None and quiet[R.STATUS_CODE] == StatusCode.UNSET.value
+
+
+def test_records_carry_the_parents_ids_remoteness_and_trace_state() -> None:
+    """A child of our own span is read from the span's slots, a child of a remote context from
+    the context: both records name the parent, its remoteness and the inherited trace state."""
+    state = trace.TraceState([("vendor", "x")])
+    remote = SpanContext(7, 8, is_remote=True, trace_flags=trace.TraceFlags(1), trace_state=state)
+
+    def body(tracer: trace.Tracer) -> None:
+        with (
+            trace.use_span(NonRecordingSpan(remote)),
+            tracer.start_as_current_span("server") as server,
+        ):
+            assert server.get_span_context().trace_state == state
+            with tracer.start_as_current_span("inner") as inner:
+                assert inner.get_span_context().trace_state == state
+                assert inner.get_span_context().trace_flags.sampled
+
+    records = {r[R.NAME]: r for r in _records_of(body)}
+    server, inner = records["server"], records["inner"]
+    assert (server[R.TRACE_ID], server[R.PARENT_SPAN_ID], server[R.PARENT_IS_REMOTE]) == (
+        7,
+        8,
+        True,
+    )
+    assert (inner[R.TRACE_ID], inner[R.PARENT_SPAN_ID], inner[R.PARENT_IS_REMOTE]) == (
+        7,
+        server[R.SPAN_ID],
+        False,
+    )
+    assert server[R.TRACE_STATE] == inner[R.TRACE_STATE] == (("vendor", "x"),)
+
+
 def _shipper(**kw: Any) -> SpanShipper:
     base: dict[str, Any] = {
         "url": "http://127.0.0.1:9/v1/traces",

@@ -50,6 +50,10 @@ _DEFAULT_TRACE_STATE = TraceState()
 _SCALARS = (str, bool, int, float)
 _INTERNAL = SpanKind.INTERNAL
 _CLIENT = SpanKind.CLIENT
+#: ``start_as_current_span``'s arguments after ``start_span``'s, in the API's order: ``use_span``'s.
+_USE_SPAN_FLAGS = ("record_exception", "set_status_on_exception", "end_on_exit")
+#: A root span's (parent span id, parent is remote) in its record.
+_ROOT = (0, False)
 #: The SDK's default limits (``OTEL_SPAN_*_COUNT_LIMIT``): a span's memory stays bounded.
 MAX_ATTRIBUTES = 128
 MAX_EVENTS = 128
@@ -105,7 +109,11 @@ class RecordingSpan(trace.Span):
 
     __slots__ = (
         "_context",
-        "_parent",
+        "_trace_id",
+        "_span_id",
+        "_trace_state",
+        "_parent_id",
+        "_parent_remote",
         "_name",
         "_kind",
         "_start",
@@ -122,8 +130,8 @@ class RecordingSpan(trace.Span):
     def __init__(
         self,
         name: str,
-        context: SpanContext,
-        parent: SpanContext | None,
+        ids: tuple[int, int, TraceState],
+        parent: tuple[int, bool],
         kind: SpanKind,
         attributes: dict[str, Any],
         links: list[tuple[int, int, bool, dict[str, Any] | None]] | None,
@@ -131,8 +139,15 @@ class RecordingSpan(trace.Span):
         scope: tuple[str, str | None, str | None],
         sink: Sink,
     ) -> None:
-        self._context = context
-        self._parent = parent
+        # The ids are kept as plain ints beside the SpanContext: ``SpanContext``'s fields are
+        # Python-level properties (about 0.3 µs a read here), and ``end()`` and a child's
+        # start read them from these slots instead.
+        trace_id, span_id, state = ids
+        self._context = _span_context(trace_id, span_id, _SAMPLED, state)
+        self._trace_id = trace_id
+        self._span_id = span_id
+        self._trace_state = state
+        self._parent_id, self._parent_remote = parent
         self._name = name
         self._kind = kind
         self._start = start_time
@@ -248,16 +263,14 @@ class RecordingSpan(trace.Span):
         if self._end is not None:
             return
         self._end = end = end_time or _time_ns()
-        ctx = self._context
-        parent = self._parent
-        state = ctx.trace_state
+        state = self._trace_state
         kind = self._kind  # ``SpanKind.value`` is a Python-level descriptor: test identity first
         self._sink(
             (
-                ctx.trace_id,
-                ctx.span_id,
-                parent.span_id if parent is not None else 0,
-                parent.is_remote if parent is not None else False,
+                self._trace_id,
+                self._span_id,
+                self._parent_id,
+                self._parent_remote,
                 self._name,
                 0 if kind is _INTERNAL else 2 if kind is _CLIENT else kind.value,
                 self._start,
@@ -314,20 +327,33 @@ class RecordingTracer(trace.Tracer):
     ) -> trace.Span:
         current: Any = (context if context is not None else _get_current_context()).get(_SPAN_KEY)
         parent: SpanContext | None
-        if current is None:
-            parent = None
-        elif type(current) in _KNOWN_SPANS:
-            parent = current.get_span_context()
-        else:  # not a span of ours: the API's lookup decides (and checks it is a Span at all)
-            parent = _get_current_span(context).get_span_context()
-        if parent is not None and parent.is_valid:
-            trace_id = parent.trace_id
+        if type(current) is RecordingSpan:  # the usual parent: valid, sampled, local, read raw
+            parent = current._context
+            trace_id = current._trace_id
+            parent_ids = (current._span_id, False)
         else:
-            parent = None
-            trace_id = self._trace_id() if self._trace_id is not None else time_ordered_trace_id()
+            if current is None:
+                parent = None
+            elif type(current) is NonRecordingSpan:
+                parent = current.get_span_context()
+            else:  # not a span of ours: the API's lookup decides (and checks it is a Span)
+                parent = _get_current_span(context).get_span_context()
+            if parent is not None and parent.is_valid:
+                trace_id = parent.trace_id
+                parent_ids = (parent.span_id, parent.is_remote)
+            else:
+                parent = None
+                trace_id = (
+                    self._trace_id() if self._trace_id is not None else time_ordered_trace_id()
+                )
+                parent_ids = _ROOT
         if self._inline_sampler:  # parentbased_always_on, decided without a SamplingResult
-            sampled = parent is None or parent.trace_flags.sampled
-            state = parent.trace_state if parent is not None else _DEFAULT_TRACE_STATE
+            if parent is None:
+                sampled, state = True, _DEFAULT_TRACE_STATE
+            elif type(current) is RecordingSpan:
+                sampled, state = True, current._trace_state
+            else:
+                sampled, state = parent.trace_flags.sampled, parent.trace_state
             extra: Attributes = None
         else:
             result = self._sampler.should_sample(context, trace_id, name, kind, attributes, links)
@@ -349,8 +375,8 @@ class RecordingTracer(trace.Tracer):
             ]
         return RecordingSpan(
             name,
-            _span_context(trace_id, span_id, _SAMPLED, state),
-            parent,
+            (trace_id, span_id, state),
+            parent_ids,
             kind,
             recorded,
             link_records or None,
@@ -361,29 +387,20 @@ class RecordingTracer(trace.Tracer):
 
     @contextmanager
     def start_as_current_span(  # type: ignore[override]
-        self,
-        name: str,
-        context: context_api.Context | None = None,
-        kind: SpanKind = SpanKind.INTERNAL,
-        attributes: Attributes = None,
-        links: Sequence[Link] | None = None,
-        start_time: int | None = None,
-        record_exception: bool = True,
-        set_status_on_exception: bool = True,
-        end_on_exit: bool = True,
+        self, name: str, *args: Any, **kwargs: Any
     ) -> Iterator[trace.Span]:
-        span = self.start_span(name, context, kind, attributes, links, start_time)
-        with trace.use_span(
-            span,
-            end_on_exit=end_on_exit,
-            record_exception=record_exception,
-            set_status_on_exception=set_status_on_exception,
-        ) as current:
+        """:meth:`start_span` with the API's arguments, passed on (not spelled a second time),
+        made current by the API's ``use_span``. The API's last three (``record_exception``,
+        ``set_status_on_exception``, ``end_on_exit``; True unless given, by position or by
+        name) are ``use_span``'s."""
+        flags = dict.fromkeys(_USE_SPAN_FLAGS, True)
+        flags.update(zip(_USE_SPAN_FLAGS, args[5:8], strict=False))
+        for key in _USE_SPAN_FLAGS:
+            if key in kwargs:
+                flags[key] = kwargs.pop(key)
+        span = self.start_span(name, *args[:5], **kwargs)
+        with trace.use_span(span, **flags) as current:
             yield current
-
-
-#: Span types whose ``get_span_context`` needs no ``isinstance`` check first (the usual parents).
-_KNOWN_SPANS = (RecordingSpan, NonRecordingSpan)
 
 
 class RecordingTracerProvider(trace.TracerProvider):
