@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import gzip
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -104,6 +105,24 @@ async def test_an_answer_within_the_limit_is_read_whole(sites: list[Site]) -> No
     async with _client(max_response_bytes=1 << 20) as client:
         answer = await client.post_json("solver", site.url + "/run", {})
     assert answer.data["reward"] == 1.0 and len(answer.data["pad"]) == 5000
+
+
+async def test_a_small_compressed_answer_that_inflates_past_the_limit_is_refused(
+    sites: list[Site],
+) -> None:
+    """A declared length counts compressed bytes: the inflated body is what the limit bounds."""
+    packed = gzip.compress(b"{" + b" " * (4 << 20) + b"}")
+
+    async def bomb(request: web.Request) -> web.StreamResponse:
+        headers = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+        return web.Response(body=packed, headers=headers)
+
+    site = await _site(sites, bomb)
+    assert len(packed) < 1 << 20
+    async with _client(max_response_bytes=1 << 20) as client:
+        with pytest.raises(ExchangeRefused) as caught:
+            await client.post_json("solver", site.url + "/run", {})
+    assert caught.value.kind == "response_too_large"
 
 
 async def test_a_request_over_the_limit_is_refused_unsent(sites: list[Site]) -> None:
