@@ -12,8 +12,9 @@ Each round runs three ways: tracing off, traced through rollgym's own span pipel
 default: ``rollgym.telemetry.pipeline``, encoding and export in a child process), and traced
 through the OpenTelemetry SDK's batch processor (``ROLLGYM_SPAN_PIPELINE=sdk``, the reference).
 Prints the rates, each traced/off ratio (target >= 0.7, goal 0.9), the driver's CPU per
-rollout, its garbage collections (count and collector time, ``gc.callbacks``) and the span
-counts.
+rollout, its garbage collections (count and collector time, ``gc.callbacks``), the CPU per
+rollout of the other processes (the agent, the span exporter child, the trace store: on a
+2-core machine they share the core the driver does not use) and the span counts.
 
     python bench/tracing_overhead.py [--quick] [-n 10000] [--rounds 4] [--no-sdk]
 """
@@ -30,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _minimal_agent import AgentProcess  # noqa: E402
 
@@ -39,6 +42,7 @@ from rollgym import (
 )
 from rollgym.telemetry.env_vars import ROLLGYM_SPAN_PIPELINE  # noqa: E402
 from rollgym.telemetry.groups import ALL_GROUPS, configure_gate  # noqa: E402
+from rollgym.telemetry.pipeline.shipper import SpanShipper  # noqa: E402
 from rollgym.telemetry.settings import TelemetrySettings  # noqa: E402
 from rollgym.telemetry.setup import setup_telemetry  # noqa: E402
 from rollgym.tracestore.store_process import start_trace_store  # noqa: E402
@@ -53,6 +57,31 @@ last_cpu_per_rollout: list[float] = [0.0]
 #: the span pipeline raises the young threshold while it records (``pipeline.young_gc``), and
 #: this shows what that buys rather than assuming it.
 last_gc: list[float] = [0, 0.0]
+
+
+class _OtherProcesses:
+    """CPU seconds (user + system) of the agent and the trace store, and of a round's span
+    exporter child, per rollout of the round: where the traced rounds' extra work lands
+    besides the driver."""
+
+    def __init__(self, agent_pid: int, store_pid: int) -> None:
+        self.agent = psutil.Process(agent_pid)
+        self.store = psutil.Process(store_pid)
+        self._began = (0.0, 0.0)
+
+    @staticmethod
+    def cpu(process: psutil.Process) -> float:
+        times = process.cpu_times()
+        return float(times.user + times.system)
+
+    def start(self) -> None:
+        self._began = (self.cpu(self.agent), self.cpu(self.store))
+
+    def per_rollout(self, n: int, child_s: float) -> tuple[float, float, float]:
+        """(agent, exporter child, store) seconds per rollout since :meth:`start`."""
+        agent = (self.cpu(self.agent) - self._began[0]) / n
+        store = (self.cpu(self.store) - self._began[1]) / n
+        return agent, child_s / n, store
 
 
 class _CollectorClock:
@@ -97,39 +126,56 @@ async def collect(url: str, n: int) -> float:
 
 async def traced_round(
     url: str, n: int, endpoint: str, pipeline: str
-) -> tuple[float, dict[str, int]]:
-    """One traced round; ``pipeline`` is ``process`` (rollgym's default) or ``sdk``."""
+) -> tuple[float, dict[str, int], float]:
+    """One traced round; ``pipeline`` is ``process`` (rollgym's default) or ``sdk``. Also
+    returns the CPU seconds its exporter child spent (0 without one), read once the backlog
+    is flushed and before shutdown ends the child."""
     os.environ[ROLLGYM_SPAN_PIPELINE] = pipeline
     settings = TelemetrySettings(
         groups=ALL_GROUPS, traces_exporter="otlp", endpoint=endpoint, run_id="bench"
     )
     handle = setup_telemetry(settings, service_name="rollgym-bench", run_id="bench")
+    child_s = 0.0
     try:
         rate = await collect(url, n)
+        shipper = handle.processor
+        if isinstance(shipper, SpanShipper):
+            await asyncio.to_thread(shipper.flush, 30.0)
+            child_s = _OtherProcesses.cpu(psutil.Process(shipper.child_pid))
     finally:
         await asyncio.to_thread(handle.shutdown, 30.0)
-    return rate, handle.counts()
+    return rate, handle.counts(), child_s
 
 
 async def measure(
-    url: str, n: int, rounds: int, endpoint: str, pipelines: tuple[str, ...]
+    url: str,
+    n: int,
+    rounds: int,
+    endpoint: str,
+    pipelines: tuple[str, ...],
+    others: _OtherProcesses,
 ) -> dict[str, list]:
     configure_gate((), tracing_active=False)
     await collect(url, min(n, 2000))  # warm up every path
     for pipeline in pipelines:
         await traced_round(url, min(n, 2000), endpoint, pipeline)
-    out: dict[str, list] = {"off": [], "counts": [], "cpu off": [], "gc off": []}
+    out: dict[str, list] = {"off": [], "counts": [], "cpu off": [], "gc off": [], "others off": []}
     for pipeline in pipelines:
         out[pipeline] = []
         out[f"cpu {pipeline}"] = []
         out[f"gc {pipeline}"] = []
+        out[f"others {pipeline}"] = []
     for _ in range(rounds):
         configure_gate((), tracing_active=False)
+        others.start()
         out["off"].append(await collect(url, n))
+        out["others off"].append(others.per_rollout(n, 0.0))
         out["cpu off"].append(last_cpu_per_rollout[0])
         out["gc off"].append(tuple(last_gc))
         for pipeline in pipelines:
-            rate, counts = await traced_round(url, n, endpoint, pipeline)
+            others.start()
+            rate, counts, child_s = await traced_round(url, n, endpoint, pipeline)
+            out[f"others {pipeline}"].append(others.per_rollout(n, child_s))
             out[pipeline].append(rate)
             out[f"cpu {pipeline}"].append(last_cpu_per_rollout[0])
             out[f"gc {pipeline}"].append(tuple(last_gc))
@@ -153,7 +199,10 @@ def main() -> None:
         store = start_trace_store(Path(tmp) / "traces.db", Path(tmp) / "tracestore.log")
         try:
             with AgentProcess() as agent:
-                result = event_loop.run(measure(agent.url, n, rounds, store.endpoint, pipelines))
+                others = _OtherProcesses(agent.proc.pid, store.process.pid)
+                result = event_loop.run(
+                    measure(agent.url, n, rounds, store.endpoint, pipelines, others)
+                )
         finally:
             store.stop()
     off = result["off"]
@@ -163,6 +212,7 @@ def main() -> None:
     cpu_off = statistics.median(result["cpu off"])
     print(f"  driver CPU per rollout (all threads): {cpu_off * 1e6:.1f} us")
     print(f"  {_collections(result['gc off'])}")
+    print(f"  {_others(result['others off'])}")
     for pipeline in pipelines:
         traced = result[pipeline]
         pairwise = [t / o for t, o in zip(traced, off, strict=True)]
@@ -178,6 +228,7 @@ def main() -> None:
             f"CPU ratio off/traced {cpu_off / cpu:.2f}"
         )
         print(f"  {_collections(result[f'gc {pipeline}'])}")
+        print(f"  {_others(result[f'others {pipeline}'])}")
     exported = sum(c["spans_exported"] for c in result["counts"])
     dropped = sum(c["spans_dropped"] for c in result["counts"])
     print(
@@ -192,6 +243,14 @@ def _collections(rounds: list[tuple[float, float]]) -> str:
     return (
         f"garbage collections per 1,000 rollouts: {per_1000:.1f}, "
         f"collector time per rollout {seconds * 1e6:.1f} us"
+    )
+
+
+def _others(rounds: list[tuple[float, float, float]]) -> str:
+    agent, child, store = (statistics.median(r[i] for r in rounds) * 1e6 for i in range(3))
+    return (
+        f"other processes' CPU per rollout: agent {agent:.1f} us, span exporter child "
+        f"{child:.1f} us, trace store {store:.1f} us"
     )
 
 
