@@ -3,7 +3,7 @@
 uvicorn's h11 protocol has no such limit: a client that opens a connection and sends nothing,
 or half a request head, or a body slower than a trickle, holds a connection (and its memory)
 for as long as it likes; thousands of them exhaust the server. :class:`BoundedH11Protocol`
-gives every request :data:`rollgym.http.REQUEST_READ_TIMEOUT_S` from its connection (or its first byte on
+gives every request :data:`REQUEST_READ_TIMEOUT_S` from its connection (or its first byte on
 a kept-alive connection) until it is fully received, then closes the connection. Once a
 request is whole, the limit is off: how long the handler takes is the rollout's business
 (``run.timeout_s`` on the driver's side), and idle kept-alive connections are uvicorn's
@@ -24,6 +24,7 @@ import os
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from rollgym.http import REQUEST_READ_TIMEOUT_S  # noqa: F401  (still named here, as before)
 from rollgym.http.read_deadline import BoundedConnection
 
 #: States in which the client has nothing more to send for the current request.
