@@ -210,10 +210,11 @@ def _schema(pa: Any) -> Any:
             ("truncated", pa.bool_()),
             ("model", pa.string()),
             ("sampling", pa.string()),
-            ("temperature", pa.float64()),
-            ("top_p", pa.float64()),
-            ("max_tokens", pa.int64()),
-            ("seed", pa.int64()),
+            # one column per typed sampling parameter, typed and ordered as the row fills them
+            *(
+                (key, pa.float64() if kind is float else pa.int64())
+                for key, kind in _TYPED_SAMPLING.items()
+            ),
             ("cached_tokens", pa.int64()),
             ("model_s", pa.float64()),
             ("engine_s", pa.float64()),

@@ -41,6 +41,9 @@ from rollgym.tracestore.viewer_routes import DB_KEY
 
 T = TypeVar("T")
 
+#: The routes, each declared on its handler; :func:`run_routes` mounts them all.
+_ROUTES = web.RouteTableDef()
+
 
 @dataclass(frozen=True)
 class RunDirs:
@@ -68,11 +71,7 @@ def run_routes(run_dir: Path | None, compare_dir: Path | None) -> Callable[[web.
     def mount(app: web.Application) -> None:
         app[RUNS_KEY] = RunDirs(run_dir, compare_dir)
         app[REPORT_KEY] = ThrottledCache()
-        app.router.add_get("/api/runs", _runs)
-        app.router.add_get("/api/conversation/{rollout_id}", _conversation)
-        app.router.add_get("/api/failures", _failures)
-        app.router.add_get("/api/failed", _failed)
-        app.router.add_get("/api/compare", _compare)
+        app.router.add_routes(_ROUTES)
 
     return mount
 
@@ -116,6 +115,7 @@ def _run_entry(role: str, path: Path) -> dict[str, object]:
     }
 
 
+@_ROUTES.get("/api/runs")
 async def _runs(request: web.Request) -> web.Response:
     run_dir, compare_dir = _dirs(request)
     runs = [_run_entry(role, path) for role, path in (("a", run_dir), ("b", compare_dir)) if path]
@@ -133,6 +133,7 @@ def _attempt_errors(detail: RolloutDetail) -> list[dict[str, object]]:
     return errors
 
 
+@_ROUTES.get("/api/conversation/{rollout_id}")
 async def _conversation(request: web.Request) -> web.Response:
     rollout_id = request.match_info["rollout_id"]
     run_dir, _ = _dirs(request)
@@ -237,6 +238,7 @@ async def _cached_report(request: web.Request) -> dict[str, Any]:
     return await cache.get(stamp, going, compute)
 
 
+@_ROUTES.get("/api/failures")
 async def _failures(request: web.Request) -> web.Response:
     report = await _cached_report(request)
     return _json({key: value for key, value in report.items() if key != "rows"})
@@ -267,6 +269,7 @@ def _kept(row: dict[str, Any], query: Mapping[str, str]) -> bool:
     return bool(low <= row["duration_ms"] <= high)
 
 
+@_ROUTES.get("/api/failed")
 async def _failed(request: web.Request) -> web.Response:
     """A page of the failed rows: ``level=attempt`` every failed attempt, ``level=final`` the
     last attempts of rollouts that finally failed (optionally of one ``dispatch_name``)."""
@@ -295,6 +298,7 @@ async def _failed(request: web.Request) -> web.Response:
     )
 
 
+@_ROUTES.get("/api/compare")
 async def _compare(request: web.Request) -> web.Response:
     run_dir, compare_dir = _dirs(request)
     if run_dir is None or compare_dir is None:

@@ -10,31 +10,15 @@ falls back to h11.
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
-
 import httptools  # noqa: F401  (ImportError here is the fallback's signal)
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from rollgym.http import REQUEST_READ_TIMEOUT_S
-from rollgym.http.read_deadline import ReadDeadline
+from rollgym.http.read_deadline import BoundedConnection
 
 
-class BoundedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, closing a connection whose request is not whole in time.
-
-    ``read_timeout_s`` is a class attribute so a test can shorten it in a subclass.
-    """
-
-    read_timeout_s: float = REQUEST_READ_TIMEOUT_S
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._deadline = ReadDeadline(self.loop, self.read_timeout_s)
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._deadline.arm(transport, self.client)  # a silent connection is a slow request too
+class BoundedHttpToolsProtocol(BoundedConnection, HttpToolsProtocol):
+    """uvicorn's httptools protocol, closing a connection whose request is not whole in time
+    (the parser's callbacks say when a message begins and when it is complete)."""
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -48,7 +32,3 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         self._deadline.disarm()  # from here the idle connection is the keep-alive timer's
         super().on_response_complete()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._deadline.disarm()
-        super().connection_lost(exc)

@@ -3,13 +3,17 @@
 The h11 protocol (:mod:`rollgym.http.bounded_reads`) and the httptools one
 (:mod:`rollgym.http.bounded_httptools`) learn at different moments that a request began or
 is whole (bytes seen vs parser callbacks); what they do then is the same, and lives here: arm
-a timer, disarm it, and close the connection when it fires.
+a timer, disarm it, and close the connection when it fires. So does what they do when a
+connection opens and closes (:class:`BoundedConnection`, the base both list before uvicorn's).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
+
+from rollgym.http import REQUEST_READ_TIMEOUT_S
 
 log = logging.getLogger("rollgym.http")
 
@@ -51,3 +55,31 @@ class ReadDeadline:
                 self.seconds,
             )
             transport.close()
+
+
+class BoundedConnection(asyncio.Protocol):
+    """The connection's side of both bounded protocols: a deadline armed when it opens (a
+    silent connection is a slow request too) and disarmed when it is lost.
+
+    List it before uvicorn's protocol (``class P(BoundedConnection, H11Protocol)``), which
+    provides ``loop``, ``client`` and ``transport``; each subclass arms and disarms the
+    deadline around a request by its own parser's signals. ``read_timeout_s`` is a class
+    attribute so a test can shorten it in a subclass.
+    """
+
+    read_timeout_s: float = REQUEST_READ_TIMEOUT_S
+    loop: asyncio.AbstractEventLoop
+    client: tuple[str, int] | None
+    transport: asyncio.Transport
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline = ReadDeadline(self.loop, self.read_timeout_s)
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._deadline.arm(transport, self.client)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._deadline.disarm()
+        super().connection_lost(exc)

@@ -121,6 +121,25 @@ class _RolloutHooks:
 
         return spans.model_chat_span(self.model.rollout_id, self.model.model_name, PROVIDER)
 
+    def answer_unread(
+        self,
+        span: Any,
+        request: httpx2.Request,
+        response: httpx2.Response,
+        recorded_stream: Callable[..., Any],
+    ) -> httpx2.Response | None:
+        """The answer to hand the SDK as it is (a stream, fed to the trajectory through
+        ``recorded_stream`` as the agent reads it, or a body neither the span nor the
+        trajectory needs), already recorded; None where its body must be read first."""
+        recorder = self.stream_recorder(request, response)
+        if recorder is not None:
+            self.after_answer(span, request, response, None)
+            return _with_stream(request, response, recorded_stream(response.stream, *recorder))
+        if not self.wants_body(span, response):
+            self.after_answer(span, request, response, None)
+            return response
+        return None
+
     def after_answer(
         self, span: Any, request: httpx2.Request, response: httpx2.Response, body: bytes | None
     ) -> None:
@@ -176,16 +195,28 @@ def _with_stream(
     )
 
 
+class _StreamParts:
+    """What both recorded byte streams hold: the pool's stream and the recorder's two calls."""
+
+    def __init__(self, inner: Any, feed: Callable[[bytes], None], finish: Callable[[], None]):
+        self.inner, self.feed, self.finish = inner, feed, finish
+
+
+class _TransportParts:
+    """What both rollout transports hold: the rollout's hooks and the shared pool under them."""
+
+    def __init__(self, hooks: _RolloutHooks, inner: Any) -> None:
+        self.hooks = hooks
+        self.inner = inner
+
+
 @functools.cache
 def _async_transport_class() -> type[Any]:
     """The per-rollout async transport class, made once for the SDK's HTTP library."""
     http = http_library()
 
-    class RecordedStream(http.AsyncByteStream):  # type: ignore[name-defined]
+    class RecordedStream(_StreamParts, http.AsyncByteStream):  # type: ignore[name-defined]
         """A streamed answer's body, fed to the trajectory as the agent reads it."""
-
-        def __init__(self, inner: Any, feed: Callable[[bytes], None], finish: Callable[[], None]):
-            self.inner, self.feed, self.finish = inner, feed, finish
 
         async def __aiter__(self) -> AsyncIterator[bytes]:
             async for chunk in self.inner:
@@ -199,26 +230,16 @@ def _async_transport_class() -> type[Any]:
             finally:
                 self.finish()
 
-    class RolloutTransport(http.AsyncBaseTransport):  # type: ignore[name-defined]
+    class RolloutTransport(_TransportParts, http.AsyncBaseTransport):  # type: ignore[name-defined]
         """Stamps and traces each request of one rollout, sent over the loop's shared pool."""
-
-        def __init__(self, hooks: _RolloutHooks, inner: Any) -> None:
-            self.hooks = hooks
-            self.inner = inner
 
         async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
             with self.hooks.span() as span:
                 self.hooks.before_send(request)
                 response = await self.inner.handle_async_request(request)
-                recorder = self.hooks.stream_recorder(request, response)
-                if recorder is not None:
-                    self.hooks.after_answer(span, request, response, None)
-                    return _with_stream(
-                        request, response, RecordedStream(response.stream, *recorder)
-                    )
-                if not self.hooks.wants_body(span, response):
-                    self.hooks.after_answer(span, request, response, None)
-                    return response
+                unread = self.hooks.answer_unread(span, request, response, RecordedStream)
+                if unread is not None:
+                    return unread
                 # read once, kept on the answer (httpx caches it): the SDK reads it again
                 # for free, where a rebuilt answer cost a second header parse per call
                 body = await response.aread()
@@ -244,11 +265,8 @@ def _sync_transport_class() -> type[Any]:
     """The per-rollout blocking transport class, made once for the SDK's HTTP library."""
     http = http_library()
 
-    class RecordedStream(http.SyncByteStream):  # type: ignore[name-defined]
+    class RecordedStream(_StreamParts, http.SyncByteStream):  # type: ignore[name-defined]
         """The blocking twin of the async recorded stream."""
-
-        def __init__(self, inner: Any, feed: Callable[[bytes], None], finish: Callable[[], None]):
-            self.inner, self.feed, self.finish = inner, feed, finish
 
         def __iter__(self) -> Iterator[bytes]:
             for chunk in self.inner:
@@ -262,26 +280,16 @@ def _sync_transport_class() -> type[Any]:
             finally:
                 self.finish()
 
-    class RolloutTransport(http.BaseTransport):  # type: ignore[name-defined]
+    class RolloutTransport(_TransportParts, http.BaseTransport):  # type: ignore[name-defined]
         """The blocking twin of the async transport (same hooks, the process's shared pool)."""
-
-        def __init__(self, hooks: _RolloutHooks, inner: Any) -> None:
-            self.hooks = hooks
-            self.inner = inner
 
         def handle_request(self, request: httpx2.Request) -> httpx2.Response:
             with self.hooks.span() as span:
                 self.hooks.before_send(request)
                 response = self.inner.handle_request(request)
-                recorder = self.hooks.stream_recorder(request, response)
-                if recorder is not None:
-                    self.hooks.after_answer(span, request, response, None)
-                    return _with_stream(
-                        request, response, RecordedStream(response.stream, *recorder)
-                    )
-                if not self.hooks.wants_body(span, response):
-                    self.hooks.after_answer(span, request, response, None)
-                    return response
+                unread = self.hooks.answer_unread(span, request, response, RecordedStream)
+                if unread is not None:
+                    return unread
                 # read once, kept on the answer (httpx caches it): the SDK reads it again
                 # for free, where a rebuilt answer cost a second header parse per call
                 body = response.read()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from types import TracebackType
 
 from opentelemetry import context as context_api
@@ -49,60 +50,41 @@ def record_error(span: Span, exc: BaseException) -> None:
         warn_once("recording an error on a span failed")
 
 
+@dataclass(slots=True, eq=False, repr=False)
 class current_span:  # noqa: N801 - used like the function it replaced: ``with current_span(...)``
     """Start ``name`` as a child of ``context`` (default: the current one) and make it current.
 
     The span is made current inside ``attach_to`` (default: the current context), so a new
     root still keeps the caller's baggage, and a server span keeps the caller's remote baggage.
 
-    A slotted class rather than a ``@contextmanager`` generator: every traced rollout enters
-    two of these in the driver's one event-loop thread, and a generator-based manager costs
-    a generator frame, two resumptions and a wrapper object per span on that hot path.
+    A slotted dataclass rather than a ``@contextmanager`` generator: every traced rollout
+    enters two of these in the driver's one event-loop thread, and a generator-based manager
+    costs a generator frame, two resumptions and a wrapper object per span on that hot path.
     """
 
-    __slots__ = (
-        "_name",
-        "_kind",
-        "_attributes",
-        "_context",
-        "_links",
-        "_attach_to",
-        "_span",
-        "_token",
-    )
-
-    def __init__(
-        self,
-        name: str,
-        *,
-        kind: SpanKind = SpanKind.INTERNAL,
-        attributes: Attributes = None,
-        context: context_api.Context | None = None,
-        links: Sequence[Link] | None = None,
-        attach_to: context_api.Context | None = None,
-    ) -> None:
-        self._name = name
-        self._kind = kind
-        self._attributes = attributes
-        self._context = context
-        self._links = links
-        self._attach_to = attach_to
-        self._span: Span = INVALID_SPAN
-        self._token: object | None = None
+    name: str
+    _: KW_ONLY
+    kind: SpanKind = SpanKind.INTERNAL
+    attributes: Attributes = None
+    context: context_api.Context | None = None
+    links: Sequence[Link] | None = None
+    attach_to: context_api.Context | None = None
+    _span: Span = field(default=INVALID_SPAN, init=False)
+    _token: object | None = field(default=None, init=False)
 
     def __enter__(self) -> Span:
         try:
             span = state.tracer.start_span(
-                self._name,
-                context=self._context,
-                kind=self._kind,
-                attributes=self._attributes,
-                links=self._links,
+                self.name,
+                context=self.context,
+                kind=self.kind,
+                attributes=self.attributes,
+                links=self.links,
             )
             self._span = span
-            self._token = context_api.attach(trace.set_span_in_context(span, self._attach_to))
+            self._token = context_api.attach(trace.set_span_in_context(span, self.attach_to))
         except Exception:
-            warn_once(f"starting span {self._name!r} failed")
+            warn_once(f"starting span {self.name!r} failed")
         return self._span
 
     def __exit__(
@@ -123,5 +105,5 @@ class current_span:  # noqa: N801 - used like the function it replaced: ``with c
         try:
             span.end()
         except Exception:
-            warn_once(f"ending span {self._name!r} failed")
+            warn_once(f"ending span {self.name!r} failed")
         # None: the caller's own exception (if any) propagates unchanged.

@@ -9,10 +9,10 @@ millions. Each rule is one small SQL query; a violation names the span, trace an
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypedDict
+from typing import TypedDict, TypeVar
 
 import orjson
 
@@ -26,6 +26,7 @@ from rollgym.tracestore.engine_ids import rollout_of_engine_id
 from rollgym.tracestore.queries import trace_exists
 
 _MAX_LISTED = 50  # per rule; the count is always exact
+T = TypeVar("T")
 
 
 class RunStory(TypedDict, total=False):
@@ -240,22 +241,33 @@ def _check_link_without_job(
         targets.add(_link_target(conn, trace_id, span_id))
 
 
+#: Spans of a rollout outside that rollout's dispatch trace (trace, span, name, rollout, start).
+_HOMELESS_SPANS = """SELECT s.trace_id, s.span_id, s.name, s.rollout_id, s.start_ns FROM spans s
+    WHERE s.rollout_id IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM dispatches d WHERE d.trace_id = s.trace_id
+        AND d.is_root = 1 AND d.rollout_id = s.rollout_id)"""
+#: Spans whose parent is not in their trace (trace, span, name, parent, start).
+_ORPHAN_SPANS = """SELECT s.trace_id, s.span_id, s.name, s.parent_span_id, s.start_ns FROM spans s
+    WHERE s.parent_span_id IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM spans p WHERE p.trace_id = s.trace_id AND p.span_id = s.parent_span_id)"""
+
+
+def _unexcused(
+    rows: Iterable[tuple[bytes, bytes, str, T, int]], excused: Callable[[bytes, int], bool]
+) -> Iterator[tuple[dict[str, object], str, T]]:
+    """The spans of ``rows`` (trace id, span id, name, one more column, start) that the run's
+    history does not excuse (``excused(trace id, start)``: a killed session or a dead process
+    cut their trace short): where each is, as a violation names it, its name and the column."""
+    for trace_id, span_id, name, column, start_ns in rows:
+        if not excused(trace_id, start_ns):
+            yield {"trace_id": hex_id(trace_id), "span_id": hex_id(span_id)}, name, column
+
+
 def _check_isolation(conn: sqlite3.Connection, report: CheckReport, history: RunHistory) -> None:
-    for trace_id, span_id, name, rollout_id, start_ns in conn.execute(
-        """SELECT s.trace_id, s.span_id, s.name, s.rollout_id, s.start_ns FROM spans s
-           WHERE s.rollout_id IS NOT NULL AND NOT EXISTS (
-               SELECT 1 FROM dispatches d WHERE d.trace_id = s.trace_id
-               AND d.is_root = 1 AND d.rollout_id = s.rollout_id)"""
-    ):
-        if history.excuses_homeless(trace_id, start_ns):
-            continue
-        report.add(
-            "isolation",
-            f"span {name!r} of rollout {rollout_id} is not in that rollout's dispatch trace",
-            trace_id=hex_id(trace_id),
-            span_id=hex_id(span_id),
-            rollout_id=rollout_id,
-        )
+    homeless = conn.execute(_HOMELESS_SPANS)
+    for where, name, rollout_id in _unexcused(homeless, history.excuses_homeless):
+        message = f"span {name!r} of rollout {rollout_id} is not in that rollout's dispatch trace"
+        report.add("isolation", message, **where, rollout_id=rollout_id)
 
 
 def _check_isolation_without_dispatch(conn: sqlite3.Connection, report: CheckReport) -> None:
@@ -332,20 +344,10 @@ def _check_engine_spans(
 
 
 def _check_parents(conn: sqlite3.Connection, report: CheckReport, history: RunHistory) -> None:
-    for trace_id, span_id, name, parent, start_ns in conn.execute(
-        """SELECT s.trace_id, s.span_id, s.name, s.parent_span_id, s.start_ns FROM spans s
-           WHERE s.parent_span_id IS NOT NULL AND NOT EXISTS (
-               SELECT 1 FROM spans p WHERE p.trace_id = s.trace_id
-               AND p.span_id = s.parent_span_id)"""
-    ):
-        if history.excuses_missing_parent(trace_id, start_ns):
-            continue
-        report.add(
-            "missing_parent",
-            f"span {name!r} names parent {hex_id(parent)}, absent from its trace",
-            trace_id=hex_id(trace_id),
-            span_id=hex_id(span_id),
-        )
+    orphans = conn.execute(_ORPHAN_SPANS)
+    for where, name, parent in _unexcused(orphans, history.excuses_missing_parent):
+        message = f"span {name!r} names parent {hex_id(parent)}, absent from its trace"
+        report.add("missing_parent", message, **where)
 
 
 def _check_outputs(

@@ -47,3 +47,16 @@ def test_failures_failed_rows_and_a_conversation(finished_run: tuple[Path, Synth
     )
     assert all(row["error_kind"] for row in rows)
     assert {a["rollout_id"] for a in view["attempt_errors"]} <= {"4-0", "4-0-a1"}
+
+
+def test_every_run_route_is_mounted(finished_run: tuple[Path, SyntheticRun]) -> None:
+    """The runs list names the one run served; compare without a second run is a 404 that
+    says how to serve two (not aiohttp's 404 for a route that was never mounted)."""
+    run_dir, _ = finished_run
+    (status_r, runs), (status_c, compare) = asyncio.run(
+        _get_all(run_dir, ["/api/runs", "/api/compare"])
+    )
+    assert status_r == 200 and isinstance(runs, dict)
+    assert [entry["role"] for entry in runs["runs"]] == ["a"] and runs["can_compare"] is False
+    assert status_c == 404 and isinstance(compare, dict)
+    assert "--compare" in compare["error"]
