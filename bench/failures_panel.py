@@ -3,7 +3,7 @@ thousands of failed attempts, as it was (each attempt's trace read whole, each r
 attempts read as whole dispatch rows with span counts) against as it is (``failures.error_spans``:
 only what the failure's kind and message need; ``failures.last_attempt``: two columns).
 
-The store is realistic: ``bench/profile.py``'s synthetic run (every 5th rollout retried, every
+The store is realistic: ``bench/profile_store.py``'s synthetic run (every 5th rollout retried, every
 7th failing for good), copied with fresh ids until it holds ``--failed`` failed attempts
 (the panel reads at most ``failures.MAX_ATTEMPTS``), each copy's rollouts with ids of their own. Both readers run side by side on one
 read-only connection, twice each, alternating; the answers must be identical. Prints wall
@@ -16,28 +16,17 @@ figure, not the seconds).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import profile_store
+
 from rollgym.tracestore import failures
 from rollgym.tracestore.queries import base_rollout_id, list_rollouts, rollout_attempts, trace_spans
 from rollgym.tracestore.store import connect_readonly
-
-
-def _profile_bench() -> Any:
-    """``bench/profile.py`` (its store builder), loaded by path: ``profile`` is also a
-    standard-library module name."""
-    spec = importlib.util.spec_from_file_location(
-        "bench_profile", Path(__file__).with_name("profile.py")
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _failed_rows(conn: Any) -> list[dict[str, Any]]:
@@ -84,7 +73,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--failed", type=int, default=failures.MAX_ATTEMPTS)
     args = parser.parse_args()
-    bench = _profile_bench()
+    bench = profile_store
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         source = bench.template(directory)

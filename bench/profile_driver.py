@@ -17,27 +17,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
+import cProfile
+import pstats
 import tempfile
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-# bench/profile.py would shadow the standard library's ``profile``, which cProfile imports:
-# the stdlib modules come first, this folder after.
-HERE = str(Path(__file__).resolve().parent)
-sys.path[:] = [entry for entry in sys.path if entry != HERE]
-import cProfile  # noqa: E402
-import pstats  # noqa: E402
+import driver_throughput
+import tracing_overhead
+from _minimal_agent import AgentProcess
 
-sys.path.insert(0, HERE)
-import driver_throughput  # noqa: E402
-import tracing_overhead  # noqa: E402
-from _minimal_agent import AgentProcess  # noqa: E402
-
-from rollgym import event_loop  # noqa: E402
-from rollgym.telemetry.groups import configure_gate  # noqa: E402
-from rollgym.tracestore.store_process import start_trace_store  # noqa: E402
+from rollgym import event_loop
+from rollgym.telemetry.groups import configure_gate
+from rollgym.tracestore.store_process import start_trace_store
 
 #: (stage, substrings of a function's file), first match wins; the rest by top folder.
 STAGES: list[tuple[str, tuple[str, ...]]] = [

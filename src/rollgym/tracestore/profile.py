@@ -3,7 +3,7 @@
 Why it reads the store in trace-id order: the ``(trace_id, span_id)`` index hands over one
 trace's spans after another, so memory holds one trace at a time (plus a few numbers per
 dispatch) however large the run, and a million-span store is read in one pass
-(``bench/profile.py``). Attributes are parsed only for the spans that carry a split or a
+(``bench/profile_store.py``). Attributes are parsed only for the spans that carry a split or a
 count (client, engine, model-call and dispatch spans). The attribution rule itself lives in
 :mod:`rollgym.tracestore.profile_phases`.
 

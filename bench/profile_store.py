@@ -16,7 +16,7 @@ whether the two answers are identical. Target: the profile under 10 s. On a shar
 wall time mostly waits for a core; the CPU of the busiest process is what an idle machine's
 wall time would be.
 
-    python bench/profile.py [--spans 1000000]
+    python bench/profile_store.py [--spans 1000000]
 """
 
 from __future__ import annotations
