@@ -15,20 +15,21 @@ local placement spawns each server otherwise, and always for a restart.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rollgym.child_process import libc, log_tail, spawn_child
 from rollgym.errors import LaunchError
+from rollgym.forked_child import ENV_FORK_SERVER as ENV_FORK_SERVER
+from rollgym.forked_child import ForkedChild as ForkedChild
+from rollgym.forked_child import forking_enabled
 from rollgym.servers.fork_server import (
     ENV_CONTROL_FD,
     ENV_PRELOAD,
@@ -40,12 +41,9 @@ from rollgym.servers.spec import ServeSpec
 if TYPE_CHECKING:
     from rollgym.config import JobConfig
 
-#: ``ROLLGYM_FORK_SERVER=0`` spawns every server process on its own (as before the fork server).
-ENV_FORK_SERVER = "ROLLGYM_FORK_SERVER"
 #: The run's logs folder, in the fork server's environment (and so its servers' ``/proc``).
 ENV_FORK_SERVER_LOGS = "ROLLGYM_FORK_SERVER_LOGS"
 _PR_SET_CHILD_SUBREAPER = 36
-_WAIT_POLL_S = 0.01
 _REPLY_BYTES = 64
 
 _subreaper_lock = threading.Lock()
@@ -54,7 +52,7 @@ _subreaper_users = 0
 
 def fork_server_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     """Linux (child subreapers, ``PR_SET_PDEATHSIG``), unless ``ROLLGYM_FORK_SERVER=0``."""
-    return sys.platform.startswith("linux") and environ.get(ENV_FORK_SERVER, "1") != "0"
+    return forking_enabled(environ)
 
 
 def _prctl_subreaper(on: bool) -> bool:
@@ -75,53 +73,6 @@ def _adopt_orphans(on: bool) -> bool:
             if _subreaper_users == 0:
                 _prctl_subreaper(False)
         return True
-
-
-class ForkedChild:
-    """A server forked by the fork server, adopted by this process: the part of
-    :class:`subprocess.Popen` the placement uses (``pid``, ``poll``, ``send_signal``, ``wait``)."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        """None while it runs (or is not adopted yet), else its exit code (-N: signal N)."""
-        if self.returncode is not None:
-            return self.returncode
-        try:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-        except ChildProcessError:  # not (yet) ours: the fork server still runs, or it is gone
-            if not _exists(self.pid):
-                self.returncode = -1
-            return self.returncode
-        if pid:
-            self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while (code := self.poll()) is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
-            time.sleep(_WAIT_POLL_S)
-        return code
-
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie of ours exists until reaped; one of the fork server's until it is adopted
-    return True
 
 
 class ForkServer:
