@@ -20,6 +20,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -31,6 +32,7 @@ from rollgym.forked_child import ENV_FORK_SERVER as ENV_FORK_SERVER
 from rollgym.forked_child import ForkedChild as ForkedChild
 from rollgym.forked_child import forking_enabled
 from rollgym.servers.fork_server import (
+    BOUND,
     ENV_CONTROL_FD,
     ENV_PRELOAD,
     FORK_SERVER_ARG,
@@ -79,8 +81,15 @@ class ForkServer:
     """One fork server for one launch: :meth:`fork` a server per reserved socket, then
     :meth:`finish` (the fork server exits; its children are this process's)."""
 
-    def __init__(self, env: Mapping[str, str], log_path: Path) -> None:
+    def __init__(
+        self, env: Mapping[str, str], log_path: Path, *, early_for: Path | None = None
+    ) -> None:
+        """``early_for``: the logs folder of the run it is for, which does not exist yet; it
+        writes to ``log_path`` (a temporary file) until :meth:`bind` moves it there."""
         self.log_path = log_path
+        self.early = early_for is not None
+        #: The run's logs folder, in its environment (and so in its servers' ``/proc``).
+        self.run_logs = early_for if early_for is not None else log_path.parent
         #: The environment it was started in (each server's own comes with its request).
         self.start_env = dict(env)
         self._lock = asyncio.Lock()
@@ -96,7 +105,7 @@ class ForkServer:
                 env={
                     **self.start_env,
                     ENV_CONTROL_FD: str(theirs.fileno()),
-                    ENV_FORK_SERVER_LOGS: str(log_path.parent),
+                    ENV_FORK_SERVER_LOGS: str(self.run_logs),
                 },
                 log_path=log_path,
                 new_session=True,
@@ -111,6 +120,25 @@ class ForkServer:
             theirs.close()
         ours.setblocking(False)
         self._control: socket.socket | None = ours
+
+    def bind(self, log_path: Path, timeout_s: float = 30.0) -> None:
+        """An early fork server writes to the run's ``log_path`` from now on (its earlier
+        lines too). Raises ``OSError`` when it does not answer."""
+        if self._control is None:
+            raise OSError("the fork server was closed")
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        early_log = str(self.log_path) if self.early else None
+        request = {"bind": {"log_path": str(log_path), "early_log": early_log}}
+        self._control.settimeout(timeout_s)
+        try:
+            self._control.send(json.dumps(request).encode())
+            reply = self._control.recv(_REPLY_BYTES)
+        finally:
+            self._control.setblocking(False)
+        if reply != BOUND:
+            raise OSError(f"the fork server did not take its log ({reply!r})")
+        self.log_path = log_path
+        self.early = False
 
     async def fork(
         self, spec: ServeSpec, env: Mapping[str, str], log_path: Path, listener: socket.socket
@@ -156,6 +184,8 @@ class ForkServer:
         if self._subreaper:
             self._subreaper = False
             _adopt_orphans(False)
+        if self.early:  # never bound: its temporary log goes with it
+            self.log_path.unlink(missing_ok=True)
 
 
 #: Fork servers started ahead of their launch (:func:`prestart`), by the run's logs folder.
@@ -177,14 +207,77 @@ def prestart(
     takes it over, :func:`take_prestarted`). Nothing where forking is off, there is nothing
     to fork, or one already waits for ``logs``."""
     named = sorted(set(impls))
+    early = _take_early(env)
     if not named or not fork_server_enabled(env) or logs in _prestarted:
+        if early is not None:
+            early.finish()
         return
+    if early is not None and early.run_logs != logs:  # its environment names another folder
+        early.finish()
+        early = None
+    if early is not None:
+        try:
+            early.bind(logs / "fork-server.log")
+        except OSError:
+            early.finish()
+        else:
+            _prestarted[logs] = early
+            return
     try:
         _prestarted[logs] = ForkServer(
             {**env, ENV_PRELOAD: json.dumps(named)}, logs / "fork-server.log"
         )
     except OSError:
         return  # the launch spawns each server, and says why
+
+
+#: The fork server :func:`start_early` started before the run's folder was known.
+_early: ForkServer | None = None
+
+
+def start_early(config: JobConfig, env: Mapping[str, str] = os.environ) -> None:
+    """Start the fork server as soon as the config is read, before the driver imports the rest
+    of its stack (its imports and the fork server's then share the two cores' time instead of
+    following each other); :func:`prestart` binds it to the run's folder once that exists.
+    Nothing where :func:`prestart_for` would start nothing, or where the run's folder is not
+    named by the config (``run.output_dir``): a generated run id names it only later, and
+    the fork server's environment names its run's folder from the start."""
+    global _early
+    impls = _local_impls(config)
+    output_dir = config.run.output_dir
+    if _early is not None or not impls or output_dir is None or not fork_server_enabled(env):
+        return
+    fd, temporary = tempfile.mkstemp(prefix="rollgym-fork-server-", suffix=".log")
+    os.close(fd)
+    try:
+        _early = ForkServer(
+            {**env, ENV_PRELOAD: json.dumps(impls)},
+            Path(temporary),
+            early_for=Path(output_dir) / "logs",
+        )
+    except OSError:
+        Path(temporary).unlink(missing_ok=True)
+
+
+def _take_early(env: Mapping[str, str]) -> ForkServer | None:
+    """The early fork server, if it runs in an interpreter environment that agrees with
+    ``env``; else None (one that does not is let go)."""
+    global _early
+    forks, _early = _early, None
+    if forks is not None and (
+        _interpreter_env(forks.start_env) != _interpreter_env(env)
+        or forks.process.poll() is not None
+    ):
+        forks.finish()
+        return None
+    return forks
+
+
+def discard_early() -> None:
+    """Let go of an early fork server no run took (the run failed before its launch)."""
+    forks = _take_early(os.environ)
+    if forks is not None:
+        forks.finish()
 
 
 def take_prestarted(logs: Path, env: Mapping[str, str]) -> ForkServer | None:
@@ -212,9 +305,18 @@ def discard_prestarted(logs: Path) -> None:
 
 def prestart_for(config: JobConfig, output_dir: Path) -> None:
     """:func:`prestart` for a job's local servers, before its trace store starts."""
-    if config.run.placement == "local":
-        impls = [(s.impl, s.kind) for s in config.servers.values() if s.impl is not None]
+    impls = _local_impls(config)
+    if impls:
         prestart(Path(output_dir) / "logs", impls)
+    else:
+        discard_early()
+
+
+def _local_impls(config: JobConfig) -> list[tuple[str, str]]:
+    """``(impl, kind)`` of each server the local placement forks (none for Ray)."""
+    if config.run.placement != "local":
+        return []
+    return sorted({(s.impl, s.kind) for s in config.servers.values() if s.impl is not None})
 
 
 def discard_for(output_dir: Path) -> None:
