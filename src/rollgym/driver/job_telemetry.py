@@ -138,7 +138,10 @@ class JobTelemetry:
                 "token": self.store_token,
                 "run_dir": output_dir,
             }
-            self.store = start_trace_store(*self._store_args, port=port, **self._store_options)
+            # not waited for: the servers start beside it (their exporters retry until it is up)
+            self.store = start_trace_store(
+                *self._store_args, port=port, wait=False, **self._store_options
+            )
         except Exception as exc:  # noqa: BLE001 - telemetry never decides whether a run runs
             _log.warning("local trace store did not start (%s); traces are not exported", exc)
             self.store_token = None
