@@ -133,6 +133,17 @@ def _role(cmdline: list[str]) -> str:
     return text[:60]
 
 
+def _parent_cmdline(process: object) -> list[str] | None:
+    """The command line of a ``psutil.Process``'s parent (None when it has gone)."""
+    import psutil
+
+    try:
+        parent = process.parent()  # type: ignore[attr-defined]
+        return None if parent is None else list(parent.cmdline())
+    except psutil.Error:
+        return None
+
+
 def breakdown(config: str, servers: int, timeout_s: float) -> None:
     """One ``rollgym serve``: when every URL is printed, each process of the tree with its
     start (seconds after the command's) and CPU so far (``psutil``; a process that ended
@@ -162,16 +173,24 @@ def breakdown(config: str, servers: int, timeout_s: float) -> None:
                 with one.oneshot():
                     cpu = one.cpu_times()
                     rows.append(
-                        (one.create_time() - start_wall, cpu.user + cpu.system, one.cmdline())
+                        (
+                            one.create_time() - start_wall,
+                            cpu.user + cpu.system,
+                            one.cmdline(),
+                            _parent_cmdline(one),
+                        )
                     )
             except psutil.Error:
                 continue
         _stop(proc)
     print(f"ready after {ready:.2f} s; load average {os.getloadavg()[0]:.1f}")
     total = 0.0
-    for started, cpu, cmdline in sorted(rows):
+    for started, cpu, cmdline, parent in sorted(rows):
         total += cpu
-        print(f"  +{started:5.2f} s  {cpu:5.2f} s CPU  {_role(cmdline)}")
+        role = _role(cmdline)
+        if cmdline == parent:  # forked without exec: a span shipper of its parent
+            role = f"span shipper (forked by the {role})"
+        print(f"  +{started:5.2f} s  {cpu:5.2f} s CPU  {role}")
     print(f"  CPU of the tree at ready: {total:.2f} s")
 
 

@@ -68,13 +68,17 @@ class JobTelemetry:
         """Start the store when nothing else receives traces; set telemetry up in the driver."""
         try:
             from rollgym.telemetry.settings import TelemetrySettings, server_env
-            from rollgym.telemetry.setup import setup_telemetry
         except ImportError as exc:  # telemetry not installed in this build: run without it
             _log.warning("telemetry unavailable (%s); running with exporter none", exc)
             return
         endpoint = None
         if TelemetrySettings.needs_local_store(config.telemetry):
             endpoint = self._start_store(output_dir, config.telemetry.store_address())
+        try:  # the SDK's imports after the store's start, so the store starts beside them
+            from rollgym.telemetry.setup import setup_telemetry
+        except ImportError as exc:
+            _log.warning("telemetry unavailable (%s); running with exporter none", exc)
+            return
         settings = TelemetrySettings.from_config(
             config.telemetry, output_dir, local_store_endpoint=endpoint, run_id=run_id
         )
