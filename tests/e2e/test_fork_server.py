@@ -269,3 +269,38 @@ async def test_no_early_fork_server_for_ray_or_servers_by_url(tmp_path, monkeypa
     )
     forked.start_early(ray)
     assert forked._early is None
+
+
+@pytest.mark.parametrize("fork", [True, False])
+async def test_servers_collect_garbage_and_forked_ones_share_a_frozen_import(
+    tmp_path, monkeypatch, fork
+):
+    """The collector is off while a server process imports its stack and on when it serves;
+    the fork server freezes what it imported, so its servers' collections skip (and do not
+    copy) those objects."""
+    if fork:
+        monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
+    else:
+        monkeypatch.setenv(ENV_FORK_SERVER, "0")
+    report = tmp_path / "gc.txt"
+    env = user_module(
+        tmp_path,
+        monkeypatch,
+        "gc_servers",
+        "import gc\n"
+        "from rollgym.servers.environment import Environment\n"
+        "class GcState(Environment):\n"
+        "    def __init__(self, context):\n"
+        "        super().__init__(context)\n"
+        f"        with open({str(report)!r}, 'w') as f:\n"
+        "            f.write(f'{gc.isenabled()} {gc.get_freeze_count()}')\n",
+    )
+    server_map = {"gc": {"kind": "environment", "impl": "gc_servers:GcState"}}
+    out = tmp_path / "out"
+    async with launch_servers(
+        config(tmp_path, server_map), run_id="g", output_dir=out, env=env
+    ) as urls:
+        assert reply(urls["gc"]) == 200
+    enabled, frozen = report.read_text().split()
+    assert enabled == "True"
+    assert (int(frozen) > 0) is fork

@@ -30,6 +30,7 @@ its own child. Nothing here starts a thread, so the fork copies a single-threade
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -69,6 +70,9 @@ def run_fork_server(control_fd: int, serve: Callable[[], int]) -> int:
     control = socket.socket(fileno=control_fd)
     own_pid = os.getpid()
     preloaded_telemetry = _preload_named(os.environ.get(ENV_PRELOAD))
+    # What is imported stays for good: frozen, no collection in a server scans (and so copies)
+    # those pages; each server collects what it allocates itself (main() enables the collector)
+    gc.freeze()
     while True:
         try:
             message, fds, _flags, _addr = socket.recv_fds(control, MAX_REQUEST_BYTES, 1)
