@@ -6,13 +6,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from rollgym.builtins.agents.options import SingleTurnOptions
-from rollgym.servers import (
-    Agent,
-    RolloutContext,
-    ServerOptions,
-    first_message,
-    task_of,
-)
+from rollgym.servers import Agent, RolloutContext, ServerOptions, first_message, task_of
 
 
 class SingleTurnAgent(Agent):
