@@ -233,10 +233,11 @@ async def test_a_fork_server_started_before_the_run_folder_is_bound_to_it(tmp_pa
     )  # the run's folder, in its servers' environment too
     forked.prestart_for(job, out)
     assert forked._early is None and forked._prestarted[out / "logs"] is early
-    assert early.log_path == out / "logs" / "fork-server.log" and not temporary.exists()
+    assert early.log_path == out / "logs" / "fork-server.log"
     try:
         async with launch_servers(job, run_id="e", output_dir=out, env={}) as urls:
             assert reply(urls["arith"]) == 200
+            assert not temporary.exists()  # its lines moved to the run's log before it forked
     finally:
         forked.discard_for(out)
     log = (out / "logs" / "fork-server.log").read_text()

@@ -88,6 +88,9 @@ class ForkServer:
         writes to ``log_path`` (a temporary file) until :meth:`bind` moves it there."""
         self.log_path = log_path
         self.early = early_for is not None
+        #: After :meth:`bind`: its temporary log, and whether its answer is still to be read.
+        self._early_log: Path | None = None
+        self._bind_unanswered = False
         #: The run's logs folder, in its environment (and so in its servers' ``/proc``).
         self.run_logs = early_for if early_for is not None else log_path.parent
         #: The environment it was started in (each server's own comes with its request).
@@ -121,22 +124,18 @@ class ForkServer:
         ours.setblocking(False)
         self._control: socket.socket | None = ours
 
-    def bind(self, log_path: Path, timeout_s: float = 30.0) -> None:
+    def bind(self, log_path: Path) -> None:
         """An early fork server writes to the run's ``log_path`` from now on (its earlier
-        lines too). Raises ``OSError`` when it does not answer."""
+        lines too). Not waited for: it reads the request once its imports are done, and its
+        answer is read before the first fork's. Raises ``OSError`` when it is closed."""
         if self._control is None:
             raise OSError("the fork server was closed")
         log_path.parent.mkdir(parents=True, exist_ok=True)
         early_log = str(self.log_path) if self.early else None
         request = {"bind": {"log_path": str(log_path), "early_log": early_log}}
-        self._control.settimeout(timeout_s)
-        try:
-            self._control.send(json.dumps(request).encode())
-            reply = self._control.recv(_REPLY_BYTES)
-        finally:
-            self._control.setblocking(False)
-        if reply != BOUND:
-            raise OSError(f"the fork server did not take its log ({reply!r})")
+        self._control.send(json.dumps(request).encode())  # one small message: never blocks
+        self._early_log = self.log_path if self.early else None
+        self._bind_unanswered = True
         self.log_path = log_path
         self.early = False
 
@@ -156,6 +155,11 @@ class ForkServer:
         async with self._lock:
             if self._control is None:
                 raise self._failure("was closed before every server was forked", spec)
+            if self._bind_unanswered:
+                bound = await loop.sock_recv(self._control, _REPLY_BYTES)
+                if bound != BOUND:
+                    raise self._failure("did not take the run's log", spec)
+                self._bind_unanswered = False
             socket.send_fds(self._control, [request], [listener.fileno()])
             reply = await loop.sock_recv(self._control, _REPLY_BYTES)
         if not reply:
@@ -165,8 +169,11 @@ class ForkServer:
         return ForkedChild(int(reply))
 
     def _failure(self, problem: str, spec: ServeSpec) -> LaunchError:
-        tail = log_tail(self.log_path)
-        quoted = f"; last lines of {self.log_path}:\n{tail}" if tail else ""
+        log_path = self.log_path
+        if self._early_log is not None and self._early_log.exists():  # it never took its log
+            log_path = self._early_log
+        tail = log_tail(log_path)
+        quoted = f"; last lines of {log_path}:\n{tail}" if tail else ""
         return LaunchError(f"the fork server {problem}{quoted}", server=spec.instance)
 
     def finish(self) -> None:
