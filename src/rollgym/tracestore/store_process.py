@@ -93,7 +93,6 @@ def start_trace_store(
     ready.unlink(missing_ok=True)
     command = [sys.executable, "-m", "rollgym.tracestore", "serve", "--db", str(db)]
     command += ["--host", host, "--port", str(port)]
-    command += ["--ready-file", str(ready)]
     if run_dir is not None:
         command += ["--run-dir", str(run_dir)]
     if compare_dir is not None:
@@ -104,6 +103,8 @@ def start_trace_store(
     if listener is not None:
         command += ["--listen-fd", str(listener.fileno())]
         port = listener.getsockname()[1]
+    else:  # waited for: it says where it listens in the ready file
+        command += ["--ready-file", str(ready)]
     child_env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
     if token:
         child_env[TOKEN_ENV] = token

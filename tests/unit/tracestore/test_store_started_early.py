@@ -38,6 +38,7 @@ def test_an_unwaited_store_has_its_endpoint_at_once_and_stores_what_came_early(
         (stored,) = db.execute("SELECT count(*) FROM spans").fetchone()
     assert stored == SPANS
     assert f"rollgym trace store: {store.endpoint}" in (tmp_path / "store.log").read_text()
+    assert not (tmp_path / "store.log.ready.json").exists()  # nobody waited for one
 
 
 def test_a_host_that_is_not_an_ipv4_address_is_waited_for(tmp_path: Path) -> None:
