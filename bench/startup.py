@@ -11,6 +11,11 @@ Prints the median wall time to ready of each, their ratio (target <= 2), and the
 seconds of each tree from start to exit. Run it on an otherwise idle machine for the figure;
 on a loaded one the ratio is still side by side, but say how loaded it was (load average).
 
+Every process writes and reads its compiled bytecode in a temporary cache (one discarded
+warm-up round fills it), as an installed package has its ``.pyc`` files; ``--cold`` keeps the
+environment's setting instead (with ``PYTHONDONTWRITEBYTECODE`` set, every process compiles
+rollgym from source).
+
     python bench/startup.py --rounds 5
     python bench/startup.py --breakdown     # one serve: each process's start and CPU at ready
 """
@@ -41,6 +46,18 @@ def health():
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
 """
 POLL_S = 0.005
+#: The environment of every process the bench starts (see :func:`_warm_bytecode`).
+ENV: dict[str, str] = dict(os.environ)
+
+
+def _warm_bytecode(cache: str) -> None:
+    """Let every process write and read compiled bytecode, in ``cache`` (outside both
+    checkouts): an installed package has its ``.pyc`` files, so start-up is measured with
+    them. A machine with ``PYTHONDONTWRITEBYTECODE`` set compiles rollgym's ~120 modules from
+    source in every process (about 0.45 s of the driver's CPU, measured with cProfile), while
+    the bare app's FastAPI comes precompiled from site-packages."""
+    ENV.pop("PYTHONDONTWRITEBYTECODE", None)
+    ENV["PYTHONPYCACHEPREFIX"] = cache
 
 
 def _free_port() -> int:
@@ -63,6 +80,7 @@ def bare_app(timeout_s: float) -> tuple[float, float]:
     start = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-c", BARE_APP, str(port)],
+        env=ENV,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -87,7 +105,7 @@ def rollgym_serve(
     """Seconds until ``rollgym serve`` printed all ``servers`` URLs, and its tree's CPU.
 
     ``src``: run the rollgym found there instead (``PYTHONPATH``), for a before/after."""
-    env = dict(os.environ)
+    env = dict(ENV)
     if src is not None:
         env["PYTHONPATH"] = src
     with tempfile.TemporaryDirectory(prefix="rollgym-startup-") as out:
@@ -133,6 +151,17 @@ def _role(cmdline: list[str]) -> str:
     return text[:60]
 
 
+def _parent_cmdline(process: object) -> list[str] | None:
+    """The command line of a ``psutil.Process``'s parent (None when it has gone)."""
+    import psutil
+
+    try:
+        parent = process.parent()  # type: ignore[attr-defined]
+        return None if parent is None else list(parent.cmdline())
+    except psutil.Error:
+        return None
+
+
 def breakdown(config: str, servers: int, timeout_s: float) -> None:
     """One ``rollgym serve``: when every URL is printed, each process of the tree with its
     start (seconds after the command's) and CPU so far (``psutil``; a process that ended
@@ -144,6 +173,7 @@ def breakdown(config: str, servers: int, timeout_s: float) -> None:
         start = time.perf_counter()
         proc = subprocess.Popen(
             [sys.executable, "-m", "rollgym", "serve", config, f"run.output_dir={out}"],
+            env=ENV,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             bufsize=0,
@@ -162,16 +192,24 @@ def breakdown(config: str, servers: int, timeout_s: float) -> None:
                 with one.oneshot():
                     cpu = one.cpu_times()
                     rows.append(
-                        (one.create_time() - start_wall, cpu.user + cpu.system, one.cmdline())
+                        (
+                            one.create_time() - start_wall,
+                            cpu.user + cpu.system,
+                            one.cmdline(),
+                            _parent_cmdline(one),
+                        )
                     )
             except psutil.Error:
                 continue
         _stop(proc)
     print(f"ready after {ready:.2f} s; load average {os.getloadavg()[0]:.1f}")
     total = 0.0
-    for started, cpu, cmdline in sorted(rows):
+    for started, cpu, cmdline, parent in sorted(rows):
         total += cpu
-        print(f"  +{started:5.2f} s  {cpu:5.2f} s CPU  {_role(cmdline)}")
+        role = _role(cmdline)
+        if cmdline == parent:  # forked without exec: a span shipper of its parent
+            role = f"span shipper (forked by the {role})"
+        print(f"  +{started:5.2f} s  {cpu:5.2f} s CPU  {role}")
     print(f"  CPU of the tree at ready: {total:.2f} s")
 
 
@@ -191,10 +229,29 @@ def main() -> None:
         action="store_true",
         help="one serve only: print each process's start and CPU at ready, then exit",
     )
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="keep this environment's bytecode settings (PYTHONDONTWRITEBYTECODE: every "
+        "process compiles rollgym from source) and skip the warm-up round",
+    )
     args = parser.parse_args()
-    if args.breakdown:
-        breakdown(args.config, args.servers, args.timeout_s)
-        return
+    with tempfile.TemporaryDirectory(prefix="rollgym-startup-pyc-") as cache:
+        if not args.cold:
+            _warm_bytecode(cache)
+            # one discarded round writes every process's bytecode
+            rollgym_serve(args.config, args.servers, args.timeout_s)
+            if args.baseline_src:
+                rollgym_serve(args.config, args.servers, args.timeout_s, args.baseline_src)
+            bare_app(args.timeout_s)
+        if args.breakdown:
+            breakdown(args.config, args.servers, args.timeout_s)
+        else:
+            measure(args)
+
+
+def measure(args: argparse.Namespace) -> None:
+    """Alternating rounds of the bare app, ``rollgym serve`` and the baseline; the medians."""
     bare: list[tuple[float, float]] = []
     served: list[tuple[float, float]] = []
     baseline: list[tuple[float, float]] = []

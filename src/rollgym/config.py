@@ -204,6 +204,7 @@ class ServerConfig(BaseModel):
     #: The implementation class and its validated options, once :meth:`implementation` and
     #: :meth:`validated_options` have run: the driver's process resolves each server once.
     _implementation: type[Server] | None = PrivateAttr(None)
+    _options_class: type[ServerOptions] | None = PrivateAttr(None)
     _validated_options: ServerOptions | None = PrivateAttr(None)
 
     @property
@@ -225,13 +226,28 @@ class ServerConfig(BaseModel):
             self._implementation = resolve_impl(self.impl, self.kind)
         return self._implementation
 
+    def options_class(self) -> type[ServerOptions]:
+        """The implementation's ``Options`` model, resolved on first use without importing
+        the class where the registry names it apart (:func:`resolve_options`): reading a
+        config then imports no server stack. Raises what ``resolve_impl`` raises."""
+        if self._options_class is None:
+            if self._implementation is not None:
+                self._options_class = self._implementation.Options
+            else:
+                from rollgym.servers.registry import resolve_options
+
+                if self.impl is None:
+                    raise ValueError("a server given by 'url' has no implementation")
+                self._options_class = resolve_options(self.impl, self.kind)
+        return self._options_class
+
     def validated_options(self) -> ServerOptions:
         """The implementation's ``Options`` built from this entry's keys, on first use.
 
         Raises pydantic's ``ValidationError``; the config loader names the key path.
         """
         if self._validated_options is None:
-            self._validated_options = self.implementation().Options.model_validate(self.options)
+            self._validated_options = self.options_class().model_validate(self.options)
         return self._validated_options
 
     def references(self) -> set[str]:
@@ -422,7 +438,7 @@ def _check_servers(config: JobConfig, source: str) -> None:
                 )
             continue
         try:
-            server.implementation()
+            server.options_class()  # a built-in's class is not imported here (only its options)
         except (ImportError, AttributeError, TypeError, ValueError) as exc:
             raise ConfigError(str(exc), source=source, key_path=f"{base}.impl") from None
         try:

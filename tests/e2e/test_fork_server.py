@@ -209,3 +209,99 @@ async def test_a_server_class_that_starts_a_thread_at_import_is_spawned(tmp_path
         lines = sorted(cmdline(pid) for pid in _launched_pids(out))
         assert len(lines) == 2
         assert sum(FORK_SERVER_ARG in line for line in lines) == 1, lines
+
+
+def in_folder(job: JobConfig, out: Path) -> JobConfig:
+    return job.model_copy(update={"run": job.run.model_copy(update={"output_dir": str(out)})})
+
+
+async def test_a_fork_server_started_before_the_run_folder_is_bound_to_it(tmp_path, monkeypatch):
+    """Started right after the config is read (before the run's folder exists), it writes to
+    a temporary log; the run binds it to logs/fork-server.log (the early lines come along),
+    and that one forks the run's servers."""
+    monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
+    out = tmp_path / "out"
+    job = in_folder(config(tmp_path, {"arith": {"kind": "environment", "impl": "arithmetic"}}), out)
+    forked.start_early(job)
+    early = forked._early
+    assert early is not None and early.early
+    temporary = early.log_path
+    assert temporary.exists() and not (out / "logs").exists()
+    assert (
+        f"{forked.ENV_FORK_SERVER_LOGS}={out / 'logs'}".encode()
+        in Path(f"/proc/{early.process.pid}/environ").read_bytes()
+    )  # the run's folder, in its servers' environment too
+    forked.prestart_for(job, out)
+    assert forked._early is None and forked._prestarted[out / "logs"] is early
+    assert early.log_path == out / "logs" / "fork-server.log"
+    try:
+        async with launch_servers(job, run_id="e", output_dir=out, env={}) as urls:
+            assert reply(urls["arith"]) == 200
+            assert not temporary.exists()  # its lines moved to the run's log before it forked
+    finally:
+        forked.discard_for(out)
+    log = (out / "logs" / "fork-server.log").read_text()
+    assert f"fork server {early.process.pid}: forked arith as pid" in log, log
+
+
+async def test_an_early_fork_server_no_run_took_is_let_go(tmp_path, monkeypatch):
+    monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
+    job = config(tmp_path, {"arith": {"kind": "environment", "impl": "arithmetic"}})
+    forked.start_early(job)
+    assert forked._early is None  # no run.output_dir: the folder is named later
+    forked.start_early(in_folder(job, tmp_path / "out"))
+    early = forked._early
+    assert early is not None
+    forked.discard_early()
+    assert early.process.poll() == 0 and forked._early is None
+    assert not early.log_path.exists()
+
+
+async def test_no_early_fork_server_for_ray_or_servers_by_url(tmp_path, monkeypatch):
+    monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
+    by_url = config(tmp_path, {"m": {"kind": "model", "url": "http://127.0.0.1:9"}})
+    forked.start_early(by_url)
+    assert forked._early is None
+    ray = validate_config(
+        {
+            "run": {"input": str(tmp_path / "rows.jsonl"), "placement": "ray"},
+            "servers": {"arith": {"kind": "environment", "impl": "arithmetic"}},
+        }
+    )
+    forked.start_early(ray)
+    assert forked._early is None
+
+
+@pytest.mark.parametrize("fork", [True, False])
+async def test_servers_collect_garbage_and_forked_ones_share_a_frozen_import(
+    tmp_path, monkeypatch, fork
+):
+    """The collector is off while a server process imports its stack and on when it serves;
+    the fork server freezes what it imported, so its servers' collections skip (and do not
+    copy) those objects."""
+    if fork:
+        monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
+    else:
+        monkeypatch.setenv(ENV_FORK_SERVER, "0")
+    report = tmp_path / "gc.txt"
+    env = user_module(
+        tmp_path,
+        monkeypatch,
+        "gc_servers",
+        "import gc\n"
+        "from rollgym.servers.environment import Environment\n"
+        "class GcState(Environment):\n"
+        "    def __init__(self, context):\n"
+        "        super().__init__(context)\n"
+        f"        with open({str(report)!r}, 'w') as f:\n"
+        "            f.write(f'{gc.isenabled()} {gc.get_freeze_count()}')\n",
+    )
+    server_map = {"gc": {"kind": "environment", "impl": "gc_servers:GcState"}}
+    out = tmp_path / "out"
+    async with launch_servers(
+        config(tmp_path, server_map), run_id="g", output_dir=out, env=env
+    ) as urls:
+        assert reply(urls["gc"]) == 200
+    enabled, frozen = report.read_text().split()
+    assert enabled == "True"
+    assert (int(frozen) > 0) is fork

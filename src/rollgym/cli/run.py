@@ -55,15 +55,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def handle(args: argparse.Namespace) -> int:
     """Run the job; exit 0 when it finished, 130 when interrupted, 2 for a bad config."""
     from rollgym.config import load_config
-    from rollgym.driver.job import run_job
-    from rollgym.driver.report import nothing_completed_line, print_report, telemetry_loss_line
     from rollgym.errors import ConfigError, RollgymError
-    from rollgym.event_loop import loop_factory
+    from rollgym.placement.forked import discard_early, start_early
 
     try:
         config = load_config(args.config, args.overrides)
     except ConfigError as exc:
         return config_error(exc)
+    start_early(config)  # the servers' imports overlap the driver's own from here on
+    from rollgym.driver.job import run_job
+    from rollgym.driver.report import nothing_completed_line, print_report, telemetry_loss_line
+    from rollgym.event_loop import loop_factory
+
     try:
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
             summary = runner.run(run_job(config, handle_signals=True))
@@ -77,6 +80,8 @@ def handle(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     except RollgymError as exc:
         return rollgym_error(exc)
+    finally:
+        discard_early()
     if not args.no_table:
         print_report(summary)
     loss = telemetry_loss_line(summary)

@@ -77,16 +77,21 @@ def handle(args: argparse.Namespace) -> int:
     """Serve; exit 0 after a clean stop, 2 for a bad config, 1 when a server did not start."""
     from rollgym.config import load_config
     from rollgym.errors import ConfigError, RollgymError
-    from rollgym.event_loop import loop_factory
+    from rollgym.placement.forked import discard_early, start_early
 
     try:
         overrides = [item for item in args.names if "=" in item]
         names = [item for item in args.names if "=" not in item]
         config = load_config(args.config, overrides)
+        start_early(config)  # the servers' imports overlap the driver's own from here on
+        from rollgym.event_loop import loop_factory
+
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
             runner.run(_serve(config, names))
     except ConfigError as exc:
         return config_error(exc)
     except RollgymError as exc:
         return rollgym_error(exc)
+    finally:
+        discard_early()
     return 0

@@ -68,13 +68,17 @@ class JobTelemetry:
         """Start the store when nothing else receives traces; set telemetry up in the driver."""
         try:
             from rollgym.telemetry.settings import TelemetrySettings, server_env
-            from rollgym.telemetry.setup import setup_telemetry
         except ImportError as exc:  # telemetry not installed in this build: run without it
             _log.warning("telemetry unavailable (%s); running with exporter none", exc)
             return
         endpoint = None
         if TelemetrySettings.needs_local_store(config.telemetry):
             endpoint = self._start_store(output_dir, config.telemetry.store_address())
+        try:  # the SDK's imports after the store's start, so the store starts beside them
+            from rollgym.telemetry.setup import setup_telemetry
+        except ImportError as exc:
+            _log.warning("telemetry unavailable (%s); running with exporter none", exc)
+            return
         settings = TelemetrySettings.from_config(
             config.telemetry, output_dir, local_store_endpoint=endpoint, run_id=run_id
         )
@@ -138,7 +142,10 @@ class JobTelemetry:
                 "token": self.store_token,
                 "run_dir": output_dir,
             }
-            self.store = start_trace_store(*self._store_args, port=port, **self._store_options)
+            # not waited for: the servers start beside it (their exporters retry until it is up)
+            self.store = start_trace_store(
+                *self._store_args, port=port, wait=False, **self._store_options
+            )
         except Exception as exc:  # noqa: BLE001 - telemetry never decides whether a run runs
             _log.warning("local trace store did not start (%s); traces are not exported", exc)
             self.store_token = None

@@ -15,21 +15,24 @@ local placement spawns each server otherwise, and always for a restart.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rollgym.child_process import libc, log_tail, spawn_child
 from rollgym.errors import LaunchError
+from rollgym.forked_child import ENV_FORK_SERVER as ENV_FORK_SERVER
+from rollgym.forked_child import ForkedChild as ForkedChild
+from rollgym.forked_child import forking_enabled
 from rollgym.servers.fork_server import (
+    BOUND,
     ENV_CONTROL_FD,
     ENV_PRELOAD,
     FORK_SERVER_ARG,
@@ -40,12 +43,9 @@ from rollgym.servers.spec import ServeSpec
 if TYPE_CHECKING:
     from rollgym.config import JobConfig
 
-#: ``ROLLGYM_FORK_SERVER=0`` spawns every server process on its own (as before the fork server).
-ENV_FORK_SERVER = "ROLLGYM_FORK_SERVER"
 #: The run's logs folder, in the fork server's environment (and so its servers' ``/proc``).
 ENV_FORK_SERVER_LOGS = "ROLLGYM_FORK_SERVER_LOGS"
 _PR_SET_CHILD_SUBREAPER = 36
-_WAIT_POLL_S = 0.01
 _REPLY_BYTES = 64
 
 _subreaper_lock = threading.Lock()
@@ -54,7 +54,7 @@ _subreaper_users = 0
 
 def fork_server_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     """Linux (child subreapers, ``PR_SET_PDEATHSIG``), unless ``ROLLGYM_FORK_SERVER=0``."""
-    return sys.platform.startswith("linux") and environ.get(ENV_FORK_SERVER, "1") != "0"
+    return forking_enabled(environ)
 
 
 def _prctl_subreaper(on: bool) -> bool:
@@ -77,59 +77,22 @@ def _adopt_orphans(on: bool) -> bool:
         return True
 
 
-class ForkedChild:
-    """A server forked by the fork server, adopted by this process: the part of
-    :class:`subprocess.Popen` the placement uses (``pid``, ``poll``, ``send_signal``, ``wait``)."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        """None while it runs (or is not adopted yet), else its exit code (-N: signal N)."""
-        if self.returncode is not None:
-            return self.returncode
-        try:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-        except ChildProcessError:  # not (yet) ours: the fork server still runs, or it is gone
-            if not _exists(self.pid):
-                self.returncode = -1
-            return self.returncode
-        if pid:
-            self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while (code := self.poll()) is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
-            time.sleep(_WAIT_POLL_S)
-        return code
-
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie of ours exists until reaped; one of the fork server's until it is adopted
-    return True
-
-
 class ForkServer:
     """One fork server for one launch: :meth:`fork` a server per reserved socket, then
     :meth:`finish` (the fork server exits; its children are this process's)."""
 
-    def __init__(self, env: Mapping[str, str], log_path: Path) -> None:
+    def __init__(
+        self, env: Mapping[str, str], log_path: Path, *, early_for: Path | None = None
+    ) -> None:
+        """``early_for``: the logs folder of the run it is for, which does not exist yet; it
+        writes to ``log_path`` (a temporary file) until :meth:`bind` moves it there."""
         self.log_path = log_path
+        self.early = early_for is not None
+        #: After :meth:`bind`: its temporary log, and whether its answer is still to be read.
+        self._early_log: Path | None = None
+        self._bind_unanswered = False
+        #: The run's logs folder, in its environment (and so in its servers' ``/proc``).
+        self.run_logs = early_for if early_for is not None else log_path.parent
         #: The environment it was started in (each server's own comes with its request).
         self.start_env = dict(env)
         self._lock = asyncio.Lock()
@@ -145,7 +108,7 @@ class ForkServer:
                 env={
                     **self.start_env,
                     ENV_CONTROL_FD: str(theirs.fileno()),
-                    ENV_FORK_SERVER_LOGS: str(log_path.parent),
+                    ENV_FORK_SERVER_LOGS: str(self.run_logs),
                 },
                 log_path=log_path,
                 new_session=True,
@@ -160,6 +123,21 @@ class ForkServer:
             theirs.close()
         ours.setblocking(False)
         self._control: socket.socket | None = ours
+
+    def bind(self, log_path: Path) -> None:
+        """An early fork server writes to the run's ``log_path`` from now on (its earlier
+        lines too). Not waited for: it reads the request once its imports are done, and its
+        answer is read before the first fork's. Raises ``OSError`` when it is closed."""
+        if self._control is None:
+            raise OSError("the fork server was closed")
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        early_log = str(self.log_path) if self.early else None
+        request = {"bind": {"log_path": str(log_path), "early_log": early_log}}
+        self._control.send(json.dumps(request).encode())  # one small message: never blocks
+        self._early_log = self.log_path if self.early else None
+        self._bind_unanswered = True
+        self.log_path = log_path
+        self.early = False
 
     async def fork(
         self, spec: ServeSpec, env: Mapping[str, str], log_path: Path, listener: socket.socket
@@ -177,6 +155,11 @@ class ForkServer:
         async with self._lock:
             if self._control is None:
                 raise self._failure("was closed before every server was forked", spec)
+            if self._bind_unanswered:
+                bound = await loop.sock_recv(self._control, _REPLY_BYTES)
+                if bound != BOUND:
+                    raise self._failure("did not take the run's log", spec)
+                self._bind_unanswered = False
             socket.send_fds(self._control, [request], [listener.fileno()])
             reply = await loop.sock_recv(self._control, _REPLY_BYTES)
         if not reply:
@@ -186,8 +169,11 @@ class ForkServer:
         return ForkedChild(int(reply))
 
     def _failure(self, problem: str, spec: ServeSpec) -> LaunchError:
-        tail = log_tail(self.log_path)
-        quoted = f"; last lines of {self.log_path}:\n{tail}" if tail else ""
+        log_path = self.log_path
+        if self._early_log is not None and self._early_log.exists():  # it never took its log
+            log_path = self._early_log
+        tail = log_tail(log_path)
+        quoted = f"; last lines of {log_path}:\n{tail}" if tail else ""
         return LaunchError(f"the fork server {problem}{quoted}", server=spec.instance)
 
     def finish(self) -> None:
@@ -205,6 +191,8 @@ class ForkServer:
         if self._subreaper:
             self._subreaper = False
             _adopt_orphans(False)
+        if self.early:  # never bound: its temporary log goes with it
+            self.log_path.unlink(missing_ok=True)
 
 
 #: Fork servers started ahead of their launch (:func:`prestart`), by the run's logs folder.
@@ -226,14 +214,77 @@ def prestart(
     takes it over, :func:`take_prestarted`). Nothing where forking is off, there is nothing
     to fork, or one already waits for ``logs``."""
     named = sorted(set(impls))
+    early = _take_early(env)
     if not named or not fork_server_enabled(env) or logs in _prestarted:
+        if early is not None:
+            early.finish()
         return
+    if early is not None and early.run_logs != logs:  # its environment names another folder
+        early.finish()
+        early = None
+    if early is not None:
+        try:
+            early.bind(logs / "fork-server.log")
+        except OSError:
+            early.finish()
+        else:
+            _prestarted[logs] = early
+            return
     try:
         _prestarted[logs] = ForkServer(
             {**env, ENV_PRELOAD: json.dumps(named)}, logs / "fork-server.log"
         )
     except OSError:
         return  # the launch spawns each server, and says why
+
+
+#: The fork server :func:`start_early` started before the run's folder was known.
+_early: ForkServer | None = None
+
+
+def start_early(config: JobConfig, env: Mapping[str, str] = os.environ) -> None:
+    """Start the fork server as soon as the config is read, before the driver imports the rest
+    of its stack (its imports and the fork server's then share the two cores' time instead of
+    following each other); :func:`prestart` binds it to the run's folder once that exists.
+    Nothing where :func:`prestart_for` would start nothing, or where the run's folder is not
+    named by the config (``run.output_dir``): a generated run id names it only later, and
+    the fork server's environment names its run's folder from the start."""
+    global _early
+    impls = _local_impls(config)
+    output_dir = config.run.output_dir
+    if _early is not None or not impls or output_dir is None or not fork_server_enabled(env):
+        return
+    fd, temporary = tempfile.mkstemp(prefix="rollgym-fork-server-", suffix=".log")
+    os.close(fd)
+    try:
+        _early = ForkServer(
+            {**env, ENV_PRELOAD: json.dumps(impls)},
+            Path(temporary),
+            early_for=Path(output_dir) / "logs",
+        )
+    except OSError:
+        Path(temporary).unlink(missing_ok=True)
+
+
+def _take_early(env: Mapping[str, str]) -> ForkServer | None:
+    """The early fork server, if it runs in an interpreter environment that agrees with
+    ``env``; else None (one that does not is let go)."""
+    global _early
+    forks, _early = _early, None
+    if forks is not None and (
+        _interpreter_env(forks.start_env) != _interpreter_env(env)
+        or forks.process.poll() is not None
+    ):
+        forks.finish()
+        return None
+    return forks
+
+
+def discard_early() -> None:
+    """Let go of an early fork server no run took (the run failed before its launch)."""
+    forks = _take_early(os.environ)
+    if forks is not None:
+        forks.finish()
 
 
 def take_prestarted(logs: Path, env: Mapping[str, str]) -> ForkServer | None:
@@ -261,9 +312,18 @@ def discard_prestarted(logs: Path) -> None:
 
 def prestart_for(config: JobConfig, output_dir: Path) -> None:
     """:func:`prestart` for a job's local servers, before its trace store starts."""
-    if config.run.placement == "local":
-        impls = [(s.impl, s.kind) for s in config.servers.values() if s.impl is not None]
+    impls = _local_impls(config)
+    if impls:
         prestart(Path(output_dir) / "logs", impls)
+    else:
+        discard_early()
+
+
+def _local_impls(config: JobConfig) -> list[tuple[str, str]]:
+    """``(impl, kind)`` of each server the local placement forks (none for Ray)."""
+    if config.run.placement != "local":
+        return []
+    return sorted({(s.impl, s.kind) for s in config.servers.values() if s.impl is not None})
 
 
 def discard_for(output_dir: Path) -> None:

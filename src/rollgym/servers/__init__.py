@@ -31,10 +31,12 @@ if TYPE_CHECKING:
     )
     from rollgym.server_options import ServerKind, ServerOptions
     from rollgym.servers import responses_api
-    from rollgym.servers.agent import Agent, AgentOptions, task_of
+    from rollgym.servers.agent import Agent, task_of
+    from rollgym.servers.agent_options import AgentOptions
     from rollgym.servers.base import Server, ServerContext
     from rollgym.servers.chat_content import content_text, wire_messages
-    from rollgym.servers.environment import Environment, EnvironmentOptions, SessionState, Verdict
+    from rollgym.servers.environment import Environment, SessionState, Verdict
+    from rollgym.servers.environment_options import EnvironmentOptions
     from rollgym.servers.episode_loop import first_message, play_and_verify, play_tool_loop
     from rollgym.servers.model import ChatRequest, ModelServer
     from rollgym.servers.request_ids import is_uuid, upstream_uuid
@@ -47,11 +49,11 @@ if TYPE_CHECKING:
 #: public name -> the module that defines it (or, for a module, the module itself)
 _EXPORTS = {
     "Agent": "rollgym.servers.agent",
-    "AgentOptions": "rollgym.servers.agent",
+    "AgentOptions": "rollgym.servers.agent_options",
     "ChatRequest": "rollgym.servers.model",
     "ConnectError": "rollgym.errors",
     "Environment": "rollgym.servers.environment",
-    "EnvironmentOptions": "rollgym.servers.environment",
+    "EnvironmentOptions": "rollgym.servers.environment_options",
     "HEADER_REQUEST_ID": "rollgym.telemetry.names",
     "HTTPError": "rollgym.errors",
     "ModelServer": "rollgym.servers.model",

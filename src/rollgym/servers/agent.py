@@ -21,10 +21,10 @@ from rollgym.http.plain_routes import add_post
 from rollgym.http.server import OrjsonResponse
 from rollgym.identity import EXPLICIT_ID, STAMPED_FIELDS, rollout_id_of
 from rollgym.server_options import ServerKind, ServerOptions
+from rollgym.servers.agent_options import AgentOptions
 from rollgym.servers.answers import check_reward, guarded, json_object
 from rollgym.servers.base import Server
 from rollgym.servers.rollout_context import HttpEnvSession, ModelClient, RolloutContext
-from rollgym.servers.rollout_options import RolloutOptions
 from rollgym.servers.rollout_span import under_rollout_span
 from rollgym.trajectory.record import CAPTURE_HEADER, attach
 from rollgym.trajectory.usage import attach_usage
@@ -36,20 +36,6 @@ _NOT_TASK = frozenset((*STAMPED_FIELDS, EXPLICIT_ID, "agent", "sampling"))
 def task_of(row: Mapping[str, object]) -> dict[str, Any]:
     """The task inside a collector row: the row without the driver's identity and routing keys."""
     return {key: value for key, value in row.items() if key not in _NOT_TASK}
-
-
-class AgentOptions(RolloutOptions):
-    """Options every agent understands; ``model``/``environment`` name servers of the run;
-    ``sampling``, ``trajectories``, ``capture_tokens`` come from :class:`RolloutOptions`."""
-
-    server_refs: ClassVar[dict[str, ServerKind]] = {"model": "model", "environment": "environment"}
-
-    model: str | None = None
-    environment: str | None = None
-    #: The ``model`` field of chat requests; default: the model server's name.
-    model_name: str | None = None
-    #: Time limit of one model or environment call, in seconds.
-    request_timeout_s: float = 300.0
 
 
 class Agent(Server):

@@ -41,10 +41,10 @@ from rollgym.server_options import ServerKind, ServerOptions
 from rollgym.servers.answers import check_reward, guarded, json_object
 from rollgym.servers.base import Server, ServerContext
 from rollgym.servers.env_metrics import EnvAggregates
+from rollgym.servers.environment_options import EnvironmentOptions
 from rollgym.servers.episode_loop import play_tool_loop
 from rollgym.servers.local_session import LocalEnvSession
 from rollgym.servers.rollout_context import ModelClient, RolloutContext
-from rollgym.servers.rollout_options import RolloutOptions
 from rollgym.servers.rollout_span import under_rollout_span
 from rollgym.servers.sessions import Session, SessionStore
 from rollgym.servers.tools import ToolArgumentsError, ToolSpec, tools_of
@@ -67,23 +67,6 @@ class Verdict:
 
     reward: float
     details: dict[str, Any] = field(default_factory=dict)
-
-
-class EnvironmentOptions(RolloutOptions):
-    """Options every environment understands."""
-
-    server_refs: ClassVar[dict[str, ServerKind]] = {"model": "model"}
-
-    #: A model server: when set, the environment serves the episode ``/run``.
-    model: str | None = None
-    #: The ``model`` field of chat requests in episodes; default: the model server's name.
-    model_name: str | None = None
-    max_turns: int = Field(16, ge=1, description="Model turns per episode.")
-    request_timeout_s: float = Field(300.0, gt=0, description="Time limit of one model call.")
-    session_ttl_s: float = Field(
-        600.0, gt=0, description="Idle seconds before a session is dropped."
-    )
-    pass_threshold: float = Field(1.0, description="A verification passes when reward >= this.")
 
 
 class SeedRequest(BaseModel):

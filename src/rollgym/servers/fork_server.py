@@ -14,6 +14,10 @@ The protocol, over one ``SOCK_SEQPACKET`` socket (one message per request):
 - this process imports what the server needs (its class too), forks, and answers the child's
   pid (or ``spawn`` when a class it imported started a thread: the driver spawns that
   server); a child that cannot start says why in its own log;
+- a fork server started before the run's folder was known (right after the driver read the
+  config, so its imports overlap the driver's) is sent ``{"bind": {"log_path": ...,
+  "early_log": ...}}`` once the folder exists: it moves its output to the run's log (what it
+  wrote before comes along) and answers ``ok``;
 - when the driver closes its end (every reserved server has been forked), this process exits.
 
 Why it exits then: its children are re-parented to the driver, which made itself a "child
@@ -26,6 +30,7 @@ its own child. Nothing here starts a thread, so the fork copies a single-threade
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -51,6 +56,8 @@ ENV_PRELOAD = "ROLLGYM_FORK_SERVER_PRELOAD"
 #: import): a fork would copy it half-stopped, so the driver spawns that server (and every
 #: later one: the thread stays) instead.
 SPAWN_INSTEAD = b"spawn"
+#: The answer to a ``bind`` request: this process writes to the run's log now.
+BOUND = b"ok"
 #: The largest request (a spec plus the server's environment).
 MAX_REQUEST_BYTES = 1 << 20
 #: How long a forked server waits for the driver to adopt it (the fork server to exit).
@@ -63,6 +70,9 @@ def run_fork_server(control_fd: int, serve: Callable[[], int]) -> int:
     control = socket.socket(fileno=control_fd)
     own_pid = os.getpid()
     preloaded_telemetry = _preload_named(os.environ.get(ENV_PRELOAD))
+    # What is imported stays for good: frozen, no collection in a server scans (and so copies)
+    # those pages; each server collects what it allocates itself (main() enables the collector)
+    gc.freeze()
     while True:
         try:
             message, fds, _flags, _addr = socket.recv_fds(control, MAX_REQUEST_BYTES, 1)
@@ -71,6 +81,10 @@ def run_fork_server(control_fd: int, serve: Callable[[], int]) -> int:
         if not message:
             return 0
         request = json.loads(message)
+        if "bind" in request:
+            _bind(request["bind"])
+            control.send(BOUND)
+            continue
         spec = ServeSpec(**json.loads(request["spec"]))
         spec = replace(spec, listen_fd=fds[0] if fds else None)
         if not preloaded_telemetry:
@@ -86,6 +100,22 @@ def run_fork_server(control_fd: int, serve: Callable[[], int]) -> int:
             os.close(fd)
         control.send(str(pid).encode())
         print(f"fork server {own_pid}: forked {spec.instance} as pid {pid}", flush=True)
+
+
+def _bind(bind: dict[str, str]) -> None:
+    """Move this process's output to the run's log, the lines written before it included."""
+    log_path, early_log = bind["log_path"], bind.get("early_log")
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    if early_log:
+        with contextlib.suppress(OSError), open(early_log, "rb") as early:
+            written = early.read()
+            with open(log_path, "ab") as log:
+                log.write(written)
+        with contextlib.suppress(OSError):
+            os.unlink(early_log)
+    _append_output_to(log_path)
 
 
 def _preload_named(named: str | None) -> bool:
@@ -159,13 +189,18 @@ def _forked_server(
 
 def _redirect_output(log_path: str) -> None:
     """stdout and stderr appended to the server's log, stdin from /dev/null (as spawned)."""
-    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
+    os.close(null)
+    _append_output_to(log_path)
+
+
+def _append_output_to(log_path: str) -> None:
+    """This process's stdout and stderr (descriptors 1 and 2) appended to ``log_path``."""
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
-    os.close(null)
 
 
 def _wait_adopted(driver: int, fork_server: int) -> None:

@@ -18,6 +18,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from rollgym.server_options import ServerOptions
+
 if TYPE_CHECKING:
     from rollgym.servers.base import Server
 
@@ -35,28 +37,65 @@ BUILTINS: dict[str, tuple[str, str]] = {
 }
 
 
+#: The options of the built-ins that keep them in a module apart from the server (impl ->
+#: "module:Class"): the driver validates such a server's options without importing its class,
+#: so reading the quickstart's config imports neither FastAPI nor aiohttp. A built-in not
+#: listed here (and every ``module:Class``) has its class imported for its ``Options``.
+BUILTIN_OPTIONS: dict[str, str] = {
+    "simulated": "rollgym.builtins.models.options:SimulatedOptions",
+    "arithmetic": "rollgym.builtins.envs.options:ArithmeticOptions",
+    "keychain": "rollgym.builtins.envs.options:KeychainOptions",
+    "single_turn": "rollgym.builtins.agents.options:SingleTurnOptions",
+    "tool_loop": "rollgym.builtins.agents.options:ToolLoopOptions",
+}
+
+
 def resolve_impl(impl: str, kind: str) -> type[Server]:
     """The server class named by ``impl``, checked to be a server of ``kind``.
 
     Raises ``ValueError`` (unknown built-in, malformed name), ``ImportError`` (module not
     found), ``AttributeError`` (no such class) or ``TypeError`` (not a server of that kind).
     """
+    return _check_kind(impl, _import_named(impl, _target(impl, kind)), kind)
+
+
+def resolve_options(impl: str, kind: str) -> type[ServerOptions]:
+    """The ``Options`` model of the server ``impl`` names: for a built-in in
+    :data:`BUILTIN_OPTIONS` without importing its class; else ``resolve_impl(...).Options``.
+    Raises what :func:`resolve_impl` raises."""
+    named = BUILTIN_OPTIONS.get(impl)
+    if named is None:
+        return resolve_impl(impl, kind).Options
+    _target(impl, kind)  # an unknown name or a wrong kind, as resolve_impl says it
+    options = _import_named(impl, named)
+    if not isinstance(options, type) or not issubclass(options, ServerOptions):
+        raise TypeError(f"the options of {impl!r} ({named}) are not a ServerOptions model")
+    return options
+
+
+def _target(impl: str, kind: str) -> str:
+    """The ``module:Class`` ``impl`` names, checked against the built-ins' kinds."""
     builtin = BUILTINS.get(impl)
     if builtin is not None:
         builtin_kind, target = builtin
         if builtin_kind != kind:
             raise TypeError(f"built-in {impl!r} is a {builtin_kind} implementation, not a {kind}")
-    elif ":" in impl:
-        target = impl
-    else:
-        known = ", ".join(name for name, (k, _) in BUILTINS.items() if k == kind)
-        raise ValueError(
-            f"unknown implementation {impl!r}; built-in {kind}s: {known}; or give 'package.module:Class'"
-        )
+        return target
+    if ":" in impl:
+        module_name, _, class_name = impl.partition(":")
+        if not module_name or not class_name:
+            raise ValueError(f"implementation {impl!r} must look like 'package.module:Class'")
+        return impl
+    known = ", ".join(name for name, (k, _) in BUILTINS.items() if k == kind)
+    raise ValueError(
+        f"unknown implementation {impl!r}; built-in {kind}s: {known}; or give 'package.module:Class'"
+    )
+
+
+def _import_named(impl: str, target: str) -> object:
+    """The object ``target`` (``module:Name``) names; errors name ``impl``."""
     module_name, _, class_name = target.partition(":")
-    if not module_name or not class_name:
-        raise ValueError(f"implementation {impl!r} must look like 'package.module:Class'")
-    if builtin is None:
+    if impl not in BUILTINS:
         _working_directory_importable()
     try:
         module = importlib.import_module(module_name)
@@ -69,12 +108,10 @@ def resolve_impl(impl: str, kind: str) -> type[Server]:
             f"module {module_name!r} of implementation {impl!r} has a syntax error: "
             f"{exc.filename}:{exc.lineno}: {exc.msg}"
         ) from None
-    cls = getattr(module, class_name, None)
-    if cls is None:
+    found = getattr(module, class_name, None)
+    if found is None:
         raise AttributeError(f"module {module_name!r} has no class {class_name!r}")
-    _check_kind(impl, cls, kind)
-    server_class: type[Server] = cls  # checked just above
-    return server_class
+    return found
 
 
 def _working_directory_importable() -> None:
@@ -87,7 +124,7 @@ def _working_directory_importable() -> None:
     importlib.invalidate_caches()
 
 
-def _check_kind(impl: str, cls: object, kind: str) -> None:
+def _check_kind(impl: str, cls: object, kind: str) -> type[Server]:
     from rollgym.servers.base import Server
 
     if not isinstance(cls, type) or not issubclass(cls, Server):
@@ -98,3 +135,4 @@ def _check_kind(impl: str, cls: object, kind: str) -> None:
         raise TypeError(
             f"{impl!r} is a {getattr(cls, 'kind', 'server of no kind')} server, not a {kind}"
         )
+    return cls

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import signal
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -107,8 +108,12 @@ async def serve(
     token: str | None = None,
     allow_hosts: tuple[str, ...] = (),
     extra_routes: Callable[[web.Application], None] | None = None,
+    listen_fd: int | None = None,
 ) -> None:
     """Serve until a termination signal; every accepted batch is committed before return.
+
+    ``listen_fd``: a socket already listening on ``host``/``port`` (bound by the parent, so
+    its address was known before this process started): served instead of binding one.
 
     Listening beyond loopback requires ``token`` (see :mod:`rollgym.tracestore.access`).
     ``allow_hosts``: host names besides loopback and ``host`` that requests may address
@@ -128,7 +133,11 @@ async def serve(
     )
     runner = make_runner(app, REQUEST_READ_TIMEOUT_S)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, backlog=1024)
+    site: web.BaseSite
+    if listen_fd is not None:
+        site = web.SockSite(runner, socket.socket(fileno=listen_fd))
+    else:
+        site = web.TCPSite(runner, host, port, backlog=1024)
     try:
         await site.start()
     except OSError as exc:  # the port is taken, or the address is not this machine's

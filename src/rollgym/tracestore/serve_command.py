@@ -60,6 +60,11 @@ def add_serve_parser(
     )
     serve.add_argument("--ready-file", type=Path, help="write {endpoint, port, pid} when ready")
     serve.add_argument(
+        "--listen-fd",
+        type=int,
+        help=argparse.SUPPRESS,  # a listening socket its parent bound on --host/--port
+    )
+    serve.add_argument(
         "--max-body-bytes",
         type=int,
         default=32 * 1024 * 1024,
@@ -105,6 +110,7 @@ def _serve(args: argparse.Namespace) -> int:
                     max_body=args.max_body_bytes,
                     allow_hosts=tuple(args.allow_host),
                     token=token,
+                    listen_fd=args.listen_fd,
                     extra_routes=(
                         args.run_routes(args.run_dir, args.compare) if args.run_routes else None
                     ),

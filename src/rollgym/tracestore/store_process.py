@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -68,8 +69,14 @@ def start_trace_store(
     host: str = "127.0.0.1",
     port: int = 0,
     token: str | None = None,
+    wait: bool = True,
 ) -> TraceStoreProcess:
     """Start ``python -m rollgym.tracestore serve`` and wait until it answers.
+
+    ``wait=False``: return as soon as it is started, on an IPv4 host, where its listening
+    socket is bound here first (:func:`_bind`), so the endpoint is known at once and a
+    connection made before the store serves waits in the socket's backlog; a run's servers
+    then start beside the store instead of after it (the exporters retry until it answers).
 
     ``host``/``port`` are where it listens (port 0: a free one); ``token`` (required beyond
     loopback) reaches the child through its environment, never its command line. The
@@ -86,20 +93,36 @@ def start_trace_store(
     ready.unlink(missing_ok=True)
     command = [sys.executable, "-m", "rollgym.tracestore", "serve", "--db", str(db)]
     command += ["--host", host, "--port", str(port)]
-    command += ["--ready-file", str(ready)]
     if run_dir is not None:
         command += ["--run-dir", str(run_dir)]
     if compare_dir is not None:
         command += ["--compare", str(compare_dir)]
     if max_body_bytes is not None:
         command += ["--max-body-bytes", str(max_body_bytes)]
+    listener = None if wait else _bind(host, port)
+    if listener is not None:
+        command += ["--listen-fd", str(listener.fileno())]
+        port = listener.getsockname()[1]
+    else:  # waited for: it says where it listens in the ready file
+        command += ["--ready-file", str(ready)]
     child_env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
     if token:
         child_env[TOKEN_ENV] = token
     # its own session: a terminal's Ctrl-C reaches the driver only, which stops the store last
-    process = spawn_child(
-        command, env=child_env, log_path=log, on_parent_death=signal.SIGKILL, new_session=True
-    )
+    try:
+        process = spawn_child(
+            command,
+            env=child_env,
+            log_path=log,
+            on_parent_death=signal.SIGKILL,
+            new_session=True,
+            pass_fds=() if listener is None else (listener.fileno(),),
+        )
+    finally:
+        if listener is not None:
+            listener.close()  # the store's copy is the one that serves
+    if listener is not None:
+        return TraceStoreProcess(process, _local_url(f"http://{host}:{port}"), db, log)
     try:
         endpoint = _local_url(_wait_ready(process, ready, timeout_s))
     except BaseException:
@@ -108,6 +131,18 @@ def start_trace_store(
         raise
     ready.unlink(missing_ok=True)
     return TraceStoreProcess(process, endpoint, db, log)
+
+
+def _bind(host: str, port: int) -> socket.socket | None:
+    """A socket listening on ``host``:``port`` for the store to serve; None for a host that is
+    not an IPv4 address (the store binds that one itself, and is waited for)."""
+    try:
+        socket.inet_aton(host)
+    except OSError:
+        return None
+    listener = socket.create_server((host, port), backlog=1024)
+    listener.set_inheritable(True)
+    return listener
 
 
 def _local_url(endpoint: str) -> str:

@@ -5,19 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from rollgym.servers import (
-    Agent,
-    AgentOptions,
-    RolloutContext,
-    ServerOptions,
-    first_message,
-    task_of,
-)
-
-
-class SingleTurnOptions(AgentOptions):
-    model: str
-    environment: str
+from rollgym.builtins.agents.options import SingleTurnOptions
+from rollgym.servers import Agent, RolloutContext, ServerOptions, first_message, task_of
 
 
 class SingleTurnAgent(Agent):

@@ -9,22 +9,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from pydantic import Field
-
+from rollgym.builtins.agents.options import ToolLoopOptions
 from rollgym.servers import (
     Agent,
-    AgentOptions,
     RolloutContext,
     ServerOptions,
     play_tool_loop,
     task_of,
 )
-
-
-class ToolLoopOptions(AgentOptions):
-    model: str
-    environment: str
-    max_turns: int = Field(16, ge=1, description="Most model calls per rollout.")
 
 
 class ToolLoopAgent(Agent):

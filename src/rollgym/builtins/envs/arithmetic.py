@@ -11,11 +11,10 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import ClassVar
 
-from pydantic import Field
-
 from rollgym.builtins.answer_text import extract_answer
 from rollgym.builtins.arith import evaluate, format_number, parse_number
-from rollgym.servers import Environment, EnvironmentOptions, ServerOptions, SessionState, Verdict
+from rollgym.builtins.envs.options import ArithmeticOptions
+from rollgym.servers import Environment, ServerOptions, SessionState, Verdict
 
 SYSTEM_PROMPT = "You are a careful calculator. Reply with the final result as 'Answer: <number>'."
 _OPS = {"+": "+", "-": "-", "*": "*", "/": "/", "add": "+", "sub": "-", "mul": "*", "div": "/"}
@@ -35,10 +34,6 @@ def expression_of(task: Mapping[str, object]) -> str:
     if op not in _OPS:
         raise ValueError(f"'op' must be one of {sorted(_OPS)}, got {op!r}")
     return f"{a} {_OPS[op]} {b}"
-
-
-class ArithmeticOptions(EnvironmentOptions):
-    tolerance: float = Field(1e-6, ge=0, description="Relative tolerance for non-integer answers.")
 
 
 class ArithmeticEnv(Environment):

@@ -14,12 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from pydantic import Field
-
 from rollgym.builtins.answer_text import extract_answer
+from rollgym.builtins.envs.options import KeychainOptions
 from rollgym.servers import (
     Environment,
-    EnvironmentOptions,
     ServerOptions,
     SessionState,
     Verdict,
@@ -75,11 +73,6 @@ def _int_field(task: Mapping[str, object], key: str, default: int | None = None)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{key!r} must be an integer, got {value!r}")
     return value
-
-
-class KeychainOptions(EnvironmentOptions):
-    max_hops: int = Field(64, ge=1, description="Largest 'hops' a task may ask for.")
-    decoys_per_hop: int = Field(2, ge=0, description="Decoy keys per chain key.")
 
 
 class KeychainEnv(Environment):

@@ -22,7 +22,6 @@ import contextlib
 import logging
 import marshal
 import subprocess
-import sys
 import threading
 import time
 from collections import deque
@@ -36,12 +35,12 @@ from rollgym.telemetry.dropping import (
     REASON_SHUTDOWN,
     SpanCounts,
 )
+from rollgym.telemetry.pipeline.child import start_exporter
 from rollgym.telemetry.pipeline.frames import HEADER, STOP_RETRYING
 from rollgym.telemetry.pipeline.recording import clean_attributes
 from rollgym.telemetry.pipeline.records import ATTRIBUTES, EVENTS, LINKS, STATUS_CODE, SpanRecord
 
 _log = logging.getLogger(__name__)
-CHILD_MODULE = "rollgym.telemetry.pipeline.child"
 
 
 def clean_record(record: SpanRecord) -> SpanRecord:
@@ -128,12 +127,7 @@ class SpanShipper:
         self._closed = False
         self._io_lock = threading.Lock()
         self._dead = False
-        self._child = subprocess.Popen(
-            command or [sys.executable, "-m", CHILD_MODULE],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            close_fds=True,
-        )
+        self._child = start_exporter(command)  # forked where safe, else spawned
         assert self._child.stdin is not None and self._child.stdout is not None
         self._stdin: IO[bytes] = self._child.stdin
         config = {
