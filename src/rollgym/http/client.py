@@ -182,6 +182,31 @@ class RequestOptions(TypedDict, total=False):
     pinned: bool
 
 
+class _Call(NamedTuple):
+    """One call of :meth:`HttpClient.request_json`, as the layers below it pass it on."""
+
+    method: str
+    destination: str
+    url: str
+    body: object
+    timeout: float | None
+    headers: Mapping[str, str] | None
+    route: str | None
+
+
+class _Hop(NamedTuple):
+    """One request as it goes out (a redirect makes the next hop)."""
+
+    method: str
+    url: str
+    data: bytes | None
+    headers: dict[str, str]
+
+
+#: An answer of one hop: status, headers, body (empty for a redirect).
+_Answer = tuple[int, Mapping[str, str], bytes]
+
+
 class _Exchange:
     """What every hop of one request shares: its server, time limit and observers."""
 
@@ -310,18 +335,23 @@ class HttpClient:
         path (every rollout posts through here) pays for one coroutine frame, not three. The
         context is read now, in the caller's task, which is where ``traceparent`` belongs.
         """
-        timeout = options.get("timeout")
-        headers = options.get("headers")
-        route = options.get("route")
+        call = _Call(
+            method,
+            destination,
+            url,
+            body,
+            options.get("timeout"),
+            options.get("headers"),
+            options.get("route"),
+        )
         target = None
         if self.replicas:
             pinned = options.get("pinned", False)
             target = self.replicas.containing(url) if pinned else self.replicas.for_url(url)
         if target is None:
-            return self._single(method, destination, url, body, timeout, headers, route)
+            return self._single(call)
         replica = origin(url) if pinned else target.pick()
-        url = on_replica(url, origin(url), replica)
-        sent = self._single(method, destination, url, body, timeout, headers, route)
+        sent = self._single(call._replace(url=on_replica(url, origin(url), replica)))
         return self._on_replica(sent, target, replica)
 
     async def _on_replica(
@@ -332,56 +362,30 @@ class HttpClient:
             response = await sent
         return response._replace(replica=replica)
 
-    def _single(
-        self,
-        method: str,
-        destination: str,
-        url: str,
-        body: object,
-        timeout: float | None,
-        headers: Mapping[str, str] | None,
-        route: str | None,
-    ) -> Awaitable[HttpResponse]:
+    def _single(self, call: _Call) -> Awaitable[HttpResponse]:
         if gate.http:
-            return self._traced(method, destination, url, body, timeout, headers, route)
-        if headers or gate.tracing:
-            sent_headers = _with_json(headers)
+            return self._traced(call)
+        if call.headers or gate.tracing:
+            sent_headers = _with_json(call.headers)
             trace_id = _inject(sent_headers) if gate.tracing else None
         else:
-            sent_headers, trace_id = _JSON_HEADERS, None  # aiohttp copies, never mutates it
-        return self._send(method, destination, url, body, timeout, sent_headers, trace_id)
+            sent_headers, trace_id = _JSON_HEADERS, None  # never mutated on the way out
+        return self._send(call, sent_headers, trace_id)
 
-    async def _traced(
-        self,
-        method: str,
-        destination: str,
-        url: str,
-        body: object,
-        timeout: float | None,
-        headers: Mapping[str, str] | None,
-        route: str | None,
-    ) -> HttpResponse:
-        sent_headers = _with_json(headers)
-        with _span_helpers()[0](method, destination, url, route) as span:
+    async def _traced(self, call: _Call) -> HttpResponse:
+        sent_headers = _with_json(call.headers)
+        with _span_helpers()[0](call.method, call.destination, call.url, call.route) as span:
             trace_id = _inject(sent_headers, span)
-            response = await self._send(
-                method, destination, url, body, timeout, sent_headers, trace_id
-            )
+            response = await self._send(call, sent_headers, trace_id)
             _record_status(span, response.status)
             return response
 
     async def _send(
-        self,
-        method: str,
-        destination: str,
-        url: str,
-        body: object,
-        timeout: float | None,
-        headers: dict[str, str],
-        trace_id: str | None,
+        self, call: _Call, headers: dict[str, str], trace_id: str | None
     ) -> HttpResponse:
         if self._session is None:
             raise RuntimeError("HttpClient used before start(); create it at process start-up")
+        method, destination, url, body, timeout, _, _ = call
         data = orjson.dumps(body) if body is not None else None
         if data is not None:
             self.limits.check_request(destination, method, _path(url), len(data))
@@ -390,7 +394,7 @@ class HttpClient:
             metrics.request_started(destination)
         exchange = _Exchange(destination, timeout, metrics)
         try:
-            status, raw, timing = await self._exchange(exchange, method, url, data, headers)
+            status, raw, timing = await self._exchange(exchange, _Hop(method, url, data, headers))
         except TimeoutError:
             raise _timed_out(destination, method, url, timeout) from None
         except (aiohttp.ClientError, lean.LeanError) as exc:
@@ -411,48 +415,36 @@ class HttpClient:
             text = raw[:_TEXT_SNIPPET].decode("utf-8", "replace")
         return HttpResponse(status=status, data=parsed, text=text, trace_id=trace_id)
 
-    async def _exchange(
-        self,
-        exchange: _Exchange,
-        method: str,
-        url: str,
-        data: bytes | None,
-        headers: dict[str, str],
-    ) -> tuple[int, bytes, str | None]:
+    async def _exchange(self, exchange: _Exchange, hop: _Hop) -> tuple[int, bytes, str | None]:
         """One request (and its same-host redirects): the answer's status, body (read within
         ``max_response_bytes``) and ``Server-Timing`` header."""
         redirects = 0
         while True:
-            status, answer_headers, body = await self._hop(exchange, method, url, data, headers)
-            target = redirect_target(status, url, answer_headers)
+            status, answer_headers, body = await self._hop(exchange, hop)
+            target = redirect_target(status, hop.url, answer_headers)
             if target is None:
                 return status, body, answer_headers.get(server_timing.HEADER)
             redirects += 1
-            self.limits.check_redirect(exchange.destination, status, url, target, redirects)
-            url = target
-            if status == 303 or (status in (301, 302) and method == "POST"):
-                method, data = "GET", None  # what browsers and aiohttp do with these
+            self.limits.check_redirect(exchange.destination, status, hop.url, target, redirects)
+            if status == 303 or (status in (301, 302) and hop.method == "POST"):
+                hop = _Hop("GET", target, None, hop.headers)  # what browsers and aiohttp do
+            else:
+                hop = hop._replace(url=target)
 
-    def _hop(
-        self,
-        exchange: _Exchange,
-        method: str,
-        url: str,
-        data: bytes | None,
-        headers: dict[str, str],
-    ) -> Awaitable[tuple[int, Mapping[str, str], bytes]]:
+    def _hop(self, exchange: _Exchange, hop: _Hop) -> Awaitable[_Answer]:
         """One request, no redirect followed: through :mod:`.lean` where it can go, else aiohttp."""
-        where = lean.target(url) if self._lean is not None else None
+        where = lean.target(hop.url) if self._lean is not None else None
         if where is None:
-            return self._aiohttp_hop(exchange, method, url, data, headers)
-        request = lean.request_head(method, where, headers, None if data is None else len(data))
+            return self._aiohttp_hop(exchange, hop)
+        data = hop.data
+        request = lean.request_head(
+            hop.method, where, hop.headers, None if data is None else len(data)
+        )
         if data is not None:
             request += data
         return self._lean_hop(exchange, where, request)
 
-    async def _lean_hop(
-        self, exchange: _Exchange, where: lean.Target, request: bytes
-    ) -> tuple[int, Mapping[str, str], bytes]:
+    async def _lean_hop(self, exchange: _Exchange, where: lean.Target, request: bytes) -> _Answer:
         assert self._lean is not None
         limit = self.limits.max_response_bytes
         on_connection = exchange.on_connection if exchange.observed else None
@@ -470,37 +462,24 @@ class HttpClient:
                 )
         return answer
 
-    async def _aiohttp_hop(
-        self,
-        exchange: _Exchange,
-        method: str,
-        url: str,
-        data: bytes | None,
-        headers: dict[str, str],
-    ) -> tuple[int, Mapping[str, str], bytes]:
+    async def _aiohttp_hop(self, exchange: _Exchange, hop: _Hop) -> _Answer:
         assert self._session is not None
         try:
-            return await self._aiohttp_once(self._session, exchange, method, url, data, headers)
+            return await self._aiohttp_once(self._session, exchange, hop)
         except aiohttp.ClientError as exc:
             if not (_stale_connection(exc) and _reused.get() and self._fresh is not None):
                 raise
             self.resent += 1
-            return await self._aiohttp_once(self._fresh, exchange, method, url, data, headers)
+            return await self._aiohttp_once(self._fresh, exchange, hop)
 
     async def _aiohttp_once(
-        self,
-        session: aiohttp.ClientSession,
-        exchange: _Exchange,
-        method: str,
-        url: str,
-        data: bytes | None,
-        headers: dict[str, str],
-    ) -> tuple[int, Mapping[str, str], bytes]:
+        self, session: aiohttp.ClientSession, exchange: _Exchange, hop: _Hop
+    ) -> _Answer:
         response = await session.request(
-            method,
-            url,
-            data=data,
-            headers=headers,
+            hop.method,
+            hop.url,
+            data=hop.data,
+            headers=hop.headers,
             timeout=self._timeout(exchange.timeout),
             trace_request_ctx=exchange.trace_ctx(),
             allow_redirects=False,
@@ -510,9 +489,8 @@ class HttpClient:
         async with response:
             if response.status in REDIRECT_STATUSES:
                 return response.status, response.headers, b""
-            body = await read_bounded(
-                response, self.limits, exchange.destination, method, _path(url)
-            )
+            path = _path(hop.url)
+            body = await read_bounded(response, self.limits, exchange.destination, hop.method, path)
             return response.status, response.headers, body
 
     @asynccontextmanager
