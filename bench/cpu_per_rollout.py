@@ -5,6 +5,9 @@ Runs ``rollgym run`` on a single-turn job (agent ``single_turn`` on environment
 alternating over the rounds. The CPU of a run is its whole process tree's, exactly
 (``wait4`` on the command, which reaps every server and the trace store); the marginal CPU per
 rollout is ``(large - small) / (rows_large - rows_small)``, so start-up and shut-down cancel.
+Where the samples add up to more than ``wait4`` reports (a process re-parented away from the
+tree and never waited for: its CPU is lost to ``wait4``), the samples' sum is used and a line
+says so.
 The breakdown by process comes from sampling ``/proc/<pid>/stat`` of every descendant every
 ``--sample-s`` (a process's last interval before it exits is missed, the same in both sizes);
 each is named by its server instance (``ROLLGYM_SERVER_SPEC``) or its command.
@@ -135,7 +138,14 @@ def one_run(
     by_name: dict[str, float] = defaultdict(float)
     for name, cpu in last.values():
         by_name[name] += cpu
-    return usage.ru_utime + usage.ru_stime, dict(by_name)
+    reaped = usage.ru_utime + usage.ru_stime
+    sampled = sum(by_name.values())
+    if sampled > reaped:
+        # A process that ended after its parent (re-parented away, never waited for) is not
+        # in wait4's figure; the samples saw it, all but its last interval.
+        print(f"  ({sampled - reaped:.2f} s of CPU not reaped into wait4: the samples' sum used)")
+        return sampled, dict(by_name)
+    return reaped, dict(by_name)
 
 
 def _against(args: argparse.Namespace) -> None:

@@ -60,6 +60,8 @@ def _process_name(meta: dict[str, object]) -> str:
     argv = " ".join(str(a) for a in meta.get("orig_argv", []))  # type: ignore[union-attr]
     if "pipeline.child" in argv:  # before the server name: a server's shipper inherits it
         return "span shippers (one per process)"
+    if "--fork-server" in argv and not meta.get("server"):
+        return "fork server (start-up only)"
     if meta.get("server"):
         return f"server {meta['server']}"
     if "tracestore" in argv:

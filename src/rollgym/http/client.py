@@ -41,13 +41,14 @@ so its pool and background tasks never capture a rollout's context.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
 from contextvars import ContextVar
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypedDict, Unpack
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -55,7 +56,8 @@ import orjson
 
 import rollgym.server_timing as server_timing
 from rollgym.errors import ConnectError, ConnectionRefused, RequestTimeout
-from rollgym.http.limits import ExchangeLimits, read_bounded, redirect_target
+from rollgym.http import lean
+from rollgym.http.limits import REDIRECT_STATUSES, ExchangeLimits, read_bounded, redirect_target
 from rollgym.http.replicas import ReplicaSet, ReplicaTable, on_replica, origin
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import gate
@@ -162,6 +164,75 @@ class PoolMetrics(Protocol):
 
     def trace_config(self) -> aiohttp.TraceConfig: ...
 
+    def connection_wait(self, destination: str, seconds: float) -> None:
+        """The wait for a connection of a request sent outside aiohttp (:mod:`.lean`)."""
+
+
+class RequestOptions(TypedDict, total=False):
+    """The keyword options of :meth:`HttpClient.post_json` and :meth:`HttpClient.request_json`.
+
+    ``timeout``: seconds for the whole exchange (None: no limit); ``headers``: sent beside
+    ``Content-Type``; ``route``: the URL template for the span name; ``pinned``: send to
+    exactly the URL's replica.
+    """
+
+    timeout: float | None
+    headers: Mapping[str, str] | None
+    route: str | None
+    pinned: bool
+
+
+class _Call(NamedTuple):
+    """One call of :meth:`HttpClient.request_json`, as the layers below it pass it on."""
+
+    method: str
+    destination: str
+    url: str
+    body: object
+    timeout: float | None
+    headers: Mapping[str, str] | None
+    route: str | None
+
+
+class _Hop(NamedTuple):
+    """One request as it goes out (a redirect makes the next hop)."""
+
+    method: str
+    url: str
+    data: bytes | None
+    headers: dict[str, str]
+
+
+#: An answer of one hop: status, headers, body (empty for a redirect).
+_Answer = tuple[int, Mapping[str, str], bytes]
+
+
+class _Exchange:
+    """What every hop of one request shares: its server, time limit and observers."""
+
+    __slots__ = ("destination", "timeout", "metrics", "started", "observed")
+
+    def __init__(self, destination: str, timeout: float | None, metrics: PoolMetrics | None):
+        self.destination = destination
+        self.timeout = timeout
+        self.metrics = metrics
+        self.started = time.monotonic() if metrics is not None else 0.0
+        #: Whether anyone records the wait for a connection (pool metrics, the client span).
+        self.observed = metrics is not None or gate.http
+
+    def trace_ctx(self) -> dict[str, object] | None:
+        """aiohttp's ``trace_request_ctx`` for the pool metrics' hooks."""
+        if self.metrics is None:
+            return None
+        return {"destination": self.destination, "started": self.started}
+
+    def on_connection(self, seconds: float) -> None:
+        """A lean exchange's wait for its connection, where aiohttp's hooks would record it."""
+        if gate.http:
+            _note_queue_wait(seconds)
+        if self.metrics is not None:
+            self.metrics.connection_wait(self.destination, seconds)
+
 
 class HttpClient:
     """A pooled aiohttp client that speaks JSON and knows which server it talks to.
@@ -189,6 +260,8 @@ class HttpClient:
         #: How many requests were resent on a fresh connection (see the module doc).
         self.resent = 0
         self._timeouts: dict[float | None, aiohttp.ClientTimeout] = {}
+        #: Plain ``http://`` JSON exchanges go through this pool, the rest through aiohttp.
+        self._lean: lean.LeanPool | None = None
 
     async def __aenter__(self) -> HttpClient:
         await self.start()
@@ -208,6 +281,8 @@ class HttpClient:
             )
             self._session = self._new_session(pooled)
             self._fresh = self._new_session(aiohttp.TCPConnector(limit=0, force_close=True))
+            if lean.enabled():
+                self._lean = lean.LeanPool(limit=self._limit, keepalive_s=KEEPALIVE_S)
 
     def _new_session(self, connector: aiohttp.TCPConnector) -> aiohttp.ClientSession:
         trace_configs = [self._metrics.trace_config()] if self._metrics is not None else None
@@ -217,7 +292,9 @@ class HttpClient:
         for session in (self._session, self._fresh):
             if session is not None:
                 await session.close()
-        self._session = self._fresh = None
+        if self._lean is not None:
+            self._lean.close()
+        self._session = self._fresh = self._lean = None
 
     def _timeout(self, seconds: float | None) -> aiohttp.ClientTimeout:
         timeout = self._timeouts.get(seconds)
@@ -226,15 +303,7 @@ class HttpClient:
         return timeout
 
     def post_json(
-        self,
-        destination: str,
-        url: str,
-        body: object,
-        *,
-        timeout: float | None = None,
-        headers: Mapping[str, str] | None = None,
-        route: str | None = None,
-        pinned: bool = False,
+        self, destination: str, url: str, body: object, **options: Unpack[RequestOptions]
     ) -> Awaitable[HttpResponse]:
         """POST ``body`` as JSON to ``url`` on server ``destination``; await the result.
 
@@ -245,16 +314,7 @@ class HttpClient:
         decides what it means. ``pinned``: send to exactly ``url``'s
         replica, never balanced away (session affinity).
         """
-        return self.request_json(
-            "POST",
-            destination,
-            url,
-            body,
-            timeout=timeout,
-            headers=headers,
-            route=route,
-            pinned=pinned,
-        )
+        return self.request_json("POST", destination, url, body, **options)
 
     def get_json(
         self, destination: str, url: str, *, timeout: float | None = None, route: str | None = None
@@ -267,11 +327,7 @@ class HttpClient:
         destination: str,
         url: str,
         body: object,
-        *,
-        timeout: float | None = None,
-        headers: Mapping[str, str] | None = None,
-        route: str | None = None,
-        pinned: bool = False,
+        **options: Unpack[RequestOptions],
     ) -> Awaitable[HttpResponse]:
         """The single send, wrapped in the HTTP client span when the ``http`` group is on.
 
@@ -279,21 +335,24 @@ class HttpClient:
         path (every rollout posts through here) pays for one coroutine frame, not three. The
         context is read now, in the caller's task, which is where ``traceparent`` belongs.
         """
+        call = _Call(
+            method,
+            destination,
+            url,
+            body,
+            options.get("timeout"),
+            options.get("headers"),
+            options.get("route"),
+        )
+        target = None
         if self.replicas:
+            pinned = options.get("pinned", False)
             target = self.replicas.containing(url) if pinned else self.replicas.for_url(url)
-            if target is not None:
-                replica = origin(url) if pinned else target.pick()
-                sent = self._single(
-                    method,
-                    destination,
-                    on_replica(url, origin(url), replica),
-                    body,
-                    timeout,
-                    headers,
-                    route,
-                )
-                return self._on_replica(sent, target, replica)
-        return self._single(method, destination, url, body, timeout, headers, route)
+        if target is None:
+            return self._single(call)
+        replica = origin(url) if pinned else target.pick()
+        sent = self._single(call._replace(url=on_replica(url, origin(url), replica)))
+        return self._on_replica(sent, target, replica)
 
     async def _on_replica(
         self, sent: Awaitable[HttpResponse], target: ReplicaSet, replica: str
@@ -303,82 +362,45 @@ class HttpClient:
             response = await sent
         return response._replace(replica=replica)
 
-    def _single(
-        self,
-        method: str,
-        destination: str,
-        url: str,
-        body: object,
-        timeout: float | None,
-        headers: Mapping[str, str] | None,
-        route: str | None,
-    ) -> Awaitable[HttpResponse]:
+    def _single(self, call: _Call) -> Awaitable[HttpResponse]:
         if gate.http:
-            return self._traced(method, destination, url, body, timeout, headers, route)
-        if headers or gate.tracing:
-            sent_headers = _with_json(headers)
+            return self._traced(call)
+        if call.headers or gate.tracing:
+            sent_headers = _with_json(call.headers)
             trace_id = _inject(sent_headers) if gate.tracing else None
         else:
-            sent_headers, trace_id = _JSON_HEADERS, None  # aiohttp copies, never mutates it
-        return self._send(method, destination, url, body, timeout, sent_headers, trace_id)
+            sent_headers, trace_id = _JSON_HEADERS, None  # never mutated on the way out
+        return self._send(call, sent_headers, trace_id)
 
-    async def _traced(
-        self,
-        method: str,
-        destination: str,
-        url: str,
-        body: object,
-        timeout: float | None,
-        headers: Mapping[str, str] | None,
-        route: str | None,
-    ) -> HttpResponse:
-        sent_headers = _with_json(headers)
-        with _span_helpers()[0](method, destination, url, route) as span:
+    async def _traced(self, call: _Call) -> HttpResponse:
+        sent_headers = _with_json(call.headers)
+        with _span_helpers()[0](call.method, call.destination, call.url, call.route) as span:
             trace_id = _inject(sent_headers, span)
-            response = await self._send(
-                method, destination, url, body, timeout, sent_headers, trace_id
-            )
+            response = await self._send(call, sent_headers, trace_id)
             _record_status(span, response.status)
             return response
 
     async def _send(
-        self,
-        method: str,
-        destination: str,
-        url: str,
-        body: object,
-        timeout: float | None,
-        headers: dict[str, str],
-        trace_id: str | None,
+        self, call: _Call, headers: dict[str, str], trace_id: str | None
     ) -> HttpResponse:
         if self._session is None:
             raise RuntimeError("HttpClient used before start(); create it at process start-up")
+        method, destination, url, body, timeout, _, _ = call
         data = orjson.dumps(body) if body is not None else None
         if data is not None:
             self.limits.check_request(destination, method, _path(url), len(data))
         metrics = self._metrics
-        started = time.monotonic() if metrics is not None else 0.0
         if metrics is not None:
             metrics.request_started(destination)
-        trace_ctx = (
-            {"destination": destination, "started": started} if metrics is not None else None
-        )
+        exchange = _Exchange(destination, timeout, metrics)
         try:
-            try:
-                status, raw, timing = await self._exchange(
-                    self._session, destination, method, url, data, headers, timeout, trace_ctx
-                )
-            except aiohttp.ClientError as exc:
-                if not (_stale_connection(exc) and _reused.get() and self._fresh is not None):
-                    raise
-                self.resent += 1
-                status, raw, timing = await self._exchange(
-                    self._fresh, destination, method, url, data, headers, timeout, trace_ctx
-                )
+            status, raw, timing = await self._exchange(exchange, _Hop(method, url, data, headers))
         except TimeoutError:
             raise _timed_out(destination, method, url, timeout) from None
-        except aiohttp.ClientError as exc:
+        except (aiohttp.ClientError, lean.LeanError) as exc:
             raise _unreachable(destination, method, url, exc) from None
+        except lean.AnswerTooLarge as exc:
+            raise self.limits.too_large(destination, method, _path(url), exc.size) from None
         finally:
             if metrics is not None:
                 metrics.request_finished(destination)
@@ -393,43 +415,83 @@ class HttpClient:
             text = raw[:_TEXT_SNIPPET].decode("utf-8", "replace")
         return HttpResponse(status=status, data=parsed, text=text, trace_id=trace_id)
 
-    async def _exchange(
-        self,
-        session: aiohttp.ClientSession,
-        destination: str,
-        method: str,
-        url: str,
-        data: bytes | None,
-        headers: dict[str, str],
-        timeout: float | None,
-        trace_ctx: Mapping[str, object] | None,
-    ) -> tuple[int, bytes, str | None]:
-        """One request on ``session`` (and its same-host redirects): the answer's status,
-        body (read within ``max_response_bytes``) and ``Server-Timing`` header."""
-        limits = self.limits
+    async def _exchange(self, exchange: _Exchange, hop: _Hop) -> tuple[int, bytes, str | None]:
+        """One request (and its same-host redirects): the answer's status, body (read within
+        ``max_response_bytes``) and ``Server-Timing`` header."""
         redirects = 0
         while True:
-            response = await session.request(
-                method,
-                url,
-                data=data,
-                headers=headers,
-                timeout=self._timeout(timeout),
-                trace_request_ctx=trace_ctx,
-                allow_redirects=False,
-            )
-            # The answer has started: from here on a failure is never resent (module doc).
-            _reused.set(False)
-            async with response:
-                target = redirect_target(response.status, url, response.headers)
-                if target is None:
-                    body = await read_bounded(response, limits, destination, method, _path(url))
-                    return response.status, body, response.headers.get(server_timing.HEADER)
+            status, answer_headers, body = await self._hop(exchange, hop)
+            target = redirect_target(status, hop.url, answer_headers)
+            if target is None:
+                return status, body, answer_headers.get(server_timing.HEADER)
             redirects += 1
-            limits.check_redirect(destination, response.status, url, target, redirects)
-            url = target
-            if response.status == 303 or (response.status in (301, 302) and method == "POST"):
-                method, data = "GET", None  # what browsers and aiohttp do with these
+            self.limits.check_redirect(exchange.destination, status, hop.url, target, redirects)
+            if status == 303 or (status in (301, 302) and hop.method == "POST"):
+                hop = _Hop("GET", target, None, hop.headers)  # what browsers and aiohttp do
+            else:
+                hop = hop._replace(url=target)
+
+    def _hop(self, exchange: _Exchange, hop: _Hop) -> Awaitable[_Answer]:
+        """One request, no redirect followed: through :mod:`.lean` where it can go, else aiohttp."""
+        where = lean.target(hop.url) if self._lean is not None else None
+        if where is None:
+            return self._aiohttp_hop(exchange, hop)
+        data = hop.data
+        request = lean.request_head(
+            hop.method, where, hop.headers, None if data is None else len(data)
+        )
+        if data is not None:
+            request += data
+        return self._lean_hop(exchange, where, request)
+
+    async def _lean_hop(self, exchange: _Exchange, where: lean.Target, request: bytes) -> _Answer:
+        assert self._lean is not None
+        limit = self.limits.max_response_bytes
+        on_connection = exchange.on_connection if exchange.observed else None
+        async with asyncio.timeout(exchange.timeout):
+            try:
+                answer = await self._lean.exchange(
+                    where, request, limit=limit, on_connection=on_connection
+                )
+            except lean.ServerDisconnected as exc:
+                if not exc.reused or exc.answer_started:
+                    raise
+                self.resent += 1  # the keep-alive race: never read, safe to send again
+                answer = await self._lean.exchange(
+                    where, request, limit=limit, fresh=True, on_connection=on_connection
+                )
+        return answer
+
+    async def _aiohttp_hop(self, exchange: _Exchange, hop: _Hop) -> _Answer:
+        assert self._session is not None
+        try:
+            return await self._aiohttp_once(self._session, exchange, hop)
+        except aiohttp.ClientError as exc:
+            if not (_stale_connection(exc) and _reused.get() and self._fresh is not None):
+                raise
+            self.resent += 1
+            return await self._aiohttp_once(self._fresh, exchange, hop)
+
+    async def _aiohttp_once(
+        self, session: aiohttp.ClientSession, exchange: _Exchange, hop: _Hop
+    ) -> _Answer:
+        response = await session.request(
+            hop.method,
+            hop.url,
+            data=hop.data,
+            headers=hop.headers,
+            timeout=self._timeout(exchange.timeout),
+            trace_request_ctx=exchange.trace_ctx(),
+            allow_redirects=False,
+        )
+        # The answer has started: from here on a failure is never resent (module doc).
+        _reused.set(False)
+        async with response:
+            if response.status in REDIRECT_STATUSES:
+                return response.status, response.headers, b""
+            path = _path(hop.url)
+            body = await read_bounded(response, self.limits, exchange.destination, hop.method, path)
+            return response.status, response.headers, body
 
     @asynccontextmanager
     async def stream(
@@ -504,8 +566,11 @@ def _timed_out(destination: str, method: str, url: str, timeout: float | None) -
     )
 
 
-def _unreachable(destination: str, method: str, url: str, exc: aiohttp.ClientError) -> ConnectError:
-    """aiohttp's failure as rollgym's: ``ConnectionRefused`` when nothing listened."""
+def _unreachable(
+    destination: str, method: str, url: str, exc: aiohttp.ClientError | lean.LeanError
+) -> ConnectError:
+    """aiohttp's or the lean client's failure as rollgym's: ``ConnectionRefused`` when
+    nothing listened."""
     error = ConnectionRefused if _refused(exc) else ConnectError
     return error(
         redact_text(
@@ -515,9 +580,9 @@ def _unreachable(destination: str, method: str, url: str, exc: aiohttp.ClientErr
     )
 
 
-def _refused(exc: aiohttp.ClientError) -> bool:
+def _refused(exc: aiohttp.ClientError | lean.LeanError) -> bool:
     """Whether nothing listened at the address (the connection was refused)."""
-    return isinstance(exc, aiohttp.ClientConnectorError) and isinstance(
+    return isinstance(exc, (aiohttp.ClientConnectorError, lean.CannotConnect)) and isinstance(
         exc.os_error, ConnectionRefusedError
     )
 

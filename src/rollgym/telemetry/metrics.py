@@ -124,6 +124,10 @@ class HttpClientMetrics:
         config.on_connection_create_end.append(on_connection)
         return config
 
+    def connection_wait(self, destination: str, seconds: float) -> None:
+        """The same wait, for a request the client sent without aiohttp (``http/lean.py``)."""
+        self._queue.record(max(0.0, seconds), self._attrs(destination))
+
     def _record_wait(self, ctx: SimpleNamespace) -> None:
         request_ctx = getattr(ctx, "trace_request_ctx", None)
         if not isinstance(request_ctx, dict):

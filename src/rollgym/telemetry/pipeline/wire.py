@@ -47,7 +47,8 @@ def varint(n: int) -> bytes:
 
 def _ld(tag: bytes, payload: bytes) -> bytes:
     """A length-delimited field: tag, length, payload."""
-    return tag + varint(len(payload)) + payload
+    n = len(payload)
+    return tag + (_SMALL[n] if n < 0x80 else varint(n)) + payload
 
 
 def any_value(value: Any) -> bytes:
@@ -70,34 +71,45 @@ def any_value(value: Any) -> bytes:
     raise TypeError(f"unsupported attribute value {type(value).__name__}")
 
 
-_kv_cache: dict[tuple[str, type, Any], bytes] = {}
-
-
 def key_value(key: str, value: Any) -> bytes:
-    """The body of a ``KeyValue``; repeated pairs come from a cache."""
-    cache_key = (key, type(value), value)
+    """The body of a ``KeyValue``; raises for a value the wire format cannot carry."""
+    return _ld(b"\x0a", key.encode()) + _ld(b"\x12", any_value(value))
+
+
+def _field(tag: bytes, key: str, value: Any) -> bytes:
+    """One ``tag``-numbered KeyValue field, or b"" for a value that cannot be carried."""
     try:
-        return _kv_cache[cache_key]
-    except KeyError:
-        pass
-    except TypeError:  # an unhashable value (a list): encode without caching
-        return _ld(b"\x0a", key.encode()) + _ld(b"\x12", any_value(value))
-    body = _ld(b"\x0a", key.encode()) + _ld(b"\x12", any_value(value))
-    if len(_kv_cache) >= _CACHE_MAX:
-        _kv_cache.clear()
-    _kv_cache[cache_key] = body
-    return body
+        return _ld(tag, key_value(key, value))
+    except (TypeError, ValueError):
+        return b""
+
+
+#: Whole attribute fields (tag, length, KeyValue) by (tag, key, type, value): a span's
+#: attributes repeat from span to span, so most are one lookup and no encoding. The type is in
+#: the key because ``True == 1`` and ``1 == 1.0`` hash alike but encode differently.
+_field_cache: dict[tuple[bytes, str, type, Any], bytes] = {}
 
 
 def attributes(tag: bytes, attrs: Mapping[str, Any] | None) -> list[bytes]:
     """One ``tag``-numbered KeyValue field per attribute; an unencodable value is skipped."""
-    out = []
-    if attrs:
-        for key, value in attrs.items():
-            try:
-                out.append(_ld(tag, key_value(key, value)))
-            except (TypeError, ValueError):
-                continue
+    out: list[bytes] = []
+    if not attrs:
+        return out
+    cache = _field_cache
+    for key, value in attrs.items():
+        cache_key = (tag, key, type(value), value)
+        try:
+            field = cache.get(cache_key)
+        except TypeError:  # an unhashable value (a list): encoded, not cached
+            field = _field(tag, key, value)
+        else:
+            if field is None:
+                field = _field(tag, key, value)
+                if len(cache) >= _CACHE_MAX:
+                    cache.clear()
+                cache[cache_key] = field
+        if field:
+            out.append(field)
     return out
 
 

@@ -1,0 +1,95 @@
+"""The client side of rollgym's JSON exchanges: CPU per request, lean client vs aiohttp.
+
+One small rollgym server (``create_app``, telemetry off, httptools) runs in a child process;
+this process posts the same rows to it through :class:`rollgym.http.client.HttpClient` in
+alternating rounds, once as is (plain ``http://`` exchanges on :mod:`rollgym.http.lean`) and
+once with ``ROLLGYM_HTTP_CLIENT=aiohttp`` (every exchange through aiohttp's
+``ClientSession``), at concurrency 32. The figure is this process's CPU per request
+(``time.process_time``: the client alone; the server's CPU is in its own process, printed
+too), as a ratio of medians; wall rates are printed but follow the machine's load.
+
+    python bench/http_client.py [-n 5000] [--rounds 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from http_parser import SERVER, _cpu_s, _free_port, _ready
+
+from rollgym.event_loop import loop_factory
+from rollgym.http.client import HttpClient
+from rollgym.http.lean import ENV_CLIENT
+
+CONCURRENCY = 32
+WAYS = {"lean": "", "aiohttp": "aiohttp"}
+
+
+async def _round(url: str, n: int, way: str) -> tuple[float, float]:
+    """Post ``n`` rows at CONCURRENCY through a fresh client; (client CPU s, wall s)."""
+    os.environ[ENV_CLIENT] = WAYS[way]
+    async with HttpClient(limit=CONCURRENCY) as client:
+        todo = iter(range(n))
+
+        async def worker() -> None:
+            for i in todo:
+                answer = await client.post_json("echo", url + "/run", {"q": i, "pad": "x" * 200})
+                if answer.status != 200 or answer.data["q"] != i:
+                    raise SystemExit(f"{way}: HTTP {answer.status} {answer.text}")
+
+        cpu, wall = time.process_time(), time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+        return time.process_time() - cpu, time.perf_counter() - wall
+
+
+async def main_async(n: int, rounds: int) -> None:
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER, str(port)], stdout=subprocess.PIPE, text=True
+    )
+    url = f"http://127.0.0.1:{port}"
+    cpu: dict[str, list[float]] = {way: [] for way in WAYS}
+    rate: dict[str, list[float]] = {way: [] for way in WAYS}
+    served: dict[str, list[float]] = {way: [] for way in WAYS}
+    load = os.getloadavg()[0]
+    try:
+        await _ready(url)
+        for way in WAYS:
+            await _round(url, 500, way)  # warm both paths
+        for i in range(rounds):
+            for way in list(WAYS) if i % 2 == 0 else list(reversed(WAYS)):
+                before = _cpu_s(server.pid)
+                used, wall = await _round(url, n, way)
+                served[way].append((_cpu_s(server.pid) - before) / n)
+                cpu[way].append(used / n)
+                rate[way].append(n / wall)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    print(f"load average {load:.1f} before, {os.getloadavg()[0]:.1f} after; {n} x {rounds} each")
+    for way in WAYS:
+        print(
+            f"{way:8s} client CPU per request {statistics.median(cpu[way]) * 1e6:7.1f} us "
+            f"(rounds {', '.join(f'{c * 1e6:.0f}' for c in cpu[way])}); server "
+            f"{statistics.median(served[way]) * 1e6:.0f} us; {statistics.median(rate[way]):.0f}/s"
+        )
+    ratio = statistics.median(cpu["aiohttp"]) / statistics.median(cpu["lean"])
+    print(f"client CPU per request aiohttp / lean: {ratio:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("-n", type=int, default=5000)
+    parser.add_argument("--rounds", type=int, default=4)
+    args = parser.parse_args()
+    asyncio.Runner(loop_factory=loop_factory()).run(main_async(args.n, args.rounds))
+
+
+if __name__ == "__main__":
+    main()
