@@ -9,7 +9,9 @@ parser the servers use (httptools), and nothing per request it can build once.
 
 What it does not do, so :class:`~rollgym.http.client.HttpClient` sends those through aiohttp:
 TLS (``https://``), credentials in the URL (basic auth), proxies, streamed answers (SSE). It
-sends no ``Accept-Encoding``, so an answer is never compressed.
+sends no ``Accept-Encoding``; a server that compresses anyway (``gzip``, ``deflate``) is
+inflated within the same byte limit (the limit bounds what a body inflates to, never only its
+compressed length), and any other coding is a :class:`BadAnswer`.
 
 Errors are this module's own (:class:`LeanError` and its children) and carry what the client
 needs to translate them (was the connection refused? had the answer started? was the
@@ -24,6 +26,7 @@ import asyncio
 import functools
 import os
 import time
+import zlib
 from collections.abc import Callable, Mapping
 from typing import NamedTuple, cast
 from urllib.parse import urlsplit
@@ -243,12 +246,44 @@ class _Connection(asyncio.Protocol):
             self._waiter = None
         if self.error is not None:
             raise self.error
-        return Answer(self.status, self.headers, bytes(self.body))
+        coding = self.headers.get("content-encoding")
+        body = bytes(self.body) if coding is None else _inflated(self.body, coding, limit)
+        return Answer(self.status, self.headers, body)
 
     def close(self) -> None:
         self.closed = True
         if self.transport is not None:
             self.transport.close()
+
+
+#: zlib window settings per content coding: gzip's header, zlib's header (what ``deflate``
+#: means in HTTP); a raw deflate stream is tried when the zlib header is missing.
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+def _inflated(body: bytearray, coding: str, limit: int | None) -> bytes:
+    """``body`` decoded from ``coding``, never inflating past ``limit`` bytes."""
+    name = coding.strip().lower()
+    if name in ("", "identity"):
+        return bytes(body)
+    wbits = _WBITS.get(name)
+    if wbits is None:
+        raise BadAnswer(f"the answer's Content-Encoding {coding!r} is not one rollgym reads")
+    most = 0 if limit is None else limit + 1
+    try:
+        inflater = zlib.decompressobj(wbits)
+        out = inflater.decompress(body, most)
+    except zlib.error:
+        if name != "deflate":
+            raise BadAnswer(f"the answer's {name} body does not decode") from None
+        try:
+            inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+            out = inflater.decompress(body, most)
+        except zlib.error:
+            raise BadAnswer("the answer's deflate body does not decode") from None
+    if limit is not None and (len(out) > limit or inflater.unconsumed_tail):
+        raise AnswerTooLarge(f"more than {limit} once inflated")
+    return out
 
 
 class LeanPool:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import socket
 import threading
+import zlib
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
@@ -255,3 +257,23 @@ async def test_large_bodies_both_ways_through_uvicorn() -> None:
             body = {"pad": "é" * 3_000_000, "n": list(range(1000))}
             answers = await asyncio.gather(*(client.post_json("echo", url, body) for _ in range(4)))
     assert all(a.status == 200 and a.data == body for a in answers)
+
+
+async def test_an_answer_compressed_unasked_is_inflated_or_refused_as_unknown() -> None:
+    """No Accept-Encoding is sent, but a server may compress anyway: gzip and deflate (zlib
+    or raw) are read as aiohttp would read them; a coding rollgym cannot read is an error."""
+    body = b'{"reward":1.0,"pad":"' + b"z" * 4000 + b'"}'
+    raw = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    raw_deflate = raw.compress(body) + raw.flush()
+    replies = {
+        1: _sized(gzip.compress(body), "Content-Encoding: gzip"),
+        2: _sized(zlib.compress(body), "Content-Encoding: deflate"),
+        3: _sized(raw_deflate, "Content-Encoding: deflate"),
+        4: _sized(b"xx", "Content-Encoding: br"),
+    }
+    async with scripted(lambda n: replies[n]) as (_, url), HttpClient() as client:
+        for _ in range(3):
+            answer = await client.post_json("agent", url, {})
+            assert answer.data["reward"] == 1.0 and len(answer.data["pad"]) == 4000
+        with pytest.raises(ConnectError, match="Content-Encoding 'br'"):
+            await client.post_json("agent", url, {})
