@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from rollgym.http.bounded_httptools import BoundedHttpToolsProtocol
 from rollgym.http.bounded_reads import BoundedH11Protocol
 from rollgym.tracestore.lifecycle import build_app, make_runner
 from rollgym.tracestore.writer import BatchWriter
+from uvicorn_thread import uvicorn_in_thread
 
 LIMIT_S = 0.5
 #: How long a test waits for the server to hang up: far above LIMIT_S, far below "forever".
@@ -55,21 +55,8 @@ def uvicorn_server(protocol: type[asyncio.Protocol]) -> Iterator[int]:
         await asyncio.sleep(2 * LIMIT_S)  # a slow handler is not a slow client
         return {"reward": 1.0}
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="error", http=protocol))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        for _ in range(3000):
-            if server.started:
-                break
-            threading.Event().wait(0.01)
-        assert server.started
-        yield sock.getsockname()[1]
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    with uvicorn_in_thread(uvicorn.Config(app, log_level="error", http=protocol)) as (port, _):
+        yield port
 
 
 def _hung_up(port: int, sent: bytes) -> bool:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
-import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
@@ -22,6 +20,7 @@ from fastapi import FastAPI
 from rollgym.driver.dispatch import transport_failure
 from rollgym.errors import ConnectError
 from rollgym.http.client import KEEPALIVE_S, SERVER_KEEPALIVE_S, HttpClient
+from uvicorn_thread import uvicorn_in_thread
 
 OK = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{"ok":true}'
 
@@ -129,22 +128,9 @@ def uvicorn_server(keep_alive_s: float) -> Iterator[str]:
     async def seed() -> dict[str, bool]:
         return {"ok": True}
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
     config = uvicorn.Config(app, log_level="error", timeout_keep_alive=keep_alive_s)  # type: ignore[arg-type]
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        for _ in range(2000):
-            if server.started:
-                break
-            threading.Event().wait(0.01)
-        assert server.started, "uvicorn did not start"
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/seed_session"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    with uvicorn_in_thread(config) as (port, _):
+        yield f"http://127.0.0.1:{port}/seed_session"
 
 
 async def test_requests_timed_around_uvicorns_idle_close_all_succeed() -> None:

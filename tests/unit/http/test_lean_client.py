@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import gzip
 import socket
-import threading
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterator
 
@@ -27,6 +26,7 @@ from rollgym.errors import ConnectError, ConnectionRefused, ExchangeRefused, Req
 from rollgym.http import lean
 from rollgym.http.client import HttpClient
 from rollgym.http.limits import ExchangeLimits
+from uvicorn_thread import uvicorn_in_thread
 
 
 def _answer(body: bytes, *head: str) -> bytes:
@@ -234,21 +234,8 @@ def echo_server() -> Iterator[str]:
         return Response(await request.body(), media_type="application/json")
 
     app = Starlette(routes=[Route("/echo", echo, methods=["POST"])])
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="error", http="httptools"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        for _ in range(2000):
-            if server.started:
-                break
-            threading.Event().wait(0.01)
-        assert server.started, "uvicorn did not start"
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/echo"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    with uvicorn_in_thread(uvicorn.Config(app, log_level="error", http="httptools")) as (port, _):
+        yield f"http://127.0.0.1:{port}/echo"
 
 
 async def test_large_bodies_both_ways_through_uvicorn() -> None:

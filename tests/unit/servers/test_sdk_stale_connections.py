@@ -10,7 +10,6 @@ test, so only the resend stands between the call and "server disconnected".
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ from rollgym.servers import sdk_pool
 from rollgym.servers.base import Server
 from rollgym.servers.rollout_context import ModelClient, RolloutContext
 from rollgym.servers.server_process import bind_loopback
+from uvicorn_thread import uvicorn_in_thread
 
 FAST = {"accuracy": 1.0, "latency": {"kind": "fixed", "seconds": 0.0}}
 ARITH = [{"role": "user", "content": "Compute: 2 + 3\nReply with 'Answer: <number>'."}]
@@ -43,26 +43,15 @@ def _until(condition: Callable[[], bool], what: str) -> None:
 @contextmanager
 def _serving_in_thread(server: Server, keep_alive_s: int) -> Iterator[tuple[str, uvicorn.Server]]:
     """The server's app under uvicorn on a loopback port, in a thread with its own loop."""
-    sock = bind_loopback()
-    uv = uvicorn.Server(
-        uvicorn.Config(
-            create_app(server),
-            log_level="warning",
-            access_log=False,
-            lifespan="on",
-            timeout_keep_alive=keep_alive_s,
-        )
+    config = uvicorn.Config(
+        create_app(server),
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_keep_alive=keep_alive_s,
     )
-    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        _until(lambda: uv.started or not thread.is_alive(), "the server to start")
-        assert thread.is_alive(), "the server stopped during start-up"
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", uv
-    finally:
-        uv.should_exit = True
-        thread.join(30)
-        sock.close()
+    with uvicorn_in_thread(config) as (port, uv):
+        yield f"http://127.0.0.1:{port}", uv
 
 
 def _rollout(client, url: str, rollout_id: str) -> RolloutContext:
