@@ -91,6 +91,8 @@ class ForkServer:
         #: After :meth:`bind`: its temporary log, and whether its answer is still to be read.
         self._early_log: Path | None = None
         self._bind_unanswered = False
+        #: Whether a server was asked for: until then it has no children and holds nothing.
+        self._asked = False
         #: The run's logs folder, in its environment (and so in its servers' ``/proc``).
         self.run_logs = early_for if early_for is not None else log_path.parent
         #: The environment it was started in (each server's own comes with its request).
@@ -160,6 +162,7 @@ class ForkServer:
                 if bound != BOUND:
                     raise self._failure("did not take the run's log", spec)
                 self._bind_unanswered = False
+            self._asked = True
             socket.send_fds(self._control, [request], [listener.fileno()])
             reply = await loop.sock_recv(self._control, _REPLY_BYTES)
         if not reply:
@@ -182,6 +185,12 @@ class ForkServer:
         if self._control is not None:
             self._control.close()
             self._control = None
+        if self.process.poll() is None and not self._asked:
+            # Never asked for a server (a run that failed before its launch): it has no
+            # children, and waiting would wait for imports it no longer needs (seconds).
+            self.process.kill()
+            if self._early_log is not None:  # bound, but killed before it moved its log
+                self._early_log.unlink(missing_ok=True)
         if self.process.poll() is None:
             try:
                 self.process.wait(timeout=10)
