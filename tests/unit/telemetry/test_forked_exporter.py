@@ -123,25 +123,34 @@ def test_fork_piped_refuses_while_another_thread_runs() -> None:
         other.join()
 
 
+#: Run in a fresh interpreter: forking needs a process with one thread, which the test
+#: process (with other tests' threads) may not be.
+PIPED = """
+import os
+from rollgym.forked_child import ENV_FORK_SERVER, fork_piped
+
+def upper(inp, out):
+    out.write(inp.read().upper())
+    out.flush()
+
+child = fork_piped(upper)
+assert child is not None and child.stdin is not None and child.stdout is not None
+child.stdin.write(b"spans")
+child.stdin.close()
+assert child.stdout.read() == b"SPANS"
+assert child.wait(timeout=30) == 0
+child.stdout.close()
+os.environ[ENV_FORK_SERVER] = "0"
+assert fork_piped(upper) is None
+print("ok")
+"""
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forking is Linux-only")
-def test_fork_piped_runs_the_function_on_its_pipes_and_exits(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    if threading.active_count() > 1:
-        pytest.skip("this test process runs another thread")
-    monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
-
-    def upper(inp: object, out: object) -> None:
-        data = inp.read()  # type: ignore[attr-defined]
-        out.write(data.upper())  # type: ignore[attr-defined]
-        out.flush()  # type: ignore[attr-defined]
-
-    child = fork_piped(upper)
-    assert child is not None and child.stdin is not None and child.stdout is not None
-    child.stdin.write(b"spans")
-    child.stdin.close()
-    assert child.stdout.read() == b"SPANS"
-    assert child.wait(timeout=30) == 0
-    child.stdout.close()
-    monkeypatch.setenv(ENV_FORK_SERVER, "0")
-    assert fork_piped(upper) is None
+def test_fork_piped_runs_the_function_on_its_pipes_and_exits() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env.pop(ENV_FORK_SERVER, None)
+    done = subprocess.run(
+        [sys.executable, "-c", PIPED], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
