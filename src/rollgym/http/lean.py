@@ -8,7 +8,7 @@ answer read within a size limit, keep-alive. This module does exactly that, with
 parser the servers use (httptools), and nothing per request it can build once.
 
 What it does not do, so :class:`~rollgym.http.client.HttpClient` sends those through aiohttp:
-TLS (``https://``), credentials in the URL (basic auth), proxies, streamed answers (SSE). It
+TLS (``https://``), credentials in the URL (basic auth), streamed answers (SSE). It
 sends no ``Accept-Encoding``; a server that compresses anyway (``gzip``, ``deflate``) is
 inflated within the same byte limit (the limit bounds what a body inflates to, never only its
 compressed length), and any other coding is a :class:`BadAnswer`.
