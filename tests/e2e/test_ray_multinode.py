@@ -200,7 +200,9 @@ def test_killing_one_nodes_raylet_mid_run_loses_no_rollout(
             # the model too gets a replica on each node: nothing the rows use lives on one only
             "servers.policy.replicas=2",
             "servers.policy.ray.resources.policy_slot=1",
-            "servers.policy.latency.seconds=0.2",
+            # long enough that rollouts are still in flight on the killed node once its
+            # processes are gone (at 0.2 s an idle machine finished the run first)
+            "servers.policy.latency.seconds=1.5",
             "telemetry.preset=off",
         ),
         env=_env(),
