@@ -41,6 +41,11 @@ def forking_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     return sys.platform.startswith("linux") and environ.get(ENV_FORK_SERVER, "1") != "0"
 
 
+def can_fork() -> bool:
+    """Whether :func:`fork_piped` would fork now (forking on, one thread running)."""
+    return forking_enabled() and threading.active_count() == 1
+
+
 class ForkedChild:
     """A forked process (ours, or one we will adopt): ``pid``, ``poll``, ``send_signal``,
     ``kill``, ``wait`` as :class:`subprocess.Popen` has them."""
@@ -108,7 +113,7 @@ def fork_piped(run: Callable[[BinaryIO, BinaryIO], None]) -> PipedChild | None:
     listening socket or a log it holds is not kept open by its exporter. None, with nothing
     started, where forking is off or unsafe (another thread runs): spawn instead.
     """
-    if not forking_enabled() or threading.active_count() > 1:
+    if not can_fork():
         return None
     child_in, parent_in = os.pipe()
     parent_out, child_out = os.pipe()

@@ -124,8 +124,7 @@ def _preload_named(named: str | None) -> bool:
     any (telemetry preloaded)."""
     if not named:
         return False
-    with contextlib.suppress(ImportError):
-        import rollgym.telemetry.setup  # noqa: F401
+    _import_telemetry()
     for impl, kind in json.loads(named):
         _preload_impl(ServeSpec(name="preload", kind=kind, impl=impl, ready_file=""))
     return True
@@ -138,9 +137,16 @@ def _preload_telemetry(env: dict[str, str]) -> bool:
     settings = TelemetrySettings.from_env(env)
     if settings.traces_exporter == "none" and settings.metrics_exporter == "none":
         return False
-    with contextlib.suppress(ImportError):
-        import rollgym.telemetry.setup  # noqa: F401
+    _import_telemetry()
     return True
+
+
+def _import_telemetry() -> None:
+    """The telemetry SDK, and the span-exporter child each forked server forks (it runs that
+    module, with requests): imported here once, shared by every fork."""
+    with contextlib.suppress(ImportError):
+        import rollgym.telemetry.pipeline.child  # noqa: F401
+        import rollgym.telemetry.setup  # noqa: F401
 
 
 def _preload_impl(spec: ServeSpec) -> None:

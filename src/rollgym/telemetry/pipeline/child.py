@@ -1,7 +1,7 @@
 """The exporter child: reads span-record frames on stdin, encodes OTLP, posts, reports on stdout.
 
 Started by :class:`~rollgym.telemetry.pipeline.shipper.SpanShipper` through
-:func:`start_exporter`: forked from the recording process where that is safe (one thread
+:func:`~rollgym.telemetry.pipeline.exporter_process.start_exporter`: forked from the recording process where that is safe (one thread
 runs: a server just forked by the fork server, before its metrics thread starts), which
 shares the modules already imported instead of importing them again (a spawned child cost
 0.1-0.2 s of CPU before its server was healthy); else, and with ``ROLLGYM_FORK_SERVER=0``,
@@ -36,15 +36,13 @@ import gzip
 import logging
 import marshal
 import signal
-import subprocess
 import sys
 import time
-from typing import IO, Any, BinaryIO, Protocol
+from typing import Any, BinaryIO
 
 import requests
 
 from rollgym.defaults import SPAN_EXPORT_BATCH_SIZE
-from rollgym.forked_child import fork_piped
 from rollgym.telemetry.pipeline.frames import STOP_RETRYING, read_frame
 from rollgym.telemetry.pipeline.wire import encode_request
 from rollgym.urls import redact_url
@@ -215,46 +213,7 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
             out.flush()
 
 
-class ExporterProcess(Protocol):
-    """What the shipper uses of its child: a :class:`subprocess.Popen` or a forked
-    :class:`~rollgym.forked_child.PipedChild`."""
-
-    @property
-    def pid(self) -> int: ...
-
-    @property
-    def stdin(self) -> IO[bytes] | None: ...
-
-    @property
-    def stdout(self) -> IO[bytes] | None: ...
-
-    def send_signal(self, sig: int, /) -> None: ...
-
-    def kill(self) -> None: ...
-
-    def wait(self, timeout: float | None = None) -> int: ...
-
-
-#: The module the spawned child runs (``python -m``).
-CHILD_MODULE = "rollgym.telemetry.pipeline.child"
-
-
-def start_exporter(command: list[str] | None = None) -> ExporterProcess:
-    """The exporter child: forked where that is safe, else ``command`` (default: this
-    module in a new interpreter) spawned with its stdin and stdout piped."""
-    if command is None:
-        forked = fork_piped(_run)
-        if forked is not None:
-            return forked
-    return subprocess.Popen(
-        command or [sys.executable, "-m", CHILD_MODULE],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        close_fds=True,
-    )
-
-
-def _run(inp: BinaryIO, out: BinaryIO) -> None:
+def run(inp: BinaryIO, out: BinaryIO) -> None:
     """The child's whole life, spawned or forked: its signals, its log, its loop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(STOP_RETRYING, _on_stop_retrying)
@@ -263,7 +222,7 @@ def _run(inp: BinaryIO, out: BinaryIO) -> None:
 
 
 def main() -> None:
-    _run(sys.stdin.buffer, sys.stdout.buffer)
+    run(sys.stdin.buffer, sys.stdout.buffer)
 
 
 if __name__ == "__main__":

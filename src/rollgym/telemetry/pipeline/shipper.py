@@ -35,7 +35,7 @@ from rollgym.telemetry.dropping import (
     REASON_SHUTDOWN,
     SpanCounts,
 )
-from rollgym.telemetry.pipeline.child import start_exporter
+from rollgym.telemetry.pipeline.exporter_process import start_exporter
 from rollgym.telemetry.pipeline.frames import HEADER, STOP_RETRYING
 from rollgym.telemetry.pipeline.recording import clean_attributes
 from rollgym.telemetry.pipeline.records import ATTRIBUTES, EVENTS, LINKS, STATUS_CODE, SpanRecord
