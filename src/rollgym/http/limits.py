@@ -102,24 +102,18 @@ def redirect_target(status: int, url: str, headers: Mapping[str, str]) -> str | 
 async def read_bounded(
     response: aiohttp.ClientResponse, limits: ExchangeLimits, server: str, method: str, path: str
 ) -> bytes:
-    """The whole body, refused once it passes ``max_response_bytes``.
+    """The whole body, read in chunks; refused once it passes ``max_response_bytes``.
 
-    A declared ``Content-Length`` over the limit is refused before anything is read. An
-    uncompressed body declared within it is read in one call: the parser never delivers more
-    than the declared length, so that read is already bounded, and it skips a chunk loop and
-    a copy per answer on the driver's hot path. Any other body (chunked, or compressed, whose
-    declared length says nothing of what it inflates to) is read in chunks and refused at the
-    first chunk past the limit, so memory never holds more than the limit plus one chunk.
+    A declared ``Content-Length`` over the limit is refused before anything is read; a body
+    without one (chunked) is refused at the first chunk past the limit, so memory never holds
+    more than the limit plus one chunk.
     """
     limit = limits.max_response_bytes
     if limit is None:
         return await response.read()
     declared = response.content_length
-    if declared is not None:
-        if declared > limit:
-            raise limits.too_large(server, method, path, str(declared))
-        if not response.headers.get(aiohttp.hdrs.CONTENT_ENCODING):
-            return await response.read()
+    if declared is not None and declared > limit:
+        raise limits.too_large(server, method, path, str(declared))
     body = bytearray()
     async for chunk in response.content.iter_chunked(_CHUNK):
         body += chunk
