@@ -433,8 +433,9 @@ class HttpClient:
 
     def _hop(self, exchange: _Exchange, hop: _Hop) -> Awaitable[_Answer]:
         """One request, no redirect followed: through :mod:`.lean` where it can go, else aiohttp."""
-        where = lean.target(hop.url) if self._lean is not None else None
-        if where is None:
+        pool = self._lean
+        where = lean.target(hop.url) if pool is not None else None
+        if pool is None or where is None:
             return self._aiohttp_hop(exchange, hop)
         data = hop.data
         request = lean.request_head(
@@ -442,22 +443,23 @@ class HttpClient:
         )
         if data is not None:
             request += data
-        return self._lean_hop(exchange, where, request)
+        return self._lean_hop(pool, exchange, where, request)
 
-    async def _lean_hop(self, exchange: _Exchange, where: lean.Target, request: bytes) -> _Answer:
-        assert self._lean is not None
+    async def _lean_hop(
+        self, pool: lean.LeanPool, exchange: _Exchange, where: lean.Target, request: bytes
+    ) -> _Answer:
         limit = self.limits.max_response_bytes
         on_connection = exchange.on_connection if exchange.observed else None
         async with asyncio.timeout(exchange.timeout):
             try:
-                answer = await self._lean.exchange(
+                answer = await pool.exchange(
                     where, request, limit=limit, on_connection=on_connection
                 )
             except lean.ServerDisconnected as exc:
                 if not exc.reused or exc.answer_started:
                     raise
                 self.resent += 1  # the keep-alive race: never read, safe to send again
-                answer = await self._lean.exchange(
+                answer = await pool.exchange(
                     where, request, limit=limit, fresh=True, on_connection=on_connection
                 )
         return answer
