@@ -24,6 +24,7 @@ from pathlib import Path
 
 from rollgym.child_process import describe_exit, read_ready_file, spawn_child
 from rollgym.errors import LaunchError
+from rollgym.http.listen import bind_loopback
 from rollgym.tracestore.access import TOKEN_ENV
 
 STOP_GRACE_S = 10.0
@@ -140,9 +141,7 @@ def _bind(host: str, port: int) -> socket.socket | None:
         socket.inet_aton(host)
     except OSError:
         return None
-    listener = socket.create_server((host, port), backlog=1024)
-    listener.set_inheritable(True)
-    return listener
+    return bind_loopback(host, port)
 
 
 def _local_url(endpoint: str) -> str:
