@@ -143,7 +143,7 @@ def _preload_telemetry(env: dict[str, str]) -> bool:
 
 def _import_telemetry() -> None:
     """The telemetry SDK, and the span-exporter child each forked server forks (it runs that
-    module, with requests): imported here once, shared by every fork."""
+    module): imported here once, shared by every fork."""
     with contextlib.suppress(ImportError):
         import rollgym.telemetry.pipeline.child  # noqa: F401
         import rollgym.telemetry.setup  # noqa: F401

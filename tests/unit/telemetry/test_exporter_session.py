@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rollgym.telemetry.pipeline.child import _session_for
+from rollgym.telemetry.pipeline.transport import requests_session as _session_for
 
 URL = "http://collector.example:4318/v1/traces"
 

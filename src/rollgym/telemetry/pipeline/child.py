@@ -40,10 +40,9 @@ import sys
 import time
 from typing import Any, BinaryIO
 
-import requests
-
 from rollgym.defaults import SPAN_EXPORT_BATCH_SIZE
 from rollgym.telemetry.pipeline.frames import STOP_RETRYING, read_frame
+from rollgym.telemetry.pipeline.transport import NoAnswer, NotSent, transport_for
 from rollgym.telemetry.pipeline.wire import encode_request
 from rollgym.urls import redact_url
 
@@ -104,7 +103,7 @@ class Poster:
         self._gzip = compression == "gzip"
         self._timeout = timeout_s
         self._patience = patience_s
-        self._session = _session_for(url)
+        self._transport = transport_for(url)
         self._failure_logged = False
 
     def post(self, body: bytes, timeout_s: float | None = None) -> str:
@@ -118,19 +117,17 @@ class Poster:
         timeout = (min(self._timeout, 5.0), timeout_s or self._timeout)
         while True:
             try:
-                answer = self._session.post(
-                    self._url, data=body, headers=self._headers, timeout=timeout
-                )
-                if 200 <= answer.status_code < 300:
+                status = self._transport.post(body, self._headers, timeout)
+                if 200 <= status < 300:
                     return OK
-                retry = answer.status_code == 429 or answer.status_code >= 500
-                why = f"HTTP {answer.status_code}"
-            except requests.ReadTimeout:
+                retry = status == 429 or status >= 500
+                why = f"HTTP {status}"
+            except NoAnswer:
                 self._log_once(f"no answer within {timeout[1]:.0f} s")
                 return UNKNOWN  # sent whole; sending it again could store it twice
-            except requests.RequestException as exc:
+            except NotSent as exc:
                 retry = True
-                why = type(exc).__name__
+                why = str(exc)
             if not retry or _stop_retrying or time.monotonic() + backoff >= give_up_at:
                 self._log_once(why)
                 return FAIL
@@ -145,25 +142,6 @@ class Poster:
                 redact_url(self._url),
                 why,
             )
-
-
-def _session_for(url: str) -> requests.Session:
-    """A session that reads the environment's proxy, CA bundle and netrc settings once.
-
-    Left to itself, requests reads them again on every post (``trust_env``: it walks
-    ``os.environ`` for proxies and opens ``~/.netrc``), about 0.5 ms a post on the development
-    machine, paid per batch by every process's exporter child. Read once here, the posts go out
-    with the same settings; only a change to them while the run lasts is no longer seen.
-    """
-    session = requests.Session()
-    settings = session.merge_environment_settings(url, {}, None, None, None)
-    auth = requests.utils.get_netrc_auth(url)
-    session.trust_env = False
-    session.proxies = settings["proxies"]
-    session.verify = settings["verify"]
-    if auth is not None:
-        session.auth = auth
-    return session
 
 
 def _sleep(seconds: float) -> None:

@@ -3,7 +3,7 @@
 Forked where that is safe (one thread runs: a server just forked by the fork server, which
 already imported the child's modules), else spawned as ``python -m`` :data:`CHILD_MODULE`
 with its stdin and stdout piped. Apart from :mod:`.child` so that importing the shipper does
-not import the child's HTTP stack in a process that will spawn it.
+not import the child's encoder and HTTP client in a process that will spawn it.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ def start_exporter(command: list[str] | None = None) -> ExporterProcess:
     """The exporter child: forked where that is safe, else ``command`` (default: :data:`CHILD_MODULE`
     in a new interpreter) spawned with its stdin and stdout piped."""
     if command is None and can_fork():
-        # Imported only to fork: it brings requests, which a process that spawns its
-        # exporter (the driver, with its threads) never needs (about 0.14 s of import CPU, measured here).
+        # Imported only to fork: a process that spawns its exporter (the driver, with its
+        # threads) never needs the child's modules.
         from rollgym.telemetry.pipeline.child import run
 
         forked = fork_piped(run)
