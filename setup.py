@@ -1,15 +1,19 @@
-"""Build step: compile the trace store's decoding modules with mypyc, when this machine can.
+"""Build step: compile the span encoder and the trace store's decoding modules with mypyc, when
+this machine can.
 
 Why: turning OTLP request bytes into rows is the trace store's largest CPU cost per span, and
 the two modules that do it (``src/rollgym/tracestore/wire_rows.py``, the protobuf walk, and
 ``span_rows.py``, the row tuples) are plain typed Python that mypyc (the compiler mypy and
 black ship with) turns into C extensions running them in well under half the time
-(``bench/decode.py``). Everything else in ``pyproject.toml`` stays declarative.
+(``bench/decode.py``). On the other end, encoding span records as OTLP protobuf
+(``src/rollgym/telemetry/pipeline/wire.py``) is the span exporter child's largest cost
+(``bench/span_encoding.py --compiled``). Everything else in ``pyproject.toml`` stays
+declarative.
 
 The extensions are built from copies named ``*_native``, stamped with the digest of the
 sources they came from, so the ``.py`` files themselves are never shadowed by a stale binary:
 rollgym loads the compiled copies only while their digest matches the sources next to them
-(see :mod:`rollgym.tracestore.native`), and says so when it does not. Without a C compiler, or with
+(see :mod:`rollgym.compiled`), and says so when it does not. Without a C compiler, or with
 ``ROLLGYM_PURE_PYTHON=1``, nothing is compiled and the pure-Python modules are used: same
 rows, only slower.
 """
@@ -25,28 +29,33 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).parent
-PACKAGE = ROOT / "src" / "rollgym" / "tracestore"
-#: The modules compiled, in the order their digest is taken (rollgym.tracestore.native).
-SOURCES = ("span_rows", "wire_rows")
+#: (package folder under src/, the modules compiled in the order their digest is taken, the
+#: extension group): the order is the one rollgym.tracestore.native and
+#: rollgym.telemetry.pipeline.native take the digest in.
+GROUPS = (
+    ("rollgym/tracestore", ("span_rows", "wire_rows"), "rollgym_tracestore_native"),
+    ("rollgym/telemetry/pipeline", ("wire",), "rollgym_pipeline_native"),
+)
 #: Where the stamped copies are compiled from (``build/`` is git-ignored).
 COPY_ROOT = ROOT / "build" / "native-src"
 
 
-def _stamped_copies() -> list[Path]:
-    """``rollgym/tracestore/<module>_native.py`` under COPY_ROOT for each of SOURCES: the
-    source, importing the other compiled copies, plus the digest of all the sources."""
-    texts = {name: (PACKAGE / f"{name}.py").read_bytes() for name in SOURCES}
-    digest = hashlib.sha256(b"".join(texts[name] for name in SOURCES)).hexdigest()
-    package = COPY_ROOT / "rollgym" / "tracestore"
+def stamped_copies(folder: str, sources: tuple[str, ...]) -> list[Path]:
+    """``<folder>/<module>_native.py`` under COPY_ROOT for each of ``sources``: the source,
+    importing the other compiled copies, plus the digest of all the sources."""
+    texts = {name: (ROOT / "src" / folder / f"{name}.py").read_bytes() for name in sources}
+    digest = hashlib.sha256(b"".join(texts[name] for name in sources)).hexdigest()
+    package = COPY_ROOT / folder
     package.mkdir(parents=True, exist_ok=True)
-    for folder in (package.parent, package):
-        (folder / "__init__.py").write_text("")
+    for parent in [package, *package.relative_to(COPY_ROOT).parents][:-1]:
+        (COPY_ROOT / parent / "__init__.py").write_text("")
+    dotted = folder.replace("/", ".")
     copies = []
     for name, text in texts.items():
-        for other in SOURCES:
+        for other in sources:
             text = text.replace(
-                f"from rollgym.tracestore.{other} import".encode(),
-                f"from rollgym.tracestore.{other}_native import".encode(),
+                f"from {dotted}.{other} import".encode(),
+                f"from {dotted}.{other}_native import".encode(),
             )
         copy = package / f"{name}_native.py"
         copy.write_bytes(text + f'\n\nSOURCE_DIGEST: Final = "{digest}"\n'.encode())
@@ -54,24 +63,26 @@ def _stamped_copies() -> list[Path]:
     return copies
 
 
-def _native_extensions() -> list:
+def native_extensions() -> list:
     if os.environ.get("ROLLGYM_PURE_PYTHON") == "1":
         return []
     try:
         from mypyc.build import mypycify
 
-        copies = [str(copy) for copy in _stamped_copies()]
-        # follow-imports=skip: the readers' other imports (protobuf, the rest of rollgym) stay
-        # ordinary Python objects; only these modules are compiled (seconds, not minutes).
-        return mypycify(
-            ["--follow-imports=skip", "--ignore-missing-imports", "--config-file=", *copies],
-            opt_level="3",
-            group_name="rollgym_tracestore_native",
-        )
-    except Exception as exc:  # no mypyc, or it refused a module: the pure-Python readers
+        extensions = []
+        for folder, sources, group in GROUPS:
+            copies = [str(copy) for copy in stamped_copies(folder, sources)]
+            # follow-imports=skip: the modules' other imports (protobuf, the rest of rollgym)
+            # stay ordinary Python objects; only these modules are compiled (seconds).
+            extensions += mypycify(
+                ["--follow-imports=skip", "--ignore-missing-imports", "--config-file=", *copies],
+                opt_level="3",
+                group_name=group,
+            )
+        return extensions
+    except Exception as exc:  # no mypyc, or it refused a module: the pure-Python modules
         print(
-            f"rollgym: not compiling the trace store decoding modules ({exc}); using pure Python",
-            file=sys.stderr,
+            f"rollgym: not compiling the native modules ({exc}); using pure Python", file=sys.stderr
         )
         return []
 
@@ -84,7 +95,7 @@ class OptionalBuildExt(build_ext):
             super().run()
         except Exception as exc:
             print(
-                f"rollgym: compiling the trace store decoding modules failed ({exc}); using pure Python",
+                f"rollgym: compiling the native modules failed ({exc}); using pure Python",
                 file=sys.stderr,
             )
 
@@ -97,4 +108,4 @@ class OptionalBuildExt(build_ext):
             )
 
 
-setup(ext_modules=_native_extensions(), cmdclass={"build_ext": OptionalBuildExt})
+setup(ext_modules=native_extensions(), cmdclass={"build_ext": OptionalBuildExt})

@@ -42,8 +42,8 @@ from typing import Any, BinaryIO
 
 from rollgym.defaults import SPAN_EXPORT_BATCH_SIZE
 from rollgym.telemetry.pipeline.frames import STOP_RETRYING, read_frame
+from rollgym.telemetry.pipeline.native import encode_request
 from rollgym.telemetry.pipeline.transport import NoAnswer, NotSent, transport_for
-from rollgym.telemetry.pipeline.wire import encode_request
 from rollgym.urls import redact_url
 
 _log = logging.getLogger("rollgym.telemetry.exporter")

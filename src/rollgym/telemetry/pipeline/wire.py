@@ -11,27 +11,32 @@ result with ``opentelemetry-proto`` and compares it with the SDK's own encoder, 
 
 A value the wire format cannot carry (an int beyond 64 bits, a mapping) loses that one
 attribute, never the span or the batch.
+
+Compiled with mypyc where the machine can (``setup.py``; :mod:`.native` picks the compiled copy
+only while it was built from this file as it is): the module-level constants are ``Final`` so
+that the compiled code reads them as constants, not through the module's dictionary.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from rollgym.telemetry.pipeline.records import SpanRecord
 
-_Q = struct.Struct("<Q").pack  # fixed64
-_D = struct.Struct("<d").pack  # double
-_I = struct.Struct("<I").pack  # fixed32
-_SMALL = [bytes([n]) for n in range(128)]
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
-_HAS_IS_REMOTE = 0x100  # SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
-_IS_REMOTE = 0x200  # SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
-_FLAGS_LOCAL = b"\x85\x01" + _I(_HAS_IS_REMOTE)  # Span.flags (16, fixed32)
-_FLAGS_REMOTE = b"\x85\x01" + _I(_HAS_IS_REMOTE | _IS_REMOTE)
+_Q: Final = struct.Struct("<Q").pack  # fixed64
+_D: Final = struct.Struct("<d").pack  # double
+_I: Final = struct.Struct("<I").pack  # fixed32
+_SMALL: Final = [bytes([n]) for n in range(128)]
+_INT64_MIN: Final = -(1 << 63)
+_INT64_MAX: Final = (1 << 63) - 1
+_HAS_IS_REMOTE: Final = 0x100  # SpanFlags.SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+_IS_REMOTE: Final = 0x200  # SpanFlags.SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
+_FLAGS_LOCAL: Final = b"\x85\x01" + _I(_HAS_IS_REMOTE)  # Span.flags (16, fixed32)
+_FLAGS_REMOTE: Final = b"\x85\x01" + _I(_HAS_IS_REMOTE | _IS_REMOTE)
 #: Cached encodings; cleared when they grow past this many entries (bounded memory).
-_CACHE_MAX = 50_000
+_CACHE_MAX: Final = 50_000
 
 
 def varint(n: int) -> bytes:
@@ -87,7 +92,7 @@ def _field(tag: bytes, key: str, value: Any) -> bytes:
 #: Whole attribute fields (tag, length, KeyValue) by (tag, key, type, value): a span's
 #: attributes repeat from span to span, so most are one lookup and no encoding. The type is in
 #: the key because ``True == 1`` and ``1 == 1.0`` hash alike but encode differently.
-_field_cache: dict[tuple[bytes, str, type, Any], bytes] = {}
+_field_cache: Final[dict[tuple[bytes, str, type, Any], bytes]] = {}
 
 
 def attributes(tag: bytes, attrs: Mapping[str, Any] | None) -> list[bytes]:
@@ -113,7 +118,7 @@ def attributes(tag: bytes, attrs: Mapping[str, Any] | None) -> list[bytes]:
     return out
 
 
-_name_cache: dict[str, bytes] = {}
+_name_cache: Final[dict[str, bytes]] = {}
 
 
 def _name_field(name: str) -> bytes:
