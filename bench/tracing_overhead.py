@@ -28,6 +28,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -184,6 +185,25 @@ async def measure(
     return out
 
 
+def child_start_up_s(endpoint: str) -> float:
+    """CPU seconds one span exporter child spends starting (interpreter, imports, config),
+    read once it has sat idle for a second: the part of a round's child CPU that a run pays
+    once per process, not per rollout. A second thread runs meanwhile, as the executor's do
+    during the rounds, so the child is spawned as theirs were (not forked)."""
+    done = threading.Event()
+    beside = threading.Thread(target=done.wait, daemon=True)
+    beside.start()
+    try:
+        shipper = SpanShipper(url=f"{endpoint}/v1/traces", headers=None, resource={}, timeout_s=5.0)
+    finally:
+        done.set()
+    try:
+        time.sleep(1.5)
+        return _OtherProcesses.cpu(psutil.Process(shipper.child_pid))
+    finally:
+        shipper.shutdown(5.0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="3,000 rollouts x 3 rounds")
@@ -203,6 +223,7 @@ def main() -> None:
                 result = event_loop.run(
                     measure(agent.url, n, rounds, store.endpoint, pipelines, others)
                 )
+                start_up_s = child_start_up_s(store.endpoint)
         finally:
             store.stop()
     off = result["off"]
@@ -229,6 +250,10 @@ def main() -> None:
         )
         print(f"  {_collections(result[f'gc {pipeline}'])}")
         print(f"  {_others(result[f'others {pipeline}'])}")
+    print(
+        f"  of the span exporter child's CPU, its start-up (once per process): "
+        f"{start_up_s:.2f} s, {start_up_s / n * 1e6:.1f} us a rollout of a {n}-rollout round"
+    )
     exported = sum(c["spans_exported"] for c in result["counts"])
     dropped = sum(c["spans_dropped"] for c in result["counts"])
     print(
