@@ -150,11 +150,12 @@ def test_plain_http_with_nothing_else_set_takes_the_plain_path(no_netrc: Path) -
     ("url", "env"),
     [
         ("https://collector.example/v1/traces", {}),
+        ("http://user:secret@collector.example/v1/traces", {}),  # requests sends basic auth
         ("http://collector.example/v1/traces", {"HTTP_PROXY": "http://proxy.example:3128"}),
         ("http://collector.example/v1/traces", {"all_proxy": "http://proxy.example:3128"}),
     ],
 )
-def test_tls_and_proxies_stay_with_requests(
+def test_tls_proxies_and_url_credentials_stay_with_requests(
     no_netrc: Path, monkeypatch: pytest.MonkeyPatch, url: str, env: dict[str, str]
 ) -> None:
     for name, value in env.items():

@@ -145,9 +145,11 @@ def requests_session(url: str) -> requests.Session:
 
 def plain_http_will_do(url: str, environ: os._Environ[str] | dict[str, str] | None = None) -> bool:
     """True when requests would send ``url`` exactly as :class:`PlainHttp` does: plain HTTP,
-    no proxy variable set and no netrc file it would read credentials from."""
+    no credentials in the URL, no proxy variable set and no netrc file it would read
+    credentials from."""
     environ = os.environ if environ is None else environ
-    if urllib.parse.urlsplit(url).scheme != "http":
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or "@" in parts.netloc:
         return False
     if any(environ.get(name) for name in _PROXY_VARIABLES):
         return False
