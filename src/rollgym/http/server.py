@@ -22,6 +22,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rollgym.errors import HTTPError
+from rollgym.http import hot_routes
 from rollgym.http.scoped_context import traceparent_in_path
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import gate
@@ -319,6 +320,13 @@ def create_app(server: HostedServer) -> FastAPI:
         return OrjsonResponse(health)
 
     server.add_routes(app)
+    if hot_routes.enabled():  # innermost: the plain routes' POSTs skip Starlette's routing
+        app.add_middleware(
+            hot_routes.HotRoutes,
+            routes=app.router.routes,
+            handlers=app.exception_handlers,
+            router=app.router,
+        )
     # Added last = outermost: the span covers a refused (413) request too.
     app.add_middleware(
         BodyLimitMiddleware, limit=server.context.max_request_bytes, shape=server.error_body
