@@ -108,7 +108,7 @@ def _forked_named(
     for pid, (name, cpu) in last.items():
         if pid in servers:
             name = servers[pid]
-        elif pid in forkers:
+        elif pid in forkers and name.startswith("server"):  # not the driver, which adopts them
             name = "fork server"
         else:
             up = parent.get(pid)
