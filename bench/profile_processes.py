@@ -125,6 +125,9 @@ def main() -> None:
     parser.add_argument("--large", type=int, default=1200)
     parser.add_argument("--telemetry", default="default", help="telemetry.preset of the job")
     parser.add_argument("--top", type=int, default=0, help="also the N costliest functions")
+    parser.add_argument(
+        "--top-of", default="", help="the costliest functions of processes whose name has this"
+    )
     args = parser.parse_args()
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="rollgym-prof-") as tmp:
@@ -153,7 +156,8 @@ def main() -> None:
     print(f"  {'all processes':36s} {sum(totals.values()):8.1f}")
     if args.top:
         print(f"the {args.top} costliest functions at the margin (own time, us per rollout):")
-        ranked = sorted(functions.items(), key=lambda kv: -kv[1])[: args.top]
+        chosen = {k: v for k, v in functions.items() if args.top_of in k[0]}
+        ranked = sorted(chosen.items(), key=lambda kv: -kv[1])[: args.top]
         for (name, (file, line, func)), us in ranked:
             where = f"{Path(file).parent.name}/{Path(file).name}:{line}" if line else file
             print(f"  {us:7.1f}  {name[:20]:20s} {func[:40]:40s} {where[-50:]}")
