@@ -39,6 +39,14 @@ class Shop(Server):
     kind = "environment"
 
     def add_routes(self, app: FastAPI) -> None:
+        @app.middleware("http")  # the server's own middleware: it still sees every request
+        async def stamp(request: Request, call_next: Any) -> Any:
+            if request.headers.get("x-refuse") == "yes":
+                return OrjsonResponse({"error": "refused by the server's middleware"}, 403)
+            response = await call_next(request)
+            response.headers["x-seen-by"] = "shop"
+            return response
+
         @app.post("/items/special")  # before the templated route: it wins for this path
         async def special() -> OrjsonResponse:
             return OrjsonResponse({"special": True})
@@ -84,6 +92,7 @@ REQUESTS: list[tuple[str, str, bytes]] = [
     ("GET", "/order", b""),  # 405
     ("POST", "/nowhere", b"{}"),  # 404
     ("POST", "/order", b'{"count": 1, "pad": "' + b"x" * 2000 + b'"}'),  # 413 (the limit: 1000)
+    ("POST", "/order?refuse", b'{"count": 1}'),  # the server's middleware answers (403)
 ]
 
 
@@ -95,12 +104,17 @@ async def _answers(serving: Any) -> list[tuple[int, object]]:
     ):
         for method, path, body in REQUESTS:
             headers = {"content-type": "application/json"}
+            if path.endswith("?refuse"):
+                headers["x-refuse"] = "yes"
             async with session.request(method, url + path, data=body, headers=headers) as answer:
                 text = await answer.read()
                 try:
-                    got.append((answer.status, orjson.loads(text)))
+                    data: object = orjson.loads(text)
                 except orjson.JSONDecodeError:
-                    got.append((answer.status, text.decode()))
+                    data = text.decode()
+                if answer.status == 200:
+                    assert answer.headers.get("x-seen-by") == "shop", path
+                got.append((answer.status, data))
     return got
 
 
@@ -110,7 +124,19 @@ async def test_direct_dispatch_answers_every_request_as_starlette_did(
     direct = await _answers(serving)
     monkeypatch.setenv(hot_routes.ENV_HOT_ROUTES, "starlette")
     routed = await _answers(serving)
-    assert [status for status, _ in direct] == [200, 400, 400, 200, 404, 500, 200, 405, 404, 413]
+    assert [status for status, _ in direct] == [
+        200,
+        400,
+        400,
+        200,
+        404,
+        500,
+        200,
+        405,
+        404,
+        413,
+        403,
+    ]
     for (status_a, body_a), (status_b, body_b) in zip(direct, routed, strict=True):
         if isinstance(body_a, dict) and "via_starlette" in body_a:
             assert body_a.pop("via_starlette") is False  # it did skip Starlette's stack
