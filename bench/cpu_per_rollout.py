@@ -25,6 +25,7 @@ time does not; say the load average with the figure.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -90,6 +91,33 @@ def _name(pid: int) -> str:
     return module
 
 
+def _forked_named(
+    last: dict[int, tuple[str, float]], parent: dict[int, int], out: Path
+) -> dict[int, tuple[str, float]]:
+    """Names for processes forked without exec, whose command line is their parent's: the
+    fork server's servers (by ``servers.jsonl``, which lists each server's pid) and each
+    process's span exporter child (a child showing its parent's command line)."""
+    servers: dict[int, str] = {}
+    with contextlib.suppress(OSError):
+        for line in (out / "servers.jsonl").read_text().splitlines():
+            record = json.loads(line)
+            if isinstance(record.get("pid"), int) and record.get("instance"):
+                servers[record["pid"]] = f"server {str(record['instance']).split('@')[0]}"
+    forkers = {parent[pid] for pid in servers if pid in parent}
+    named: dict[int, tuple[str, float]] = {}
+    for pid, (name, cpu) in last.items():
+        if pid in servers:
+            name = servers[pid]
+        elif pid in forkers and name.startswith("server"):  # not the driver, which adopts them
+            name = "fork server"
+        else:
+            up = parent.get(pid)
+            if up in servers or (up in last and last[up][0] == name):
+                name = "span shipper (per process)"
+        named[pid] = (name, cpu)
+    return named
+
+
 def _cpu_s(pid: int) -> float | None:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -118,6 +146,7 @@ def one_run(
         env={**os.environ, **(env or {})},
     )
     last: dict[int, tuple[str, float]] = {}
+    parent: dict[int, int] = {}
     while True:
         finished, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if finished:
@@ -129,9 +158,15 @@ def one_run(
             if cpu is not None:
                 # named afresh each time: just after fork a child still shows the driver's
                 # command line, until it execs
-                last[pid] = (_name(pid), cpu)
-            pending.extend(_children(pid))
+                name = _name(pid)
+                if name == "?" and pid in last:  # it is exiting: keep what it was
+                    name = last[pid][0]
+                last[pid] = (name, cpu)
+            children = _children(pid)
+            parent.update((child, pid) for child in children)
+            pending.extend(children)
         time.sleep(sample_s)
+    last = _forked_named(last, parent, Path(out))
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"rollgym run exited {proc.returncode} (see {out}/logs)")
@@ -158,12 +193,15 @@ def _against(args: argparse.Namespace) -> None:
         config = _config(root, args.telemetry)
         sizes = {args.small: _rows(root, args.small), args.large: _rows(root, args.large)}
         cpu: dict[tuple[str, int], list[float]] = {(w, n): [] for w in ways for n in sizes}
+        split: dict[tuple[str, int], list[dict[str, float]]] = {k: [] for k in cpu}
         for i in range(args.rounds):
             order = list(ways) if i % 2 == 0 else list(reversed(ways))
             for way in order:
                 for n in sizes:
-                    cpu[way, n].append(one_run(root, config, sizes[n], args.sample_s, ways[way])[0])
-                    print(f"round {i + 1}: {way}: {n} rows: {cpu[way, n][-1]:.2f} s", flush=True)
+                    total, by_name = one_run(root, config, sizes[n], args.sample_s, ways[way])
+                    cpu[way, n].append(total)
+                    split[way, n].append(by_name)
+                    print(f"round {i + 1}: {way}: {n} rows: {total:.2f} s", flush=True)
     print(f"load average at start {load:.1f}, now {os.getloadavg()[0]:.1f}")
     margin = args.large - args.small
     per: dict[str, float] = {}
@@ -173,6 +211,16 @@ def _against(args: argparse.Namespace) -> None:
         per[way] = (large - small) / margin
         print(f"{way:32s} marginal CPU per rollout {per[way] * 1000:.2f} ms")
     print(f"ratio {args.against} / as is: {per[args.against] / per['as is']:.2f}")
+    # Which processes the difference is in (sampled: each process's last interval is missed).
+    names = sorted({name for runs in split.values() for by in runs for name in by})
+    print(f"by process (sampled), marginal ms per rollout: {'as is':>8s} {'against':>8s}")
+    for name in names:
+        row = []
+        for way in ways:
+            s = statistics.median(by.get(name, 0.0) for by in split[way, args.small])
+            big = statistics.median(by.get(name, 0.0) for by in split[way, args.large])
+            row.append((big - s) / margin * 1000)
+        print(f"  {name:32s} {row[0]:8.2f} {row[1]:8.2f}")
 
 
 def main() -> None:

@@ -56,10 +56,20 @@ def _stage(key: tuple[str, int, str]) -> str:
     return "other (interpreter builtins, stdlib)"
 
 
+SHIPPERS = "span shippers (one per process)"
+
+
+def _is_shipper(stats: pstats.Stats) -> bool:
+    """A span exporter child forked from its process (no command line of its own): the one
+    whose profile ran the child's ``serve`` loop."""
+    raw: dict[tuple[str, int, str], object] = stats.stats  # type: ignore[attr-defined]
+    return any(f.endswith("pipeline/child.py") and fn == "serve" for f, _, fn in raw)
+
+
 def _process_name(meta: dict[str, object]) -> str:
     argv = " ".join(str(a) for a in meta.get("orig_argv", []))  # type: ignore[union-attr]
     if "pipeline.child" in argv:  # before the server name: a server's shipper inherits it
-        return "span shippers (one per process)"
+        return SHIPPERS
     if "--fork-server" in argv and not meta.get("server"):
         return "fork server (start-up only)"
     if meta.get("server"):
@@ -94,10 +104,13 @@ def profile_run(root: Path, config: Path, rows: Path) -> dict[str, pstats.Stats]
         stats_file = cmd_file.with_suffix(".prof")
         if not stats_file.exists():
             continue
+        stats = pstats.Stats(str(stats_file))
+        if _is_shipper(stats):  # forked from its server: same argv and spec, its own work
+            name = SHIPPERS
         if name in merged:
-            merged[name].add(str(stats_file))
+            merged[name].add(stats)
         else:
-            merged[name] = pstats.Stats(str(stats_file))
+            merged[name] = stats
     return merged
 
 
@@ -112,6 +125,9 @@ def main() -> None:
     parser.add_argument("--large", type=int, default=1200)
     parser.add_argument("--telemetry", default="default", help="telemetry.preset of the job")
     parser.add_argument("--top", type=int, default=0, help="also the N costliest functions")
+    parser.add_argument(
+        "--top-of", default="", help="the costliest functions of processes whose name has this"
+    )
     args = parser.parse_args()
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="rollgym-prof-") as tmp:
@@ -140,7 +156,8 @@ def main() -> None:
     print(f"  {'all processes':36s} {sum(totals.values()):8.1f}")
     if args.top:
         print(f"the {args.top} costliest functions at the margin (own time, us per rollout):")
-        ranked = sorted(functions.items(), key=lambda kv: -kv[1])[: args.top]
+        chosen = {k: v for k, v in functions.items() if args.top_of in k[0]}
+        ranked = sorted(chosen.items(), key=lambda kv: -kv[1])[: args.top]
         for (name, (file, line, func)), us in ranked:
             where = f"{Path(file).parent.name}/{Path(file).name}:{line}" if line else file
             print(f"  {us:7.1f}  {name[:20]:20s} {func[:40]:40s} {where[-50:]}")

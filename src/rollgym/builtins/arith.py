@@ -41,7 +41,10 @@ def _eval(node: ast.AST) -> Fraction:
         and isinstance(node.value, int | float)
         and not isinstance(node.value, bool)
     ):
-        return Fraction(str(node.value))
+        number = node.value
+        # An int is exact as it is (and skips Fraction's string parse, the costliest step
+        # here); a float by its shortest decimal, so 0.1 is 1/10 rather than its binary double.
+        return Fraction(number) if isinstance(number, int) else Fraction(str(number))
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
         value = _eval(node.operand)
         return -value if isinstance(node.op, ast.USub) else value

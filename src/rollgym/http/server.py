@@ -18,10 +18,12 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware import Middleware
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rollgym.errors import HTTPError
+from rollgym.http import hot_routes
 from rollgym.http.scoped_context import traceparent_in_path
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import gate
@@ -319,6 +321,17 @@ def create_app(server: HostedServer) -> FastAPI:
         return OrjsonResponse(health)
 
     server.add_routes(app)
+    if hot_routes.enabled():
+        # The plain routes' POSTs skip Starlette's routing. Appended, not added: the innermost
+        # layer, inside any middleware the server's add_routes installed, so that still runs.
+        app.user_middleware.append(
+            Middleware(
+                hot_routes.HotRoutes,
+                routes=app.router.routes,
+                handlers=app.exception_handlers,
+                router=app.router,
+            )
+        )
     # Added last = outermost: the span covers a refused (413) request too.
     app.add_middleware(
         BodyLimitMiddleware, limit=server.context.max_request_bytes, shape=server.error_body

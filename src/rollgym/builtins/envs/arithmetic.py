@@ -14,9 +14,10 @@ from typing import ClassVar
 from rollgym.builtins.answer_text import extract_answer
 from rollgym.builtins.arith import evaluate, format_number, parse_number
 from rollgym.builtins.envs.options import ArithmeticOptions
-from rollgym.servers import Environment, ServerOptions, SessionState, Verdict
+from rollgym.servers import Environment, ServerContext, ServerOptions, SessionState, Verdict
 
 SYSTEM_PROMPT = "You are a careful calculator. Reply with the final result as 'Answer: <number>'."
+_ONE = Fraction(1)
 _OPS = {"+": "+", "-": "-", "*": "*", "/": "/", "add": "+", "sub": "-", "mul": "*", "div": "/"}
 
 
@@ -41,6 +42,12 @@ class ArithmeticEnv(Environment):
 
     Options: ClassVar[type[ServerOptions]] = ArithmeticOptions
 
+    def __init__(self, context: ServerContext) -> None:
+        super().__init__(context)
+        assert isinstance(self.options, ArithmeticOptions)
+        #: The relative tolerance as an exact fraction, parsed once rather than per answer.
+        self._tolerance = Fraction(str(self.options.tolerance))
+
     async def seed(self, task: Mapping[str, object]) -> SessionState:
         expression = expression_of(task)
         expected = evaluate(expression)
@@ -57,8 +64,7 @@ class ArithmeticEnv(Environment):
         expected: Fraction = state.data["expected"]
         text = extract_answer(answer)
         got = parse_number(text)
-        assert isinstance(self.options, ArithmeticOptions)
-        tolerance = Fraction(str(self.options.tolerance)) * max(Fraction(1), abs(expected))
+        tolerance = self._tolerance * max(_ONE, abs(expected))
         correct = got is not None and abs(got - expected) <= tolerance
         details = {"expected": format_number(expected), "answer": text, "parsed": got is not None}
         return Verdict(reward=1.0 if correct else 0.0, details=details)

@@ -1,0 +1,131 @@
+"""A rollgym server's CPU per request, as is vs with one environment variable changed.
+
+Two copies of the built-in ``arithmetic`` environment (``create_app``: the same middleware,
+body limit and error handlers as every rollgym server), each a separate process serving with
+uvicorn on the bounded protocol, telemetry off: one as is, one with ``--against KEY=VALUE``
+in its environment. The default, ``ROLLGYM_HOT_ROUTES=starlette``, compares the plain routes'
+POSTs dispatched straight to their endpoint (:mod:`rollgym.http.hot_routes`) with every
+request through Starlette's router; ``--against PYTHONPATH=<other checkout>/src`` compares
+two versions of the code. The bench plays
+the environment's side of single-turn rollouts against each in alternating rounds, one
+``/seed_session`` and one ``/verify`` per rollout, over a kept-alive aiohttp pool
+(concurrency 32), and reads each server's CPU from ``/proc/<pid>/stat``: the ratio of CPU per
+request is the figure (wall rates follow the load on a shared machine).
+
+    python bench/server_cpu.py [-n 3000] [--rounds 4] [--against KEY=VALUE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import aiohttp
+from http_parser import _cpu_s, _free_port, _ready
+
+CONCURRENCY = 32
+
+SERVER = """
+import asyncio, sys
+import uvicorn
+from rollgym.builtins.envs.arithmetic import ArithmeticEnv
+from rollgym.event_loop import loop_factory
+from rollgym.http.bounded_reads import bounded_protocol
+from rollgym.http.server import create_app
+
+config = uvicorn.Config(
+    create_app(ArithmeticEnv.build("arith", {})),
+    host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False,
+    http=bounded_protocol(), lifespan="on",
+)
+asyncio.Runner(loop_factory=loop_factory()).run(uvicorn.Server(config).serve())
+"""
+
+
+async def _round(session: aiohttp.ClientSession, url: str, n: int) -> float:
+    """Play ``n`` rollouts' seed + verify at CONCURRENCY; the requests per second."""
+    todo = iter(range(n))
+
+    async def post(path: str, body: dict[str, object]) -> dict[str, object]:
+        async with session.post(url + path, json=body) as answer:
+            if answer.status != 200:
+                raise SystemExit(f"{url}{path}: HTTP {answer.status}: {await answer.text()}")
+            got: dict[str, object] = await answer.json()
+            return got
+
+    async def worker() -> None:
+        for i in todo:
+            task = {"a": i, "b": 7, "op": "add"}
+            seeded = await post("/seed_session", {"rollout_id": f"{i}-0", "task": task})
+            verdict = await post(
+                "/verify", {"session_id": seeded["session_id"], "answer": f"Answer: {i + 7}"}
+            )
+            if verdict["reward"] != 1.0:
+                raise SystemExit(f"{url}: wrong verdict {verdict}")
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+    return 2 * n / (time.perf_counter() - start)
+
+
+async def main_async(n: int, rounds: int, against: str) -> None:
+    key, _, value = against.partition("=")
+    ways = {"as is": {}, "against": {key: value}}
+    procs: dict[str, subprocess.Popen[str]] = {}
+    urls: dict[str, str] = {}
+    try:
+        for way, extra in ways.items():
+            port = _free_port()
+            procs[way] = subprocess.Popen(
+                [sys.executable, "-c", SERVER, str(port)], env={**os.environ, **extra}, text=True
+            )
+            urls[way] = f"http://127.0.0.1:{port}"
+        for way in ways:
+            await _ready(urls[way])
+        cpu: dict[str, list[float]] = {w: [] for w in ways}
+        rate: dict[str, list[float]] = {w: [] for w in ways}
+        connector = aiohttp.TCPConnector(limit=CONCURRENCY)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            for way in ways:
+                await _round(session, urls[way], 300)  # warm
+            for i in range(rounds):
+                for way in list(ways) if i % 2 == 0 else list(reversed(ways)):
+                    before = _cpu_s(procs[way].pid)
+                    rate[way].append(await _round(session, urls[way], n))
+                    cpu[way].append((_cpu_s(procs[way].pid) - before) / (2 * n))
+    finally:
+        for proc in procs.values():
+            proc.terminate()
+            proc.wait(timeout=30)
+    print(
+        f"load average {os.getloadavg()[0]:.1f}; {n} rollouts (2 requests each) x {rounds}; "
+        f"against: {against}"
+    )
+    for way in ways:
+        print(
+            f"{way:7s} server CPU per request {statistics.median(cpu[way]) * 1e6:7.1f} us "
+            f"(rounds {', '.join(f'{c * 1e6:.0f}' for c in cpu[way])}), "
+            f"median {statistics.median(rate[way]):.0f} requests/s"
+        )
+    ratio = statistics.median(cpu["against"]) / statistics.median(cpu["as is"])
+    print(f"CPU per request against / as is: {ratio:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("-n", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--against", default="ROLLGYM_HOT_ROUTES=starlette", help="KEY=VALUE")
+    args = parser.parse_args()
+    if "=" not in args.against:
+        parser.error(f"--against: expected KEY=VALUE, got {args.against!r}")
+    asyncio.run(main_async(args.n, args.rounds, args.against))
+
+
+if __name__ == "__main__":
+    main()

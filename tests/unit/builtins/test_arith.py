@@ -1,0 +1,48 @@
+"""The built-in arithmetic: exact values, decimals read as written, and the verify tolerance.
+
+Both the environment's expected answer and the simulated policy's reply come from
+``evaluate``, so an inexact value here would make a correct answer score 0.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from rollgym.builtins.arith import evaluate
+from rollgym.builtins.envs.arithmetic import ArithmeticEnv
+
+
+@pytest.mark.parametrize(
+    ("expression", "value"),
+    [
+        ("12 + 7 * 3", Fraction(33)),
+        ("7 / 2", Fraction(7, 2)),
+        ("0.1 + 0.2", Fraction(3, 10)),  # decimals as written, not as binary doubles
+        ("-(3 - 1.5) / 4", Fraction(-3, 8)),
+        ("123456789012345678901234567890 * 1", Fraction(123456789012345678901234567890)),
+        ("1e3 + 1", Fraction(1001)),
+    ],
+)
+def test_evaluate_is_exact(expression: str, value: Fraction) -> None:
+    got = evaluate(expression)
+    assert got == value
+    assert type(got) is Fraction
+
+
+@pytest.mark.parametrize("expression", ["1 / 0", "True + 1", "x + 1", "2 ** 3", "print(1)"])
+def test_evaluate_refuses_what_is_not_arithmetic(expression: str) -> None:
+    with pytest.raises(ValueError):
+        evaluate(expression)
+
+
+@pytest.mark.parametrize(
+    ("answer", "reward"),
+    [("Answer: 0.3", 1.0), ("Answer: 0.3000001", 1.0), ("Answer: 0.31", 0.0), ("none", 0.0)],
+)
+async def test_verify_applies_the_relative_tolerance(answer: str, reward: float) -> None:
+    env = ArithmeticEnv.build("arith", {"tolerance": 1e-6})
+    state = await env.seed({"question": "0.1 + 0.2"})
+    verdict = await env.verify(state, answer)
+    assert verdict.reward == reward
