@@ -9,6 +9,14 @@ once with ``ROLLGYM_HTTP_CLIENT=aiohttp`` (every exchange through aiohttp's
 too), as a ratio of medians; wall rates are printed but follow the machine's load.
 
     python bench/http_client.py [-n 5000] [--rounds 4]
+
+``--against-src DIR`` compares two versions of the lean client instead: each round starts two
+child processes, one importing rollgym from this tree's ``src`` and one from ``DIR`` (another
+checkout's ``src``), in alternating order, each posting ``n`` rows through ``HttpClient`` to the
+same server after a warm-up; the figure is each child's own CPU per request over those rows
+(its start-up and warm-up excluded), as a ratio of medians.
+
+    python bench/http_client.py --against-src /path/to/other/src [-n 5000] [--rounds 6]
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from http_parser import SERVER, _cpu_s, _free_port, _ready
 
@@ -83,12 +92,74 @@ async def main_async(n: int, rounds: int) -> None:
     print(f"client CPU per request aiohttp / lean: {ratio:.2f}")
 
 
+async def _child_async(url: str, n: int) -> None:
+    """One child's round (``--child``): warm up, then print its client CPU seconds for ``n``."""
+    await _round(url, 500, "lean")
+    used, _ = await _round(url, n, "lean")
+    print(f"{used:.6f}")
+
+
+def _child_cpu(src: str, url: str, n: int) -> float:
+    """Client CPU seconds of ``n`` requests in a child importing rollgym from ``src``."""
+    env = {**os.environ, "PYTHONPATH": src}
+    env.pop(ENV_CLIENT, None)
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", url, "-n", str(n)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"child with PYTHONPATH={src} failed: {done.stderr.strip()[-500:]}")
+    return float(done.stdout.split()[-1])
+
+
+async def against_src_async(other: str, n: int, rounds: int) -> None:
+    """This tree's lean client against ``other``'s, in child processes, alternating."""
+    sides = {"this": str(Path(__file__).resolve().parents[1] / "src"), "other": other}
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER, str(port)], stdout=subprocess.PIPE, text=True
+    )
+    url = f"http://127.0.0.1:{port}"
+    cpu: dict[str, list[float]] = {side: [] for side in sides}
+    load = os.getloadavg()[0]
+    try:
+        await _ready(url)
+        for i in range(rounds):
+            for side in list(sides) if i % 2 == 0 else list(reversed(sides)):
+                used = await asyncio.to_thread(_child_cpu, sides[side], url, n)
+                cpu[side].append(used / n)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    print(f"load average {load:.1f} before, {os.getloadavg()[0]:.1f} after; {n} x {rounds} each")
+    for side, src in sides.items():
+        print(
+            f"{side:6s} {src}: client CPU per request {statistics.median(cpu[side]) * 1e6:6.1f} us"
+            f" (rounds {', '.join(f'{c * 1e6:.0f}' for c in cpu[side])})"
+        )
+    ratio = statistics.median(cpu["other"]) / statistics.median(cpu["this"])
+    print(f"client CPU per request other / this: {ratio:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-n", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--against-src", metavar="DIR", help="another checkout's src to compare")
+    parser.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    asyncio.Runner(loop_factory=loop_factory()).run(main_async(args.n, args.rounds))
+    runner = asyncio.Runner(loop_factory=loop_factory())
+    if args.child:
+        runner.run(_child_async(args.child, args.n))
+    elif args.against_src:
+        if not (Path(args.against_src) / "rollgym").is_dir():
+            raise SystemExit(f"--against-src {args.against_src}: no rollgym package there")
+        runner.run(against_src_async(args.against_src, args.n, args.rounds))
+    else:
+        runner.run(main_async(args.n, args.rounds))
 
 
 if __name__ == "__main__":
