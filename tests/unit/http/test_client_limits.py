@@ -136,6 +136,7 @@ async def test_a_request_over_the_limit_is_refused_unsent(sites: list[Site]) -> 
         await client.post_json("solver", site.url + "/run", {"blob": "small"})
     assert caught.value.kind == "request_too_large"
     assert "run.max_request_bytes" in str(caught.value) and "not sent" in str(caught.value)
+    assert "(POST /run)" in str(caught.value)  # the refusal names the path it was for
     assert len(site.hits) == 1  # only the small one reached the server
 
 

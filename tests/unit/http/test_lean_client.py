@@ -264,3 +264,24 @@ async def test_an_answer_compressed_unasked_is_inflated_or_refused_as_unknown() 
             assert answer.data["reward"] == 1.0 and len(answer.data["pad"]) == 4000
         with pytest.raises(ConnectError, match="Content-Encoding 'br'"):
             await client.post_json("agent", url, {})
+
+
+async def test_answer_headers_are_lower_cased_joined_when_repeated_and_read_in_any_case() -> None:
+    answer_bytes = _sized(
+        b"{}", "Server-Timing: engine;dur=5", "SERVER-TIMING: sandbox;dur=7", "X-Odd: A"
+    )
+    async with scripted(lambda n: answer_bytes) as (server, url):
+        pool = lean.LeanPool(limit=0, keepalive_s=30.0)
+        where = lean.target(url)
+        assert where is not None
+        try:
+            answer = await pool.exchange(
+                where, lean.request_head("GET", where, {}, None), limit=None
+            )
+        finally:
+            pool.close()
+    assert answer.status == 200 and answer.body == b"{}"
+    assert answer.headers["server-timing"] == "engine;dur=5, sandbox;dur=7"
+    assert answer.headers.get("Server-Timing") == answer.headers.get("server-timing")
+    assert answer.headers.get("x-ODD") == "A" and answer.headers.get("X-Missing") is None
+    assert "X-Odd" not in answer.headers and "content-length" in answer.headers
