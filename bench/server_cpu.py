@@ -6,7 +6,8 @@ uvicorn on the bounded protocol, telemetry off: one as is, one with ``--against 
 in its environment. The default, ``ROLLGYM_HOT_ROUTES=starlette``, compares the plain routes'
 POSTs dispatched straight to their endpoint (:mod:`rollgym.http.hot_routes`) with every
 request through Starlette's router; ``--against PYTHONPATH=<other checkout>/src`` compares
-two versions of the code. The bench plays
+two versions of the code; ``--against 'SERVER_CPU_UVICORN_OPTIONS={"proxy_headers": false}'``
+compares uvicorn's own options (``uvicorn.Config`` keywords as JSON). The bench plays
 the environment's side of single-turn rollouts against each in alternating rounds, one
 ``/seed_session`` and one ``/verify`` per rollout, over a kept-alive aiohttp pool
 (concurrency 32), and reads each server's CPU from ``/proc/<pid>/stat``: the ratio of CPU per
@@ -31,7 +32,7 @@ from http_parser import _cpu_s, _free_port, _ready
 CONCURRENCY = 32
 
 SERVER = """
-import asyncio, sys
+import asyncio, json, os, sys
 import uvicorn
 from rollgym.builtins.envs.arithmetic import ArithmeticEnv
 from rollgym.event_loop import loop_factory
@@ -42,6 +43,7 @@ config = uvicorn.Config(
     create_app(ArithmeticEnv.build("arith", {})),
     host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False,
     http=bounded_protocol(), lifespan="on",
+    **json.loads(os.environ.get("SERVER_CPU_UVICORN_OPTIONS") or "{}"),
 )
 asyncio.Runner(loop_factory=loop_factory()).run(uvicorn.Server(config).serve())
 """
