@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rollgym import start_gate
 from rollgym.child_process import libc, log_tail, spawn_child
 from rollgym.errors import LaunchError
 from rollgym.forked_child import ENV_FORK_SERVER as ENV_FORK_SERVER
@@ -126,6 +127,10 @@ class ForkServer:
             theirs.close()
         ours.setblocking(False)
         self._control: socket.socket | None = ours
+        # A trace store started from now on waits until this one has forked its servers
+        # (rollgym/start_gate.py): its imports would take the cores they wait for.
+        start_gate.hold()
+        self._holding = True
 
     def bind(self, log_path: Path) -> None:
         """An early fork server writes to the run's ``log_path`` from now on (its earlier
@@ -186,6 +191,9 @@ class ForkServer:
         if self._control is not None:
             self._control.close()
             self._control = None
+        if self._holding:  # every server is forked (or none will be): the store may start
+            self._holding = False
+            start_gate.release()
         if self.process.poll() is None and not self._asked:
             # Never asked for a server (a run that failed before its launch): it has no
             # children, and waiting would wait for imports it no longer needs (seconds).
