@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from rollgym import start_gate
+import rollgym.start_gate as start_gate
 
 PROBE = """
 import sys

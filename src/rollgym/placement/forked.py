@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rollgym import start_gate
+import rollgym.start_gate as start_gate
 from rollgym.child_process import libc, log_tail, spawn_child
 from rollgym.errors import LaunchError
 from rollgym.forked_child import ENV_FORK_SERVER as ENV_FORK_SERVER

@@ -22,7 +22,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollgym import start_gate
+import rollgym.start_gate as start_gate
 from rollgym.child_process import describe_exit, read_ready_file, spawn_child
 from rollgym.errors import LaunchError
 from rollgym.http.listen import bind_loopback
