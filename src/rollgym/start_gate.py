@@ -1,4 +1,4 @@
-"""A child that waits, before its imports, until this process's fork server has forked.
+"""A child that waits, before its imports, until this process's servers are up.
 
 Why: on the two cores of a small machine a run's start-up is three processes importing at
 once: the driver, the servers' fork server (about 1 s of CPU, which every server waits for)
@@ -12,8 +12,12 @@ to its :meth:`~rollgym.placement.forked.ForkServer.finish`), a child started thr
 :func:`gated_command` is spawned at once (its pid is known and watched; it dies with its
 parent as any child does) but runs ``python -m rollgym.start_gate FD MODULE ARGS...``: it
 waits until every hold is released (the write ends of its pipe are closed), at most
-:data:`MAX_WAIT_S`, and then runs ``MODULE`` as ``python -m MODULE ARGS...`` would. A child
-started when nothing holds runs at once. The trace store is its one user
+:data:`MAX_WAIT_S`, and then runs ``MODULE`` as ``python -m MODULE ARGS...`` would. The
+launch holds too, until every server answered ``/health``
+(:func:`rollgym.placement.launcher.launch_servers`), so such a child starts once the servers
+are up: their own start-up (an app each, the first ``GET /health``) has the cores as well. A
+child started when nothing holds (no fork server: Ray, ``ROLLGYM_FORK_SERVER=0``) runs at
+once. The trace store is its one user
 (:func:`rollgym.tracestore.store_process.start_trace_store`).
 
 On the ground floor: imports nothing of rollgym.

@@ -128,7 +128,8 @@ class ForkServer:
         ours.setblocking(False)
         self._control: socket.socket | None = ours
         # A trace store started from now on waits until this one has forked its servers
-        # (rollgym/start_gate.py): its imports would take the cores they wait for.
+        # and they are up (rollgym/start_gate.py): its imports would take the cores the
+        # servers wait for.
         start_gate.hold()
         self._holding = True
 

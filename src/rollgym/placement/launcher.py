@@ -32,6 +32,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import rollgym.start_gate as start_gate
 from rollgym.config import JobConfig, ServerConfig
 from rollgym.errors import LaunchError
 from rollgym.placement.base import PlacedServer, Placement
@@ -260,14 +261,21 @@ async def launch_servers(
     """
     launch = _Launch(config, run_id, Path(output_dir), _placement(config, run_id, output_dir, env))
     try:
-        async with HealthSession() as session:
-            if gate.startup:
-                from rollgym.telemetry import spans
+        # A trace store that waits for the forks (rollgym/start_gate.py) waits until every
+        # server is up: nobody waits for it, and its start-up would take the cores the
+        # servers' own take to get ready.
+        start_gate.hold()
+        try:
+            async with HealthSession() as session:
+                if gate.startup:
+                    from rollgym.telemetry import spans
 
-                with spans.startup_span():
+                    with spans.startup_span():
+                        await launch.run(session)
+                else:
                     await launch.run(session)
-            else:
-                await launch.run(session)
+        finally:
+            start_gate.release()
         if supervisor is not None:
             supervisor.start(launch)
         yield ServerUrls(launch.urls, replicas=launch.replicas)
