@@ -17,7 +17,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import orjson
 
@@ -75,7 +75,10 @@ class HealthSession:
         return answer.status, answer.body
 
     async def _get_aiohttp(self, url: str) -> tuple[int, bytes]:
-        aiohttp = _aiohttp()
+        """For a ``url:`` server the lean client cannot reach (TLS, credentials): aiohttp,
+        imported here only."""
+        import aiohttp
+
         if self._aiohttp is None:
             self._aiohttp = aiohttp.ClientSession()
         try:
@@ -89,13 +92,6 @@ class HealthSession:
             raise OSError(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
         except aiohttp.ClientError as exc:
             raise OSError(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
-
-
-def _aiohttp() -> Any:
-    """aiohttp, for a ``url:`` server the lean client cannot reach (TLS, credentials)."""
-    import aiohttp
-
-    return aiohttp
 
 
 class ExitWatch(Protocol):
