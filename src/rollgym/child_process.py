@@ -33,8 +33,14 @@ _LOG_TAIL_LINES = 20
 
 @functools.cache
 def libc() -> ctypes.CDLL:
-    """The C library, loaded once (``prctl`` for parent-death signals and subreapers)."""
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    """The C library, loaded once (``prctl`` for parent-death signals and subreapers).
+
+    By glibc's name first: ``find_library`` runs ``ldconfig -p`` in a subprocess (measured:
+    the driver ran it just before it started the fork server, and each forked server again)."""
+    try:
+        return ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:  # not glibc (musl, another system): look it up
+        return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
 
 def die_with_parent(

@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -33,7 +32,9 @@ from pydantic import (
 
 from rollgym.collector_options import DEFAULTS as _RUN
 from rollgym.collector_options import CollectorOptions
-from rollgym.config_yaml import load_yaml
+from rollgym.config_data import ConfigRead, read_config
+from rollgym.config_data import apply_override as apply_override
+from rollgym.config_data import parse_override as parse_override
 from rollgym.defaults import MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES
 from rollgym.errors import ConfigError
 from rollgym.json_types import JsonValue
@@ -276,38 +277,6 @@ def new_run_id() -> str:
 # --- loading ----------------------------------------------------------------------------------
 
 
-def parse_override(text: str) -> tuple[list[str], object]:
-    """``run.concurrency=256`` -> (["run", "concurrency"], 256). Values are parsed as YAML."""
-    key, sep, raw = text.partition("=")
-    if not sep or not key or any(not part for part in key.split(".")):
-        raise ConfigError(
-            f"override {text!r} is not of the form key.path=value", source="<overrides>"
-        )
-    try:
-        value = yaml.safe_load(raw) if raw != "" else ""
-    except yaml.YAMLError as exc:
-        raise ConfigError(
-            f"value {raw!r} is not valid YAML: {exc}", source="<overrides>", key_path=key
-        ) from None
-    return key.split("."), value
-
-
-def apply_override(data: dict[str, Any], path: list[str], value: object) -> None:
-    node = data
-    for depth, part in enumerate(path[:-1]):
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        if not isinstance(child, dict):
-            raise ConfigError(
-                f"cannot set a key below {'.'.join(path[: depth + 1])!r}, which is not a mapping",
-                source="<overrides>",
-                key_path=".".join(path),
-            )
-        node = child
-    node[path[-1]] = value
-
-
 def load_config(
     path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = ()
 ) -> JobConfig:
@@ -316,46 +285,16 @@ def load_config(
     Relative paths in the file resolve against the file's folder; relative paths given as
     overrides resolve against the current directory.
     """
-    source = Path(path)
-    try:
-        raw = source.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read config: {exc.strerror}", source=str(source)) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(
-            f"line {line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
-            "save the config as UTF-8",
-            source=str(source),
-        ) from None
-    data = load_yaml(text, str(source))  # duplicate keys refused, errors name the file
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(
-            "the top level must be a mapping with run:, servers:, telemetry:", source=str(source)
-        )
+    return validate_read(read_config(path, overrides))
 
-    overridden: dict[str, str] = {}
-    for item in overrides:
-        key_path, value = parse_override(item)
-        apply_override(data, key_path, value)
-        overridden[".".join(key_path)] = item
 
-    run = data.get("run")
-    if isinstance(run, dict):
-        for key in ("input", "output_dir"):
-            value = run.get(key)
-            if isinstance(value, str) and value and f"run.{key}" not in overridden:
-                run[key] = (
-                    os.path.normpath(source.parent / value) if not os.path.isabs(value) else value
-                )
+def validate_read(read: ConfigRead) -> JobConfig:
+    """Validate and freeze a config :func:`~rollgym.config_data.read_config` read (the CLI
+    reads first and validates after, so the servers' fork server starts in between)."""
     try:
-        return validate_config(data, source=str(source))
+        return validate_config(read.data, source=read.source)
     except ConfigError as exc:
-        raise blame_override(exc, overridden) from None
+        raise blame_override(exc, read.overridden) from None
 
 
 def blame_override(exc: ConfigError, overridden: dict[str, str]) -> ConfigError:

@@ -10,8 +10,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
-from rollgym.config import JobConfig, validate_config
+from rollgym.config import JobConfig, validate_config, validate_read
+from rollgym.config_data import ConfigRead, read_config
 from rollgym.errors import LaunchError
 from rollgym.placement import forked
 from rollgym.placement.forked import ENV_FORK_SERVER
@@ -308,3 +310,62 @@ async def test_servers_collect_garbage_and_forked_ones_share_a_frozen_import(
     enabled, frozen = report.read_text().split()
     assert enabled == "True"
     assert (int(frozen) > 0) is fork
+
+
+def read_from(tmp_path: Path, data: dict) -> ConfigRead:
+    """A config as the CLI reads it before validating (its YAML and overrides applied)."""
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return read_config(path)
+
+
+async def test_a_fork_server_starts_from_the_config_as_read_before_validation(
+    tmp_path, monkeypatch
+):
+    """The CLI starts it from the raw config (before pydantic is even imported): the run's
+    folder and classes come from the YAML, and validation then hands it to the launch."""
+    monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
+    data = {
+        "run": {"input": "rows.jsonl", "output_dir": "out"},
+        "servers": {"arith": {"kind": "environment", "impl": "arithmetic"}},
+    }
+    read = read_from(tmp_path, data)
+    forked.start_early_from(read)
+    early = forked._early
+    assert early is not None and early.run_logs == tmp_path / "out" / "logs"
+    assert (
+        f"{forked.ENV_FORK_SERVER_LOGS}={tmp_path / 'out' / 'logs'}".encode()
+        in Path(f"/proc/{early.process.pid}/environ").read_bytes()
+    )
+    job = validate_read(read)
+    forked.start_early(job)  # the one started from the raw config stays the one
+    assert forked._early is early
+    out = tmp_path / "out"
+    forked.prestart_for(job, out)
+    try:
+        async with launch_servers(job, run_id="r", output_dir=out, env={}) as urls:
+            assert reply(urls["arith"]) == 200
+    finally:
+        forked.discard_for(out)
+    log = (out / "logs" / "fork-server.log").read_text()
+    assert f"fork server {early.process.pid}: forked arith as pid" in log, log
+
+
+async def test_a_raw_config_that_says_too_little_starts_no_fork_server(tmp_path, monkeypatch):
+    monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
+    arith = {"arith": {"kind": "environment", "impl": "arithmetic"}}
+    for data in (
+        {"run": {"input": "rows.jsonl"}, "servers": arith},  # the folder is named later
+        {"run": {"input": "r", "output_dir": "o", "placement": "ray"}, "servers": arith},
+        {"run": {"input": "r", "output_dir": "o"}, "servers": {"m": {"kind": "model", "url": "x"}}},
+        {"run": {"input": "r", "output_dir": "o"}, "servers": ["not", "a", "mapping"]},
+    ):
+        forked.start_early_from(read_from(tmp_path, data))
+        assert forked._early is None, data
+    # one started for a folder validation does not confirm is let go by the run's launch
+    forked.start_early_from(read_from(tmp_path, {"run": {"output_dir": "o"}, "servers": arith}))
+    early = forked._early
+    assert early is not None
+    forked.prestart_for(config(tmp_path, arith), tmp_path / "elsewhere")
+    assert early.process.poll() == -signal.SIGKILL
+    forked.discard_for(tmp_path / "elsewhere")

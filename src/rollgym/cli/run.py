@@ -54,15 +54,31 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def handle(args: argparse.Namespace) -> int:
     """Run the job; exit 0 when it finished, 130 when interrupted, 2 for a bad config."""
-    from rollgym.config import load_config
+    from rollgym.config_data import read_config
     from rollgym.errors import ConfigError, RollgymError
-    from rollgym.placement.forked import discard_early, start_early
+    from rollgym.placement.forked import discard_early, start_early, start_early_from
 
     try:
-        config = load_config(args.config, args.overrides)
+        read = read_config(args.config, args.overrides)
+        start_early_from(read)  # the servers' imports overlap the driver's own from here on
+        from rollgym.config import validate_read
+
+        config = validate_read(read)
     except ConfigError as exc:
+        discard_early()
         return config_error(exc)
-    start_early(config)  # the servers' imports overlap the driver's own from here on
+    start_early(config)  # where the raw config did not say enough to start it
+    if config.run.output_dir is not None:
+        from rollgym.driver.run_lock import check_usable
+
+        try:  # the folder's one-line refusal before the driver's imports
+            check_usable(config.run.output_dir)
+        except ConfigError as exc:
+            discard_early()
+            return config_error(exc)
+        except RollgymError as exc:
+            discard_early()
+            return rollgym_error(exc)
     from rollgym.driver.job import run_job
     from rollgym.driver.report import nothing_completed_line, print_report, telemetry_loss_line
     from rollgym.event_loop import loop_factory

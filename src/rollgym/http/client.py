@@ -42,16 +42,16 @@ so its pool and background tasks never capture a rollout's context.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
 from contextvars import ContextVar
-from typing import Any, NamedTuple, Protocol, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypedDict, Unpack
 from urllib.parse import urlsplit
 
-import aiohttp
 import orjson
 
 import rollgym.server_timing as server_timing
@@ -62,6 +62,9 @@ from rollgym.http.replicas import ReplicaSet, ReplicaTable, on_replica, origin
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import gate
 from rollgym.urls import redact_text
+
+if TYPE_CHECKING:  # imported where first used (see _TRANSPORT_ERRORS)
+    import aiohttp
 
 _JSON_HEADERS = {"Content-Type": "application/json"}
 #: How much of a non-JSON answer is kept for error messages.
@@ -76,31 +79,49 @@ SERVER_KEEPALIVE_S = 75
 _reused: ContextVar[bool] = ContextVar("rollgym_connection_reused", default=False)
 
 
-class _ReuseAwareConnector(aiohttp.TCPConnector):
-    """A TCP connector that tells the sending task whether its connection was reused.
+#: What a failed exchange may raise below HTTP: the lean client's errors, and aiohttp's once
+#: a client opened its aiohttp pool (:meth:`HttpClient._open_aiohttp`; before that nothing
+#: can raise them). aiohttp is imported only there and where its errors are looked at: only
+#: TLS, URL credentials and streamed answers go through it, so a process whose exchanges
+#: are all plain ``http://`` (the driver, the servers) never pays its import (about 0.2 s
+#: of CPU at start-up).
+_TRANSPORT_ERRORS: tuple[type[aiohttp.ClientError] | type[lean.LeanError], ...] = (lean.LeanError,)
 
-    The flag goes through a context variable: ``connect`` runs in the task that sends the
-    request, so :meth:`HttpClient._send` reads it there when the send fails.
-    """
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._used: weakref.WeakSet[Any] = weakref.WeakSet()
+@functools.cache
+def reuse_aware_connector() -> type[aiohttp.TCPConnector]:
+    """The TCP connector that tells the sending task whether its connection was reused,
+    defined once aiohttp is imported; the client's, and the OpenAI SDK's shared pool's
+    (:mod:`rollgym.servers.sdk_pool`)."""
+    import aiohttp
 
-    async def connect(self, req: Any, traces: Any, timeout: aiohttp.ClientTimeout) -> Any:
-        if gate.http:
-            started = time.perf_counter()
-            connection = await super().connect(req, traces, timeout)
-            _note_queue_wait(time.perf_counter() - started)
-        else:
-            connection = await super().connect(req, traces, timeout)
-        protocol = connection.protocol
-        if protocol in self._used:
-            _reused.set(True)
-        else:
-            _reused.set(False)
-            self._used.add(protocol)
-        return connection
+    class _ReuseAwareConnector(aiohttp.TCPConnector):
+        """A TCP connector that tells the sending task whether its connection was reused.
+
+        The flag goes through a context variable: ``connect`` runs in the task that sends the
+        request, so :meth:`HttpClient._send` reads it there when the send fails.
+        """
+
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self._used: weakref.WeakSet[Any] = weakref.WeakSet()
+
+        async def connect(self, req: Any, traces: Any, timeout: aiohttp.ClientTimeout) -> Any:
+            if gate.http:
+                started = time.perf_counter()
+                connection = await super().connect(req, traces, timeout)
+                _note_queue_wait(time.perf_counter() - started)
+            else:
+                connection = await super().connect(req, traces, timeout)
+            protocol = connection.protocol
+            if protocol in self._used:
+                _reused.set(True)
+            else:
+                _reused.set(False)
+                self._used.add(protocol)
+            return connection
+
+    return _ReuseAwareConnector
 
 
 @functools.cache
@@ -124,14 +145,16 @@ def _note_queue_wait(seconds: float) -> None:
 
 def _stale_connection(exc: aiohttp.ClientError) -> bool:
     """A send that died on a connection the server had already closed (see the module doc)."""
+    import aiohttp
+
     if isinstance(exc, aiohttp.ClientConnectorError):
         return False  # could not connect at all: nothing to do with a pooled connection
     return isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError))
 
 
 #: The same stale-connection resend, for the OpenAI SDK's shared pool
-#: (:mod:`rollgym.servers.sdk_pool`): its connector, and the two tests of a failed send.
-ReuseAwareConnector = _ReuseAwareConnector
+#: (:mod:`rollgym.servers.sdk_pool`): its connector (:func:`reuse_aware_connector`), and the
+#: two tests of a failed send.
 is_stale_connection = _stale_connection
 
 
@@ -262,6 +285,7 @@ class HttpClient:
         self._timeouts: dict[float | None, aiohttp.ClientTimeout] = {}
         #: Plain ``http://`` JSON exchanges go through this pool, the rest through aiohttp.
         self._lean: lean.LeanPool | None = None
+        self._started = False
 
     async def __aenter__(self) -> HttpClient:
         await self.start()
@@ -272,20 +296,39 @@ class HttpClient:
 
     async def start(self) -> None:
         """Open the pool. Call it outside any span."""
-        if self._session is None:
-            pooled = _ReuseAwareConnector(
-                limit=self._limit,
-                limit_per_host=0,
-                ttl_dns_cache=300,
-                keepalive_timeout=KEEPALIVE_S,
-            )
-            self._session = self._new_session(pooled)
-            self._fresh = self._new_session(aiohttp.TCPConnector(limit=0, force_close=True))
+        if not self._started:
+            self._started = True
             if lean.enabled():
                 self._lean = lean.LeanPool(limit=self._limit, keepalive_s=KEEPALIVE_S)
+            else:
+                self._aiohttp_sessions()
+
+    def _aiohttp_sessions(self) -> aiohttp.ClientSession:
+        """The aiohttp pool, opened on the first exchange the lean pool cannot send (TLS,
+        URL credentials, a stream), in an empty context: its timers never carry a span."""
+        if self._session is None:
+            contextvars.Context().run(self._open_aiohttp)
+        assert self._session is not None
+        return self._session
+
+    def _open_aiohttp(self) -> None:
+        global _TRANSPORT_ERRORS
+        import aiohttp
+
+        _TRANSPORT_ERRORS = (aiohttp.ClientError, lean.LeanError)
+        pooled = reuse_aware_connector()(
+            limit=self._limit,
+            limit_per_host=0,
+            ttl_dns_cache=300,
+            keepalive_timeout=KEEPALIVE_S,
+        )
+        self._session = self._new_session(pooled)
+        self._fresh = self._new_session(aiohttp.TCPConnector(limit=0, force_close=True))
 
     def _new_session(self, connector: aiohttp.TCPConnector) -> aiohttp.ClientSession:
         trace_configs = [self._metrics.trace_config()] if self._metrics is not None else None
+        import aiohttp
+
         return aiohttp.ClientSession(connector=connector, trace_configs=trace_configs)
 
     async def close(self) -> None:
@@ -295,10 +338,13 @@ class HttpClient:
         if self._lean is not None:
             self._lean.close()
         self._session = self._fresh = self._lean = None
+        self._started = False
 
     def _timeout(self, seconds: float | None) -> aiohttp.ClientTimeout:
         timeout = self._timeouts.get(seconds)
         if timeout is None:
+            import aiohttp
+
             timeout = self._timeouts[seconds] = aiohttp.ClientTimeout(total=seconds)
         return timeout
 
@@ -383,7 +429,7 @@ class HttpClient:
     async def _send(
         self, call: _Call, headers: dict[str, str], trace_id: str | None
     ) -> HttpResponse:
-        if self._session is None:
+        if not self._started:
             raise RuntimeError("HttpClient used before start(); create it at process start-up")
         method, destination, url, body, timeout, _, _ = call
         data = orjson.dumps(body) if body is not None else None
@@ -400,7 +446,7 @@ class HttpClient:
             status, raw, timing = await self._exchange(exchange, _Hop(method, url, data, headers))
         except TimeoutError:
             raise _timed_out(destination, method, url, timeout) from None
-        except (aiohttp.ClientError, lean.LeanError) as exc:
+        except _TRANSPORT_ERRORS as exc:
             raise _unreachable(destination, method, url, exc) from None
         except lean.AnswerTooLarge as exc:
             raise self.limits.too_large(destination, method, _path(url), exc.size) from None
@@ -468,9 +514,11 @@ class HttpClient:
         return answer
 
     async def _aiohttp_hop(self, exchange: _Exchange, hop: _Hop) -> _Answer:
-        assert self._session is not None
+        import aiohttp  # imported by the line below, once: a lookup here
+
+        session = self._aiohttp_sessions()
         try:
-            return await self._aiohttp_once(self._session, exchange, hop)
+            return await self._aiohttp_once(session, exchange, hop)
         except aiohttp.ClientError as exc:
             if not (_stale_connection(exc) and _reused.get() and self._fresh is not None):
                 raise
@@ -537,8 +585,9 @@ class HttpClient:
         headers: Mapping[str, str] | None,
         route: str | None,
     ) -> AsyncIterator[aiohttp.ClientResponse]:
-        if self._session is None:
+        if not self._started:
             raise RuntimeError("HttpClient used before start(); create it at process start-up")
+        session = self._aiohttp_sessions()
         sent_headers = _with_json(headers)
         span_scope: AbstractContextManager[Any] = nullcontext()
         if gate.http:
@@ -549,7 +598,7 @@ class HttpClient:
             if gate.tracing:
                 _inject(sent_headers, span)
             try:
-                async with self._session.post(
+                async with session.post(
                     url,
                     data=orjson.dumps(body),
                     headers=sent_headers,
@@ -560,7 +609,7 @@ class HttpClient:
                     yield response
             except TimeoutError:
                 raise _timed_out(destination, "POST", url, timeout) from None
-            except aiohttp.ClientError as exc:
+            except _TRANSPORT_ERRORS as exc:  # aiohttp's, once the session is open
                 raise _unreachable(destination, "POST", url, exc) from None
 
 
@@ -587,7 +636,13 @@ def _unreachable(
 
 def _refused(exc: aiohttp.ClientError | lean.LeanError) -> bool:
     """Whether nothing listened at the address (the connection was refused)."""
-    return isinstance(exc, (aiohttp.ClientConnectorError, lean.CannotConnect)) and isinstance(
+    if isinstance(exc, lean.LeanError):  # never imports aiohttp for the lean client's error
+        return isinstance(exc, lean.CannotConnect) and isinstance(
+            exc.os_error, ConnectionRefusedError
+        )
+    import aiohttp
+
+    return isinstance(exc, aiohttp.ClientConnectorError) and isinstance(
         exc.os_error, ConnectionRefusedError
     )
 

@@ -19,13 +19,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
-
-import aiohttp
 
 from rollgym.defaults import MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES
 from rollgym.errors import ExchangeRefused
 from rollgym.urls import redact_url
+
+if TYPE_CHECKING:  # an answer's type only: importing aiohttp is its client's business
+    import aiohttp
 
 #: Same-host redirects followed for one request before it is refused.
 MAX_REDIRECTS = 5

@@ -6,9 +6,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-import aiohttp
-
 from rollgym.errors import LaunchError
+from rollgym.placement.health import HealthSession
 from rollgym.servers.spec import ServeSpec
 
 
@@ -46,9 +45,7 @@ class Placement(Protocol):
         order, each told the URLs of the ones it calls)."""
         ...
 
-    async def start(
-        self, spec: ServeSpec, *, session: aiohttp.ClientSession, timeout_s: float
-    ) -> str:
+    async def start(self, spec: ServeSpec, *, session: HealthSession, timeout_s: float) -> str:
         """Place one server; its base URL once ``GET /health`` answers."""
         ...
 

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import rollgym.start_gate as start_gate
 from rollgym.child_process import libc, log_tail, spawn_child
 from rollgym.errors import LaunchError
 from rollgym.forked_child import ENV_FORK_SERVER as ENV_FORK_SERVER
@@ -42,6 +43,7 @@ from rollgym.servers.spec import ServeSpec
 
 if TYPE_CHECKING:
     from rollgym.config import JobConfig
+    from rollgym.config_data import ConfigRead
 
 #: The run's logs folder, in the fork server's environment (and so its servers' ``/proc``).
 ENV_FORK_SERVER_LOGS = "ROLLGYM_FORK_SERVER_LOGS"
@@ -125,6 +127,11 @@ class ForkServer:
             theirs.close()
         ours.setblocking(False)
         self._control: socket.socket | None = ours
+        # A trace store started from now on waits until this one has forked its servers
+        # and they are up (rollgym/start_gate.py): its imports would take the cores the
+        # servers wait for.
+        start_gate.hold()
+        self._holding = True
 
     def bind(self, log_path: Path) -> None:
         """An early fork server writes to the run's ``log_path`` from now on (its earlier
@@ -185,6 +192,9 @@ class ForkServer:
         if self._control is not None:
             self._control.close()
             self._control = None
+        if self._holding:  # every server is forked (or none will be): the store may start
+            self._holding = False
+            start_gate.release()
         if self.process.poll() is None and not self._asked:
             # Never asked for a server (a run that failed before its launch): it has no
             # children, and waiting would wait for imports it no longer needs (seconds).
@@ -258,9 +268,43 @@ def start_early(config: JobConfig, env: Mapping[str, str] = os.environ) -> None:
     Nothing where :func:`prestart_for` would start nothing, or where the run's folder is not
     named by the config (``run.output_dir``): a generated run id names it only later, and
     the fork server's environment names its run's folder from the start."""
-    global _early
-    impls = _local_impls(config)
     output_dir = config.run.output_dir
+    _start_early(_local_impls(config), None if output_dir is None else Path(output_dir), env)
+
+
+def start_early_from(read: ConfigRead, env: Mapping[str, str] = os.environ) -> None:
+    """:func:`start_early` from the config as read, before it is validated (the driver's
+    pydantic import and the validation, about 0.25 s, then overlap the fork server's
+    imports too). The run's folder and the server classes are read from the raw mapping;
+    where validation then says otherwise (a Ray placement, another folder, an invalid
+    config), :func:`prestart` or :func:`discard_early` lets this one go, and each server's
+    class is imported when it is asked for anyway."""
+    run = read.data.get("run")
+    servers = read.data.get("servers")
+    if not isinstance(run, dict) or not isinstance(servers, dict):
+        return
+    if run.get("placement", "local") != "local":
+        return
+    output_dir = run.get("output_dir")
+    impls = sorted(
+        {
+            (server["impl"], server["kind"])
+            for server in servers.values()
+            if isinstance(server, dict)
+            and isinstance(server.get("impl"), str)
+            and isinstance(server.get("kind"), str)
+            and server.get("url") is None
+        }
+    )
+    _start_early(
+        impls, Path(output_dir) if isinstance(output_dir, str) and output_dir else None, env
+    )
+
+
+def _start_early(
+    impls: list[tuple[str, str]], output_dir: Path | None, env: Mapping[str, str]
+) -> None:
+    global _early
     if _early is not None or not impls or output_dir is None or not fork_server_enabled(env):
         return
     fd, temporary = tempfile.mkstemp(prefix="rollgym-fork-server-", suffix=".log")
@@ -269,7 +313,7 @@ def start_early(config: JobConfig, env: Mapping[str, str] = os.environ) -> None:
         _early = ForkServer(
             {**env, ENV_PRELOAD: json.dumps(impls)},
             Path(temporary),
-            early_for=Path(output_dir) / "logs",
+            early_for=output_dir / "logs",
         )
     except OSError:
         Path(temporary).unlink(missing_ok=True)

@@ -32,12 +32,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
+import rollgym.start_gate as start_gate
 from rollgym.config import JobConfig, ServerConfig
 from rollgym.errors import LaunchError
 from rollgym.placement.base import PlacedServer, Placement
-from rollgym.placement.health import wait_healthy
+from rollgym.placement.health import HealthSession, wait_healthy
 from rollgym.placement.local import LocalPlacement
 from rollgym.placement.supervisor import POLL_S, Supervisor
 from rollgym.server_urls import ServerUrls
@@ -98,7 +97,7 @@ class _Launch:
         self.planned_replicas: dict[str, list[str]] = {}
         self.placement = placement
 
-    async def run(self, session: aiohttp.ClientSession) -> None:
+    async def run(self, session: HealthSession) -> None:
         checks = [
             self._traced(name, server, self._check_url(name, server, session))
             for name, server in self.config.servers.items()
@@ -170,9 +169,7 @@ class _Launch:
         else:
             await work
 
-    async def _check_url(
-        self, name: str, server: ServerConfig, session: aiohttp.ClientSession
-    ) -> str:
+    async def _check_url(self, name: str, server: ServerConfig, session: HealthSession) -> str:
         assert server.url is not None
         url = server.url.rstrip("/")
 
@@ -192,7 +189,7 @@ class _Launch:
         self.urls[name] = url
         return url
 
-    async def _start(self, name: str, session: aiohttp.ClientSession) -> str:
+    async def _start(self, name: str, session: HealthSession) -> str:
         """Start every replica of server ``name`` concurrently; its first replica's URL."""
         server = self.config.servers[name]
         assert server.impl is not None
@@ -264,14 +261,21 @@ async def launch_servers(
     """
     launch = _Launch(config, run_id, Path(output_dir), _placement(config, run_id, output_dir, env))
     try:
-        async with aiohttp.ClientSession() as session:
-            if gate.startup:
-                from rollgym.telemetry import spans
+        # A trace store that waits for the forks (rollgym/start_gate.py) waits until every
+        # server is up: nobody waits for it, and its start-up would take the cores the
+        # servers' own take to get ready.
+        start_gate.hold()
+        try:
+            async with HealthSession() as session:
+                if gate.startup:
+                    from rollgym.telemetry import spans
 
-                with spans.startup_span():
+                    with spans.startup_span():
+                        await launch.run(session)
+                else:
                     await launch.run(session)
-            else:
-                await launch.run(session)
+        finally:
+            start_gate.release()
         if supervisor is not None:
             supervisor.start(launch)
         yield ServerUrls(launch.urls, replicas=launch.replicas)

@@ -20,12 +20,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-import aiohttp
-
 from rollgym.child_process import describe_exit, log_tail, spawn_child
 from rollgym.errors import LaunchError
 from rollgym.placement.forked import ForkServer, fork_server_enabled, take_prestarted
-from rollgym.placement.health import wait_healthy
+from rollgym.placement.health import HealthSession, wait_healthy
 from rollgym.placement.reserved import Reservations
 from rollgym.servers.spec import ENV_SPEC, ServeSpec
 
@@ -116,7 +114,7 @@ class ServerProcess:
         )
         return LaunchError(problem + quoted, server=self.spec.instance)
 
-    async def wait_healthy(self, session: aiohttp.ClientSession, timeout_s: float) -> str:
+    async def wait_healthy(self, session: HealthSession, timeout_s: float) -> str:
         # The process announces its port in a ready file once its app is built (a reserved
         # one too: asking before would only time requests out in the backlog while it
         # imports); the first GET /health then waits in the backlog until it serves.
@@ -185,9 +183,7 @@ class LocalPlacement:
                 self._use_forks = False
         return url
 
-    async def start(
-        self, spec: ServeSpec, *, session: aiohttp.ClientSession, timeout_s: float
-    ) -> str:
+    async def start(self, spec: ServeSpec, *, session: HealthSession, timeout_s: float) -> str:
         """Start one server; its base URL once ``GET /health`` answers."""
         listener = self.reservations.take(spec.instance)
         log_path = self.logs / f"{spec.instance}.log"
@@ -230,7 +226,7 @@ class LocalPlacement:
         process = ServerProcess.spawn(spec, self.env, old.log_path)
         self.processes.append(process)
         self.by_name[name] = process
-        async with aiohttp.ClientSession() as session:
+        async with HealthSession() as session:
             return await process.wait_healthy(session, timeout_s)
 
     async def stop(self, grace_s: float) -> None:

@@ -41,12 +41,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import aiohttp
-
 from rollgym.child_process import log_tail
 from rollgym.config import RayResources
 from rollgym.errors import ConfigError, LaunchError
-from rollgym.placement.health import wait_healthy
+from rollgym.placement.health import HealthSession, wait_healthy
 from rollgym.placement.ray_context import in_context, remote_with_context
 from rollgym.servers.spec import ServeSpec
 from rollgym.telemetry.span_counts import SpanCountRecord
@@ -277,9 +275,7 @@ class RayPlacement:
         ``rollgym:<run id>:<server>`` for the first replica, ``...:<server>@<i>`` for others."""
         return f"rollgym:{self.run_id}:{instance}"
 
-    async def start(
-        self, spec: ServeSpec, *, session: aiohttp.ClientSession, timeout_s: float
-    ) -> str:
+    async def start(self, spec: ServeSpec, *, session: HealthSession, timeout_s: float) -> str:
         """Place one server, wait for its URL and for ``GET /health``; return the base URL."""
         return await self._place(spec, self.options.get(spec.name, {}), session, timeout_s)
 
@@ -295,14 +291,14 @@ class RayPlacement:
             **self.options.get(spec.name, {}),
             "scheduling_strategy": NodeAffinitySchedulingStrategy(old.node_id, soft=False),
         }
-        async with aiohttp.ClientSession() as session:
+        async with HealthSession() as session:
             return await self._place(spec, options, session, timeout_s)
 
     async def _place(
         self,
         spec: ServeSpec,
         options: Mapping[str, object],
-        session: aiohttp.ClientSession,
+        session: HealthSession,
         timeout_s: float,
     ) -> str:
         """Start one actor for ``spec``; once healthy, watch it; its base URL."""

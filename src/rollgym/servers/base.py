@@ -9,6 +9,7 @@ is, where the other servers are, and the process's one :class:`~rollgym.http.cli
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -90,9 +91,11 @@ class Server:
             await self.on_shutdown()
         finally:
             await self.context.client.close()
-            from rollgym.servers.sdk_pool import aclose_async_pool
-
-            await aclose_async_pool()
+            # The SDK's shared pool exists only where it was imported (an SDK agent): anywhere
+            # else importing it now would import aiohttp at shutdown for nothing.
+            sdk_pool = sys.modules.get("rollgym.servers.sdk_pool")
+            if sdk_pool is not None:
+                await sdk_pool.aclose_async_pool()
 
     async def on_startup(self) -> None:
         """Hook: create long-lived resources (background tasks, upstream keys)."""

@@ -44,7 +44,11 @@ from typing import Any
 
 import aiohttp
 
-from rollgym.http.client import ReuseAwareConnector, is_stale_connection, sent_on_reused_connection
+from rollgym.http.client import (
+    is_stale_connection,
+    reuse_aware_connector,
+    sent_on_reused_connection,
+)
 
 #: Connections the pool keeps open at most (requests beyond it wait for one, within the
 #: client's timeout): enough for thousands of rollouts each with one model call in flight.
@@ -194,7 +198,7 @@ def _new_async_pool() -> object:
     if aiohttp_transport is None:
         return http_library().AsyncHTTPTransport(limits=_limits())
     pooled = aiohttp.ClientSession(
-        connector=ReuseAwareConnector(
+        connector=reuse_aware_connector()(
             limit=MAX_CONNECTIONS, limit_per_host=0, keepalive_timeout=KEEPALIVE_EXPIRY_S
         )
     )

@@ -129,6 +129,9 @@ class AppServer:
                 http=bounded_protocol(),
                 backlog=BACKLOG,
                 lifespan="on",
+                # No server speaks WebSocket: "auto" would import the websockets package in
+                # every server (after the fork: each pays it again).
+                ws="none",
                 # Longer than the client pool's idle time (KEEPALIVE_S): the pool lets an
                 # idle connection go before the server closes it under a request.
                 timeout_keep_alive=SERVER_KEEPALIVE_S,

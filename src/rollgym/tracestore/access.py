@@ -16,11 +16,13 @@ import ipaddress
 import os
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from aiohttp import web
-
 from rollgym.telemetry.env_vars import ROLLGYM_TRACE_STORE_TOKEN as TOKEN_ENV
+
+if TYPE_CHECKING:  # the store imports aiohttp; the driver, which reads the token, need not
+    from aiohttp import web
 
 __all__ = [
     "TOKEN_ENV",
@@ -65,6 +67,8 @@ def otel_headers_value(token: str) -> str:
 
 def require_token(token: str) -> Callable[..., Awaitable[web.StreamResponse]]:
     """aiohttp middleware refusing (401) any request but ``/health`` without the token."""
+    from aiohttp import web
+
     expected = f"Bearer {token}".encode()
 
     @web.middleware

@@ -22,6 +22,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import rollgym.start_gate as start_gate
 from rollgym.child_process import describe_exit, read_ready_file, spawn_child
 from rollgym.errors import LaunchError
 from rollgym.http.listen import bind_loopback
@@ -101,14 +102,23 @@ def start_trace_store(
     if max_body_bytes is not None:
         command += ["--max-body-bytes", str(max_body_bytes)]
     listener = None if wait else _bind(host, port)
+    gate = None
     if listener is not None:
         command += ["--listen-fd", str(listener.fileno())]
         port = listener.getsockname()[1]
+        # not waited for, so it may wait: while the run's fork server imports, its imports
+        # would take the cores the servers wait for (rollgym/start_gate.py)
+        gate = start_gate.gate()
+        if gate is not None:
+            command = start_gate.gated_command(gate, "rollgym.tracestore", command[3:])
     else:  # waited for: it says where it listens in the ready file
         command += ["--ready-file", str(ready)]
     child_env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
     if token:
         child_env[TOKEN_ENV] = token
+    passed: tuple[int, ...] = () if listener is None else (listener.fileno(),)
+    if gate is not None:
+        passed += (gate,)
     # its own session: a terminal's Ctrl-C reaches the driver only, which stops the store last
     try:
         process = spawn_child(
@@ -117,11 +127,13 @@ def start_trace_store(
             log_path=log,
             on_parent_death=signal.SIGKILL,
             new_session=True,
-            pass_fds=() if listener is None else (listener.fileno(),),
+            pass_fds=passed,
         )
     finally:
         if listener is not None:
             listener.close()  # the store's copy is the one that serves
+        if gate is not None:
+            os.close(gate)  # the store's copy is the one that waits
     if listener is not None:
         return TraceStoreProcess(process, _local_url(f"http://{host}:{port}"), db, log)
     try:

@@ -5,6 +5,9 @@ names. Serving for real is tests/e2e/test_serve.py."""
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -87,3 +90,24 @@ def test_the_resume_line_adds_the_folder_of_a_generated_run_id(tmp_path: Path) -
     assert run_cli.resume_command(args, named, str(folder)) == (
         f"rollgym run {config_path} run.repeats=2 run.output_dir={folder}"
     )
+
+
+def test_an_unusable_output_dir_is_refused_before_the_driver_is_imported(tmp_path: Path) -> None:
+    """The folder is checked right after the config is validated: the one-line refusal comes
+    before the collector, the dispatcher and their HTTP stack are imported (a subprocess:
+    this test process has imported them already)."""
+    (tmp_path / "afile").write_text("not a folder")
+    out = tmp_path / "afile" / "out"
+    probe = (
+        "import sys\n"
+        "from rollgym.cli.main import main\n"
+        f"code = main(['run', {str(EXAMPLE)!r}, 'run.output_dir={out}'])\n"
+        "print(code, 'rollgym.driver.job' in sys.modules, 'rollgym.driver.collector' in sys.modules)\n"
+    )
+    env = {**os.environ, "ROLLGYM_FORK_SERVER": "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.stdout.split() == ["2", "False", "False"], done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1 and "cannot write the output directory" in done.stderr
+    assert str(out) in done.stderr

@@ -10,19 +10,18 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-import aiohttp
 import pytest
 from aiohttp import web
 
 from rollgym.errors import LaunchError
-from rollgym.placement.health import wait_healthy
+from rollgym.placement.health import HealthSession, wait_healthy
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 @pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as client:
+async def session() -> AsyncIterator[HealthSession]:
+    async with HealthSession() as client:
         yield client
 
 
@@ -47,7 +46,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def test_a_healthy_server_answers_with_its_url(session: aiohttp.ClientSession) -> None:
+async def test_a_healthy_server_answers_with_its_url(session: HealthSession) -> None:
     async def ok(request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
@@ -61,9 +60,7 @@ async def test_a_healthy_server_answers_with_its_url(session: aiohttp.ClientSess
     assert got == url
 
 
-async def test_the_url_can_come_from_a_ready_file(
-    session: aiohttp.ClientSession, tmp_path: Path
-) -> None:
+async def test_the_url_can_come_from_a_ready_file(session: HealthSession, tmp_path: Path) -> None:
     async def ok(request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
@@ -85,7 +82,7 @@ async def test_the_url_can_come_from_a_ready_file(
 
 
 async def test_a_wrong_answer_is_named_when_time_runs_out(
-    session: aiohttp.ClientSession,
+    session: HealthSession,
 ) -> None:
     async def starting(request: web.Request) -> web.Response:
         return web.json_response({"status": "starting"})
@@ -106,7 +103,7 @@ async def test_a_wrong_answer_is_named_when_time_runs_out(
 
 
 async def test_an_error_status_is_not_healthy_even_when_lenient(
-    session: aiohttp.ClientSession,
+    session: HealthSession,
 ) -> None:
     async def broken(request: web.Request) -> web.Response:
         return web.Response(status=503)
@@ -126,7 +123,7 @@ async def test_an_error_status_is_not_healthy_even_when_lenient(
 
 
 async def test_nothing_listening_fails_early_with_refused_for_s(
-    session: aiohttp.ClientSession,
+    session: HealthSession,
 ) -> None:
     url = f"http://127.0.0.1:{_free_port()}"
     started = time.monotonic()
@@ -138,7 +135,7 @@ async def test_nothing_listening_fails_early_with_refused_for_s(
 
 
 async def test_a_child_that_exits_first_is_a_failure_naming_its_exit(
-    session: aiohttp.ClientSession, tmp_path: Path
+    session: HealthSession, tmp_path: Path
 ) -> None:
     child = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     child.wait(timeout=60)
@@ -151,3 +148,39 @@ async def test_a_child_that_exits_first_is_a_failure_naming_its_exit(
             process=child,
             failure=_failure,
         )
+
+
+async def test_credentials_in_a_url_are_sent_and_an_answer_not_json_is_named(
+    session: HealthSession,
+) -> None:
+    """A ``url:`` with credentials goes through aiohttp (the lean client does not send them),
+    which sends them as basic auth; an answer that is not JSON is the problem named."""
+    seen: list[str | None] = []
+
+    async def guarded(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization"))
+        if request.headers.get("Authorization") is None:
+            return web.Response(status=401)
+        return web.Response(text="not json")
+
+    runner, url = await _serve(guarded)
+    with_credentials = url.replace("http://", "http://user:secret@")
+    try:
+        got = await wait_healthy(
+            with_credentials,
+            session=session,
+            deadline=time.monotonic() + 20,
+            failure=_failure,
+            strict=False,
+        )
+        assert got == with_credentials
+        assert seen and seen[-1] is not None and seen[-1].startswith("Basic ")
+        with pytest.raises(LaunchError, match="not healthy in time .*JSONDecodeError"):
+            await wait_healthy(
+                with_credentials,
+                session=session,
+                deadline=time.monotonic() + 0.5,
+                failure=_failure,
+            )
+    finally:
+        await runner.cleanup()
