@@ -138,19 +138,30 @@ class ExecOutcome(Protocol):
 
 # --- one rollout -----------------------------------------------------------------------------------
 def _dispatch_attributes(
-    collector_row: Mapping[str, object], dispatch_name: str, destination: str
+    collector_row: Mapping[str, object],
+    dispatch_name: str,
+    destination: str,
+    rollout_id: str | None,
+    attempt: int | None,
 ) -> dict[str, AttributeValue]:
-    """Identity from the collector row (never the posted body); omitted when underivable."""
+    """Identity from the collector row (never the posted body); omitted when underivable.
+
+    The driver passes the rollout id and attempt it already derived from that row, which
+    saves deriving them again per rollout; anyone else passes None and the row is read.
+    """
     attributes: dict[str, AttributeValue] = {
         names.DISPATCH_NAME: dispatch_name,
         names.DESTINATION_SERVER_NAME: destination,
     }
     try:
-        rollout_id = rollout_id_of(collector_row)
+        if rollout_id is None:
+            rollout_id = rollout_id_of(collector_row)
         if rollout_id is not None:
             attributes[names.ROLLOUT_ID] = rollout_id
-        attempt = collector_row.get(ATTEMPT)
-        if isinstance(attempt, int) and not isinstance(attempt, bool):
+        if attempt is None:
+            found = collector_row.get(ATTEMPT)
+            attempt = found if isinstance(found, int) and not isinstance(found, bool) else None
+        if attempt is not None:
             attributes[names.ROLLOUT_ATTEMPT] = attempt
         session = RUN_SESSION.get()
         if session is not None:
@@ -161,9 +172,18 @@ def _dispatch_attributes(
 
 
 def dispatch_span(
-    collector_row: Mapping[str, object], dispatch_name: str, destination: str
+    collector_row: Mapping[str, object],
+    dispatch_name: str,
+    destination: str,
+    *,
+    rollout_id: str | None = None,
+    attempt: int | None = None,
 ) -> AbstractContextManager[Span]:
-    """``gym.rollout.dispatch``: a new root linked to the owned job, else nested (module doc)."""
+    """``gym.rollout.dispatch``: a new root linked to the owned job, else nested (module doc).
+
+    ``rollout_id`` and ``attempt``, when given, must be the row's own (the driver derives
+    both from the row it posts); without them they are read from ``collector_row``.
+    """
     owned = _OWNED_JOB_SPAN_CONTEXT.get()
     parent: Context | None = None
     links: list[Link] | None = None
@@ -171,7 +191,9 @@ def dispatch_span(
         current = trace.get_current_span().get_span_context()
         if current.is_valid and current == owned:
             parent, links = Context(), [Link(owned)]
-    attributes = _dispatch_attributes(collector_row, dispatch_name, destination)
+    attributes = _dispatch_attributes(
+        collector_row, dispatch_name, destination, rollout_id, attempt
+    )
     return current_span(names.SPAN_DISPATCH, attributes=attributes, context=parent, links=links)
 
 
