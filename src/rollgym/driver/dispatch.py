@@ -250,9 +250,7 @@ class Dispatcher:
         sampled = True
         if gate.rollout:
             spans = _span_helpers()
-            with spans.dispatch_span(
-                row, target.dispatch_name, server, rollout_id=rollout_id, attempt=attempt
-            ) as span:
+            with spans.dispatch_span(row, target.dispatch_name, server) as span:
                 if waited > 0:
                     span.set_attribute(ROLLOUT_ADMISSION_WAIT, waited)
                 answer = await _post(post, server, url, body, self._timeout, headers)

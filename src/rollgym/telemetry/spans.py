@@ -138,30 +138,19 @@ class ExecOutcome(Protocol):
 
 # --- one rollout -----------------------------------------------------------------------------------
 def _dispatch_attributes(
-    collector_row: Mapping[str, object],
-    dispatch_name: str,
-    destination: str,
-    rollout_id: str | None,
-    attempt: int | None,
+    collector_row: Mapping[str, object], dispatch_name: str, destination: str
 ) -> dict[str, AttributeValue]:
-    """Identity from the collector row (never the posted body); omitted when underivable.
-
-    The driver passes the rollout id and attempt it already derived from that row, which
-    saves deriving them again per rollout; anyone else passes None and the row is read.
-    """
+    """Identity from the collector row (never the posted body); omitted when underivable."""
     attributes: dict[str, AttributeValue] = {
         names.DISPATCH_NAME: dispatch_name,
         names.DESTINATION_SERVER_NAME: destination,
     }
     try:
-        if rollout_id is None:
-            rollout_id = rollout_id_of(collector_row)
+        rollout_id = rollout_id_of(collector_row)
         if rollout_id is not None:
             attributes[names.ROLLOUT_ID] = rollout_id
-        if attempt is None:
-            found = collector_row.get(ATTEMPT)
-            attempt = found if isinstance(found, int) and not isinstance(found, bool) else None
-        if attempt is not None:
+        attempt = collector_row.get(ATTEMPT)
+        if isinstance(attempt, int) and not isinstance(attempt, bool):
             attributes[names.ROLLOUT_ATTEMPT] = attempt
         session = RUN_SESSION.get()
         if session is not None:
@@ -172,18 +161,9 @@ def _dispatch_attributes(
 
 
 def dispatch_span(
-    collector_row: Mapping[str, object],
-    dispatch_name: str,
-    destination: str,
-    *,
-    rollout_id: str | None = None,
-    attempt: int | None = None,
+    collector_row: Mapping[str, object], dispatch_name: str, destination: str
 ) -> AbstractContextManager[Span]:
-    """``gym.rollout.dispatch``: a new root linked to the owned job, else nested (module doc).
-
-    ``rollout_id`` and ``attempt``, when given, must be the row's own (the driver derives
-    both from the row it posts); without them they are read from ``collector_row``.
-    """
+    """``gym.rollout.dispatch``: a new root linked to the owned job, else nested (module doc)."""
     owned = _OWNED_JOB_SPAN_CONTEXT.get()
     parent: Context | None = None
     links: list[Link] | None = None
@@ -191,9 +171,7 @@ def dispatch_span(
         current = trace.get_current_span().get_span_context()
         if current.is_valid and current == owned:
             parent, links = Context(), [Link(owned)]
-    attributes = _dispatch_attributes(
-        collector_row, dispatch_name, destination, rollout_id, attempt
-    )
+    attributes = _dispatch_attributes(collector_row, dispatch_name, destination)
     return current_span(names.SPAN_DISPATCH, attributes=attributes, context=parent, links=links)
 
 

@@ -12,7 +12,7 @@ SPAN_HELPERS = {
     "startup_span": [],
     "server_startup_span": ["name", "kind", "address"],
     "job_span": ["run_id"],
-    "dispatch_span": ["collector_row", "dispatch_name", "destination", "rollout_id", "attempt"],
+    "dispatch_span": ["collector_row", "dispatch_name", "destination"],
     "rollout_span": ["rollout_id"],
     "model_chat_span": ["rollout_id", "model", "provider"],
     "engine_request_span": ["request_id", "model", "rollout_id"],

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from rollgym.identity import episode_body, make_rollout_id, rollout_id_of
+from rollgym.identity import episode_body, rollout_id_of
 from rollgym.telemetry import spans
 
 
@@ -91,35 +91,3 @@ def test_outcome_and_reward(named):
     assert failed.attributes["gym.rollout.outcome"] == "timeout"
     assert "gym.rollout.reward" not in failed.attributes
     assert failed.status.status_code.name == "ERROR"
-
-
-@pytest.mark.parametrize(
-    "row",
-    [
-        {"task_index": 3, "rollout_index": 0, "attempt": 0},
-        {"task_index": 3, "rollout_index": 2, "attempt": 1},
-        {"rollout_id": "custom", "task_index": 9, "rollout_index": 1, "attempt": 2},
-    ],
-)
-def test_identity_the_driver_passes_is_the_rows_own(named, row):
-    """The driver hands the dispatch span the id it derived (``make_rollout_id``, as
-    ``Rollout.rollout_id`` does) instead of deriving it again; both spans must agree."""
-    passed = make_rollout_id(
-        row.get("rollout_id"), row["task_index"], row["rollout_index"], row["attempt"]
-    )
-    assert passed == rollout_id_of(row)
-    with spans.dispatch_span(row, "agent", "agent"):
-        pass
-    with spans.dispatch_span(row, "agent", "agent", rollout_id=passed, attempt=row["attempt"]):
-        pass
-    derived, given = named("gym.rollout.dispatch")
-    assert dict(given.attributes) == dict(derived.attributes)
-
-
-def test_passed_identity_is_what_the_span_records(named):
-    """Given, the id and attempt are taken as they are: the row is not read for them."""
-    with spans.dispatch_span({}, "agent", "agent", rollout_id="7-0-a1", attempt=1):
-        pass
-    (d,) = named("gym.rollout.dispatch")
-    assert d.attributes["gym.rollout.id"] == "7-0-a1"
-    assert d.attributes["gym.rollout.attempt"] == 1
