@@ -41,23 +41,14 @@ provider = RecordingTracerProvider(sink.append, id_generator=TimeOrderedIdGenera
 state.tracer = provider.get_tracer("rollgym", "bench")
 rows = [{"q": i, "task_index": i, "rollout_index": 0, "attempt": 0} for i in range(n)]
 url = "http://127.0.0.1:8000/run"
-#: The driver passes the rollout id it derived where the dispatch span takes it.
-passes_id = "rollout_id" in inspect.signature(spans.dispatch_span).parameters
-ids = [f"{i}-0" for i in range(n)]
 #: The client's wait for a connection, recorded on the client span (handed the span where
 #: the client does that, else looking up the current span as it did before).
 note_queue_wait = http_client._note_queue_wait
 hands_span = "span" in inspect.signature(note_queue_wait).parameters
 
 
-def dispatch(row, rollout_id):
-    if passes_id:
-        return spans.dispatch_span(row, "agent", "agent", rollout_id=rollout_id, attempt=0)
-    return spans.dispatch_span(row, "agent", "agent")
-
-
-def attempt(row, rollout_id):
-    with dispatch(row, rollout_id) as span:
+def attempt(row):
+    with spans.dispatch_span(row, "agent", "agent") as span:
         with spans.http_client_span("POST", "agent", url, "/run") as client:
             headers = {"Content-Type": "application/json"}
             inject_span(headers, client.get_span_context())
@@ -76,8 +67,8 @@ best = float("inf")
 with spans.job_span("bench"):
     for _ in range(repeats):
         start = time.perf_counter()
-        for row, rollout_id in zip(rows, ids):
-            attempt(row, rollout_id)
+        for row in rows:
+            attempt(row)
         best = min(best, (time.perf_counter() - start) / n)
 assert len(sink) > 0
 print(best * 1e6)
