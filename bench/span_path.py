@@ -2,9 +2,10 @@
 
 What one traced attempt adds on the driver's event loop, without the network: the
 ``gym.rollout.dispatch`` span opened under an owned ``gym.job`` span (a new root with a link),
-the HTTP client span under it, ``traceparent`` written, the status and the outcome recorded,
-both spans ended into rollgym's span pipeline (its recording tracer; the sink is a bounded
-``deque``, standing in for the shipper's queue). Each side runs in its own interpreter with
+the HTTP client span under it, ``traceparent`` written, the client's wait for a connection,
+the status and the outcome recorded, both spans ended into rollgym's span pipeline (its
+recording tracer with the default time-ordered ids; the sink is a bounded ``deque``, standing
+in for the shipper's queue). Each side runs in its own interpreter with
 its own ``PYTHONPATH``, alternating A, B, A, B, ... so the drift of a shared machine affects
 both; each run reports the fastest of its repeats. Prints µs per rollout and the ratio.
 
@@ -24,18 +25,26 @@ HERE = Path(__file__).resolve().parent
 OURS = HERE.parent / "src"
 
 _CHILD = r"""
-import sys, time
+import inspect, sys, time
 from collections import deque
+from rollgym.http import client as http_client
 from rollgym.telemetry import spans
 from rollgym.telemetry._state import state
 from rollgym.telemetry.context import inject_span
 from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
+from rollgym.telemetry.sampling import TimeOrderedIdGenerator
 
 n, repeats = int(sys.argv[1]), int(sys.argv[2])
 sink = deque(maxlen=4096)
-state.tracer = RecordingTracerProvider(sink.append).get_tracer("rollgym", "bench")
+# the id generator setup_telemetry installs (time-ordered trace ids)
+provider = RecordingTracerProvider(sink.append, id_generator=TimeOrderedIdGenerator())
+state.tracer = provider.get_tracer("rollgym", "bench")
 rows = [{"q": i, "task_index": i, "rollout_index": 0, "attempt": 0} for i in range(n)]
 url = "http://127.0.0.1:8000/run"
+#: The client's wait for a connection, recorded on the client span (handed the span where
+#: the client does that, else looking up the current span as it did before).
+note_queue_wait = http_client._note_queue_wait
+hands_span = "span" in inspect.signature(note_queue_wait).parameters
 
 
 def attempt(row):
@@ -43,6 +52,10 @@ def attempt(row):
         with spans.http_client_span("POST", "agent", url, "/run") as client:
             headers = {"Content-Type": "application/json"}
             inject_span(headers, client.get_span_context())
+            if hands_span:
+                note_queue_wait(0.0001, client)
+            else:
+                note_queue_wait(0.0001)
             client.set_attribute("http.response.status_code", 200)
         spans.record_dispatch_outcome(span, "ok", 1.0)
         context = span.get_span_context()

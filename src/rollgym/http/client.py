@@ -132,11 +132,12 @@ def _current_span() -> Any:
     return trace.get_current_span
 
 
-def _note_queue_wait(seconds: float) -> None:
-    """The wait for a connection (pooled or new) on the request's client span, current in
-    this task, so a trace alone says how long each request queued (``traces profile``)."""
+def _note_queue_wait(seconds: float, span: Any = None) -> None:
+    """The wait for a connection (pooled or new) on the request's client span (``span``, else
+    the one current in this task), so a trace alone says how long each request queued."""
     try:
-        span = _current_span()()
+        if span is None:
+            span = _current_span()()
         if span.is_recording():
             span.set_attribute(names.HTTP_CLIENT_QUEUE_DURATION, seconds)
     except Exception:  # telemetry never fails the request it observes
@@ -233,12 +234,21 @@ _Answer = tuple[int, Mapping[str, str], bytes]
 class _Exchange:
     """What every hop of one request shares: its server, time limit and observers."""
 
-    __slots__ = ("destination", "timeout", "metrics", "started", "observed")
+    __slots__ = ("destination", "timeout", "metrics", "started", "observed", "span")
 
-    def __init__(self, destination: str, timeout: float | None, metrics: PoolMetrics | None):
+    def __init__(
+        self,
+        destination: str,
+        timeout: float | None,
+        metrics: PoolMetrics | None,
+        span: Any = None,
+    ):
         self.destination = destination
         self.timeout = timeout
         self.metrics = metrics
+        #: The request's client span, handed down so the queue wait lands on it without a
+        #: current-span lookup through the API per request; None: look it up (aiohttp path).
+        self.span = span
         self.started = time.monotonic() if metrics is not None else 0.0
         #: Whether anyone records the wait for a connection (pool metrics, the client span).
         self.observed = metrics is not None or gate.http
@@ -251,7 +261,9 @@ class _Exchange:
 
     def on_connection(self, seconds: float) -> None:
         """A lean exchange's wait for its connection, where aiohttp's hooks would record it."""
-        if gate.http:
+        if self.span is not None:
+            _note_queue_wait(seconds, self.span)
+        elif gate.http:
             _note_queue_wait(seconds)
         if self.metrics is not None:
             self.metrics.connection_wait(self.destination, seconds)
@@ -422,12 +434,12 @@ class HttpClient:
         sent_headers = _with_json(call.headers)
         with _span_helpers()[0](call.method, call.destination, call.url, call.route) as span:
             trace_id = _inject(sent_headers, span)
-            response = await self._send(call, sent_headers, trace_id)
+            response = await self._send(call, sent_headers, trace_id, span)
             _record_status(span, response.status)
             return response
 
     async def _send(
-        self, call: _Call, headers: dict[str, str], trace_id: str | None
+        self, call: _Call, headers: dict[str, str], trace_id: str | None, span: Any = None
     ) -> HttpResponse:
         if not self._started:
             raise RuntimeError("HttpClient used before start(); create it at process start-up")
@@ -441,7 +453,7 @@ class HttpClient:
         metrics = self._metrics
         if metrics is not None:
             metrics.request_started(destination)
-        exchange = _Exchange(destination, timeout, metrics)
+        exchange = _Exchange(destination, timeout, metrics, span)
         try:
             status, raw, timing = await self._exchange(exchange, _Hop(method, url, data, headers))
         except TimeoutError:
@@ -653,14 +665,14 @@ def _with_json(headers: Mapping[str, str] | None) -> dict[str, str]:
 
 
 @functools.cache
-def _span_helpers() -> tuple[Any, Any]:
-    """(``http_client_span``, ``inject_span``), imported on the first traced request and never
-    with tracing off. Cached: an import statement in the function cost 1-2.5 µs per call on
-    the traced path (measured), which every rollout takes twice."""
-    from rollgym.telemetry.context import inject_span
+def _span_helpers() -> tuple[Any, Any, Any]:
+    """(``http_client_span``, ``inject_span``, ``inject_current``), imported on the first traced
+    request and never with tracing off. Cached: an import statement in the function cost
+    1-2.5 µs per call on the traced path (measured), which every rollout takes twice."""
+    from rollgym.telemetry.context import inject_current, inject_span
     from rollgym.telemetry.spans import http_client_span
 
-    return http_client_span, inject_span
+    return http_client_span, inject_span, inject_current
 
 
 def _inject(headers: dict[str, str], span: Any = None) -> str | None:
@@ -669,14 +681,12 @@ def _inject(headers: dict[str, str], span: Any = None) -> str | None:
     ``span`` is the client span the caller just made current, when it has one: its context is
     what went out, so it is not looked up a second time.
     """
+    helpers = _span_helpers()
     if span is not None:
-        injected: str | None = _span_helpers()[1](headers, span.get_span_context())
+        injected: str | None = helpers[1](headers, span.get_span_context())
         return injected
-    from opentelemetry import propagate, trace
-
-    propagate.inject(headers)
-    context = trace.get_current_span().get_span_context()
-    return format(context.trace_id, "032x") if context.is_valid else None
+    current: str | None = helpers[2](headers)
+    return current
 
 
 def _record_status(span: Any, status: int) -> None:

@@ -74,15 +74,22 @@ class current_span:  # noqa: N801 - used like the function it replaced: ``with c
 
     def __enter__(self) -> Span:
         try:
+            # The current context read once for both steps (each would read it again when
+            # given None): the same parent and the same attach target, two lookups fewer.
+            context, attach_to = self.context, self.attach_to
+            if context is None or attach_to is None:
+                current = context_api.get_current()
+                context = current if context is None else context
+                attach_to = current if attach_to is None else attach_to
             span = state.tracer.start_span(
                 self.name,
-                context=self.context,
+                context=context,
                 kind=self.kind,
                 attributes=self.attributes,
                 links=self.links,
             )
             self._span = span
-            self._token = context_api.attach(trace.set_span_in_context(span, self.attach_to))
+            self._token = context_api.attach(trace.set_span_in_context(span, attach_to))
         except Exception:
             warn_once(f"starting span {self.name!r} failed")
         return self._span

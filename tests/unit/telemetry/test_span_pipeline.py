@@ -524,3 +524,35 @@ def test_the_handle_hands_its_end_of_rollouts_to_the_shipper(
     handle noted the end of the rollouts (one probe), else from shutdown (probes through it)."""
     assert _handle_probes_at_shutdown(monkeypatch, note_end=True) == 1
     assert _handle_probes_at_shutdown(monkeypatch, note_end=False) >= 2
+
+
+@pytest.mark.parametrize("with_span", [False, True])
+@pytest.mark.parametrize("with_baggage", [False, True])
+def test_inject_current_writes_what_the_propagator_writes(with_span, with_baggage) -> None:
+    """The short way for the current context (no client span) sends the propagator's exact
+    headers: nothing at all for a context with neither a valid span nor baggage."""
+    from opentelemetry import baggage, propagate
+
+    from rollgym.telemetry.context import inject_current
+
+    span_context = SpanContext(
+        trace_id=0x0AF7651916CD43DD8448EB211C80319C,
+        span_id=0xB7AD6B7169203331,
+        is_remote=False,
+        trace_flags=trace.TraceFlags(1),
+    )
+    ctx = baggage.set_baggage("k", "v") if with_baggage else context_api.Context()
+    if with_span:
+        ctx = trace.set_span_in_context(NonRecordingSpan(span_context), ctx)
+    token = context_api.attach(ctx)
+    try:
+        fast: dict[str, str] = {}
+        sent = inject_current(fast)
+        reference: dict[str, str] = {}
+        propagate.inject(reference)
+    finally:
+        context_api.detach(token)
+    assert fast == reference
+    assert ("traceparent" in fast) is with_span
+    assert ("baggage" in fast) is with_baggage
+    assert sent == ("0af7651916cd43dd8448eb211c80319c" if with_span else None)

@@ -91,3 +91,37 @@ def test_outcome_and_reward(named):
     assert failed.attributes["gym.rollout.outcome"] == "timeout"
     assert "gym.rollout.reward" not in failed.attributes
     assert failed.status.status_code.name == "ERROR"
+
+
+def test_inline_derivation_answers_as_rollout_id_of_for_every_row():
+    """The dispatch span's inline path for the driver's rows gives exactly what the general
+    derivation gives, for rows it answers itself and rows it hands on."""
+    import enum
+    import itertools
+
+    from rollgym.telemetry.spans import _row_rollout_id
+
+    class Small(enum.IntEnum):
+        ONE = 1
+
+    values: list[object] = [0, 2, -1, True, Small.ONE, "3", None, 1.0, [1]]
+    explicit: list[object] = [None, "custom", "", 5, ["x"]]
+    missing = object()
+    checked = 0
+    for attempt, index, task, rid in itertools.product(
+        [*values, missing], [*values, missing], [*values, missing], [*explicit, missing]
+    ):
+        row = {
+            key: value
+            for key, value in (
+                ("attempt", attempt),
+                ("rollout_index", index),
+                ("task_index", task),
+                ("rollout_id", rid),
+            )
+            if value is not missing
+        }
+        assert _row_rollout_id(row) == rollout_id_of(row), row
+        checked += 1
+    assert checked == 10 * 10 * 10 * 6
+    assert _row_rollout_id({"task_index": 3, "rollout_index": 1, "attempt": 2}) == "3-1-a2"

@@ -74,6 +74,9 @@ async def test_queue_duration_and_connections_through_the_pool():
         clients = [s for s in exporter.get_finished_spans() if s.name == "POST /run"]
         assert len(clients) == 2
         assert all(c.attributes["http.response.status_code"] == 200 for c in clients)
+        # each request's wait for the one pooled connection lands on its own client span
+        waits = sorted(c.attributes["gym.http.client.queue_duration"] for c in clients)
+        assert waits[0] < 0.15 <= waits[1]
     finally:
         await runner.cleanup()
         handle.shutdown()

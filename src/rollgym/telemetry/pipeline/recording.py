@@ -42,7 +42,11 @@ from opentelemetry.util.types import Attributes, AttributeValue
 
 from rollgym.telemetry.current_span import warn_once
 from rollgym.telemetry.pipeline.records import SpanRecord
-from rollgym.telemetry.sampling import random_span_id, time_ordered_trace_id
+from rollgym.telemetry.sampling import (
+    TimeOrderedIdGenerator,
+    random_span_id,
+    time_ordered_trace_id,
+)
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
@@ -308,6 +312,9 @@ class RecordingTracer(trace.Tracer):
         self._scope = scope
         self._sampler = sampler
         self._inline_sampler = sampler is DEFAULT_ON
+        if type(id_generator) is TimeOrderedIdGenerator:
+            # rollgym's default: its two functions called directly, one call a span fewer
+            id_generator = None
         self._trace_id = id_generator.generate_trace_id if id_generator is not None else None
         self._new_span_id = (
             id_generator.generate_span_id if id_generator is not None else random_span_id
