@@ -30,7 +30,11 @@ import sys
 import time
 from pathlib import Path
 
-from http_parser import SERVER, _cpu_s, _free_port, _ready
+from http_parser import SERVER
+from server_ab import cpu_s as _cpu_s
+from server_ab import free_port as _free_port
+from server_ab import print_rounds
+from server_ab import ready as _ready
 
 from rollgym.event_loop import loop_factory
 from rollgym.http.client import HttpClient
@@ -83,10 +87,11 @@ async def main_async(n: int, rounds: int) -> None:
         server.wait(timeout=30)
     print(f"load average {load:.1f} before, {os.getloadavg()[0]:.1f} after; {n} x {rounds} each")
     for way in WAYS:
-        print(
-            f"{way:8s} client CPU per request {statistics.median(cpu[way]) * 1e6:7.1f} us "
-            f"(rounds {', '.join(f'{c * 1e6:.0f}' for c in cpu[way])}); server "
-            f"{statistics.median(served[way]) * 1e6:.0f} us; {statistics.median(rate[way]):.0f}/s"
+        print_rounds(
+            f"{way:8s} client",
+            cpu[way],
+            f"; server {statistics.median(served[way]) * 1e6:.0f} us;"
+            f" {statistics.median(rate[way]):.0f}/s",
         )
     ratio = statistics.median(cpu["aiohttp"]) / statistics.median(cpu["lean"])
     print(f"client CPU per request aiohttp / lean: {ratio:.2f}")
@@ -136,10 +141,7 @@ async def against_src_async(other: str, n: int, rounds: int) -> None:
         server.wait(timeout=30)
     print(f"load average {load:.1f} before, {os.getloadavg()[0]:.1f} after; {n} x {rounds} each")
     for side, src in sides.items():
-        print(
-            f"{side:6s} {src}: client CPU per request {statistics.median(cpu[side]) * 1e6:6.1f} us"
-            f" (rounds {', '.join(f'{c * 1e6:.0f}' for c in cpu[side])})"
-        )
+        print_rounds(f"{side:6s} {src}: client", cpu[side])
     ratio = statistics.median(cpu["other"]) / statistics.median(cpu["this"])
     print(f"client CPU per request other / this: {ratio:.3f}")
 

@@ -16,16 +16,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import aiohttp
-
-TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
-CONCURRENCY = 32
+import server_ab
+from server_ab import CONCURRENCY
 
 SERVER = """
 import asyncio, sys
@@ -59,32 +54,6 @@ asyncio.Runner(loop_factory=loop_factory()).run(uvicorn.Server(config).serve())
 """
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * TICK_S
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-async def _ready(url: str) -> None:
-    async with aiohttp.ClientSession() as session:
-        for _ in range(600):
-            try:
-                async with session.get(url + "/health") as answer:
-                    if answer.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.1)
-    raise SystemExit(f"{url} never answered /health")
-
-
 async def _round(session: aiohttp.ClientSession, url: str, n: int) -> float:
     """Post ``n`` rows at CONCURRENCY; the rate."""
     todo = iter(range(n))
@@ -103,45 +72,9 @@ async def _round(session: aiohttp.ClientSession, url: str, n: int) -> float:
 
 async def main_async(n: int, rounds: int) -> None:
     ways = {"as is": {}, "h11": {"ROLLGYM_HTTP_PARSER": "h11"}}
-    procs: dict[str, subprocess.Popen[str]] = {}
-    urls: dict[str, str] = {}
-    try:
-        for way, extra in ways.items():
-            port = _free_port()
-            procs[way] = subprocess.Popen(
-                [sys.executable, "-c", SERVER, str(port)],
-                env={**os.environ, **extra},
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            urls[way] = f"http://127.0.0.1:{port}"
-        for way in ways:
-            await _ready(urls[way])
-            print(f"{way}: {procs[way].stdout.readline().strip()}")  # type: ignore[union-attr]
-        cpu: dict[str, list[float]] = {w: [] for w in ways}
-        rate: dict[str, list[float]] = {w: [] for w in ways}
-        connector = aiohttp.TCPConnector(limit=CONCURRENCY)
-        async with aiohttp.ClientSession(connector=connector) as session:
-            for way in ways:
-                await _round(session, urls[way], 500)  # warm
-            for i in range(rounds):
-                for way in list(ways) if i % 2 == 0 else list(reversed(ways)):
-                    before = _cpu_s(procs[way].pid)
-                    rate[way].append(await _round(session, urls[way], n))
-                    cpu[way].append((_cpu_s(procs[way].pid) - before) / n)
-    finally:
-        for proc in procs.values():
-            proc.terminate()
-            proc.wait(timeout=30)
+    cpu, rate = await server_ab.compare(SERVER, ways, _round, n=n, rounds=rounds, warm=500)
     print(f"load average {os.getloadavg()[0]:.1f}; {n} requests x {rounds} rounds each")
-    for way in ways:
-        print(
-            f"{way:6s} server CPU per request {statistics.median(cpu[way]) * 1e6:7.1f} us "
-            f"(rounds {', '.join(f'{c * 1e6:.0f}' for c in cpu[way])}), "
-            f"median {statistics.median(rate[way]):.0f} requests/s"
-        )
-    ratio = statistics.median(cpu["h11"]) / statistics.median(cpu["as is"])
-    print(f"CPU per request h11 / as is: {ratio:.2f}")
+    server_ab.report(cpu, rate, "as is", "h11")
 
 
 def main() -> None:

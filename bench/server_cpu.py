@@ -21,15 +21,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
-import subprocess
-import sys
 import time
 
 import aiohttp
-from http_parser import _cpu_s, _free_port, _ready
-
-CONCURRENCY = 32
+import server_ab
+from server_ab import CONCURRENCY
 
 SERVER = """
 import asyncio, json, os, sys
@@ -78,44 +74,14 @@ async def _round(session: aiohttp.ClientSession, url: str, n: int) -> float:
 async def main_async(n: int, rounds: int, against: str) -> None:
     key, _, value = against.partition("=")
     ways = {"as is": {}, "against": {key: value}}
-    procs: dict[str, subprocess.Popen[str]] = {}
-    urls: dict[str, str] = {}
-    try:
-        for way, extra in ways.items():
-            port = _free_port()
-            procs[way] = subprocess.Popen(
-                [sys.executable, "-c", SERVER, str(port)], env={**os.environ, **extra}, text=True
-            )
-            urls[way] = f"http://127.0.0.1:{port}"
-        for way in ways:
-            await _ready(urls[way])
-        cpu: dict[str, list[float]] = {w: [] for w in ways}
-        rate: dict[str, list[float]] = {w: [] for w in ways}
-        connector = aiohttp.TCPConnector(limit=CONCURRENCY)
-        async with aiohttp.ClientSession(connector=connector) as session:
-            for way in ways:
-                await _round(session, urls[way], 300)  # warm
-            for i in range(rounds):
-                for way in list(ways) if i % 2 == 0 else list(reversed(ways)):
-                    before = _cpu_s(procs[way].pid)
-                    rate[way].append(await _round(session, urls[way], n))
-                    cpu[way].append((_cpu_s(procs[way].pid) - before) / (2 * n))
-    finally:
-        for proc in procs.values():
-            proc.terminate()
-            proc.wait(timeout=30)
+    cpu, rate = await server_ab.compare(
+        SERVER, ways, _round, n=n, rounds=rounds, warm=300, requests_per_unit=2
+    )
     print(
         f"load average {os.getloadavg()[0]:.1f}; {n} rollouts (2 requests each) x {rounds}; "
         f"against: {against}"
     )
-    for way in ways:
-        print(
-            f"{way:7s} server CPU per request {statistics.median(cpu[way]) * 1e6:7.1f} us "
-            f"(rounds {', '.join(f'{c * 1e6:.0f}' for c in cpu[way])}), "
-            f"median {statistics.median(rate[way]):.0f} requests/s"
-        )
-    ratio = statistics.median(cpu["against"]) / statistics.median(cpu["as is"])
-    print(f"CPU per request against / as is: {ratio:.2f}")
+    server_ab.report(cpu, rate, "as is", "against")
 
 
 def main() -> None:
