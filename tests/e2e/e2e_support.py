@@ -101,6 +101,18 @@ class Job:
             cwd=self.root,
         )
 
+    def serve(self, *names: str, telemetry: bool = False) -> subprocess.Popen[str]:
+        """``rollgym serve`` of this job's config (only ``names`` if given): it prints one
+        ``name url`` line per server once all are ready, then runs until signalled."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "rollgym", "serve", str(self.config_path), *names],
+            env=self.env(telemetry=True) if telemetry else self.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=self.root,
+        )
+
     def records(self, name: str) -> list[dict[str, Any]]:
         path = self.out / name
         if not path.exists():

@@ -13,8 +13,6 @@ caches it); without it these tests are skipped, saying so.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -130,14 +128,7 @@ def test_the_proxy_switched_to_uuids_and_kept_the_mapping(engine_run: TracedJob)
 def test_the_openai_sdk_through_the_proxy(engine: str, tmp_path: Path) -> None:
     job = TracedJob(tmp_path)
     job.write(servers(engine), [])
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rollgym", "serve", str(job.config_path), "policy"],
-        env=job.env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=job.root,
-    )
+    proc = job.serve("policy")
     try:
         assert proc.stdout is not None
         urls = dict(proc.stdout.readline().split() for _ in range(2))

@@ -15,8 +15,6 @@ llama-cpp-python builds from source (scripts/test.sh); without it these tests ar
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -115,14 +113,7 @@ def test_the_sdk_sending_null_content_through_the_proxy_is_answered(
     engine: str, tmp_path: Path
 ) -> None:
     job = _job(tmp_path, engine, {}, [])
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rollgym", "serve", str(job.config_path), "policy"],
-        env=job.env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=job.root,
-    )
+    proc = job.serve("policy")
     try:
         assert proc.stdout is not None
         urls = dict(proc.stdout.readline().split() for _ in range(2))

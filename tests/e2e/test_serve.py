@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import urllib.request
 
 import openai
@@ -33,14 +32,7 @@ SERVERS = {
 
 
 def serve(job: Job, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "rollgym", "serve", str(job.config_path), *args],
-        env=job.env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=job.root,
-    )
+    return job.serve(*args)
 
 
 def test_serve_named_servers_until_sigterm(job: Job, no_leftover_servers: None) -> None:

@@ -11,8 +11,6 @@ The store waits for the servers before it imports anything, and then does import
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -57,14 +55,7 @@ def test_no_process_but_the_store_imports_aiohttp_or_websockets(
     job: Job, no_leftover_servers: None, telemetry: str
 ) -> None:
     job.write(SERVERS, [], telemetry={"preset": telemetry})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rollgym", "serve", str(job.config_path)],
-        env=job.env(telemetry=True),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=job.root,
-    )
+    proc = job.serve(telemetry=True)
     try:
         assert proc.stdout is not None
         urls = dict(proc.stdout.readline().split() for _ in SERVERS)
