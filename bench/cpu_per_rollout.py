@@ -76,6 +76,8 @@ def _name(pid: int) -> str:
         return "?"
     args = [a.decode(errors="replace") for a in cmdline if a]
     module = args[args.index("-m") + 1] if "-m" in args[:-1] else " ".join(args[1:3])[:40]
+    if module == "rollgym.start_gate" and len(args) > args.index("-m") + 3:
+        module = args[args.index("-m") + 3]  # ``-m rollgym.start_gate FD MODULE ...`` runs MODULE
     if module == "rollgym.servers.server_process":
         found = _INSTANCE.search(environ)
         return f"server {found.group(1).decode() if found else '?'}"
