@@ -108,7 +108,8 @@ def test_timed_out_batches_are_unknown_and_later_ones_smaller(receiver: SlowRece
         resource={"service.name": "t"},
         timeout_s=TIMEOUT_S,
         max_export_batch_size=256,
-        schedule_delay_ms=10,
+        # no timed send: the first batch goes out when 256 are queued, whatever the load
+        schedule_delay_ms=60_000,
     )
     for i in range(600):
         shipper.on_end(_record(i))
