@@ -445,11 +445,8 @@ class HttpClient:
             raise RuntimeError("HttpClient used before start(); create it at process start-up")
         method, destination, url, body, timeout, _, _ = call
         data = orjson.dumps(body) if body is not None else None
-        most = self.limits.max_request_bytes
-        if data is not None and most is not None and len(data) > most:
-            # Only a refusal names the path: parsing the URL for every request cost a
-            # ``urlsplit`` a call (bench/http_client.py --against-src).
-            self.limits.check_request(destination, method, _path(url), len(data))
+        if data is not None:
+            self.limits.check_request(destination, method, url, len(data))
         metrics = self._metrics
         if metrics is not None:
             metrics.request_started(destination)

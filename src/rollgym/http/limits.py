@@ -48,10 +48,13 @@ class ExchangeLimits:
     request_key: str = "run.max_request_bytes"
     response_key: str = "run.max_response_bytes"
 
-    def check_request(self, server: str, method: str, path: str, size: int) -> None:
-        """Refuse a body over ``max_request_bytes`` before any of it is sent."""
+    def check_request(self, server: str, method: str, url: str, size: int) -> None:
+        """Refuse a body over ``max_request_bytes`` before any of it is sent. The URL is
+        parsed for the path the refusal names only when it refuses: a ``urlsplit`` on every
+        request was a measurable part of the client's cost (``bench/http_client.py``)."""
         limit = self.max_request_bytes
         if limit is not None and size > limit:
+            path = urlsplit(url).path or "/"
             raise ExchangeRefused(
                 f"the request to {server!r} ({method} {path}) is {size} bytes, over the limit "
                 f"of {limit} bytes ({self.request_key}); not sent",
