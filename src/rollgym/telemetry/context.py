@@ -18,13 +18,26 @@ from opentelemetry import baggage, propagate, trace
 from opentelemetry import context as context_api
 from opentelemetry.context import Context
 from opentelemetry.trace import SpanContext
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from rollgym.telemetry import runtime_context
 from rollgym.telemetry.current_span import warn_once
 
 
 def extract_context(headers: Mapping[str, str]) -> Context:
-    """The caller's context from request headers (lower-case keys, as ASGI gives them)."""
+    """The caller's context from request headers (lower-case keys, as ASGI gives them).
+
+    With the default propagators and no ``baggage`` header (every hop between rollgym's own
+    processes), the W3C trace-context propagator alone reads them: the composite's baggage
+    step would return the same context unchanged, after four calls of its own on every
+    request a server takes."""
     try:
+        if (
+            _W3C_DEFAULT
+            and "baggage" not in headers
+            and propagate.get_global_textmap() is _DEFAULT_TEXTMAP
+        ):
+            return _TRACE_CONTEXT.extract(headers)
         return propagate.extract(headers)
     except Exception:
         warn_once("extracting trace context from headers failed")
@@ -60,6 +73,8 @@ _W3C_DEFAULT = os.environ.get("OTEL_PROPAGATORS", "tracecontext,baggage").replac
     "tracecontext,baggage",
     "tracecontext",
 )
+#: The W3C trace-context propagator, the default composite's first member (stateless).
+_TRACE_CONTEXT = TraceContextTextMapPropagator()
 
 
 def inject_span(headers: dict[str, str], span_context: SpanContext) -> str | None:
@@ -78,7 +93,7 @@ def inject_span(headers: dict[str, str], span_context: SpanContext) -> str | Non
     if (
         _W3C_DEFAULT
         and propagate.get_global_textmap() is _DEFAULT_TEXTMAP
-        and not context_api.get_current().get(_BAGGAGE_KEY)
+        and not runtime_context.get_current().get(_BAGGAGE_KEY)
     ):
         headers["traceparent"] = "00-%s-%016x-%02x" % (  # noqa: UP031 - the fastest spelling
             trace_id,
@@ -100,7 +115,7 @@ def inject_current(headers: dict[str, str]) -> str | None:
     valid span writes nothing, exactly as the propagator would, and a valid one writes
     ``traceparent`` in one step. Returns the trace id that went out, or None.
     """
-    context = context_api.get_current()
+    context = runtime_context.get_current()
     span_context = trace.get_current_span(context).get_span_context()
     if (
         _W3C_DEFAULT

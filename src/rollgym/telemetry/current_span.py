@@ -16,11 +16,10 @@ from dataclasses import KW_ONLY, dataclass, field
 from types import TracebackType
 
 from opentelemetry import context as context_api
-from opentelemetry import trace
 from opentelemetry.trace import INVALID_SPAN, Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.util.types import Attributes
 
-from rollgym.telemetry import names
+from rollgym.telemetry import names, runtime_context
 from rollgym.telemetry._state import state
 
 _log = logging.getLogger(__name__)
@@ -78,7 +77,7 @@ class current_span:  # noqa: N801 - used like the function it replaced: ``with c
             # given None): the same parent and the same attach target, two lookups fewer.
             context, attach_to = self.context, self.attach_to
             if context is None or attach_to is None:
-                current = context_api.get_current()
+                current = runtime_context.get_current()
                 context = current if context is None else context
                 attach_to = current if attach_to is None else attach_to
             span = state.tracer.start_span(
@@ -89,7 +88,7 @@ class current_span:  # noqa: N801 - used like the function it replaced: ``with c
                 links=self.links,
             )
             self._span = span
-            self._token = context_api.attach(trace.set_span_in_context(span, attach_to))
+            self._token = runtime_context.attach(runtime_context.with_span(span, attach_to))
         except Exception:
             warn_once(f"starting span {self.name!r} failed")
         return self._span
@@ -106,7 +105,7 @@ class current_span:  # noqa: N801 - used like the function it replaced: ``with c
         token = self._token
         if token is not None:
             try:
-                context_api.detach(token)  # type: ignore[arg-type]
+                runtime_context.detach(token)  # type: ignore[arg-type]
             except Exception:
                 warn_once("detaching a span's context failed")
         try:

@@ -35,7 +35,7 @@ from rollgym.identity import (
     rollout_id_of,
 )
 from rollgym.policy_versions import ANSWER_KEY, PolicyVersion, is_version, version_range
-from rollgym.telemetry import names
+from rollgym.telemetry import names, runtime_context
 from rollgym.telemetry.context import extract_context
 from rollgym.telemetry.current_span import current_span, warn_once
 from rollgym.telemetry.run_session import RUN_SESSION
@@ -194,7 +194,7 @@ def dispatch_span(
     parent: Context | None = None
     links: list[Link] | None = None
     if owned is not None:  # only then is the current span worth looking up
-        current = trace.get_current_span().get_span_context()
+        current = runtime_context.current_span().get_span_context()
         if current.is_valid and current == owned:
             parent, links = Context(), [Link(owned)]
     attributes = _dispatch_attributes(collector_row, dispatch_name, destination)

@@ -40,6 +40,7 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util.types import Attributes, AttributeValue
 
+from rollgym.telemetry import runtime_context
 from rollgym.telemetry.current_span import warn_once
 from rollgym.telemetry.pipeline.records import SpanRecord
 from rollgym.telemetry.sampling import (
@@ -64,11 +65,10 @@ MAX_EVENTS = 128
 MAX_LINKS = 128
 _time_ns = time.time_ns
 _get_current_span = trace.get_current_span
-_get_current_context = context_api.get_current
-#: The key under which the API keeps the current span in a ``Context``: read once through the
-#: API itself (``set_span_in_context``), not imported from its private module. Looking it up
-#: directly saves the ABC ``isinstance`` that ``get_current_span`` pays on every span start.
-_SPAN_KEY = next(iter(trace.set_span_in_context(trace.INVALID_SPAN, context_api.Context())))
+_get_current_context = runtime_context.get_current
+#: The key under which the API keeps the current span in a ``Context``. Looking it up directly
+#: saves the ABC ``isinstance`` that ``get_current_span`` pays on every span start.
+_SPAN_KEY = runtime_context.SPAN_KEY
 
 Sink = Callable[[SpanRecord], None]
 

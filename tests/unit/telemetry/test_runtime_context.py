@@ -1,0 +1,128 @@
+"""rollgym's direct context calls do what the OpenTelemetry API does, and the W3C extraction
+short way reads every header exactly as the global propagator does."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import pytest
+from opentelemetry import baggage, propagate, trace
+from opentelemetry import context as context_api
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from rollgym.telemetry import runtime_context
+from rollgym.telemetry._state import state
+from rollgym.telemetry.context import extract_context
+from rollgym.telemetry.current_span import current_span
+
+TRACE = "0af7651916cd43dd8448eb211c80319c"
+SPAN = "b7ad6b7169203331"
+
+
+def test_the_standard_runtime_is_read_directly():
+    # The default runtime: the functions are the variable's own C methods, not the API's.
+    assert runtime_context._CURRENT is not None
+    assert runtime_context.get_current == runtime_context._CURRENT.get
+
+
+def test_get_attach_detach_match_the_api():
+    span = trace.NonRecordingSpan(trace.SpanContext(1, 2, False))
+    before = context_api.get_current()
+    assert runtime_context.get_current() is before
+    ours = runtime_context.with_span(span, before)
+    theirs = trace.set_span_in_context(span, before)
+    assert ours == theirs and type(ours) is type(theirs)
+    token = runtime_context.attach(ours)
+    try:
+        # what the API and user code see is what rollgym made current
+        assert context_api.get_current() is ours
+        assert trace.get_current_span() is span
+        assert runtime_context.current_span() is span
+    finally:
+        runtime_context.detach(token)
+    assert context_api.get_current() is before
+    assert runtime_context.current_span() is trace.INVALID_SPAN
+
+
+def test_a_user_span_nests_under_rollgym_spans_and_back(exporter: InMemorySpanExporter):
+    tracer = trace.get_tracer("user")
+    with current_span("rollgym.outer") as outer:
+        with tracer.start_as_current_span("user.inner") as inner:
+            assert runtime_context.current_span() is inner
+            with current_span("rollgym.innermost") as innermost:
+                assert trace.get_current_span() is innermost
+        assert trace.get_current_span() is outer
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert spans["user.inner"].parent.span_id == spans["rollgym.outer"].context.span_id
+    assert spans["rollgym.innermost"].parent.span_id == spans["user.inner"].context.span_id
+    assert trace.get_current_span() is trace.INVALID_SPAN
+
+
+def test_a_span_left_in_another_task_warns_and_does_not_raise(exporter, caplog):
+    # The token was made in another task's context: reset raises there, the span still ends.
+    manager = current_span("crossing")
+    manager.__enter__()
+
+    async def elsewhere() -> None:
+        manager.__exit__(None, None, None)
+
+    asyncio.run(elsewhere())
+    assert [s.name for s in exporter.get_finished_spans()] == ["crossing"]
+    assert "detaching a span's context failed" in caplog.text
+    runtime_context.detach(manager._token)  # type: ignore[arg-type]  (restore this context)
+    assert state.tracer is not None
+
+
+def test_another_runtime_context_goes_through_the_api():
+    code = (
+        "import os; os.environ['OTEL_PYTHON_CONTEXT'] = 'nonexistent_runtime';\n"
+        "from opentelemetry import context as c\n"
+        "from rollgym.telemetry import runtime_context as r\n"
+        "print(r._CURRENT is None, r.get_current is c.get_current, r.attach is c.attach)\n"
+    )
+    # An unknown OTEL_PYTHON_CONTEXT makes the API fall back (and log); the short way then
+    # follows whatever runtime the API ended up with, so check both branches are coherent.
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    standard, api_get, api_attach = out.stdout.split()
+    assert (standard == "True") == (api_get == "True") == (api_attach == "True")
+
+
+HEADERS = [
+    {},
+    {"traceparent": f"00-{TRACE}-{SPAN}-01"},
+    {"traceparent": f"00-{TRACE}-{SPAN}-00"},
+    {"traceparent": f"  00-{TRACE}-{SPAN}-01\t"},
+    {"traceparent": f"00-{TRACE}-{SPAN}-01", "tracestate": "congo=t61rcWkgMzE,rojo=00f067aa"},
+    {"traceparent": f"00-{TRACE}-{SPAN}-01", "tracestate": "not a valid=state=="},
+    {"traceparent": f"00-{TRACE}-{SPAN}-01-extra"},
+    {"traceparent": f"01-{TRACE}-{SPAN}-01-future"},
+    {"traceparent": f"ff-{TRACE}-{SPAN}-01"},
+    {"traceparent": f"00-{TRACE.upper()}-{SPAN}-01"},
+    {"traceparent": f"00-{'0' * 32}-{SPAN}-01"},
+    {"traceparent": f"00-{TRACE}-{'0' * 16}-01"},
+    {"traceparent": f"00-{TRACE}-{SPAN}"},
+    {"traceparent": "x" * 600},
+    {"traceparent": ""},
+    {"traceparent": f"00-{TRACE}-{SPAN}-01", "baggage": "user=alice,run=7"},
+    {"baggage": "user=alice"},
+]
+
+
+@pytest.mark.parametrize("headers", HEADERS, ids=range(len(HEADERS)))
+def test_extraction_matches_the_global_propagator(headers: dict[str, str]):
+    ours, theirs = extract_context(headers), propagate.extract(headers)
+    ours_span = trace.get_current_span(ours).get_span_context()
+    theirs_span = trace.get_current_span(theirs).get_span_context()
+    assert ours_span == theirs_span
+    assert ours_span.is_remote == theirs_span.is_remote
+    assert ours_span.trace_flags == theirs_span.trace_flags
+    assert ours_span.trace_state == theirs_span.trace_state
+    assert baggage.get_all(ours) == baggage.get_all(theirs)
+    assert ours.keys() == theirs.keys()  # the span objects differ only by identity
+
+
+def test_extraction_without_a_traceparent_is_an_empty_context():
+    assert extract_context({"host": "x"}) == Context()
