@@ -219,7 +219,9 @@ class TelemetryMiddleware:
 def _headers(scope: Scope) -> dict[str, str]:
     """The request's headers as the propagator's carrier; a rollout-scoped path's
     ``traceparent`` segment stands in for a missing header (:mod:`.scoped_context`)."""
-    headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope["headers"]}
+    from rollgym.telemetry.context import asgi_carrier  # traced requests only
+
+    headers = asgi_carrier(scope["headers"])
     if "traceparent" not in headers:
         carried = traceparent_in_path(scope["path"])
         if carried is not None:

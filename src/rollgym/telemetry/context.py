@@ -12,7 +12,7 @@ a long-lived worker.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from opentelemetry import baggage, propagate, trace
 from opentelemetry import context as context_api
@@ -42,6 +42,25 @@ def extract_context(headers: Mapping[str, str]) -> Context:
     except Exception:
         warn_once("extracting trace context from headers failed")
         return Context()
+
+
+#: What the default propagators read from a request: W3C trace context and baggage.
+_W3C_HEADERS = frozenset((b"traceparent", b"tracestate", b"baggage"))
+
+
+def asgi_carrier(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """An ASGI request's headers (lower-case byte names) as the propagator's carrier.
+
+    With the default propagators only the three headers they read are decoded (a request
+    carries half a dozen others that no propagator looks at); with any other propagator, all
+    of them, since it may read any header. Repeated headers: the last one, as before."""
+    if _W3C_DEFAULT and propagate.get_global_textmap() is _DEFAULT_TEXTMAP:
+        return {
+            key.decode("latin-1"): value.decode("latin-1")
+            for key, value in raw
+            if key in _W3C_HEADERS
+        }
+    return {key.decode("latin-1"): value.decode("latin-1") for key, value in raw}
 
 
 def attach_context(ctx: Context) -> object | None:

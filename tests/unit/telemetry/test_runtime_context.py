@@ -11,11 +11,13 @@ import pytest
 from opentelemetry import baggage, propagate, trace
 from opentelemetry import context as context_api
 from opentelemetry.context import Context
+from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from rollgym.telemetry import runtime_context
 from rollgym.telemetry._state import state
-from rollgym.telemetry.context import extract_context
+from rollgym.telemetry.context import asgi_carrier, extract_context
 from rollgym.telemetry.current_span import current_span
 
 TRACE = "0af7651916cd43dd8448eb211c80319c"
@@ -126,3 +128,33 @@ def test_extraction_matches_the_global_propagator(headers: dict[str, str]):
 
 def test_extraction_without_a_traceparent_is_an_empty_context():
     assert extract_context({"host": "x"}) == Context()
+
+
+RAW = [
+    (b"host", b"127.0.0.1:8000"),
+    (b"traceparent", f"00-{TRACE}-{SPAN}-01".encode()),
+    (b"user-agent", b"rollgym"),
+    (b"baggage", b"user=alice"),
+    (b"tracestate", b"rojo=00f067aa"),
+]
+
+
+def test_the_carrier_holds_what_the_default_propagators_read():
+    assert asgi_carrier(RAW) == {
+        "traceparent": f"00-{TRACE}-{SPAN}-01",
+        "baggage": "user=alice",
+        "tracestate": "rojo=00f067aa",
+    }
+    full = {key.decode(): value.decode() for key, value in RAW}
+    assert propagate.extract(asgi_carrier(RAW)).keys() == propagate.extract(full).keys()
+
+
+def test_another_propagator_gets_every_header():
+    before = propagate.get_global_textmap()
+    propagate.set_global_textmap(CompositePropagator([TraceContextTextMapPropagator()]))
+    try:
+        assert asgi_carrier(RAW) == {key.decode(): value.decode() for key, value in RAW}
+        # and extraction goes through that propagator, which reads no baggage
+        assert baggage.get_all(extract_context(asgi_carrier(RAW))) == {}
+    finally:
+        propagate.set_global_textmap(before)
