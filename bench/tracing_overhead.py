@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -43,6 +44,7 @@ from rollgym import (
 )
 from rollgym.telemetry.env_vars import ROLLGYM_SPAN_PIPELINE  # noqa: E402
 from rollgym.telemetry.groups import ALL_GROUPS, configure_gate  # noqa: E402
+from rollgym.telemetry.pipeline.exporter_process import CHILD_MODULE  # noqa: E402
 from rollgym.telemetry.pipeline.shipper import SpanShipper  # noqa: E402
 from rollgym.telemetry.settings import TelemetrySettings  # noqa: E402
 from rollgym.telemetry.setup import setup_telemetry  # noqa: E402
@@ -138,14 +140,46 @@ async def traced_round(
     handle = setup_telemetry(settings, service_name="rollgym-bench", run_id="bench")
     child_s = 0.0
     try:
-        rate = await collect(url, n)
         shipper = handle.processor
         if isinstance(shipper, SpanShipper):
-            await asyncio.to_thread(shipper.flush, 30.0)
+            child_starts.append(_how_started(shipper.child_pid))
+        rate = await collect(url, n)
+        if isinstance(shipper, SpanShipper):
+            await _on_own_thread(shipper.flush, 30.0)
             child_s = _OtherProcesses.cpu(psutil.Process(shipper.child_pid))
     finally:
-        await asyncio.to_thread(handle.shutdown, 30.0)
+        await _on_own_thread(handle.shutdown, 30.0)
     return rate, handle.counts(), child_s
+
+
+#: How each traced round's exporter child started: ``forked`` (as ``rollgym run``'s driver
+#: starts it, one thread running) or ``spawned`` (a new interpreter: threads were running).
+child_starts: list[str] = []
+
+
+def _how_started(pid: int) -> str:
+    spawned = CHILD_MODULE in " ".join(psutil.Process(pid).cmdline())
+    return "spawned" if spawned else "forked"
+
+
+async def _on_own_thread(call: Callable[[float], object], limit_s: float) -> None:
+    """``call(limit_s)`` on a thread that ends with it. Not ``asyncio.to_thread``: the default
+    executor's threads stay, and with a second thread running the next round's exporter child
+    would be spawned (a new interpreter, about 0.1 s of CPU on the other core) where the
+    driver of ``rollgym run``, one thread running, forks it."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def run() -> None:
+        try:
+            call(limit_s)
+        finally:
+            loop.call_soon_threadsafe(done.set_result, None)
+
+    thread = threading.Thread(target=run, name="bench-flush")
+    thread.start()
+    await done
+    thread.join()
 
 
 async def measure(
@@ -185,14 +219,14 @@ async def measure(
     return out
 
 
-def child_start_up_s(endpoint: str) -> float:
-    """CPU seconds one span exporter child spends starting (interpreter, imports, config),
-    read once it has sat idle for a second: the part of a round's child CPU that a run pays
-    once per process, not per rollout. A second thread runs meanwhile, as the executor's do
-    during the rounds, so the child is spawned as theirs were (not forked)."""
+def child_start_up_s(endpoint: str, spawned: bool) -> float:
+    """CPU seconds one span exporter child spends starting (imports, config; with ``spawned``
+    a new interpreter too), read once it has sat idle for a second: the part of a round's
+    child CPU that a run pays once per process, not per rollout. ``spawned``: a second thread
+    runs meanwhile, so the child is spawned, not forked."""
     done = threading.Event()
-    beside = threading.Thread(target=done.wait, daemon=True)
-    beside.start()
+    if spawned:
+        threading.Thread(target=done.wait, daemon=True).start()
     try:
         shipper = SpanShipper(url=f"{endpoint}/v1/traces", headers=None, resource={}, timeout_s=5.0)
     finally:
@@ -223,7 +257,10 @@ def main() -> None:
                 result = event_loop.run(
                     measure(agent.url, n, rounds, store.endpoint, pipelines, others)
                 )
-                start_up_s = child_start_up_s(store.endpoint)
+                start_up_s = {
+                    way: child_start_up_s(store.endpoint, way == "spawned")
+                    for way in ("forked", "spawned")
+                }
         finally:
             store.stop()
     off = result["off"]
@@ -250,10 +287,13 @@ def main() -> None:
         )
         print(f"  {_collections(result[f'gc {pipeline}'])}")
         print(f"  {_others(result[f'others {pipeline}'])}")
-    print(
-        f"  of the span exporter child's CPU, its start-up (once per process): "
-        f"{start_up_s:.2f} s, {start_up_s / n * 1e6:.1f} us a rollout of a {n}-rollout round"
-    )
+    started = ", ".join(f"{child_starts.count(way)} {way}" for way in ("forked", "spawned"))
+    print(f"  the rounds' span exporter children: {started} (rollgym run's driver forks its own)")
+    for way, seconds in start_up_s.items():
+        print(
+            f"  of the span exporter child's CPU, its start-up {way} (once per process): "
+            f"{seconds:.2f} s, {seconds / n * 1e6:.1f} us a rollout of a {n}-rollout round"
+        )
     exported = sum(c["spans_exported"] for c in result["counts"])
     dropped = sum(c["spans_dropped"] for c in result["counts"])
     print(
