@@ -9,12 +9,15 @@ back with ``opentelemetry-proto``.
 from __future__ import annotations
 
 import itertools
+import json
 import marshal
 import os
 import signal
+import sqlite3
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,12 +37,14 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from rollgym.telemetry import spans
 from rollgym.telemetry.groups import configure_gate
 from rollgym.telemetry.pipeline import records as R
+from rollgym.telemetry.pipeline.frames import pack_record, unpack_frame
 from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
 from rollgym.telemetry.pipeline.shipper import SpanShipper, clean_record
 from rollgym.telemetry.pipeline.wire import encode_request
 from rollgym.telemetry.sampling import SingleTraceIdGenerator
 from rollgym.telemetry.settings import TelemetrySettings
 from rollgym.telemetry.setup import setup_telemetry
+from rollgym.tracestore.store_process import start_trace_store
 
 RESOURCE = {"service.name": "rollgym-test", "gym.run.id": "run-1"}
 #: The context key the API keeps the current span under (read through the API, as the code does).
@@ -129,7 +134,8 @@ def _our_records() -> list[R.SpanRecord]:
 
 
 def test_our_encoding_of_our_spans_equals_the_sdk_encoding_of_sdk_spans() -> None:
-    records = marshal.loads(marshal.dumps(_our_records()))  # what crosses the pipe
+    # what crosses the pipe: each record packed as its span ended, a frame of them
+    records = unpack_frame(marshal.dumps([pack_record(r) for r in _our_records()]))
     ours = ExportTraceServiceRequest()
     ours.ParseFromString(encode_request(RESOURCE, records))
     theirs = _sdk_request()
@@ -170,6 +176,29 @@ def test_invalid_attribute_types_are_cleaned_before_the_pipe() -> None:
     cleaned = clean_record(record)
     assert cleaned[R.ATTRIBUTES] == {"good": "x"}
     assert marshal.loads(marshal.dumps([cleaned]))[0][R.NAME] == "s"
+
+
+def test_the_shipper_cleans_what_marshal_refuses_and_the_store_gets_the_rest(
+    tmp_path: Path,
+) -> None:
+    class Opaque:
+        pass
+
+    store = start_trace_store(tmp_path / "traces.db", tmp_path / "store.log")
+    try:
+        shipper = _shipper(url=f"{store.endpoint}/v1/traces", timeout_s=10.0)
+        provider = RecordingTracerProvider(shipper.on_end, on_flush=shipper.flush)
+        tracer = provider.get_tracer("rollgym")
+        tracer.start_span("bad", attributes={"bad": Opaque(), "good": "x"}).end()
+        tracer.start_span("fine", attributes={"n": 1}).end()
+        assert provider.force_flush(30_000)
+        shipper.shutdown(timeout_s=10.0)
+        assert shipper.counts.exported == 2
+    finally:
+        store.stop()
+    with sqlite3.connect(tmp_path / "traces.db") as db:
+        rows = dict(db.execute("SELECT name, attributes FROM spans"))
+    assert json.loads(rows["bad"]) == {"good": "x"} and json.loads(rows["fine"]) == {"n": 1}
 
 
 def test_unsampled_spans_are_not_recording_and_never_reach_the_sink() -> None:

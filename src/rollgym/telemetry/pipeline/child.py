@@ -13,8 +13,9 @@ Protocol (all frames are a 4-byte big-endian length, then :mod:`marshal` bytes):
 
 - first frame: a dict ``{"url", "headers", "timeout_s", "patience_s", "compression",
   "resource"}``;
-- every later frame: a list of span records, posted as ``ExportTraceServiceRequest`` s of at
-  most the current batch size (:class:`BatchSize`);
+- every later frame: a list of span records, each marshalled on its own as its span ended
+  (:func:`~rollgym.telemetry.pipeline.frames.unpack_frame`), posted as
+  ``ExportTraceServiceRequest`` s of at most the current batch size (:class:`BatchSize`);
 - for each request it writes one line to stdout: ``ok <n>``, ``fail <n>`` or ``unknown <n>``.
 
 ``unknown``: the whole request was sent and the backend did not answer within the request
@@ -41,7 +42,7 @@ import time
 from typing import Any, BinaryIO
 
 from rollgym.defaults import SPAN_EXPORT_BATCH_SIZE
-from rollgym.telemetry.pipeline.frames import STOP_RETRYING, read_frame
+from rollgym.telemetry.pipeline.frames import STOP_RETRYING, read_frame, unpack_frame
 from rollgym.telemetry.pipeline.native import encode_request
 from rollgym.telemetry.pipeline.transport import NoAnswer, NotSent, transport_for
 from rollgym.urls import redact_url
@@ -175,7 +176,7 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
         frame = read_frame(inp)
         if frame is None:
             return
-        records = marshal.loads(frame)
+        records = unpack_frame(frame)
         start = 0
         while start < len(records):
             part = records[start : start + size.spans]

@@ -1,15 +1,18 @@
 """The protocol between the recording process and its exporter child: framing, one signal.
 
-A frame is a 4-byte big-endian length, then that many bytes of :mod:`marshal` data. marshal
-(rather than pickle or JSON) because both ends are the same interpreter build, it is the
-fastest serialiser CPython has for tuples of ints and strings, and it cannot run code.
+A frame is a 4-byte big-endian length, then that many bytes of :mod:`marshal` data: the first
+the child's settings, every later one a list of span records, each packed on its own
+(:func:`pack_record`) when its span ended. marshal (rather than pickle or JSON) because both
+ends are the same interpreter build, it is the fastest serialiser CPython has for tuples of
+ints and strings, and it cannot run code.
 """
 
 from __future__ import annotations
 
+import marshal
 import signal
 import struct
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 HEADER = struct.Struct(">I")
 #: Sent by the parent at its flush limit: from then on the child tries every batch once.
@@ -29,3 +32,13 @@ def read_frame(stream: BinaryIO) -> bytes | None:
     (size,) = HEADER.unpack(head)
     body = stream.read(size)
     return body if len(body) == size else None
+
+
+#: One span record as bytes (raises ValueError for a value marshal cannot write).
+pack_record = marshal.dumps
+
+
+def unpack_frame(frame: bytes) -> list[tuple[Any, ...]]:
+    """The span records of one frame: a marshalled list of :func:`pack_record` bytes."""
+    loads = marshal.loads
+    return [loads(packed) for packed in loads(frame)]

@@ -1,8 +1,10 @@
 """The compact span record: what a finished span becomes in the recording process.
 
-Why a plain tuple: it is the cheapest object Python can build on the event loop, it holds no
-reference cycles (so the garbage collector never has to trace it), and :mod:`marshal` turns a
-list of them into bytes at C speed for the exporter child. The fields, by position:
+Why a plain tuple: it is the cheapest object Python can build on the event loop, and
+:mod:`marshal` turns it into bytes at C speed for the exporter child. The shipper packs each
+record as its span ends (a tuple and its dicts are objects the garbage collector tracks for as
+long as they live; bytes are not), so a record's objects live no longer than its span. The
+fields, by position:
 
 ====  =====================  =================================================================
  0    trace_id               int (128 bit)
