@@ -33,6 +33,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from rollgym.url_origin import split_origin
+
 #: ``ROLLGYM_HTTP_CLIENT=aiohttp`` sends every exchange through aiohttp (for comparing the two
 #: side by side: ``bench/http_client.py``, ``bench/cpu_per_rollout.py --against``).
 ENV_CLIENT = "ROLLGYM_HTTP_CLIENT"
@@ -115,7 +117,23 @@ class Target(NamedTuple):
 @functools.lru_cache(maxsize=4096)
 def target(url: str) -> Target | None:
     """The target of ``url`` when this module can send it (plain ``http``, no credentials in
-    it), else None. Cached: a process posts to a handful of URLs over and over."""
+    it), else None. Cached: a process posts to a handful of URLs over and over.
+
+    A URL new to the cache (every rollout-scoped model URL is) is parsed only as far as its
+    origin, whose parts are cached in turn (:mod:`rollgym.url_origin`); a URL whose path
+    ``urlsplit`` would change (a tab, CR or LF in it, a fragment) is parsed whole, as before.
+    """
+    split = split_origin(url)
+    if split is None:
+        return _parsed_target(url)
+    origin, rest = split
+    base = _parsed_target(origin)
+    return None if base is None else Target(base.host, base.port, base.authority, rest)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed_target(url: str) -> Target | None:
+    """:func:`target` by ``urlsplit`` of the whole URL (cached per origin for the short way)."""
     parts = urlsplit(url)
     if parts.scheme.lower() != "http" or "@" in parts.netloc or not parts.hostname:
         return None
