@@ -307,3 +307,31 @@ async def test_the_request_line_is_what_urlsplit_leaves_of_a_url(path: str, sent
     request_line, _, headers = server.heads[1].decode().partition("\r\n")
     assert request_line == f"POST {sent} HTTP/1.1"
     assert "evil" not in headers and headers.startswith(f"Host: {origin[7:]}\r\n")
+
+
+async def test_the_time_limit_covers_the_wait_for_a_slot_in_a_full_pool() -> None:
+    async with (
+        scripted(lambda n: None if n == 1 else _sized(b"{}")) as (server, url),
+        HttpClient(limit=1) as client,
+    ):
+        hanging = asyncio.ensure_future(client.post_json("agent", url, {}, timeout=30))
+        while server.requests < 1:
+            await asyncio.sleep(0.01)
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(RequestTimeout, match=r"within 0.3s"):
+            await client.post_json("agent", url, {}, timeout=0.3)
+        assert asyncio.get_running_loop().time() - started < 5
+        hanging.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await hanging
+        after = await client.post_json("agent", url, {}, timeout=5)
+    assert after.status == 200 and server.requests == 2
+
+
+async def test_an_exchange_under_its_deadline_leaves_no_timer_behind() -> None:
+    async with scripted(lambda n: _sized(b'{"n":%d}' % n)) as (server, url), HttpClient() as client:
+        for i in range(3):
+            assert (await client.post_json("agent", url, {}, timeout=0.05)).data == {"n": i + 1}
+        await asyncio.sleep(0.1)  # past every deadline: nothing fires, the connection stays
+        assert (await client.post_json("agent", url, {}, timeout=5)).data == {"n": 4}
+    assert server.connections == 1
