@@ -122,7 +122,9 @@ def _pieces() -> dict[str, float]:
     return {
         "lean target, new scoped URL": _best(target, nothing),
         "client span attributes, new scoped URL": _best(attributes, nothing),
-        "traceparent in (extract_context)": _best(lambda: lambda: extract_context(headers), nothing),
+        "traceparent in (extract_context)": _best(
+            lambda: lambda: extract_context(headers), nothing
+        ),
         "arithmetic evaluate": _best(evaluating, clear_evaluate),
         "simulated policy's arithmetic reply": _best(replying, clear_evaluate),
         "arithmetic environment seed + verify": _best(environment, clear_evaluate),
