@@ -17,6 +17,9 @@ same server after a warm-up; the figure is each child's own CPU per request over
 (its start-up and warm-up excluded), as a ratio of medians.
 
     python bench/http_client.py --against-src /path/to/other/src [-n 5000] [--rounds 6]
+
+``--timeout S`` gives every request a time limit of ``S`` seconds, as a server's rollout calls
+have (``request_timeout_s``), so the cost of enforcing one is in the figure.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ from rollgym.http.lean import ENV_CLIENT
 
 CONCURRENCY = 32
 WAYS = {"lean": "", "aiohttp": "aiohttp"}
+#: Each request's time limit (``--timeout``); None: none, as the driver's posts without one.
+TIMEOUT: float | None = None
 
 
 async def _round(url: str, n: int, way: str) -> tuple[float, float]:
@@ -52,7 +57,8 @@ async def _round(url: str, n: int, way: str) -> tuple[float, float]:
 
         async def worker() -> None:
             for i in todo:
-                answer = await client.post_json("echo", url + "/run", {"q": i, "pad": "x" * 200})
+                body = {"q": i, "pad": "x" * 200}
+                answer = await client.post_json("echo", url + "/run", body, timeout=TIMEOUT)
                 if answer.status != 200 or answer.data["q"] != i:
                     raise SystemExit(f"{way}: HTTP {answer.status} {answer.text}")
 
@@ -108,8 +114,9 @@ def _child_cpu(src: str, url: str, n: int) -> float:
     """Client CPU seconds of ``n`` requests in a child importing rollgym from ``src``."""
     env = {**os.environ, "PYTHONPATH": src}
     env.pop(ENV_CLIENT, None)
+    limit = [] if TIMEOUT is None else ["--timeout", str(TIMEOUT)]
     done = subprocess.run(
-        [sys.executable, __file__, "--child", url, "-n", str(n)],
+        [sys.executable, __file__, "--child", url, "-n", str(n), *limit],
         env=env,
         capture_output=True,
         text=True,
@@ -152,7 +159,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--against-src", metavar="DIR", help="another checkout's src to compare")
     parser.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--timeout", type=float, help="each request's time limit, seconds")
     args = parser.parse_args()
+    global TIMEOUT
+    TIMEOUT = args.timeout
     runner = asyncio.Runner(loop_factory=loop_factory())
     if args.child:
         runner.run(_child_async(args.child, args.n))

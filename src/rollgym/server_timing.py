@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Mapping
+from contextvars import ContextVar, Token
 from typing import Final
 
 #: The response header (its standard name; HTTP header names are case-insensitive).
@@ -63,16 +62,27 @@ class Timings:
 _current: ContextVar[Timings | None] = ContextVar("rollgym_server_timing", default=None)
 
 
-@contextmanager
-def collecting(timings: Timings | None = None) -> Iterator[Timings]:
+class collecting:  # noqa: N801 - used like a function: ``with collecting() as timings:``
     """A scope (one request's, or one rollout's) that :func:`note` adds to, into ``timings``
-    (a new one by default); scopes nest, the inner one wins."""
-    timings = Timings() if timings is None else timings
-    token = _current.set(timings)
-    try:
-        yield timings
-    finally:
-        _current.reset(token)
+    (a new one by default); scopes nest, the inner one wins.
+
+    A class, not a generator: every request of every server opens one, and a generator-based
+    context manager costs a generator and its frames each time."""
+
+    __slots__ = ("_timings", "_token")
+
+    def __init__(self, timings: Timings | None = None) -> None:
+        self._timings = Timings() if timings is None else timings
+        self._token: Token[Timings | None] | None = None
+
+    def __enter__(self) -> Timings:
+        self._token = _current.set(self._timings)
+        return self._timings
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _current.reset(self._token)
+            self._token = None
 
 
 def current() -> Timings | None:

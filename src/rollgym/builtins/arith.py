@@ -7,7 +7,9 @@ really computes it), so the two agree by construction. Values are exact fraction
 from __future__ import annotations
 
 import ast
+import functools
 import operator
+import re
 from collections.abc import Callable
 from fractions import Fraction
 
@@ -19,15 +21,44 @@ _BINARY: dict[type[ast.operator], Callable[[Fraction, Fraction], Fraction]] = {
 }
 #: Longest expression accepted: a guard against pathological inputs, not a feature limit.
 MAX_LENGTH = 500
+#: ``a op b`` of two integers (each may carry a ``-``), the form of every ``{a, b, op}`` task:
+#: what Python's parser reads as the same two numbers and one operator. ASCII digits only and
+#: no leading zero (``07`` is a syntax error to the parser), single spaces or none between.
+_TWO_INTEGERS = re.compile(r"(-?)(0|[1-9][0-9]*) ?([-+*/]) ?(-?)(0|[1-9][0-9]*)")
+_OPERATORS: dict[str, Callable[[Fraction, Fraction], Fraction]] = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": operator.truediv,
+}
 
 
+@functools.lru_cache(maxsize=4096)
 def evaluate(expression: str) -> Fraction:
     """The exact value of an expression of numbers, + - * /, unary minus and parentheses.
 
     Raises ``ValueError`` for anything else (names, calls, powers, division by zero).
+
+    Cached (a task's repeats, the environment's answer and the policy's, evaluate the same
+    text), and ``a op b`` of two integers, the form of every ``{a, b, op}`` task, skips the
+    parser (``ast.parse`` and compiling were most of the CPU here); the value and every error
+    are the same either way (a test compares the two on many expressions).
     """
     if len(expression) > MAX_LENGTH:
         raise ValueError(f"expression longer than {MAX_LENGTH} characters")
+    simple = _TWO_INTEGERS.fullmatch(expression.strip())
+    if simple is not None:
+        left_sign, left, op, right_sign, right = simple.groups()
+        a = -int(left) if left_sign else int(left)
+        b = -int(right) if right_sign else int(right)
+        if op == "/" and b == 0:
+            raise ValueError("division by zero")
+        return _OPERATORS[op](Fraction(a), Fraction(b))
+    return _parsed(expression)
+
+
+def _parsed(expression: str) -> Fraction:
+    """:func:`evaluate` by Python's parser: any expression it accepts."""
     try:
         tree = ast.parse(expression.strip(), mode="eval")
     except SyntaxError:
@@ -64,7 +95,12 @@ def format_number(value: Fraction) -> str:
 
 
 def parse_number(text: str) -> Fraction | None:
-    """``"33"``, ``"-2.5"``, ``"7/2"`` -> a Fraction; None when it is not a number."""
+    """``"33"``, ``"-2.5"``, ``"7/2"`` -> a Fraction; None when it is not a number.
+
+    Plain ASCII digits (the usual answer) skip ``Fraction``'s string parse: the same value."""
+    digits = text.strip()
+    if digits.isascii() and digits.isdigit():
+        return Fraction(int(digits))
     try:
         return Fraction(text.strip().replace(",", ""))
     except (ValueError, ZeroDivisionError):

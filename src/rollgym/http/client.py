@@ -508,18 +508,25 @@ class HttpClient:
     ) -> _Answer:
         limit = self.limits.max_response_bytes
         on_connection = exchange.on_connection if exchange.observed else None
-        async with asyncio.timeout(exchange.timeout):
-            try:
-                answer = await pool.exchange(
-                    where, request, limit=limit, on_connection=on_connection
-                )
-            except lean.ServerDisconnected as exc:
-                if not exc.reused or exc.answer_started:
-                    raise
-                self.resent += 1  # the keep-alive race: never read, safe to send again
-                answer = await pool.exchange(
-                    where, request, limit=limit, fresh=True, on_connection=on_connection
-                )
+        # A deadline, not ``asyncio.timeout``: one timer for the answer (lean.py's module doc).
+        seconds = exchange.timeout
+        deadline = None if seconds is None else asyncio.get_running_loop().time() + seconds
+        try:
+            answer = await pool.exchange(
+                where, request, limit=limit, on_connection=on_connection, deadline=deadline
+            )
+        except lean.ServerDisconnected as exc:
+            if not exc.reused or exc.answer_started:
+                raise
+            self.resent += 1  # the keep-alive race: never read, safe to send again
+            answer = await pool.exchange(
+                where,
+                request,
+                limit=limit,
+                fresh=True,
+                on_connection=on_connection,
+                deadline=deadline,
+            )
         return answer
 
     async def _aiohttp_hop(self, exchange: _Exchange, hop: _Hop) -> _Answer:

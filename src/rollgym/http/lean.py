@@ -16,8 +16,13 @@ compressed length), and any other coding is a :class:`BadAnswer`.
 Errors are this module's own (:class:`LeanError` and its children) and carry what the client
 needs to translate them (was the connection refused? had the answer started? was the
 connection a pooled one?); the client turns them into rollgym's transport errors at its one
-boundary. Time limits are the caller's (``asyncio.timeout`` around :meth:`LeanPool.exchange`):
-a connection that is cancelled or timed out mid-exchange is closed, never pooled again.
+boundary. Time limits are the caller's: a ``deadline`` (the loop's clock) given to
+:meth:`LeanPool.exchange`, or ``asyncio.timeout`` around it. Either way a connection that is
+cancelled or timed out mid-exchange is closed, never pooled again, and the exchange raises
+``TimeoutError``. The deadline is the cheap way for the common case (a pooled connection, a
+free slot): one timer on the loop for the answer, where ``asyncio.timeout`` costs a context
+manager, a timer and a task cancellation (profiled: the costliest Python item of an agent's
+client calls); a wait for a slot or a new connection still runs under ``asyncio.timeout_at``.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from typing import NamedTuple, cast
 from urllib.parse import urlsplit
 
 import httptools
+
+from rollgym.url_origin import split_origin
 
 #: ``ROLLGYM_HTTP_CLIENT=aiohttp`` sends every exchange through aiohttp (for comparing the two
 #: side by side: ``bench/http_client.py``, ``bench/cpu_per_rollout.py --against``).
@@ -115,7 +122,23 @@ class Target(NamedTuple):
 @functools.lru_cache(maxsize=4096)
 def target(url: str) -> Target | None:
     """The target of ``url`` when this module can send it (plain ``http``, no credentials in
-    it), else None. Cached: a process posts to a handful of URLs over and over."""
+    it), else None. Cached: a process posts to a handful of URLs over and over.
+
+    A URL new to the cache (every rollout-scoped model URL is) is parsed only as far as its
+    origin, whose parts are cached in turn (:mod:`rollgym.url_origin`); a URL whose path
+    ``urlsplit`` would change (a tab, CR or LF in it, a fragment) is parsed whole, as before.
+    """
+    split = split_origin(url)
+    if split is None:
+        return _parsed_target(url)
+    origin, rest = split
+    base = _parsed_target(origin)
+    return None if base is None else Target(base.host, base.port, base.authority, rest)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed_target(url: str) -> Target | None:
+    """:func:`target` by ``urlsplit`` of the whole URL (cached per origin for the short way)."""
     parts = urlsplit(url)
     if parts.scheme.lower() != "http" or "@" in parts.netloc or not parts.hostname:
         return None
@@ -156,6 +179,8 @@ class _Connection(asyncio.Protocol):
         self.idle_since = 0.0
         self._waiter: asyncio.Future[None] | None = None
         self._limit: int | None = None
+        #: Whether the exchange in progress passed its deadline (see :meth:`_expire`).
+        self._expired = False
         self._reset()
 
     def _reset(self) -> None:
@@ -239,20 +264,38 @@ class _Connection(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def exchange(self, request: bytes, limit: int | None) -> Answer:
-        """Write ``request`` and read its whole answer."""
+    def _expire(self) -> None:
+        """The deadline passed before the whole answer came: the exchange ends with
+        ``TimeoutError`` and the connection, its answer half read, is closed."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            self._expired = True
+            self.close()
+            waiter.set_result(None)
+
+    async def exchange(
+        self, request: bytes, limit: int | None, deadline: float | None = None
+    ) -> Answer:
+        """Write ``request`` and read its whole answer; ``TimeoutError`` past ``deadline``
+        (the loop's clock; None: no limit here)."""
         if self.closed or self.transport is None or self.transport.is_closing():
             raise ServerDisconnected(
                 "the pooled connection was already closed", reused=True, answer_started=False
             )
         self._reset()
         self._limit = limit
+        self._expired = False
         self._waiter = waiter = self._loop.create_future()
+        timer = None if deadline is None else self._loop.call_at(deadline, self._expire)
         try:
             self.transport.write(request)
             await waiter
         finally:
             self._waiter = None
+            if timer is not None:
+                timer.cancel()
+        if self._expired:
+            raise TimeoutError
         if self.error is not None:
             raise self.error
         coding = _dict_get(self.headers, "content-encoding")
@@ -317,22 +360,33 @@ class LeanPool:
         limit: int | None,
         fresh: bool = False,
         on_connection: Callable[[float], None] | None = None,
+        deadline: float | None = None,
     ) -> Answer:
         """Send ``request`` (head and body) on a pooled connection, or a new one (``fresh``:
-        always new); ``on_connection(seconds)`` gets the wait until a connection was ready."""
+        always new); ``on_connection(seconds)`` gets the wait until a connection was ready.
+        ``TimeoutError`` when the whole exchange, waits included, passes ``deadline`` (the
+        loop's clock; None: none here)."""
         started = time.perf_counter() if on_connection is not None else 0.0
         slots = self._slots
         if slots is not None:
-            await slots.acquire()
+            if deadline is None or not slots.locked():
+                await slots.acquire()
+            else:
+                async with asyncio.timeout_at(deadline):
+                    await slots.acquire()
         try:
             connection = None if fresh else self._pooled(where)
             if connection is None:
-                connection = await self._connect(where)
+                if deadline is None:
+                    connection = await self._connect(where)
+                else:
+                    async with asyncio.timeout_at(deadline):
+                        connection = await self._connect(where)
             if on_connection is not None:
                 on_connection(time.perf_counter() - started)
             ok = False
             try:
-                answer = await connection.exchange(request, limit)
+                answer = await connection.exchange(request, limit, deadline)
                 ok = connection.keep_alive and not connection.closed
             finally:
                 if ok:

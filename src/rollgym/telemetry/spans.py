@@ -39,6 +39,7 @@ from rollgym.telemetry import names, runtime_context
 from rollgym.telemetry.context import extract_context
 from rollgym.telemetry.current_span import current_span, warn_once
 from rollgym.telemetry.run_session import RUN_SESSION
+from rollgym.url_origin import split_origin
 from rollgym.urls import redact_url
 
 #: ``SpanContext`` of the ``gym.job`` span this process opened as a standalone trace root, for
@@ -535,11 +536,16 @@ def sandbox_destroy_span(rollout_id: str | None, sandbox_id: str) -> AbstractCon
 
 
 # --- HTTP --------------------------------------------------------------------------------------------
-#: Client-span attributes per (method, destination, url): the driver posts to the same few URLs
-#: all run long, so parsing each URL once keeps the traced hot path short. Bounded, because
-#: rollout-scoped model URLs are distinct per rollout.
+#: Client-span attributes per (method, destination, url, route): the driver posts to the same
+#: few URLs all run long, so parsing each URL once keeps the traced hot path short. Bounded,
+#: because rollout-scoped model URLs are distinct per rollout.
 _CLIENT_ATTRIBUTES: dict[tuple[str, str, str, str | None], dict[str, AttributeValue]] = {}
 _CLIENT_ATTRIBUTES_MAX = 1024
+#: The same per *origin* (plus the ``url.full`` of the origin alone), for a URL new to the
+#: cache above: a rollout-scoped URL then costs one split and one dict, not a ``urlsplit``.
+_ORIGIN_ATTRIBUTES: dict[
+    tuple[str, str, str, str | None], tuple[dict[str, AttributeValue], str | None]
+] = {}
 
 
 def _client_attributes(
@@ -549,7 +555,42 @@ def _client_attributes(
     attributes = _CLIENT_ATTRIBUTES.get(key)
     if attributes is not None:
         return attributes
-    attributes = {names.HTTP_REQUEST_METHOD: method, names.DESTINATION_SERVER_NAME: destination}
+    split = split_origin(url)
+    if split is None:
+        attributes = _parsed_client_attributes(method, destination, url, route)
+    else:
+        origin, rest = split
+        origin_key = (method, destination, origin, route)
+        shared = _ORIGIN_ATTRIBUTES.get(origin_key)
+        if shared is None:
+            if len(_ORIGIN_ATTRIBUTES) >= _CLIENT_ATTRIBUTES_MAX:
+                _ORIGIN_ATTRIBUTES.clear()
+            base = _parsed_client_attributes(method, destination, origin, route)
+            full = base.pop(names.URL_FULL, None)
+            shared = _ORIGIN_ATTRIBUTES[origin_key] = (base, _as_str(full))
+        base, origin_full = shared
+        attributes = dict(base)
+        if origin_full is not None:
+            # urlunsplit of the whole URL is its origin's, then path and query as they are.
+            attributes[names.URL_FULL] = origin_full + rest
+    if len(_CLIENT_ATTRIBUTES) >= _CLIENT_ATTRIBUTES_MAX:
+        _CLIENT_ATTRIBUTES.clear()
+    _CLIENT_ATTRIBUTES[key] = attributes
+    return attributes
+
+
+def _as_str(value: AttributeValue | None) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _parsed_client_attributes(
+    method: str, destination: str, url: str, route: str | None
+) -> dict[str, AttributeValue]:
+    """The client span's attributes of ``url`` by ``urlsplit`` of the whole of it."""
+    attributes: dict[str, AttributeValue] = {
+        names.HTTP_REQUEST_METHOD: method,
+        names.DESTINATION_SERVER_NAME: destination,
+    }
     if route:
         attributes[names.URL_TEMPLATE] = route  # the span is named after it
     try:
@@ -563,9 +604,6 @@ def _client_attributes(
         )
     except ValueError:
         pass
-    if len(_CLIENT_ATTRIBUTES) >= _CLIENT_ATTRIBUTES_MAX:
-        _CLIENT_ATTRIBUTES.clear()
-    _CLIENT_ATTRIBUTES[key] = attributes
     return attributes
 
 

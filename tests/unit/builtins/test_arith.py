@@ -46,3 +46,40 @@ async def test_verify_applies_the_relative_tolerance(answer: str, reward: float)
     state = await env.seed({"question": "0.1 + 0.2"})
     verdict = await env.verify(state, answer)
     assert verdict.reward == reward
+
+
+def _outcome(evaluate_: object, expression: str) -> Fraction | str:
+    try:
+        value = evaluate_(expression)  # type: ignore[operator]
+    except ValueError:
+        return "ValueError"
+    assert type(value) is Fraction
+    return value
+
+
+def test_the_two_integer_short_way_is_the_parser_exactly() -> None:
+    from itertools import product
+
+    from rollgym.builtins.arith import _parsed
+
+    numbers = ["0", "7", "-7", "00", "07", "-0", "12", "1_0", "٣", "123456789012345678901"]
+    spaces = ["", " ", "  ", "\t"]
+    expressions = [
+        f"{pad}{a}{s1}{op}{s2}{b}{pad}"
+        for a, b, op, s1, s2, pad in product(numbers, numbers, "+-*/%", spaces, spaces, ["", " "])
+    ]
+    expressions += ["5 - - 3", "5--3", "-5 * -3", "- 5 + 1", "5 -- 3", "1 + 2\n", "+1 + 2"]
+    for expression in expressions:
+        evaluate.cache_clear()
+        assert _outcome(evaluate, expression) == _outcome(_parsed, expression), expression
+
+
+def test_a_plain_integer_answer_parses_as_fraction_does() -> None:
+    from rollgym.builtins.arith import parse_number
+
+    for text in ["12", " 12 ", "0", "007", "-3", "+3", "٣", "1_000", "1,000", "²", "", "x", "7/2"]:
+        try:
+            expected: Fraction | None = Fraction(text.strip().replace(",", ""))
+        except (ValueError, ZeroDivisionError):
+            expected = None
+        assert parse_number(text) == expected, text

@@ -285,3 +285,53 @@ async def test_answer_headers_are_lower_cased_joined_when_repeated_and_read_in_a
     assert answer.headers.get("Server-Timing") == answer.headers.get("server-timing")
     assert answer.headers.get("x-ODD") == "A" and answer.headers.get("X-Missing") is None
     assert "X-Odd" not in answer.headers and "content-length" in answer.headers
+
+
+@pytest.mark.parametrize(
+    ("path", "sent"),
+    [
+        ("/r/3-0-a0/v1/chat/completions", "/r/3-0-a0/v1/chat/completions"),
+        ("/v\t1/ru\nn", "/v1/run"),  # urlsplit removes tab, CR and LF: still, on the short way
+        ("/v1/\r\nHost: evil/x", "/v1/Host: evil/x"),
+        ("/v1/run#fragment", "/v1/run"),
+        ("/v1/run?", "/v1/run"),
+        ("/v1/run?a=1", "/v1/run?a=1"),
+    ],
+)
+async def test_the_request_line_is_what_urlsplit_leaves_of_a_url(path: str, sent: str) -> None:
+    async with scripted(lambda n: _sized(b"{}")) as (server, url), HttpClient() as client:
+        origin = url.removesuffix("/run")
+        await client.post_json("agent", origin + "/warm", {})  # the origin's parts cached
+        answer = await client.post_json("agent", origin + path, {})
+    assert answer.status == 200
+    request_line, _, headers = server.heads[1].decode().partition("\r\n")
+    assert request_line == f"POST {sent} HTTP/1.1"
+    assert "evil" not in headers and headers.startswith(f"Host: {origin[7:]}\r\n")
+
+
+async def test_the_time_limit_covers_the_wait_for_a_slot_in_a_full_pool() -> None:
+    async with (
+        scripted(lambda n: None if n == 1 else _sized(b"{}")) as (server, url),
+        HttpClient(limit=1) as client,
+    ):
+        hanging = asyncio.ensure_future(client.post_json("agent", url, {}, timeout=30))
+        while server.requests < 1:
+            await asyncio.sleep(0.01)
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(RequestTimeout, match=r"within 0.3s"):
+            await client.post_json("agent", url, {}, timeout=0.3)
+        assert asyncio.get_running_loop().time() - started < 5
+        hanging.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await hanging
+        after = await client.post_json("agent", url, {}, timeout=5)
+    assert after.status == 200 and server.requests == 2
+
+
+async def test_an_exchange_under_its_deadline_leaves_no_timer_behind() -> None:
+    async with scripted(lambda n: _sized(b'{"n":%d}' % n)) as (server, url), HttpClient() as client:
+        for i in range(3):
+            assert (await client.post_json("agent", url, {}, timeout=0.05)).data == {"n": i + 1}
+        await asyncio.sleep(0.1)  # past every deadline: nothing fires, the connection stays
+        assert (await client.post_json("agent", url, {}, timeout=5)).data == {"n": 4}
+    assert server.connections == 1

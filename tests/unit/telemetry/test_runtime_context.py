@@ -1,5 +1,5 @@
-"""rollgym's direct context calls do what the OpenTelemetry API does, and the W3C extraction
-short way reads every header exactly as the global propagator does."""
+"""rollgym's direct context calls do what the OpenTelemetry API does, and a server's carrier
+holds what the propagators read."""
 
 from __future__ import annotations
 
@@ -7,10 +7,8 @@ import asyncio
 import subprocess
 import sys
 
-import pytest
 from opentelemetry import baggage, propagate, trace
 from opentelemetry import context as context_api
-from opentelemetry.context import Context
 from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -90,44 +88,6 @@ def test_another_runtime_context_goes_through_the_api():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     standard, api_get, api_attach = out.stdout.split()
     assert (standard == "True") == (api_get == "True") == (api_attach == "True")
-
-
-HEADERS = [
-    {},
-    {"traceparent": f"00-{TRACE}-{SPAN}-01"},
-    {"traceparent": f"00-{TRACE}-{SPAN}-00"},
-    {"traceparent": f"  00-{TRACE}-{SPAN}-01\t"},
-    {"traceparent": f"00-{TRACE}-{SPAN}-01", "tracestate": "congo=t61rcWkgMzE,rojo=00f067aa"},
-    {"traceparent": f"00-{TRACE}-{SPAN}-01", "tracestate": "not a valid=state=="},
-    {"traceparent": f"00-{TRACE}-{SPAN}-01-extra"},
-    {"traceparent": f"01-{TRACE}-{SPAN}-01-future"},
-    {"traceparent": f"ff-{TRACE}-{SPAN}-01"},
-    {"traceparent": f"00-{TRACE.upper()}-{SPAN}-01"},
-    {"traceparent": f"00-{'0' * 32}-{SPAN}-01"},
-    {"traceparent": f"00-{TRACE}-{'0' * 16}-01"},
-    {"traceparent": f"00-{TRACE}-{SPAN}"},
-    {"traceparent": "x" * 600},
-    {"traceparent": ""},
-    {"traceparent": f"00-{TRACE}-{SPAN}-01", "baggage": "user=alice,run=7"},
-    {"baggage": "user=alice"},
-]
-
-
-@pytest.mark.parametrize("headers", HEADERS, ids=range(len(HEADERS)))
-def test_extraction_matches_the_global_propagator(headers: dict[str, str]):
-    ours, theirs = extract_context(headers), propagate.extract(headers)
-    ours_span = trace.get_current_span(ours).get_span_context()
-    theirs_span = trace.get_current_span(theirs).get_span_context()
-    assert ours_span == theirs_span
-    assert ours_span.is_remote == theirs_span.is_remote
-    assert ours_span.trace_flags == theirs_span.trace_flags
-    assert ours_span.trace_state == theirs_span.trace_state
-    assert baggage.get_all(ours) == baggage.get_all(theirs)
-    assert ours.keys() == theirs.keys()  # the span objects differ only by identity
-
-
-def test_extraction_without_a_traceparent_is_an_empty_context():
-    assert extract_context({"host": "x"}) == Context()
 
 
 RAW = [
