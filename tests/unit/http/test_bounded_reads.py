@@ -1,6 +1,6 @@
 """Slow and half-sent requests: rollgym's servers and its trace store drop them in bounded time.
 
-Real uvicorn (with rollgym's protocol, on h11 and on httptools) and the real store app on
+Real uvicorn (with rollgym's protocol: on h11, on httptools, and the lean cycle) and the real store app on
 loopback; the read limit is shortened to 0.5 s so the test is quick, and every wait is generous.
 """
 
@@ -18,6 +18,7 @@ from fastapi import FastAPI
 
 from rollgym.http.bounded_httptools import BoundedHttpToolsProtocol
 from rollgym.http.bounded_reads import BoundedH11Protocol
+from rollgym.http.lean_server import LeanHttpToolsProtocol
 from rollgym.tracestore.lifecycle import build_app, make_runner
 from rollgym.tracestore.writer import BatchWriter
 from uvicorn_thread import uvicorn_in_thread
@@ -41,8 +42,14 @@ class QuickBoundedHttpTools(BoundedHttpToolsProtocol):
     read_timeout_s = LIMIT_S
 
 
+class QuickLean(LeanHttpToolsProtocol):
+    read_timeout_s = LIMIT_S
+
+
 PROTOCOLS = pytest.mark.parametrize(
-    "protocol", [QuickBoundedH11, QuickBoundedHttpTools], ids=["h11", "httptools"]
+    "protocol",
+    [QuickBoundedH11, QuickBoundedHttpTools, QuickLean],
+    ids=["h11", "httptools", "lean"],
 )
 
 
