@@ -134,7 +134,7 @@ class LeanHttpToolsProtocol(HttpToolsProtocol):
         self.deadline.close()
         self.connections.discard(self)
         if self.logger.level <= TRACE_LOG_LEVEL:
-            prefix = "%s:%d - " % self.client if self.client else ""
+            prefix = f"{self.client[0]}:{self.client[1]} - " if self.client else ""
             self.logger.log(TRACE_LOG_LEVEL, "%sHTTP connection lost", prefix)
         cycle = self.cycle
         if cycle is not None:

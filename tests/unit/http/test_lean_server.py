@@ -146,7 +146,9 @@ def test_pipelined_requests_are_answered_in_the_order_sent(ports: dict[str, int]
 
 
 def test_a_chunked_request_body_arriving_in_pieces_is_read_whole(ports: dict[str, int]) -> None:
-    head = b"POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
+    head = (
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
     answer = _same(ports, [head, b"5\r\nhello\r\n", b"6\r\n world\r\n", b"0\r\n\r\n"], pause_s=0.05)
     assert answer.startswith(b"HTTP/1.1 200 OK") and answer.endswith(b"11:hello world")
 
@@ -202,7 +204,9 @@ def test_an_app_that_raises_gets_a_500_and_the_connection_closed(ports: dict[str
 
 def test_a_streamed_answer_is_chunked(ports: dict[str, int]) -> None:
     answer = _same(ports, [b"GET /stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"])
-    assert b"transfer-encoding: chunked" in answer and answer.endswith(b"7\r\npart 2\n\r\n0\r\n\r\n")
+    assert b"transfer-encoding: chunked" in answer and answer.endswith(
+        b"7\r\npart 2\n\r\n0\r\n\r\n"
+    )
 
 
 def test_expect_100_continue_is_answered_before_the_body(ports: dict[str, int]) -> None:
@@ -292,3 +296,31 @@ def test_shutdown_finishes_the_answer_in_flight_and_closes() -> None:
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 200 OK") and b"connection: close" in answer
     assert answer.endswith(b'{"done":"yes"}')
+
+
+class QuickLean(LeanHttpToolsProtocol):
+    read_timeout_s = 0.5
+
+
+def test_one_timer_holds_both_the_keep_alive_and_the_read_deadline() -> None:
+    """An idle kept-alive connection closes after keep-alive, a stalled request after the read
+    limit, and a connection that keeps sending whole requests is never cut short."""
+    config = uvicorn.Config(
+        _app(), log_level="critical", http=QuickLean, ws="none", timeout_keep_alive=2
+    )
+    with uvicorn_in_thread(config) as (port, _):
+        with socket.create_connection(("127.0.0.1", port), timeout=PATIENCE_S) as conn:
+            for _ in range(8):  # 8 x 0.2 s: longer than either limit, each request whole
+                conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert conn.recv(4096).startswith(b"HTTP/1.1 200 OK")
+                time.sleep(0.2)
+            started = time.monotonic()
+            assert conn.recv(4096) == b""  # then idle: closed by the keep-alive
+            assert 1.5 < time.monotonic() - started + 0.2 < PATIENCE_S
+        with socket.create_connection(("127.0.0.1", port), timeout=PATIENCE_S) as conn:
+            conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert conn.recv(4096).startswith(b"HTTP/1.1 200 OK")
+            conn.sendall(b"GET /health HTTP/1.1\r\nHo")  # half a head: the read limit
+            started = time.monotonic()
+            assert conn.recv(4096) == b""
+            assert time.monotonic() - started < 1.8  # before the keep-alive would have
