@@ -324,3 +324,36 @@ def test_one_timer_holds_both_the_keep_alive_and_the_read_deadline() -> None:
             started = time.monotonic()
             assert conn.recv(4096) == b""
             assert time.monotonic() - started < 1.8  # before the keep-alive would have
+
+
+ARITH = [{"role": "user", "content": "Compute: 2 + 3\nReply with 'Answer: <number>'."}]
+
+
+async def _sdk_answers(url: str) -> tuple[str | None, str]:
+    """One chat completion and one streamed, through the official OpenAI SDK."""
+    from openai import AsyncOpenAI
+
+    async with AsyncOpenAI(base_url=url + "/v1", api_key="k", max_retries=0) as sdk:
+        whole = await sdk.chat.completions.create(model="sim", messages=ARITH)
+        stream = await sdk.chat.completions.create(
+            model="sim",
+            messages=ARITH,
+            stream=True,
+        )
+        streamed = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    return whole.choices[0].message.content, streamed
+
+
+async def test_the_openai_sdk_gets_the_same_answers_from_the_model_server() -> None:
+    from rollgym.builtins.models.simulated import SimulatedModel
+
+    fast = {"accuracy": 1.0, "latency": {"kind": "fixed", "seconds": 0.0}}
+    answers = []
+    for protocol in (LeanHttpToolsProtocol, BoundedHttpToolsProtocol):
+        app = create_app(SimulatedModel.build("policy", fast))
+        config = uvicorn.Config(app, log_level="critical", http=protocol, lifespan="on", ws="none")
+        with uvicorn_in_thread(config) as (port, _):
+            answers.append(await _sdk_answers(f"http://127.0.0.1:{port}"))
+    assert answers[0] == answers[1]
+    assert answers[0][0] is not None and "Answer: 5" in answers[0][0]
+    assert "Answer: 5" in answers[0][1]
