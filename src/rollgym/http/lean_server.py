@@ -12,8 +12,9 @@ headers included, with two regular expressions per header.
 :class:`LeanHttpToolsProtocol` keeps uvicorn's connection handling as it is (its parser,
 the 400 answer to a malformed request, keep-alive and its timer, pipelining order, flow
 control, ``limit_concurrency``, graceful shutdown, which :class:`uvicorn.Server` drives as
-before) and rollgym's read deadline (:mod:`rollgym.http.bounded_httptools`); it replaces
-the cycle (:class:`LeanCycle`), which now
+before) and rollgym's read deadline (the rule of :mod:`rollgym.http.bounded_reads`), which
+now shares one timer with the keep-alive (:mod:`rollgym.http.connection_deadline`); it
+replaces the cycle (:class:`LeanCycle`), which now
 
 - writes a response whose head declares its ``Content-Length`` (every non-streamed answer)
   in one ``transport.write``, head and body together; a streamed answer's head still goes
