@@ -153,6 +153,10 @@ class LeanHttpToolsProtocol(HttpToolsProtocol):
         if self.deadline.why == IDLE:
             self.deadline.clear()
 
+    def handle_websocket_upgrade(self) -> None:
+        self.deadline.close()  # the connection is the WebSocket protocol's from here
+        super().handle_websocket_upgrade()
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
         if self.deadline.why != READING:
@@ -310,19 +314,27 @@ class LeanCycle:
             if not self.response_started:
                 await self.send_500_response()
             else:
-                self.transport.close()
+                self._close()
         else:
             if result is not None:
                 logger.error("ASGI callable should return None, but returned '%s'.", result)
-                self.transport.close()
+                self._close()
             elif not self.response_started and not self.disconnected:
                 logger.error("ASGI callable returned without starting response.")
                 await self.send_500_response()
             elif not self.response_complete and not self.disconnected:
                 logger.error("ASGI callable returned without completing response.")
-                self.transport.close()
+                self._close()
         finally:
             self.notify = False  # as uvicorn: an answer completed later starts no pipelined one
+
+    def _close(self) -> None:
+        """Close an answer cut short, its head sent first if it was held (as uvicorn's was)."""
+        head = self.head
+        if head is not None and not self.transport.is_closing():
+            self.head = None
+            self.transport.write(head)
+        self.transport.close()
 
     async def send_500_response(self) -> None:
         await self.send(

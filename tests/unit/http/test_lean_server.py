@@ -24,6 +24,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI, Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from rollgym.builtins.envs.arithmetic import ArithmeticEnv
 from rollgym.http.bounded_httptools import BoundedHttpToolsProtocol
@@ -68,6 +69,27 @@ def _app() -> FastAPI:
     @app.get("/boom")
     async def boom() -> Response:
         raise ZeroDivisionError("on purpose")
+
+    @app.get("/cut-short")
+    async def cut_short(request: Request) -> Response:
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            headers = [(b"content-length", b"10")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            raise ZeroDivisionError("after the head")
+
+        # A bare ASGI answer that raises once its head is out: the connection is closed.
+        await app(request.scope, request.receive, request._send)
+        return Response()  # never reached
+
+    @app.get("/unfinished")
+    async def unfinished(request: Request) -> Response:
+        class Unfinished(Response):
+            async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+                headers = [(b"content-length", b"10")]
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                await send({"type": "http.response.body", "body": b"12345", "more_body": True})
+
+        return Unfinished()
 
     @app.get("/empty")
     async def empty() -> Response:
@@ -167,7 +189,12 @@ def test_a_body_over_the_limit_is_refused_with_413(ports: dict[str, int]) -> Non
 
 
 def test_a_malformed_request_is_answered_400_and_closed(ports: dict[str, int]) -> None:
-    for sent in (b"GARBAGE\r\n\r\n", b"POST /echo HTTP/1.1\r\nContent-Length: x\r\n\r\n"):
+    for sent in (
+        b"GARBAGE\r\n\r\n",
+        b"POST /echo HTTP/1.1\r\nContent-Length: x\r\n\r\n",
+        b"GET /\xff HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /a\x7f HTTP/1.1\r\nHost: x\r\n\r\n",
+    ):
         assert _same(ports, [sent]).startswith(b"HTTP/1.1 400 Bad Request")
 
 
@@ -200,6 +227,13 @@ def test_http_1_0_is_answered_and_closed(ports: dict[str, int]) -> None:
 def test_an_app_that_raises_gets_a_500_and_the_connection_closed(ports: dict[str, int]) -> None:
     answer = _same(ports, [b"GET /boom HTTP/1.1\r\nHost: x\r\n\r\n"])
     assert answer.startswith(b"HTTP/1.1 500 ")
+
+
+def test_an_answer_cut_short_is_closed_as_uvicorn_closes_it(ports: dict[str, int]) -> None:
+    raised = _same(ports, [b"GET /cut-short HTTP/1.1\r\nHost: x\r\n\r\n"])
+    assert raised.startswith(b"HTTP/1.1 200 OK") and raised.endswith(b"\r\n\r\n")
+    unfinished = _same(ports, [b"GET /unfinished HTTP/1.1\r\nHost: x\r\n\r\n"])
+    assert unfinished.startswith(b"HTTP/1.1 200 OK") and unfinished.endswith(b"\r\n\r\n12345")
 
 
 def test_a_streamed_answer_is_chunked(ports: dict[str, int]) -> None:
