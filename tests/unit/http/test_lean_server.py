@@ -323,7 +323,9 @@ def test_shutdown_finishes_the_answer_in_flight_and_closes() -> None:
         socket.create_connection(("127.0.0.1", port), timeout=PATIENCE_S) as conn,
     ):
         conn.sendall(_post("/slow", b""))
-        time.sleep(0.1)
+        deadline = time.monotonic() + PATIENCE_S
+        while not server.server_state.tasks and time.monotonic() < deadline:
+            time.sleep(0.005)  # until the request is in the handler's hands
         server.should_exit = True
         answer = b""
         while chunk := conn.recv(4096):
