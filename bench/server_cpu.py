@@ -5,7 +5,9 @@ body limit and error handlers as every rollgym server), each a separate process 
 uvicorn on the bounded protocol, telemetry off: one as is, one with ``--against KEY=VALUE``
 in its environment. The default, ``ROLLGYM_HOT_ROUTES=starlette``, compares the plain routes'
 POSTs dispatched straight to their endpoint (:mod:`rollgym.http.hot_routes`) with every
-request through Starlette's router; ``--against PYTHONPATH=<other checkout>/src`` compares
+request through Starlette's router; ``--against ROLLGYM_HTTP_SERVER=uvicorn`` compares the
+servers' lean request cycle (:mod:`rollgym.http.lean_server`) with uvicorn's own;
+``--against PYTHONPATH=<other checkout>/src`` compares
 two versions of the code; ``--against 'SERVER_CPU_UVICORN_OPTIONS={"proxy_headers": false}'``
 compares uvicorn's own options (``uvicorn.Config`` keywords as JSON). The bench plays
 the environment's side of single-turn rollouts against each in alternating rounds, one

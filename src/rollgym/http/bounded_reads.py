@@ -31,18 +31,49 @@ from rollgym.http.read_deadline import BoundedConnection
 _RECEIVED = (h11.DONE, h11.MUST_CLOSE, h11.CLOSED, h11.ERROR)
 
 
+#: ``ROLLGYM_HTTP_SERVER=uvicorn``: uvicorn's own request cycle on httptools, not the lean one.
+ENV_HTTP_SERVER = "ROLLGYM_HTTP_SERVER"
+#: The uvicorn releases (major, minor) the lean cycle was written and tested against. It
+#: subclasses uvicorn's httptools protocol and uses its internals, which a release may change
+#: without notice; under any other uvicorn the servers keep uvicorn's own cycle.
+LEAN_CYCLE_UVICORN = ((0, 54),)
+
+
+def lean_cycle_supported(version: str | None = None) -> bool:
+    """Whether this uvicorn (default: the installed one) is one the lean cycle was tested on."""
+    if version is None:
+        import uvicorn
+
+        version = uvicorn.__version__
+    try:
+        major, minor = (int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) in LEAN_CYCLE_UVICORN
+
+
 def bounded_protocol() -> type[asyncio.Protocol]:
     """The bounded protocol a server passes as ``uvicorn.Config(http=...)``: the fastest that imports.
 
-    ``ROLLGYM_HTTP_PARSER=h11`` forces the pure-Python one (for comparing them side by side).
+    With httptools installed, the lean request cycle on it
+    (:class:`rollgym.http.lean_server.LeanHttpToolsProtocol`); ``ROLLGYM_HTTP_SERVER=uvicorn``
+    keeps uvicorn's own cycle on httptools, as does a uvicorn release the lean cycle was not
+    tested on (:data:`LEAN_CYCLE_UVICORN`); ``ROLLGYM_HTTP_PARSER=h11`` the pure-Python
+    parser (each for comparing side by side).
     """
     if os.environ.get("ROLLGYM_HTTP_PARSER", "") != "h11":
         try:
-            from rollgym.http.bounded_httptools import BoundedHttpToolsProtocol
+            import httptools  # noqa: F401  (ImportError here: h11)
+
+            if os.environ.get(ENV_HTTP_SERVER, "") == "uvicorn" or not lean_cycle_supported():
+                from rollgym.http.bounded_httptools import BoundedHttpToolsProtocol
+
+                return BoundedHttpToolsProtocol
+            from rollgym.http.lean_server import LeanHttpToolsProtocol
         except ImportError:
             pass
         else:
-            return BoundedHttpToolsProtocol
+            return LeanHttpToolsProtocol
     return BoundedH11Protocol
 
 

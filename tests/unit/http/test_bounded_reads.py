@@ -1,6 +1,6 @@
 """Slow and half-sent requests: rollgym's servers and its trace store drop them in bounded time.
 
-Real uvicorn (with rollgym's protocol, on h11 and on httptools) and the real store app on
+Real uvicorn (with rollgym's protocol: on h11, on httptools, and the lean cycle) and the real store app on
 loopback; the read limit is shortened to 0.5 s so the test is quick, and every wait is generous.
 """
 
@@ -17,7 +17,8 @@ import uvicorn
 from fastapi import FastAPI
 
 from rollgym.http.bounded_httptools import BoundedHttpToolsProtocol
-from rollgym.http.bounded_reads import BoundedH11Protocol
+from rollgym.http.bounded_reads import BoundedH11Protocol, lean_cycle_supported
+from rollgym.http.lean_server import LeanHttpToolsProtocol
 from rollgym.tracestore.lifecycle import build_app, make_runner
 from rollgym.tracestore.writer import BatchWriter
 from uvicorn_thread import uvicorn_in_thread
@@ -41,8 +42,23 @@ class QuickBoundedHttpTools(BoundedHttpToolsProtocol):
     read_timeout_s = LIMIT_S
 
 
+class QuickLean(LeanHttpToolsProtocol):
+    read_timeout_s = LIMIT_S
+
+
 PROTOCOLS = pytest.mark.parametrize(
-    "protocol", [QuickBoundedH11, QuickBoundedHttpTools], ids=["h11", "httptools"]
+    "protocol",
+    [
+        QuickBoundedH11,
+        QuickBoundedHttpTools,
+        pytest.param(
+            QuickLean,
+            marks=pytest.mark.skipif(
+                not lean_cycle_supported(), reason="the lean cycle is off under this uvicorn"
+            ),
+        ),
+    ],
+    ids=["h11", "httptools", "lean"],
 )
 
 
@@ -148,3 +164,19 @@ async def test_the_trace_store_drops_a_half_sent_request(tmp_path: Path, sent: b
     sent = sent.replace(b"/run", b"/v1/traces")
     async with store_app(tmp_path) as port:
         assert await asyncio.to_thread(_hung_up, port, sent)
+
+
+def test_the_lean_cycle_only_under_the_uvicorn_it_was_tested_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rollgym.http.bounded_reads import bounded_protocol, lean_cycle_supported
+
+    assert lean_cycle_supported("0.54.0") and lean_cycle_supported("0.54.12")
+    assert not lean_cycle_supported("0.55.0") and not lean_cycle_supported("0.29.0")
+    assert not lean_cycle_supported("garbage")
+    monkeypatch.delenv("ROLLGYM_HTTP_SERVER", raising=False)
+    monkeypatch.delenv("ROLLGYM_HTTP_PARSER", raising=False)
+    expected = LeanHttpToolsProtocol if lean_cycle_supported() else BoundedHttpToolsProtocol
+    assert bounded_protocol() is expected
+    monkeypatch.setattr(uvicorn, "__version__", "99.0.0")  # a release it was not tested on
+    assert bounded_protocol() is BoundedHttpToolsProtocol

@@ -10,6 +10,8 @@ import sys
 from opentelemetry import baggage, propagate, trace
 from opentelemetry import context as context_api
 from opentelemetry.propagators.composite import CompositePropagator
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -48,7 +50,11 @@ def test_get_attach_detach_match_the_api():
 
 
 def test_a_user_span_nests_under_rollgym_spans_and_back(exporter: InMemorySpanExporter):
-    tracer = trace.get_tracer("user")
+    # A user's tracer through the API (a provider of its own: the process's global one is
+    # set once, by whichever test came first); parentage is the shared current context's.
+    user_provider = TracerProvider()
+    user_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = user_provider.get_tracer("user")
     with current_span("rollgym.outer") as outer:
         with tracer.start_as_current_span("user.inner") as inner:
             assert runtime_context.current_span() is inner
