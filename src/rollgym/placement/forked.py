@@ -8,8 +8,9 @@ re-parented here: this process is a child subreaper for as long as a fork server
 (Linux ``PR_SET_CHILD_SUBREAPER``). :class:`ForkedChild` then waits for, signals and reaps
 a forked server as :class:`subprocess.Popen` does a spawned one.
 
-Only on Linux, and not with ``ROLLGYM_FORK_SERVER=0`` (:func:`fork_server_enabled`); the
-local placement spawns each server otherwise, and always for a restart.
+Only on Linux (child subreapers, ``PR_SET_PDEATHSIG``), and not with ``ROLLGYM_FORK_SERVER=0``
+(:func:`rollgym.forked_child.forking_enabled`); the local placement spawns each server
+otherwise, and always for a restart.
 """
 
 from __future__ import annotations
@@ -52,11 +53,6 @@ _REPLY_BYTES = 64
 
 _subreaper_lock = threading.Lock()
 _subreaper_users = 0
-
-
-def fork_server_enabled(environ: Mapping[str, str] = os.environ) -> bool:
-    """Linux (child subreapers, ``PR_SET_PDEATHSIG``), unless ``ROLLGYM_FORK_SERVER=0``."""
-    return forking_enabled(environ)
 
 
 def _prctl_subreaper(on: bool) -> bool:
@@ -234,7 +230,7 @@ def prestart(
     to fork, or one already waits for ``logs``."""
     named = sorted(set(impls))
     early = _take_early(env)
-    if not named or not fork_server_enabled(env) or logs in _prestarted:
+    if not named or not forking_enabled(env) or logs in _prestarted:
         if early is not None:
             early.finish()
         return
@@ -305,7 +301,7 @@ def _start_early(
     impls: list[tuple[str, str]], output_dir: Path | None, env: Mapping[str, str]
 ) -> None:
     global _early
-    if _early is not None or not impls or output_dir is None or not fork_server_enabled(env):
+    if _early is not None or not impls or output_dir is None or not forking_enabled(env):
         return
     fd, temporary = tempfile.mkstemp(prefix="rollgym-fork-server-", suffix=".log")
     os.close(fd)

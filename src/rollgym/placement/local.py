@@ -22,7 +22,8 @@ from typing import Protocol
 
 from rollgym.child_process import describe_exit, log_tail, spawn_child
 from rollgym.errors import LaunchError
-from rollgym.placement.forked import ForkServer, fork_server_enabled, take_prestarted
+from rollgym.forked_child import forking_enabled
+from rollgym.placement.forked import ForkServer, take_prestarted
 from rollgym.placement.health import HealthSession, wait_healthy
 from rollgym.placement.reserved import Reservations
 from rollgym.servers.spec import ENV_SPEC, ServeSpec
@@ -165,7 +166,7 @@ class LocalPlacement:
         self.reservations = Reservations()
         #: Forks the reserved servers (started with the first reservation); None: spawn each.
         self.forks: ForkServer | None = None
-        self._use_forks = fork_server_enabled()
+        self._use_forks = forking_enabled()
         self._forking = 0
 
     def reserve(self, instance: str) -> str:

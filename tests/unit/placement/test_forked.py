@@ -7,14 +7,15 @@ import sys
 
 import pytest
 
+from rollgym.forked_child import forking_enabled
 from rollgym.placement import forked
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
 
 def test_the_fork_server_is_off_with_the_variable_at_zero() -> None:
-    assert not forked.fork_server_enabled({forked.ENV_FORK_SERVER: "0"})
-    assert forked.fork_server_enabled({}) == sys.platform.startswith("linux")
+    assert not forking_enabled({forked.ENV_FORK_SERVER: "0"})
+    assert forking_enabled({}) == sys.platform.startswith("linux")
 
 
 def test_only_the_interpreter_variables_decide_whether_one_started_ahead_fits() -> None:
