@@ -98,10 +98,10 @@ def parse_number(text: str) -> Fraction | None:
     """``"33"``, ``"-2.5"``, ``"7/2"`` -> a Fraction; None when it is not a number.
 
     Plain ASCII digits (the usual answer) skip ``Fraction``'s string parse: the same value."""
-    digits = text.strip()
-    if digits.isascii() and digits.isdigit():
-        return Fraction(int(digits))
+    stripped = text.strip()
+    if stripped.isascii() and stripped.isdigit():
+        return Fraction(int(stripped))
     try:
-        return Fraction(text.strip().replace(",", ""))
+        return Fraction(stripped.replace(",", ""))
     except (ValueError, ZeroDivisionError):
         return None

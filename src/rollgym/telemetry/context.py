@@ -53,7 +53,7 @@ def extract_context(headers: Mapping[str, str]) -> Context:
                         trace_flags=TraceFlags(int(flags, 16)),
                         trace_state=None,
                     )
-                    return trace.set_span_in_context(NonRecordingSpan(span_context), Context())
+                    return runtime_context.with_span(NonRecordingSpan(span_context), Context())
         return propagate.extract(headers)
     except Exception:
         warn_once("extracting trace context from headers failed")

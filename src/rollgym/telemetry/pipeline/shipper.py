@@ -69,9 +69,6 @@ def clean_record(record: SpanRecord) -> SpanRecord:
     )
 
 
-_pack = pack_record
-
-
 #: How long after the rollouts end an endpoint that accepts no connection is given to start
 #: accepting before the unsent spans are given up (instead of waiting out the whole flush
 #: limit). Counted from the end of the rollouts that :meth:`SpanShipper.stop_retrying_at` is
@@ -172,9 +169,9 @@ class SpanShipper:
             self._count_drop(REASON_SHUTDOWN if self._closed else REASON_QUEUE_FULL)
             return
         try:
-            packed = _pack(record)
+            packed = pack_record(record)
         except ValueError:  # a value of a type the API does not allow: clean, then pack
-            packed = _pack(clean_record(record))
+            packed = pack_record(clean_record(record))
         queue.append(packed)
         if size + 1 == self._batch:
             self._wake.set()
