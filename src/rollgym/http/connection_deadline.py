@@ -16,9 +16,8 @@ so a deadline set is never a timer moved.
 from __future__ import annotations
 
 import asyncio
-import logging
 
-log = logging.getLogger("rollgym.http")
+from rollgym.http.read_deadline import close_too_slow
 
 #: What the connection is waiting for when its deadline passes.
 READING = "reading"  # the rest of a request: close and say so (a slow or stalled client)
@@ -89,9 +88,6 @@ class ConnectionDeadline:
         if transport.is_closing():
             return
         if why == READING:
-            log.info(
-                "closing a connection from %s: its request was not received within %.0f s",
-                self._client,
-                self.read_s,
-            )
-        transport.close()
+            close_too_slow(transport, self._client, self.read_s)
+        else:
+            transport.close()

@@ -49,12 +49,17 @@ class ReadDeadline:
         self._timer = None
         transport = self._transport
         if transport is not None and not transport.is_closing():
-            log.info(
-                "closing a connection from %s: its request was not received within %.0f s",
-                self._client,
-                self.seconds,
-            )
-            transport.close()
+            close_too_slow(transport, self._client, self.seconds)
+
+
+def close_too_slow(transport: asyncio.BaseTransport, client: object, seconds: float) -> None:
+    """Close a connection whose request was not whole within ``seconds``, and say so."""
+    log.info(
+        "closing a connection from %s: its request was not received within %.0f s",
+        client,
+        seconds,
+    )
+    transport.close()
 
 
 class BoundedConnection(asyncio.Protocol):

@@ -9,8 +9,9 @@ joins each request to the caller's trace. The middleware is pure ASGI (not
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
@@ -219,14 +220,21 @@ class TelemetryMiddleware:
 def _headers(scope: Scope) -> dict[str, str]:
     """The request's headers as the propagator's carrier; a rollout-scoped path's
     ``traceparent`` segment stands in for a missing header (:mod:`.scoped_context`)."""
-    from rollgym.telemetry.context import asgi_carrier  # traced requests only
-
-    headers = asgi_carrier(scope["headers"])
+    headers = _asgi_carrier()(scope["headers"])
     if "traceparent" not in headers:
         carried = traceparent_in_path(scope["path"])
         if carried is not None:
             headers["traceparent"] = carried
     return headers
+
+
+@functools.cache
+def _asgi_carrier() -> Callable[[Iterable[tuple[bytes, bytes]]], dict[str, str]]:
+    """``telemetry.context.asgi_carrier``, imported on the first traced request and never with
+    tracing off; cached, so a traced request pays no import statement for it."""
+    from rollgym.telemetry.context import asgi_carrier
+
+    return asgi_carrier
 
 
 def _route_template(scope: Scope) -> str | None:
