@@ -55,6 +55,7 @@ ErrorKind = Literal[
     "request_too_large",
     "response_too_large",
     "redirect_refused",
+    "invalid_url",
     # the answer (driver/dispatch.py)
     "http_5xx",
     "http_429",
@@ -196,8 +197,9 @@ class ExchangeRefused(TransportError):
 
     ``kind``: ``request_too_large`` (the body is over the limit, never sent),
     ``response_too_large`` (the answer grew past the limit while it was read),
-    ``redirect_refused`` (a redirect to another host, never followed). The message names the
-    config key that sets the limit, or the two hosts.
+    ``redirect_refused`` (a redirect to another host, never followed), ``invalid_url`` (a
+    control character in the URL, never sent). The message names the config key that sets
+    the limit, the two hosts, or where in the URL the character is.
     """
 
     def __init__(self, message: str, *, server: str, kind: ErrorKind) -> None:

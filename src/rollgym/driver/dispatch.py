@@ -341,11 +341,12 @@ async def _post(
 
 def transport_failure(exc: TransportError) -> DispatchError:
     """The driver's reading of a request that got no answer: worth another attempt, unless the
-    client refused it itself (too large, a redirect to another host): that is permanent.
+    client refused it itself (too large, a redirect to another host, a control character in
+    the URL): that is permanent.
 
     The message stays the client's (it names the server, method and path); the kind says
     which: ``timeout`` or ``connection_error``; for a refusal ``request_too_large``,
-    ``response_too_large`` or ``redirect_refused``.
+    ``response_too_large``, ``redirect_refused`` or ``invalid_url``.
     """
     if isinstance(exc, ExchangeRefused):
         return PermanentDispatchError(str(exc), kind=exc.kind, server=exc.server)

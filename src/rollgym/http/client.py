@@ -444,6 +444,7 @@ class HttpClient:
         if not self._started:
             raise RuntimeError("HttpClient used before start(); create it at process start-up")
         method, destination, url, body, timeout, _, _ = call
+        self.limits.check_url(destination, method, url)
         data = orjson.dumps(body) if body is not None else None
         if data is not None:
             self.limits.check_request(destination, method, url, len(data))

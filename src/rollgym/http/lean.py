@@ -30,11 +30,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import re
 import time
 import zlib
 from collections.abc import Callable, Mapping
 from typing import NamedTuple, cast
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import httptools
 
@@ -119,6 +120,20 @@ class Target(NamedTuple):
     path: str
 
 
+#: What may stand in a request target as it is (RFC 3986: unreserved, sub-delims, ``:@/?``,
+#: and ``%`` of an escape already made); anything else (a space, non-ASCII) is percent-encoded.
+_TARGET_SAFE = "!$&'()*+,;=:@/?%"
+_NEEDS_QUOTING = re.compile(r"[^A-Za-z0-9\-._~!$&'()*+,;=:@/?%]")
+
+
+def _request_target(path: str) -> str:
+    """``path`` as a request line may carry it: a space or a non-ASCII character is
+    percent-encoded (UTF-8), as the ``openai`` SDK's client and aiohttp send it; escapes
+    already made and reserved characters are kept. Control characters never get here: the
+    client refuses such a URL first (:meth:`~rollgym.http.limits.ExchangeLimits.check_url`)."""
+    return path if _NEEDS_QUOTING.search(path) is None else quote(path, safe=_TARGET_SAFE)
+
+
 @functools.lru_cache(maxsize=4096)
 def target(url: str) -> Target | None:
     """The target of ``url`` when this module can send it (plain ``http``, no credentials in
@@ -133,7 +148,9 @@ def target(url: str) -> Target | None:
         return _parsed_target(url)
     origin, rest = split
     base = _parsed_target(origin)
-    return None if base is None else Target(base.host, base.port, base.authority, rest)
+    if base is None:
+        return None
+    return Target(base.host, base.port, base.authority, _request_target(rest))
 
 
 @functools.lru_cache(maxsize=256)
@@ -149,7 +166,7 @@ def _parsed_target(url: str) -> Target | None:
     path = parts.path or "/"
     if parts.query:
         path = f"{path}?{parts.query}"
-    return Target(parts.hostname, port, parts.netloc, path)
+    return Target(parts.hostname, port, parts.netloc, _request_target(path))
 
 
 def request_head(

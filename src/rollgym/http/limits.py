@@ -1,4 +1,4 @@
-"""What one outgoing exchange may cost: request size, answer size, redirects.
+"""What one outgoing exchange may cost or carry: request size, answer size, redirects, its URL.
 
 The driver sends rows it did not write to agents it may not run (``url:`` servers), so neither
 side can be trusted to stay small: a 1 GB row would be serialised and sent whole, a 50 MB
@@ -10,6 +10,12 @@ limit (``run.max_request_bytes``, ``run.max_response_bytes``) or the two hosts, 
 knows what to change. Another attempt would be refused the same way: the driver records the
 failure as permanent.
 
+A URL with an ASCII control character in it (CR, LF, tab, NUL, DEL...) is refused before
+anything is sent, as the ``openai`` SDK's client (httpx) refuses it: aiohttp and ``urlsplit``
+would quietly remove tab, CR and LF, so ``/v1/\\r\\nHost: x`` would go out as a different path
+(``/v1/Host: x``) than the one the caller built, and a row's text that reached a path would
+change where a request goes instead of failing where it can be seen.
+
 Why not aiohttp's own ``max_redirects``: it follows a redirect to any host. Here only a
 redirect to the same scheme, host and port is followed (at most :data:`MAX_REDIRECTS`);
 anything else is refused before a byte goes to the other host.
@@ -18,6 +24,7 @@ anything else is refused before a byte goes to the other host.
 from __future__ import annotations
 
 from collections.abc import Mapping
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
@@ -37,6 +44,8 @@ REDIRECT_STATUSES = frozenset((301, 302, 303, 307, 308))
 DEFAULT_MAX_REQUEST_BYTES = MAX_REQUEST_BYTES
 DEFAULT_MAX_RESPONSE_BYTES = MAX_RESPONSE_BYTES
 _CHUNK = 64 * 1024
+#: ASCII control characters: never part of a URL a request can be sent to as written.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +69,18 @@ class ExchangeLimits:
                 f"of {limit} bytes ({self.request_key}); not sent",
                 server=server,
                 kind="request_too_large",
+            )
+
+    @staticmethod
+    def check_url(server: str, method: str, url: str) -> None:
+        """Refuse a URL with a control character in it (module doc), naming where it is."""
+        found = _CONTROL.search(url)
+        if found is not None:
+            raise ExchangeRefused(
+                f"the URL of a request to {server!r} ({method}) has a control character "
+                f"{found.group()!r} at position {found.start()}: {redact_url(url)!r}; not sent",
+                server=server,
+                kind="invalid_url",
             )
 
     def too_large(self, server: str, method: str, path: str, size: str) -> ExchangeRefused:

@@ -291,8 +291,6 @@ async def test_answer_headers_are_lower_cased_joined_when_repeated_and_read_in_a
     ("path", "sent"),
     [
         ("/r/3-0-a0/v1/chat/completions", "/r/3-0-a0/v1/chat/completions"),
-        ("/v\t1/ru\nn", "/v1/run"),  # urlsplit removes tab, CR and LF: still, on the short way
-        ("/v1/\r\nHost: evil/x", "/v1/Host: evil/x"),
         ("/v1/run#fragment", "/v1/run"),
         ("/v1/run?", "/v1/run"),
         ("/v1/run?a=1", "/v1/run?a=1"),
@@ -306,7 +304,45 @@ async def test_the_request_line_is_what_urlsplit_leaves_of_a_url(path: str, sent
     assert answer.status == 200
     request_line, _, headers = server.heads[1].decode().partition("\r\n")
     assert request_line == f"POST {sent} HTTP/1.1"
-    assert "evil" not in headers and headers.startswith(f"Host: {origin[7:]}\r\n")
+    assert headers.startswith(f"Host: {origin[7:]}\r\n")
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/\r\nHost: evil/x", "/v\t1/ru\nn", "/v1/a\x00b", "/v1/run?x=\x7f"]
+)
+async def test_a_url_with_a_control_character_is_refused_before_anything_is_sent(
+    path: str,
+) -> None:
+    """``urlsplit`` and aiohttp would quietly drop tab, CR and LF and send another path; the
+    ``openai`` SDK's client refuses such a URL, and so does rollgym's, saying where."""
+    async with scripted(lambda n: _sized(b"{}")) as (server, url), HttpClient() as client:
+        origin = url.removesuffix("/run")
+        await client.post_json("agent", origin + "/warm", {})
+        with pytest.raises(ExchangeRefused) as caught:
+            await client.post_json("agent", origin + path, {})
+        await client.post_json("agent", origin + "/after", {})  # the client still works
+    assert caught.value.kind == "invalid_url" and caught.value.server == "agent"
+    position = (origin + path).index(next(c for c in path if ord(c) < 32 or ord(c) == 127))
+    assert f"at position {position}" in str(caught.value) and "\n" not in str(caught.value)
+    assert [head.split(b" ")[1] for head in server.heads] == [b"/warm", b"/after"]
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/a b?q=x y", "/v1/caf\u00e9?x=\u00fc", "/v1/%41 b", "/r/a b/v1/x"]
+)
+async def test_spaces_and_non_ascii_go_out_percent_encoded_as_the_openai_sdk_sends_them(
+    path: str,
+) -> None:
+    """The request target the ``openai`` SDK's HTTP client (httpx) would send for the URL."""
+    import httpx
+
+    async with scripted(lambda n: _sized(b"{}")) as (server, url), HttpClient() as client:
+        origin = url.removesuffix("/run")
+        await client.post_json("agent", origin + "/warm", {})
+        answer = await client.post_json("agent", origin + path, {})
+    assert answer.status == 200
+    request_line = server.heads[1].decode("ascii").partition("\r\n")[0]
+    assert request_line == f"POST {httpx.URL(origin + path).raw_path.decode()} HTTP/1.1"
 
 
 async def test_the_time_limit_covers_the_wait_for_a_slot_in_a_full_pool() -> None:
