@@ -241,6 +241,51 @@ def profile_run(conn: apsw.Connection, *, stragglers: int = 10, bins: int = 60) 
     return _report(scan, stragglers, policy_staleness(conn))
 
 
+@dataclass(slots=True)
+class _Accounting:
+    """What the run's dispatches used, summed in whole numbers (times in ns), so the sums of
+    disjoint trace-id ranges add up to exactly the one-pass answer."""
+
+    dispatches: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    model_calls: int = 0
+    tool_calls: int = 0
+    engine_ns: int = 0
+    sandbox_ns: int = 0
+    wall_ns: int = 0
+    spans: int = 0
+
+    def add(self, profile: DispatchProfile) -> None:
+        self.dispatches += 1
+        self.input_tokens += profile.input_tokens
+        self.output_tokens += profile.output_tokens
+        self.model_calls += profile.model_calls
+        self.tool_calls += profile.tool_calls
+        phase_ns = profile.phase_ns
+        self.engine_ns += sum(phase_ns[i] for i in _ENGINE_INDEXES)
+        self.sandbox_ns += phase_ns[_SANDBOX_INDEX]
+        self.wall_ns += profile.wall_ns
+
+    def merge(self, other: _Accounting) -> None:
+        for name in self.__slots__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def report(self) -> dict[str, int | float]:
+        """The report's ``accounting``: counts as counted, times in seconds."""
+        return {
+            "dispatches": self.dispatches,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "model_calls": self.model_calls,
+            "tool_calls": self.tool_calls,
+            "engine_s": self.engine_ns / _SECOND,
+            "sandbox_s": self.sandbox_ns / _SECOND,
+            "wall_s": self.wall_ns / _SECOND,
+            "spans": self.spans,
+        }
+
+
 #: (rollout wall ns, rollout id, dominant phase, dispatch name, trace id hex, outcome)
 _Tail = tuple[int, str | None, str, str, str, str | None]
 
@@ -253,7 +298,7 @@ class _Scan:
     by_name: dict[str, _Totals]
     timeline: _Timeline
     tails: list[_Tail]
-    accounting: dict[str, Any]
+    accounting: _Accounting
 
 
 def _bounds(conn: apsw.Connection) -> tuple[int, int]:
@@ -296,20 +341,10 @@ def _scan(
     by_name: dict[str, _Totals] = {}
     timeline = _Timeline(bounds[0], bounds[1], bins)
     tails: list[_Tail] = []
-    accounting = {
-        "dispatches": 0,
-        "input_tokens": 0,
-        "output_tokens": 0,
-        "model_calls": 0,
-        "tool_calls": 0,
-        "engine_s": 0,  # ns while scanning, seconds in the report
-        "sandbox_s": 0,
-        "wall_s": 0,
-        "spans": 0,
-    }
+    accounting = _Accounting()
     dispatch_name = names.SPAN_DISPATCH
     for trace_spans in _traces(conn, server_kinds, where, params):
-        accounting["spans"] += len(trace_spans)
+        accounting.spans += len(trace_spans)
         for span in trace_spans:
             if span.name != dispatch_name:
                 continue
@@ -320,7 +355,7 @@ def _scan(
             run.add(profile)
             by_name.setdefault(info.dispatch_name, _Totals()).add(profile)
             timeline.add(profile)
-            _account(accounting, profile)
+            accounting.add(profile)
             tails.append(
                 (
                     profile.wall_ns,
@@ -348,15 +383,12 @@ def _merge(scans: list[_Scan]) -> _Scan:
             first.by_name.setdefault(name, _Totals()).merge(totals)
         first.timeline.merge(scan.timeline)
         first.tails.extend(scan.tails)
-        for key, value in scan.accounting.items():
-            first.accounting[key] += value
+        first.accounting.merge(scan.accounting)
     return first
 
 
 def _report(scan: _Scan, stragglers: int, staleness: dict[str, Any]) -> dict[str, Any]:
-    run, accounting = scan.run, scan.accounting
-    for key in ("engine_s", "sandbox_s", "wall_s"):
-        accounting[key] /= _SECOND  # summed in whole ns: the same whatever the split
+    run = scan.run
     return {
         "dispatches": run.dispatches,
         "wall_s": run.wall_ns / _SECOND,
@@ -379,21 +411,9 @@ def _report(scan: _Scan, stragglers: int, staleness: dict[str, Any]) -> dict[str
             )
         ],
         "timeline": scan.timeline.points() if run.dispatches else [],
-        "accounting": accounting,
+        "accounting": scan.accounting.report(),
         "staleness": staleness,
     }
-
-
-def _account(accounting: dict[str, Any], profile: DispatchProfile) -> None:
-    accounting["dispatches"] += 1
-    accounting["input_tokens"] += profile.input_tokens
-    accounting["output_tokens"] += profile.output_tokens
-    accounting["model_calls"] += profile.model_calls
-    accounting["tool_calls"] += profile.tool_calls
-    phase_ns = profile.phase_ns
-    accounting["engine_s"] += sum(phase_ns[i] for i in _ENGINE_INDEXES)
-    accounting["sandbox_s"] += phase_ns[_SANDBOX_INDEX]
-    accounting["wall_s"] += profile.wall_ns
 
 
 def _server_kinds(conn: apsw.Connection) -> dict[int, str | None]:
