@@ -444,7 +444,6 @@ class HttpClient:
         if not self._started:
             raise RuntimeError("HttpClient used before start(); create it at process start-up")
         method, destination, url, body, timeout, _, _ = call
-        self.limits.check_url(destination, method, url)
         data = orjson.dumps(body) if body is not None else None
         if data is not None:
             self.limits.check_request(destination, method, url, len(data))
@@ -491,7 +490,10 @@ class HttpClient:
                 hop = hop._replace(url=target)
 
     def _hop(self, exchange: _Exchange, hop: _Hop) -> Awaitable[_Answer]:
-        """One request, no redirect followed: through :mod:`.lean` where it can go, else aiohttp."""
+        """One request, no redirect followed: through :mod:`.lean` where it can go, else aiohttp.
+        Every URL a request goes to passes here (the first and each redirect's), so this is
+        where one with a control character is refused."""
+        self.limits.check_url(exchange.destination, hop.method, hop.url)
         pool = self._lean
         where = lean.target(hop.url) if pool is not None else None
         if pool is None or where is None:

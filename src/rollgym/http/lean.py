@@ -123,7 +123,8 @@ class Target(NamedTuple):
 #: What may stand in a request target as it is (RFC 3986: unreserved, sub-delims, ``:@/?``,
 #: and ``%`` of an escape already made); anything else (a space, non-ASCII) is percent-encoded.
 _TARGET_SAFE = "!$&'()*+,;=:@/?%"
-_NEEDS_QUOTING = re.compile(r"[^A-Za-z0-9\-._~!$&'()*+,;=:@/?%]")
+#: ``quote`` keeps letters, digits and ``-._~`` whatever ``safe`` says: those plus the above.
+_NEEDS_QUOTING = re.compile(f"[^A-Za-z0-9{re.escape('-._~' + _TARGET_SAFE)}]")
 
 
 def _request_target(path: str) -> str:
