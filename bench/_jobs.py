@@ -13,6 +13,17 @@ REPO = Path(__file__).resolve().parent.parent
 QUICKSTART = REPO / "examples" / "quickstart.yaml"
 
 
+def server_stack() -> str:
+    """Which HTTP server stack this machine's servers run, for the head of a CPU figure: the
+    lean cycle is used only under the uvicorn releases it was tested on, so a new uvicorn
+    quietly changes every server's CPU per request."""
+    import uvicorn
+
+    from rollgym.http.bounded_reads import bounded_protocol
+
+    return f"servers: {bounded_protocol().__name__} on uvicorn {uvicorn.__version__}"
+
+
 def simulated_model(latency_s: float, accuracy: float = 1.0) -> dict[str, Any]:
     """The simulated policy model answering after a fixed ``latency_s``."""
     return {

@@ -37,7 +37,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from _jobs import arithmetic_servers, write_job
+from _jobs import arithmetic_servers, server_stack, write_job
 
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 _INSTANCE = re.compile(rb'"name": "([^"]+)"')
@@ -234,6 +234,7 @@ def main() -> None:
     parser.add_argument("--sample-s", type=float, default=0.2)
     parser.add_argument("--against", metavar="KEY=VALUE", help="A/B: as is vs with KEY=VALUE set")
     args = parser.parse_args()
+    print(f"{server_stack()} (as is)", flush=True)
     if args.against:
         _against(args)
         return

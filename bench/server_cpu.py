@@ -27,6 +27,7 @@ import time
 
 import aiohttp
 import server_ab
+from _jobs import server_stack
 from server_ab import CONCURRENCY
 
 SERVER = """
@@ -81,7 +82,7 @@ async def main_async(n: int, rounds: int, against: str) -> None:
     )
     print(
         f"load average {os.getloadavg()[0]:.1f}; {n} rollouts (2 requests each) x {rounds}; "
-        f"against: {against}"
+        f"against: {against}; {server_stack()} (as is)"
     )
     server_ab.report(cpu, rate, "as is", "against")
 

@@ -36,7 +36,7 @@ ENV_HTTP_SERVER = "ROLLGYM_HTTP_SERVER"
 #: The uvicorn releases (major, minor) the lean cycle was written and tested against. It
 #: subclasses uvicorn's httptools protocol and uses its internals, which a release may change
 #: without notice; under any other uvicorn the servers keep uvicorn's own cycle.
-LEAN_CYCLE_UVICORN = ((0, 54),)
+LEAN_CYCLE_UVICORN = ((0, 54), (0, 55))
 
 
 def lean_cycle_supported(version: str | None = None) -> bool:

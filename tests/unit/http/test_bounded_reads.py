@@ -172,7 +172,8 @@ def test_the_lean_cycle_only_under_the_uvicorn_it_was_tested_on(
     from rollgym.http.bounded_reads import bounded_protocol, lean_cycle_supported
 
     assert lean_cycle_supported("0.54.0") and lean_cycle_supported("0.54.12")
-    assert not lean_cycle_supported("0.55.0") and not lean_cycle_supported("0.29.0")
+    assert lean_cycle_supported("0.55.0")
+    assert not lean_cycle_supported("0.56.0") and not lean_cycle_supported("0.29.0")
     assert not lean_cycle_supported("garbage")
     monkeypatch.delenv("ROLLGYM_HTTP_SERVER", raising=False)
     monkeypatch.delenv("ROLLGYM_HTTP_PARSER", raising=False)
