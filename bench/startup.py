@@ -165,11 +165,14 @@ def _parent_cmdline(process: object) -> list[str] | None:
 def breakdown(config: str, servers: int, timeout_s: float) -> None:
     """One ``rollgym serve``: when every URL is printed, each process of the tree with its
     start (seconds after the command's) and CPU so far (``psutil``; a process that ended
-    before ready is not counted)."""
+    before ready is not counted).
+
+    Starts are read against the command's own process start, not the wall clock: psutil
+    dates a process from the boot time, which the kernel gives in whole seconds, so
+    differences of two starts are right to a clock tick where one start alone is not."""
     import psutil
 
     with tempfile.TemporaryDirectory(prefix="rollgym-startup-") as out:
-        start_wall = time.time()
         start = time.perf_counter()
         proc = subprocess.Popen(
             [sys.executable, "-m", "rollgym", "serve", config, f"run.output_dir={out}"],
@@ -186,6 +189,7 @@ def breakdown(config: str, servers: int, timeout_s: float) -> None:
             proc.stdout.readline()
         ready = time.perf_counter() - start
         root = psutil.Process(proc.pid)
+        root_start = root.create_time()
         rows = []
         for one in [root, *root.children(recursive=True)]:
             try:
@@ -193,7 +197,7 @@ def breakdown(config: str, servers: int, timeout_s: float) -> None:
                     cpu = one.cpu_times()
                     rows.append(
                         (
-                            one.create_time() - start_wall,
+                            one.create_time() - root_start,
                             cpu.user + cpu.system,
                             one.cmdline(),
                             _parent_cmdline(one),
