@@ -479,7 +479,7 @@ class HttpClient:
         redirects = 0
         while True:
             status, answer_headers, body = await self._hop(exchange, hop)
-            target = redirect_target(status, hop.url, answer_headers)
+            target = redirect_target(exchange.destination, status, hop.url, answer_headers)
             if target is None:
                 return status, body, answer_headers.get(server_timing.HEADER)
             redirects += 1

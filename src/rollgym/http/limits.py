@@ -117,12 +117,27 @@ def _origin(url: str) -> tuple[str, str, int | None]:
     return scheme, (parts.hostname or "").lower(), port
 
 
-def redirect_target(status: int, url: str, headers: Mapping[str, str]) -> str | None:
-    """The absolute URL a redirect answer points at, or None when it is not a redirect."""
+def redirect_target(server: str, status: int, url: str, headers: Mapping[str, str]) -> str | None:
+    """The absolute URL a redirect answer points at, or None when it is not a redirect.
+
+    A ``Location`` with a control character in it (a tab can arrive in a header value) is
+    refused as ``invalid_url`` before it is joined: ``urljoin`` would quietly drop a tab and
+    follow another URL than the one the server wrote."""
     if status not in REDIRECT_STATUSES:
         return None
     location = headers.get("Location")
-    return urljoin(url, location) if location else None
+    if not location:
+        return None
+    found = _CONTROL.search(location)
+    if found is not None:
+        raise ExchangeRefused(
+            f"{server!r} answered HTTP {status} redirecting {redact_url(url)} to a Location "
+            f"with a control character {found.group()!r} at position {found.start()}: "
+            f"{redact_url(location)!r}; not followed",
+            server=server,
+            kind="invalid_url",
+        )
+    return urljoin(url, location)
 
 
 async def read_bounded(

@@ -173,6 +173,30 @@ async def test_a_same_host_redirect_is_followed_with_its_body(sites: list[Site])
     assert [hit.path for hit in site.hits] == ["/run", "/v2/run"]
 
 
+@pytest.mark.parametrize("credentials", ["", "u:pw@"], ids=["lean", "aiohttp"])
+async def test_a_redirect_location_with_a_tab_is_refused_not_followed_elsewhere(
+    sites: list[Site], credentials: str
+) -> None:
+    """``urljoin`` drops a tab: following it would request a path the server never wrote."""
+
+    async def moved(request: web.Request) -> web.StreamResponse:
+        if request.path == "/run":
+            return web.Response(status=307, headers={"Location": "/v2/\trun"})
+        return web.json_response({"reward": 1.0})
+
+    site = await _site(sites, moved)
+    async with _client() as client:
+        with pytest.raises(ExchangeRefused) as caught:
+            await client.post_json(
+                "solver", site.url.replace("//", "//" + credentials) + "/run", {}
+            )
+    message = str(caught.value)
+    assert caught.value.kind == "invalid_url" and caught.value.server == "solver"
+    assert "answered HTTP 307" in message and "'\\t' at position 4" in message
+    assert "not followed" in message and "pw" not in message
+    assert [hit.path for hit in site.hits] == ["/run"]
+
+
 async def test_a_same_host_redirect_loop_is_bounded(sites: list[Site]) -> None:
     async def loop(request: web.Request) -> web.StreamResponse:
         raise web.HTTPTemporaryRedirect("/run")
