@@ -14,7 +14,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rollgym.driver.dispatch import AttemptOutcome, outcome_label
 from rollgym.driver.outcomes import Outcome, RolloutFailure, RolloutResult
@@ -48,14 +48,24 @@ class RetryPolicy:
         return random.uniform(0.0, ceiling) if ceiling > 0 else 0.0
 
 
+@dataclass(slots=True)
+class Flying:
+    """One rollout in flight: which, where to, its current attempt, since when (monotonic)."""
+
+    rollout: Rollout
+    dispatch_name: str
+    attempt: int
+    started: float
+
+
 class InFlight:
     """Rollouts in flight, oldest first (insertion order), for progress and hung-tail display."""
 
     __slots__ = ("entries",)
 
     def __init__(self) -> None:
-        #: (task_index, rollout_index) -> [Rollout, dispatch_name, attempt, started monotonic]
-        self.entries: dict[tuple[int, int], list[Any]] = {}
+        #: (task_index, rollout_index) -> the rollout in flight under that key
+        self.entries: dict[tuple[int, int], Flying] = {}
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -63,14 +73,13 @@ class InFlight:
     def oldest(self, count: int) -> list[dict[str, object]]:
         now = time.monotonic()
         rows = []
-        for rollout, name, attempt, started in self.entries.values():
-            rollout_id = rollout.rollout_id(attempt)
+        for flying in self.entries.values():
             rows.append(
                 {
-                    "rollout_id": rollout_id,
-                    "dispatch_name": name,
-                    "attempt": attempt,
-                    "elapsed_s": round(now - started, 3),
+                    "rollout_id": flying.rollout.rollout_id(flying.attempt),
+                    "dispatch_name": flying.dispatch_name,
+                    "attempt": flying.attempt,
+                    "elapsed_s": round(now - flying.started, 3),
                 }
             )
             if len(rows) == count:
@@ -192,7 +201,7 @@ async def run_rollout(
     task = rollout.task
     name = rollout.target.dispatch_name
     key = (task.task_index, rollout.rollout_index)
-    entry: list[object] = [rollout, name, 0, time.monotonic()]
+    entry = Flying(rollout, name, 0, time.monotonic())
     in_flight.entries[key] = entry
     if metrics is not None:
         metrics.started(name)
@@ -201,7 +210,7 @@ async def run_rollout(
     record: Outcome | None = None
     try:
         while True:
-            entry[2] = attempt
+            entry.attempt = attempt
             record = None
             outcome = await send(rollout, attempt)
             error = outcome.error
