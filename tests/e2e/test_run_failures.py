@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 from e2e_support import Job, agent
 
@@ -88,3 +89,30 @@ def test_oversized_request_is_a_permanent_failure(job: Job, no_leftover_servers:
     assert "2048" in failure["message"]
     assert sorted(r["rollout_id"] for r in job.rollouts) == ["0-0", "2-0"]
     _accounting_holds(job, 3)
+
+
+def test_rollouts_slower_than_half_the_time_limit_say_the_window_closed(
+    job: Job, no_leftover_servers: None
+) -> None:
+    """A window closed by slow answers would only look like a slow run: it is said once, on
+    the console, with what to change, and each window is in progress.json."""
+    job.write(
+        {"a": agent("agents:EchoAgent", delay_s=1.2)},
+        [{"q": i} for i in range(64)],
+        agent="a",
+        concurrency=48,
+        timeout_s=2.0,  # each answer takes 1.2 s: over half of it
+        max_attempts=1,
+    )
+    proc = job.run()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _accounting_holds(job, 64)
+    said = [line for line in proc.stderr.splitlines() if "dispatch window is halved" in line]
+    assert len(said) == 1, proc.stderr
+    assert said[0].startswith("dispatch to 'a': an attempt ")
+    assert "run.timeout_s (2 s)" in said[0] and "run.adaptive_window: false" in said[0]
+    assert job.summary["warnings"] == [said[0]]  # and in summary.json, as the run's warning
+    progress = orjson.loads((job.out / "progress.json").read_bytes())
+    windows = progress["dispatch_windows"]
+    assert set(windows) == {"a"} and windows["a"]["window"] < 48
+    assert windows["a"]["sent"] == windows["a"]["waiting"] == 0

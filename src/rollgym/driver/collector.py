@@ -204,6 +204,8 @@ class Collector:
             max_attempts, options.retry_backoff_s, options.retry_backoff_max_s
         )
         self.in_flight = InFlight()
+        #: The dispatch windows of the stream running now (None: none yet, or the window off).
+        self.dispatch_windows: DispatchWindows | None = None
         self._urls = dict(servers)
         self._capture: Capture = (
             "tokens" if options.capture_tokens else "turns" if options.trajectories else "off"
@@ -361,6 +363,7 @@ class Collector:
         windows = (
             DispatchWindows(self.concurrency, self._timeout_s) if self._adaptive_window else None
         )
+        self.dispatch_windows = windows
         send = Dispatcher(
             self.client,
             self._urls,

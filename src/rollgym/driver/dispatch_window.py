@@ -20,6 +20,11 @@ An attempt waits for the window *before* it is sent, and its time limit starts w
 sent: the clock measures the rollout, not the wait in the driver's own queue. The wait is
 recorded on the dispatch span as ``gym.rollout.admission_wait`` (``traces profile`` shows it
 as ``admission_wait``). Waiters are served first in, first out.
+
+A window that closes is said, once per server, as a warning naming the answer that closed it
+and what to change when rollouts legitimately take that long (a window held at its floor by
+rollouts near ``timeout_s`` would otherwise only look like a slow run), and every window is in
+``progress.json`` (:meth:`DispatchWindows.view`) and the progress line (attempts waiting).
 """
 
 from __future__ import annotations
@@ -27,7 +32,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import time
+from collections.abc import Callable
+from typing import TypedDict
+
+_log = logging.getLogger(__name__)
 
 #: The window never closes below this many attempts (or ``concurrency`` if smaller).
 FLOOR = 16
@@ -35,6 +45,19 @@ FLOOR = 16
 #: flight sends its first wave as it always did; 5,000 on two saturated cores send this many
 #: first and none times out (bench/saturation.py).
 INITIAL = 1024
+
+
+class WindowView(TypedDict):
+    """One server's window in ``progress.json``: its size, attempts sent and unanswered, and
+    attempts waiting unsent for room."""
+
+    window: int
+    sent: int
+    waiting: int
+
+
+#: Called when a window is halved: (the window, the answer's seconds, whether it timed out).
+OnHalved = Callable[["DispatchWindow", float, bool], None]
 
 
 class DispatchWindow:
@@ -47,11 +70,19 @@ class DispatchWindow:
         "_fast_s",
         "_slow_s",
         "_halved_at",
+        "_on_halved",
         "window",
         "outstanding",
     )
 
-    def __init__(self, ceiling: int, timeout_s: float, initial: int = INITIAL) -> None:
+    def __init__(
+        self,
+        ceiling: int,
+        timeout_s: float,
+        initial: int = INITIAL,
+        on_halved: OnHalved | None = None,
+    ) -> None:
+        self._on_halved = on_halved
         self._ceiling = ceiling
         self._floor = min(FLOOR, ceiling)
         self._fast_s = timeout_s / 4
@@ -91,11 +122,18 @@ class DispatchWindow:
             if sent_at >= self._halved_at:
                 self.window = max(float(self._floor), self.window / 2)
                 self._halved_at = time.perf_counter()
+                if self._on_halved is not None:
+                    self._on_halved(self, duration_s, timed_out)
         elif duration_s <= self._fast_s:
             self.window = min(float(self._ceiling), self.window + 1.0)
         else:
             self.window = min(float(self._ceiling), self.window + 1.0 / self.window)
         self._give_back()
+
+    def view(self) -> WindowView:
+        """Its size, attempts sent and unanswered, and attempts waiting to be sent."""
+        waiting = sum(1 for waiter in self._waiters if not waiter.done())
+        return {"window": int(self.window), "sent": self.outstanding, "waiting": waiting}
 
     def _give_back(self) -> None:
         """One slot freed: hand slots to waiters while the window has room."""
@@ -112,15 +150,49 @@ class DispatchWindow:
 class DispatchWindows:
     """One :class:`DispatchWindow` per dispatch server, made on first use."""
 
-    __slots__ = ("_ceiling", "_timeout_s", "_windows")
+    __slots__ = ("_ceiling", "_timeout_s", "_windows", "_warned", "notices")
 
     def __init__(self, ceiling: int, timeout_s: float) -> None:
         self._ceiling = ceiling
         self._timeout_s = timeout_s
         self._windows: dict[str, DispatchWindow] = {}
+        self._warned: set[str] = set()
+        #: What was said of closing windows, one line per server (the run's summary warnings).
+        self.notices: list[str] = []
 
     def of(self, server: str) -> DispatchWindow:
         window = self._windows.get(server)
         if window is None:
-            window = self._windows[server] = DispatchWindow(self._ceiling, self._timeout_s, INITIAL)
+            window = self._windows[server] = DispatchWindow(
+                self._ceiling,
+                self._timeout_s,
+                INITIAL,
+                on_halved=lambda window, seconds, timed_out: self._halved(
+                    server, window, seconds, timed_out
+                ),
+            )
         return window
+
+    def view(self) -> dict[str, WindowView]:
+        """Every server's window now (``progress.json``'s ``dispatch_windows``)."""
+        return {server: window.view() for server, window in self._windows.items()}
+
+    def _halved(self, server: str, window: DispatchWindow, seconds: float, timed_out: bool) -> None:
+        """The first halving of a server's window, said once as a warning."""
+        if server in self._warned:
+            return
+        self._warned.add(server)
+        limit = f"run.timeout_s ({self._timeout_s:g} s)"
+        why = (
+            f"an attempt timed out after {limit}"
+            if timed_out
+            else f"an attempt took {seconds:.1f} s, over half of {limit}"
+        )
+        notice = (
+            f"dispatch to {server!r}: {why}, so its dispatch window is halved to "
+            f"{int(window.window)} attempts at once; the rest wait unsent (dispatch_windows in "
+            "progress.json). If its rollouts legitimately take this long, raise run.timeout_s "
+            "or set run.adaptive_window: false"
+        )
+        self.notices.append(notice)
+        _log.warning("%s", notice)

@@ -325,6 +325,7 @@ async def _collect_phase(state: JobState, collector: Collector, interrupts: Inte
         total=_total(state.config),
         path=state.output_dir / "progress.json",
         interval_s=state.config.run.progress_interval_s,
+        windows=lambda: collector.dispatch_windows,
     )
     progress.start()
     interrupts.collector = collector
@@ -342,6 +343,8 @@ async def _collect_phase(state: JobState, collector: Collector, interrupts: Inte
     finally:
         interrupts.collector = None
         await progress.stop()
+        if collector.dispatch_windows is not None:  # a window that closed, in the summary too
+            state.warnings += collector.dispatch_windows.notices
         if interrupts.interrupted:
             state.status = "interrupted"
 

@@ -12,9 +12,11 @@ import asyncio
 import contextlib
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO, TypedDict
 
+from rollgym.driver.dispatch_window import DispatchWindows, WindowView
 from rollgym.driver.retry import InFlight
 from rollgym.driver.summary import Aggregator, write_json_atomic
 
@@ -61,12 +63,21 @@ class ProgressSnapshot(TypedDict):
     eta_s: float | None
     elapsed_s: float
     oldest_in_flight: list[dict[str, object]]
+    #: Each dispatch server's window: its size, attempts sent, attempts waiting unsent.
+    dispatch_windows: dict[str, WindowView]
 
 
 def failure_counts(failed_by_kind: dict[str, int]) -> str:
     """``invalid_row 4, unknown_agent 1``: failures by kind, most first."""
     ranked = sorted(failed_by_kind.items(), key=lambda item: (-item[1], item[0]))
     return ", ".join(f"{kind} {count}" for kind, count in ranked)
+
+
+def _unsent(snap: ProgressSnapshot) -> str:
+    """`` (N waiting for a dispatch window)`` while attempts wait unsent, else nothing: those
+    count as in flight, so a run held back by its windows says so."""
+    waiting = sum(view["waiting"] for view in snap["dispatch_windows"].values())
+    return f" ({waiting} waiting for a dispatch window)" if waiting else ""
 
 
 class FailureEcho:
@@ -107,9 +118,12 @@ class ProgressReporter:
         path: Path | None,
         interval_s: float,
         stream: TextIO | None = None,
+        windows: Callable[[], DispatchWindows | None] | None = None,
     ) -> None:
+        """``windows``: the dispatch windows of the stream now (the collector's)."""
         self._aggregator = aggregator
         self._in_flight = in_flight
+        self._windows = windows
         self._total = total
         self._path = path
         self._interval = interval_s
@@ -125,6 +139,7 @@ class ProgressReporter:
         elapsed = max(time.monotonic() - self._start, 1e-9)
         rate = (agg.requested - self._base) / elapsed
         in_flight = len(self._in_flight)
+        windows = self._windows() if self._windows is not None else None
         eta = None
         if self._total is not None and rate > 0:
             eta = round(max(self._total - agg.requested, 0) / rate, 1)
@@ -139,16 +154,18 @@ class ProgressReporter:
             "eta_s": eta,
             "elapsed_s": round(elapsed, 1),
             "oldest_in_flight": self._in_flight.oldest(OLDEST_SHOWN),
+            "dispatch_windows": windows.view() if windows is not None else {},
         }
 
     def line(self, snap: ProgressSnapshot) -> str:
         total = f"/{snap['total']}" if snap["total"] is not None else ""
         eta = f", eta {snap['eta_s']:.0f}s" if snap["eta_s"] is not None else ""
         kinds = failure_counts(snap["failed_by_kind"])
+        unsent = _unsent(snap)
         return (
             f"[rollgym] {snap['completed'] + snap['failed']}{total} done "
             f"({snap['completed']} completed, {snap['failed']} failed{': ' + kinds if kinds else ''}), "
-            f"{snap['in_flight']} in flight, {snap['rate']:.1f}/s{eta}"
+            f"{snap['in_flight']} in flight{unsent}, {snap['rate']:.1f}/s{eta}"
         )
 
     def start(self) -> None:
@@ -192,7 +209,10 @@ class ProgressReporter:
                 write_json_atomic(self._path, snap)
         if self._bar is not None:
             done = snap["completed"] + snap["failed"]
-            detail = f"{snap['failed']} failed, {snap['in_flight']} in flight, {snap['rate']:.0f}/s"
+            detail = (
+                f"{snap['failed']} failed, {snap['in_flight']} in flight{_unsent(snap)}, "
+                f"{snap['rate']:.0f}/s"
+            )
             self._bar.update(self._bar_task, completed=done, detail=detail)
         return snap
 

@@ -10,7 +10,7 @@ from loopback import LoopbackAgent
 
 from rollgym import Collector
 from rollgym.driver import dispatch_window
-from rollgym.driver.dispatch_window import DispatchWindow
+from rollgym.driver.dispatch_window import DispatchWindow, DispatchWindows
 from rollgym.driver.outcomes import RolloutFailure
 
 
@@ -115,3 +115,31 @@ async def test_a_server_that_serves_four_at_a_time_times_nothing_out(
     assert [o for o in windowed if isinstance(o, RolloutFailure)] == []
     assert len(windowed) == 120
     assert second_agent.peak_in_flight < 120
+
+
+async def test_the_first_halving_of_a_servers_window_is_said_once_with_what_to_change(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    windows = DispatchWindows(ceiling=64, timeout_s=10.0)
+    solver = windows.of("solver")
+    for _ in range(4):
+        await solver.acquire()
+    with caplog.at_level("WARNING", logger="rollgym.driver.dispatch_window"):
+        solver.release(0.0, 1.0, timed_out=False)  # quick: opens, nothing said
+        assert caplog.records == []
+        solver.release(float("inf"), 6.2, timed_out=False)  # over half of 10 s: halved
+        solver.release(float("inf"), 0.0, timed_out=True)  # halved again later: not said
+        keys = windows.of("keys")
+        await keys.acquire()
+        keys.release(float("inf"), 0.0, timed_out=True)
+    messages = [record.getMessage() for record in caplog.records]
+    assert len(messages) == 2
+    assert messages[0].startswith(
+        "dispatch to 'solver': an attempt took 6.2 s, over half of run.timeout_s (10 s), "
+        "so its dispatch window is halved to 32 attempts at once"
+    )
+    assert "set run.adaptive_window: false" in messages[0]
+    assert messages[1].startswith(
+        "dispatch to 'keys': an attempt timed out after run.timeout_s (10 s)"
+    )
+    assert windows.view()["solver"] == {"window": 16, "sent": 1, "waiting": 0}
