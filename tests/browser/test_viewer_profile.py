@@ -26,7 +26,9 @@ pytestmark = BROWSER_MARKS
 STALL_S = 5.0
 
 
-def _progress(run_dir: Path, done: int, total: int, oldest: list[dict]) -> None:
+def _progress(
+    run_dir: Path, done: int, total: int, oldest: list[dict], windows: dict | None = None
+) -> None:
     (run_dir / "progress.json").write_text(
         json.dumps(
             {
@@ -39,6 +41,7 @@ def _progress(run_dir: Path, done: int, total: int, oldest: list[dict]) -> None:
                 "eta_s": 8.0 if done < total else 0.0,
                 "elapsed_s": 30.0,
                 "oldest_in_flight": oldest,
+                "dispatch_windows": windows or {},
             }
         )
     )
@@ -72,7 +75,8 @@ def test_profile_page_live_then_finished(live_run, page) -> None:
         {"rollout_id": "3-0", "dispatch_name": "simple_agent", "attempt": 0, "elapsed_s": 120.0},
         {"rollout_id": "99-0", "dispatch_name": "simple_agent", "attempt": 0, "elapsed_s": 2.0},
     ]
-    _progress(run_dir, 30, 40, oldest)
+    windows = {"simple_agent": {"window": 16, "sent": 2, "waiting": 0}}
+    _progress(run_dir, 30, 40, oldest, windows)
     page.goto(store.endpoint + f"/#/profile?stall_s={STALL_S:g}")
     page.wait_for_selector("#phase-table tr.phase")
     assert page.locator("#phase-table tr.phase").count() == len(PHASES)
@@ -80,6 +84,8 @@ def test_profile_page_live_then_finished(live_run, page) -> None:
     assert "30 / 40" in body and "refreshing every 2 s" in body
     stalled = page.inner_text("#live")
     assert "Stalled" in stalled and "3-0" in stalled and "gym.rollout.dispatch" in stalled
+    cells = page.locator("#dispatch-windows tr").nth(1).locator("td").all_text_contents()
+    assert cells == ["simple_agent", "16", "2", "0"]
     for chart in ("#timeline", "#reward-histogram", "#duration-histogram"):
         labels = page.locator(f"{chart} text.axis-label").all_text_contents()
         assert len(labels) == 2 and all(labels), chart

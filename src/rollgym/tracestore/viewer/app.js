@@ -305,6 +305,14 @@ function liveSection(live) {
     list.map((r) => el("tr", {}, el("td", {}, el("a", { href: `#/rollout/${encodeURIComponent(r.rollout_id)}` }, r.rollout_id)),
       el("td", {}, r.dispatch_name ?? "-"), el("td", {}, r.attempt ?? "-"), el("td", {}, `${fmt(r.elapsed_s, 1)} s`),
       ...extra.map((x) => el("td", {}, x[1](r))))));
+  const windows = Object.entries(p.dispatch_windows || {});
+  if (windows.length) {
+    section.append(el("h3", {}, "Dispatch windows"), el("table", { id: "dispatch-windows" },
+      el("tr", {}, el("th", {}, "server"), el("th", {}, "sent at once, at most"), el("th", {}, "sent, unanswered"),
+        el("th", {}, "waiting unsent")),
+      windows.map(([server, w]) => el("tr", {}, el("td", {}, server), el("td", {}, w.window),
+        el("td", {}, w.sent), el("td", {}, w.waiting)))));
+  }
   section.append(el("h3", {}, "Oldest in flight"), (p.oldest_in_flight || []).length
     ? rows(p.oldest_in_flight, []) : el("div", { class: "muted" }, "none in flight"));
   section.append(el("h3", {}, `Stalled (no span finished for ${fmt(live.stall_s, 0)} s)`), live.stalled.length
