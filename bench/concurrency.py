@@ -4,7 +4,7 @@ The driver runs in its own subprocess (so its peak RSS is its own), with concurr
 10,000 rows: every rollout must be admitted at once, complete, and the wall time must stay near
 the 5 s hold (target < 15 s), with peak RSS < 1.5 GB.
 
-``--n 65536 --replicas 4``: the scale-out figure (issue 12): 65,536 in flight over 4 agent
+``--n 65536 --replicas 4``: the scale-out figure: 65,536 in flight over 4 agent
 replicas, balanced by the driver's HTTP client. Every in-flight rollout is one socket of the
 driver, so the driver raises its soft open-file limit (towards the hard limit, which only a
 privileged process can raise); where the hard limit is lower than the run needs, the run is

@@ -1,4 +1,4 @@
-"""Throughput of a replica-bound environment: 1 vs 2 replicas of it (issue 12).
+"""Throughput of a replica-bound environment: 1 vs 2 replicas of it.
 
 Two kinds of replica-bound work, each 5 ms per environment call (two calls per rollout; the
 agent only seeds and verifies, ``_burn_env.py``):
