@@ -74,11 +74,11 @@ class ExchangeLimits:
     @staticmethod
     def check_url(server: str, method: str, url: str) -> None:
         """Refuse a URL with a control character in it (module doc), naming where it is."""
-        found = _CONTROL.search(url)
-        if found is not None:
+        where = _control_character(url)
+        if where is not None:
             raise ExchangeRefused(
-                f"the URL of a request to {server!r} ({method}) has a control character "
-                f"{found.group()!r} at position {found.start()}: {redact_url(url)!r}; not sent",
+                f"the URL of a request to {server!r} ({method}) has {where}: "
+                f"{redact_url(url)!r}; not sent",
                 server=server,
                 kind="invalid_url",
             )
@@ -110,6 +110,15 @@ class ExchangeLimits:
             )
 
 
+def _control_character(url: str) -> str | None:
+    """Where ``url``'s first control character is, in words (``a control character '\\t' at
+    position 4``), or None when it has none."""
+    found = _CONTROL.search(url)
+    if found is None:
+        return None
+    return f"a control character {found.group()!r} at position {found.start()}"
+
+
 def _origin(url: str) -> tuple[str, str, int | None]:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
@@ -128,12 +137,11 @@ def redirect_target(server: str, status: int, url: str, headers: Mapping[str, st
     location = headers.get("Location")
     if not location:
         return None
-    found = _CONTROL.search(location)
-    if found is not None:
+    where = _control_character(location)
+    if where is not None:
         raise ExchangeRefused(
             f"{server!r} answered HTTP {status} redirecting {redact_url(url)} to a Location "
-            f"with a control character {found.group()!r} at position {found.start()}: "
-            f"{redact_url(location)!r}; not followed",
+            f"with {where}: {redact_url(location)!r}; not followed",
             server=server,
             kind="invalid_url",
         )
