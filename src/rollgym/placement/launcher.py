@@ -243,10 +243,8 @@ async def _all_or_cancel(works: list[Any], watch: Any = None) -> None:
         pending = set(everything)
         while any(not task.done() for task in tasks):
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                task.result()  # the first failure, a work's or the watcher's, is raised
-        for task in tasks:
-            task.result()
+            for task in done:  # every task that ends passes here once: its failure is raised
+                task.result()
     finally:
         for task in everything:
             task.cancel()  # on a failure the others; on success only the watcher is left
