@@ -272,6 +272,11 @@ def test_a_failed_export_leaves_no_file(clean_run: Path, tmp_path: Path) -> None
     assert done.stderr.startswith(f"rollgym export: rollout {victim}: ")
     assert "Traceback" not in done.stderr
     assert sorted(p.name for p in run_dir.iterdir() if "parquet" in p.name) == []
+    # nor when there is nothing to export (the writer was open before the lines were read)
+    (run_dir / "trajectories.jsonl").unlink()
+    done = _cli("export", str(run_dir))
+    assert done.returncode == 2 and "run.capture_tokens=true" in done.stderr
+    assert sorted(p.name for p in run_dir.iterdir() if "parquet" in p.name) == []
 
 
 def test_check_data_says_what_is_missing(tmp_path: Path) -> None:
