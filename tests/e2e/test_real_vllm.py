@@ -486,6 +486,24 @@ def test_usage_engine_seconds_come_from_vllm(vllm_run: TracedJob) -> None:
         assert table["usage"].get("engine_s", 0.0) == pytest.approx(sum(mine), abs=1e-3), name
 
 
+def test_traces_check_data_certifies_the_run(vllm_run: TracedJob) -> None:
+    """``rollgym traces check --data``: every turn of every trajectory against vLLM's own
+    ``llm_request`` span (its token counts), its answered usage and the data invariants
+    (prompts extend, log-probabilities cover, a finish reason on every call): 0 violations."""
+    check = subprocess.run(
+        [sys.executable, "-m", "rollgym", "traces", "check", "--data", "--json", str(vllm_run.out)],
+        env=vllm_run.env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    report = orjson.loads(check.stdout)
+    assert check.returncode == 0, report["violations"][:20]
+    calls = sum(line["trajectory"]["model_calls"] for line in _trajectories(vllm_run).values())
+    assert report["model_calls"] == calls and report["rollouts"] == len(vllm_run.rollouts)
+    assert report["engine_record"].startswith(f"{calls} engine spans ({calls} calls)")
+
+
 def _post_json(url: str, body: dict[str, Any]) -> dict[str, Any]:
     request = urllib.request.Request(
         url, data=orjson.dumps(body), headers={"Content-Type": "application/json"}

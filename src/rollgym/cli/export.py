@@ -22,6 +22,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=Path,
         help="file to write (default: RUN/trajectories.parquet)",
     )
+    export.add_argument(
+        "--certified-only",
+        action="store_true",
+        help="keep only rollouts with no violation of `rollgym traces check --data` "
+        "(says how many it left out)",
+    )
     export.set_defaults(handler=_export)
 
 
@@ -32,7 +38,7 @@ def _export(args: argparse.Namespace) -> int:
         print(f"rollgym export: {args.run_dir}: no such run directory", file=sys.stderr)
         return 2
     try:
-        path, rows = export_parquet(args.run_dir, args.output)
+        exported = export_parquet(args.run_dir, args.output, certified_only=args.certified_only)
     except ExportError as exc:
         print(f"rollgym export: {exc}", file=sys.stderr)
         return 2
@@ -41,5 +47,10 @@ def _export(args: argparse.Namespace) -> int:
             f"rollgym export: {exc.filename or args.output}: {exc.strerror or exc}", file=sys.stderr
         )
         return 2
-    print(f"wrote {rows} rows to {path}")
+    print(f"wrote {exported.rows} rows to {exported.path}")
+    if args.certified_only:
+        print(
+            f"left out {exported.left_out} rollouts with violations "
+            f"(rollgym traces check --data {args.run_dir} lists them)"
+        )
     return 0

@@ -87,6 +87,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     check = commands.add_parser("check", help="verify the trace contract; non-zero on violation")
     _run_dir(check)
+    check.add_argument(
+        "--data",
+        action="store_true",
+        help="certify the run's data instead: every trajectory against the engine's own record "
+        "(its spans, else its answered usage) and its invariants; one line per violation",
+    )
     check.set_defaults(handler=_one_line(_check))
 
 
@@ -269,6 +275,8 @@ def _check(args: argparse.Namespace) -> int:
     from rollgym.tracestore import render
     from rollgym.tracestore.check import check_run
 
+    if args.data:
+        return _check_data(args)
     run_dir = args.run_dir if args.run_dir.is_dir() else args.run_dir.parent
     with _open(args) as conn:
         report = check_run(run_dir, conn)
@@ -276,6 +284,42 @@ def _check(args: argparse.Namespace) -> int:
         _emit_json(report.as_dict())
     else:
         render.check_report(_console(), report)
+    return 0 if report.ok else 1
+
+
+def _check_data(args: argparse.Namespace) -> int:
+    """``check --data``: one line per violation on stdout, then the count per rule; exit 1 on
+    any violation. The trace store is optional: without one, the answered usage is the
+    engine's record."""
+    from rollgym.driver.certify import RULES, certify_run
+    from rollgym.driver.run_reader import UnreadableLine
+
+    if not args.run_dir.exists():
+        raise _Unreadable(f"{args.run_dir}: no such run directory")
+    run_dir = args.run_dir if args.run_dir.is_dir() else args.run_dir.parent
+    try:
+        if (run_dir / "traces.db").is_file():
+            with _open(argparse.Namespace(run_dir=run_dir)) as conn:
+                report = certify_run(run_dir, conn)
+        else:
+            report = certify_run(run_dir, None)
+    except (FileNotFoundError, UnreadableLine) as exc:
+        raise _Unreadable(str(exc)) from None
+    if args.json:
+        _emit_json(report.as_dict())
+        return 0 if report.ok else 1
+    for violation in report.violations:
+        print(violation.line())
+    print(f"token counts held against {report.engine_record}")
+    print(f"policy versions {report.versions}")
+    counts = ", ".join(f"{rule} {report.counts[rule]}" for rule in RULES if rule in report.counts)
+    verdict = (
+        f"{len(report.violations)} violations in {report.uncertified} of {report.rollouts} "
+        f"rollouts ({report.model_calls} model calls): {counts}"
+        if report.violations
+        else f"0 violations: {report.rollouts} rollouts certified ({report.model_calls} model calls)"
+    )
+    print(verdict)
     return 0 if report.ok else 1
 
 

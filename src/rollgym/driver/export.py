@@ -16,21 +16,28 @@ waited on sandbox execs; null where no sandbox ran).
 docs/trajectories.md lists them.
 
 Memory stays bounded: lines are streamed and written in row groups of ``batch_rows``. Only
-committed trajectories are read: those before the end of the last one a rollout line points
-at (a ``kill -9`` can leave one unfinished line after it, which a resume cuts off).
+committed trajectories are read (:func:`~rollgym.driver.run_reader.committed_trajectories`).
+``certified_only`` keeps only the rollouts :mod:`rollgym.driver.certify` finds no violation in.
+The table is written under a temporary name beside the output and renamed only once it is
+whole, so an export that fails leaves no file (and never a half or empty table) behind.
 pyarrow is imported only here (the ``parquet`` extra).
 """
 
 from __future__ import annotations
 
+import os
+import sqlite3
 from collections.abc import Iterator, Mapping
+from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from rollgym.driver.output import ROLLOUTS, TRAJECTORIES
-from rollgym.driver.run_reader import recorded_run_id
+from rollgym.driver.certify import Certifier, certifier_for
+from rollgym.driver.output import TRAJECTORIES
+from rollgym.driver.run_reader import UnreadableLine, committed_trajectories, recorded_run_id
 from rollgym.errors import ExportError as ExportError
 from rollgym.trajectory.conversation import (
     completion_text,
@@ -42,43 +49,6 @@ from rollgym.trajectory.record import TOKEN_REQUEST_FIELDS
 from rollgym.trajectory.tokens import token_sequence
 
 DEFAULT_NAME = "trajectories.parquet"
-
-
-def _committed_end(run_dir: Path) -> int:
-    """Byte offset of the end of the last trajectory line a rollout line points at."""
-    end = 0
-    path = run_dir / ROLLOUTS
-    if not path.exists():
-        return 0
-    with open(path, "rb") as handle:
-        for raw in handle:
-            if b'"trajectory"' not in raw:
-                continue
-            try:
-                pointer = orjson.loads(raw).get("trajectory")
-            except (orjson.JSONDecodeError, AttributeError):
-                continue
-            if isinstance(pointer, dict):
-                end = max(end, int(pointer.get("offset", 0)) + int(pointer.get("bytes", 0)))
-    return end
-
-
-def _trajectory_lines(run_dir: Path) -> Iterator[dict[str, Any]]:
-    path = run_dir / TRAJECTORIES
-    if not path.exists():
-        raise ExportError(
-            f"{path} does not exist: run with run.trajectories=true or run.capture_tokens=true"
-        )
-    end = _committed_end(run_dir)
-    offset = 0
-    with open(path, "rb") as handle:
-        for raw in handle:
-            offset += len(raw)
-            if offset > end:
-                break
-            record = orjson.loads(raw)
-            if isinstance(record, dict):
-                yield record
 
 
 #: Sampling parameters that get a typed column of their own (the rest are in ``sampling``).
@@ -226,10 +196,50 @@ def _schema(pa: Any) -> Any:
     )
 
 
+@dataclass(frozen=True)
+class Exported:
+    """What an export wrote: the file, its rows, and the rollouts it left out as uncertified."""
+
+    path: Path
+    rows: int
+    left_out: int = 0
+
+
+def _trajectory_lines(run_dir: Path) -> Iterator[dict[str, Any]]:
+    path = run_dir / TRAJECTORIES
+    if not path.exists():
+        raise ExportError(
+            f"{path} does not exist: run with run.trajectories=true or run.capture_tokens=true"
+        )
+    try:
+        yield from committed_trajectories(run_dir)
+    except UnreadableLine as exc:
+        raise ExportError(str(exc)) from None
+
+
+def _certifier(run_dir: Path) -> Certifier:
+    """The data check of the run (its trace store read where it has one)."""
+    from rollgym.tracestore.store import connect_readonly
+
+    store = run_dir / "traces.db"
+    if not store.is_file():
+        return certifier_for(run_dir, None)[0]
+    try:
+        with closing(connect_readonly(store)) as conn:
+            return certifier_for(run_dir, conn)[0]
+    except sqlite3.DatabaseError as exc:
+        raise ExportError(f"{store}: not a readable trace store ({exc})") from None
+
+
 def export_parquet(
-    run_dir: Path, output: Path | None = None, *, batch_rows: int = 1024
-) -> tuple[Path, int]:
-    """Write the run's trajectories as Parquet; return (path written, rows)."""
+    run_dir: Path,
+    output: Path | None = None,
+    *,
+    batch_rows: int = 1024,
+    certified_only: bool = False,
+) -> Exported:
+    """Write the run's trajectories as Parquet (with ``certified_only``, only the rollouts
+    that pass ``rollgym traces check --data``); the file appears only once whole."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -238,18 +248,42 @@ def export_parquet(
             "the Parquet export needs pyarrow: pip install 'rollgym[parquet]'"
         ) from None
     output = output or run_dir / DEFAULT_NAME
+    if not output.parent.is_dir():
+        raise ExportError(f"{output.parent}: no such directory to write {output.name} in")
+    certifier = _certifier(run_dir) if certified_only else None
     schema = _schema(pa)
-    rows = 0
+    rows = left_out = 0
     batch: list[dict[str, object]] = []
     run_id = recorded_run_id(run_dir)
-    with pq.ParquetWriter(output, schema) as writer:
-        for record in _trajectory_lines(run_dir):
-            batch.append(export_row(record, run_id))
-            if len(batch) >= batch_rows:
-                writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+    partial = output.with_name(f".{output.name}.{os.getpid()}.partial")
+    try:
+        with pq.ParquetWriter(partial, schema) as writer:
+            for record in _trajectory_lines(run_dir):
+                if certifier is not None and certifier.check(record):
+                    left_out += 1
+                    continue
+                batch.append(export_row(record, run_id))
+                if len(batch) >= batch_rows:
+                    writer.write_table(_table(pa, batch, schema))
+                    rows += len(batch)
+                    batch.clear()
+            if batch or rows == 0:
+                writer.write_table(_table(pa, batch, schema))
                 rows += len(batch)
-                batch.clear()
-        if batch or rows == 0:
-            writer.write_table(pa.Table.from_pylist(batch, schema=schema))
-            rows += len(batch)
-    return output, rows
+        os.replace(partial, output)
+    finally:
+        partial.unlink(missing_ok=True)
+    return Exported(output, rows, left_out)
+
+
+def _table(pa: Any, batch: list[dict[str, object]], schema: Any) -> Any:
+    """One row group; a value the column's type refuses is one line naming the rollout."""
+    try:
+        return pa.Table.from_pylist(batch, schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        for row in batch:  # find the row that does not fit, to name it
+            try:
+                pa.Table.from_pylist([row], schema=schema)
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as one:
+                raise ExportError(f"rollout {row.get('rollout_id')}: {one}") from None
+        raise ExportError(str(exc)) from None

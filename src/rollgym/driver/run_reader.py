@@ -4,6 +4,8 @@
 trace store holds none), found by the id a person types: ``3-0`` names the rollout, whatever
 attempt finished it (``3-0-a2``); ``3-0-a2`` names that attempt only. The files are read, never
 repaired (a torn last line is skipped), so a run that is still going can be looked into.
+:func:`committed_trajectories` reads every trajectory a rollout line commits (``export``,
+``traces check --data``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,53 @@ def read_lines(path: Path) -> Iterator[JsonObject]:
                 continue
             if isinstance(record, dict):
                 yield record
+
+
+class UnreadableLine(ValueError):
+    """A committed line of a run's file that is not a JSON object: ``file:line`` and why."""
+
+
+def _committed_end(run_dir: Path) -> int:
+    """Byte offset of the end of the last trajectory line a rollout line points at."""
+    end = 0
+    path = run_dir / ROLLOUTS
+    if not path.exists():
+        return 0
+    with open(path, "rb") as handle:
+        for raw in handle:
+            if b'"trajectory"' not in raw:
+                continue
+            try:
+                pointer = orjson.loads(raw).get("trajectory")
+            except (orjson.JSONDecodeError, AttributeError):
+                continue
+            if isinstance(pointer, dict):
+                offset, size = pointer.get("offset", 0), pointer.get("bytes", 0)
+                if isinstance(offset, int) and isinstance(size, int):
+                    end = max(end, offset + size)
+    return end
+
+
+def committed_trajectories(run_dir: Path) -> Iterator[JsonObject]:
+    """Every line of ``trajectories.jsonl`` that a rollout line commits (those before the end
+    of the last one a rollout line points at: a ``kill -9`` can leave one unfinished line
+    after it, which a resume cuts off). A committed line that is not a JSON object raises
+    :class:`UnreadableLine` naming it."""
+    path = run_dir / TRAJECTORIES
+    end = _committed_end(run_dir)
+    offset = 0
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            offset += len(raw)
+            if offset > end:
+                break
+            try:
+                record = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                raise UnreadableLine(f"{path}:{number}: not JSON ({exc})") from None
+            if not isinstance(record, dict):
+                raise UnreadableLine(f"{path}:{number}: not a JSON object")
+            yield record
 
 
 def recorded_run_id(run_dir: Path) -> str | None:

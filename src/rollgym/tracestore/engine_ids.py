@@ -27,16 +27,38 @@ _ENGINE_SUFFIX = re.compile(r"(\.\d+)-[0-9A-Za-z]+$")
 
 def strip_engine_decorations(engine_id: str) -> str:
     """``"0_chatcmpl-3-0.2"`` -> ``"3-0.2"``: the id as it was sent, without vLLM's prefixes."""
+    return _undecorated(engine_id)[0]
+
+
+def _undecorated(engine_id: str) -> tuple[str, int | None]:
+    """The id without vLLM's prefixes, and the index of its ``<k>_`` sub-request prefix."""
     text = engine_id
+    index = None
     for _ in range(2):  # a sub-request prefix may sit outside or inside the API prefix
         sub = _SUB_REQUEST.match(text)
         if sub is not None:
+            index = int(text[: sub.end() - 1])
             text = text[sub.end() :]
         for prefix in _ENGINE_PREFIXES:
             if text.startswith(prefix):
                 text = text[len(prefix) :]
                 break
-    return text
+    return text, index
+
+
+def sent_request_id(engine_id: str) -> str:
+    """``"0_chatcmpl-3-0.2-1a2b3c4d"`` -> ``"3-0.2"``: the request id as the model server sent
+    it (a ``<rollout id>.<turn>``, or the UUID sent in its place), every decoration the engine
+    added taken off, so an engine span is found by the model call that caused it."""
+    core = strip_engine_decorations(engine_id)
+    without = _ENGINE_SUFFIX.sub(r"\1", core)
+    return without if without != core else _without_suffix(core)
+
+
+def sub_request_index(engine_id: str) -> int | None:
+    """The ``<k>_`` index vLLM puts on each sub-request of one ``n > 1`` call (None: the
+    call was not split)."""
+    return _undecorated(engine_id)[1]
 
 
 def rollout_of_engine_id(engine_id: str, sent_ids: Mapping[str, str] | None = None) -> str | None:
