@@ -11,11 +11,11 @@ from collections import Counter
 
 import orjson
 import pytest
-from server_specs import simulated_model, walker_servers
 from telemetry_helpers import TracedJob, quick_rows
 
 from rollgym.servers.tools import NOT_AN_OBJECT
 from rollgym.telemetry import names
+from server_specs import simulated_model, walker_servers
 
 pytestmark = pytest.mark.e2e
 
