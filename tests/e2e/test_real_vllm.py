@@ -630,3 +630,23 @@ def test_forced_tool_calls_tell_the_model_and_engine_keys_reach_vllm(
     )
     assert marked == mistakes
     assert all(names.ERROR_TYPE not in s.attributes for s in spans)
+
+
+def test_named_sampling_keys_are_fields_of_vllms_request() -> None:
+    """Every sampling key the built-in agents take by name is a field of vLLM's
+    ``ChatCompletionRequest`` (vLLM ignores a field it does not know without a word, so a
+    misspelt name here would be a parameter that silently does nothing)."""
+    from rollgym.servers.rollout_options import ROLLGYM_FIELDS, SAMPLING_KEYS
+
+    script = (
+        "import json\n"
+        "from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest\n"
+        "print(json.dumps(sorted(ChatCompletionRequest.model_fields)))\n"
+    )
+    listed = subprocess.run(
+        [str(VLLM_PYTHON), "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    fields = set(json.loads(listed.stdout.splitlines()[-1]))
+    assert SAMPLING_KEYS - fields == set()
+    assert ROLLGYM_FIELDS - fields == set()
