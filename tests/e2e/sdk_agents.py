@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from rollgym.servers.agent import Agent, task_of
 from rollgym.servers.rollout_context import RolloutContext
 
@@ -63,9 +61,12 @@ class StreamingToolAgent(Agent):
                 break
             for call in message["tool_calls"]:
                 function = call["function"]
-                output = await rollout.env.call_tool(
-                    function["name"], orjson.loads(function.get("arguments") or "{}")
+                # the call as the model wrote it: a mistake in it is told to the model
+                told = await rollout.env.call_model_tool(
+                    function.get("name", ""), function.get("arguments")
                 )
-                messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
+                messages.append(
+                    {"role": "tool", "tool_call_id": call["id"], "content": told.output}
+                )
         verdict = await rollout.env.verify(answer)
         return {"reward": verdict["reward"], "answer": answer}

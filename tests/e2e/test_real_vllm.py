@@ -563,3 +563,108 @@ async def test_vllm_weight_versions_and_rollgyms_stamp(engine: Engine, tmp_path:
     assert all(isinstance(o, RolloutResult) for o in outcomes), outcomes
     assert [o.policy_versions for o in outcomes] == [["step-7"], ["step-7"]]
     assert all(o.engine_versions is None for o in outcomes)  # vLLM's answer says none
+
+
+#: Sampling keys of vLLM's own that the built-in agents pass on unchanged (named, and under
+#: ``extra_body``): ``ignore_eos`` with ``min_tokens`` makes every answer exactly
+#: ``max_tokens`` long, which shows they reached the engine.
+ENGINE_SAMPLING: dict[str, Any] = {
+    "max_tokens": MAX_TOKENS,
+    "min_tokens": MAX_TOKENS,
+    "chat_template_kwargs": {"enable_thinking": False},
+    "response_format": {"type": "text"},
+    "extra_body": {"ignore_eos": True, "skip_special_tokens": True},
+}
+#: Forced tool calls, as the run where vLLM wrote ``true`` and ``48116.5`` as arguments.
+FORCED = {"max_tokens": 48, "tool_choice": "required"}
+
+
+def test_forced_tool_calls_tell_the_model_and_engine_keys_reach_vllm(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """The tiny random model under ``tool_choice: required`` writes tool calls whose arguments
+    are garbage: every rollout still completes, each mistake is told to the model and kept in
+    the trajectory and the tool span; the engine's own sampling keys are accepted and obeyed."""
+    launched = {name: servers(engine.url)[name] for name in ("engine", "policy", "arith")}
+    launched["keys"] = {
+        "kind": "environment",
+        "impl": "keychain",
+        "model": "policy",
+        "max_turns": 3,
+        "sampling": FORCED,
+    }
+    launched["walker"] = {
+        "kind": "agent",
+        "impl": "tool_loop",
+        "model": "policy",
+        "environment": "keys",
+        "max_turns": 3,
+        "sampling": FORCED,
+    }
+    launched["solver"] = {
+        "kind": "agent",
+        "impl": "single_turn",
+        "model": "policy",
+        "environment": "arith",
+        "sampling": ENGINE_SAMPLING,
+    }
+    rows = quick_rows(8, 16, 8)
+    job = TracedJob(tmp_path)
+    job.write(
+        launched,
+        rows,
+        telemetry={"preset": "default", "store_bind": f"127.0.0.1:{engine.store_port}"},
+        agent="solver",
+        environment_routes={"keychain_episodes": "keys"},
+        concurrency=16,
+        timeout_s=300,
+        max_attempts=1,
+        trajectories=True,
+    )
+    result = job.run(timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert job.summary["requested"] == job.summary["completed"] == len(rows), job.failures[:3]
+    mistakes: Counter[str] = Counter()
+    examples: dict[str, Any] = {}
+    for line in _trajectories(job).values():
+        turns = line["trajectory"]["turns"]
+        if line["dispatch_name"] == "solver":
+            (model,) = [t for t in turns if t["type"] == "model"]
+            assert model["usage"]["completion_tokens"] == MAX_TOKENS  # ignore_eos, min_tokens
+            assert model["params"]["ignore_eos"] is True and "extra_body" not in model["params"]
+            continue
+        for turn in turns:
+            if turn["type"] == "tool" and "error" in turn:
+                mistakes[turn["error"]] += 1
+                examples.setdefault(turn["error"], turn["arguments"])
+                assert turn["output"].startswith("error: ")
+    print(f"\nforced tool calls on vLLM: mistakes told to the model {dict(mistakes)}; {examples}")
+    assert sum(mistakes.values()) > 0
+    spans = job.spans().named(names.SPAN_ENV_TOOL)
+    marked = Counter(
+        s.attributes[names.ENV_TOOL_MODEL_ERROR]
+        for s in spans
+        if names.ENV_TOOL_MODEL_ERROR in s.attributes
+    )
+    assert marked == mistakes
+    assert all(names.ERROR_TYPE not in s.attributes for s in spans)
+
+
+def test_named_sampling_keys_are_fields_of_vllms_request() -> None:
+    """Every sampling key the built-in agents take by name is a field of vLLM's
+    ``ChatCompletionRequest`` (vLLM ignores a field it does not know without a word, so a
+    misspelt name here would be a parameter that silently does nothing)."""
+    from rollgym.servers.rollout_options import ROLLGYM_FIELDS, SAMPLING_KEYS
+
+    script = (
+        "import json\n"
+        "from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest\n"
+        "print(json.dumps(sorted(ChatCompletionRequest.model_fields)))\n"
+    )
+    listed = subprocess.run(
+        [str(VLLM_PYTHON), "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    fields = set(json.loads(listed.stdout.splitlines()[-1]))
+    assert SAMPLING_KEYS - fields == set()
+    assert ROLLGYM_FIELDS - fields == set()

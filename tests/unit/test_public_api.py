@@ -86,6 +86,7 @@ SERVERS_DOOR = {
     "ServerKind",
     "ServerOptions",
     "SessionState",
+    "ToolAnswer",
     "TransportError",
     "Verdict",
     "content_text",

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from rollgym.servers.model import ChatRequest, ModelServer
     from rollgym.servers.request_ids import is_uuid, upstream_uuid
     from rollgym.servers.rollout_context import RolloutContext
-    from rollgym.servers.tools import tool
+    from rollgym.servers.tools import ToolAnswer, tool
     from rollgym.telemetry import spans
     from rollgym.telemetry.groups import gate
     from rollgym.telemetry.names import HEADER_REQUEST_ID
@@ -65,6 +65,7 @@ _EXPORTS = {
     "ServerKind": "rollgym.server_options",
     "ServerOptions": "rollgym.server_options",
     "SessionState": "rollgym.servers.environment",
+    "ToolAnswer": "rollgym.servers.tools",
     "TransportError": "rollgym.errors",
     "Verdict": "rollgym.servers.environment",
     "content_text": "rollgym.servers.chat_content",
@@ -103,6 +104,7 @@ __all__ = [
     "ServerKind",
     "ServerOptions",
     "SessionState",
+    "ToolAnswer",
     "TransportError",
     "Verdict",
     "content_text",

@@ -21,6 +21,9 @@ class EnvAggregates:
     seeded: int = 0
     tool_calls: Counter[str] = field(default_factory=Counter)
     tool_errors: int = 0
+    #: Tool calls a model got wrong (told to the model, not counted by name: a model may
+    #: invent any number of tool names).
+    tool_mistakes: int = 0
 
     def record_seed(self) -> None:
         self.seeded += 1
@@ -29,6 +32,9 @@ class EnvAggregates:
         self.tool_calls[name] += 1
         if not ok:
             self.tool_errors += 1
+
+    def record_mistake(self) -> None:
+        self.tool_mistakes += 1
 
     def record_verify(self, reward: float) -> None:
         self.verified += 1
@@ -45,6 +51,7 @@ class EnvAggregates:
             "seeded": self.seeded,
             "tool_calls": dict(self.tool_calls),
             "tool_errors": self.tool_errors,
+            "tool_mistakes": self.tool_mistakes,
             "open_sessions": open_sessions,
             "expired_sessions": expired_sessions,
         }

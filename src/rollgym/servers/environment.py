@@ -14,11 +14,18 @@ Writing an environment is one small class::
         async def verify(self, state, answer):
             return 1.0 if answer == state.messages[0]["content"].upper() else 0.0
 
-The base owns the HTTP contract (``/seed_session``, ``/tools/{name}``, ``/verify``,
-``/aggregate_metrics``, and the episode ``/run`` when the options name a ``model``), the
-sessions (with a TTL so a dead agent leaks nothing), the spans (``gym.env.tool`` around a tool,
-``gym.verify`` around verification, both carrying the rollout id the session was seeded with,
-``gym.rollout`` around an episode) and the running aggregates.
+The base owns the HTTP contract (``/seed_session``, ``/tools/{name}``, ``/model_tool_call``,
+``/verify``, ``/aggregate_metrics``, and the episode ``/run`` when the options name a
+``model``), the sessions (with a TTL so a dead agent leaks nothing), the spans (``gym.env.tool``
+around a tool, ``gym.verify`` around verification, both carrying the rollout id the session was
+seeded with, ``gym.rollout`` around an episode) and the running aggregates.
+
+Two ways to call a tool, because whose mistake a bad call is differs: ``/tools/{name}`` (and
+:meth:`Environment.run_tool`) takes arguments the caller built itself, so an unknown tool or
+arguments that do not fit are refused (404, 400: the caller's bug); ``/model_tool_call`` (and
+:meth:`Environment.call_model_tool`) takes a tool call as the model wrote it, so the same
+mistakes, and arguments that are not JSON or not an object, are answered to the model as the
+tool's output (``error: ...``) and the episode goes on.
 """
 
 from __future__ import annotations
@@ -47,7 +54,17 @@ from rollgym.servers.local_session import LocalEnvSession
 from rollgym.servers.rollout_context import ModelClient, RolloutContext
 from rollgym.servers.rollout_span import under_rollout_span
 from rollgym.servers.sessions import Session, SessionStore
-from rollgym.servers.tools import ToolArgumentsError, ToolSpec, tools_of
+from rollgym.servers.tools import (
+    INVALID_ARGUMENTS,
+    UNKNOWN_TOOL,
+    ToolAnswer,
+    ToolArgumentsError,
+    ToolMistake,
+    ToolSpec,
+    model_arguments,
+    shown_name,
+    tools_of,
+)
 from rollgym.telemetry.groups import gate
 from rollgym.trajectory.record import CAPTURE_HEADER, attach
 from rollgym.trajectory.usage import attach_usage
@@ -79,6 +96,16 @@ class ToolRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     session_id: str
     arguments: dict[str, object] = Field(default_factory=dict)
+
+
+class ModelToolCallRequest(BaseModel):
+    """A tool call as the model wrote it: ``arguments`` is its ``function.arguments``, the
+    JSON text (or any value an engine handed already parsed)."""
+
+    model_config = ConfigDict(extra="forbid")
+    session_id: str
+    name: str
+    arguments: object = None
 
 
 class VerifyRequest(BaseModel):
@@ -179,6 +206,26 @@ class Environment(Server):
                 return await self._invoke(spec, session, args)
         return await self._invoke(spec, session, args)
 
+    async def call_model_tool(self, session_id: str, name: str, arguments: object) -> ToolAnswer:
+        """Run a tool call as the model wrote it (``arguments``: its JSON text).
+
+        The model's mistakes (arguments not JSON, not an object, not fitting the schema, an
+        unknown tool) come back as a :class:`ToolAnswer` whose ``output`` tells the model and
+        whose ``error`` names the kind; the ``gym.env.tool`` span carries the kind as
+        ``gym.env.tool.model_error`` and no error status (the environment did not fail). An
+        unknown session or a tool that raises is still the environment's fault (HTTPError).
+        """
+        session = self._live(session_id)
+        if gate.env:
+            from rollgym.telemetry import spans
+
+            with spans.env_tool_span(session.rollout_id, name[:128]) as span:
+                answer = await self._model_tool(session, name, arguments)
+                if answer.error is not None:
+                    spans.record_tool_model_error(span, answer.error)
+                return answer
+        return await self._model_tool(session, name, arguments)
+
     async def finish(self, session_id: str, answer: str | None) -> dict[str, object]:
         session = self.sessions.pop(session_id)
         if session is None:
@@ -208,6 +255,31 @@ class Environment(Server):
 
     def _unknown_session(self, session_id: str) -> HTTPError:
         return HTTPError(404, f"unknown or expired session {session_id!r}", field="session_id")
+
+    async def _model_tool(
+        self, session: Session[SessionState], name: str, arguments: object
+    ) -> ToolAnswer:
+        try:
+            spec = self.tools.get(name)
+            if spec is None:
+                raise ToolMistake(
+                    UNKNOWN_TOOL, f"unknown tool {shown_name(name)}; tools: {sorted(self.tools)}"
+                )
+            try:
+                args = spec.parse(model_arguments(name, arguments))
+            except ToolArgumentsError as exc:
+                raise ToolMistake(INVALID_ARGUMENTS, str(exc)) from None
+            try:
+                return ToolAnswer(await self._invoke(spec, session, args))
+            except HTTPError as exc:
+                # A tool that refuses its arguments itself (400/404 naming ``arguments...``)
+                # is told to the model like a schema failure; any other refusal is its own.
+                if exc.status in (400, 404) and (exc.field or "").startswith("arguments"):
+                    raise ToolMistake(INVALID_ARGUMENTS, exc.message) from None
+                raise
+        except ToolMistake as mistake:
+            self.aggregates.record_mistake()
+            return mistake.answer()
 
     async def _invoke(self, spec: ToolSpec, session: Session[SessionState], args: BaseModel) -> str:
         try:
@@ -248,6 +320,7 @@ class Environment(Server):
         # a fraction of the CPU per request (bench/body_validation.py).
         add_post(app, "/seed_session", self._seed_route)
         add_post(app, "/tools/{name}", self._tool_route)
+        add_post(app, "/model_tool_call", self._model_tool_route)
         add_post(app, "/verify", self._verify_route)
         app.post("/aggregate_metrics")(self._aggregate_route)
         if self.env_options.model is not None:
@@ -268,6 +341,14 @@ class Environment(Server):
         with server_timing.collecting() as timings:
             output = await self.run_tool(body.session_id, name, body.arguments)
         return OrjsonResponse({"output": output}, headers=timings.header())
+
+    async def _model_tool_route(self, request: Request) -> Response:
+        body = await model_body(request, ModelToolCallRequest)
+        with server_timing.collecting() as timings:
+            answer = await self.call_model_tool(body.session_id, body.name, body.arguments)
+        return OrjsonResponse(
+            {"output": answer.output, "error": answer.error}, headers=timings.header()
+        )
 
     async def _verify_route(self, request: Request) -> Response:
         body = await model_body(request, VerifyRequest)

@@ -2,16 +2,17 @@
 
 Shared by the ``tool_loop`` agent (environment over HTTP) and an environment's episode
 ``/run`` (its own sessions in-process), so both play an episode the same way. Tool mistakes
-the model makes (an unknown tool, arguments that do not fit, arguments that are not JSON) are
-told to the model as the tool's output, as a real tool runtime would; they are part of the
-rollout, not a failure of it.
+the model makes (arguments that are not JSON, JSON that is not an object, arguments that do not
+fit the tool's schema, an unknown tool) are told to the model as the tool's output, as a real
+tool runtime would: each tool call goes to the environment as the model wrote it
+(``EnvSession.call_model_tool``), which judges it, so the mistake is part of the rollout (its
+conversation, trajectory and tool span), not a failure of it. Only a fault of rollgym, the model
+server or the environment ends a rollout early.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-import orjson
 
 from rollgym.errors import ServerCallError
 from rollgym.servers.rollout_context import RolloutContext
@@ -45,6 +46,8 @@ async def play_and_verify(
         message = first_message(completion)
         messages.append(message)
         calls = message.get("tool_calls") or []
+        if not isinstance(calls, list):
+            raise ServerCallError("the model answered 'tool_calls' that is not a list")
         if not calls:
             answer = message.get("content")
             break
@@ -73,24 +76,14 @@ def first_message(completion: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
-async def _run_call(rollout: RolloutContext, call: dict[str, Any]) -> dict[str, object]:
-    function = call.get("function") or {}
-    name = str(function.get("name", ""))
-    try:
-        arguments = orjson.loads(function.get("arguments") or "{}")
-    except orjson.JSONDecodeError:
-        output = f"error: the arguments of {name!r} are not valid JSON"
-    else:
-        try:
-            output = await rollout.env.call_tool(name, arguments)
-        except ServerCallError as exc:
-            if not _is_model_mistake(exc):
-                raise
-            output = f"error: {exc}"
-    return {"role": "tool", "tool_call_id": call.get("id", ""), "content": output}
-
-
-def _is_model_mistake(exc: ServerCallError) -> bool:
-    """An unknown tool or bad arguments: the model's error, which the model should be told."""
-    field = exc.field or ""
-    return exc.status in (400, 404) and (field == "tool" or field.startswith("arguments"))
+async def _run_call(rollout: RolloutContext, call: object) -> dict[str, object]:
+    """One tool call of the model's answered as the tool message the model reads next."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(call, dict) or not isinstance(function, dict):
+        # the model server's answer is malformed (an engine always gives this shape)
+        raise ServerCallError("the model answered a tool call without a 'function' object")
+    name = function.get("name")
+    answer = await rollout.env.call_model_tool(
+        name if isinstance(name, str) else "", function.get("arguments")
+    )
+    return {"role": "tool", "tool_call_id": call.get("id", ""), "content": answer.output}

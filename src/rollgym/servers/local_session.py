@@ -13,6 +13,7 @@ from typing import Any, Protocol, TypeVar
 
 from rollgym.errors import HTTPError
 from rollgym.servers.rollout_context import SEED_SESSION, SessionBase
+from rollgym.servers.tools import ToolAnswer, shown_name
 
 T = TypeVar("T")
 
@@ -42,6 +43,10 @@ class SessionHost(Protocol):
     ) -> dict[str, object]: ...
 
     async def run_tool(self, session_id: str, name: str, arguments: dict[str, Any]) -> str: ...
+
+    async def call_model_tool(
+        self, session_id: str, name: str, arguments: object
+    ) -> ToolAnswer: ...
 
     async def finish(self, session_id: str, answer: str | None) -> dict[str, object]: ...
 
@@ -74,6 +79,12 @@ class LocalEnvSession(SessionBase):
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
         return await self._call(
             f"tool {name!r}", self._env.run_tool(self._session(), name, arguments)
+        )
+
+    async def call_model_tool(self, name: str, arguments: object) -> ToolAnswer:
+        return await self._call(
+            f"tool {shown_name(name)}",
+            self._env.call_model_tool(self._session(), name, arguments),
         )
 
     async def verify(self, answer: str | None) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from rollgym.http.replicas import on_replica, origin
 from rollgym.http.scoped_context import scoped_base
 from rollgym.servers.chat_content import wire_messages
 from rollgym.servers.request_ids import request_id_of
+from rollgym.servers.tools import ToolAnswer, ToolMistake, model_arguments, shown_name
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import gate
 from rollgym.trajectory.record import TrajectoryRecorder
@@ -156,7 +157,15 @@ class EnvSession(Protocol):
         ...
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
-        """Run one tool; returns its text output."""
+        """Run one tool with arguments the caller built; returns its text output. An unknown
+        tool or arguments that do not fit are refused (:class:`ServerCallError`): a bug of
+        the caller, which fails the rollout."""
+        ...
+
+    async def call_model_tool(self, name: str, arguments: object) -> ToolAnswer:
+        """Run one tool call as the model wrote it (``arguments``: its ``function.arguments``
+        text). The model's mistakes come back as the answer's ``output`` (``error: ...``) with
+        ``error`` naming the kind; only the environment's own faults raise."""
         ...
 
     async def verify(self, answer: str | None) -> dict[str, Any]:
@@ -235,6 +244,14 @@ class HttpEnvSession(SessionBase):
         )
         return str(answer.get("output", ""))
 
+    async def call_model_tool(self, name: str, arguments: object) -> ToolAnswer:
+        body = {"session_id": self._session(), "name": name, "arguments": arguments}
+        answer = await self._post(
+            "/model_tool_call", "/model_tool_call", body, f"tool {shown_name(name)}"
+        )
+        error = answer.get("error")
+        return ToolAnswer(str(answer.get("output", "")), error if isinstance(error, str) else None)
+
     async def verify(self, answer: str | None) -> dict[str, Any]:
         body = {"session_id": self._session(), "answer": answer}
         return await self._post("/verify", "/verify", body, "verify")
@@ -256,10 +273,28 @@ class RecordingEnvSession:
         self._recorder.tool_call(name, arguments, output)
         return output
 
+    async def call_model_tool(self, name: str, arguments: object) -> ToolAnswer:
+        answer = await self._inner.call_model_tool(name, arguments)
+        self._recorder.tool_call(
+            name, _recorded_arguments(name, arguments, answer), answer.output, error=answer.error
+        )
+        return answer
+
     async def verify(self, answer: str | None) -> dict[str, Any]:
         verdict = await self._inner.verify(answer)
         self._recorder.verify(answer, verdict)
         return verdict
+
+
+def _recorded_arguments(name: str, written: object, answer: ToolAnswer) -> object:
+    """A model tool call's arguments as its trajectory turn keeps them: the object the tool
+    ran with, or, for the model's mistake, what the model wrote (the text as it is)."""
+    if answer.error is not None:
+        return written
+    try:
+        return model_arguments(name, written)
+    except ToolMistake:  # the environment ran it, so it parsed; kept as written all the same
+        return written
 
 
 def _current_traceparent() -> str | None:

@@ -50,6 +50,10 @@ ROLLOUT_REWARD: Final = "gym.rollout.reward"
 ROLLOUT_OUTCOME: Final = "gym.rollout.outcome"
 TELEMETRY_DROP_REASON: Final = "reason"
 ENV_TOOL_NAME: Final = "gym.env.tool.name"
+#: On a tool span: the model's mistake the call was answered with (``invalid_json``,
+#: ``not_an_object``, ``invalid_arguments``, ``unknown_tool``); the span's status stays unset,
+#: since the environment did not fail (``error.type`` is for spans that did).
+ENV_TOOL_MODEL_ERROR: Final = "gym.env.tool.model_error"
 #: On a dispatch span: seconds the attempt waited before it was sent (a server out of rotation).
 ROLLOUT_ADMISSION_WAIT: Final = "gym.rollout.admission_wait"
 #: On a model span: the policy version the call ran under (docs/policy-versions.md) ...

@@ -472,6 +472,15 @@ def env_tool_span(rollout_id: str | None, tool_name: str) -> AbstractContextMana
     return current_span(names.SPAN_ENV_TOOL, attributes=attributes)
 
 
+def record_tool_model_error(span: Span, kind: str) -> None:
+    """Mark a tool span as answered with the model's mistake ``kind``: an attribute, not an
+    error status, since the environment served the call as it should."""
+    try:
+        span.set_attribute(names.ENV_TOOL_MODEL_ERROR, kind)
+    except Exception:
+        warn_once("recording a tool call's model error failed")
+
+
 def verify_span(rollout_id: str | None) -> AbstractContextManager[Span]:
     """``gym.verify``: computing the reward, environment server side."""
     return current_span(names.SPAN_VERIFY, attributes=_rollout_attrs(rollout_id))

@@ -338,9 +338,13 @@ class TrajectoryRecorder:
             self._pieces = [kept, completion]
         self._length = len(prompt) + len(completion)
 
-    def tool_call(self, name: str, arguments: Mapping[str, object], output: str) -> None:
+    def tool_call(
+        self, name: str, arguments: object, output: str, *, error: str | None = None
+    ) -> None:
         """One environment tool call and its text output (what the model reads next); an
-        output over ``tool_output_max_bytes`` is cut and marked ``truncated``."""
+        output over ``tool_output_max_bytes`` is cut and marked ``truncated``. ``error``: the
+        model's mistake the call was answered with (``arguments`` then as the model wrote
+        them, e.g. the text ``"true"``)."""
         turn: dict[str, object] = {"type": "tool", "name": name, "arguments": arguments}
         cut = cut_text(output, self.tool_output_max_bytes)
         if cut is None:
@@ -349,6 +353,8 @@ class TrajectoryRecorder:
             turn["output"], turn["output_bytes"] = cut
             turn["truncated"] = True
             self.truncated += 1
+        if error is not None:
+            turn["error"] = error
         self._add(turn)
 
     def verify(self, answer: str | None, verdict: Mapping[str, object]) -> None:

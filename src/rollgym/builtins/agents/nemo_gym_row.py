@@ -146,7 +146,10 @@ class NemoGymRowAgent(Agent):
         ``sampling`` over them."""
         own = row.get("sampling")
         merged = _conversation_keys(chat_request_of(row))
-        return {**merged, **own} if isinstance(own, dict) else own or merged
+        if own is None:
+            return merged
+        # anything else that is not an object goes on as it is, to be refused naming the row
+        return {**merged, **own} if isinstance(own, dict) else own
 
     async def run(self, row: Mapping[str, object], rollout: RolloutContext) -> dict[str, Any]:
         chat = chat_request_of(row)

@@ -39,6 +39,14 @@ class SimulatedOptions(ServerOptions):
         0.8, ge=0, le=1, description="Probability that a rollout is played correctly."
     )
     latency: Latency = Field(default_factory=Latency)
+    tool_argument_mistakes: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="Probability that a tool call's arguments are JSON that is not an object "
+        "('true', a number), as vLLM's forced tool calls were seen to write with a weak model; "
+        "the environment answers it to the model as a tool error.",
+    )
     model_name: str = Field("rollgym-simulated", description="The 'model' of answers and spans.")
     max_concurrent: int | None = Field(
         None,

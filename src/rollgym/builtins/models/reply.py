@@ -17,3 +17,6 @@ class Reply:
 
     content: str | None = None
     tool_call: tuple[str, dict[str, Any]] | None = None
+    #: The tool call's ``arguments`` text when it is not the JSON of the dict above: what a
+    #: real engine sometimes writes (``true``), played by the ``tool_argument_mistakes`` knob.
+    arguments_text: str | None = None

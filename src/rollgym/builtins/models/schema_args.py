@@ -6,6 +6,7 @@ the schema the environment published (types, ``required``, ``enum``, ``const``, 
 numeric bounds, string and array lengths, nested objects and arrays, ``anyOf``/``oneOf``),
 and the same seed gives the same arguments. A string with no other constraint takes a word the
 prompt quotes (``'...'`` or ``"..."``), the way a model would take it from the task.
+:func:`non_object_arguments` plays the opposite, a mistake real engines make.
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ _MAX_DEPTH = 6
 def quoted_words(text: str) -> list[str]:
     """The quoted words of a prompt, in order."""
     return [a or b for a, b in _QUOTED.findall(text)]
+
+
+def non_object_arguments(rng: random.Random) -> str:
+    """Arguments that are JSON but not an object: what vLLM's forced tool calls (``tool_choice:
+    required``) were seen to write with a weak model, ``true`` and ``48116.5`` among them."""
+    return "true" if rng.random() < 0.5 else f"{rng.uniform(0, 100_000):.1f}"
 
 
 def arguments_for(

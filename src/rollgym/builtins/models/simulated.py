@@ -18,7 +18,7 @@ import hashlib
 import random
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import orjson
@@ -28,6 +28,7 @@ from rollgym.builtins.models.options import Latency as Latency
 from rollgym.builtins.models.options import SimulatedOptions
 from rollgym.builtins.models.policy import decide
 from rollgym.builtins.models.reply import Reply
+from rollgym.builtins.models.schema_args import non_object_arguments
 from rollgym.builtins.models.vllm_fields import with_vllm_fields
 from rollgym.servers import (
     ChatRequest,
@@ -153,6 +154,8 @@ class SimulatedModel(ModelServer):
             _sampled_reply(request, correct, rng if index == 0 else _choice_rng(request_id, index))
             for index in range(request.n or 1)
         ]
+        if options.tool_argument_mistakes > 0:
+            replies = _with_argument_mistakes(replies, request_id, options.tool_argument_mistakes)
         timings.e2e = time.perf_counter() - arrived
         answer = completion(
             request_id, options.model_name, replies, token_limit=request.token_limit
@@ -226,6 +229,18 @@ def _sampled_reply(request: ChatRequest, correct: bool, rng: random.Random) -> R
     return Reply(tool_call=(wanted, _arguments_for(schema, reply.content or "")))
 
 
+def _with_argument_mistakes(replies: list[Reply], request_id: str, share: float) -> list[Reply]:
+    """Each tool call's arguments, with probability ``share``, as JSON that is not an object
+    (a randomness of its own: the knob off leaves every other draw as it was)."""
+    rng = random.Random(stable_seed(f"tool-arguments:{request_id}"))
+    return [
+        replace(reply, arguments_text=non_object_arguments(rng))
+        if reply.tool_call is not None and rng.random() < share
+        else reply
+        for reply in replies
+    ]
+
+
 def _name(tool: dict[str, Any]) -> str:
     return str((tool.get("function") or {}).get("name"))
 
@@ -265,7 +280,7 @@ def _choice(
     finish_reason = "stop"
     if reply.tool_call is not None:
         name, arguments = reply.tool_call
-        encoded = orjson.dumps(arguments).decode()
+        encoded = reply.arguments_text or orjson.dumps(arguments).decode()
         suffix = "" if index == 0 else f"-{index}"
         message["tool_calls"] = [
             {
