@@ -135,6 +135,8 @@ class ModelServer(Server):
         self.policy_version_set_at = 0.0
         #: When the trainer set it (ns since the epoch): a later-set version replaces it.
         self.policy_version_set_ns = 0
+        #: The last floor header read: its calls bring nothing new (most calls repeat it).
+        self._floor_seen: str | None = None
 
     def served_version(self) -> PolicyVersion | None:
         """The version a request arriving now is stamped with (docs/policy-versions.md).
@@ -157,7 +159,10 @@ class ModelServer(Server):
         """The version the caller's dispatch carried (``X-Rollgym-Policy-Floor``): this call is
         stamped with it at least, even where the driver's push has not arrived yet."""
         header = request.headers.get(policy_versions.FLOOR_HEADER)
-        floor = policy_versions.parse_floor(header) if header else None
+        if not header or header == self._floor_seen:  # taken (or passed over) already
+            return
+        self._floor_seen = header
+        floor = policy_versions.parse_floor(header)
         if floor is not None:
             self._take_version(*floor)
 
