@@ -6,7 +6,8 @@ the way the unit tests hide uvloop and httptools: ``sys.modules["openai"] = None
 a ``sitecustomize`` on PYTHONPATH, so the driver, the fork server and each server lack it), and
 an ``api_key_env`` naming a variable that is not set. Each: exit status 2 (a config error),
 stderr one line naming ``servers.<name>.<key>`` and the problem, no traceback anywhere on the
-console, no rollout run, and no server left behind.
+console, no rollout run, and no server left behind; with the servers forked by the fork
+server and spawned one by one alike.
 """
 
 from __future__ import annotations
@@ -47,6 +48,13 @@ class Solver(Agent):
     pass
 """
 HIDE_OPENAI = 'import sys\n\nsys.modules["openai"] = None  # import openai: ModuleNotFoundError\n'
+
+
+@pytest.fixture(autouse=True, params=["forked", "spawned"])
+def started(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each case with the servers forked by the fork server, and spawned one by one."""
+    if request.param == "spawned":
+        monkeypatch.setenv("ROLLGYM_FORK_SERVER", "0")
 
 
 def _run(
