@@ -87,7 +87,9 @@ class RollgymError(Exception):
 
 
 class ConfigError(RollgymError):
-    """The job config is invalid; raised before any server starts.
+    """The job config is invalid; raised before any server starts, or by a launched server's
+    start-time check (its import, a variable it names, a package it needs: one line, before
+    the run's first rollout; :mod:`rollgym.servers.start_checks`).
 
     ``source`` is the config file (or ``"<overrides>"``), ``key_path`` the dotted key.
     """

@@ -100,9 +100,10 @@ class Collector:
 
     ``policy_version`` (docs/policy-versions.md) is the trainer's current policy version; set
     it again at any time (``collector.policy_version = step``, or ``await
-    collector.set_policy_version(step)`` to wait until every model server has it). It is sent
-    to the ``model_servers`` (name -> base URL; their replicas too), which stamp each model
-    call with it. ``max_staleness=N``: no result is handed over whose oldest model call is
+    collector.set_policy_version(step)`` to wait until every model server has it). Every
+    rollout dispatched after it is set carries it to its agent, whose model calls are stamped
+    with it or a newer one (never older, never none), however late the model servers hear of
+    it; it is also sent to the ``model_servers`` (name -> base URL; their replicas too). ``max_staleness=N``: no result is handed over whose oldest model call is
     more than N versions behind the current one; such a rollout is run again (a new attempt)
     while attempts remain, else it is a ``stale`` failure.
 
@@ -232,7 +233,7 @@ class Collector:
         await self._client.start()
         if self._clock.current is not None:
             try:
-                await self._push.send(self._client, self._clock.current)
+                await self._push.send(self._client, self._clock.current, self._clock.set_ns)
             except BaseException:
                 await self.__aexit__(None, None, None)
                 raise
@@ -261,15 +262,17 @@ class Collector:
 
     @policy_version.setter
     def policy_version(self, version: PolicyVersion) -> None:
-        """Set the version now; the model servers hear of it in the background."""
+        """Set the version now: every rollout dispatched from here on carries it as the floor
+        of its model calls; the model servers also hear of it in the background."""
         self._set_version(version)
         if self._client is not None:
-            self._push.start(self._client, version)
+            self._push.start(self._client, version, self._clock.set_ns)
 
     async def set_policy_version(self, version: PolicyVersion) -> None:
-        """Set the version and wait until every model server has it (a failed send raises)."""
+        """Set the version (a floor from here on, as the setter) and wait until every model
+        server has it (a failed send raises)."""
         self._set_version(version)
-        await self._push.send(self.client, version)
+        await self._push.send(self.client, version, self._clock.set_ns)
 
     def _set_version(self, version: PolicyVersion) -> None:
         if not is_version(version):

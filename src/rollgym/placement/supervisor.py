@@ -39,7 +39,13 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from rollgym.child_process import log_tail
-from rollgym.errors import DispatchError, InvariantBroken, LaunchError, PermanentDispatchError
+from rollgym.errors import (
+    ConfigError,
+    DispatchError,
+    InvariantBroken,
+    LaunchError,
+    PermanentDispatchError,
+)
 from rollgym.incarnations import IncarnationLog
 from rollgym.placement.base import PlacedServer
 from rollgym.servers.spec import instance_name
@@ -197,7 +203,7 @@ class Supervisor:
             )
             try:
                 url = await self._restarter.restart(name)
-            except LaunchError as exc:
+            except (LaunchError, ConfigError) as exc:  # ConfigError: its start check failed
                 self._report(f"rollgym: restart of {name!r} failed: {exc}")
                 continue
             replica = self._restarter.launched().get(name)

@@ -67,6 +67,11 @@ class SdkModel(Protocol):
         """The rollout-scoped base URL the SDK posts to (``.../r/<rollout id>/v1``)."""
         ...
 
+    @property
+    def policy_floor(self) -> str | None:
+        """The rollout dispatch's policy floor header, sent on with every call (or None)."""
+        ...
+
     def next_request_id(self) -> str:
         """``<rollout id>.<turn>`` of the next call."""
         ...
@@ -105,8 +110,12 @@ class _RolloutHooks:
         return joiner.feed, finish
 
     def before_send(self, request: httpx2.Request) -> None:
-        """Stamp the request: its request id and the current trace context."""
+        """Stamp the request: its request id, the rollout's policy floor and the current trace
+        context."""
         request.headers[names.HEADER_REQUEST_ID] = self.model.next_request_id()
+        floor = self.model.policy_floor
+        if floor is not None:
+            request.headers[policy_versions.FLOOR_HEADER] = floor
         if gate.tracing:
             from opentelemetry import propagate
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
+import rollgym.policy_versions as policy_versions
 from rollgym.errors import ServerCallError
 from rollgym.http.client import HttpClient, HttpResponse
 from rollgym.http.replicas import on_replica, origin
@@ -64,11 +65,14 @@ class ModelClient:
         rollout_id: str | None,
         model_name: str,
         timeout: float | None,
+        policy_floor: str | None = None,
     ) -> None:
         self._client = client
         self._server = server
         self.model_name = model_name
         self.timeout = timeout
+        #: The dispatch's policy floor (``X-Rollgym-Policy-Floor``), sent on with every call.
+        self.policy_floor = policy_floor
         self._turn = 0
         if rollout_id is not None:
             scoped = f"{base_url}/r/{quote(rollout_id, safe='')}"
@@ -96,8 +100,10 @@ class ModelClient:
         rollout_id: str | None,
         model_name: str | None,
         timeout: float | None,
+        policy_floor: str | None = None,
     ) -> ModelClient:
-        """The client of model server ``server`` of the run; ``model_name`` defaults to its name."""
+        """The client of model server ``server`` of the run; ``model_name`` defaults to its name;
+        ``policy_floor``: the ``X-Rollgym-Policy-Floor`` the rollout's dispatch carried."""
         return cls(
             context.client,
             server,
@@ -105,6 +111,7 @@ class ModelClient:
             rollout_id=rollout_id,
             model_name=model_name or server,
             timeout=timeout,
+            policy_floor=policy_floor,
         )
 
     def next_request_id(self) -> str:
@@ -130,6 +137,8 @@ class ModelClient:
         if params:
             body.update(params)
         headers = {names.HEADER_REQUEST_ID: request_id}
+        if self.policy_floor is not None:
+            headers[policy_versions.FLOOR_HEADER] = self.policy_floor
         if gate.model:
             from rollgym.telemetry import spans
 
