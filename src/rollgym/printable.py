@@ -25,8 +25,16 @@ _UNPRINTABLE: Final = re.compile(
 )
 
 
+#: The escapes Python's repr writes for the common ones, kept as readable.
+_NAMED: Final = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
 def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
+    char = match.group()
+    named = _NAMED.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 

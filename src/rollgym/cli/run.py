@@ -80,7 +80,12 @@ def handle(args: argparse.Namespace) -> int:
             discard_early()
             return rollgym_error(exc)
     from rollgym.driver.job import run_job
-    from rollgym.driver.report import nothing_completed_line, print_report, telemetry_loss_line
+    from rollgym.driver.report import (
+        nothing_completed_line,
+        nothing_left_line,
+        print_report,
+        telemetry_loss_line,
+    )
     from rollgym.event_loop import loop_factory
 
     try:
@@ -103,7 +108,7 @@ def handle(args: argparse.Namespace) -> int:
     loss = telemetry_loss_line(summary)
     if loss is not None:
         print(loss, file=sys.stderr)  # said loudly, with or without the table
-    nothing = nothing_completed_line(summary)
+    nothing = nothing_left_line(summary) or nothing_completed_line(summary)
     if nothing is not None:
         print(nothing, file=sys.stderr)
     if summary.status == "interrupted":
