@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import stat
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -422,6 +423,36 @@ def _total(config: JobConfig) -> int | None:
         return None
 
 
+def input_problem(path: Path) -> str | None:
+    """What is wrong with ``path`` as the rows input, in words; None when it can be read.
+
+    The input is read more than once (its checksum for a resume, its rows, its count for the
+    ETA), so it must be a regular file, or ``/dev/null`` (an empty input: nothing to run)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or exc}"
+    if stat.S_ISREG(mode) or _is_devnull(path):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory, not a JSONL file"
+    if stat.S_ISFIFO(mode):
+        return (
+            "is a named pipe, not a regular file: the input is read more than once (its "
+            "checksum, then its rows); write the rows to a file"
+        )
+    return "is not a regular file (a device or a socket): write the rows to a file"
+
+
+def _is_devnull(path: Path) -> bool:
+    try:
+        return os.path.samefile(path, os.devnull)
+    except OSError:
+        return False
+
+
 async def run_job(config: JobConfig, *, handle_signals: bool = False) -> Summary:
     """Run one job; return its summary (also in ``<output_dir>/summary.json``).
 
@@ -429,10 +460,8 @@ async def run_job(config: JobConfig, *, handle_signals: bool = False) -> Summary
     in-flight rollouts become ``cancelled`` failures, the summary says ``interrupted``.
     """
     run_id, output_dir = resolve_run(config)
-    if not config.run.input.is_file():
-        problem = (
-            "is a directory, not a JSONL file" if config.run.input.is_dir() else "does not exist"
-        )
+    problem = input_problem(config.run.input)
+    if problem is not None:
         raise ConfigError(f"input file {config.run.input} {problem}", key_path="run.input")
     with RunLock(output_dir):  # one run at a time in a folder (held until we return or die)
         stored = _read_run_file(output_dir)
