@@ -109,7 +109,17 @@ def prepare_output(
 
 
 class Interrupts:
-    """Ctrl-C / SIGTERM: the first stops admitting and cancels in flight; the second exits now."""
+    """Ctrl-C, SIGTERM and SIGHUP (a closed terminal) end a run alike.
+
+    The first stops admitting and cancels the rollouts in flight: they are recorded as
+    ``cancelled``, the summary says ``interrupted``, the session is recorded as interrupted and
+    the CLI prints the resume line. A second one hurries that same ending: whatever the run is
+    waiting for (rollouts winding down, servers stopping) is cancelled, and the records, the
+    summary, the session line and the resume line are still written. A third exits at once
+    (servers die with the driver: PR_SET_PDEATHSIG), like a kill.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self) -> None:
         self.collector: Collector | None = None
@@ -118,25 +128,41 @@ class Interrupts:
 
     def install(self, loop: asyncio.AbstractEventLoop) -> None:
         self.main_task = asyncio.current_task()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in self.SIGNALS:
             loop.add_signal_handler(sig, self._on_signal)
 
     def remove(self, loop: asyncio.AbstractEventLoop) -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in self.SIGNALS:
             loop.remove_signal_handler(sig)
 
     @property
     def interrupted(self) -> bool:
         return self.count > 0
 
+    @property
+    def hurried(self) -> bool:
+        """A second signal came: the ending skips what it was waiting for."""
+        return self.count > 1
+
     def _on_signal(self) -> None:
         self.count += 1
-        if self.count > 1:
+        if self.count > 2:
             os._exit(130)  # servers die with us (PR_SET_PDEATHSIG)
+        if self.count == 2:
+            if self.main_task is not None:
+                self.main_task.cancel()
+            return
         if self.collector is not None:
             self.collector.interrupt()
         elif self.main_task is not None:
             self.main_task.cancel()
+
+    def absorb(self) -> None:
+        """Called where a hurried ending's cancellation is caught: the run goes on to write
+        its records, so the cancellation is taken back (``Task.uncancel``)."""
+        task = asyncio.current_task()
+        while task is not None and task.uncancel() > 0:
+            pass  # a signal before the collection began asked once more
 
 
 def make_supervisor(config: JobConfig) -> Supervisor:
@@ -493,6 +519,10 @@ async def _run_owned(
         session = RUN_SESSION.set(state.sessions.index)  # gym.run.session on its dispatches
         try:
             await _serve_and_collect(state, telemetry, interrupts)
+        except asyncio.CancelledError:
+            if not interrupts.hurried:
+                raise  # a Ctrl-C before the collection began: the CLI says so
+            interrupts.absorb()
         finally:
             RUN_SESSION.reset(session)
             if interrupts.interrupted:
@@ -506,7 +536,12 @@ async def _run_owned(
             state.sessions.end(state.status)
     finally:
         discard_for(output_dir)
-        await telemetry.stop_store()
+        try:
+            await telemetry.stop_store()
+        except asyncio.CancelledError:
+            if not interrupts.hurried:
+                raise
+            interrupts.absorb()
         if handle_signals:
             interrupts.remove(loop)
     return summary
