@@ -5,9 +5,9 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from rollgym.driver.progress import FailureEcho, resume_line
 from rich.console import Console
 
+from rollgym.driver.progress import FailureEcho, resume_line
 from rollgym.driver.report import _rate, nothing_completed_line, nothing_left_line, print_report
 from rollgym.driver.summary import Aggregator, Summary
 
