@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 from e2e_support import Job, agent
-from telemetry_helpers import TracedJob, quick_servers
+from telemetry_helpers import TracedJob, quick_rows, quick_servers
 
 pytestmark = pytest.mark.e2e
 
@@ -45,11 +45,22 @@ def test_non_ascii_ids_through_the_builtins_keep_the_trace_contract(tmp_path: Pa
         {"agent": "walker", "seed": 1000 + i, "hops": 2, "rollout_id": f"{rid}-w"}
         for i, rid in enumerate(NON_ASCII)
     ]
-    job.write(quick_servers(), solver + walker, repeats=2, max_attempts=2)
+    episodes = [  # the keychain environment plays these itself, against the model server
+        {**row, "rollout_id": f"{rid}-e"}
+        for row, rid in zip(quick_rows(0, 0, 2), NON_ASCII, strict=False)
+    ]
+    job.write(
+        quick_servers(),
+        solver + walker + episodes,
+        repeats=2,
+        max_attempts=2,
+        environment_routes={"keychain_episodes": "keys"},
+    )
     done = job.run()
     assert done.returncode == 0, done.stderr
     ids = {record["rollout_id"] for record in job.rollouts}
-    assert ids == {f"{r['rollout_id']}{s}" for r in solver + walker for s in ("", "-r1")}
+    rows = solver + walker + episodes
+    assert ids == {f"{r['rollout_id']}{s}" for r in rows for s in ("", "-r1")}
     assert job.failures == []
     check = job.traces_check()
     assert check.returncode == 0, check.stdout + check.stderr
