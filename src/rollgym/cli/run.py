@@ -126,7 +126,9 @@ def resume_command(args: argparse.Namespace, config: Any, output_dir: str | None
     new run in a new folder)."""
     import shlex
 
+    from rollgym.printable import printable
+
     words = ["rollgym", "run", args.config, *args.overrides]
     if config.run.output_dir is None and config.run.run_id is None and output_dir:
         words.append(f"run.output_dir={output_dir}")
-    return shlex.join(words)
+    return printable(shlex.join(words))  # an argument's control characters stay on this line
