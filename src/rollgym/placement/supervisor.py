@@ -48,6 +48,7 @@ from rollgym.errors import (
 )
 from rollgym.incarnations import IncarnationLog
 from rollgym.placement.base import PlacedServer
+from rollgym.printable import printable_lines
 from rollgym.servers.spec import instance_name
 
 POLL_S = 0.2
@@ -313,5 +314,6 @@ def _closure(name: str, dependencies: Mapping[str, set[str]]) -> list[str]:
 
 
 def report_to_stderr(line: str) -> None:
-    """Print one event of the run (a death, a restart) where the person running it looks."""
-    print(line, file=sys.stderr, flush=True)
+    """Print one event of the run (a death, a restart) where the person running it looks; a
+    dead server's quoted log lines stay lines, what they hold is escaped (:mod:`rollgym.printable`)."""
+    print(printable_lines(line), file=sys.stderr, flush=True)

@@ -40,6 +40,7 @@ from rollgym.http.model_body import model_body
 from rollgym.http.plain_routes import add_post
 from rollgym.http.scoped_context import split_scoped_id
 from rollgym.http.server import OrjsonResponse
+from rollgym.identity import header_text
 from rollgym.policy_versions import PolicyVersion, is_version
 from rollgym.server_options import ServerKind
 from rollgym.servers import responses_api, sse
@@ -266,6 +267,8 @@ class ModelServer(Server):
         if rollout_id is not None:
             rollout_id = split_scoped_id(rollout_id)[0]
         request_id = request.headers.get(names.HEADER_REQUEST_ID)
+        if request_id is not None:
+            request_id = header_text(request_id)  # a client's raw UTF-8, read as Latin-1
         if rollout_id is None:
             rollout_id = rollout_of_request_id(request_id)
         elif not request_id:
