@@ -6,6 +6,7 @@ is on PYTHONPATH for the driver and the servers).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -69,3 +70,30 @@ class StreamingToolAgent(Agent):
                 messages.append({"role": "tool", "tool_call_id": call["id"], "content": output})
         verdict = await rollout.env.verify(answer)
         return {"reward": verdict["reward"], "answer": answer}
+
+
+class OverlappingStreamsAgent(Agent):
+    """Two streamed calls of one rollout that overlap: the second is sent while the first is
+    being generated (a server may hold a stream's headers back until its first chunk), then
+    each is read to its end. On llama.cpp's server with its default ``interrupt_requests``
+    the second arrival ends the first stream early. The reward is 1 when both had text."""
+
+    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+        client = rollout.async_openai()
+        ask = {
+            "model": "policy",
+            "messages": [{"role": "user", "content": row["question"]}],
+            "max_tokens": 160,  # greedy on the tiny model: seconds of generation, no early stop
+            "temperature": 0,
+            "stream": True,
+        }
+        first = asyncio.create_task(client.chat.completions.create(**ask))  # type: ignore[call-overload]
+        await asyncio.sleep(0.3)  # the first is at the engine, generating
+        second = asyncio.create_task(client.chat.completions.create(**ask))  # type: ignore[call-overload]
+        texts: list[list[str]] = [[], []]
+        async for chunk in await first:
+            texts[0] += [c.delta.content or "" for c in chunk.choices]
+        async for chunk in await second:
+            texts[1] += [c.delta.content or "" for c in chunk.choices]
+        joined = ["".join(t) for t in texts]
+        return {"reward": float(all(joined)), "texts": joined}

@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import openai
 import orjson
 import pytest
 import uvicorn
@@ -169,9 +168,7 @@ async def test_every_choice_is_kept_and_the_one_the_agent_used_is_the_message(cl
     assert two["prompt_ids"] == [99] and two["chosen"] == 0  # no later turn tells: 0
 
 
-async def test_an_answer_sent_back_without_its_null_fields_is_no_new_turn(
-    serving, client
-) -> None:
+async def test_an_answer_sent_back_without_its_null_fields_is_no_new_turn(serving, client) -> None:
     async with serving(SimulatedModel.build("policy", FAST)) as url:
         rollout = _rollout(client, url)
         sdk = rollout.async_openai()
