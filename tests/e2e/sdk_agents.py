@@ -97,3 +97,21 @@ class OverlappingStreamsAgent(Agent):
             texts[1] += [c.delta.content or "" for c in chunk.choices]
         joined = ["".join(t) for t in texts]
         return {"reward": float(all(joined)), "texts": joined}
+
+
+class BlockingResponsesAgent(Agent):
+    """A single-turn agent on the Responses API, streamed, through the blocking SDK client in
+    a thread (``rollout.openai()``), as a user with a synchronous agent writes one."""
+
+    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+        seeded = await rollout.env.seed(task_of(row))
+        client = rollout.openai()
+        question = seeded["messages"][-1]["content"]
+
+        def ask() -> str:
+            events = client.responses.create(model="policy", input=question, stream=True)
+            return "".join(e.delta for e in events if e.type == "response.output_text.delta")
+
+        answer = await asyncio.to_thread(ask)
+        verdict = await rollout.env.verify(answer)
+        return {"reward": verdict["reward"], "answer": answer}
