@@ -115,3 +115,46 @@ class BlockingResponsesAgent(Agent):
         answer = await asyncio.to_thread(ask)
         verdict = await rollout.env.verify(answer)
         return {"reward": verdict["reward"], "answer": answer}
+
+
+class ResponsesAgent(Agent):
+    """A single-turn agent on the Responses API through the async SDK client, not streamed."""
+
+    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+        seeded = await rollout.env.seed(task_of(row))
+        response = await rollout.async_openai().responses.create(
+            model="policy",
+            input=seeded["messages"][-1]["content"],
+            max_output_tokens=row.get("max_output_tokens", 16),
+        )
+        verdict = await rollout.env.verify(response.output_text)
+        return {"reward": verdict["reward"], "response_id": response.id}
+
+
+class SecondChoiceAgent(Agent):
+    """Asks for two choices, goes on with the second (sent back with its null fields left
+    out, ``model_dump(exclude_none=True)``), and asks once more."""
+
+    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+        seeded = await rollout.env.seed(task_of(row))
+        client = rollout.async_openai()
+        extra = rollout.trajectory.request_fields() if rollout.trajectory is not None else {}
+        messages: list[dict[str, Any]] = list(seeded["messages"])
+        first = await client.chat.completions.create(
+            model="policy",
+            messages=messages,  # type: ignore[arg-type]
+            n=2,
+            temperature=1.0,
+            max_tokens=row.get("max_tokens", 12),
+            extra_body=extra,
+        )
+        used = first.choices[1].message
+        messages += [used.model_dump(exclude_none=True), {"role": "user", "content": "Again."}]
+        second = await client.chat.completions.create(
+            model="policy",
+            messages=messages,  # type: ignore[arg-type]
+            max_tokens=row.get("max_tokens", 12),
+            extra_body=extra,
+        )
+        verdict = await rollout.env.verify(second.choices[0].message.content)
+        return {"reward": verdict["reward"], "used": used.content}

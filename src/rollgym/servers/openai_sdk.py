@@ -208,7 +208,7 @@ class _RolloutHooks:
                 answer = orjson.loads(body)
         if isinstance(answer, dict) and api == _RESPONSES_PATH:
             answer = as_chat_completion(answer)
-        call.finish(response, answer if isinstance(answer, dict) else None)
+        call.finish(response, _with_version(answer, response) if isinstance(answer, dict) else None)
 
 
 def _recorded_request(request: httpx2.Request) -> dict[str, Any] | None:
@@ -240,7 +240,8 @@ _RESPONSES_ONLY = frozenset(
 
 
 def _with_version(answer: dict[str, Any], response: httpx2.Response) -> dict[str, Any]:
-    """A streamed answer's policy version travels in the response header, not in a chunk."""
+    """The policy version the model server answered in its header, where the body has none
+    (a stream's chunks never carry it)."""
     version = response.headers.get(policy_versions.HEADER)
     if version:
         answer.setdefault(policy_versions.ANSWER_KEY, policy_versions.parse_version(version))
