@@ -68,6 +68,9 @@ ErrorKind = Literal[
     "cancelled",
     # every attempt ran on a policy version more than max_staleness behind (driver/retry.py)
     "stale",
+    # every attempt had a model answer that was not whole: a cut stream, no finish reason
+    # (driver/retry.py, run.incomplete_model_calls: retry)
+    "incomplete_model_call",
     # a DispatchError raised without a kind of its own
     "dispatch_error",
     "transient",

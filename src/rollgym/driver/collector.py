@@ -29,7 +29,7 @@ from collections.abc import (
     Iterator,
     Mapping,
 )
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from rollgym.collector_options import DEFAULTS, CollectorOptions
 from rollgym.driver.admission import SharedSource, WorkerPool
@@ -112,6 +112,11 @@ class Collector:
     builds from a job config); then none of the keywords it holds may be given too. Either way
     the value is :attr:`options`.
 
+    ``incomplete_model_calls`` (``run.incomplete_model_calls``): a result with a model answer
+    that was not whole (a cut stream, no finish reason) is run again while attempts remain,
+    then an ``incomplete_model_call`` failure (``retry``, the default), or kept, its turn
+    flagged (``accept``).
+
     ``adaptive_window`` (``run.adaptive_window``) sends each server only as many attempts at
     once as it answers in good time, the rest waiting unsent with their time limit not yet
     started (:mod:`rollgym.driver.dispatch_window`); False sends all ``concurrency`` at once.
@@ -143,6 +148,7 @@ class Collector:
         max_staleness: int | None = DEFAULTS.max_staleness,
         model_servers: Mapping[str, str] | None = None,
         adaptive_window: bool = DEFAULTS.adaptive_window,
+        incomplete_model_calls: Literal["retry", "accept"] = DEFAULTS.incomplete_model_calls,
         options: CollectorOptions | None = None,
     ) -> None:
         if policy_version is not None and not is_version(policy_version):
@@ -162,6 +168,7 @@ class Collector:
             max_response_bytes=max_response_bytes,
             max_staleness=max_staleness,
             adaptive_window=adaptive_window,
+            incomplete_model_calls=incomplete_model_calls,
         )
         if options is None:
             options = given
@@ -202,7 +209,10 @@ class Collector:
         self.repeats = repeats
         self.concurrency = concurrency
         self.policy = RetryPolicy(
-            max_attempts, options.retry_backoff_s, options.retry_backoff_max_s
+            max_attempts,
+            options.retry_backoff_s,
+            options.retry_backoff_max_s,
+            retry_incomplete=options.incomplete_model_calls == "retry",
         )
         self.in_flight = InFlight()
         #: The dispatch windows of the stream running now (None: none yet, or the window off).
