@@ -96,9 +96,8 @@ def _calling_app(next_url: str) -> FastAPI:
 
     @app.post("/call-stream")
     async def call_stream() -> dict[str, object]:
-        async with HttpClient() as client:
-            async with client.stream("b", next_url + "/stream", {}) as answer:
-                lines = [line async for line in answer.content]
+        async with HttpClient() as client, client.stream("b", next_url + "/stream", {}) as answer:
+            lines = [line async for line in answer.content]
         return {"lines": len(lines)}
 
     return app
@@ -147,11 +146,10 @@ async def test_a_stream_whose_client_gave_up_is_cancelled(
 ) -> None:
     seen = Handlers()
     with _served(_waiting_app(seen), protocol) as url:
-        async with HttpClient() as client:
-            async with client.stream("server", url + "/stream", {}) as answer:
-                assert await answer.content.readline() == b"data: first\n"
-                assert await asyncio.to_thread(seen.started.wait, PATIENCE_S)
-            # the block left mid-stream: the connection is closed, not pooled
+        async with HttpClient() as client, client.stream("server", url + "/stream", {}) as answer:
+            assert await answer.content.readline() == b"data: first\n"
+            assert await asyncio.to_thread(seen.started.wait, PATIENCE_S)
+        # the block left mid-stream: the connection is closed, not pooled
         assert await _cancelled(seen), "the stream ran on after its client had gone"
 
 

@@ -27,6 +27,7 @@ from starlette.responses import Response, StreamingResponse
 from test_openai_upstream import ARITH, FAST, UuidOnlyUpstream
 
 from rollgym.builtins.models.openai_upstream import OpenAIUpstream
+from rollgym.builtins.models.simulated import SimulatedModel
 from rollgym.errors import RequestTimeout
 from rollgym.http.bounded_reads import bounded_protocol
 from rollgym.http.client import HttpClient
@@ -315,7 +316,7 @@ async def test_a_responses_call_carries_its_id_in_the_body_unless_refused(stream
             options = {"base_url": upstream_url + "/v1", "model": "m", "request_id": "header"}
             proxy = OpenAIUpstream.build("proxy", options)
             async with _served(proxy) as url, HttpClient() as client:
-                for turn in range(2):
+                for _ in range(2):
                     answer = await client.post_json(
                         "proxy", url + "/r/7-0/v1/responses", {"input": "hi", "stream": stream}
                     )
@@ -328,3 +329,38 @@ async def test_a_responses_call_carries_its_id_in_the_body_unless_refused(stream
     refused = [(body.get("request_id"), rid) for _, rid, body in refuses.seen]
     assert refused == [("resp_7-0.0", "7-0.0"), (None, "7-0.0"), (None, "7-0.1")]
     assert results == [200, 200, None, 200, 200, False]
+
+
+async def test_the_simulated_model_answers_completions_as_vllm_does() -> None:
+    simulated = SimulatedModel.build("engine", FAST)
+    async with _served(simulated) as url, HttpClient() as client:
+        text = await client.post_json(
+            "engine", url + "/r/8-0/v1/completions", {"prompt": "Compute: 2 + 2"}
+        )
+        ids = await client.post_json(
+            "engine",
+            url + "/v1/completions",
+            {"prompt": [3, 4, 5, 6]},
+            headers={"X-Request-Id": "8-1.2"},
+        )
+        async with client.stream(
+            "engine",
+            url + "/r/8-2/v1/completions",
+            {"prompt": "Compute: 2 + 2", "stream": True, "stream_options": {"include_usage": True}},
+        ) as streamed:
+            events = [
+                orjson.loads(line[6:])
+                async for line in streamed.content
+                if line.startswith(b"data: {")
+            ]
+        batch = await client.post_json("engine", url + "/v1/completions", {"prompt": [[1], [2]]})
+    assert text.status == 200, text.data
+    assert text.data["id"] == "cmpl-8-0.0" and text.data["object"] == "text_completion"
+    choice = text.data["choices"][0]
+    assert set(choice) == {"index", "text", "logprobs", "finish_reason", "stop_reason"}
+    assert choice["text"] == "Answer: 4" and choice["finish_reason"] == "stop"
+    assert ids.status == 200 and ids.data["id"] == "cmpl-8-1.2"
+    assert ids.data["usage"]["prompt_tokens"] == 4
+    assert [e["object"] for e in events] == ["text_completion"] * 2
+    assert events[0]["choices"][0]["text"] == "Answer: 4" and events[1]["usage"]["total_tokens"]
+    assert batch.status == 400 and "one prompt a request" in batch.data["error"]["message"]
