@@ -212,7 +212,7 @@ class SimulatedModel(ModelServer):
             top_p=request.top_p,
         )
         request_id = request_id or uuid.uuid4().hex
-        answer = await self.complete(chat, request_id, rollout_id)
+        answer: dict[str, Any] = await self.complete(chat, request_id, rollout_id)
         usage = dict(answer.get("usage") or {})
         if id_count is not None:
             usage["prompt_tokens"] = id_count
