@@ -5,7 +5,8 @@ Each of rollgym's server protocols (the lean cycle, uvicorn's httptools cycle un
 longer than its client does; the client (rollgym's own) gives up, which closes its connection,
 and the handler must be cancelled, quietly (no traceback logged, no 500 written). Then a chain
 of two servers: a client gives up on server A, whose handler is waiting on server B (a plain
-call or a stream); B's handler must be cancelled too, so the close travelled on down.
+call or a stream); B's handler must be cancelled too, so the close travelled on down. The client's aiohttp path
+(TLS, credentials in the URL) closes a timed-out connection as the lean one does.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from rollgym.errors import RequestTimeout
 from rollgym.http.bounded_httptools import BoundedHttpToolsProtocol
 from rollgym.http.bounded_reads import BoundedH11Protocol
 from rollgym.http.client import HttpClient
+from rollgym.http.lean import ENV_CLIENT
 from rollgym.http.lean_server import LeanHttpToolsProtocol
 from uvicorn_thread import uvicorn_in_thread
 
@@ -166,3 +168,14 @@ async def test_giving_up_on_a_server_stops_the_call_it_was_waiting_on(
         await _give_up(a_url + route)
         assert await _cancelled(seen), "server B's handler ran on: server A's call was not closed"
     assert not seen.finished.is_set()
+
+
+async def test_a_timed_out_call_through_aiohttp_closes_its_connection_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """TLS and credentialed URLs go through aiohttp, not the lean client: the same rule."""
+    monkeypatch.setenv(ENV_CLIENT, "aiohttp")
+    seen = Handlers()
+    with _served(_waiting_app(seen), LeanHttpToolsProtocol) as url:
+        await _give_up(url + "/wait")
+        assert await _cancelled(seen), "aiohttp kept the timed-out connection open"
