@@ -179,3 +179,39 @@ async def test_a_timed_out_call_through_aiohttp_closes_its_connection_too(
     with _served(_waiting_app(seen), LeanHttpToolsProtocol) as url:
         await _give_up(url + "/wait")
         assert await _cancelled(seen), "aiohttp kept the timed-out connection open"
+
+
+@pytest.mark.parametrize("how", ["timeout", "cancel"])
+async def test_an_sdk_call_given_up_closes_its_connection(how: str) -> None:
+    """An agent's OpenAI SDK call (the shared SDK pool under every rollout's client)."""
+    openai = pytest.importorskip("openai")
+    from rollgym.servers.sdk_pool import aclose_async_pool, async_pool, http_library
+
+    seen = Handlers()
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def chat() -> dict[str, str]:
+        await seen.wait_forever()
+        return {}
+
+    with _served(app, LeanHttpToolsProtocol) as url:
+        client = openai.AsyncOpenAI(
+            base_url=url + "/v1",
+            api_key="unused",
+            http_client=http_library().AsyncClient(transport=async_pool()),
+            max_retries=0,
+            timeout=GIVE_UP_S if how == "timeout" else PATIENCE_S,
+        )
+        message = [{"role": "user", "content": "hi"}]
+        call = asyncio.create_task(client.chat.completions.create(model="m", messages=message))
+        if how == "cancel":
+            assert await asyncio.to_thread(seen.started.wait, PATIENCE_S)
+            call.cancel()
+        try:
+            with pytest.raises((asyncio.CancelledError, openai.APITimeoutError)):
+                await call
+            assert await _cancelled(seen), "the SDK kept the abandoned connection open"
+        finally:
+            await client.close()
+            await aclose_async_pool()
