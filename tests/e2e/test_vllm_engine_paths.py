@@ -12,7 +12,8 @@ it. vLLM's own ``/metrics`` gauge ``vllm:num_requests_running`` is the judge:
 
 Then the proxy's routes on the same engine: ``/v1/completions`` (text and token-id prompts,
 streamed), ``/tokenize`` / ``/detokenize``, vLLM's ``x-request-id`` answer header, and a
-Responses call whose id reaches vLLM in the body (vLLM answers it as the response's id).
+Responses call whose id reaches vLLM in the body (vLLM answers it as the response's id); the
+simulated model's completions have the keys vLLM's have.
 """
 
 from __future__ import annotations
@@ -117,6 +118,17 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     ]  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     with serving("vLLM", command, url, folder / "vllm.log", start_timeout_s=900, env=env):
+        # vLLM's CPU build lost its worker process (and then stopped) when its very first
+        # request was a 4-token completion prompt (twice, here); a chat call first, as every
+        # rollout makes, and it serves everything after
+        warm_up = urllib.request.Request(
+            url + "/v1/chat/completions",
+            data=b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], '
+            b'"max_tokens": 2}',
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(warm_up, timeout=300) as answer:
+            assert answer.status == 200
         yield url
 
 
@@ -130,6 +142,7 @@ def _servers(engine_url: str) -> dict[str, object]:
             "model": MODEL,
             "request_id": "header",
         },
+        "sim": {"kind": "model", "impl": "simulated", "latency": {"kind": "fixed", "seconds": 0}},
         "long": agent("long_generation_agents:LongGenerationAgent", model="policy"),
         "long_stream": agent(
             "long_generation_agents:LongGenerationAgent", model="policy", stream=True
@@ -141,11 +154,11 @@ def _servers(engine_url: str) -> dict[str, object]:
 def served(engine: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """``rollgym serve`` of the proxy and the long-generation agents: name -> URL."""
     job = Job(tmp_path_factory.mktemp("serve")).write(_servers(engine), [])
-    proc = job.serve("long", "long_stream")
+    proc = job.serve("long", "long_stream", "sim")
     try:
         assert proc.stdout is not None
         urls: dict[str, str] = {}
-        while not {"long", "long_stream", "policy"} <= set(urls):
+        while not {"long", "long_stream", "policy", "sim"} <= set(urls):
             line = proc.stdout.readline()
             assert line, f"rollgym serve ended: {proc.stderr.read() if proc.stderr else ''}"
             name, url = line.split()
@@ -196,7 +209,7 @@ def test_given_up_rollouts_leave_the_engine_running_nothing(
 def test_a_retry_never_runs_beside_its_orphan(engine: str, tmp_path: Path) -> None:
     assert wait_for(lambda: running(engine) == 0, timeout=IDLE_WITHIN_S)
     servers = _servers(engine)
-    del servers["long_stream"]
+    del servers["long_stream"], servers["sim"]
     rows = [{"question": f"count {i}", "agent": "long"} for i in range(CONCURRENCY)]
     job = Job(tmp_path).write(
         servers,
@@ -215,8 +228,11 @@ def test_a_retry_never_runs_beside_its_orphan(engine: str, tmp_path: Path) -> No
     assert 1 <= watch.most <= CONCURRENCY, f"vLLM ran {watch.most} requests at once"
 
 
-async def _engine_paths(policy: str) -> dict[str, object]:
+async def _engine_paths(policy: str, sim: str) -> dict[str, object]:
     async with HttpClient() as client:
+        simulated = await client.post_json(
+            "sim", sim + "/v1/completions", {"prompt": "count", "max_tokens": 4}
+        )
         text = await client.post_json(
             "policy",
             policy + "/r/9-0/v1/completions",
@@ -236,9 +252,12 @@ async def _engine_paths(policy: str) -> dict[str, object]:
             {"prompt": [5, 6], "max_tokens": 4, "stream": True},
         ) as streamed:
             lines = [line async for line in streamed.content if line.strip()]
-        tokens = await client.post_json("policy", policy + "/tokenize", {"prompt": "count"})
+        tokens = await client.post_json(
+            "policy", policy + "/tokenize", {"prompt": "count"}, timeout=120
+        )
+        assert tokens.status == 200, (tokens.status, tokens.data, tokens.text)
         back = await client.post_json(
-            "policy", policy + "/detokenize", {"tokens": tokens.data["tokens"]}
+            "policy", policy + "/detokenize", {"tokens": tokens.data["tokens"]}, timeout=120
         )
         responses = await client.post_json(
             "policy",
@@ -253,13 +272,14 @@ async def _engine_paths(policy: str) -> dict[str, object]:
         "tokens": tokens,
         "back": back,
         "responses": responses,
+        "simulated": simulated,
     }
 
 
 def test_the_proxy_serves_completions_tokenize_and_responses_on_vllm(
     served: dict[str, str],
 ) -> None:
-    got = asyncio.run(_engine_paths(served["policy"]))
+    got = asyncio.run(_engine_paths(served["policy"], served["sim"]))
     text, ids, tokens, back, responses = (
         got["text"], got["ids"], got["tokens"], got["back"], got["responses"]
     )  # fmt: skip
@@ -277,3 +297,8 @@ def test_the_proxy_serves_completions_tokenize_and_responses_on_vllm(
     # vLLM answers the body's request_id as the response id: its engine ran it under that
     # id (resp_9-3.0_0), which names the rollout
     assert responses.data["id"] == "resp_9-3.0"
+    # the simulated model answers completions in vLLM's shape: the same keys at every level
+    simulated = got["simulated"].data
+    assert set(simulated) == set(text.data)
+    assert set(simulated["choices"][0]) == set(text.data["choices"][0])
+    assert set(simulated["usage"]) == set(text.data["usage"])

@@ -357,7 +357,17 @@ async def test_the_simulated_model_answers_completions_as_vllm_does() -> None:
     assert text.status == 200, text.data
     assert text.data["id"] == "cmpl-8-0.0" and text.data["object"] == "text_completion"
     choice = text.data["choices"][0]
-    assert set(choice) == {"index", "text", "logprobs", "finish_reason", "stop_reason"}
+    assert set(choice) == {  # vLLM's CompletionResponseChoice, every field (nulls included)
+        "index",
+        "text",
+        "logprobs",
+        "finish_reason",
+        "stop_reason",
+        "token_ids",
+        "prompt_logprobs",
+        "prompt_token_ids",
+        "routed_experts",
+    }
     assert choice["text"] == "Answer: 4" and choice["finish_reason"] == "stop"
     assert ids.status == 200 and ids.data["id"] == "cmpl-8-1.2"
     assert ids.data["usage"]["prompt_tokens"] == 4

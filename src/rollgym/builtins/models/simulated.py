@@ -204,12 +204,15 @@ class SimulatedModel(ModelServer):
         prompt cannot be read back by the toy tokenizer: the policy plays an empty message,
         and the usage counts the ids given."""
         text, id_count = _prompt_text(request.prompt)
-        chat = ChatRequest(
-            messages=[{"role": "user", "content": text}],
-            n=request.n,
-            max_tokens=request.max_tokens or None,
-            temperature=request.temperature,
-            top_p=request.top_p,
+        chat = ChatRequest.model_validate(
+            {
+                "messages": [{"role": "user", "content": text}],
+                "return_token_ids": bool((request.model_extra or {}).get("return_token_ids")),
+                "n": request.n,
+                "max_tokens": request.max_tokens or None,
+                "temperature": request.temperature,
+                "top_p": request.top_p,
+            }
         )
         request_id = request_id or uuid.uuid4().hex
         answer: dict[str, Any] = await self.complete(chat, request_id, rollout_id)
@@ -217,6 +220,7 @@ class SimulatedModel(ModelServer):
         if id_count is not None:
             usage["prompt_tokens"] = id_count
             usage["total_tokens"] = id_count + int(usage.get("completion_tokens") or 0)
+        token_ids = bool((request.model_extra or {}).get("return_token_ids"))
         return {
             "id": f"cmpl-{request_id}",
             "object": "text_completion",
@@ -229,10 +233,19 @@ class SimulatedModel(ModelServer):
                     "logprobs": None,
                     "finish_reason": choice["finish_reason"],
                     "stop_reason": None,
+                    "token_ids": choice.get("token_ids") if token_ids else None,
+                    "prompt_logprobs": None,
+                    "prompt_token_ids": None,
+                    "routed_experts": None,
                 }
                 for choice in answer["choices"]
             ],
+            "service_tier": None,
+            "system_fingerprint": answer.get("system_fingerprint"),
             "usage": usage,
+            "kv_transfer_params": None,
+            "ec_transfer_params": None,
+            "metrics": None,
         }
 
     def model_names(self) -> list[str]:
