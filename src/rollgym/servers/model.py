@@ -17,6 +17,14 @@ What an OpenAI client expects of any server lives here, once for every model ser
 OpenAI's shape (``{"error": {"message", "type", "param", "code"}}``) so an SDK shows the
 message.
 
+The legacy completions API (``/v1/completions`` and ``/r/<rollout id>/v1/completions``: a text
+or token-id prompt, what RL trainers call for token-in/token-out) is attributed the same way;
+a model server serves it by implementing :meth:`ModelServer.complete_text` (and
+:meth:`ModelServer.completion_events` to stream), as it serves ``/tokenize`` and
+``/detokenize`` (vLLM's routes) by :meth:`ModelServer.tokenize`; one that does not answers 404
+with one line naming the route. An implementation that calls an engine may pass the engine's
+answer headers on (``x-request-id``...) with :func:`pass_headers`.
+
 Every non-streamed answer carries ``Server-Timing: engine;dur=<ms>``, the seconds the engine
 spent on the request, which reach the calling rollout's ``usage.engine_s``
 (:mod:`rollgym.server_timing`): what the implementation noted with
@@ -27,7 +35,8 @@ notes its own time), else the wall time of :meth:`ModelServer.complete`.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
+from contextvars import ContextVar
 from typing import Annotated, Any, ClassVar
 
 from fastapi import Body, FastAPI, Request
@@ -36,6 +45,7 @@ from starlette.responses import Response, StreamingResponse
 
 import rollgym.policy_versions as policy_versions
 import rollgym.server_timing as server_timing
+from rollgym.errors import HTTPError
 from rollgym.http.model_body import model_body
 from rollgym.http.plain_routes import add_post
 from rollgym.http.scoped_context import split_scoped_id
@@ -49,7 +59,14 @@ from rollgym.servers.request_ids import TurnCounter, rollout_of_request_id
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import gate
 
-__all__ = ["ChatRequest", "ModelServer", "openai_error", "rollout_of_request_id"]
+__all__ = [
+    "ChatRequest",
+    "CompletionRequest",
+    "ModelServer",
+    "openai_error",
+    "pass_headers",
+    "rollout_of_request_id",
+]
 
 _TOOL_CHOICE_MODES = ("none", "auto", "required")
 
@@ -104,6 +121,44 @@ class ChatRequest(BaseModel):
     @property
     def usage_in_stream(self) -> bool:
         return bool((self.stream_options or {}).get("include_usage"))
+
+
+class CompletionRequest(BaseModel):
+    """A legacy completions request (``/v1/completions``): a text prompt, a batch of them, or
+    token ids (one list, or a batch of lists), as vLLM takes it; other fields are kept and
+    forwarded."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    prompt: str | list[str] | list[int] | list[list[int]]
+    stream: bool | None = None
+    stream_options: dict[str, Any] | None = None
+    n: int | None = Field(None, ge=1, le=128)
+    max_tokens: int | None = Field(None, ge=0)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+    logprobs: int | None = Field(None, ge=0)
+
+    @property
+    def usage_in_stream(self) -> bool:
+        return bool((self.stream_options or {}).get("include_usage"))
+
+
+#: The answer headers an implementation passes on for the request being answered (a fresh dict
+#: per request while its answer is made; None outside one).
+_PASSED_HEADERS: ContextVar[dict[str, str] | None] = ContextVar(
+    "rollgym_passed_headers", default=None
+)
+
+
+def pass_headers(headers: Mapping[str, str]) -> None:
+    """Send ``headers`` with the answer of the request being answered (an engine's
+    ``x-request-id``, say); the model server's own headers (its version, Server-Timing) win a
+    clash. Outside a request, or once a stream's head went out, this does nothing."""
+    passed = _PASSED_HEADERS.get()
+    if passed is not None:
+        passed.update(headers)
 
 
 _ERROR_TYPES = {
@@ -214,6 +269,24 @@ class ModelServer(Server):
         for item in sse.response_events(response):
             yield item
 
+    async def complete_text(
+        self, request: CompletionRequest, request_id: str | None, rollout_id: str | None
+    ) -> dict[str, Any]:
+        """Answer one legacy completion (an OpenAI ``text_completion`` object)."""
+        raise HTTPError(404, f"model server {self.context.name!r} does not serve /v1/completions")
+
+    async def completion_events(
+        self, request: CompletionRequest, request_id: str | None, rollout_id: str | None
+    ) -> AsyncIterator[bytes]:
+        """The SSE stream of a legacy completion: by default the finished answer, chunked."""
+        answer = await self.complete_text(request, request_id, rollout_id)
+        for chunk in _completion_chunks(answer, include_usage=request.usage_in_stream):
+            yield chunk
+
+    async def tokenize(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Answer vLLM's ``/tokenize`` or ``/detokenize`` (``route``) for ``body``."""
+        raise HTTPError(404, f"model server {self.context.name!r} does not serve {route}")
+
     def model_names(self) -> list[str]:
         """What ``GET /v1/models`` lists: the model this server answers as."""
         return [self.context.name]
@@ -227,6 +300,10 @@ class ModelServer(Server):
         # plain Starlette routes (no dependency solving): the hot path of every rollout
         add_post(app, "/v1/chat/completions", self._chat)
         add_post(app, "/r/{rollout_id:path}/v1/chat/completions", self._scoped_chat)
+        add_post(app, "/v1/completions", self._completions)
+        add_post(app, "/r/{rollout_id:path}/v1/completions", self._scoped_completions)
+        app.post("/tokenize")(self._tokenize)
+        app.post("/detokenize")(self._detokenize)
         app.post("/v1/responses")(self._responses)
         app.post("/r/{rollout_id:path}/v1/responses")(self._scoped_responses)
         app.get("/v1/models")(self._models)
@@ -298,6 +375,40 @@ class ModelServer(Server):
             return await self._streamed(self.chat_events(body, request_id, rollout_id), version)
         return await self._timed_answer(self.complete(body, request_id, rollout_id), version)
 
+    async def _completions(self, request: Request) -> Response:
+        body = await model_body(request, CompletionRequest)
+        return await self._answer_completion(body, *self._identify(request, None))
+
+    async def _scoped_completions(self, request: Request) -> Response:
+        rollout_id: str = request.path_params["rollout_id"]
+        body = await model_body(request, CompletionRequest)
+        return await self._answer_completion(body, *self._identify(request, rollout_id))
+
+    async def _answer_completion(
+        self, body: CompletionRequest, request_id: str | None, rollout_id: str | None
+    ) -> Response:
+        version = self.served_version()
+        if body.stream:
+            events = self.completion_events(body, request_id, rollout_id)
+            return await self._streamed(events, version)
+        return await self._timed_answer(self.complete_text(body, request_id, rollout_id), version)
+
+    async def _tokenize(self, body: Annotated[dict[str, Any], Body()]) -> Response:
+        return await self._passing(self.tokenize("/tokenize", body))
+
+    async def _detokenize(self, body: Annotated[dict[str, Any], Body()]) -> Response:
+        return await self._passing(self.tokenize("/detokenize", body))
+
+    async def _passing(self, answering: Awaitable[dict[str, Any]]) -> Response:
+        """An answer with the headers the implementation passed on."""
+        passed: dict[str, str] = {}
+        token = _PASSED_HEADERS.set(passed)
+        try:
+            answer = await answering
+        finally:
+            _PASSED_HEADERS.reset(token)
+        return OrjsonResponse(answer, headers=passed or None)
+
     async def _responses(
         self, body: Annotated[dict[str, Any], Body()], request: Request
     ) -> Response:
@@ -323,20 +434,34 @@ class ModelServer(Server):
     ) -> Response:
         """A stream's response: its version in a header (its Server-Timing would leave before
         the engine finished, so a stream has none)."""
-        first = await sse.primed(events)
+        passed: dict[str, str] = {}
+        token = _PASSED_HEADERS.set(passed)
+        try:
+            first = await sse.primed(events)
+        finally:
+            _PASSED_HEADERS.reset(token)
         return StreamingResponse(
-            first, media_type=sse.MEDIA_TYPE, headers=self._stamp(None, version)
+            first,
+            media_type=sse.MEDIA_TYPE,
+            headers={**passed, **(self._stamp(None, version) or {})},
         )
 
     async def _timed_answer(
         self, answering: Awaitable[dict[str, Any]], version: PolicyVersion | None
     ) -> Response:
         """An answer's response, with the engine seconds it took in ``Server-Timing``."""
-        with server_timing.collecting() as timings:
-            started = time.perf_counter()
-            answer = await answering
-            headers = _timed(timings, time.perf_counter() - started, self._stamp(answer, version))
-        return OrjsonResponse(answer, headers=headers)
+        passed: dict[str, str] = {}
+        token = _PASSED_HEADERS.set(passed)
+        try:
+            with server_timing.collecting() as timings:
+                started = time.perf_counter()
+                answer = await answering
+                headers = _timed(
+                    timings, time.perf_counter() - started, self._stamp(answer, version)
+                )
+        finally:
+            _PASSED_HEADERS.reset(token)
+        return OrjsonResponse(answer, headers={**passed, **headers} if passed else headers)
 
 
 def _timed(
@@ -348,3 +473,19 @@ def _timed(
     if timings.get(server_timing.ENGINE) is None:
         timings.add(server_timing.ENGINE, wall_s)
     return {**(headers or {}), **timings.header()}
+
+
+def _completion_chunks(answer: Mapping[str, Any], *, include_usage: bool) -> Iterator[bytes]:
+    """The streamed form of a finished ``text_completion``, as vLLM streams one: a chunk per
+    choice (its text whole, its finish reason), the usage in a last chunk without choices
+    when asked, then ``[DONE]``."""
+    head = {key: answer.get(key) for key in ("id", "created", "model")}
+    choices = answer.get("choices")
+    for choice in choices if isinstance(choices, list) else []:
+        if isinstance(choice, dict):
+            piece = {key: value for key, value in choice.items() if key != "prompt_token_ids"}
+            yield sse.data_line({**head, "object": "text_completion", "choices": [piece]})
+    if include_usage:
+        usage = answer.get("usage")
+        yield sse.data_line({**head, "object": "text_completion", "choices": [], "usage": usage})
+    yield sse.DONE
