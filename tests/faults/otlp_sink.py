@@ -7,7 +7,9 @@ a plain socket (not ``http.server``) so that it can misbehave the ways real back
 - ``slow``: reads each request whole, counts its spans, and answers only ``answer_after_s``
   later (a backend that stores a large batch slowly: the client often gave up by then);
 - ``tarpit``: accepts, reads each request slowly (``read_bytes_per_s``), counts its spans once
-  the body is whole, and never answers.
+  the body is whole, and never answers;
+- ``hangup``: reads each request whole, counts its spans, and closes the connection without
+  an answer (a backend that crashed right after storing).
 
 A span counts as received only when its request's body arrived whole and decoded as an
 ``ExportTraceServiceRequest`` (opentelemetry-proto): a backend cannot store half a request.
@@ -25,7 +27,7 @@ from types import TracebackType
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-MODES = ("ok", "slow", "tarpit")
+MODES = ("ok", "slow", "tarpit", "hangup")
 
 
 class OtlpSink:
@@ -109,6 +111,8 @@ class OtlpSink:
                 self._count(body, headers.get("content-encoding", ""))
                 if self.mode == "tarpit":
                     self._hold(connection)
+                    return
+                if self.mode == "hangup":
                     return
                 if self.mode == "slow" and not self._stopping.wait(self.answer_after_s):
                     pass
