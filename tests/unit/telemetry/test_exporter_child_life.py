@@ -210,3 +210,31 @@ print(child.wait())
     )
     assert proc.stdout.strip() == "0", proc.stderr
     assert "Exception ignored" not in proc.stderr and "Bad file descriptor" not in proc.stderr
+
+
+def test_on_the_sdk_path_too_the_batch_in_its_request_at_the_limit_is_unknown(
+    slow: OtlpSink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ROLLGYM_SPAN_PIPELINE=sdk``: the SDK's OTLP exporter, counted by rollgym's wrapper."""
+    from rollgym.telemetry import spans
+    from rollgym.telemetry.groups import PRESETS
+    from rollgym.telemetry.setup import TelemetrySettings, setup_telemetry
+
+    monkeypatch.setenv("ROLLGYM_SPAN_PIPELINE", "sdk")
+    settings = TelemetrySettings(
+        groups=PRESETS["default"],
+        traces_exporter="otlp",
+        endpoint=slow.url,
+        export_timeout_s=60.0,
+        max_export_batch_size=8,
+        schedule_delay_ms=5,
+    )
+    handle = setup_telemetry(settings, service_name="t", run_id="r")
+    for i in range(20):
+        with spans.rollout_span(str(i)):
+            pass
+    assert _wait(lambda: len(slow.span_ids()) == 8)  # the first request is out, unanswered
+    handle.shutdown(1.0)
+    counts = handle.counts()
+    assert counts["spans_unknown"] == 8 == len(slow.span_ids())
+    assert counts["spans_exported"] + counts["spans_dropped"] == 12

@@ -94,12 +94,11 @@ class ShipperCounts(SpanCounts):
     end it is unknown, never dropped, since the backend may have received it whole.
     """
 
-    __slots__ = ("_queued", "in_flight", "_unsent")
+    __slots__ = ("_queued", "_unsent")
 
     def __init__(self, queued: deque[bytes]) -> None:
         super().__init__()
         self._queued = queued
-        self.in_flight = 0
         #: Accepted spans already counted dropped as ``shutdown`` (they have their outcome).
         self._unsent = 0
 
@@ -114,17 +113,10 @@ class ShipperCounts(SpanCounts):
     def settled_short_of(self, n: int) -> int:
         return super().settled_short_of(n) - self._unsent
 
-    def settle_in_flight(self) -> None:
-        """The batch going out gets no answer any more: unknown. Call with ``lock`` held."""
-        if not self.closed:
-            self.unknown += self.in_flight
-        self.in_flight = 0
-
     def close(self) -> None:
         with self.lock:
             if not self.closed:
                 self.accepted += len(self._queued)
-                self.settle_in_flight()
         super().close()
 
 
