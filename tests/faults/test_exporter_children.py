@@ -9,11 +9,15 @@ outside (``/proc``), forked (the default) and spawned (``ROLLGYM_FORK_SERVER=0``
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
+from typing import IO
 
 import pytest
 from e2e_support import children_of, killed_if_left_running, wait_for
@@ -72,11 +76,13 @@ def test_children_die_with_a_killed_driver_within_seconds_without_a_traceback(
                 "ROLLGYM_FORK_SERVER": fork,
             }
         )
-        stderr_path = tmp_path / "stderr.txt"
-        with stderr_path.open("w") as stderr:
-            proc = subprocess.Popen(
-                job.command(), env=env, stdout=subprocess.DEVNULL, stderr=stderr, cwd=tmp_path
-            )
+        # stderr through a pipe, as `rollgym run ... 2>&1 | tee`: its end comes only when
+        # every process holding it (the driver's children too) is gone
+        proc = subprocess.Popen(
+            job.command(), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path
+        )
+        assert proc.stderr is not None
+        console = _Drain(proc.stderr)
         with killed_if_left_running(proc):  # type: ignore[arg-type]
             # every exporter is busy: the slow backend holds requests from the processes
             assert wait_for(lambda: sink.requests >= 3, timeout=120)
@@ -88,13 +94,32 @@ def test_children_die_with_a_killed_driver_within_seconds_without_a_traceback(
             killed_at = time.monotonic()
             gone = wait_for(lambda: not any(_alive(pid) for pid in children), GONE_WITHIN_S)
             lingering = {pid: _cmdline(pid) for pid in children if _alive(pid)}
+            released = console.ended.wait(max(0.1, killed_at + GONE_WITHIN_S - time.monotonic()))
             for pid in lingering:  # leave nothing behind, even when failing
                 _kill(pid)
         assert gone, f"alive {time.monotonic() - killed_at:.1f} s after the kill: {lingering}"
-    stderr_text = stderr_path.read_text(errors="replace")
-    assert _tracebacks(stderr_text) == []
+        assert released, "the console pipe (a `| tee`) was still held after the children died"
+    assert _tracebacks(console.text()) == []
     for log in sorted((job.out / "logs").glob("*.log")):
         assert _tracebacks(log.read_text(errors="replace")) == [], log.name
+
+
+class _Drain:
+    """Reads a pipe to its end on a thread; ``ended`` is set when every writer closed it."""
+
+    def __init__(self, pipe: IO[bytes]) -> None:
+        self._pipe = pipe
+        self._chunks: list[bytes] = []
+        self.ended = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        while chunk := self._pipe.read1(65536):
+            self._chunks.append(chunk)
+        self.ended.set()
+
+    def text(self) -> str:
+        return b"".join(self._chunks).decode(errors="replace")
 
 
 def _cmdline(pid: int) -> str:
@@ -105,9 +130,5 @@ def _cmdline(pid: int) -> str:
 
 
 def _kill(pid: int) -> None:
-    try:
-        import os
-
+    with contextlib.suppress(OSError):
         os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
