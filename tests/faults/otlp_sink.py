@@ -9,7 +9,8 @@ a plain socket (not ``http.server``) so that it can misbehave the ways real back
 - ``tarpit``: accepts, reads each request slowly (``read_bytes_per_s``), counts its spans once
   the body is whole, and never answers;
 - ``hangup``: reads each request whole, counts its spans, and closes the connection without
-  an answer (a backend that crashed right after storing).
+  an answer (a backend that crashed right after storing); with ``hangups``, only that many
+  times, then it answers 200.
 
 A span counts as received only when its request's body arrived whole and decoded as an
 ``ExportTraceServiceRequest`` (opentelemetry-proto): a backend cannot store half a request.
@@ -34,13 +35,19 @@ class OtlpSink:
     """Listens on 127.0.0.1 on a free port; ``url`` is the OTLP endpoint to export to."""
 
     def __init__(
-        self, mode: str = "ok", *, answer_after_s: float = 30.0, read_bytes_per_s: int = 200_000
+        self,
+        mode: str = "ok",
+        *,
+        answer_after_s: float = 30.0,
+        read_bytes_per_s: int = 200_000,
+        hangups: int | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
         self.mode = mode
         self.answer_after_s = answer_after_s
         self.read_bytes_per_s = read_bytes_per_s
+        self._hangups_left = hangups
         self._lock = threading.Lock()
         self._received: Counter[bytes] = Counter()
         self.requests = 0
@@ -112,7 +119,7 @@ class OtlpSink:
                 if self.mode == "tarpit":
                     self._hold(connection)
                     return
-                if self.mode == "hangup":
+                if self.mode == "hangup" and self._hang_up():
                     return
                 if self.mode == "slow" and not self._stopping.wait(self.answer_after_s):
                     pass
@@ -159,6 +166,15 @@ class OtlpSink:
             except TimeoutError:
                 continue
         return b""
+
+    def _hang_up(self) -> bool:
+        with self._lock:
+            if self._hangups_left is None:
+                return True
+            if self._hangups_left > 0:
+                self._hangups_left -= 1
+                return True
+            return False
 
     def _hold(self, connection: socket.socket) -> None:
         """Never answer: keep the connection until the client closes it."""

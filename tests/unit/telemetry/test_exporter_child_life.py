@@ -238,3 +238,21 @@ def test_on_the_sdk_path_too_the_batch_in_its_request_at_the_limit_is_unknown(
     counts = handle.counts()
     assert counts["spans_unknown"] == 8 == len(slow.span_ids())
     assert counts["spans_exported"] + counts["spans_dropped"] == 12
+
+
+@pytest.mark.parametrize("idempotent", [False, True])
+def test_a_hang_up_after_sending_is_sent_again_only_to_a_store_that_keeps_a_span_once(
+    idempotent: bool,
+) -> None:
+    """The run's own trace store keeps a span once (``INSERT OR IGNORE``): there a request whose
+    connection broke after it went out goes again; anywhere else it is unknown, not resent."""
+    from rollgym.telemetry.pipeline.child import OK, UNKNOWN, Poster
+
+    with OtlpSink("hangup", hangups=1) as sink:
+        poster = Poster(sink.url + "/v1/traces", {}, 5.0, None, 10.0, idempotent=idempotent)
+        verdict = poster.post(_request_body(10))
+        assert len(sink.span_ids()) == 10
+        if idempotent:
+            assert (verdict, sink.requests, sink.duplicates()) == (OK, 2, 10)
+        else:
+            assert (verdict, sink.requests) == (UNKNOWN, 1)

@@ -196,9 +196,10 @@ class Poster:
     """POSTs encoded requests; a failed batch is tried again with backoff for ``patience_s``.
 
     The same patience as the SDK path (``telemetry.flush_timeout_s``): a backend merely slow to
-    start loses nothing. Retried: a request that did not go out whole, 429 and 5xx; any other
-    answer (a 4xx: the payload or the credentials are wrong) fails the batch at once. The
-    parent stops the whole process at its flush limit, so a retry never outlives a shutdown.
+    start loses nothing. Retried: a request that did not go out whole, 429 and 5xx (and, to
+    an idempotent backend, one whose connection broke after it went out); any other answer (a
+    4xx: the payload or the credentials are wrong) fails the batch at once. The parent stops
+    the whole process at its flush limit, so a retry never outlives a shutdown.
     """
 
     def __init__(
@@ -208,8 +209,13 @@ class Poster:
         timeout_s: float,
         compression: str | None,
         patience_s: float = 0.0,
+        idempotent: bool = False,
     ) -> None:
         self._url = url
+        #: The backend keeps a span once however often it is sent (the run's own trace store:
+        #: ``INSERT OR IGNORE`` on trace and span id), so a request whose connection broke
+        #: after it went out is sent again rather than left unknown.
+        self._idempotent = idempotent
         self._headers = {"Content-Type": "application/x-protobuf", **headers}
         if compression == "gzip":
             self._headers["Content-Encoding"] = "gzip"
@@ -238,9 +244,12 @@ class Poster:
         give_up_at = time.monotonic() + self._patience
         backoff = _FIRST_RETRY_S
         self.timed_out = False
+        #: An attempt went out whole and its connection broke before an answer: the backend
+        #: may have stored it, so the batch can no longer end as certainly not delivered.
+        maybe_stored = False
         while True:
             if _life.stop_now:
-                return UNSENT
+                return UNKNOWN if maybe_stored else UNSENT
             # (connect, read): a dead host is found out in the connect part; the read part is
             # what a slow backend needs; both capped by what is left once the parent died
             timeout = self._timeouts(timeout_s)
@@ -254,21 +263,25 @@ class Poster:
                 why = f"HTTP {status}"
             except NoAnswer as exc:
                 self.timed_out = exc.timed_out
-                if _life.drain_until is None and not _life.stop_now:
-                    self._log_once(
-                        f"no answer within {timeout[1]:.0f} s" if exc.timed_out else str(exc)
-                    )
-                return UNKNOWN  # sent whole; sending it again could store it twice
+                if exc.timed_out or not self._idempotent or _life.stop_now:
+                    if _life.drain_until is None and not _life.stop_now:
+                        self._log_once(
+                            f"no answer within {timeout[1]:.0f} s" if exc.timed_out else str(exc)
+                        )
+                    return UNKNOWN  # sent whole; sending it again could store it twice
+                maybe_stored = True  # the run's own store keeps a span once: send it again
+                retry = True
+                why = str(exc)
             except NotSent as exc:
-                if _life.stop_now:
-                    return UNSENT  # the parent's limit broke it off half sent
+                if _life.stop_now:  # the parent's limit broke it off half sent
+                    return UNKNOWN if maybe_stored else UNSENT
                 retry = True
                 why = str(exc)
             if not retry or _life.stop_retrying or time.monotonic() + backoff >= give_up_at:
                 self._log_once(why)
-                return FAIL
-            if progress is not None:
-                progress(RETRYING)
+                return UNKNOWN if maybe_stored else FAIL
+            if progress is not None and not maybe_stored:
+                progress(RETRYING)  # (once maybe stored, it stays "going out" for the parent)
             _sleep(backoff)
             backoff = min(2 * backoff, _MAX_RETRY_S)
 
@@ -370,6 +383,7 @@ def _serve(inp: BinaryIO, answers: Answers) -> None:
         config["timeout_s"],
         config.get("compression"),
         config.get("patience_s", 0.0),
+        config.get("idempotent", False),
     )
     _life.poster = poster
     size = BatchSize(config.get("batch", SPAN_EXPORT_BATCH_SIZE), config["timeout_s"])

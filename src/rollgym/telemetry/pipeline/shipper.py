@@ -136,6 +136,7 @@ class SpanShipper:
         max_export_batch_size: int = SPAN_EXPORT_BATCH_SIZE,
         schedule_delay_ms: float = SPAN_SCHEDULE_DELAY_MS,
         command: list[str] | None = None,
+        idempotent: bool = False,
     ) -> None:
         #: Packed records (:func:`~rollgym.telemetry.pipeline.frames.pack_record`), oldest first.
         self._queue: deque[bytes] = deque()
@@ -171,6 +172,7 @@ class SpanShipper:
             "compression": compression,
             "resource": dict(resource),
             "batch": self._batch,
+            "idempotent": idempotent,
         }
         self._write_frame(marshal.dumps(config))
         self._writer = threading.Thread(
