@@ -11,7 +11,9 @@ layer because they read the driver's files; ``rollgym traces serve`` mounts them
   messages its spans recorded, else a plain statement that neither was kept;
 * ``/api/failures``: failed attempts and finally failed rollouts, grouped by kind;
 * ``/api/failed?level=final|attempt``: the rows behind those counts, for the table's filter;
-* ``/api/compare``: ``rollgym compare RUN COMPARE_RUN --json``.
+* ``/api/compare``: ``rollgym compare RUN COMPARE_RUN --json``;
+* ``/api/groups?offset&limit&zero_variance=1``: the reward spread of each group (a task's
+  repeats) with its members, and the share of zero-variance groups (``traces profile``'s).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from aiohttp import web
 
 from rollgym.driver.compare import CompareError, compare_runs
 from rollgym.driver.conversation_report import conversation_view, model_latencies
-from rollgym.driver.output import FAILURES, TRAJECTORIES
+from rollgym.driver.group_view import RunGroups, run_groups, run_repeats
+from rollgym.driver.output import FAILURES, ROLLOUTS, TRAJECTORIES
 from rollgym.driver.run_reader import RolloutFiles, read_lines, read_rollout, recorded_run_id
 from rollgym.json_types import JsonObject
 from rollgym.tracestore import failures, queries
@@ -56,6 +59,8 @@ class RunDirs:
 RUNS_KEY = web.AppKey("run_views_runs", RunDirs)
 #: The last failures report and the file stamps it was read at.
 REPORT_KEY = web.AppKey("run_views_failures_report", ThrottledCache)
+#: The last read of the run's groups and the file stamps it was read at.
+GROUPS_KEY = web.AppKey("run_views_groups", ThrottledCache)
 
 #: What the viewer says when a rollout kept no text anywhere.
 NOT_KEPT = (
@@ -71,6 +76,7 @@ def run_routes(run_dir: Path | None, compare_dir: Path | None) -> Callable[[web.
     def mount(app: web.Application) -> None:
         app[RUNS_KEY] = RunDirs(run_dir, compare_dir)
         app[REPORT_KEY] = ThrottledCache()
+        app[GROUPS_KEY] = ThrottledCache()
         app.router.add_routes(_ROUTES)
 
     return mount
@@ -313,3 +319,29 @@ async def _compare(request: web.Request) -> web.Response:
     except CompareError as exc:
         return _json({"error": str(exc)}, 400)
     return _json(result)
+
+
+@_ROUTES.get("/api/groups")
+async def _groups(request: web.Request) -> web.Response:
+    """A page of the run's groups (``zero_variance=1``: only those), read again only when
+    ``rollouts.jsonl`` or ``failures.jsonl`` changed."""
+    run_dir, _ = _dirs(request)
+    if run_dir is None:
+        return _json(
+            {"error": "serve a run to see its groups: rollgym traces serve --run-dir RUN"}, 404
+        )
+    try:
+        offset = max(0, int(request.query.get("offset", "0")))
+        limit = max(1, min(500, int(request.query.get("limit", "50"))))
+    except ValueError:
+        return _json({"error": "offset and limit must be integers"}, 400)
+    stamp = file_stamps([run_dir / ROLLOUTS, run_dir / FAILURES])
+    going = run_going(read_progress(run_dir))
+    cache: ThrottledCache[RunGroups] = request.app[GROUPS_KEY]
+
+    async def compute() -> RunGroups:
+        return await asyncio.to_thread(run_groups, run_dir, run_repeats(run_dir))
+
+    groups = await cache.get(stamp, going, compute)
+    zero_only = request.query.get("zero_variance") in ("1", "true")
+    return _json(groups.page(offset, limit, zero_only))

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from rollgym.driver.group_spread import GroupSpread
 from rollgym.files import write_atomically
 from rollgym.telemetry.span_counts import empty_record
 
@@ -117,6 +118,8 @@ class Aggregator:
         self.by_name: dict[str, DispatchStats] = {}
         #: Results per policy lag (versions behind when they came back), where versions were known.
         self.policy_lag: Counter[int] = Counter()
+        #: Reward spread per group (a task's repeats): ``summary.json``'s ``groups``.
+        self.groups = GroupSpread(repeats)
 
     @property
     def requested(self) -> int:
@@ -140,6 +143,7 @@ class Aggregator:
         stats = self._stats(name)
         stats.add_result(task_index, reward, reward >= self.pass_threshold)
         stats.add_usage(usage)
+        self.groups.add(task_index, reward)
         if policy_lag is not None:
             self.policy_lag[policy_lag] += 1
 
@@ -201,6 +205,8 @@ class Summary:
     warnings: list[str] = field(default_factory=list)
     #: Policy lag of the results (:meth:`Aggregator.staleness`); empty without versions.
     staleness: dict[str, Any] = field(default_factory=dict)
+    #: Reward spread of the groups (:meth:`GroupSpread.summary`); empty when repeats is 1.
+    groups: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_aggregator(
@@ -220,6 +226,7 @@ class Summary:
             duration_s=round(duration_s, 3),
             rollouts_per_s=round(rate, 3) if rate is not None else None,
             staleness=aggregator.staleness(),
+            groups=dict(aggregator.groups.summary()) if aggregator.repeats > 1 else {},
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -238,6 +245,7 @@ class Summary:
             "servers": self.servers,
             "warnings": self.warnings,
             **({"staleness": self.staleness} if self.staleness else {}),
+            **({"groups": self.groups} if self.groups else {}),
         }
 
 

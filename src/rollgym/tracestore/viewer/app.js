@@ -202,6 +202,7 @@ async function route() {
   try {
     if (page && page.startsWith("profile")) await profilePage();
     else if (page && page.startsWith("compare")) await comparePage();
+    else if (page && page.startsWith("groups")) await groupsPage();
     else if (page === "rollout") await rolloutPage(decodeURIComponent(arg));
     else if (page === "trace") await tracePage(arg);
     else { readUrlState(); await overview(); }
