@@ -1,4 +1,5 @@
-"""A GRPO-style run made with the real CLI: four repeats a task, some groups all-equal.
+"""Runs made with the real CLI for the views' tests: a GRPO-style run (four repeats a task,
+some groups all-equal) and a run whose input has one line that is not JSON.
 
 Two single-turn agents on the arithmetic environment: ``solver`` asks a simulated model right
 half the time (its groups have spread), ``easy`` one that is always right (every ``easy`` group
@@ -59,3 +60,21 @@ def rewards_by_task(out: Path) -> dict[int, list[float]]:
 
 def zero_variance_tasks(out: Path) -> set[int]:
     return {task for task, rewards in rewards_by_task(out).items() if len(set(rewards)) == 1}
+
+
+#: The line of :func:`bad_line_run`'s input that is not JSON (1-based), and its readable lines.
+BAD_LINE = 6
+GOOD_LINES = 6
+
+
+def bad_line_run(root: Path) -> tuple[Path, str]:
+    """Four repeats of six readable lines and one malformed line (traces on); the output
+    folder and what the run printed (progress lines included: not a terminal)."""
+    servers = quickstart_servers(walker=None, keys=None)
+    rows: list[Any] = [{"question": f"{a} + 1"} for a in range(BAD_LINE - 1)]
+    rows += ['{"question": broken', {"question": "2 + 2"}]
+    job = Job(root)
+    job.write(servers, rows, agent="solver", repeats=REPEATS, telemetry={"preset": "default"})
+    done = job.run(timeout=300, telemetry=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return job.out, done.stdout + done.stderr

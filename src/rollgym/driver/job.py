@@ -215,7 +215,9 @@ async def collect(
                 outcome.policy_lag,
             )
         else:
-            aggregator.add_failure(outcome.dispatch_name, outcome.error_kind)
+            aggregator.add_failure(
+                outcome.dispatch_name, outcome.error_kind, outcome.rollout_index is None
+            )
             echo.failed(outcome.error_kind, outcome.rollout_id, outcome.message)
         count += 1
 

@@ -62,6 +62,9 @@ REPORT_KEY = web.AppKey("run_views_failures_report", ThrottledCache)
 #: The last read of the run's groups and the file stamps it was read at.
 GROUPS_KEY = web.AppKey("run_views_groups", ThrottledCache)
 
+#: How the failures panel names a failure of an unreadable input line (no rollout id, no link).
+INPUT_LINE = "input line "
+
 #: What the viewer says when a rollout kept no text anywhere.
 NOT_KEPT = (
     "Neither a trajectory nor message text was kept for this rollout: run with "
@@ -182,7 +185,14 @@ def _no_text_hint(run_dir: Path | None, outcome: object) -> str:
 def _final_records(run_dir: Path | None) -> dict[str, dict[str, Any]]:
     if run_dir is None:
         return {}
-    return {str(r.get("rollout_id")): r for r in read_lines(run_dir / FAILURES)}
+    return {_failure_name(r): r for r in read_lines(run_dir / FAILURES)}
+
+
+def _failure_name(record: Mapping[str, object]) -> str:
+    """A final failure's rollout id, or for an input line that could not be read (it has
+    none) ``input line N``."""
+    rollout_id = record.get("rollout_id")
+    return rollout_id if isinstance(rollout_id, str) else f"{INPUT_LINE}{record.get('line')}"
 
 
 def _report(conn: sqlite3.Connection, run_dir: Path | None) -> dict[str, Any]:

@@ -344,7 +344,7 @@ async function profilePage() {
       el("td", {}, `${fmt(s.duration_s, 3)} s`), el("td", {}, s.dominant_phase), el("td", {}, s.dispatch_name ?? "-"),
       el("td", { class: `outcome-${s.outcome}` }, s.outcome ?? "-"))))));
   const p = live.progress;
-  const running = p && (p.total ? p.completed + p.failed < p.total : p.in_flight > 0);
+  const running = p && !p.finished && (p.total ? p.completed + p.failed < p.total : p.in_flight > 0);
   app.append(el("div", { id: "refresh", class: "muted" }, running ? "refreshing every 2 s while the run goes" : "run finished: not refreshing"));
   clearTimeout(refreshTimer);
   if (running) refreshTimer = setTimeout(() => { if (location.hash.startsWith("#/profile")) route(); }, 2000);

@@ -107,7 +107,8 @@ function failureGroups(groups, level) {
     groups.map((g) => el("tr", { class: "failure-group", "data-kind": g.error_kind },
       el("td", { class: "mono" }, g.error_kind), el("td", {}, g.count),
       el("td", {}, g.messages.map((m) => el("div", { class: "failure-message" }, `${m.count}× `, m.message))),
-      el("td", {}, g.rollout_ids.map((id) => el("a", { href: `#/rollout/${encodeURIComponent(id)}`, class: "rollout-link mono" }, id)),
+      el("td", {}, g.rollout_ids.map((id) => id.startsWith("input line ") ? el("span", { class: "rollout-link mono input-line" }, id)
+        : el("a", { href: `#/rollout/${encodeURIComponent(id)}`, class: "rollout-link mono" }, id)),
         g.count > g.rollout_ids.length ? el("span", { class: "muted" }, ` … ${g.count - g.rollout_ids.length} more`) : ""))));
 }
 
