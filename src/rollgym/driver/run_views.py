@@ -12,6 +12,8 @@ layer because they read the driver's files; ``rollgym traces serve`` mounts them
 * ``/api/failures``: failed attempts and finally failed rollouts, grouped by kind;
 * ``/api/failed?level=final|attempt``: the rows behind those counts, for the table's filter;
 * ``/api/compare``: ``rollgym compare RUN COMPARE_RUN --json``;
+* ``/api/find?q=&limit=``: rollouts whose messages, tool calls or errors hold the text
+  (:mod:`~rollgym.driver.text_search`: bounded, on the run's files and its store);
 * ``/api/groups?offset&limit&zero_variance=1``: the reward spread of each group (a task's
   repeats) with its members, and the share of zero-variance groups (``traces profile``'s).
 """
@@ -33,6 +35,7 @@ from rollgym.driver.conversation_report import conversation_view, model_latencie
 from rollgym.driver.group_view import RunGroups, run_groups, run_repeats
 from rollgym.driver.output import FAILURES, ROLLOUTS, TRAJECTORIES
 from rollgym.driver.run_reader import RolloutFiles, read_lines, read_rollout, recorded_run_id
+from rollgym.driver.text_search import search_run
 from rollgym.json_types import JsonObject
 from rollgym.tracestore import failures, queries
 from rollgym.tracestore.live import read_progress, run_going
@@ -355,3 +358,16 @@ async def _groups(request: web.Request) -> web.Response:
     groups = await cache.get(stamp, going, compute)
     zero_only = request.query.get("zero_variance") in ("1", "true")
     return _json(groups.page(offset, limit, zero_only))
+
+
+@_ROUTES.get("/api/find")
+async def _find(request: web.Request) -> web.Response:
+    """Text search over messages, tool calls and errors (the search box, when no id matched)."""
+    run_dir, _ = _dirs(request)
+    try:
+        limit = max(1, min(200, int(request.query.get("limit", "50"))))
+    except ValueError:
+        return _json({"error": "limit must be an integer"}, 400)
+    query = request.query.get("q", "")
+    found = await _in_store(request, lambda conn: search_run(run_dir, conn, query, limit))
+    return _json(found)

@@ -203,6 +203,7 @@ async function route() {
     if (page && page.startsWith("profile")) await profilePage();
     else if (page && page.startsWith("compare")) await comparePage();
     else if (page && page.startsWith("groups")) await groupsPage();
+    else if (page && page.startsWith("search")) await searchPage();
     else if (page === "rollout") await rolloutPage(decodeURIComponent(arg));
     else if (page === "trace") await tracePage(arg);
     else { readUrlState(); await overview(); }
@@ -217,7 +218,7 @@ document.getElementById("search-form").addEventListener("submit", async (event) 
   const found = await api(`/api/search?q=${encodeURIComponent(q)}`);
   if (found.kind === "rollout") location.hash = `#/rollout/${encodeURIComponent(found.rollout_id)}`;
   else if (found.kind === "trace") location.hash = `#/trace/${found.trace_id}`;
-  else app.prepend(el("p", { class: "outcome-error" }, `Nothing found for "${q}".`));
+  else if (q) location.hash = `#/search?${new URLSearchParams({ q })}`;  // text: messages, tools, errors
 });
 window.addEventListener("hashchange", route);
 route();

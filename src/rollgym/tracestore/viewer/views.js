@@ -309,3 +309,28 @@ async function groupsPage() {
     last < data.total ? el("a", { href: page(offset + limit) }, "next ›") : "");
   app.append(el("section", {}, el("h2", {}, zeroOnly ? "Zero-variance groups" : "Every group"), toggle, table, pager));
 }
+
+// ---------------------------------------------------------------- text search
+// What the search box does when the text is no rollout or trace id: the rollouts whose
+// messages, tool calls or errors hold it (the server reads the run's files, bounded).
+async function searchPage() {
+  const q = new URLSearchParams(location.hash.split("?")[1] || "").get("q") || "";
+  document.getElementById("search").value = q;
+  const data = await api(`/api/find?${new URLSearchParams({ q, limit: 100 })}`);
+  app.replaceChildren(el("p", {}, el("a", { href: "#/" }, "‹ overview")));
+  const section = el("section", { id: "search-results" }, el("h2", {}, `Search: "${q}"`));
+  if (data.error) { section.append(el("p", { class: "outcome-error" }, data.error)); app.append(section); return; }
+  const bounds = [data.full ? `the first ${data.limit} places` : `${data.hits.length} places`,
+    data.truncated ? "; stopped after reading the search's byte budget of the run's files" : ""].join("");
+  section.append(el("p", { class: "muted", id: "search-note" },
+    `Messages, tool calls and tool outputs (trajectories.jsonl), final errors (failures.jsonl), span errors and tool names (the trace store): ${bounds}.`));
+  if (!data.hits.length) section.append(el("p", { class: "outcome-error", id: "search-none" }, `Nothing found for "${q}".`));
+  else {
+    const open = (id) => id.startsWith("input line ") ? el("span", { class: "mono" }, id)
+      : el("a", { href: `#/rollout/${encodeURIComponent(id)}`, class: "mono" }, id);
+    section.append(el("table", { id: "search-hits" }, el("tr", {}, el("th", {}, "rollout"), el("th", {}, "where"), el("th", {}, "text")),
+      data.hits.map((h) => el("tr", { class: "hit", "data-rollout": h.rollout_id, "data-where": h.where },
+        el("td", {}, open(h.rollout_id)), el("td", {}, h.where), el("td", {}, el("span", { class: "snippet" }, h.snippet))))));
+  }
+  app.append(section);
+}
