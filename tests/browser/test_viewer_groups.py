@@ -59,7 +59,8 @@ def test_group_view_marks_the_zero_variance_groups(
     assert zero and len(zero) < len(rewards)  # the run has both kinds
     page.goto(store.endpoint + "/")
     page.wait_for_selector("#rollout-table tr.row")
-    page.click("#groups-nav")
+    assert page.inner_text("#groups-card").startswith(f"{len(zero)} / {len(rewards)}")
+    page.click("#groups-card")
     page.wait_for_selector("#group-table tr.group")
     summary = page.inner_text("#groups-summary")
     assert f"{len(zero)}\nzero-variance groups" in summary

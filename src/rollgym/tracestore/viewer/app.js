@@ -32,6 +32,11 @@ async function overview() {
     ...Object.entries(data.outcomes).map(([k, v]) => card(`outcome ${k}`, v)));
   if (data.summary) {
     for (const key of ["requested", "completed", "failed"]) cards.append(card(key, data.summary[key]));
+    const g = data.summary.groups;  // repeats > 1: how many groups teach a GRPO trainer nothing
+    if (g && g.groups) {
+      cards.append(el("a", { href: "#/groups", id: "groups-card", class: "card-link" },
+        card("zero-variance groups ›", `${g.zero_variance} / ${g.groups}`)));
+    }
   }
   app.append(el("section", {}, el("h2", {}, "Run ", data.run_ids.join(", ")), cards));
   const runs = await runsSection();
