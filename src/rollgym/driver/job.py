@@ -453,7 +453,8 @@ async def _run_owned(
     """The run, once it holds its output directory."""
     state = JobState(config, run_id, output_dir)
     if resumed:
-        report_to_stderr(resume_line(output_dir, state.aggregator, _total(config)))
+        total = state.aggregator.expected_total(_total(config))  # a bad line: one record
+        report_to_stderr(resume_line(output_dir, state.aggregator, total))
     interrupts = Interrupts()
     loop = asyncio.get_running_loop()
     if handle_signals:
