@@ -125,6 +125,10 @@ class Aggregator:
         self.by_name: dict[str, DispatchStats] = {}
         #: Results per policy lag (versions behind when they came back), where versions were known.
         self.policy_lag: Counter[int] = Counter()
+        #: Model calls answered incompletely in the results kept (``usage.incomplete_calls``),
+        #: and how many results had one.
+        self.incomplete_calls = 0
+        self.incomplete_results = 0
         #: Reward spread per group (a task's repeats): ``summary.json``'s ``groups``.
         self.groups = GroupSpread(repeats)
         #: Input lines that could not be read: one failure each (see :meth:`expected_total`).
@@ -152,6 +156,10 @@ class Aggregator:
         stats = self._stats(name)
         stats.add_result(task_index, reward, reward >= self.pass_threshold)
         stats.add_usage(usage)
+        calls = usage.get("incomplete_calls") if isinstance(usage, Mapping) else None
+        if isinstance(calls, int) and not isinstance(calls, bool) and calls > 0:
+            self.incomplete_calls += calls
+            self.incomplete_results += 1
         self.groups.add(task_index, reward)
         if policy_lag is not None:
             self.policy_lag[policy_lag] += 1
@@ -166,6 +174,19 @@ class Aggregator:
             "results_by_lag": {str(lag): lags[lag] for lag in sorted(lags)},
             "max_lag": max(lags) if lags else None,
             "stale_failures": self.failed_by_kind.get("stale", 0),
+        }
+
+    def incomplete(self) -> dict[str, int]:
+        """``summary.json``'s ``incomplete_model_calls``: model answers that were not whole
+        (a cut stream, no finish reason), in the results kept (``run.incomplete_model_calls:
+        accept``) and as failures (``retry``, every attempt spent); empty when there were none."""
+        failed = self.failed_by_kind.get("incomplete_model_call", 0)
+        if not self.incomplete_calls and not failed:
+            return {}
+        return {
+            "calls_in_results": self.incomplete_calls,
+            "results": self.incomplete_results,
+            "failed_rollouts": failed,
         }
 
     def add_failure(self, name: str | None, error_kind: str, whole_line: bool = False) -> None:
@@ -230,6 +251,8 @@ class Summary:
     warnings: list[str] = field(default_factory=list)
     #: Policy lag of the results (:meth:`Aggregator.staleness`); empty without versions.
     staleness: dict[str, Any] = field(default_factory=dict)
+    #: Model answers that were not whole (:meth:`Aggregator.incomplete`); empty without any.
+    incomplete_model_calls: dict[str, int] = field(default_factory=dict)
     #: Reward spread of the groups (:meth:`GroupSpread.summary`); empty when repeats is 1.
     groups: dict[str, Any] = field(default_factory=dict)
 
@@ -251,6 +274,7 @@ class Summary:
             duration_s=round(duration_s, 3),
             rollouts_per_s=round(rate, 3) if rate is not None else None,
             staleness=aggregator.staleness(),
+            incomplete_model_calls=aggregator.incomplete(),
             groups=dict(aggregator.groups.summary()) if aggregator.repeats > 1 else {},
         )
 
@@ -270,6 +294,11 @@ class Summary:
             "servers": self.servers,
             "warnings": self.warnings,
             **({"staleness": self.staleness} if self.staleness else {}),
+            **(
+                {"incomplete_model_calls": self.incomplete_model_calls}
+                if self.incomplete_model_calls
+                else {}
+            ),
             **({"groups": self.groups} if self.groups else {}),
         }
 

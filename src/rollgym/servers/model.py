@@ -40,6 +40,7 @@ from rollgym.http.model_body import model_body
 from rollgym.http.plain_routes import add_post
 from rollgym.http.scoped_context import split_scoped_id
 from rollgym.http.server import OrjsonResponse
+from rollgym.identity import header_text
 from rollgym.policy_versions import PolicyVersion, is_version
 from rollgym.server_options import ServerKind
 from rollgym.servers import responses_api, sse
@@ -133,6 +134,10 @@ class ModelServer(Server):
         self.policy_version: PolicyVersion | None = None
         #: ``time.perf_counter()`` when it last changed (an engine places a change in a generation).
         self.policy_version_set_at = 0.0
+        #: When the trainer set it (ns since the epoch): a later-set version replaces it.
+        self.policy_version_set_ns = 0
+        #: The last floor header read: its calls bring nothing new (most calls repeat it).
+        self._floor_seen: str | None = None
 
     def served_version(self) -> PolicyVersion | None:
         """The version a request arriving now is stamped with (docs/policy-versions.md).
@@ -140,6 +145,27 @@ class ModelServer(Server):
         Called once per request, on arrival; a simulated engine that plays a trainer bumps
         its version here."""
         return self.policy_version
+
+    def _take_version(self, version: PolicyVersion, set_ns: int) -> None:
+        """Hold ``version`` from now on if it was set after the one held (a late push, or the
+        floor of a dispatch that left before a newer version was set, changes nothing)."""
+        if policy_versions.supersedes(
+            version, set_ns, self.policy_version, self.policy_version_set_ns
+        ):
+            self.policy_version = version
+            self.policy_version_set_ns = set_ns
+            self.policy_version_set_at = time.perf_counter()
+
+    def _take_floor(self, request: Request) -> None:
+        """The version the caller's dispatch carried (``X-Rollgym-Policy-Floor``): this call is
+        stamped with it at least, even where the driver's push has not arrived yet."""
+        header = request.headers.get(policy_versions.FLOOR_HEADER)
+        if not header or header == self._floor_seen:  # taken (or passed over) already
+            return
+        self._floor_seen = header
+        floor = policy_versions.parse_floor(header)
+        if floor is not None:
+            self._take_version(*floor)
 
     def _stamp(self, answer: Any, version: PolicyVersion | None) -> dict[str, str] | None:
         """Write the request's version into its answer; the response header that says it too."""
@@ -212,14 +238,18 @@ class ModelServer(Server):
         return OrjsonResponse({"version": self.policy_version})
 
     async def _set_policy_version(self, body: Annotated[dict[str, Any], Body()]) -> Response:
-        """``{"version": v}``: the trainer's current version (an int or a label)."""
+        """``{"version": v, "set_ns": t}``: the trainer's current version (an int or a label)
+        and when it was set; without ``set_ns``, now. Answers the version held after it."""
         version = body.get("version") if isinstance(body, dict) else None
         if not is_version(version):
             message = f"'version' must be an int or a non-empty string, got {version!r}"
             return OrjsonResponse({"error": message, "field": "version"}, status_code=400)
-        self.policy_version = version
-        self.policy_version_set_at = time.perf_counter()
-        return OrjsonResponse({"version": version})
+        set_ns = body.get("set_ns", time.time_ns())
+        if not isinstance(set_ns, int) or isinstance(set_ns, bool):
+            message = f"'set_ns' must be an int (ns since the epoch), got {set_ns!r}"
+            return OrjsonResponse({"error": message, "field": "set_ns"}, status_code=400)
+        self._take_version(version, set_ns)
+        return OrjsonResponse({"version": self.policy_version})
 
     async def _models(self) -> Response:
         models = [
@@ -237,6 +267,8 @@ class ModelServer(Server):
         if rollout_id is not None:
             rollout_id = split_scoped_id(rollout_id)[0]
         request_id = request.headers.get(names.HEADER_REQUEST_ID)
+        if request_id is not None:
+            request_id = header_text(request_id)  # a client's raw UTF-8, read as Latin-1
         if rollout_id is None:
             rollout_id = rollout_of_request_id(request_id)
         elif not request_id:
@@ -249,11 +281,13 @@ class ModelServer(Server):
 
     async def _chat(self, request: Request) -> Response:
         body = await model_body(request, ChatRequest)  # not a FastAPI body parameter: cheaper
+        self._take_floor(request)
         return await self._answer(body, *self._identify(request, None))
 
     async def _scoped_chat(self, request: Request) -> Response:
         rollout_id: str = request.path_params["rollout_id"]
         body = await model_body(request, ChatRequest)
+        self._take_floor(request)
         return await self._answer(body, *self._identify(request, rollout_id))
 
     async def _answer(
@@ -267,11 +301,13 @@ class ModelServer(Server):
     async def _responses(
         self, body: Annotated[dict[str, Any], Body()], request: Request
     ) -> Response:
+        self._take_floor(request)
         return await self._answer_responses(body, *self._identify(request, None))
 
     async def _scoped_responses(
         self, rollout_id: str, body: Annotated[dict[str, Any], Body()], request: Request
     ) -> Response:
+        self._take_floor(request)
         return await self._answer_responses(body, *self._identify(request, rollout_id))
 
     async def _answer_responses(

@@ -17,6 +17,8 @@ from rollgym.tracestore.engine_ids import rollout_of_engine_id, strip_engine_dec
         ("0_chatcmpl-3-0.2", "3-0"),  # a sub-request of parallel sampling
         ("chatcmpl-3-0.2-1a2b3c4d", "3-0"),  # a random suffix on the internal id
         ("3-0.7", "3-0"),  # the id as sent, undecorated
+        ("chatcmpl-t%C3%A2che-1.0", "tâche-1"),  # a non-ASCII id travels percent-encoded
+        ("chatcmpl-walk-%F0%9F%9A%80-r1.2-1a2b3c4d", "walk-🚀-r1"),
         ("chatcmpl-9d0c6a3e2b7f41c8", None),  # vLLM's own random id: names no rollout
         ("chatcmpl-", None),
         ("", None),
