@@ -242,7 +242,9 @@ async def collect(
                 outcome.policy_lag,
             )
         else:
-            aggregator.add_failure(outcome.dispatch_name, outcome.error_kind)
+            aggregator.add_failure(
+                outcome.dispatch_name, outcome.error_kind, outcome.rollout_index is None
+            )
             echo.failed(outcome.error_kind, outcome.rollout_id, outcome.message)
         count += 1
 
@@ -506,7 +508,8 @@ async def _run_owned(
     """The run, once it holds its output directory."""
     state = JobState(config, run_id, output_dir)
     if resumed:
-        report_to_stderr(resume_line(output_dir, state.aggregator, _total(config)))
+        total = state.aggregator.expected_total(_total(config))  # a bad line: one record
+        report_to_stderr(resume_line(output_dir, state.aggregator, total))
     interrupts = Interrupts()
     loop = asyncio.get_running_loop()
     if handle_signals:

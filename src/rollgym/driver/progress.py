@@ -144,11 +144,12 @@ class ProgressReporter:
         in_flight = len(self._in_flight)
         windows = self._windows() if self._windows is not None else None
         eta = None
-        if self._total is not None and rate > 0:
-            eta = round(max(self._total - agg.requested, 0) / rate, 1)
+        total = agg.expected_total(self._total)  # an unreadable line is one record
+        if total is not None and rate > 0:
+            eta = round(max(total - agg.requested, 0) / rate, 1)
         return {
             "requested_so_far": agg.requested + in_flight,
-            "total": self._total,
+            "total": total,
             "completed": agg.completed,
             "failed": agg.failed,
             "failed_by_kind": dict(agg.failed_by_kind),
@@ -216,7 +217,7 @@ class ProgressReporter:
                 f"{snap['failed']} failed, {snap['in_flight']} in flight{_unsent(snap)}, "
                 f"{snap['rate']:.0f}/s"
             )
-            self._bar.update(self._bar_task, completed=done, detail=detail)
+            self._bar.update(self._bar_task, completed=done, total=snap["total"], detail=detail)
         return snap
 
     async def stop(self) -> None:

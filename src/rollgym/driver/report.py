@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from rollgym.driver.summary import Summary
+from rollgym.driver.summary import CANCELLED, Summary
 from rollgym.printable import printable
 
 
@@ -68,17 +68,18 @@ def summary_table(summary: Summary) -> Table:
     )
     last = ks[-1] if ks else "1"
     table = Table(title=f"run {shown(summary.run_id)} ({summary.status})")
-    for column in ("dispatch name", "completed", "failed", "mean reward", "pass@1"):
+    # cancelled by an interruption is not failed: a column of its own, never in pass@k
+    cancelled = any(stats.get("cancelled") for stats in summary.by_dispatch_name.values())
+    columns = ("dispatch name", "completed", "failed", "cancelled", "mean reward", "pass@1")
+    for column in columns if cancelled else tuple(c for c in columns if c != "cancelled"):
         table.add_column(column, justify="left" if column == "dispatch name" else "right")
     if last != "1":
         table.add_column(f"pass@{last}", justify="right")
     for name, stats in summary.by_dispatch_name.items():
-        cells = [
-            shown(name),
-            str(stats["completed"]),
-            str(stats["failed"]),
-            _fmt(stats["mean_reward"]),
-        ]
+        stopped = stats.get("cancelled", 0)
+        cells = [shown(name), str(stats["completed"]), str(stats["failed"] - stopped)]
+        cells += [str(stopped)] if cancelled else []
+        cells.append(_fmt(stats["mean_reward"]))
         cells.append(_fmt(stats["pass_at_k"].get("1")))
         if last != "1":
             cells.append(_fmt(stats["pass_at_k"].get(last)))
@@ -105,14 +106,23 @@ def _restarts(name: str, server: dict[str, Any]) -> str:
     return f"{name}: {server['restarts']}" + (f" ({which})" if which else "")
 
 
+def _accounting(summary: Summary) -> str:
+    """``requested = completed + failed``, with the cancelled apart when an interruption
+    cancelled some (they did not fail: a resume runs them)."""
+    cancelled = summary.failed_by_kind.get(CANCELLED, 0)
+    line = f"requested {summary.requested} = completed {summary.completed} + failed "
+    if not cancelled:
+        return line + str(summary.failed)
+    return line + f"{summary.failed - cancelled} + cancelled {cancelled} (a resume runs them)"
+
+
 def print_report(summary: Summary, console: Console | None = None) -> None:
     console = console or Console()
     console.print(summary_table(summary))
     kinds = ", ".join(f"{kind}: {n}" for kind, n in summary.failed_by_kind.items()) or "none"
     kinds = printable(kinds)
     console.print(
-        f"requested {summary.requested} = completed {summary.completed} + failed {summary.failed} "
-        f"(failures by kind: {kinds}); {_rate(summary)}",
+        f"{_accounting(summary)} (failures by kind: {kinds}); {_rate(summary)}",
         markup=False,
         highlight=False,
     )

@@ -19,8 +19,13 @@ from typing import Any
 
 import orjson
 
+from rollgym.driver.group_spread import GroupSpread
 from rollgym.files import write_atomically
 from rollgym.telemetry.span_counts import empty_record
+
+#: The failure kind of a rollout an interruption (Ctrl-C, SIGTERM) cancelled: not a failure
+#: of the rollout, so the end table shows it apart and pass@k never counts it.
+CANCELLED = "cancelled"
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -46,11 +51,13 @@ def _grow(column: array[int], index: int) -> None:
 class DispatchStats:
     """Counts of one dispatch name; per-task ``n`` (completed) and ``c`` (passed) columns."""
 
-    __slots__ = ("completed", "failed", "reward_sum", "n", "c", "usage")
+    __slots__ = ("completed", "failed", "cancelled", "reward_sum", "n", "c", "usage")
 
     def __init__(self, repeats: int = 1) -> None:
         self.completed = 0
         self.failed = 0
+        #: Of ``failed``: rollouts an interruption cancelled (not run to an end, not failed).
+        self.cancelled = 0
         self.reward_sum = 0.0
         # counts per task never exceed repeats: 2 bytes per task when they fit
         typecode = "H" if repeats < 2**16 else "I"
@@ -91,6 +98,7 @@ class DispatchStats:
         return {
             "completed": self.completed,
             "failed": self.failed,
+            **({"cancelled": self.cancelled} if self.cancelled else {}),
             "mean_reward": mean,
             "pass_at_k": {str(k): self.pass_at(k) for k in range(1, repeats + 1)},
             **({"usage": _rounded(self.usage)} if self.usage else {}),
@@ -121,6 +129,10 @@ class Aggregator:
         #: and how many results had one.
         self.incomplete_calls = 0
         self.incomplete_results = 0
+        #: Reward spread per group (a task's repeats): ``summary.json``'s ``groups``.
+        self.groups = GroupSpread(repeats)
+        #: Input lines that could not be read: one failure each (see :meth:`expected_total`).
+        self.unreadable_lines = 0
 
     @property
     def requested(self) -> int:
@@ -148,6 +160,7 @@ class Aggregator:
         if isinstance(calls, int) and not isinstance(calls, bool) and calls > 0:
             self.incomplete_calls += calls
             self.incomplete_results += 1
+        self.groups.add(task_index, reward)
         if policy_lag is not None:
             self.policy_lag[policy_lag] += 1
 
@@ -176,11 +189,23 @@ class Aggregator:
             "failed_rollouts": failed,
         }
 
-    def add_failure(self, name: str | None, error_kind: str) -> None:
+    def add_failure(self, name: str | None, error_kind: str, whole_line: bool = False) -> None:
+        """``whole_line``: the failure of an input line that could not be read (one record
+        for the line, where a readable one makes ``repeats``)."""
         self.failed += 1
         self.failed_by_kind[error_kind] += 1
+        self.unreadable_lines += whole_line
         if name is not None:
-            self._stats(name).failed += 1
+            stats = self._stats(name)
+            stats.failed += 1
+            stats.cancelled += error_kind == CANCELLED
+
+    def expected_total(self, total: int | None) -> int | None:
+        """How many records the run will have, from ``total`` (input lines x repeats): an
+        unreadable line is one record, not ``repeats``, so each seen takes ``repeats - 1`` off."""
+        if total is None:
+            return None
+        return total - self.unreadable_lines * (self.repeats - 1)
 
     def add_record(self, record: dict[str, Any], is_result: bool) -> None:
         """Feed one stored record (the resume ledger's callback)."""
@@ -193,7 +218,11 @@ class Aggregator:
                 _lag(record.get("policy_lag")),
             )
         else:
-            self.add_failure(record.get("dispatch_name"), str(record.get("error_kind")))
+            self.add_failure(
+                record.get("dispatch_name"),
+                str(record.get("error_kind")),
+                whole_line="rollout_index" in record and record["rollout_index"] is None,
+            )
 
     def by_dispatch_name(self) -> dict[str, object]:
         return {name: stats.to_json(self.repeats) for name, stats in sorted(self.by_name.items())}
@@ -224,6 +253,8 @@ class Summary:
     staleness: dict[str, Any] = field(default_factory=dict)
     #: Model answers that were not whole (:meth:`Aggregator.incomplete`); empty without any.
     incomplete_model_calls: dict[str, int] = field(default_factory=dict)
+    #: Reward spread of the groups (:meth:`GroupSpread.summary`); empty when repeats is 1.
+    groups: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_aggregator(
@@ -244,6 +275,7 @@ class Summary:
             rollouts_per_s=round(rate, 3) if rate is not None else None,
             staleness=aggregator.staleness(),
             incomplete_model_calls=aggregator.incomplete(),
+            groups=dict(aggregator.groups.summary()) if aggregator.repeats > 1 else {},
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -267,6 +299,7 @@ class Summary:
                 if self.incomplete_model_calls
                 else {}
             ),
+            **({"groups": self.groups} if self.groups else {}),
         }
 
 
