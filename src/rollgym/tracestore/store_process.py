@@ -29,6 +29,8 @@ from rollgym.http.listen import bind_loopback
 from rollgym.tracestore.access import TOKEN_ENV
 
 STOP_GRACE_S = 10.0
+#: How often :meth:`TraceStoreProcess.ready` looks for the ready file.
+READY_POLL_S = 0.02
 
 
 @dataclass
@@ -39,6 +41,9 @@ class TraceStoreProcess:
     endpoint: str
     db_path: Path
     log_path: Path
+    #: The file the store writes once it commits at once (its workers started); removed by
+    #: :meth:`ready` when seen.
+    ready_path: Path | None = None
 
     @property
     def traces_endpoint(self) -> str:
@@ -54,6 +59,23 @@ class TraceStoreProcess:
                 self.process.kill()
                 self.process.wait()
         return self.process.returncode
+
+    async def ready(self, timeout_s: float) -> bool:
+        """Wait (bounded) until the store commits requests at once: its ready file is there.
+        False when it exited first or ``timeout_s`` ran out. A store started with
+        ``wait=True`` is ready already."""
+        if self.ready_path is None:
+            return self.process.poll() is None
+        deadline = time.monotonic() + timeout_s
+        while self.process.poll() is None:
+            if read_ready_file(self.ready_path):
+                self.ready_path.unlink(missing_ok=True)
+                self.ready_path = None
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(READY_POLL_S)
+        return False
 
     async def astop(self) -> int | None:
         """``stop()`` without blocking the caller's event loop."""
@@ -111,8 +133,8 @@ def start_trace_store(
         gate = start_gate.gate()
         if gate is not None:
             command = start_gate.gated_command(gate, "rollgym.tracestore", command[3:])
-    else:  # waited for: it says where it listens in the ready file
-        command += ["--ready-file", str(ready)]
+    # it says where it listens, and that its workers started, in the ready file
+    command += ["--ready-file", str(ready)]
     child_env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
     if token:
         child_env[TOKEN_ENV] = token
@@ -135,7 +157,8 @@ def start_trace_store(
         if gate is not None:
             os.close(gate)  # the store's copy is the one that waits
     if listener is not None:
-        return TraceStoreProcess(process, _local_url(f"http://{host}:{port}"), db, log)
+        endpoint = _local_url(f"http://{host}:{port}")
+        return TraceStoreProcess(process, endpoint, db, log, ready_path=ready)
     try:
         endpoint = _local_url(_wait_ready(process, ready, timeout_s))
     except BaseException:

@@ -144,6 +144,11 @@ class StoreWorkers:
         self._writer.start()
         self._decoders.start()
 
+    async def warm(self) -> None:
+        """Return once the writer and a decoder have started (imports, the store opened): a
+        request sent from now on is committed without waiting for a worker's start-up."""
+        await asyncio.gather(self._writer.call(_started), self._decoders.call(_started))
+
     async def store(self, body: bytes, content_type: str) -> int:
         """Decode and commit one request; its span count. Raises PayloadError for a bad one
         (nothing stored), StoreFailed when its transaction failed, WorkerUnavailable when a
@@ -220,6 +225,11 @@ def _init_writer(store_pid: int, db_path: str) -> None:
     # Checkpoints are the store process's (BatchWriter), on the other core; this one only
     # checkpoints as a backstop, should those stop.
     _store = TraceStore(db_path, autocheckpoint_pages=WRITER_AUTOCHECKPOINT_PAGES)
+
+
+def _started() -> bool:
+    """Called in a worker once its initializer ran: it is ready for requests."""
+    return True
 
 
 def _decode(body: bytes, content_type: str) -> bytes:
