@@ -371,6 +371,7 @@ async def _serve_and_collect(
         make_collector(config, urls, telemetry, supervisor) as collector,
     ):
         supervisor.on_rotation = replica_rotation(collector, urls)
+        await telemetry.wait_for_store()  # no rollout ends before its spans can be committed
         if gate.job:
             from rollgym.telemetry import spans
 
@@ -474,13 +475,22 @@ async def _run_owned(
             summary.telemetry.update(telemetry.store_counts())
             summary.warnings += telemetry_warnings(summary.telemetry)
             write_summary(summary, output_dir)
-            state.sessions.end(state.status)
+            state.sessions.end(state.status, spans_lost=_spans_lost(summary.telemetry))
     finally:
         discard_for(output_dir)
         await telemetry.stop_store()
         if handle_signals:
             interrupts.remove(loop)
     return summary
+
+
+def _spans_lost(telemetry: Mapping[str, object]) -> dict[str, int]:
+    """The session's spans counted dropped or unknown, for its end line in sessions.jsonl."""
+    return {
+        key: value
+        for key in ("spans_dropped", "spans_unknown")
+        if isinstance(value := telemetry.get(key), int) and value > 0
+    }
 
 
 def write_summary(summary: Summary, output_dir: Path) -> None:
