@@ -11,11 +11,13 @@ only what it can prove was lost, by name.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -189,3 +191,63 @@ def test_the_trace_store_stopped_then_continued_leaves_a_run_the_check_passes(
         excused = report["counted_losses"]
         assert 0 < excused["spans_missing_at_least"] <= lost, excused
         assert sum(excused["spans_counted_lost"].values()) == lost
+
+
+@pytest.fixture
+def small_disk(job: Job) -> Iterator[Path]:
+    """The run's output directory on a 64 MiB tmpfs (mounting needs root)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs for the output needs root")
+    job.out.mkdir(parents=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(job.out)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield job.out
+    finally:
+        subprocess.run(["umount", "-l", str(job.out)], check=False)
+
+
+def _fill(path: Path) -> None:
+    """Another writer fills the disk under ``path`` until it is full."""
+    chunk = b"\0" * (1 << 20)
+    with contextlib.suppress(OSError), path.open("wb") as out:
+        while True:
+            out.write(chunk)
+            out.flush()
+
+
+def test_a_disk_filled_by_another_writer_then_freed_resumes_to_a_run_the_check_passes(
+    job: Job, small_disk: Path, no_leftover_servers: None
+) -> None:
+    repeats = 30
+    rows = _quickstart(job, repeats=repeats, concurrency=32)
+    proc = subprocess.Popen(
+        job.command(),
+        env=job.env(telemetry=True),
+        cwd=job.root,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    filler = small_disk / "filler"
+    with killed_if_left_running(proc):
+        assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 300, timeout=180)
+        _fill(filler)
+        started = time.monotonic()
+        out, err = proc.communicate(timeout=300)
+        stopped_s = time.monotonic() - started
+    assert proc.returncode == 1, out + err
+    assert "Traceback" not in err
+    errors = [line for line in err.splitlines() if line.startswith("rollgym: error:")]
+    assert len(errors) == 1 and "No space left on device" in errors[0], err
+    assert stopped_s < 30, f"the run took {stopped_s:.0f} s to stop on a full disk"
+    assert (small_disk / "summary.json").exists(), "summary.json was not written"
+    filler.unlink()  # the other writer's file goes; the same command resumes
+    resumed = job.run(timeout=600, telemetry=True)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert_exact_accounting(job, rows, repeats=repeats)
+    code, report = _check(job)
+    assert code == 0, (report["violation_counts"], report["violations"][:5])

@@ -96,7 +96,7 @@ def check_run(run_dir: str | Path, conn: sqlite3.Connection) -> CheckReport:
         for s in sessions
         if not s["ended"] and isinstance(job := s.get("job_trace_id"), str) and job
     }
-    _check_dispatches(conn, report, jobs, killed_jobs)
+    _check_dispatches(conn, report, jobs, killed_jobs, losses)
     if report.stats["dispatch_spans"]:
         _check_isolation(conn, report, history, losses)
     else:
@@ -224,6 +224,7 @@ def _check_dispatches(
     report: CheckReport,
     jobs: set[tuple[bytes, bytes]],
     killed_jobs: set[str],
+    losses: CountedLosses,
 ) -> None:
     has_job = report.stats["job_traces"] > 0
     rows = conn.execute(
@@ -262,8 +263,14 @@ def _check_dispatches(
             report.add("dispatch_job_link", f"dispatch has {link_count} links, expected 1", **where)
         else:
             target = _link_target(conn, trace_id, span_id)
-            if target not in jobs and (target is None or hex_id(target[0]) not in killed_jobs):
-                report.add("dispatch_job_link", "dispatch link does not name the job span", **where)
+            if target in jobs or (target is not None and hex_id(target[0]) in killed_jobs):
+                continue
+            message = "dispatch link does not name the job span"
+            if target is not None and not _span_exists(conn, *target):
+                # the job span it names is absent (its session's export of it failed)
+                losses.add("dispatch_job_link", message, target[0], where, absent_span=target[1])
+            else:
+                report.add("dispatch_job_link", message, **where)
     if rerun:
         report.stats["dispatches_rerun_in_a_later_session"] = rerun
     if len(targets) > 1:
@@ -271,6 +278,13 @@ def _check_dispatches(
             "dispatch_job_link",
             f"dispatches link to {len(targets)} different spans; a run has one job span",
         )
+
+
+def _span_exists(conn: sqlite3.Connection, trace_id: bytes, span_id: bytes) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM spans WHERE trace_id = ? AND span_id = ?", (trace_id, span_id)
+    ).fetchone()
+    return row is not None
 
 
 def _link_target(

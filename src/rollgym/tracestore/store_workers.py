@@ -71,6 +71,16 @@ class StoreFailed(RuntimeError):
     """A request's transaction failed and was rolled back (HTTP 503: the sender may retry)."""
 
 
+class StoreFull(StoreFailed):
+    """The disk under the store is full: nothing of the request was stored (HTTP 507, which
+    the exporters do not retry: waiting for another writer to free the disk would hold every
+    process of the run at its end for the whole flush limit)."""
+
+
+#: How a worker's answer starts when its transaction failed because the disk is full.
+_FULL = "FullError"
+
+
 class WorkerUnavailable(RuntimeError):
     """A worker process died under this request; the sender should retry (HTTP 503)."""
 
@@ -180,6 +190,8 @@ class StoreWorkers:
                         continue
                     if isinstance(result, int):
                         committed.set_result(result)
+                    elif result.startswith(_FULL):
+                        committed.set_exception(StoreFull(result))
                     else:  # each waiting request gets an error of its own
                         committed.set_exception(failure(result))
         finally:

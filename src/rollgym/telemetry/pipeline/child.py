@@ -121,7 +121,8 @@ class Poster:
                 status = self._transport.post(body, self._headers, timeout)
                 if 200 <= status < 300:
                     return OK
-                retry = status == 429 or status >= 500
+                # 507: the backend's disk is full (rollgym's store), not worth waiting for
+                retry = status == 429 or (status >= 500 and status != 507)
                 why = f"HTTP {status}"
             except NoAnswer:
                 self._log_once(f"no answer within {timeout[1]:.0f} s")
