@@ -251,3 +251,31 @@ def test_a_disk_filled_by_another_writer_then_freed_resumes_to_a_run_the_check_p
     assert_exact_accounting(job, rows, repeats=repeats)
     code, report = _check(job)
     assert code == 0, (report["violation_counts"], report["violations"][:5])
+
+
+def test_a_resume_on_a_corrupt_trace_store_names_the_file_in_one_line_and_goes_on(
+    job: Job, no_leftover_servers: None
+) -> None:
+    job.write(
+        {"a": _agent(delay_s=0.0)},
+        [{"q": i} for i in range(40)],
+        agent="a",
+        telemetry={"preset": "default", "exporter": "auto"},
+    )
+    first = job.run(timeout=300, telemetry=True)
+    assert first.returncode == 0, first.stdout + first.stderr
+    kept = job.out.joinpath("rollouts.jsonl").read_bytes().splitlines(keepends=True)[:10]
+    job.out.joinpath("rollouts.jsonl").write_bytes(b"".join(kept))  # 30 rollouts left to run
+    db = job.out / "traces.db"
+    db.write_bytes(os.urandom(64 * 1024))
+    for leftover in ("traces.db-wal", "traces.db-shm"):
+        (job.out / leftover).unlink(missing_ok=True)
+    started = time.monotonic()
+    resumed = job.run(timeout=300, telemetry=True)
+    took_s = time.monotonic() - started
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "Traceback" not in resumed.stderr
+    (line,) = [ln for ln in resumed.stderr.splitlines() if str(db) in ln]
+    assert "is not a SQLite database" in line and f"mv {db} {db}.bad" in line, line
+    assert took_s < 30, f"the resume took {took_s:.0f} s"
+    assert_exact_accounting(job, 40)

@@ -149,7 +149,10 @@ class JobTelemetry:
                 *self._store_args, port=port, wait=False, **self._store_options
             )
         except Exception as exc:  # noqa: BLE001 - telemetry never decides whether a run runs
-            _log.warning("local trace store did not start (%s); traces are not exported", exc)
+            report_to_stderr(
+                f"rollgym: telemetry: the run's trace store did not start: {exc}; the run goes "
+                "on without storing its spans"
+            )
             self.store_token = None
             return None
         if self.store_token is not None:

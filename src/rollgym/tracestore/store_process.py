@@ -29,6 +29,8 @@ from rollgym.http.listen import bind_loopback
 from rollgym.tracestore.access import TOKEN_ENV
 
 STOP_GRACE_S = 10.0
+#: The first 16 bytes of every SQLite database file.
+SQLITE_HEADER = b"SQLite format 3\x00"
 #: How often :meth:`TraceStoreProcess.ready` looks for the ready file.
 READY_POLL_S = 0.02
 
@@ -111,6 +113,7 @@ def start_trace_store(
     """
     db = Path(db_path)
     log = Path(log_path)
+    check_store_file(db)
     db.parent.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     ready = log.with_name(log.name + ".ready.json")
@@ -167,6 +170,28 @@ def start_trace_store(
         raise
     ready.unlink(missing_ok=True)
     return TraceStoreProcess(process, endpoint, db, log)
+
+
+class UnusableStoreFile(ValueError):
+    """The run's ``traces.db`` is there but is no SQLite database: one line naming it."""
+
+
+def check_store_file(db: Path) -> None:
+    """Refuse, in one line naming it and what to do, a store file that is no SQLite database
+    (a resume on a corrupt or overwritten ``traces.db``): found here in a read of 16 bytes,
+    not by a store process that exits and is restarted in vain."""
+    try:
+        with db.open("rb") as file:
+            head = file.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise UnusableStoreFile(f"{db} cannot be read ({exc.strerror or exc})") from None
+    if head and head != SQLITE_HEADER:  # an empty file is one SQLite makes a database of
+        raise UnusableStoreFile(
+            f"{db} is not a SQLite database (corrupt or overwritten); move it aside "
+            f"(mv {db} {db}.bad) and run the same command again to store this run's traces"
+        )
 
 
 def _bind(host: str, port: int) -> socket.socket | None:
