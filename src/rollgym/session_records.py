@@ -20,10 +20,12 @@ OUTPUT_FILES = ("rollouts.jsonl", "failures.jsonl")
 
 def read_sessions(run_dir: Path) -> list[dict[str, object]]:
     """The sessions in start order, each with ``ended`` (False: it was killed), ``index``
-    (its position; older files have none written) and ``status`` (how it ended: the run's
-    status, ``killed`` when it has no end line, ``ended`` when the end line says none)."""
+    (its position; older files have none written), ``status`` (how it ended: the run's
+    status, ``killed`` when it has no end line, ``ended`` when the end line says none) and
+    ``spans_lost`` (the spans its processes counted dropped or unknown, by kind)."""
     starts: list[dict[str, object]] = []
     ended: dict[str, str] = {}
+    lost: dict[str, object] = {}
     try:
         data = (run_dir / SESSIONS).read_bytes()
     except OSError:
@@ -39,12 +41,15 @@ def read_sessions(run_dir: Path) -> list[dict[str, object]]:
             starts.append(record)
         elif record.get("event") == "end":
             ended[str(record.get("session"))] = str(record.get("status") or "ended")
+            if isinstance(record.get("spans_lost"), dict):
+                lost[str(record.get("session"))] = record["spans_lost"]
     return [
         {
             **start,
             "index": index,
             "ended": str(start.get("session")) in ended,
             "status": ended.get(str(start.get("session")), "killed"),
+            "spans_lost": lost.get(str(start.get("session")), {}),
         }
         for index, start in enumerate(starts)
     ]

@@ -131,5 +131,5 @@ def test_traces_check_passes_on_a_run_resumed_after_kill_9(
     report = orjson.loads(check.stdout)
     assert check.returncode == 0, report["violations"][:5]
     first_session_ids = {r["rollout_id"] for r in job.rollouts[:killed_lines]}
-    for lost in report["killed_session_rows"]:
+    for lost in report["lost_with_killed_process"]:
         assert lost["file"] == "rollouts.jsonl" and lost["rollout_id"] in first_session_ids

@@ -400,6 +400,7 @@ async def _serve_and_collect(
         make_collector(config, urls, telemetry, supervisor) as collector,
     ):
         supervisor.on_rotation = replica_rotation(collector, urls)
+        await telemetry.wait_for_store()  # no rollout ends before its spans can be committed
         if gate.job:
             from rollgym.telemetry import spans
 
@@ -507,6 +508,7 @@ async def _run_owned(
 ) -> Summary:
     """The run, once it holds its output directory."""
     state = JobState(config, run_id, output_dir)
+    reserve = _reserve_room(output_dir)
     if resumed:
         total = state.aggregator.expected_total(_total(config))  # a bad line: one record
         report_to_stderr(resume_line(output_dir, state.aggregator, total))
@@ -535,9 +537,11 @@ async def _run_owned(
             summary.telemetry = _telemetry_counts(telemetry.flush(), config, output_dir)
             summary.telemetry.update(telemetry.store_counts())
             summary.warnings += telemetry_warnings(summary.telemetry)
+            _release_room(reserve)  # summary.json and the session's end line fit in it
             write_summary(summary, output_dir)
-            state.sessions.end(state.status)
+            state.sessions.end(state.status, spans_lost=_spans_lost(summary.telemetry))
     finally:
+        _release_room(reserve)
         discard_for(output_dir)
         try:
             await telemetry.stop_store()
@@ -548,6 +552,39 @@ async def _run_owned(
         if handle_signals:
             interrupts.remove(loop)
     return summary
+
+
+#: Room held on the output's disk while a session runs, freed just before summary.json and the
+#: session's end line are written: a disk that another writer filled meanwhile still gets them
+#: (a summary.json is 2-5 KiB).
+SUMMARY_ROOM_BYTES = 16 * 1024
+_ROOM_FILE = ".summary-room"
+
+
+def _reserve_room(output_dir: Path) -> Path | None:
+    """Allocate :data:`SUMMARY_ROOM_BYTES` in the output directory; None where it cannot."""
+    path = output_dir / _ROOM_FILE
+    try:
+        with open(path, "wb") as room:
+            os.posix_fallocate(room.fileno(), 0, SUMMARY_ROOM_BYTES)
+    except (OSError, AttributeError):  # a full disk, or no fallocate: no room kept
+        path.unlink(missing_ok=True)
+        return None
+    return path
+
+
+def _release_room(path: Path | None) -> None:
+    if path is not None:
+        path.unlink(missing_ok=True)
+
+
+def _spans_lost(telemetry: Mapping[str, object]) -> dict[str, int]:
+    """The session's spans counted dropped or unknown, for its end line in sessions.jsonl."""
+    return {
+        key: value
+        for key in ("spans_dropped", "spans_unknown")
+        if isinstance(value := telemetry.get(key), int) and value > 0
+    }
 
 
 def write_summary(summary: Summary, output_dir: Path) -> None:

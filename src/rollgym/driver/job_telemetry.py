@@ -35,6 +35,8 @@ _log = logging.getLogger(__name__)
 STORE_POLL_S = 0.5
 #: Restarts of the run's trace store before the run goes on without one.
 STORE_RESTARTS = 3
+#: The longest the first rollout waits for the run's trace store to commit at once.
+STORE_READY_S = 30.0
 
 
 class JobTelemetry:
@@ -147,7 +149,10 @@ class JobTelemetry:
                 *self._store_args, port=port, wait=False, **self._store_options
             )
         except Exception as exc:  # noqa: BLE001 - telemetry never decides whether a run runs
-            _log.warning("local trace store did not start (%s); traces are not exported", exc)
+            report_to_stderr(
+                f"rollgym: telemetry: the run's trace store did not start: {exc}; the run goes "
+                "on without storing its spans"
+            )
             self.store_token = None
             return None
         if self.store_token is not None:
@@ -160,6 +165,24 @@ class JobTelemetry:
                 flush=True,
             )
         return str(self.store.endpoint)
+
+    async def wait_for_store(self) -> None:
+        """Return once the run's store commits at once (call it before the first rollout).
+
+        The store starts beside the servers and is not waited for to start them; but a rollout
+        that ends before the store serves leaves its spans queued in its processes, and a
+        ``kill -9`` of the driver then takes them all (the store and the servers die with it).
+        Waiting here makes a completed rollout's spans committed within about a second of its
+        end. Bounded: a store that is not ready in :data:`STORE_READY_S` is said in one line
+        and the run goes on (telemetry never decides whether a rollout runs)."""
+        store = self.store
+        if store is None or await store.ready(STORE_READY_S):
+            return
+        if store.process.poll() is None:
+            report_to_stderr(
+                f"rollgym: the trace store was not ready after {STORE_READY_S:g} s; the "
+                "rollouts start anyway (their spans wait in their processes until it is)"
+            )
 
     def note_rollouts_ended(self) -> None:
         """Every rollout is over (servers stop next): see

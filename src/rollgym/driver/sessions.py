@@ -68,13 +68,18 @@ class SessionLog:
         )
         self.started = True
 
-    def end(self, status: str | None = None) -> None:
+    def end(self, status: str | None = None, spans_lost: Mapping[str, int] | None = None) -> None:
         """Call when the session ends in any way but a kill (normal, error, Ctrl-C);
-        ``status`` is the run's (``completed``, ``interrupted``, ...)."""
+        ``status`` is the run's (``completed``, ``interrupted``, ...). ``spans_lost``: the
+        spans this session's processes counted dropped or unknown (``spans_dropped``,
+        ``spans_unknown``), kept per session so ``traces check`` can tell a counted loss from
+        a broken trace after a resume (summary.json holds the last session's only)."""
         if self.started:
             record: dict[str, object] = {"session": self.session, "event": "end", "at": time.time()}
             if status is not None:
                 record["status"] = status
+            if spans_lost:
+                record["spans_lost"] = dict(spans_lost)
             self._append(record)
 
     def _append(self, record: Mapping[str, object]) -> None:

@@ -18,9 +18,10 @@ import orjson
 
 from rollgym.incarnations import read_incarnations
 from rollgym.records import fields_record
-from rollgym.session_records import killed_ranges, read_sessions
+from rollgym.session_records import OUTPUT_FILES, read_sessions
 from rollgym.telemetry import names
-from rollgym.tracestore.cut_short import RunHistory
+from rollgym.tracestore.counted_losses import CountedLosses
+from rollgym.tracestore.cut_short import KILL_WINDOW_S, KilledRow, RunHistory
 from rollgym.tracestore.decode import hex_id
 from rollgym.tracestore.engine_ids import rollout_of_engine_id
 from rollgym.tracestore.queries import trace_exists
@@ -36,6 +37,7 @@ class RunStory(TypedDict, total=False):
     sessions: list[dict[str, object]]
     server_deaths: list[dict[str, object]]
     server_incarnations: int
+    kill_window_s: float
 
 
 @dataclass
@@ -46,9 +48,13 @@ class CheckReport:
     counts: dict[str, int] = field(default_factory=dict)
     largest_trace: dict[str, object] | None = None
     stats: dict[str, int] = field(default_factory=dict)
-    #: Rows whose traces died with a killed session (``kill -9``): not violations; listed
-    #: (the first 50) so a reader sees which.
-    killed_session_rows: list[dict[str, object]] = field(default_factory=list)
+    #: Rows of a killed session (``kill -9``) recorded within the kill window before its
+    #: last sign of life whose traces are absent: lost with the killed processes, not
+    #: violations; listed (the first 50) with their session so a reader sees which.
+    lost_with_killed_process: list[dict[str, object]] = field(default_factory=list)
+    #: Gaps (absent parents, rootless traces, absent traces) that the spans the run's
+    #: exporters counted lost (dropped or unknown) explain: counts, and the checks excused.
+    counted_losses: dict[str, object] = field(default_factory=dict)
     #: Span checks excused because a killed session or a dead process cut their trace short,
     #: by what cut it (``session 0 (killed)``, ``agent@1 pid 42 (...) in session 1``).
     cut_short: dict[str, int] = field(default_factory=dict)
@@ -56,10 +62,10 @@ class CheckReport:
     #: processes that died mid-run.
     history: RunStory = field(default_factory=lambda: RunStory())
 
-    def add_killed_session_row(self, **where: object) -> None:
-        self.stats["lost_with_killed_session"] = self.stats.get("lost_with_killed_session", 0) + 1
-        if len(self.killed_session_rows) < _MAX_LISTED:
-            self.killed_session_rows.append(where)
+    def add_lost_with_killed_process(self, **where: object) -> None:
+        self.stats["lost_with_killed_process"] = self.stats.get("lost_with_killed_process", 0) + 1
+        if len(self.lost_with_killed_process) < _MAX_LISTED:
+            self.lost_with_killed_process.append(where)
 
     @property
     def ok(self) -> bool:
@@ -80,28 +86,34 @@ def check_run(run_dir: str | Path, conn: sqlite3.Connection) -> CheckReport:
     """Run every rule over the store ``conn`` and the run directory's output files."""
     report = CheckReport()
     sessions = read_sessions(Path(run_dir))
-    history = RunHistory(conn, sessions, read_incarnations(Path(run_dir)))
+    killed_rows = _killed_rows(Path(run_dir), sessions)
+    history = RunHistory(conn, sessions, read_incarnations(Path(run_dir)), killed_rows)
     report.history = _history(history)
+    losses = CountedLosses.of_sessions(sessions)
     jobs = _check_job(conn, report, sessions)
     killed_jobs = {
         job
         for s in sessions
         if not s["ended"] and isinstance(job := s.get("job_trace_id"), str) and job
     }
-    _check_dispatches(conn, report, jobs, killed_jobs)
+    _check_dispatches(conn, report, jobs, killed_jobs, losses)
     if report.stats["dispatch_spans"]:
-        _check_isolation(conn, report, history)
+        _check_isolation(conn, report, history, losses)
     else:
         _check_isolation_without_dispatch(conn, report)
-    _check_engine_spans(conn, report, history, has_dispatch=report.stats["dispatch_spans"] > 0)
-    _check_parents(conn, report, history)
+    has_dispatch = report.stats["dispatch_spans"] > 0
+    _check_engine_spans(conn, report, history, losses, has_dispatch=has_dispatch)
+    _check_parents(conn, report, history, losses)
     _check_outputs(
         Path(run_dir),
         conn,
         report,
-        sessions,
+        history,
+        losses,
+        killed_rows,
         require_ids=report.stats["dispatch_spans"] > 0,
     )
+    _settle(report, losses)
     _largest(conn, report)
     report.cut_short = dict(history.cut)
     cut = sum(history.cut.values())
@@ -123,7 +135,57 @@ def _history(history: RunHistory) -> RunStory:
             if inc.died_at is not None
         ],
         "server_incarnations": len(history.incarnations),
+        "kill_window_s": KILL_WINDOW_S,
     }
+
+
+def _killed_rows(run_dir: Path, sessions: Sequence[Mapping[str, object]]) -> list[KilledRow]:
+    """The rows of ``rollouts.jsonl`` and ``failures.jsonl`` that killed sessions wrote (a
+    session's rows run from its start offset to the next session's)."""
+    found: list[KilledRow] = []
+    for file_name in OUTPUT_FILES:
+        ranges = [
+            (i, _offset(s, file_name), _next_offset(sessions, i, file_name))
+            for i, s in enumerate(sessions)
+            if not s["ended"]
+        ]
+        if not ranges:
+            continue
+        try:
+            data = (run_dir / file_name).read_bytes()
+        except OSError:
+            continue
+        offset = 0
+        for number, line in enumerate(data.splitlines(keepends=True), start=1):
+            at, offset = offset, offset + len(line)
+            session = next((i for i, start, end in ranges if start <= at < end), None)
+            row = _json_line(line)
+            if session is None or row is None:
+                continue
+            finished = row.get("finished_at")
+            trace_id = row.get("trace_id")
+            found.append(
+                KilledRow(
+                    session=session,
+                    file=file_name,
+                    line=number,
+                    finished_at=float(finished) if isinstance(finished, int | float) else None,
+                    trace_id=trace_id if isinstance(trace_id, str) and trace_id else None,
+                    rollout_id=row.get("rollout_id"),
+                )
+            )
+    return found
+
+
+def _offset(session: Mapping[str, object], file_name: str) -> int:
+    offsets = session.get("offsets")
+    value = offsets.get(file_name, 0) if isinstance(offsets, dict) else 0
+    return int(value)
+
+
+def _next_offset(sessions: Sequence[Mapping[str, object]], index: int, file_name: str) -> int:
+    later = sessions[index + 1 :]
+    return _offset(later[0], file_name) if later else 1 << 62
 
 
 def _check_job(
@@ -162,6 +224,7 @@ def _check_dispatches(
     report: CheckReport,
     jobs: set[tuple[bytes, bytes]],
     killed_jobs: set[str],
+    losses: CountedLosses,
 ) -> None:
     has_job = report.stats["job_traces"] > 0
     rows = conn.execute(
@@ -200,8 +263,14 @@ def _check_dispatches(
             report.add("dispatch_job_link", f"dispatch has {link_count} links, expected 1", **where)
         else:
             target = _link_target(conn, trace_id, span_id)
-            if target not in jobs and (target is None or hex_id(target[0]) not in killed_jobs):
-                report.add("dispatch_job_link", "dispatch link does not name the job span", **where)
+            if target in jobs or (target is not None and hex_id(target[0]) in killed_jobs):
+                continue
+            message = "dispatch link does not name the job span"
+            if target is not None and not _span_exists(conn, *target):
+                # the job span it names is absent (its session's export of it failed)
+                losses.add("dispatch_job_link", message, target[0], where, absent_span=target[1])
+            else:
+                report.add("dispatch_job_link", message, **where)
     if rerun:
         report.stats["dispatches_rerun_in_a_later_session"] = rerun
     if len(targets) > 1:
@@ -209,6 +278,13 @@ def _check_dispatches(
             "dispatch_job_link",
             f"dispatches link to {len(targets)} different spans; a run has one job span",
         )
+
+
+def _span_exists(conn: sqlite3.Connection, trace_id: bytes, span_id: bytes) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM spans WHERE trace_id = ? AND span_id = ?", (trace_id, span_id)
+    ).fetchone()
+    return row is not None
 
 
 def _link_target(
@@ -263,11 +339,17 @@ def _unexcused(
             yield {"trace_id": hex_id(trace_id), "span_id": hex_id(span_id)}, name, column
 
 
-def _check_isolation(conn: sqlite3.Connection, report: CheckReport, history: RunHistory) -> None:
+def _check_isolation(
+    conn: sqlite3.Connection, report: CheckReport, history: RunHistory, losses: CountedLosses
+) -> None:
     homeless = conn.execute(_HOMELESS_SPANS)
     for where, name, rollout_id in _unexcused(homeless, history.excuses_homeless):
         message = f"span {name!r} of rollout {rollout_id} is not in that rollout's dispatch trace"
-        report.add("isolation", message, **where, rollout_id=rollout_id)
+        trace_id = bytes.fromhex(str(where["trace_id"]))
+        if history.has_dispatch(trace_id):  # in another rollout's trace: never a loss
+            report.add("isolation", message, **where, rollout_id=rollout_id)
+        else:  # its trace lost its dispatch root: a loss, if the run counted one
+            losses.add("isolation", message, trace_id, {**where, "rollout_id": rollout_id})
 
 
 def _check_isolation_without_dispatch(conn: sqlite3.Connection, report: CheckReport) -> None:
@@ -300,7 +382,12 @@ def _sent_request_ids(conn: sqlite3.Connection) -> dict[str, str]:
 
 
 def _check_engine_spans(
-    conn: sqlite3.Connection, report: CheckReport, history: RunHistory, *, has_dispatch: bool
+    conn: sqlite3.Connection,
+    report: CheckReport,
+    history: RunHistory,
+    losses: CountedLosses,
+    *,
+    has_dispatch: bool,
 ) -> None:
     """An engine span (vLLM's ``llm_request``) carries no ``gym.rollout.id``; its
     ``gen_ai.request.id`` names the rollout (see :mod:`~rollgym.tracestore.engine_ids`), and
@@ -330,31 +417,57 @@ def _check_engine_spans(
                 (trace_id, rollout_id),
             ).fetchone()
         if not home and not history.excuses_homeless(trace_id, start_ns):
-            report.add(
-                "engine_isolation",
+            message = (
                 f"engine span {name!r} ({names.GEN_AI_REQUEST_ID} {engine_id!r}) names rollout "
-                f"{rollout_id}, but its trace is not that rollout's",
-                trace_id=hex_id(trace_id),
-                span_id=hex_id(span_id),
-                rollout_id=rollout_id,
+                f"{rollout_id}, but its trace is not that rollout's"
             )
+            where = {"trace_id": hex_id(trace_id), "span_id": hex_id(span_id)}
+            if has_dispatch and not history.has_dispatch(trace_id):  # a lost dispatch root
+                losses.add(
+                    "engine_isolation", message, trace_id, {**where, "rollout_id": rollout_id}
+                )
+            else:
+                report.add("engine_isolation", message, **where, rollout_id=rollout_id)
     report.stats["engine_spans_attributed"] = attributed
     if unattributed:
         report.stats["engine_spans_unattributed"] = unattributed
 
 
-def _check_parents(conn: sqlite3.Connection, report: CheckReport, history: RunHistory) -> None:
+def _check_parents(
+    conn: sqlite3.Connection, report: CheckReport, history: RunHistory, losses: CountedLosses
+) -> None:
     orphans = conn.execute(_ORPHAN_SPANS)
     for where, name, parent in _unexcused(orphans, history.excuses_missing_parent):
         message = f"span {name!r} names parent {hex_id(parent)}, absent from its trace"
-        report.add("missing_parent", message, **where)
+        trace_id = bytes.fromhex(str(where["trace_id"]))
+        losses.add("missing_parent", message, trace_id, where, absent_span=parent)
+
+
+def _settle(report: CheckReport, losses: CountedLosses) -> None:
+    """The candidate gaps: excused together when the run's counted losses explain them all
+    (:mod:`~rollgym.tracestore.counted_losses`), else every one a violation."""
+    if not losses.candidates:
+        return
+    if losses.explained():
+        report.counted_losses = losses.summary()
+        report.stats["gaps_explained_by_counted_losses"] = len(losses.candidates)
+        return
+    counted = sum(losses.counted.values())
+    why = (
+        f" (at least {losses.spans_missing_at_least()} span(s) missing; the run's exporters "
+        f"counted {counted} lost)"
+    )
+    for candidate in losses.candidates:
+        report.add(candidate.rule, candidate.message + why, **candidate.where)
 
 
 def _check_outputs(
     run_dir: Path,
     conn: sqlite3.Connection,
     report: CheckReport,
-    sessions: Sequence[Mapping[str, object]],
+    history: RunHistory,
+    losses: CountedLosses,
+    killed_rows: Sequence[KilledRow],
     *,
     require_ids: bool,
 ) -> None:
@@ -362,9 +475,10 @@ def _check_outputs(
 
     Without dispatch spans (the ``rollout`` group off) an attempt whose driver opened no
     span at all (no ``http`` either) has no trace id to write, which is not a violation.
-    Rows of a killed session whose traces are absent are counted apart (see
-    :mod:`rollgym.driver.sessions`).
+    A row of a killed session whose trace is absent is excused only when it was recorded
+    within the kill window (:mod:`~rollgym.tracestore.cut_short`); it is then named apart.
     """
+    killed = {(row.file, row.line): row for row in killed_rows}
     for file_name, rule in (
         ("rollouts.jsonl", "rollout_has_trace"),
         ("failures.jsonl", "failure_has_trace"),
@@ -372,12 +486,9 @@ def _check_outputs(
         path = run_dir / file_name
         if not path.exists():
             continue
-        killed = killed_ranges(sessions, file_name)
         checked = unsampled = 0
-        offset = 0
         with path.open("rb") as lines:
             for number, line in enumerate(lines, start=1):
-                at, offset = offset, offset + len(line)
                 row = _json_line(line)
                 if row is not None and row.get("trace_sampled") is False:
                     unsampled += 1  # the sampler dropped this trace: no store has it
@@ -389,21 +500,32 @@ def _check_outputs(
                     continue
                 checked += 1
                 if not trace_exists(conn, trace_id):
-                    if any(start <= at < end for start, end in killed):
-                        report.add_killed_session_row(
+                    rollout_id = row.get("rollout_id")
+                    message = (
+                        f"{file_name}:{number} rollout {rollout_id} names trace {trace_id}, "
+                        "absent from the store"
+                    )
+                    killed_row = killed.get((file_name, number))
+                    if killed_row is None:  # an ended session: a loss, if one was counted
+                        where = {"trace_id": trace_id, "rollout_id": rollout_id}
+                        losses.add(rule, message, bytes.fromhex(trace_id), where)
+                    elif history.within_kill_window(killed_row):
+                        report.add_lost_with_killed_process(
                             file=file_name,
                             line=number,
                             trace_id=trace_id,
-                            rollout_id=row.get("rollout_id"),
+                            rollout_id=rollout_id,
+                            session=killed_row.session,
                         )
-                        continue
-                    report.add(
-                        rule,
-                        f"{file_name}:{number} rollout {row.get('rollout_id')} names trace "
-                        f"{trace_id}, absent from the store",
-                        trace_id=trace_id,
-                        rollout_id=row.get("rollout_id"),
-                    )
+                    else:
+                        report.add(
+                            rule,
+                            f"{message}; recorded more than {KILL_WINDOW_S:g} s before session "
+                            f"{killed_row.session} (killed) last showed life, so its spans "
+                            "were due in the store",
+                            trace_id=trace_id,
+                            rollout_id=rollout_id,
+                        )
         report.stats[f"{file_name}_checked"] = checked
         if unsampled:
             report.stats[f"{file_name}_unsampled"] = unsampled

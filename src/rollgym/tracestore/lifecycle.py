@@ -152,6 +152,12 @@ async def serve(
         flush=True,
     )
     if ready_file is not None:
+        # ready means "commits at once": a run waits for this before its first rollout, so
+        # no rollout ends while its spans could only wait in a process that may be killed
+        try:
+            await writer.warm()
+        except Exception as exc:  # noqa: BLE001 - the pool starts new workers on the next request
+            log.warning("the trace store's workers did not start (%s); serving anyway", exc)
         _write_ready(ready_file, {"endpoint": endpoint, "port": bound, "pid": os.getpid()})
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

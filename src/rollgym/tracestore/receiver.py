@@ -24,6 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from rollgym.http import REQUEST_READ_TIMEOUT_S
 from rollgym.tracestore.decode import JSON_TYPE, PROTOBUF_TYPE, PayloadError, decompress
+from rollgym.tracestore.store_workers import StoreFull
 from rollgym.tracestore.writer import BatchWriter
 
 log = logging.getLogger(__name__)
@@ -33,9 +34,12 @@ DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 WRITER_KEY = web.AppKey("writer", BatchWriter)
 MAX_BODY_KEY = web.AppKey("max_body", int)
 READ_TIMEOUT_KEY = web.AppKey("read_timeout_s", float)
+_FULL_SAID_KEY = web.AppKey("disk_full_said", bool)
 _INVALID_ARGUMENT = 3
 _RESOURCE_EXHAUSTED = 8
 _UNAVAILABLE = 14
+#: HTTP 507 Insufficient Storage: the disk is full; senders count the batch lost at once.
+_DISK_FULL = 507
 
 
 def add_otlp_routes(
@@ -83,6 +87,11 @@ async def _traces(request: web.Request) -> web.Response:
         await request.app[WRITER_KEY].store(body, request.content_type)
     except PayloadError as exc:
         return _error(request, exc)
+    except StoreFull as exc:  # said once: the log is on the same full disk
+        if not request.app.get(_FULL_SAID_KEY, False):
+            request.app[_FULL_SAID_KEY] = True
+            log.error("the disk under the trace store is full; batches are refused (%s)", exc)
+        return _error(request, PayloadError(f"disk full: {exc}"), http_status=_DISK_FULL)
     except Exception as exc:  # a storage failure: retryable for the exporter
         log.exception("storing a batch failed")
         return _error(request, PayloadError(f"store failed: {exc}"), http_status=503)
@@ -115,9 +124,12 @@ def _error(request: web.Request, exc: PayloadError, http_status: int | None = No
     code = _RESOURCE_EXHAUSTED if exc.too_large else _INVALID_ARGUMENT
     if http_status == 503:
         code = _UNAVAILABLE
+    elif http_status == _DISK_FULL:
+        code = _RESOURCE_EXHAUSTED
     status = Status(code=code, message=str(exc))
     http_status = http_status or (413 if exc.too_large else 400)
-    log.warning("rejected OTLP payload (%s): %s", http_status, exc)
+    if http_status != _DISK_FULL:
+        log.warning("rejected OTLP payload (%s): %s", http_status, exc)
     if _is_json(request):
         body = json_format.MessageToJson(status, indent=None).encode()
         return web.Response(status=http_status, body=body, content_type=JSON_TYPE)

@@ -236,12 +236,28 @@ def _history_lines(console: Console, report: CheckReport) -> None:
             for d in deaths
         )
         console.print(f"server processes that died mid-run: {listed}")
-    lost = report.stats.get("lost_with_killed_session", 0)
+    lost = report.stats.get("lost_with_killed_process", 0)
     if lost:
+        window = report.history.get("kill_window_s", 0)
         console.print(
-            f"[yellow]killed session[/]: {lost} row(s) name traces that died with it "
-            "(kill -9: spans still queued in its processes were never exported); "
-            "not contract violations"
+            f"[yellow]lost with a killed session[/]: {lost} row(s) recorded within {window:g} s "
+            "of its end name traces its processes held when they were killed (listed in "
+            "--json); not contract violations"
+        )
+    losses = report.counted_losses
+    if losses:
+        counted = losses.get("spans_counted_lost")
+        kinds = (
+            ", ".join(f"{k}={v}" for k, v in counted.items()) if isinstance(counted, dict) else ""
+        )
+        excused = losses.get("checks_excused")
+        per = (
+            ", ".join(f"{k}: {v}" for k, v in excused.items()) if isinstance(excused, dict) else ""
+        )
+        console.print(
+            f"[yellow]counted losses[/]: the run's exporters counted spans lost ({kinds}); "
+            f"they explain {losses.get('spans_missing_at_least')} missing span(s) ({per}); "
+            "losses, not contract violations"
         )
     if report.cut_short:
         per = ", ".join(f"{safe(label)}: {n}" for label, n in sorted(report.cut_short.items()))

@@ -29,6 +29,10 @@ from rollgym.http.listen import bind_loopback
 from rollgym.tracestore.access import TOKEN_ENV
 
 STOP_GRACE_S = 10.0
+#: The first 16 bytes of every SQLite database file.
+SQLITE_HEADER = b"SQLite format 3\x00"
+#: How often :meth:`TraceStoreProcess.ready` looks for the ready file.
+READY_POLL_S = 0.02
 
 
 @dataclass
@@ -39,6 +43,9 @@ class TraceStoreProcess:
     endpoint: str
     db_path: Path
     log_path: Path
+    #: The file the store writes once it commits at once (its workers started); removed by
+    #: :meth:`ready` when seen.
+    ready_path: Path | None = None
 
     @property
     def traces_endpoint(self) -> str:
@@ -54,6 +61,23 @@ class TraceStoreProcess:
                 self.process.kill()
                 self.process.wait()
         return self.process.returncode
+
+    async def ready(self, timeout_s: float) -> bool:
+        """Wait (bounded) until the store commits requests at once: its ready file is there.
+        False when it exited first or ``timeout_s`` ran out. A store started with
+        ``wait=True`` is ready already."""
+        if self.ready_path is None:
+            return self.process.poll() is None
+        deadline = time.monotonic() + timeout_s
+        while self.process.poll() is None:
+            if read_ready_file(self.ready_path):
+                self.ready_path.unlink(missing_ok=True)
+                self.ready_path = None
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(READY_POLL_S)
+        return False
 
     async def astop(self) -> int | None:
         """``stop()`` without blocking the caller's event loop."""
@@ -89,6 +113,7 @@ def start_trace_store(
     """
     db = Path(db_path)
     log = Path(log_path)
+    check_store_file(db)
     db.parent.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     ready = log.with_name(log.name + ".ready.json")
@@ -111,8 +136,8 @@ def start_trace_store(
         gate = start_gate.gate()
         if gate is not None:
             command = start_gate.gated_command(gate, "rollgym.tracestore", command[3:])
-    else:  # waited for: it says where it listens in the ready file
-        command += ["--ready-file", str(ready)]
+    # it says where it listens, and that its workers started, in the ready file
+    command += ["--ready-file", str(ready)]
     child_env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
     if token:
         child_env[TOKEN_ENV] = token
@@ -135,7 +160,8 @@ def start_trace_store(
         if gate is not None:
             os.close(gate)  # the store's copy is the one that waits
     if listener is not None:
-        return TraceStoreProcess(process, _local_url(f"http://{host}:{port}"), db, log)
+        endpoint = _local_url(f"http://{host}:{port}")
+        return TraceStoreProcess(process, endpoint, db, log, ready_path=ready)
     try:
         endpoint = _local_url(_wait_ready(process, ready, timeout_s))
     except BaseException:
@@ -144,6 +170,28 @@ def start_trace_store(
         raise
     ready.unlink(missing_ok=True)
     return TraceStoreProcess(process, endpoint, db, log)
+
+
+class UnusableStoreFile(ValueError):
+    """The run's ``traces.db`` is there but is no SQLite database: one line naming it."""
+
+
+def check_store_file(db: Path) -> None:
+    """Refuse, in one line naming it and what to do, a store file that is no SQLite database
+    (a resume on a corrupt or overwritten ``traces.db``): found here in a read of 16 bytes,
+    not by a store process that exits and is restarted in vain."""
+    try:
+        with db.open("rb") as file:
+            head = file.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise UnusableStoreFile(f"{db} cannot be read ({exc.strerror or exc})") from None
+    if head and head != SQLITE_HEADER:  # an empty file is one SQLite makes a database of
+        raise UnusableStoreFile(
+            f"{db} is not a SQLite database (corrupt or overwritten); move it aside "
+            f"(mv {db} {db}.bad) and run the same command again to store this run's traces"
+        )
 
 
 def _bind(host: str, port: int) -> socket.socket | None:

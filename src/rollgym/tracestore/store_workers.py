@@ -71,6 +71,16 @@ class StoreFailed(RuntimeError):
     """A request's transaction failed and was rolled back (HTTP 503: the sender may retry)."""
 
 
+class StoreFull(StoreFailed):
+    """The disk under the store is full: nothing of the request was stored (HTTP 507, which
+    the exporters do not retry: waiting for another writer to free the disk would hold every
+    process of the run at its end for the whole flush limit)."""
+
+
+#: How a worker's answer starts when its transaction failed because the disk is full.
+_FULL = "FullError"
+
+
 class WorkerUnavailable(RuntimeError):
     """A worker process died under this request; the sender should retry (HTTP 503)."""
 
@@ -144,6 +154,11 @@ class StoreWorkers:
         self._writer.start()
         self._decoders.start()
 
+    async def warm(self) -> None:
+        """Return once the writer and a decoder have started (imports, the store opened): a
+        request sent from now on is committed without waiting for a worker's start-up."""
+        await asyncio.gather(self._writer.call(_started), self._decoders.call(_started))
+
     async def store(self, body: bytes, content_type: str) -> int:
         """Decode and commit one request; its span count. Raises PayloadError for a bad one
         (nothing stored), StoreFailed when its transaction failed, WorkerUnavailable when a
@@ -175,6 +190,8 @@ class StoreWorkers:
                         continue
                     if isinstance(result, int):
                         committed.set_result(result)
+                    elif result.startswith(_FULL):
+                        committed.set_exception(StoreFull(result))
                     else:  # each waiting request gets an error of its own
                         committed.set_exception(failure(result))
         finally:
@@ -220,6 +237,11 @@ def _init_writer(store_pid: int, db_path: str) -> None:
     # Checkpoints are the store process's (BatchWriter), on the other core; this one only
     # checkpoints as a backstop, should those stop.
     _store = TraceStore(db_path, autocheckpoint_pages=WRITER_AUTOCHECKPOINT_PAGES)
+
+
+def _started() -> bool:
+    """Called in a worker once its initializer ran: it is ready for requests."""
+    return True
 
 
 def _decode(body: bytes, content_type: str) -> bytes:

@@ -51,6 +51,11 @@ class BatchWriter:
         self._store = TraceStore(self._db_path)
         self._workers.start()
 
+    async def warm(self) -> None:
+        """Return once the worker processes are ready to commit a request (see
+        :meth:`~rollgym.tracestore.store_workers.StoreWorkers.warm`)."""
+        await self._workers.warm()
+
     async def store(self, body: bytes, content_type: str) -> int:
         """Decode and store one OTLP request atomically; its span count once committed.
 

@@ -259,7 +259,8 @@ class Poster:
                 status = self._send(body, timeout)
                 if 200 <= status < 300:
                     return OK
-                retry = status == 429 or status >= 500
+                # 507: the backend's disk is full (rollgym's store), not worth waiting for
+                retry = status == 429 or (status >= 500 and status != 507)
                 why = f"HTTP {status}"
             except NoAnswer as exc:
                 self.timed_out = exc.timed_out
