@@ -156,9 +156,16 @@ class TraceStore:
         self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def close(self) -> None:
-        """Checkpoint the WAL into the main file so a finished run is one self-contained db."""
+        """Checkpoint the WAL into the main file so a finished run is one self-contained db.
+
+        On a full disk the checkpoint cannot be written: what was committed stays in the WAL
+        beside the db (SQLite reads it from there, and the next open checkpoints it), so the
+        store closes without it instead of ending in a traceback; the full disk itself was
+        already said where a write met it."""
         try:
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except apsw.FullError:
+            pass
         finally:
             self._conn.close()
 
