@@ -28,8 +28,8 @@ pytestmark = pytest.mark.e2e
 
 #: "Within seconds": an exporter whose parent died posts what is left for 3 s at most.
 GONE_WITHIN_S = 10.0
-#: The backend's request timeout: far beyond GONE_WITHIN_S, so waiting one out fails the test.
-EXPORT_TIMEOUT_S = "30"
+#: The backend's request timeout (30 s, in milliseconds): far beyond GONE_WITHIN_S, so waiting one out fails the test.
+EXPORT_TIMEOUT_MS = "30000"
 #: Tracebacks from uvicorn's lifespan task, cancelled when an orphaned server stops at once.
 #: Not the exporters' (the server's own stop; see docs/reliability.md).
 _LIFESPAN = re.compile(r"starlette/routing\.py.*lifespan", re.S)
@@ -72,7 +72,7 @@ def test_children_die_with_a_killed_driver_within_seconds_without_a_traceback(
                 "OTEL_TRACES_EXPORTER": "otlp",
                 "OTEL_METRICS_EXPORTER": "none",
                 "OTEL_EXPORTER_OTLP_ENDPOINT": sink.url,
-                "OTEL_EXPORTER_OTLP_TIMEOUT": EXPORT_TIMEOUT_S,
+                "OTEL_EXPORTER_OTLP_TIMEOUT": EXPORT_TIMEOUT_MS,
                 "ROLLGYM_FORK_SERVER": fork,
             }
         )
