@@ -203,7 +203,7 @@ async def serve(spec: ServeSpec) -> bool:
         watch = asyncio.get_running_loop().create_task(_stop_when_orphaned(server, parent))
         with _signals_returning_normally():
             started = await server.serve()
-        if os.getppid() != parent:
+        if server.server.force_exit:  # stopped without the app's own stop (orphaned)
             await server.stop_app(ORPHANED_FLUSH_S)
         return started
     finally:
