@@ -8,7 +8,13 @@ longest ago, so an idle set is used round-robin).
 
 A replica that refuses a connection leaves rotation at once (:meth:`ReplicaSet.mark_down`);
 the requests of that attempt fail as transient and the retry goes elsewhere; a pick tries it
-again after :data:`RETRY_DOWN_S` (it may have been restarted on its port meanwhile). In the
+again after :data:`RETRY_DOWN_S` (it may have been restarted on its port meanwhile).
+
+A replica that lets a request time out (stopped, wedged, or only very slow) leaves rotation the
+same way, so the retry of that attempt goes elsewhere, and then stays *suspect*: it gets one
+request at a time until one is answered. Without that, least-outstanding balancing would send
+it the most traffic of all once its stuck requests timed out (it has none outstanding), and
+every one of those would wait out the whole time limit again, retries included. In the
 driver, the supervisor knows more: it holds a dead replica out (:meth:`ReplicaSet.hold`)
 until its restart is healthy (:meth:`ReplicaSet.release`), so no attempt is spent on it.
 
@@ -25,7 +31,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from urllib.parse import urlsplit
 
-from rollgym.errors import ConnectionRefused
+from rollgym.errors import ConnectionRefused, RequestTimeout
 
 #: How long a replica that refused stays out before a pick may try it again (it may have
 #: been restarted on its port meanwhile).
@@ -50,6 +56,9 @@ class ReplicaSet:
         self.down: dict[str, float] = {}
         #: Replicas known dead (the supervisor said so): out until released, never retried.
         self.held: set[str] = set()
+        #: Replicas whose last finished request timed out: one request at a time until one
+        #: is answered.
+        self.suspect: set[str] = set()
         self._order = itertools.count()
         self._last_pick = dict.fromkeys(self.urls, -1)
 
@@ -59,6 +68,8 @@ class ReplicaSet:
         if self.down:
             self._retry_expired()
         live = [url for url in self.urls if url not in self.down and url not in self.held]
+        if self.suspect:  # a suspect one with its one request out is not picked again
+            live = [url for url in live if not self._probing(url)] or live
         if not live:  # a refused one may be back by now; a held one is known dead
             live = [min(self.down, key=self.down.__getitem__)] if self.down else sorted(self.held)
         best = min(live, key=lambda url: (self.outstanding[url], self._last_pick[url]))
@@ -81,8 +92,19 @@ class ReplicaSet:
         except ConnectionRefused:
             self.mark_down(replica)
             raise
+        except RequestTimeout:
+            self.mark_down(replica)
+            self.suspect.add(replica)
+            raise
+        else:
+            if self.suspect:
+                self.suspect.discard(replica)  # it answered: back to normal balancing
         finally:
             self.finished(replica)
+
+    def _probing(self, replica: str) -> bool:
+        """Whether ``replica`` is suspect and already has its one request in flight."""
+        return replica in self.suspect and self.outstanding[replica] > 0
 
     def mark_down(self, replica: str) -> None:
         """Out of rotation now (it refused a connection or failed its health check)."""
@@ -92,6 +114,7 @@ class ReplicaSet:
     def mark_up(self, replica: str) -> None:
         """Back in rotation (healthy again)."""
         self.down.pop(origin(replica), None)
+        self.suspect.discard(origin(replica))
 
     def hold(self, replica: str) -> None:
         """Out of rotation until :meth:`release`: it is dead and being restarted."""

@@ -11,7 +11,9 @@ its set-up (:mod:`rollgym.servers.start_checks`): a broken one is a line in its 
 
 When the driver is gone (``kill -9``; the process was re-parented), nobody waits for its
 answers and the trace store died with the driver: it stops at once (no graceful drain) and
-gives telemetry :data:`ORPHANED_FLUSH_S` instead of retrying exports to a dead store.
+gives telemetry :data:`ORPHANED_FLUSH_S` instead of retrying exports to a dead store. Its log
+says so in one line; the app's own stop still runs (bounded by the same budget), so uvicorn's
+lifespan task ends normally instead of being cancelled into a traceback.
 
 ``--fork-server`` makes the process the local placement's fork server instead
 (:mod:`rollgym.servers.fork_server`): it imports this module's stack once and forks each
@@ -69,6 +71,9 @@ ORPHAN_POLL_S = 0.5
 #: Telemetry's flush budget once the driver is gone (its store went with it).
 ORPHANED_FLUSH_S = 0.5
 log = logging.getLogger("rollgym.serve")
+#: Where an abandoned app's lifespan logs its cancellation: nowhere (see AppServer.stop_app).
+_SILENT = logging.getLogger("rollgym.serve.abandoned_app")
+_SILENT.disabled = True
 
 
 def setup_server_telemetry(spec: ServeSpec, environ: Mapping[str, str] | None = None) -> Any | None:
@@ -162,6 +167,30 @@ class AppServer:
         """Ask uvicorn for its graceful shutdown (safe from any thread)."""
         self.server.should_exit = True
 
+    def force_stop(self) -> None:
+        """Stop now: no wait for requests in flight, nor for the app's own stop (see
+        :meth:`stop_app`)."""
+        self.request_stop()
+        self.server.force_exit = True
+
+    async def stop_app(self, budget_s: float) -> None:
+        """Run the app's stop (the lifespan's shutdown) within ``budget_s``, after a forced exit.
+
+        uvicorn skips the lifespan's shutdown on a forced exit and leaves its task waiting for
+        one; the event loop then cancels that task as it closes, and starlette reports the
+        cancellation as an error with its whole traceback. Sending the shutdown here ends the
+        task as a graceful stop would (the app's clients closed too). An app that does not stop
+        within the budget is left with one line in the log, and its cancellation is not logged.
+        """
+        lifespan = getattr(self.server, "lifespan", None)
+        if lifespan is None or not self.server.started:
+            return
+        try:
+            await asyncio.wait_for(lifespan.shutdown(), budget_s)
+        except TimeoutError:
+            log.warning("the app did not stop within %.1f s; leaving it", budget_s)
+            lifespan.logger = _SILENT
+
 
 async def serve(spec: ServeSpec) -> bool:
     """Serve until SIGTERM/SIGINT; True when the server started and stopped cleanly."""
@@ -173,7 +202,10 @@ async def serve(spec: ServeSpec) -> bool:
         write_atomically(Path(spec.ready_file), str(server.port))
         watch = asyncio.get_running_loop().create_task(_stop_when_orphaned(server, parent))
         with _signals_returning_normally():
-            return await server.serve()
+            started = await server.serve()
+        if server.server.force_exit:  # stopped without the app's own stop (orphaned)
+            await server.stop_app(ORPHANED_FLUSH_S)
+        return started
     finally:
         if watch is not None:
             watch.cancel()
@@ -192,8 +224,7 @@ async def _stop_when_orphaned(server: AppServer, parent: int) -> None:
         parent,
         ORPHANED_FLUSH_S,
     )
-    server.request_stop()
-    server.server.force_exit = True
+    server.force_stop()
 
 
 def _ignore_signal(signum: int, frame: object) -> None:

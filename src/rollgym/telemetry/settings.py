@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -149,9 +150,7 @@ class TelemetrySettings:
             max_queue_size=config.max_queue_size,
             max_export_batch_size=min(config.max_export_batch_size, config.max_queue_size),
             schedule_delay_ms=config.schedule_delay_ms,
-            export_timeout_s=_float(
-                environ.get(env.OTEL_EXPORTER_OTLP_TIMEOUT), DEFAULT_EXPORT_TIMEOUT_S
-            ),
+            export_timeout_s=export_timeout_s(environ),
             flush_timeout_s=config.flush_timeout_s,
             run_id=run_id,
         )
@@ -239,8 +238,27 @@ def _truthy(value: str | None) -> bool:
     return value is not None and value.strip().lower() == "true"
 
 
-def _float(value: str | None, default: float) -> float:
+def export_timeout_s(environ: Mapping[str, str]) -> float:
+    """``OTEL_EXPORTER_OTLP_TIMEOUT`` in seconds; the variable itself is in milliseconds.
+
+    The OpenTelemetry specification gives every ``*_TIMEOUT`` variable in milliseconds
+    (``10000`` is the default 10 s). The Python SDK's own exporters read it as seconds, which is
+    why rollgym always hands its exporters an explicit timeout instead of letting the SDK read
+    the variable. A value that is not a positive number is ignored with one warning.
+    """
+    raw = environ.get(env.OTEL_EXPORTER_OTLP_TIMEOUT)
+    if not raw or not raw.strip():
+        return DEFAULT_EXPORT_TIMEOUT_S
     try:
-        return float(value) if value else default
+        millis = float(raw)
     except ValueError:
-        return default
+        millis = -1.0
+    if not math.isfinite(millis) or millis <= 0:
+        _log.warning(
+            "ignoring %s=%r: expected a positive number of milliseconds; using %g s",
+            env.OTEL_EXPORTER_OTLP_TIMEOUT,
+            raw,
+            DEFAULT_EXPORT_TIMEOUT_S,
+        )
+        return DEFAULT_EXPORT_TIMEOUT_S
+    return millis / 1000.0

@@ -473,15 +473,44 @@ class TrajectoryRecorder:
         self._add(turn)
 
     def verify(self, answer: str | None, verdict: Mapping[str, object]) -> None:
-        """The environment's verification of the final answer."""
-        self._add(
-            {
-                "type": "verify",
-                "answer": answer,
-                "reward": verdict.get("reward"),
-                "details": verdict.get("details"),
-            }
-        )
+        """The environment's verification of the final answer.
+
+        The answer is usually the last model turn's text again, and an environment's
+        ``details`` often echo it once more: each text over ``tool_output_max_bytes`` is cut
+        and marked (``answer_bytes``; ``truncated_details`` lists the cut keys and sizes), so
+        a long model answer is recorded whole once, in its model turn, not three times.
+        """
+        turn: dict[str, object] = {"type": "verify", "answer": answer}
+        if answer is not None:
+            cut = cut_text(answer, self.tool_output_max_bytes)
+            if cut is not None:
+                turn["answer"], turn["answer_bytes"] = cut
+                turn["truncated"] = True
+                self.truncated += 1
+        turn["reward"] = verdict.get("reward")
+        details = verdict.get("details")
+        if isinstance(details, Mapping):
+            kept, cuts = self._bounded_details(details)
+            turn["details"] = kept
+            if cuts:
+                turn["truncated_details"] = cuts
+        else:
+            turn["details"] = details
+        self._add(turn)
+
+    def _bounded_details(
+        self, details: Mapping[str, object]
+    ) -> tuple[dict[str, object], dict[str, int]]:
+        """``details`` with each top-level text over the cap cut, and ``{key: whole size}``."""
+        kept = dict(details)
+        cuts: dict[str, int] = {}
+        for key, value in details.items():
+            if isinstance(value, str):
+                cut = cut_text(value, self.tool_output_max_bytes)
+                if cut is not None:
+                    kept[key], cuts[str(key)] = cut
+                    self.truncated += 1
+        return kept, cuts
 
     def to_json(self) -> dict[str, object]:
         """The trajectory as it travels in the rollout's answer (see docs/trajectories.md)."""

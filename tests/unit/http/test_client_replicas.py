@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from rollgym.driver.dispatch import transport_failure
-from rollgym.errors import ConnectionRefused
+from rollgym.errors import ConnectionRefused, RequestTimeout
 from rollgym.http import replicas as replicas_module
 from rollgym.http.client import HttpClient
 from rollgym.http.replicas import ReplicaSet, ReplicaTable, on_replica
@@ -173,6 +173,52 @@ async def test_a_refusing_replica_leaves_rotation_at_once(
         assert target is not None and dead in target.down
     assert outcomes.count("refused") == 1  # the first pick of it, then never again
     assert set(outcomes) - {"refused"} == {replicas[0].url, replicas[1].url}
+
+
+async def _outcomes(client: HttpClient, url: str, sends: int, timeout: float) -> list[str]:
+    """The replica of each of ``sends`` concurrent requests, or "timeout"."""
+
+    async def one() -> str:
+        try:
+            return (await client.post_json("env", url + "/run", {}, timeout=timeout)).replica or ""
+        except RequestTimeout:
+            return "timeout"
+
+    return list(await asyncio.gather(*(one() for _ in range(sends))))
+
+
+async def test_a_replica_that_times_out_leaves_rotation_for_the_retry(
+    replicas: list[Replica],
+) -> None:
+    """A stopped replica (it accepts, never answers): the attempt after a timeout goes to
+    the other one, not back to it (it has nothing outstanding any more: the least loaded)."""
+    stuck, good = replicas[0], replicas[1]
+    stuck.hold.clear()
+    urls = [stuck.url, good.url]
+    async with HttpClient(replicas={"env": urls}) as client:
+        outcomes = [(await _outcomes(client, urls[0], 1, 0.3))[0] for _ in range(6)]
+        stuck.hold.set()
+    assert outcomes == ["timeout"] + [good.url] * 5
+
+
+async def test_a_suspect_replica_gets_one_request_at_a_time_until_it_answers(
+    replicas: list[Replica], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(replicas_module, "RETRY_DOWN_S", 0.0)  # its time out of rotation over
+    stuck, good = replicas[0], replicas[1]
+    stuck.hold.clear()
+    urls = [stuck.url, good.url]
+    async with HttpClient(replicas={"env": urls}) as client:
+        assert await _outcomes(client, urls[0], 1, 0.3) == ["timeout"]
+        # eight at once: least-outstanding alone would send it half of them
+        burst = await _outcomes(client, urls[0], 8, 0.3)
+        assert sorted(burst) == sorted(["timeout"] + [good.url] * 7)
+        assert stuck.served == 2
+        stuck.hold.set()  # it answers again: its probe clears it, balancing is even again
+        assert await _outcomes(client, urls[0], 1, 5.0) == [stuck.url]
+        target = client.replicas.for_url(urls[0])
+        assert target is not None and not target.suspect
+        assert sorted(await _outcomes(client, urls[0], 4, 5.0)) == sorted(urls * 2)
 
 
 async def _events(response: object) -> list[str]:

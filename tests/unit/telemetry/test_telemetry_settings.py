@@ -122,3 +122,24 @@ def test_server_env_when_off():
 def test_from_json_rejects_bad_payloads(bad):
     with pytest.raises((ValueError, TypeError)):
         TelemetrySettings.from_json(bad)
+
+
+@pytest.mark.parametrize(
+    ("raw", "seconds"),
+    [(None, 10.0), ("10000", 10.0), ("2500", 2.5), ("500", 0.5), (" 30000 ", 30.0)],
+)
+def test_otlp_timeout_is_read_in_milliseconds_as_the_spec_says(raw, seconds):
+    """The specification gives ``OTEL_EXPORTER_OTLP_TIMEOUT`` in milliseconds (10000 = 10 s)."""
+    environ = {} if raw is None else {"OTEL_EXPORTER_OTLP_TIMEOUT": raw}
+    assert resolve(environ).export_timeout_s == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("raw", ["ten", "0", "-5", "nan", "inf"])
+def test_a_bad_otlp_timeout_keeps_the_default_with_one_warning(raw, caplog):
+    with caplog.at_level("WARNING", logger="rollgym"):
+        s = resolve({"OTEL_EXPORTER_OTLP_TIMEOUT": raw})
+    assert s.export_timeout_s == 10.0
+    lines = [
+        r.getMessage() for r in caplog.records if "OTEL_EXPORTER_OTLP_TIMEOUT" in r.getMessage()
+    ]
+    assert len(lines) == 1 and "milliseconds" in lines[0]

@@ -159,6 +159,27 @@ def test_long_tool_outputs_are_cut_and_marked_never_silently() -> None:
     assert "truncated_texts" not in TrajectoryRecorder("turns").to_json()
 
 
+def test_a_long_answer_is_recorded_whole_once_not_again_in_its_verify_turn() -> None:
+    """The verify turn repeats the answer (and environments echo it in their details): those
+    copies are cut to the cap and marked; the model turn keeps the answer whole."""
+    long = "é" * 30  # 60 bytes
+    recorder = TrajectoryRecorder("turns", tool_output_max_bytes=10)
+    recorder.model_call({"messages": [USER]}, _answer([1], [2], content=long))
+    verdict = {"reward": 1.0, "details": {"answer": long, "expected": "4", "parsed": True}}
+    recorder.verify(long, verdict)
+    recorder.verify("4", {"reward": 1.0, "details": {"answer": "4"}})
+    data = recorder.to_json()
+    model, cut, short = data["turns"]
+    assert model["message"]["content"] == long
+    assert cut["answer"] == "é" * 5 and cut["answer_bytes"] == 60 and cut["truncated"] is True
+    assert cut["details"] == {"answer": "é" * 5, "expected": "4", "parsed": True}
+    assert cut["truncated_details"] == {"answer": 60}
+    assert cut["reward"] == 1.0
+    assert verdict["details"]["answer"] == long  # the environment's own verdict is untouched
+    assert short == {"type": "verify", "answer": "4", "reward": 1.0, "details": {"answer": "4"}}
+    assert data["truncated_texts"] == 2
+
+
 def test_logprobs_without_token_ids_are_kept_and_what_is_missing_is_named() -> None:
     """An engine that answers log-probabilities but no token ids (llama.cpp's server)."""
     recorder = TrajectoryRecorder("tokens")

@@ -66,5 +66,21 @@ class ArithmeticEnv(Environment):
         got = parse_number(text)
         tolerance = self._tolerance * max(_ONE, abs(expected))
         correct = got is not None and abs(got - expected) <= tolerance
-        details = {"expected": format_number(expected), "answer": text, "parsed": got is not None}
+        details = {
+            "expected": format_number(expected),
+            "answer": _echo(text),
+            "parsed": got is not None,
+        }
         return Verdict(reward=1.0 if correct else 0.0, details=details)
+
+
+#: Most characters of the answer the verdict's details repeat: the whole answer is already the
+#: agent's (and the trajectory's); a 5 MB reply must not come back twice more in the details.
+ANSWER_ECHO_MAX_CHARS = 1024
+
+
+def _echo(text: str) -> str:
+    """``text`` for the details: cut past :data:`ANSWER_ECHO_MAX_CHARS`, saying so."""
+    if len(text) <= ANSWER_ECHO_MAX_CHARS:
+        return text
+    return f"{text[:ANSWER_ECHO_MAX_CHARS]}... (cut: {len(text)} characters in all)"
