@@ -103,7 +103,9 @@ class Agent(Server):
         row = await json_object(request)
         rollout_id = rollout_id_of(row)
         capture = request.headers.get(CAPTURE_HEADER)
-        answer = await under_rollout_span(rollout_id, self._run_checked(row, rollout_id, capture))
+        answer = await under_rollout_span(
+            rollout_id, self.context.name, self._run_checked(row, rollout_id, capture)
+        )
         return OrjsonResponse(answer)
 
     async def _run_checked(
