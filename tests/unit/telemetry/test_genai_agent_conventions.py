@@ -121,3 +121,23 @@ def test_the_recording_pipeline_sends_every_genai_attribute_and_the_event(monkey
     (event,) = sent[names.SPAN_VERIFY].events
     assert event.name == "gen_ai.evaluation.result"
     assert {kv.key: plain(kv.value) for kv in event.attributes} == EXPECTED[names.SPAN_VERIFY]
+
+
+def test_the_keys_are_the_semantic_conventions_own():
+    """Our constants against the ``opentelemetry-semantic-conventions`` package: a rename
+    upstream shows here, to be followed in ``names.py`` alone."""
+    from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+
+    operations = gen_ai.GenAiOperationNameValues
+    assert operations.INVOKE_AGENT.value == names.GEN_AI_OPERATION_INVOKE_AGENT
+    assert operations.EXECUTE_TOOL.value == names.GEN_AI_OPERATION_EXECUTE_TOOL
+    assert operations.CHAT.value == names.GEN_AI_OPERATION_CHAT
+    for ours, theirs in (
+        (names.GEN_AI_AGENT_NAME, gen_ai.GEN_AI_AGENT_NAME),
+        (names.GEN_AI_CONVERSATION_ID, gen_ai.GEN_AI_CONVERSATION_ID),
+        (names.GEN_AI_TOOL_NAME, gen_ai.GEN_AI_TOOL_NAME),
+        (names.GEN_AI_TOOL_CALL_ID, gen_ai.GEN_AI_TOOL_CALL_ID),
+        (names.GEN_AI_EVALUATION_NAME, gen_ai.GEN_AI_EVALUATION_NAME),
+        (names.GEN_AI_EVALUATION_SCORE_VALUE, gen_ai.GEN_AI_EVALUATION_SCORE_VALUE),
+    ):
+        assert ours == theirs
