@@ -31,6 +31,10 @@ def main() -> None:
                         "events": [
                             {"name": e.name, "attributes": e.attributes} for e in span.events
                         ],
+                        "links": [
+                            {"trace_id": link.trace_id, "span_id": link.span_id}
+                            for link in span.links
+                        ],
                     }
                     for span in trace.data.spans
                 ],

@@ -5,7 +5,8 @@ Phoenix (the ``phoenix`` extra) derives its span kinds from ``gen_ai.operation.n
 sessions from ``gen_ai.conversation.id``; MLflow (in a venv of its own, installed by
 ``scripts/test.sh``) its span types, token usage and trace sessions from the same keys. Checked
 in each: the rollout an agent span, its tool calls tool spans, its model calls LLM spans with
-token counts, the reward visible, and the span tree as rollgym made it.
+token counts, the reward visible, and the span tree as rollgym made it (and in MLflow, which
+keeps span links, each rollout's link to the job).
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from backends import MLFLOW_OK, MLFLOW_PYTHON, mlflow_server, phoenix_server
 from telemetry_helpers import TracedJob, quick_rows, quick_servers
 
+from backends import MLFLOW_OK, MLFLOW_PYTHON, mlflow_server, phoenix_server
 from rollgym.telemetry import names
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -214,6 +215,14 @@ def test_a_run_in_mlflow_is_agents_with_tools_llm_calls_and_rewards(
         if s["name"] == names.SPAN_DISPATCH
     }
     assert set(rollout_traces) == set(rewards)
+    # the job its own trace; MLflow keeps span links: each rollout's root links to it
+    (job_trace,) = [t for t in traces if any(s["name"] == names.SPAN_JOB for s in t["spans"])]
+    (job_span,) = [s for s in job_trace["spans"] if s["name"] == names.SPAN_JOB]
+    for trace in rollout_traces.values():
+        (root,) = [s for s in trace["spans"] if s["name"] == names.SPAN_DISPATCH]
+        assert root["links"] == [
+            {"trace_id": job_trace["trace_id"], "span_id": job_span["span_id"]}
+        ]
     for rollout_id, trace in rollout_traces.items():
         spans = trace["spans"]
         by_name: dict[str, list[dict[str, Any]]] = {}
