@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from rollgym.defaults import MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES
 
@@ -54,6 +55,11 @@ class CollectorOptions:
     #: Send each server only as many attempts at once as it answers in good time
     #: (:mod:`rollgym.driver.dispatch_window`); False sends all ``concurrency`` at once.
     adaptive_window: bool = True
+    #: A result with a model call whose answer was not whole (a cut stream, no finish
+    #: reason, usage that disagrees with the tokens): ``retry`` runs it again while attempts
+    #: remain, then records an ``incomplete_model_call`` failure; ``accept`` keeps it (the
+    #: turn flagged, counted in summary.json).
+    incomplete_model_calls: Literal["retry", "accept"] = "retry"
 
 
 #: The defaults, readable as attributes (``DEFAULTS.concurrency``).

@@ -120,6 +120,12 @@ class RunConfig(BaseModel):
         description="No result may have a model call more than N policy versions behind the "
         "current one: it is run again while attempts remain, else a 'stale' failure.",
     )
+    incomplete_model_calls: Literal["retry", "accept"] = Field(
+        _RUN.incomplete_model_calls,
+        description="A result with a model answer that was not whole (a cut stream, no "
+        "finish reason): 'retry' runs it again while attempts remain, then an "
+        "'incomplete_model_call' failure; 'accept' keeps it, flagged and counted.",
+    )
     policy_version_file: Path | None = Field(
         None,
         description="File holding the current policy version (an int or a label), rewritten "
@@ -149,6 +155,7 @@ class RunConfig(BaseModel):
             max_response_bytes=self.max_response_bytes,
             max_staleness=self.max_staleness,
             adaptive_window=self.adaptive_window,
+            incomplete_model_calls=self.incomplete_model_calls,
         )
 
 

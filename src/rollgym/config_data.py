@@ -42,9 +42,22 @@ def parse_override(text: str) -> tuple[list[str], object]:
         value = yaml.safe_load(raw) if raw != "" else ""
     except yaml.YAMLError as exc:
         raise ConfigError(
-            f"value {raw!r} is not valid YAML: {exc}", source="<overrides>", key_path=key
+            f"the value {raw!r} is not valid YAML: {_yaml_problem(exc)}",
+            source=f"override {text}",
+            key_path=key,
         ) from None
     return key.split("."), value
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML error in one line: its problem and the column in the value (the override is
+    one line, so PyYAML's multi-line rendering with its ``<unicode string>`` marks says
+    nothing more)."""
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
+    mark = getattr(exc, "problem_mark", None)
+    if not isinstance(problem, str):
+        return " ".join(str(exc).split())
+    return f"{problem} at column {mark.column + 1}" if mark is not None else problem
 
 
 def apply_override(data: dict[str, Any], path: list[str], value: object) -> None:

@@ -68,6 +68,9 @@ ErrorKind = Literal[
     "cancelled",
     # every attempt ran on a policy version more than max_staleness behind (driver/retry.py)
     "stale",
+    # every attempt had a model answer that was not whole: a cut stream, no finish reason
+    # (driver/retry.py, run.incomplete_model_calls: retry)
+    "incomplete_model_call",
     # a DispatchError raised without a kind of its own
     "dispatch_error",
     "transient",
@@ -87,7 +90,9 @@ class RollgymError(Exception):
 
 
 class ConfigError(RollgymError):
-    """The job config is invalid; raised before any server starts.
+    """The job config is invalid; raised before any server starts, or by a launched server's
+    start-time check (its import, a variable it names, a package it needs: one line, before
+    the run's first rollout; :mod:`rollgym.servers.start_checks`).
 
     ``source`` is the config file (or ``"<overrides>"``), ``key_path`` the dotted key.
     """

@@ -33,7 +33,15 @@ from typing import BinaryIO
 ENV_FORK_SERVER = "ROLLGYM_FORK_SERVER"
 _WAIT_POLL_S = 0.01
 #: Signals whose handlers a forked child resets (the parent's Python handlers would run there).
-_RESET_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP, signal.SIGUSR1)
+_RESET_SIGNALS = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGCHLD,
+    signal.SIGHUP,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGALRM,
+)
 
 
 def forking_enabled(environ: Mapping[str, str] = os.environ) -> bool:
@@ -137,6 +145,10 @@ def _run_child(child_in: int, child_out: int, run: Callable[[BinaryIO, BinaryIO]
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # close_range(2) where the kernel has it
         for sig in _RESET_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
+        # The parent's event loop may have set a wakeup descriptor, closed just above: left
+        # set, every signal here would print "Exception ignored ... Bad file descriptor".
+        with contextlib.suppress(ValueError, OSError):
+            signal.set_wakeup_fd(-1)
         run(os.fdopen(0, "rb"), os.fdopen(1, "wb"))
         code = 0
     except BaseException:

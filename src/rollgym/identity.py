@@ -12,14 +12,27 @@ The driver stamps each dispatch onto the *collector row* (the task row plus
 (``3-0.2``): the ``X-Request-Id`` sent upstream, so an engine's own id names the rollout;
 :func:`rollout_of_request_id` reads it back.
 
+Ids are UTF-8 text end to end. What an id may hold is :func:`id_problem`'s rule: any printable
+text, nothing a terminal or an HTTP header cannot carry (control characters, lone surrogates,
+line separators, bidirectional overrides); the driver refuses any other id at its row. An id
+travels percent-encoded (UTF-8) wherever only ASCII goes: quoted into the rollout-scoped URL's
+path (``/r/t%C3%A2che-1/v1``), and in a request id (:func:`request_id_of` encodes, so the
+``X-Request-Id`` header, and the engine's own id built from it, are plain ASCII;
+:func:`rollout_of_request_id` decodes). An id of printable ASCII without ``%`` is spelled as
+it is, so ``3-0.2`` stays ``3-0.2``.
+
 :func:`rollout_id_of` never raises: a row whose identity fields have the wrong types (an attempt
 that is a list, an index that is a string) has no id, and telemetry simply omits the attribute.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from typing import Any, TypeGuard
+from typing import Any, Final, TypeGuard
+from urllib.parse import quote, unquote
+
+from rollgym.printable import first_unprintable
 
 TASK_INDEX = "task_index"
 ROLLOUT_INDEX = "rollout_index"
@@ -84,14 +97,58 @@ def rollout_id_of_episode(body: Mapping[str, Any]) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def id_problem(value: str) -> str | None:
+    """Why ``value`` cannot be an id (its first character a terminal or a header cannot
+    carry, named by code point and position), or None when it can."""
+    position = first_unprintable(value)
+    if position is None:
+        return None
+    return (
+        f"character U+{ord(value[position]):04X} at position {position}: an id may hold any "
+        "printable text, no control character, lone surrogate, line separator or "
+        "bidirectional control"
+    )
+
+
+#: What a request id keeps as it is: printable ASCII but ``%`` (the escape's own sign).
+_ID_SAFE: Final = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) != "%")
+_NEEDS_ESCAPE: Final = re.compile(r"[^\x21-\x24\x26-\x7e]")
+
+
+def wire_id(rollout_id: str) -> str:
+    """An id as it travels where only ASCII goes (a header, an engine's request id): itself
+    when it is printable ASCII without ``%``, else its UTF-8 percent-encoded."""
+    if _NEEDS_ESCAPE.search(rollout_id) is None:
+        return rollout_id
+    return quote(rollout_id, safe=_ID_SAFE, errors="surrogatepass")
+
+
+def id_of_wire(text: str) -> str:
+    """:func:`wire_id`'s inverse (an id without an escape is itself)."""
+    return unquote(text, errors="replace") if "%" in text else text
+
+
 def request_id_of(rollout_id: str, turn: int) -> str:
-    """``"3-0", 2`` -> ``"3-0.2"``: the one spelling of a model call's request id."""
-    return f"{rollout_id}.{turn}"
+    """``"3-0", 2`` -> ``"3-0.2"``: the one spelling of a model call's request id (the
+    rollout id :func:`wire_id`-encoded: ``"tâche", 0`` -> ``"t%C3%A2che.0"``)."""
+    return f"{wire_id(rollout_id)}.{turn}"
 
 
 def rollout_of_request_id(request_id: str | None) -> str | None:
-    """``"3-0.2"`` -> ``"3-0"``; None unless the id has the ``<rollout id>.<turn>`` shape."""
+    """``"3-0.2"`` -> ``"3-0"`` (``"t%C3%A2che.0"`` -> ``"tâche"``); None unless the id has
+    the ``<rollout id>.<turn>`` shape."""
     if not request_id:
         return None
     prefix, dot, turn = request_id.rpartition(".")
-    return prefix if dot and prefix and turn.isdigit() else None
+    return id_of_wire(prefix) if dot and prefix and turn.isdigit() else None
+
+
+def header_text(value: str) -> str:
+    """A header value as a server framework hands it (its bytes read as Latin-1) back as the
+    UTF-8 text a client that did not percent-encode sent; ASCII is returned as it is."""
+    if value.isascii():
+        return value
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return value

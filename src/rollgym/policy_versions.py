@@ -9,12 +9,19 @@ reports one. The rollout's usage tally collects them in call order, so the drive
 versions each result ran under. This module sits on the ground floor because the driver, the
 servers and the trajectory recorder all read the same keys.
 
+The push can arrive late (seconds, under load), so it is not what makes a version hold: each
+dispatch carries the driver's version to the agent as a *floor* (:data:`FLOOR_HEADER`), the
+agent's model calls carry it on, and a model server that has not heard of that version yet
+takes it from the call (:func:`supersedes`) before it stamps the answer. A version set before a
+dispatch is then the least any of its model calls is stamped with, however late the push.
+
 A version is an ``int`` (the trainer's step) or a ``str`` label. Lag ("how many versions
 behind") is a difference of ints; labels are ordered by when the trainer first set them.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import TypeGuard
 
@@ -30,8 +37,13 @@ ENGINE_KEY = "engine_policy_version"
 TOKEN_SPANS_KEY = "policy_version_tokens"
 #: The response header with the same version (for callers that read no body fields).
 HEADER = "X-Rollgym-Policy-Version"
-#: The model server's route that reads (GET) and sets (POST ``{"version": v}``) the version.
+#: The model server's route that reads (GET) and sets (POST ``{"version": v, "set_ns": t}``)
+#: the version.
 ROUTE = "/policy_version"
+#: The request header with the driver's version when a rollout was dispatched (its floor):
+#: ``{"version": v, "set_ns": t}`` as ASCII JSON (:func:`encode_floor`). The dispatch sends it
+#: to the agent, the agent's model calls send it on.
+FLOOR_HEADER = "X-Rollgym-Policy-Floor"
 
 
 def is_version(value: object) -> TypeGuard[PolicyVersion]:
@@ -53,6 +65,42 @@ def parse_version(text: str) -> PolicyVersion:
         return int(text)
     except ValueError:
         return text
+
+
+def encode_floor(version: PolicyVersion, set_ns: int) -> str:
+    """The :data:`FLOOR_HEADER` value: the version and when the trainer set it (ns since the
+    epoch), as ASCII JSON (a label may hold any character; an int stays an int)."""
+    return json.dumps({"version": version, "set_ns": set_ns}, ensure_ascii=True)
+
+
+def parse_floor(text: str) -> tuple[PolicyVersion, int] | None:
+    """``(version, set_ns)`` of a :data:`FLOOR_HEADER` value; None when it is not one."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    version, set_ns = data.get("version"), data.get("set_ns")
+    if not is_version(version) or not isinstance(set_ns, int) or isinstance(set_ns, bool):
+        return None
+    return version, set_ns
+
+
+def supersedes(
+    version: PolicyVersion, set_ns: int, held: PolicyVersion | None, held_ns: int
+) -> bool:
+    """Whether ``version``, set at ``set_ns``, replaces the ``held`` one (set at ``held_ns``).
+
+    The one set later wins, whatever its value (a new training run may start again at 0); a
+    version the server moved on by itself (a simulated trainer's bump) keeps the time of the
+    one it moved on from, so between those two the larger int wins. Nothing held: any wins.
+    """
+    if held is None:
+        return True
+    if set_ns != held_ns:
+        return set_ns > held_ns
+    return isinstance(version, int) and isinstance(held, int) and version > held
 
 
 class VersionOrder:

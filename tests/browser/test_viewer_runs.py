@@ -299,3 +299,50 @@ def test_bad_requests_get_one_clear_json_line(store: TraceStoreProcess) -> None:
             assert body == {"error": words}
         else:
             assert body["conversation"] == [] and body["outcome"] is None
+
+
+def test_search_finds_tool_calls_errors_and_message_text(
+    runs: tuple[Path, Path], store: TraceStoreProcess, page: Any
+) -> None:
+    run_a, _ = runs
+    trajectories = _records(run_a / "trajectories.jsonl")
+    with_tools = {
+        r["rollout_id"]
+        for r in trajectories
+        if any(t["type"] == "tool" and t["name"] == "read_key" for t in r["trajectory"]["turns"])
+    }
+    assert with_tools
+    page.goto(store.endpoint + "/")
+    page.wait_for_selector("#rollout-table tr.row")
+    page.fill("#search", "READ_KEY")  # a tool name, any case
+    page.click("#search-form button")
+    page.wait_for_selector("#search-hits tr.hit")
+    hits = page.locator("#search-hits tr.hit")
+    found = hits.evaluate_all("rows => rows.map(r => [r.dataset.rollout, r.dataset.where])")
+    assert {rid for rid, where in found if where == "tool call"} == with_tools
+    _shot(page, "viewer-search.png")
+    # an error message: the always-failing agent's, as failures.jsonl and its spans hold it
+    failed = {f["rollout_id"] for f in _records(run_a / "failures.jsonl")}
+    page.fill("#search", "this agent always fails")
+    page.click("#search-form button")
+    page.wait_for_function(
+        "document.querySelector('#search-results h2').textContent.includes('always fails')"
+    )
+    page.wait_for_selector("#search-hits tr.hit")
+    found = hits.evaluate_all("rows => rows.map(r => [r.dataset.rollout, r.dataset.where])")
+    assert {rid for rid, where in found if where == "error"} == failed
+    assert any(where == "span error" for _, where in found)
+    # message text: the user message of a walker rollout (cut at run A's 16-byte cap)
+    record = next(r for r in trajectories if r["dispatch_name"] == "walker")
+    first = next(t for t in record["trajectory"]["turns"] if t["type"] == "model")
+    key = next(m["content"] for m in first["messages"] if m["role"] == "user")
+    page.fill("#search", key)
+    page.click("#search-form button")
+    page.wait_for_function(
+        f"document.querySelector('#search-results h2').textContent.includes('{key}')"
+    )
+    found = hits.evaluate_all("rows => rows.map(r => [r.dataset.rollout, r.dataset.where])")
+    assert [record["rollout_id"], "user"] in found
+    page.fill("#search", "no rollout says this")
+    page.click("#search-form button")
+    page.wait_for_selector("#search-none")

@@ -94,3 +94,11 @@ class UntracedScopedAgent(Agent):
             sent = {k.lower() for k in response.request_info.headers}
             answer = await response.json()
         return {"reward": 1.0, "answer_id": answer.get("id"), "sent_headers": sorted(sent)}
+
+
+class SayRowTextAgent(Agent):
+    """Fails every attempt with the row's ``text`` as its error (HTTP 500): what a server's
+    message quoting a model's answer looks like to the driver."""
+
+    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+        raise RuntimeError(str(row.get("text", "")))

@@ -6,6 +6,7 @@ is on PYTHONPATH for the driver and the servers).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from rollgym.servers.agent import Agent, task_of
@@ -70,3 +71,91 @@ class StreamingToolAgent(Agent):
                 )
         verdict = await rollout.env.verify(answer)
         return {"reward": verdict["reward"], "answer": answer}
+
+
+class OverlappingStreamsAgent(Agent):
+    """Two streamed calls of one rollout that overlap: the second is sent while the first is
+    being generated (a server may hold a stream's headers back until its first chunk), then
+    each is read to its end. On llama.cpp's server with its default ``interrupt_requests``
+    the second arrival ends the first stream early. The reward is 1 when both had text."""
+
+    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+        client = rollout.async_openai()
+        ask = {
+            "model": "policy",
+            "messages": [{"role": "user", "content": row["question"]}],
+            "max_tokens": 160,  # greedy on the tiny model: seconds of generation, no early stop
+            "temperature": 0,
+            "stream": True,
+        }
+        first = asyncio.create_task(client.chat.completions.create(**ask))  # type: ignore[call-overload]
+        await asyncio.sleep(0.3)  # the first is at the engine, generating
+        second = asyncio.create_task(client.chat.completions.create(**ask))  # type: ignore[call-overload]
+        texts: list[list[str]] = [[], []]
+        async for chunk in await first:
+            texts[0] += [c.delta.content or "" for c in chunk.choices]
+        async for chunk in await second:
+            texts[1] += [c.delta.content or "" for c in chunk.choices]
+        joined = ["".join(t) for t in texts]
+        return {"reward": float(all(joined)), "texts": joined}
+
+
+class BlockingResponsesAgent(Agent):
+    """A single-turn agent on the Responses API, streamed, through the blocking SDK client in
+    a thread (``rollout.openai()``), as a user with a synchronous agent writes one."""
+
+    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+        seeded = await rollout.env.seed(task_of(row))
+        client = rollout.openai()
+        question = seeded["messages"][-1]["content"]
+
+        def ask() -> str:
+            events = client.responses.create(model="policy", input=question, stream=True)
+            return "".join(e.delta for e in events if e.type == "response.output_text.delta")
+
+        answer = await asyncio.to_thread(ask)
+        verdict = await rollout.env.verify(answer)
+        return {"reward": verdict["reward"], "answer": answer}
+
+
+class ResponsesAgent(Agent):
+    """A single-turn agent on the Responses API through the async SDK client, not streamed."""
+
+    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+        seeded = await rollout.env.seed(task_of(row))
+        response = await rollout.async_openai().responses.create(
+            model="policy",
+            input=seeded["messages"][-1]["content"],
+            max_output_tokens=row.get("max_output_tokens", 16),
+        )
+        verdict = await rollout.env.verify(response.output_text)
+        return {"reward": verdict["reward"], "response_id": response.id}
+
+
+class SecondChoiceAgent(Agent):
+    """Asks for two choices, goes on with the second (sent back with its null fields left
+    out, ``model_dump(exclude_none=True)``), and asks once more."""
+
+    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+        seeded = await rollout.env.seed(task_of(row))
+        client = rollout.async_openai()
+        extra = rollout.trajectory.request_fields() if rollout.trajectory is not None else {}
+        messages: list[dict[str, Any]] = list(seeded["messages"])
+        first = await client.chat.completions.create(
+            model="policy",
+            messages=messages,  # type: ignore[arg-type]
+            n=2,
+            temperature=1.0,
+            max_tokens=row.get("max_tokens", 12),
+            extra_body=extra,
+        )
+        used = first.choices[1].message
+        messages += [used.model_dump(exclude_none=True), {"role": "user", "content": "Again."}]
+        second = await client.chat.completions.create(
+            model="policy",
+            messages=messages,  # type: ignore[arg-type]
+            max_tokens=row.get("max_tokens", 12),
+            extra_body=extra,
+        )
+        verdict = await rollout.env.verify(second.choices[0].message.content)
+        return {"reward": verdict["reward"], "used": used.content}

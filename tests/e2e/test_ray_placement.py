@@ -157,6 +157,47 @@ async def test_job_on_the_embedders_ray_kills_every_actor(
     assert_run_ok(tmp_path / "out")
 
 
+async def test_a_broken_setup_in_an_actor_is_the_start_checks_one_line(
+    tmp_path: Path, ray_session: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An actor's start check fails (its API key variable is not set): the run ends with the
+    same config error as a local server's, naming ``servers.<name>.<key>``."""
+    monkeypatch.delenv("ROLLGYM_TEST_UNSET_KEY", raising=False)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"question": "1 + 2"}\n')
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        orjson.dumps(  # JSON is YAML
+            {
+                "run": {"input": str(rows), "output_dir": str(tmp_path / "out")},
+                "servers": {
+                    "policy": {
+                        "kind": "model",
+                        "impl": "openai",
+                        "base_url": "http://127.0.0.1:9/v1",
+                        "model": "upstream-model",
+                        "api_key_env": "ROLLGYM_TEST_UNSET_KEY",
+                    },
+                    "arith": {"kind": "environment", "impl": "arithmetic"},
+                    "solver": {
+                        "kind": "agent",
+                        "impl": "single_turn",
+                        "model": "policy",
+                        "environment": "arith",
+                    },
+                },
+            }
+        ).decode()
+    )
+    config = load_config(job, ["run.placement=ray", "run.run_id=ray-setup", "run.agent=solver"])
+    with pytest.raises(ConfigError) as raised:
+        await run_job(config)
+    assert str(raised.value) == (
+        "servers.policy.api_key_env: environment variable 'ROLLGYM_TEST_UNSET_KEY' is not set "
+        "or empty"
+    )
+
+
 def test_remote_with_context_joins_the_callers_trace(ray_session: None) -> None:
     @ray.remote(num_cpus=0)
     class Probe:

@@ -39,6 +39,7 @@ from e2e_support import HERE, REPO, wait_for
 from engine_support import free_port, serving
 from telemetry_helpers import SpanRecord, TracedJob, quick_rows, read_store
 
+from rollgym.identity import wire_id
 from rollgym.sandbox import unavailable_reason
 from rollgym.telemetry import names
 from rollgym.tracestore.engine_ids import rollout_of_engine_id
@@ -204,6 +205,11 @@ def rows() -> list[dict[str, Any]]:
     """Quickstart rows (arithmetic, keychain walks, keychain episodes), streamed keychain walks
     and the shipped terminal tasks."""
     quick = quick_rows(40, 30, 16)
+    # non-ASCII ids travel percent-encoded in X-Request-Id, which vLLM reads as Latin-1: its
+    # engine ids must still name these rollouts (traces check, request ids below)
+    named = {0: "tâche-1", 20: "задача", 45: "walk-🚀", 75: "50%-done a"}  # arith, walk, episode
+    for index, rollout_id in named.items():
+        quick[index] = {**quick[index], "rollout_id": rollout_id}
     streamed = [
         {**row, "agent": "streamer", "sampling": {"max_tokens": MAX_TOKENS}}
         for row in quick_rows(0, 20, 0)
@@ -356,7 +362,8 @@ def test_request_ids_map_back_to_rollouts(vllm_run: TracedJob) -> None:
         model_turns = [t for t in line["trajectory"]["turns"] if t["type"] == "model"]
         assert by_rollout[rollout_id] == len(model_turns)
         for turn in model_turns:  # vLLM's answer id is X-Request-Id: <rollout id>.<turn>
-            assert turn["response_id"].startswith(f"chatcmpl-{rollout_id}.")
+            # (the id percent-encoded where it is not plain ASCII: chatcmpl-t%C3%A2che-1.0)
+            assert turn["response_id"].startswith(f"chatcmpl-{wire_id(rollout_id)}.")
             assert rollout_of_engine_id(turn["response_id"]) == rollout_id
 
 

@@ -161,3 +161,55 @@ async def test_the_library_results_carry_engine_seconds(tmp_path: Path) -> None:
         # fixed 10 ms per generation: the engine's own seconds, never less than its sleeps
         assert result.usage["engine_s"] >= 0.01 * calls * 0.9, result.rollout_id
         assert result.to_record()["usage"]["engine_s"] == result.usage["engine_s"]
+
+
+def test_sdk_rollouts_count_their_model_seconds_and_record_every_call(tmp_path: Path) -> None:
+    """Agents written with the OpenAI SDK, through the ``openai`` proxy: a plain async chat
+    call, a streamed multi-turn loop, a blocking streamed Responses call. Each rollout's
+    ``model_s`` is the seconds its calls took (streams until their last byte), summed in
+    summary.json and exported to Parquet; each call is a turn with its request id."""
+    config = tmp_path / "sdk.yaml"
+    out = tmp_path / "out"
+    agent = {"kind": "agent", "model": "policy", "environment": "arith"}
+    servers = {
+        "engine": {"kind": "model", "impl": "simulated", "accuracy": 1.0},
+        "policy": {"kind": "model", "impl": "openai", "upstream": "engine", "model": "m"},
+        "arith": {"kind": "environment", "impl": "arithmetic"},
+        "plain": {**agent, "impl": "telemetry_agents:SdkAgent"},
+        "streamed": {**agent, "impl": "sdk_agents:StreamingToolAgent"},
+        "responses": {**agent, "impl": "sdk_agents:BlockingResponsesAgent"},
+    }
+    config.write_text(orjson.dumps({"servers": servers, "run": {"agent": "plain"}}).decode())
+    rows = [
+        {"question": f"{i} + 4", "agent": name}
+        for i in range(3)
+        for name in ("plain", "streamed", "responses")
+    ]
+    records = _run(config, out, rows, "telemetry.preset=off", "telemetry.exporter=none")
+    assert len(records) == len(rows) and all(r["reward"] == 1.0 for r in records)
+    for record in records:
+        usage = record["usage"]
+        assert usage["model_calls"] == 1 and usage["output_tokens"] > 0
+        assert usage["model_s"] > 0, record
+    _summed_per_dispatch_name(out, records)
+    trajectories = [
+        orjson.loads(line) for line in (out / "trajectories.jsonl").read_bytes().splitlines()
+    ]
+    for line in trajectories:
+        (turn,) = [t for t in line["trajectory"]["turns"] if t["type"] == "model"]
+        assert turn["request_id"] == line["rollout_id"] + ".0"
+        assert turn["finish_reason"] == "stop" and "incomplete" not in turn
+        assert turn["usage"]["completion_tokens"] > 0 and turn["response_id"]
+    pq = pytest.importorskip("pyarrow.parquet")
+    env = {**os.environ, "PYTHONPATH": pythonpath()}
+    done = subprocess.run(
+        [sys.executable, "-m", "rollgym", "export", str(out), "--format", "parquet"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    by_id = {r["rollout_id"]: r["usage"]["model_s"] for r in records}
+    for row in pq.read_table(out / "trajectories.parquet").to_pylist():
+        assert row["model_s"] == pytest.approx(by_id[row["rollout_id"]]) and row["model_s"] > 0

@@ -64,12 +64,16 @@ def test_out_of_range_value(tmp_path: Path) -> None:
     assert _error(tmp_path, _base(repeats=0)).key_path == "run.repeats"
 
 
-@pytest.mark.parametrize(
-    "override", ["run.concurrency", "=3", "run..x=1", "run.concurrency=[unclosed"]
-)
+@pytest.mark.parametrize("override", ["run.concurrency", "=3", "run..x=1"])
 def test_bad_override_syntax(tmp_path: Path, override: str) -> None:
     error = _error(tmp_path, _base(), (override,))
     assert error.source == "<overrides>"
+
+
+def test_an_override_value_that_is_not_yaml_names_the_override(tmp_path: Path) -> None:
+    error = _error(tmp_path, _base(), ("run.concurrency=[unclosed",))
+    assert error.source == "override run.concurrency=[unclosed"
+    assert error.key_path == "run.concurrency" and "\n" not in str(error)
 
 
 def test_override_below_a_scalar(tmp_path: Path) -> None:

@@ -81,3 +81,22 @@ def test_a_syntax_error_in_a_custom_module_names_its_file_and_line(
     error = _error(path)
     assert error.key_path == "servers.a.impl"
     assert f"{tmp_path / 'broken_agent_mod.py'}:2: " in str(error)
+
+
+@pytest.mark.parametrize(
+    ("override", "problem"),
+    [
+        ("run.concurrency=[1", "expected ',' or ']', but got '<stream end>' at column 3"),
+        ("run.agent=a: b: c", "mapping values are not allowed here at column 5"),
+        ('run.agent="abc', "found unexpected end of stream at column 5"),
+    ],
+)
+def test_an_override_that_is_not_yaml_is_one_line_naming_it(
+    tmp_path: Path, override: str, problem: str
+) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(GOOD)
+    message = str(_error(path, (override,)))
+    key, _, raw = override.partition("=")
+    assert message == f"override {override}: {key}: the value {raw!r} is not valid YAML: {problem}"
+    assert "<unicode string>" not in message

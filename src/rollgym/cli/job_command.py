@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from rollgym.printable import printable
+
 EXIT_ERROR = 1
 EXIT_CONFIG = 2
 EXIT_INTERRUPTED = 130
@@ -33,11 +35,11 @@ def add_job_command(
 
 def config_error(exc: Exception) -> int:
     """Say a config error in one line on stderr; the status to exit with."""
-    print(f"rollgym: config error: {exc}", file=sys.stderr)
+    print(f"rollgym: config error: {printable(exc)}", file=sys.stderr)
     return EXIT_CONFIG
 
 
 def rollgym_error(exc: Exception) -> int:
     """Say any other rollgym error in one line on stderr; the status to exit with."""
-    print(f"rollgym: error: {exc}", file=sys.stderr)
+    print(f"rollgym: error: {printable(exc)}", file=sys.stderr)
     return EXIT_ERROR

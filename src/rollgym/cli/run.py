@@ -80,7 +80,12 @@ def handle(args: argparse.Namespace) -> int:
             discard_early()
             return rollgym_error(exc)
     from rollgym.driver.job import run_job
-    from rollgym.driver.report import nothing_completed_line, print_report, telemetry_loss_line
+    from rollgym.driver.report import (
+        nothing_completed_line,
+        nothing_left_line,
+        print_report,
+        telemetry_loss_line,
+    )
     from rollgym.event_loop import loop_factory
 
     try:
@@ -103,7 +108,7 @@ def handle(args: argparse.Namespace) -> int:
     loss = telemetry_loss_line(summary)
     if loss is not None:
         print(loss, file=sys.stderr)  # said loudly, with or without the table
-    nothing = nothing_completed_line(summary)
+    nothing = nothing_left_line(summary) or nothing_completed_line(summary)
     if nothing is not None:
         print(nothing, file=sys.stderr)
     if summary.status == "interrupted":
@@ -121,7 +126,9 @@ def resume_command(args: argparse.Namespace, config: Any, output_dir: str | None
     new run in a new folder)."""
     import shlex
 
+    from rollgym.printable import printable
+
     words = ["rollgym", "run", args.config, *args.overrides]
     if config.run.output_dir is None and config.run.run_id is None and output_dir:
         words.append(f"run.output_dir={output_dir}")
-    return shlex.join(words)
+    return printable(shlex.join(words))  # an argument's control characters stay on this line

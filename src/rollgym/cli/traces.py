@@ -78,7 +78,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "profile", help="where rollout time went: phase shares, stragglers, timeline"
     )
     _run_dir(profile)
-    profile.add_argument("-n", type=int, default=10, help="how many stragglers (default 10)")
+    profile.add_argument(
+        "-n", type=int, default=10, help="how many stragglers and groups (default 10)"
+    )
     profile.add_argument("--bins", type=int, default=60, help="timeline points (default 60)")
     profile.add_argument(
         "--metrics", action="store_true", help="add the run's metrics, derived from its spans"
@@ -242,13 +244,29 @@ def _profile(args: argparse.Namespace) -> int:
         raise SystemExit(f"rollgym traces: {exc}") from None
     if args.metrics:
         report["metrics"] = _derived_metrics(args)
+    groups = _groups(Path(args.run_dir), args.n)
+    if groups is not None:
+        report["groups"] = groups
     if args.json:
         _emit_json(report)
     else:
         render.profile_tables(_console(), report)
+        if groups is not None:
+            from rollgym.driver.group_view import print_groups
+
+            print_groups(_console(), groups, args.n)
         if args.metrics:
             _print_metrics(report["metrics"])
     return 0
+
+
+def _groups(run_dir: Path, shown: int) -> dict[str, object] | None:
+    """The run's reward spread per group (zero-variance first), when RUN is a run folder."""
+    from rollgym.driver.group_view import run_groups, run_repeats
+
+    if not (run_dir / "rollouts.jsonl").is_file():
+        return None
+    return run_groups(run_dir, run_repeats(run_dir)).page(0, shown, zero_variance_first=True)
 
 
 def _derived_metrics(args: argparse.Namespace) -> dict[str, Any]:

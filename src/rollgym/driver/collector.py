@@ -29,7 +29,7 @@ from collections.abc import (
     Iterator,
     Mapping,
 )
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from rollgym.collector_options import DEFAULTS, CollectorOptions
 from rollgym.driver.admission import SharedSource, WorkerPool
@@ -100,9 +100,10 @@ class Collector:
 
     ``policy_version`` (docs/policy-versions.md) is the trainer's current policy version; set
     it again at any time (``collector.policy_version = step``, or ``await
-    collector.set_policy_version(step)`` to wait until every model server has it). It is sent
-    to the ``model_servers`` (name -> base URL; their replicas too), which stamp each model
-    call with it. ``max_staleness=N``: no result is handed over whose oldest model call is
+    collector.set_policy_version(step)`` to wait until every model server has it). Every
+    rollout dispatched after it is set carries it to its agent, whose model calls are stamped
+    with it or a newer one (never older, never none), however late the model servers hear of
+    it; it is also sent to the ``model_servers`` (name -> base URL; their replicas too). ``max_staleness=N``: no result is handed over whose oldest model call is
     more than N versions behind the current one; such a rollout is run again (a new attempt)
     while attempts remain, else it is a ``stale`` failure.
 
@@ -110,6 +111,11 @@ class Collector:
     :class:`~rollgym.collector_options.CollectorOptions` (what ``RunConfig.collector_options()``
     builds from a job config); then none of the keywords it holds may be given too. Either way
     the value is :attr:`options`.
+
+    ``incomplete_model_calls`` (``run.incomplete_model_calls``): a result with a model answer
+    that was not whole (a cut stream, no finish reason) is run again while attempts remain,
+    then an ``incomplete_model_call`` failure (``retry``, the default), or kept, its turn
+    flagged (``accept``).
 
     ``adaptive_window`` (``run.adaptive_window``) sends each server only as many attempts at
     once as it answers in good time, the rest waiting unsent with their time limit not yet
@@ -142,6 +148,7 @@ class Collector:
         max_staleness: int | None = DEFAULTS.max_staleness,
         model_servers: Mapping[str, str] | None = None,
         adaptive_window: bool = DEFAULTS.adaptive_window,
+        incomplete_model_calls: Literal["retry", "accept"] = DEFAULTS.incomplete_model_calls,
         options: CollectorOptions | None = None,
     ) -> None:
         if policy_version is not None and not is_version(policy_version):
@@ -161,6 +168,7 @@ class Collector:
             max_response_bytes=max_response_bytes,
             max_staleness=max_staleness,
             adaptive_window=adaptive_window,
+            incomplete_model_calls=incomplete_model_calls,
         )
         if options is None:
             options = given
@@ -201,7 +209,10 @@ class Collector:
         self.repeats = repeats
         self.concurrency = concurrency
         self.policy = RetryPolicy(
-            max_attempts, options.retry_backoff_s, options.retry_backoff_max_s
+            max_attempts,
+            options.retry_backoff_s,
+            options.retry_backoff_max_s,
+            retry_incomplete=options.incomplete_model_calls == "retry",
         )
         self.in_flight = InFlight()
         #: The dispatch windows of the stream running now (None: none yet, or the window off).
@@ -232,7 +243,7 @@ class Collector:
         await self._client.start()
         if self._clock.current is not None:
             try:
-                await self._push.send(self._client, self._clock.current)
+                await self._push.send(self._client, self._clock.current, self._clock.set_ns)
             except BaseException:
                 await self.__aexit__(None, None, None)
                 raise
@@ -261,15 +272,17 @@ class Collector:
 
     @policy_version.setter
     def policy_version(self, version: PolicyVersion) -> None:
-        """Set the version now; the model servers hear of it in the background."""
+        """Set the version now: every rollout dispatched from here on carries it as the floor
+        of its model calls; the model servers also hear of it in the background."""
         self._set_version(version)
         if self._client is not None:
-            self._push.start(self._client, version)
+            self._push.start(self._client, version, self._clock.set_ns)
 
     async def set_policy_version(self, version: PolicyVersion) -> None:
-        """Set the version and wait until every model server has it (a failed send raises)."""
+        """Set the version (a floor from here on, as the setter) and wait until every model
+        server has it (a failed send raises)."""
         self._set_version(version)
-        await self._push.send(self.client, version)
+        await self._push.send(self.client, version, self._clock.set_ns)
 
     def _set_version(self, version: PolicyVersion) -> None:
         if not is_version(version):

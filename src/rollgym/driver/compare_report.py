@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+
+from rollgym.driver.report import shown
 
 
 def _fmt(value: float | None) -> str:
@@ -23,7 +24,7 @@ def _diff(value: float | None, interval: list[float] | None, significant: bool) 
 
 
 def _label(run: dict[str, Any]) -> str:
-    return escape(run["run_id"] or run["path"])
+    return shown(run["run_id"] or run["path"])
 
 
 def dispatch_table(result: dict[str, Any]) -> Table:
@@ -38,18 +39,18 @@ def dispatch_table(result: dict[str, Any]) -> Table:
         table.add_column(column, justify="left" if column == "dispatch name" else "right")
     table.add_column("B - A", justify="right", no_wrap=True)
     ks = sorted({k for row in result["by_dispatch"] for k in row["pass_at_k"]}, key=int)
-    shown = list(dict.fromkeys(ks[:1] + ks[-1:]))
-    for k in shown:
+    ks_shown = list(dict.fromkeys(ks[:1] + ks[-1:]))
+    for k in ks_shown:
         table.add_column(f"pass@{k} A/B", justify="right", no_wrap=True)
     for row in result["by_dispatch"]:
         cells = [
-            escape(row["dispatch_name"]),
+            shown(row["dispatch_name"]),
             f"{row['completed_a']}/{row['completed_b']}",
             _fmt(row["reward_a"]),
             _fmt(row["reward_b"]),
             _diff(row["reward_diff"], row["reward_diff_ci"], row["significant"]),
         ]
-        for k in shown:
+        for k in ks_shown:
             entry = row["pass_at_k"].get(k)
             cells.append("-" if entry is None else f"{_fmt(entry['a'])}/{_fmt(entry['b'])}")
         table.add_row(*cells)
@@ -67,7 +68,7 @@ def task_table(result: dict[str, Any], max_tasks: int) -> Table | None:
         table.add_column(column, justify="left" if column == "dispatch name" else "right")
     for row in rows[:max_tasks]:
         table.add_row(
-            escape(row["dispatch_name"]),
+            shown(row["dispatch_name"]),
             str(row["task_index"]),
             f"{row['n_a']}/{row['n_b']}",
             _fmt(row["reward_a"]),
@@ -87,4 +88,4 @@ def print_comparison(
         console.print(tasks)
     flagged = [row["dispatch_name"] for row in result["by_dispatch"] if row["significant"]]
     verdict = ", ".join(flagged) if flagged else "none"
-    console.print(f"mean reward differs beyond the interval for: {escape(verdict)}")
+    console.print(f"mean reward differs beyond the interval for: {shown(verdict)}")

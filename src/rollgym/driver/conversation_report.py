@@ -34,6 +34,19 @@ def model_latencies(spans: Sequence[SpanRow]) -> dict[str, float]:
     return latencies
 
 
+def verdict_details(trajectory: Mapping[str, object] | None) -> list[object]:
+    """The ``details`` of each verification in the trajectory, in order: why the reward is
+    what it is, as the environment's verifier said (``{"expected": "44", ...}``)."""
+    turns = (trajectory or {}).get("turns")
+    if not isinstance(turns, list):
+        return []
+    return [
+        turn.get("details")
+        for turn in turns
+        if isinstance(turn, dict) and turn.get("type") == "verify"
+    ]
+
+
 def conversation_view(
     rollout_id: str, files: RolloutFiles, latencies: dict[str, float]
 ) -> dict[str, Any]:
@@ -46,6 +59,11 @@ def conversation_view(
         if entry.get("kind") == "answer" and isinstance(response_id, str):
             latency = latencies.get(response_id)
             entry["latency_ms"] = latency
+    shown: list[dict[str, Any]] = [dict(entry) for entry in entries]
+    details = iter(verdict_details(files.trajectory))
+    for step in shown:  # each verification with the verifier's own reasons
+        if step.get("kind") == "verify":
+            step["details"] = next(details, None)
     return {
         "rollout_id": record.get("rollout_id") or (failure or {}).get("rollout_id") or rollout_id,
         "outcome": "ok" if files.rollout is not None else ("failed" if failure else None),
@@ -54,7 +72,7 @@ def conversation_view(
         "error_kind": (failure or {}).get("error_kind"),
         "message": (failure or {}).get("message"),
         "has_trajectory": files.trajectory is not None,
-        "conversation": entries,
+        "conversation": shown,
     }
 
 
@@ -80,12 +98,12 @@ def _tool_calls(calls: Sequence[Mapping[str, object]]) -> str:
     return safe(", ".join(shown))
 
 
-def _truncated(entry: Entry) -> str:
+def _truncated(entry: Mapping[str, Any]) -> str:
     size = entry.get("truncated_bytes")
     return f" [yellow](cut at the recorded cap; whole text {size} bytes)[/]" if size else ""
 
 
-def _print_entry(console: Console, entry: Entry) -> None:
+def _print_entry(console: Console, entry: Mapping[str, Any]) -> None:
     kind = entry.get("kind")
     if kind == "message":
         console.print(f"[bold]{safe(entry.get('role'))}[/]{_truncated(entry)}")
@@ -117,6 +135,10 @@ def _print_entry(console: Console, entry: Entry) -> None:
             f"[bold]verify[/] answer={_cut(entry.get('answer'))} "
             f"reward={'-' if reward is None else f'{reward:.3f}'}"
         )
+        details = entry.get("details")
+        if details is not None:
+            shown = orjson.dumps(details, option=orjson.OPT_SORT_KEYS).decode()
+            console.print(f"  [dim]details (the verifier's reasons)[/]: {_cut(shown)}")
 
 
 def print_conversation(console: Console, view: dict[str, Any]) -> None:

@@ -194,6 +194,20 @@ class Dispatcher:
             {CAPTURE_HEADER: capture} if capture != "off" else None
         )
         self._rotation = rotation
+        #: The capture header plus the policy floor, rebuilt only when the trainer sets a version.
+        self._floored: tuple[dict[str, str] | None, Headers] = (None, self._headers)
+
+    def _attempt_headers(self) -> Headers:
+        """This attempt's headers: the capture header and, once the trainer set a policy
+        version, the floor of the attempt's model calls (docs/policy-versions.md)."""
+        floor = None if self._clock is None else self._clock.floor_headers
+        if floor is None:
+            return self._headers
+        seen, merged = self._floored
+        if seen is not floor:
+            merged = {**(self._headers or {}), **floor}
+            self._floored = (floor, merged)
+        return merged
 
     async def send_attempt(self, rollout: Rollout, attempt: int) -> AttemptOutcome:
         """One POST ``/run`` for ``rollout``'s attempt ``attempt``; never raises a DispatchError."""
@@ -244,7 +258,7 @@ class Dispatcher:
         rotation = self._rotation
         post = self._client.post_json
         url = self._run_urls[server]
-        headers = self._headers
+        headers = self._attempt_headers()
         started_at = time.time()
         t0 = time.perf_counter()
         sampled = True

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import stat
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -108,7 +109,17 @@ def prepare_output(
 
 
 class Interrupts:
-    """Ctrl-C / SIGTERM: the first stops admitting and cancels in flight; the second exits now."""
+    """Ctrl-C, SIGTERM and SIGHUP (a closed terminal) end a run alike.
+
+    The first stops admitting and cancels the rollouts in flight: they are recorded as
+    ``cancelled``, the summary says ``interrupted``, the session is recorded as interrupted and
+    the CLI prints the resume line. A second one hurries that same ending: whatever the run is
+    waiting for (rollouts winding down, servers stopping) is cancelled, and the records, the
+    summary, the session line and the resume line are still written. A third exits at once
+    (servers die with the driver: PR_SET_PDEATHSIG), like a kill.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def __init__(self) -> None:
         self.collector: Collector | None = None
@@ -117,25 +128,41 @@ class Interrupts:
 
     def install(self, loop: asyncio.AbstractEventLoop) -> None:
         self.main_task = asyncio.current_task()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in self.SIGNALS:
             loop.add_signal_handler(sig, self._on_signal)
 
     def remove(self, loop: asyncio.AbstractEventLoop) -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in self.SIGNALS:
             loop.remove_signal_handler(sig)
 
     @property
     def interrupted(self) -> bool:
         return self.count > 0
 
+    @property
+    def hurried(self) -> bool:
+        """A second signal came: the ending skips what it was waiting for."""
+        return self.count > 1
+
     def _on_signal(self) -> None:
         self.count += 1
-        if self.count > 1:
+        if self.count > 2:
             os._exit(130)  # servers die with us (PR_SET_PDEATHSIG)
+        if self.count == 2:
+            if self.main_task is not None:
+                self.main_task.cancel()
+            return
         if self.collector is not None:
             self.collector.interrupt()
         elif self.main_task is not None:
             self.main_task.cancel()
+
+    def absorb(self) -> None:
+        """Called where a hurried ending's cancellation is caught: the run goes on to write
+        its records, so the cancellation is taken back (``Task.uncancel``)."""
+        task = asyncio.current_task()
+        while task is not None and task.uncancel() > 0:
+            pass  # a signal before the collection began asked once more
 
 
 def make_supervisor(config: JobConfig) -> Supervisor:
@@ -215,7 +242,9 @@ async def collect(
                 outcome.policy_lag,
             )
         else:
-            aggregator.add_failure(outcome.dispatch_name, outcome.error_kind)
+            aggregator.add_failure(
+                outcome.dispatch_name, outcome.error_kind, outcome.rollout_index is None
+            )
             echo.failed(outcome.error_kind, outcome.rollout_id, outcome.message)
         count += 1
 
@@ -422,6 +451,36 @@ def _total(config: JobConfig) -> int | None:
         return None
 
 
+def input_problem(path: Path) -> str | None:
+    """What is wrong with ``path`` as the rows input, in words; None when it can be read.
+
+    The input is read more than once (its checksum for a resume, its rows, its count for the
+    ETA), so it must be a regular file, or ``/dev/null`` (an empty input: nothing to run)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or exc}"
+    if stat.S_ISREG(mode) or _is_devnull(path):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory, not a JSONL file"
+    if stat.S_ISFIFO(mode):
+        return (
+            "is a named pipe, not a regular file: the input is read more than once (its "
+            "checksum, then its rows); write the rows to a file"
+        )
+    return "is not a regular file (a device or a socket): write the rows to a file"
+
+
+def _is_devnull(path: Path) -> bool:
+    try:
+        return os.path.samefile(path, os.devnull)
+    except OSError:
+        return False
+
+
 async def run_job(config: JobConfig, *, handle_signals: bool = False) -> Summary:
     """Run one job; return its summary (also in ``<output_dir>/summary.json``).
 
@@ -429,10 +488,8 @@ async def run_job(config: JobConfig, *, handle_signals: bool = False) -> Summary
     in-flight rollouts become ``cancelled`` failures, the summary says ``interrupted``.
     """
     run_id, output_dir = resolve_run(config)
-    if not config.run.input.is_file():
-        problem = (
-            "is a directory, not a JSONL file" if config.run.input.is_dir() else "does not exist"
-        )
+    problem = input_problem(config.run.input)
+    if problem is not None:
         raise ConfigError(f"input file {config.run.input} {problem}", key_path="run.input")
     with RunLock(output_dir):  # one run at a time in a folder (held until we return or die)
         stored = _read_run_file(output_dir)
@@ -451,7 +508,8 @@ async def _run_owned(
     """The run, once it holds its output directory."""
     state = JobState(config, run_id, output_dir)
     if resumed:
-        report_to_stderr(resume_line(output_dir, state.aggregator, _total(config)))
+        total = state.aggregator.expected_total(_total(config))  # a bad line: one record
+        report_to_stderr(resume_line(output_dir, state.aggregator, total))
     interrupts = Interrupts()
     loop = asyncio.get_running_loop()
     if handle_signals:
@@ -464,6 +522,10 @@ async def _run_owned(
         session = RUN_SESSION.set(state.sessions.index)  # gym.run.session on its dispatches
         try:
             await _serve_and_collect(state, telemetry, interrupts)
+        except asyncio.CancelledError:
+            if not interrupts.hurried:
+                raise  # a Ctrl-C before the collection began: the CLI says so
+            interrupts.absorb()
         finally:
             RUN_SESSION.reset(session)
             if interrupts.interrupted:
@@ -477,7 +539,12 @@ async def _run_owned(
             state.sessions.end(state.status)
     finally:
         discard_for(output_dir)
-        await telemetry.stop_store()
+        try:
+            await telemetry.stop_store()
+        except asyncio.CancelledError:
+            if not interrupts.hurried:
+                raise
+            interrupts.absorb()
         if handle_signals:
             interrupts.remove(loop)
     return summary

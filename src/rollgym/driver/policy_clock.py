@@ -10,19 +10,24 @@ failure once the attempts are spent.
 Integer versions the model servers report that are newer than the driver's (a simulated
 engine playing the trainer, or a trainer that updated the engine before telling the driver)
 move the current version up: the newest weights known to exist are the current ones.
+
+The clock also keeps what a dispatch carries to the agent: the version the trainer last set
+and when (:attr:`PolicyClock.floor_headers`, built once per set, not once per dispatch), the
+floor of that dispatch's model calls (:mod:`rollgym.policy_versions`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
-from rollgym.policy_versions import PolicyVersion, VersionOrder
+from rollgym.policy_versions import FLOOR_HEADER, PolicyVersion, VersionOrder, encode_floor
 
 
 class PolicyClock:
     """The current version, the order of labels, and the staleness bound (None: no bound)."""
 
-    __slots__ = ("current", "max_staleness", "_order")
+    __slots__ = ("current", "floor_headers", "max_staleness", "set_ns", "_order")
 
     def __init__(
         self, version: PolicyVersion | None = None, max_staleness: int | None = None
@@ -31,13 +36,20 @@ class PolicyClock:
             raise ValueError("max_staleness must be at least 0 (or None for no bound)")
         self._order = VersionOrder()
         self.current: PolicyVersion | None = None
+        #: When the trainer last set a version (ns since the epoch, increasing); 0: never.
+        self.set_ns = 0
+        #: The header a dispatch sends its agent: the set version and ``set_ns`` (None: unset).
+        self.floor_headers: dict[str, str] | None = None
         self.max_staleness = max_staleness
         if version is not None:
             self.set(version)
 
     def set(self, version: PolicyVersion) -> None:
+        """The trainer's version from now on: every later dispatch carries it as its floor."""
         self._order.note(version)
         self.current = version
+        self.set_ns = max(time.time_ns(), self.set_ns + 1)
+        self.floor_headers = {FLOOR_HEADER: encode_floor(version, self.set_ns)}
 
     def lag(self, versions: Sequence[PolicyVersion]) -> int | None:
         """How far behind the current version the oldest call of a result is (None: unknown).

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TextIO, TypedDict
 from rollgym.driver.dispatch_window import DispatchWindows, WindowView
 from rollgym.driver.retry import InFlight
 from rollgym.driver.summary import Aggregator, write_json_atomic
+from rollgym.printable import printable
 
 if TYPE_CHECKING:  # rich loads only when the bar is drawn
     from rich.progress import Progress
@@ -41,10 +42,10 @@ def resume_line(output_dir: Path, aggregator: Aggregator, total: int | None) -> 
     done = aggregator.requested
     counts = f"{aggregator.completed} completed, {aggregator.failed} failed"
     if total is None:
-        return f"rollgym: resuming {output_dir}: {done} rollouts already recorded ({counts})"
+        return f"rollgym: resuming {printable(output_dir)}: {done} rollouts already recorded ({counts})"
     left = max(total - done, 0)
     return (
-        f"rollgym: resuming {output_dir}: {done} of {total} rollouts already recorded "
+        f"rollgym: resuming {printable(output_dir)}: {done} of {total} rollouts already recorded "
         f"({counts}), {left} to run"
     )
 
@@ -93,10 +94,12 @@ class FailureEcho:
         if error_kind in self._seen or error_kind == "cancelled":
             return
         self._seen.add(error_kind)
-        first_line = message.splitlines()[0] if message else ""
+        # Both came from input or a server (a model's answer quoted in an error): printed
+        # escaped, so nothing in them acts on the terminal or starts a line of its own.
+        first_line = printable(message.split("\n", 1)[0]) if message else ""
         if len(first_line) > 300:
             first_line = first_line[:297] + "..."
-        who = f" {rollout_id}" if rollout_id else ""
+        who = f" {printable(rollout_id)}" if rollout_id else ""
         stream = self._stream if self._stream is not None else sys.stderr
         print(
             f"rollgym: failure ({error_kind}){who}: {first_line} "
@@ -141,11 +144,12 @@ class ProgressReporter:
         in_flight = len(self._in_flight)
         windows = self._windows() if self._windows is not None else None
         eta = None
-        if self._total is not None and rate > 0:
-            eta = round(max(self._total - agg.requested, 0) / rate, 1)
+        total = agg.expected_total(self._total)  # an unreadable line is one record
+        if total is not None and rate > 0:
+            eta = round(max(total - agg.requested, 0) / rate, 1)
         return {
             "requested_so_far": agg.requested + in_flight,
-            "total": self._total,
+            "total": total,
             "completed": agg.completed,
             "failed": agg.failed,
             "failed_by_kind": dict(agg.failed_by_kind),
@@ -213,7 +217,7 @@ class ProgressReporter:
                 f"{snap['failed']} failed, {snap['in_flight']} in flight{_unsent(snap)}, "
                 f"{snap['rate']:.0f}/s"
             )
-            self._bar.update(self._bar_task, completed=done, detail=detail)
+            self._bar.update(self._bar_task, completed=done, total=snap["total"], detail=detail)
         return snap
 
     async def stop(self) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -24,7 +24,7 @@ from rollgym.errors import InvariantBroken, PermanentDispatchError
 from rollgym.policy_versions import version_list
 from rollgym.telemetry.names import OUTCOME_ERROR
 from rollgym.trajectory.record import TRAJECTORY_KEY
-from rollgym.trajectory.usage import take_usage
+from rollgym.trajectory.usage import USAGE_KEY, take_usage
 
 if TYPE_CHECKING:
     from rollgym.telemetry.metrics import RolloutMetrics
@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 SendAttempt = Callable[[Rollout, int], Awaitable[AttemptOutcome]]
 #: Stands for "stale" where the metrics want an attempt's error (it never leaves this module).
 _STALE = PermanentDispatchError("stale", kind="stale")
+#: Stands for "incomplete_model_call" the same way.
+_INCOMPLETE = PermanentDispatchError("incomplete_model_call", kind="incomplete_model_call")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,8 @@ class RetryPolicy:
     max_attempts: int = 3
     backoff_s: float = 0.5
     backoff_max_s: float = 30.0
+    #: A result with an incomplete model call is run again (``run.incomplete_model_calls``).
+    retry_incomplete: bool = True
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt ``attempt`` (0-based): full jitter."""
@@ -167,6 +171,34 @@ def stale_failure(
     )
 
 
+def incomplete_calls(result: Mapping[str, object] | None) -> int:
+    """How many of an answer's model calls were not whole (its usage says; 0 without one)."""
+    usage = result.get(USAGE_KEY) if result is not None else None
+    calls = usage.get("incomplete_calls") if isinstance(usage, Mapping) else None
+    return calls if isinstance(calls, int) and not isinstance(calls, bool) else 0
+
+
+def incomplete_failure(
+    rollout: Rollout, outcome: AttemptOutcome, name: str, calls: int
+) -> RolloutFailure:
+    """The record of a rollout whose every attempt had a model answer that was not whole."""
+    attempts = outcome.attempt + 1
+    return RolloutFailure(
+        outcome.rollout_id,
+        rollout.task.task_index,
+        rollout.rollout_index,
+        outcome.attempt,
+        name,
+        "incomplete_model_call",
+        f"{calls} model call{'s' if calls > 1 else ''} answered incompletely (a stream cut "
+        f"short, or no finish reason) after {attempts} attempt{'s' if attempts > 1 else ''}; "
+        "run.incomplete_model_calls: accept keeps such results",
+        rollout.task.line,
+        outcome.trace_id,
+        outcome.trace_sampled,
+    )
+
+
 def cancelled_failure(rollout: Rollout, attempt: int) -> RolloutFailure:
     """The record of a rollout stopped by Ctrl-C / SIGTERM; a resume runs it again."""
     task = rollout.task
@@ -215,6 +247,15 @@ async def run_rollout(
             outcome = await send(rollout, attempt)
             error = outcome.error
             last = attempt + 1 >= policy.max_attempts
+            calls = incomplete_calls(outcome.result) if policy.retry_incomplete else 0
+            if error is None and calls:
+                if last:
+                    record = incomplete_failure(rollout, outcome, name, calls)
+                    error = _INCOMPLETE
+                    break
+                await asyncio.sleep(policy.delay(attempt))
+                attempt += 1
+                continue
             if error is None and clock is not None:
                 record = result_of(rollout, outcome, name, clock)
                 if not (isinstance(record, RolloutResult) and clock.too_stale(record.policy_lag)):

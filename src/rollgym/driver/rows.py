@@ -34,6 +34,7 @@ from rollgym.identity import (
     ROLLOUT_INDEX,
     STAMPED_FIELDS,
     TASK_INDEX,
+    id_problem,
     is_int,
     make_rollout_id,
 )
@@ -128,6 +129,9 @@ def check_row(row: object, *, path: str, line: int) -> dict[str, object]:
             line=line,
             field=EXPLICIT_ID,
         )
+    problem = id_problem(explicit) if isinstance(explicit, str) else None
+    if problem is not None:
+        raise InputError(problem, path=path, line=line, field=EXPLICIT_ID)
     for name in STAMPED_FIELDS:
         if name in row and not (is_int(row[name]) and row[name] >= 0):
             raise InputError(

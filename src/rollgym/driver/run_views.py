@@ -11,7 +11,11 @@ layer because they read the driver's files; ``rollgym traces serve`` mounts them
   messages its spans recorded, else a plain statement that neither was kept;
 * ``/api/failures``: failed attempts and finally failed rollouts, grouped by kind;
 * ``/api/failed?level=final|attempt``: the rows behind those counts, for the table's filter;
-* ``/api/compare``: ``rollgym compare RUN COMPARE_RUN --json``.
+* ``/api/compare``: ``rollgym compare RUN COMPARE_RUN --json``;
+* ``/api/find?q=&limit=``: rollouts whose messages, tool calls or errors hold the text
+  (:mod:`~rollgym.driver.text_search`: bounded, on the run's files and its store);
+* ``/api/groups?offset&limit&zero_variance=1``: the reward spread of each group (a task's
+  repeats) with its members, and the share of zero-variance groups (``traces profile``'s).
 """
 
 from __future__ import annotations
@@ -28,8 +32,10 @@ from aiohttp import web
 
 from rollgym.driver.compare import CompareError, compare_runs
 from rollgym.driver.conversation_report import conversation_view, model_latencies
-from rollgym.driver.output import FAILURES, TRAJECTORIES
+from rollgym.driver.group_view import RunGroups, run_groups, run_repeats
+from rollgym.driver.output import FAILURES, ROLLOUTS, TRAJECTORIES
 from rollgym.driver.run_reader import RolloutFiles, read_lines, read_rollout, recorded_run_id
+from rollgym.driver.text_search import search_run
 from rollgym.json_types import JsonObject
 from rollgym.tracestore import failures, queries
 from rollgym.tracestore.live import read_progress, run_going
@@ -56,6 +62,11 @@ class RunDirs:
 RUNS_KEY = web.AppKey("run_views_runs", RunDirs)
 #: The last failures report and the file stamps it was read at.
 REPORT_KEY = web.AppKey("run_views_failures_report", ThrottledCache)
+#: The last read of the run's groups and the file stamps it was read at.
+GROUPS_KEY = web.AppKey("run_views_groups", ThrottledCache)
+
+#: How the failures panel names a failure of an unreadable input line (no rollout id, no link).
+INPUT_LINE = "input line "
 
 #: What the viewer says when a rollout kept no text anywhere.
 NOT_KEPT = (
@@ -71,6 +82,7 @@ def run_routes(run_dir: Path | None, compare_dir: Path | None) -> Callable[[web.
     def mount(app: web.Application) -> None:
         app[RUNS_KEY] = RunDirs(run_dir, compare_dir)
         app[REPORT_KEY] = ThrottledCache()
+        app[GROUPS_KEY] = ThrottledCache()
         app.router.add_routes(_ROUTES)
 
     return mount
@@ -176,7 +188,14 @@ def _no_text_hint(run_dir: Path | None, outcome: object) -> str:
 def _final_records(run_dir: Path | None) -> dict[str, dict[str, Any]]:
     if run_dir is None:
         return {}
-    return {str(r.get("rollout_id")): r for r in read_lines(run_dir / FAILURES)}
+    return {_failure_name(r): r for r in read_lines(run_dir / FAILURES)}
+
+
+def _failure_name(record: Mapping[str, object]) -> str:
+    """A final failure's rollout id, or for an input line that could not be read (it has
+    none) ``input line N``."""
+    rollout_id = record.get("rollout_id")
+    return rollout_id if isinstance(rollout_id, str) else f"{INPUT_LINE}{record.get('line')}"
 
 
 def _report(conn: sqlite3.Connection, run_dir: Path | None) -> dict[str, Any]:
@@ -313,3 +332,42 @@ async def _compare(request: web.Request) -> web.Response:
     except CompareError as exc:
         return _json({"error": str(exc)}, 400)
     return _json(result)
+
+
+@_ROUTES.get("/api/groups")
+async def _groups(request: web.Request) -> web.Response:
+    """A page of the run's groups (``zero_variance=1``: only those), read again only when
+    ``rollouts.jsonl`` or ``failures.jsonl`` changed."""
+    run_dir, _ = _dirs(request)
+    if run_dir is None:
+        return _json(
+            {"error": "serve a run to see its groups: rollgym traces serve --run-dir RUN"}, 404
+        )
+    try:
+        offset = max(0, int(request.query.get("offset", "0")))
+        limit = max(1, min(500, int(request.query.get("limit", "50"))))
+    except ValueError:
+        return _json({"error": "offset and limit must be integers"}, 400)
+    stamp = file_stamps([run_dir / ROLLOUTS, run_dir / FAILURES])
+    going = run_going(read_progress(run_dir))
+    cache: ThrottledCache[RunGroups] = request.app[GROUPS_KEY]
+
+    async def compute() -> RunGroups:
+        return await asyncio.to_thread(run_groups, run_dir, run_repeats(run_dir))
+
+    groups = await cache.get(stamp, going, compute)
+    zero_only = request.query.get("zero_variance") in ("1", "true")
+    return _json(groups.page(offset, limit, zero_only))
+
+
+@_ROUTES.get("/api/find")
+async def _find(request: web.Request) -> web.Response:
+    """Text search over messages, tool calls and errors (the search box, when no id matched)."""
+    run_dir, _ = _dirs(request)
+    try:
+        limit = max(1, min(200, int(request.query.get("limit", "50"))))
+    except ValueError:
+        return _json({"error": "limit must be an integer"}, 400)
+    query = request.query.get("q", "")
+    found = await _in_store(request, lambda conn: search_run(run_dir, conn, query, limit))
+    return _json(found)

@@ -19,8 +19,13 @@ from typing import Any
 
 import orjson
 
+from rollgym.driver.group_spread import GroupSpread
 from rollgym.files import write_atomically
 from rollgym.telemetry.span_counts import empty_record
+
+#: The failure kind of a rollout an interruption (Ctrl-C, SIGTERM) cancelled: not a failure
+#: of the rollout, so the end table shows it apart and pass@k never counts it.
+CANCELLED = "cancelled"
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -46,11 +51,13 @@ def _grow(column: array[int], index: int) -> None:
 class DispatchStats:
     """Counts of one dispatch name; per-task ``n`` (completed) and ``c`` (passed) columns."""
 
-    __slots__ = ("completed", "failed", "reward_sum", "n", "c", "usage")
+    __slots__ = ("completed", "failed", "cancelled", "reward_sum", "n", "c", "usage")
 
     def __init__(self, repeats: int = 1) -> None:
         self.completed = 0
         self.failed = 0
+        #: Of ``failed``: rollouts an interruption cancelled (not run to an end, not failed).
+        self.cancelled = 0
         self.reward_sum = 0.0
         # counts per task never exceed repeats: 2 bytes per task when they fit
         typecode = "H" if repeats < 2**16 else "I"
@@ -91,6 +98,7 @@ class DispatchStats:
         return {
             "completed": self.completed,
             "failed": self.failed,
+            **({"cancelled": self.cancelled} if self.cancelled else {}),
             "mean_reward": mean,
             "pass_at_k": {str(k): self.pass_at(k) for k in range(1, repeats + 1)},
             **({"usage": _rounded(self.usage)} if self.usage else {}),
@@ -117,6 +125,14 @@ class Aggregator:
         self.by_name: dict[str, DispatchStats] = {}
         #: Results per policy lag (versions behind when they came back), where versions were known.
         self.policy_lag: Counter[int] = Counter()
+        #: Model calls answered incompletely in the results kept (``usage.incomplete_calls``),
+        #: and how many results had one.
+        self.incomplete_calls = 0
+        self.incomplete_results = 0
+        #: Reward spread per group (a task's repeats): ``summary.json``'s ``groups``.
+        self.groups = GroupSpread(repeats)
+        #: Input lines that could not be read: one failure each (see :meth:`expected_total`).
+        self.unreadable_lines = 0
 
     @property
     def requested(self) -> int:
@@ -140,6 +156,11 @@ class Aggregator:
         stats = self._stats(name)
         stats.add_result(task_index, reward, reward >= self.pass_threshold)
         stats.add_usage(usage)
+        calls = usage.get("incomplete_calls") if isinstance(usage, Mapping) else None
+        if isinstance(calls, int) and not isinstance(calls, bool) and calls > 0:
+            self.incomplete_calls += calls
+            self.incomplete_results += 1
+        self.groups.add(task_index, reward)
         if policy_lag is not None:
             self.policy_lag[policy_lag] += 1
 
@@ -155,11 +176,36 @@ class Aggregator:
             "stale_failures": self.failed_by_kind.get("stale", 0),
         }
 
-    def add_failure(self, name: str | None, error_kind: str) -> None:
+    def incomplete(self) -> dict[str, int]:
+        """``summary.json``'s ``incomplete_model_calls``: model answers that were not whole
+        (a cut stream, no finish reason), in the results kept (``run.incomplete_model_calls:
+        accept``) and as failures (``retry``, every attempt spent); empty when there were none."""
+        failed = self.failed_by_kind.get("incomplete_model_call", 0)
+        if not self.incomplete_calls and not failed:
+            return {}
+        return {
+            "calls_in_results": self.incomplete_calls,
+            "results": self.incomplete_results,
+            "failed_rollouts": failed,
+        }
+
+    def add_failure(self, name: str | None, error_kind: str, whole_line: bool = False) -> None:
+        """``whole_line``: the failure of an input line that could not be read (one record
+        for the line, where a readable one makes ``repeats``)."""
         self.failed += 1
         self.failed_by_kind[error_kind] += 1
+        self.unreadable_lines += whole_line
         if name is not None:
-            self._stats(name).failed += 1
+            stats = self._stats(name)
+            stats.failed += 1
+            stats.cancelled += error_kind == CANCELLED
+
+    def expected_total(self, total: int | None) -> int | None:
+        """How many records the run will have, from ``total`` (input lines x repeats): an
+        unreadable line is one record, not ``repeats``, so each seen takes ``repeats - 1`` off."""
+        if total is None:
+            return None
+        return total - self.unreadable_lines * (self.repeats - 1)
 
     def add_record(self, record: dict[str, Any], is_result: bool) -> None:
         """Feed one stored record (the resume ledger's callback)."""
@@ -172,7 +218,11 @@ class Aggregator:
                 _lag(record.get("policy_lag")),
             )
         else:
-            self.add_failure(record.get("dispatch_name"), str(record.get("error_kind")))
+            self.add_failure(
+                record.get("dispatch_name"),
+                str(record.get("error_kind")),
+                whole_line="rollout_index" in record and record["rollout_index"] is None,
+            )
 
     def by_dispatch_name(self) -> dict[str, object]:
         return {name: stats.to_json(self.repeats) for name, stats in sorted(self.by_name.items())}
@@ -201,6 +251,10 @@ class Summary:
     warnings: list[str] = field(default_factory=list)
     #: Policy lag of the results (:meth:`Aggregator.staleness`); empty without versions.
     staleness: dict[str, Any] = field(default_factory=dict)
+    #: Model answers that were not whole (:meth:`Aggregator.incomplete`); empty without any.
+    incomplete_model_calls: dict[str, int] = field(default_factory=dict)
+    #: Reward spread of the groups (:meth:`GroupSpread.summary`); empty when repeats is 1.
+    groups: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_aggregator(
@@ -220,6 +274,8 @@ class Summary:
             duration_s=round(duration_s, 3),
             rollouts_per_s=round(rate, 3) if rate is not None else None,
             staleness=aggregator.staleness(),
+            incomplete_model_calls=aggregator.incomplete(),
+            groups=dict(aggregator.groups.summary()) if aggregator.repeats > 1 else {},
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -238,6 +294,12 @@ class Summary:
             "servers": self.servers,
             "warnings": self.warnings,
             **({"staleness": self.staleness} if self.staleness else {}),
+            **(
+                {"incomplete_model_calls": self.incomplete_model_calls}
+                if self.incomplete_model_calls
+                else {}
+            ),
+            **({"groups": self.groups} if self.groups else {}),
         }
 
 

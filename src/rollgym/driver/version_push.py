@@ -2,7 +2,11 @@
 
 The trainer sets ``Collector.policy_version`` from its own loop, often between awaits, so the
 setter must not block: it starts a send in the background, and a newer version supersedes a
-send still under way (only the latest matters). ``set_policy_version`` awaits the send, for a
+send still under way (only the latest matters). Each send says when the trainer set the version
+(``set_ns``), so a send that arrives after a newer version (or after the floor a dispatch
+carried, :mod:`rollgym.policy_versions`) changes nothing: a late push never moves a server
+back. The push is not what makes a version hold for the rollouts dispatched after it is set
+(their floor does); it tells the model servers for the calls that carry no floor. ``set_policy_version`` awaits the send, for a
 trainer that wants every model server to have the version before it goes on. Every replica
 of a model server is told (each one stamps its own answers). A model server that has no
 such route (an engine reached by ``url:``, not a rollgym model server) is warned about once
@@ -36,22 +40,25 @@ class VersionPush:
     def __bool__(self) -> bool:
         return bool(self._targets)
 
-    async def send(self, client: HttpClient, version: PolicyVersion) -> None:
-        """POST the version to each replica; raises ``ServerCallError`` naming one that refused."""
+    async def send(self, client: HttpClient, version: PolicyVersion, set_ns: int) -> None:
+        """POST the version (set at ``set_ns``) to each replica; raises ``ServerCallError``
+        naming one that refused."""
         if not self._targets:
             return
         sends = [
-            self._one(client, name, url, version)
+            self._one(client, name, url, version, set_ns)
             for name, urls in self._targets.items()
             for url in urls
         ]
         await asyncio.gather(*sends)
 
-    async def _one(self, client: HttpClient, name: str, url: str, version: PolicyVersion) -> None:
+    async def _one(
+        self, client: HttpClient, name: str, url: str, version: PolicyVersion, set_ns: int
+    ) -> None:
         response = await client.post_json(
             name,
             url + ROUTE,
-            {"version": version},
+            {"version": version, "set_ns": set_ns},
             timeout=_TIMEOUT_S,
             route=ROUTE,
             pinned=True,
@@ -79,17 +86,18 @@ class VersionPush:
         else:
             self._targets.pop(name, None)
 
-    def start(self, client: HttpClient, version: PolicyVersion) -> None:
+    def start(self, client: HttpClient, version: PolicyVersion, set_ns: int) -> None:
         """Send in the background; a send still under way is superseded (cancelled)."""
         if not self._targets:
             return
         if self._task is not None and not self._task.done():
             self._task.cancel()
-        self._task = asyncio.get_running_loop().create_task(self._logged(client, version))
+        sending = self._logged(client, version, set_ns)
+        self._task = asyncio.get_running_loop().create_task(sending)
 
-    async def _logged(self, client: HttpClient, version: PolicyVersion) -> None:
+    async def _logged(self, client: HttpClient, version: PolicyVersion, set_ns: int) -> None:
         try:
-            await self.send(client, version)
+            await self.send(client, version, set_ns)
         except (ServerCallError, TransportError) as exc:
             log.warning("policy version %r not delivered: %s", version, exc)
 

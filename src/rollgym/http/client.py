@@ -177,6 +177,8 @@ class HttpResponse(NamedTuple):
     trace_id: str | None = None
     #: The replica (``scheme://host:port``) that answered, when the server has replicas.
     replica: str | None = None
+    #: The answer's headers (names case-insensitive), for a caller that passes some on.
+    headers: Mapping[str, str] | None = None
 
 
 class PoolMetrics(Protocol):
@@ -452,7 +454,9 @@ class HttpClient:
             metrics.request_started(destination)
         exchange = _Exchange(destination, timeout, metrics, span)
         try:
-            status, raw, timing = await self._exchange(exchange, _Hop(method, url, data, headers))
+            status, raw, answer_headers = await self._exchange(
+                exchange, _Hop(method, url, data, headers)
+            )
         except TimeoutError:
             raise _timed_out(destination, method, url, timeout) from None
         except _TRANSPORT_ERRORS as exc:
@@ -464,24 +468,26 @@ class HttpClient:
                 metrics.request_finished(destination)
         # Seconds the server reports spending for us (engine, sandbox) join the open
         # request scope, where they reach the rollout's usage (rollgym/server_timing.py).
-        server_timing.note_header(timing)
+        server_timing.note_header(answer_headers.get(server_timing.HEADER))
         try:
             parsed = orjson.loads(raw) if raw else None
             text = ""
         except orjson.JSONDecodeError:
             parsed = None
             text = raw[:_TEXT_SNIPPET].decode("utf-8", "replace")
-        return HttpResponse(status=status, data=parsed, text=text, trace_id=trace_id)
+        return HttpResponse(status, parsed, text, trace_id, None, answer_headers)
 
-    async def _exchange(self, exchange: _Exchange, hop: _Hop) -> tuple[int, bytes, str | None]:
-        """One request (and its same-host redirects): the answer's status, body (read within
-        ``max_response_bytes``) and ``Server-Timing`` header."""
+    async def _exchange(
+        self, exchange: _Exchange, hop: _Hop
+    ) -> tuple[int, bytes, Mapping[str, str]]:
+        """One request (and its same-host redirects): the answer's status, headers and body
+        (read within ``max_response_bytes``)."""
         redirects = 0
         while True:
             status, answer_headers, body = await self._hop(exchange, hop)
             target = redirect_target(exchange.destination, status, hop.url, answer_headers)
             if target is None:
-                return status, body, answer_headers.get(server_timing.HEADER)
+                return status, body, answer_headers
             redirects += 1
             self.limits.check_redirect(exchange.destination, status, hop.url, target, redirects)
             if status == 303 or (status in (301, 302) and hop.method == "POST"):

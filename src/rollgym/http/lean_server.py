@@ -52,6 +52,7 @@ from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
 from rollgym.http import REQUEST_READ_TIMEOUT_S
 from rollgym.http.connection_deadline import IDLE, READING, ConnectionDeadline
+from rollgym.http.disconnect import CancelOnDisconnect
 
 #: Header names (as the app gave them) already checked against HEADER_RE, and their lower
 #: case: an app names the same few headers in every answer.
@@ -109,9 +110,10 @@ class _DefaultHeaders:
         return self.rendered
 
 
-class LeanHttpToolsProtocol(HttpToolsProtocol):
+class LeanHttpToolsProtocol(CancelOnDisconnect, HttpToolsProtocol):
     """uvicorn's httptools protocol serving each request through a :class:`LeanCycle`, its read
-    deadline and keep-alive on one timer (:class:`ConnectionDeadline`). Pass it as
+    deadline and keep-alive on one timer (:class:`ConnectionDeadline`), and the handler of a
+    request whose connection is lost cancelled (:class:`CancelOnDisconnect`). Pass it as
     ``uvicorn.Config(http=...)``; ``read_timeout_s`` is a class attribute so a test can
     shorten it in a subclass."""
 
@@ -147,6 +149,7 @@ class LeanHttpToolsProtocol(HttpToolsProtocol):
         if exc is None:
             self.transport.close()
         self.parser = None  # type: ignore[assignment]
+        self.cancel_abandoned()
 
     def _unset_keepalive_if_required(self) -> None:
         # Data arrived (uvicorn calls this first thing in data_received): not idle any more.

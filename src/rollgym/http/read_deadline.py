@@ -14,6 +14,7 @@ import logging
 from typing import Any
 
 from rollgym.http import REQUEST_READ_TIMEOUT_S
+from rollgym.http.disconnect import CancelOnDisconnect
 
 log = logging.getLogger("rollgym.http")
 
@@ -62,9 +63,10 @@ def close_too_slow(transport: asyncio.BaseTransport, client: object, seconds: fl
     transport.close()
 
 
-class BoundedConnection(asyncio.Protocol):
+class BoundedConnection(CancelOnDisconnect):
     """The connection's side of both bounded protocols: a deadline armed when it opens (a
-    silent connection is a slow request too) and disarmed when it is lost.
+    silent connection is a slow request too) and disarmed when it is lost, and the handler of
+    a request whose connection is lost cancelled (:mod:`rollgym.http.disconnect`).
 
     List it before uvicorn's protocol (``class P(BoundedConnection, H11Protocol)``), which
     provides ``loop``, ``client`` and ``transport``; each subclass arms and disarms the

@@ -24,6 +24,7 @@ import orjson
 from rollgym.child_process import describe_exit, read_ready_file
 from rollgym.errors import LaunchError
 from rollgym.http import lean
+from rollgym.servers.start_checks import read_problem
 
 if TYPE_CHECKING:
     import aiohttp
@@ -120,10 +121,13 @@ async def wait_healthy(
     failure: Callable[[str], LaunchError],
     strict: bool = True,
     refused_for_s: float | None = None,
+    server: str = "",
 ) -> str:
     """Poll until ``GET <url>/health`` answers ok; return the base URL.
 
-    For a launched server the URL comes from its ready file; its exit first is a failure.
+    For a launched server (``server``: its name) the URL comes from its ready file; its exit
+    first is a failure: the :class:`~rollgym.errors.ConfigError` its start check left
+    (:mod:`rollgym.servers.start_checks`), else a :class:`LaunchError` from ``failure``.
     ``strict=False`` (a server given by ``url:``, which may be vLLM or any OpenAI-compatible
     endpoint rather than a rollgym server) only asks that it answers HTTP below 500.
     ``refused_for_s``: fail once every connection was refused for that long (nothing listens
@@ -134,6 +138,9 @@ async def wait_healthy(
     pauses = poll_pauses()
     while True:
         if process is not None and process.poll() is not None:
+            problem = None if ready_file is None else read_problem(ready_file, server)
+            if problem is not None:  # its start check's one line, not its log's tail
+                raise problem
             raise failure(f"exited ({describe_exit(process.returncode)}) before it was healthy")
         if url is None and ready_file is not None:
             port = read_ready_file(ready_file)

@@ -27,6 +27,7 @@ from rollgym.placement.forked import ForkServer, take_prestarted
 from rollgym.placement.health import HealthSession, wait_healthy
 from rollgym.placement.reserved import Reservations
 from rollgym.servers.spec import ENV_SPEC, ServeSpec
+from rollgym.servers.start_checks import forget_problem
 
 _POLL_S = 0.05
 log = logging.getLogger(__name__)
@@ -69,6 +70,7 @@ class ServerProcess:
         if listener is not None:
             spec = dataclasses.replace(spec, listen_fd=listener.fileno())
         Path(spec.ready_file).unlink(missing_ok=True)
+        forget_problem(spec.ready_file)  # an earlier start's, which this start may not repeat
         try:
             popen = spawn_child(
                 [sys.executable, "-m", "rollgym.servers.server_process"],
@@ -94,6 +96,7 @@ class ServerProcess:
         """The server forked by the run's fork server, serving on ``listener`` (closed here
         once the server has it; left open when the fork server failed, to spawn it instead)."""
         Path(spec.ready_file).unlink(missing_ok=True)
+        forget_problem(spec.ready_file)  # an earlier start's, which this start may not repeat
         log_path.parent.mkdir(parents=True, exist_ok=True)
         child = await forks.fork(spec, {**os.environ, **env}, log_path, listener)
         listener.close()
@@ -126,6 +129,7 @@ class ServerProcess:
             ready_file=self.ready_file,
             process=self.popen,
             failure=self.failure,
+            server=self.spec.name,
         )
 
     async def stop(self, grace_s: float = 10.0) -> None:

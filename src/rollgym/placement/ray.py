@@ -47,6 +47,7 @@ from rollgym.errors import ConfigError, LaunchError
 from rollgym.placement.health import HealthSession, wait_healthy
 from rollgym.placement.ray_context import in_context, remote_with_context
 from rollgym.servers.spec import ServeSpec
+from rollgym.servers.start_checks import SetupProblem
 from rollgym.telemetry.span_counts import SpanCountRecord
 
 _log = logging.getLogger(__name__)
@@ -319,6 +320,9 @@ class RayPlacement:
             except TimeoutError:
                 raise failure(f"Ray actor did not start within {timeout_s:.0f}s") from None
             except Exception as exc:  # RayActorError / RayTaskError carry the actor's traceback
+                problem = exc if isinstance(exc, SetupProblem) else getattr(exc, "cause", None)
+                if isinstance(problem, SetupProblem):  # its start check's one line
+                    raise problem.config_error(spec.name) from None
                 raise failure(f"Ray actor failed to start: {exc}") from None
             url = await wait_healthy(
                 where["url"], session=session, deadline=deadline, failure=failure

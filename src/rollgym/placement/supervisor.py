@@ -39,9 +39,16 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from rollgym.child_process import log_tail
-from rollgym.errors import DispatchError, InvariantBroken, LaunchError, PermanentDispatchError
+from rollgym.errors import (
+    ConfigError,
+    DispatchError,
+    InvariantBroken,
+    LaunchError,
+    PermanentDispatchError,
+)
 from rollgym.incarnations import IncarnationLog
 from rollgym.placement.base import PlacedServer
+from rollgym.printable import printable_lines
 from rollgym.servers.spec import instance_name
 
 POLL_S = 0.2
@@ -197,7 +204,7 @@ class Supervisor:
             )
             try:
                 url = await self._restarter.restart(name)
-            except LaunchError as exc:
+            except (LaunchError, ConfigError) as exc:  # ConfigError: its start check failed
                 self._report(f"rollgym: restart of {name!r} failed: {exc}")
                 continue
             replica = self._restarter.launched().get(name)
@@ -307,5 +314,6 @@ def _closure(name: str, dependencies: Mapping[str, set[str]]) -> list[str]:
 
 
 def report_to_stderr(line: str) -> None:
-    """Print one event of the run (a death, a restart) where the person running it looks."""
-    print(line, file=sys.stderr, flush=True)
+    """Print one event of the run (a death, a restart) where the person running it looks; a
+    dead server's quoted log lines stay lines, what they hold is escaped (:mod:`rollgym.printable`)."""
+    print(printable_lines(line), file=sys.stderr, flush=True)

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from rollgym.servers.environment import Environment, SessionState, Verdict
     from rollgym.servers.environment_options import EnvironmentOptions
     from rollgym.servers.episode_loop import first_message, play_and_verify, play_tool_loop
-    from rollgym.servers.model import ChatRequest, ModelServer
+    from rollgym.servers.model import ChatRequest, CompletionRequest, ModelServer, pass_headers
     from rollgym.servers.request_ids import is_uuid, upstream_uuid
     from rollgym.servers.rollout_context import RolloutContext
     from rollgym.servers.tools import ToolAnswer, tool
@@ -51,6 +51,8 @@ _EXPORTS = {
     "Agent": "rollgym.servers.agent",
     "AgentOptions": "rollgym.servers.agent_options",
     "ChatRequest": "rollgym.servers.model",
+    "CompletionRequest": "rollgym.servers.model",
+    "pass_headers": "rollgym.servers.model",
     "ConnectError": "rollgym.errors",
     "Environment": "rollgym.servers.environment",
     "EnvironmentOptions": "rollgym.servers.environment_options",
@@ -91,6 +93,7 @@ __all__ = [
     "Agent",
     "AgentOptions",
     "ChatRequest",
+    "CompletionRequest",
     "ConnectError",
     "Environment",
     "EnvironmentOptions",
@@ -111,6 +114,7 @@ __all__ = [
     "first_message",
     "gate",
     "is_uuid",
+    "pass_headers",
     "play_and_verify",
     "play_tool_loop",
     "policy_versions",

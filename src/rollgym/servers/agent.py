@@ -20,6 +20,7 @@ import rollgym.server_timing as server_timing
 from rollgym.http.plain_routes import add_post
 from rollgym.http.server import OrjsonResponse
 from rollgym.identity import EXPLICIT_ID, STAMPED_FIELDS, rollout_id_of
+from rollgym.policy_versions import FLOOR_HEADER
 from rollgym.server_options import ServerKind, ServerOptions
 from rollgym.servers.agent_options import AgentOptions
 from rollgym.servers.answers import check_reward, guarded, json_object
@@ -60,10 +61,12 @@ class Agent(Server):
         rollout_id: str | None,
         row: dict[str, Any] | None = None,
         capture: str | None = None,
+        policy_floor: str | None = None,
     ) -> RolloutContext:
         """The model client, environment session, sampling and trajectory recorder of one
         rollout, from this agent's options, the row's ``sampling`` and the driver's capture
-        header."""
+        header; ``policy_floor``, the dispatch's ``X-Rollgym-Policy-Floor``, goes on with every
+        model call (docs/policy-versions.md)."""
         options = self.options
         assert isinstance(options, AgentOptions)
         row = row or {}
@@ -77,6 +80,7 @@ class Agent(Server):
                 rollout_id=rollout_id,
                 model_name=options.model_name,
                 timeout=options.request_timeout_s,
+                policy_floor=policy_floor,
             )
         if environment is not None:
             env = HttpEnvSession(
@@ -103,18 +107,22 @@ class Agent(Server):
         row = await json_object(request)
         rollout_id = rollout_id_of(row)
         capture = request.headers.get(CAPTURE_HEADER)
-        answer = await under_rollout_span(
-            rollout_id, self.context.name, self._run_checked(row, rollout_id, capture)
-        )
+        floor = request.headers.get(FLOOR_HEADER)
+        playing = self._run_checked(row, rollout_id, capture, floor)
+        answer = await under_rollout_span(rollout_id, self.context.name, playing)
         return OrjsonResponse(answer)
 
     async def _run_checked(
-        self, row: dict[str, Any], rollout_id: str | None, capture: str | None
+        self,
+        row: dict[str, Any],
+        rollout_id: str | None,
+        capture: str | None,
+        floor: str | None = None,
     ) -> dict[str, object]:
         who = f"agent {self.context.name!r}"
 
         async def attempt() -> dict[str, object]:
-            rollout = self.rollout_context(rollout_id, row, capture)
+            rollout = self.rollout_context(rollout_id, row, capture, floor)
             try:
                 with server_timing.collecting(rollout.usage.timings):
                     played = await self.run(row, rollout)

@@ -43,6 +43,7 @@ from rollgym.http.model_body import model_body
 from rollgym.http.plain_routes import add_post
 from rollgym.http.server import OrjsonResponse
 from rollgym.identity import rollout_id_of_episode
+from rollgym.policy_versions import FLOOR_HEADER
 from rollgym.rewards import is_reward
 from rollgym.server_options import ServerKind, ServerOptions
 from rollgym.servers.answers import check_reward, guarded, json_object
@@ -373,13 +374,17 @@ class Environment(Server):
             raise HTTPError(400, "an episode body needs 'task', a JSON object", field="task")
         rollout_id = rollout_id_of_episode(body)
         capture = request.headers.get(CAPTURE_HEADER)
-        answer = await under_rollout_span(
-            rollout_id, self.context.name, self._episode(rollout_id, task, capture)
-        )
+        floor = request.headers.get(FLOOR_HEADER)
+        playing = self._episode(rollout_id, task, capture, floor)
+        answer = await under_rollout_span(rollout_id, self.context.name, playing)
         return OrjsonResponse(answer)
 
     async def _episode(
-        self, rollout_id: str | None, task: dict[str, Any], capture: str | None
+        self,
+        rollout_id: str | None,
+        task: dict[str, Any],
+        capture: str | None,
+        floor: str | None = None,
     ) -> object:
         options = self.env_options
         model_server = options.model
@@ -394,6 +399,7 @@ class Environment(Server):
                 rollout_id=rollout_id,
                 model_name=options.model_name,
                 timeout=options.request_timeout_s,
+                policy_floor=floor,
             )
             sampling = options.sampling_for(task.get("sampling"))
             trajectory = options.recorder_for(capture)

@@ -17,6 +17,14 @@ What an OpenAI client expects of any server lives here, once for every model ser
 OpenAI's shape (``{"error": {"message", "type", "param", "code"}}``) so an SDK shows the
 message.
 
+The legacy completions API (``/v1/completions`` and ``/r/<rollout id>/v1/completions``: a text
+or token-id prompt, what RL trainers call for token-in/token-out) is attributed the same way;
+a model server serves it by implementing :meth:`ModelServer.complete_text` (and
+:meth:`ModelServer.completion_events` to stream), as it serves ``/tokenize`` and
+``/detokenize`` (vLLM's routes) by :meth:`ModelServer.tokenize`; one that does not answers 404
+with one line naming the route. An implementation that calls an engine may pass the engine's
+answer headers on (``x-request-id``...) with :func:`pass_headers`.
+
 Every non-streamed answer carries ``Server-Timing: engine;dur=<ms>``, the seconds the engine
 spent on the request, which reach the calling rollout's ``usage.engine_s``
 (:mod:`rollgym.server_timing`): what the implementation noted with
@@ -27,7 +35,8 @@ notes its own time), else the wall time of :meth:`ModelServer.complete`.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
+from contextvars import ContextVar
 from typing import Annotated, Any, ClassVar
 
 from fastapi import Body, FastAPI, Request
@@ -36,10 +45,12 @@ from starlette.responses import Response, StreamingResponse
 
 import rollgym.policy_versions as policy_versions
 import rollgym.server_timing as server_timing
+from rollgym.errors import HTTPError
 from rollgym.http.model_body import model_body
 from rollgym.http.plain_routes import add_post
 from rollgym.http.scoped_context import split_scoped_id
 from rollgym.http.server import OrjsonResponse
+from rollgym.identity import header_text
 from rollgym.policy_versions import PolicyVersion, is_version
 from rollgym.server_options import ServerKind
 from rollgym.servers import responses_api, sse
@@ -48,7 +59,14 @@ from rollgym.servers.request_ids import TurnCounter, rollout_of_request_id
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import gate
 
-__all__ = ["ChatRequest", "ModelServer", "openai_error", "rollout_of_request_id"]
+__all__ = [
+    "ChatRequest",
+    "CompletionRequest",
+    "ModelServer",
+    "openai_error",
+    "pass_headers",
+    "rollout_of_request_id",
+]
 
 _TOOL_CHOICE_MODES = ("none", "auto", "required")
 
@@ -105,6 +123,44 @@ class ChatRequest(BaseModel):
         return bool((self.stream_options or {}).get("include_usage"))
 
 
+class CompletionRequest(BaseModel):
+    """A legacy completions request (``/v1/completions``): a text prompt, a batch of them, or
+    token ids (one list, or a batch of lists), as vLLM takes it; other fields are kept and
+    forwarded."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    prompt: str | list[str] | list[int] | list[list[int]]
+    stream: bool | None = None
+    stream_options: dict[str, Any] | None = None
+    n: int | None = Field(None, ge=1, le=128)
+    max_tokens: int | None = Field(None, ge=0)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+    logprobs: int | None = Field(None, ge=0)
+
+    @property
+    def usage_in_stream(self) -> bool:
+        return bool((self.stream_options or {}).get("include_usage"))
+
+
+#: The answer headers an implementation passes on for the request being answered (a fresh dict
+#: per request while its answer is made; None outside one).
+_PASSED_HEADERS: ContextVar[dict[str, str] | None] = ContextVar(
+    "rollgym_passed_headers", default=None
+)
+
+
+def pass_headers(headers: Mapping[str, str]) -> None:
+    """Send ``headers`` with the answer of the request being answered (an engine's
+    ``x-request-id``, say); the model server's own headers (its version, Server-Timing) win a
+    clash. Outside a request, or once a stream's head went out, this does nothing."""
+    passed = _PASSED_HEADERS.get()
+    if passed is not None:
+        passed.update(headers)
+
+
 _ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -133,6 +189,10 @@ class ModelServer(Server):
         self.policy_version: PolicyVersion | None = None
         #: ``time.perf_counter()`` when it last changed (an engine places a change in a generation).
         self.policy_version_set_at = 0.0
+        #: When the trainer set it (ns since the epoch): a later-set version replaces it.
+        self.policy_version_set_ns = 0
+        #: The last floor header read: its calls bring nothing new (most calls repeat it).
+        self._floor_seen: str | None = None
 
     def served_version(self) -> PolicyVersion | None:
         """The version a request arriving now is stamped with (docs/policy-versions.md).
@@ -140,6 +200,27 @@ class ModelServer(Server):
         Called once per request, on arrival; a simulated engine that plays a trainer bumps
         its version here."""
         return self.policy_version
+
+    def _take_version(self, version: PolicyVersion, set_ns: int) -> None:
+        """Hold ``version`` from now on if it was set after the one held (a late push, or the
+        floor of a dispatch that left before a newer version was set, changes nothing)."""
+        if policy_versions.supersedes(
+            version, set_ns, self.policy_version, self.policy_version_set_ns
+        ):
+            self.policy_version = version
+            self.policy_version_set_ns = set_ns
+            self.policy_version_set_at = time.perf_counter()
+
+    def _take_floor(self, request: Request) -> None:
+        """The version the caller's dispatch carried (``X-Rollgym-Policy-Floor``): this call is
+        stamped with it at least, even where the driver's push has not arrived yet."""
+        header = request.headers.get(policy_versions.FLOOR_HEADER)
+        if not header or header == self._floor_seen:  # taken (or passed over) already
+            return
+        self._floor_seen = header
+        floor = policy_versions.parse_floor(header)
+        if floor is not None:
+            self._take_version(*floor)
 
     def _stamp(self, answer: Any, version: PolicyVersion | None) -> dict[str, str] | None:
         """Write the request's version into its answer; the response header that says it too."""
@@ -188,6 +269,24 @@ class ModelServer(Server):
         for item in sse.response_events(response):
             yield item
 
+    async def complete_text(
+        self, request: CompletionRequest, request_id: str | None, rollout_id: str | None
+    ) -> dict[str, Any]:
+        """Answer one legacy completion (an OpenAI ``text_completion`` object)."""
+        raise HTTPError(404, f"model server {self.context.name!r} does not serve /v1/completions")
+
+    async def completion_events(
+        self, request: CompletionRequest, request_id: str | None, rollout_id: str | None
+    ) -> AsyncIterator[bytes]:
+        """The SSE stream of a legacy completion: by default the finished answer, chunked."""
+        answer = await self.complete_text(request, request_id, rollout_id)
+        for chunk in _completion_chunks(answer, include_usage=request.usage_in_stream):
+            yield chunk
+
+    async def tokenize(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Answer vLLM's ``/tokenize`` or ``/detokenize`` (``route``) for ``body``."""
+        raise HTTPError(404, f"model server {self.context.name!r} does not serve {route}")
+
     def model_names(self) -> list[str]:
         """What ``GET /v1/models`` lists: the model this server answers as."""
         return [self.context.name]
@@ -201,6 +300,10 @@ class ModelServer(Server):
         # plain Starlette routes (no dependency solving): the hot path of every rollout
         add_post(app, "/v1/chat/completions", self._chat)
         add_post(app, "/r/{rollout_id:path}/v1/chat/completions", self._scoped_chat)
+        add_post(app, "/v1/completions", self._completions)
+        add_post(app, "/r/{rollout_id:path}/v1/completions", self._scoped_completions)
+        app.post("/tokenize")(self._tokenize)
+        app.post("/detokenize")(self._detokenize)
         app.post("/v1/responses")(self._responses)
         app.post("/r/{rollout_id:path}/v1/responses")(self._scoped_responses)
         app.get("/v1/models")(self._models)
@@ -212,14 +315,18 @@ class ModelServer(Server):
         return OrjsonResponse({"version": self.policy_version})
 
     async def _set_policy_version(self, body: Annotated[dict[str, Any], Body()]) -> Response:
-        """``{"version": v}``: the trainer's current version (an int or a label)."""
+        """``{"version": v, "set_ns": t}``: the trainer's current version (an int or a label)
+        and when it was set; without ``set_ns``, now. Answers the version held after it."""
         version = body.get("version") if isinstance(body, dict) else None
         if not is_version(version):
             message = f"'version' must be an int or a non-empty string, got {version!r}"
             return OrjsonResponse({"error": message, "field": "version"}, status_code=400)
-        self.policy_version = version
-        self.policy_version_set_at = time.perf_counter()
-        return OrjsonResponse({"version": version})
+        set_ns = body.get("set_ns", time.time_ns())
+        if not isinstance(set_ns, int) or isinstance(set_ns, bool):
+            message = f"'set_ns' must be an int (ns since the epoch), got {set_ns!r}"
+            return OrjsonResponse({"error": message, "field": "set_ns"}, status_code=400)
+        self._take_version(version, set_ns)
+        return OrjsonResponse({"version": self.policy_version})
 
     async def _models(self) -> Response:
         models = [
@@ -237,6 +344,8 @@ class ModelServer(Server):
         if rollout_id is not None:
             rollout_id = split_scoped_id(rollout_id)[0]
         request_id = request.headers.get(names.HEADER_REQUEST_ID)
+        if request_id is not None:
+            request_id = header_text(request_id)  # a client's raw UTF-8, read as Latin-1
         if rollout_id is None:
             rollout_id = rollout_of_request_id(request_id)
         elif not request_id:
@@ -249,11 +358,13 @@ class ModelServer(Server):
 
     async def _chat(self, request: Request) -> Response:
         body = await model_body(request, ChatRequest)  # not a FastAPI body parameter: cheaper
+        self._take_floor(request)
         return await self._answer(body, *self._identify(request, None))
 
     async def _scoped_chat(self, request: Request) -> Response:
         rollout_id: str = request.path_params["rollout_id"]
         body = await model_body(request, ChatRequest)
+        self._take_floor(request)
         return await self._answer(body, *self._identify(request, rollout_id))
 
     async def _answer(
@@ -264,14 +375,50 @@ class ModelServer(Server):
             return await self._streamed(self.chat_events(body, request_id, rollout_id), version)
         return await self._timed_answer(self.complete(body, request_id, rollout_id), version)
 
+    async def _completions(self, request: Request) -> Response:
+        body = await model_body(request, CompletionRequest)
+        return await self._answer_completion(body, *self._identify(request, None))
+
+    async def _scoped_completions(self, request: Request) -> Response:
+        rollout_id: str = request.path_params["rollout_id"]
+        body = await model_body(request, CompletionRequest)
+        return await self._answer_completion(body, *self._identify(request, rollout_id))
+
+    async def _answer_completion(
+        self, body: CompletionRequest, request_id: str | None, rollout_id: str | None
+    ) -> Response:
+        version = self.served_version()
+        if body.stream:
+            events = self.completion_events(body, request_id, rollout_id)
+            return await self._streamed(events, version)
+        return await self._timed_answer(self.complete_text(body, request_id, rollout_id), version)
+
+    async def _tokenize(self, body: Annotated[dict[str, Any], Body()]) -> Response:
+        return await self._passing(self.tokenize("/tokenize", body))
+
+    async def _detokenize(self, body: Annotated[dict[str, Any], Body()]) -> Response:
+        return await self._passing(self.tokenize("/detokenize", body))
+
+    async def _passing(self, answering: Awaitable[dict[str, Any]]) -> Response:
+        """An answer with the headers the implementation passed on."""
+        passed: dict[str, str] = {}
+        token = _PASSED_HEADERS.set(passed)
+        try:
+            answer = await answering
+        finally:
+            _PASSED_HEADERS.reset(token)
+        return OrjsonResponse(answer, headers=passed or None)
+
     async def _responses(
         self, body: Annotated[dict[str, Any], Body()], request: Request
     ) -> Response:
+        self._take_floor(request)
         return await self._answer_responses(body, *self._identify(request, None))
 
     async def _scoped_responses(
         self, rollout_id: str, body: Annotated[dict[str, Any], Body()], request: Request
     ) -> Response:
+        self._take_floor(request)
         return await self._answer_responses(body, *self._identify(request, rollout_id))
 
     async def _answer_responses(
@@ -287,20 +434,34 @@ class ModelServer(Server):
     ) -> Response:
         """A stream's response: its version in a header (its Server-Timing would leave before
         the engine finished, so a stream has none)."""
-        first = await sse.primed(events)
+        passed: dict[str, str] = {}
+        token = _PASSED_HEADERS.set(passed)
+        try:
+            first = await sse.primed(events)
+        finally:
+            _PASSED_HEADERS.reset(token)
         return StreamingResponse(
-            first, media_type=sse.MEDIA_TYPE, headers=self._stamp(None, version)
+            first,
+            media_type=sse.MEDIA_TYPE,
+            headers={**passed, **(self._stamp(None, version) or {})},
         )
 
     async def _timed_answer(
         self, answering: Awaitable[dict[str, Any]], version: PolicyVersion | None
     ) -> Response:
         """An answer's response, with the engine seconds it took in ``Server-Timing``."""
-        with server_timing.collecting() as timings:
-            started = time.perf_counter()
-            answer = await answering
-            headers = _timed(timings, time.perf_counter() - started, self._stamp(answer, version))
-        return OrjsonResponse(answer, headers=headers)
+        passed: dict[str, str] = {}
+        token = _PASSED_HEADERS.set(passed)
+        try:
+            with server_timing.collecting() as timings:
+                started = time.perf_counter()
+                answer = await answering
+                headers = _timed(
+                    timings, time.perf_counter() - started, self._stamp(answer, version)
+                )
+        finally:
+            _PASSED_HEADERS.reset(token)
+        return OrjsonResponse(answer, headers={**passed, **headers} if passed else headers)
 
 
 def _timed(
@@ -312,3 +473,19 @@ def _timed(
     if timings.get(server_timing.ENGINE) is None:
         timings.add(server_timing.ENGINE, wall_s)
     return {**(headers or {}), **timings.header()}
+
+
+def _completion_chunks(answer: Mapping[str, Any], *, include_usage: bool) -> Iterator[bytes]:
+    """The streamed form of a finished ``text_completion``, as vLLM streams one: a chunk per
+    choice (its text whole, its finish reason), the usage in a last chunk without choices
+    when asked, then ``[DONE]``."""
+    head = {key: answer.get(key) for key in ("id", "created", "model")}
+    choices = answer.get("choices")
+    for choice in choices if isinstance(choices, list) else []:
+        if isinstance(choice, dict):
+            piece = {key: value for key, value in choice.items() if key != "prompt_token_ids"}
+            yield sse.data_line({**head, "object": "text_completion", "choices": [piece]})
+    if include_usage:
+        usage = answer.get("usage")
+        yield sse.data_line({**head, "object": "text_completion", "choices": [], "usage": usage})
+    yield sse.DONE

@@ -14,8 +14,10 @@ directory, so ``impl: mymodule:MyEnv`` beside the config works for both.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
+import traceback
 from typing import TYPE_CHECKING
 
 from rollgym.server_options import ServerOptions
@@ -54,7 +56,8 @@ def resolve_impl(impl: str, kind: str) -> type[Server]:
     """The server class named by ``impl``, checked to be a server of ``kind``.
 
     Raises ``ValueError`` (unknown built-in, malformed name), ``ImportError`` (module not
-    found), ``AttributeError`` (no such class) or ``TypeError`` (not a server of that kind).
+    found, or it raised at import: one line naming its file and line), ``AttributeError``
+    (no such class) or ``TypeError`` (not a server of that kind).
     """
     return _check_kind(impl, _import_named(impl, _target(impl, kind)), kind)
 
@@ -108,10 +111,28 @@ def _import_named(impl: str, target: str) -> object:
             f"module {module_name!r} of implementation {impl!r} has a syntax error: "
             f"{exc.filename}:{exc.lineno}: {exc.msg}"
         ) from None
+    except Exception as exc:  # the module's own code raised: where, and what, in one line
+        raise ImportError(
+            f"module {module_name!r} of implementation {impl!r} raised at import "
+            f"({_raised_where(exc, module_name)}): {type(exc).__name__}: {' '.join(str(exc).split())}"
+        ) from None
     found = getattr(module, class_name, None)
     if found is None:
         raise AttributeError(f"module {module_name!r} has no class {class_name!r}")
     return found
+
+
+def _raised_where(exc: BaseException, module_name: str) -> str:
+    """``file:line`` of the raise: the last line of the module's own file on the way (the
+    author's line, even where a library it called raised), else the innermost line."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except Exception:  # its package raised too: the innermost line is all there is
+        spec = None
+    own = [f for f in frames if spec is not None and f.filename == spec.origin]
+    where = (own or frames)[-1:]
+    return f"{where[0].filename}:{where[0].lineno}" if where else "no line known"
 
 
 def _working_directory_importable() -> None:

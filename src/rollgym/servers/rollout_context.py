@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
+import rollgym.policy_versions as policy_versions
 from rollgym.errors import ServerCallError
 from rollgym.http.client import HttpClient, HttpResponse
 from rollgym.http.replicas import on_replica, origin
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import openai
 
     from rollgym.servers.base import ServerContext
+    from rollgym.servers.openai_sdk import Record
 
 CHAT_ROUTE = "/v1/chat/completions"
 SCOPED_CHAT_ROUTE = "/r/{rollout_id}/v1/chat/completions"
@@ -64,11 +65,14 @@ class ModelClient:
         rollout_id: str | None,
         model_name: str,
         timeout: float | None,
+        policy_floor: str | None = None,
     ) -> None:
         self._client = client
         self._server = server
         self.model_name = model_name
         self.timeout = timeout
+        #: The dispatch's policy floor (``X-Rollgym-Policy-Floor``), sent on with every call.
+        self.policy_floor = policy_floor
         self._turn = 0
         if rollout_id is not None:
             scoped = f"{base_url}/r/{quote(rollout_id, safe='')}"
@@ -96,8 +100,10 @@ class ModelClient:
         rollout_id: str | None,
         model_name: str | None,
         timeout: float | None,
+        policy_floor: str | None = None,
     ) -> ModelClient:
-        """The client of model server ``server`` of the run; ``model_name`` defaults to its name."""
+        """The client of model server ``server`` of the run; ``model_name`` defaults to its name;
+        ``policy_floor``: the ``X-Rollgym-Policy-Floor`` the rollout's dispatch carried."""
         return cls(
             context.client,
             server,
@@ -105,6 +111,7 @@ class ModelClient:
             rollout_id=rollout_id,
             model_name=model_name or server,
             timeout=timeout,
+            policy_floor=policy_floor,
         )
 
     def next_request_id(self) -> str:
@@ -121,15 +128,20 @@ class ModelClient:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         params: dict[str, Any] | None = None,
+        *,
+        request_id: str | None = None,
     ) -> dict[str, Any]:
-        """One chat completion; ``params`` (sampling, token capture) join the body."""
-        request_id = self.next_request_id()
+        """One chat completion; ``params`` (sampling, token capture) join the body;
+        ``request_id``: the one :meth:`next_request_id` gave the caller (a new one if None)."""
+        request_id = request_id or self.next_request_id()
         body: dict[str, Any] = {"model": self.model_name, "messages": wire_messages(messages)}
         if tools:
             body["tools"] = tools
         if params:
             body.update(params)
         headers = {names.HEADER_REQUEST_ID: request_id}
+        if self.policy_floor is not None:
+            headers[policy_versions.FLOOR_HEADER] = self.policy_floor
         if gate.model:
             from rollgym.telemetry import spans
 
@@ -404,29 +416,39 @@ class RolloutContext:
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
     ) -> dict[str, Any]:
         """One model call: the model server's OpenAI chat completion answer."""
+        model = self._model_client()
+        request_id = model.next_request_id()
         started = time.perf_counter()
-        answer = await self._model_client().chat(messages, tools, self._params)
-        seconds = time.perf_counter() - started
-        self._record({"messages": messages, "tools": tools, **self._params}, answer, seconds)
+        answer = await model.chat(messages, tools, self._params, request_id=request_id)
+        self.record_model_call(
+            {"messages": messages, "tools": tools, **self._params},
+            answer,
+            seconds=time.perf_counter() - started,
+            request_id=request_id,
+        )
         return answer
 
-    def _sdk_record(self) -> Callable[[dict[str, Any], dict[str, Any]], None] | None:
-        """What an SDK client calls with each chat completion: the usage tally always, and the
+    def _sdk_record(self) -> Record:
+        """What an SDK client calls with each model call: the usage tally always, and the
         trajectory when asked."""
         return self.record_model_call
 
-    def record_model_call(self, request: dict[str, Any], answer: dict[str, Any]) -> None:
-        """Put one model call made by any client into the trajectory (a no-op without one).
+    def record_model_call(
+        self,
+        request: dict[str, Any],
+        answer: dict[str, Any],
+        *,
+        seconds: float | None = None,
+        request_id: str | None = None,
+    ) -> None:
+        """Count one model call made by any client in the usage, and put it into the
+        trajectory when the rollout records one.
 
         ``request`` is the body sent (``messages``, ``tools``, sampling parameters), ``answer``
-        the ``chat.completion`` object as plain data.
+        the ``chat.completion`` object as plain data, ``seconds`` how long the call took
+        (its ``usage.model_s``), ``request_id`` the ``X-Request-Id`` it was sent with.
         """
-        self._record(request, answer, None)
-
-    def _record(
-        self, request: dict[str, Any], answer: dict[str, Any], seconds: float | None
-    ) -> None:
         if isinstance(answer, dict):
             self.usage.add(answer, seconds)
         if self.trajectory is not None:
-            self.trajectory.model_call(request, answer)
+            self.trajectory.model_call(request, answer, request_id=request_id)

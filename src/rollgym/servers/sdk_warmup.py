@@ -19,7 +19,9 @@ import asyncio
 import importlib.util
 import inspect
 import logging
+import re
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -42,23 +44,41 @@ _SAMPLE_ANSWER = {
 _SAMPLE_TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
 
 
+#: A call or import of the SDK in a server's source (what the start check counts as a need;
+#: a mere mention, such as a model named "openai", is not one).
+_SDK_USE = re.compile(r"\.(?:async_)?openai\(|^\s*(?:import|from)\s+openai\b", re.MULTILINE)
+
+
+def _own_sources(cls: type) -> Iterator[str]:
+    """The source of each module of ``cls``'s classes outside rollgym (unreadable ones left out)."""
+    for klass in cls.__mro__:
+        module = sys.modules.get(klass.__module__)
+        if module is None or klass.__module__.split(".")[0] in ("rollgym", "builtins"):
+            continue
+        try:
+            yield inspect.getsource(module)
+        except (OSError, TypeError):
+            continue
+
+
 def uses_sdk(cls: type) -> bool:
     """Whether ``cls`` (a server implementation) uses the OpenAI SDK, as far as its own
     modules' source says (or its ``uses_openai_sdk`` attribute, when set)."""
     declared = getattr(cls, "uses_openai_sdk", None)
     if isinstance(declared, bool):
         return declared
-    for klass in cls.__mro__:
-        module = sys.modules.get(klass.__module__)
-        if module is None or klass.__module__.split(".")[0] in ("rollgym", "builtins"):
-            continue
-        try:
-            source = inspect.getsource(module)
-        except (OSError, TypeError):
-            continue
-        if "openai" in source:
-            return True
-    return False
+    return any("openai" in source for source in _own_sources(cls))
+
+
+def needs_sdk(cls: type) -> bool:
+    """Whether ``cls`` cannot play a rollout without the SDK: it says so
+    (``uses_openai_sdk``), or its own source calls ``rollout.async_openai()`` /
+    ``rollout.openai()`` or imports ``openai`` (the start check refuses such a server where
+    the package is missing, instead of failing every rollout)."""
+    declared = getattr(cls, "uses_openai_sdk", None)
+    if isinstance(declared, bool):
+        return declared
+    return any(_SDK_USE.search(source) for source in _own_sources(cls))
 
 
 def _warm_in_thread() -> None:

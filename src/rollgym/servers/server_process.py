@@ -5,7 +5,9 @@ The launcher passes everything as one JSON spec in ``ROLLGYM_SERVER_SPEC``
 ready_file``). The process binds 127.0.0.1 on a free port itself (no port races between
 servers), announces the port by writing ``ready_file`` atomically, and serves with uvicorn.
 On SIGTERM it shuts down gracefully, flushes telemetry and writes the telemetry counts to
-``<output_dir>/logs/<name>.telemetry.json`` for the run's summary.
+``<output_dir>/logs/<name>.telemetry.json`` for the run's summary. Before it binds, it checks
+its set-up (:mod:`rollgym.servers.start_checks`): a broken one is a line in its log and in
+``<ready_file>.start-problem``, and exit status 2, with no traceback.
 
 When the driver is gone (``kill -9``; the process was re-parented), nobody waits for its
 answers and the trace store died with the driver: it stops at once (no graceful drain) and
@@ -52,8 +54,14 @@ from rollgym.http.server import create_app
 from rollgym.open_files import raise_open_files_limit
 from rollgym.servers.base import ServerContext
 from rollgym.servers.fork_server import ENV_CONTROL_FD, FORK_SERVER_ARG, run_fork_server
-from rollgym.servers.registry import resolve_impl
 from rollgym.servers.spec import ServeSpec
+from rollgym.servers.start_checks import (
+    EXIT_SETUP,
+    SetupProblem,
+    check_setup,
+    resolve_checked,
+    write_problem,
+)
 from rollgym.telemetry.span_counts import SpanCountRecord, empty_record, write_server_record
 
 #: How often a server checks that the driver that launched it is still there.
@@ -100,8 +108,10 @@ class AppServer:
     """
 
     def __init__(self, spec: ServeSpec, telemetry: object, host: str = "127.0.0.1") -> None:
-        cls = resolve_impl(spec.impl, spec.kind)
+        # its set-up checked before anything is bound: a SetupProblem is one line, no traceback
+        cls = resolve_checked(spec.impl, spec.kind)
         options = cls.Options.model_validate(spec.options)
+        check_setup(spec.impl, cls, options)
         context = ServerContext(
             name=spec.name,
             options=options,
@@ -209,8 +219,13 @@ def main() -> int:
     )
     spec = ServeSpec.from_env()
     raise_open_files_limit(1 << 20)  # one socket per request served: as many as allowed
-    with asyncio.Runner(loop_factory=loop_factory()) as runner:
-        started = runner.run(serve(spec))
+    try:
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            started = runner.run(serve(spec))
+    except SetupProblem as problem:  # said in one line, here and by the launcher
+        log.error("server %r cannot start: %s", spec.name, problem)
+        write_problem(spec.ready_file, problem)
+        return EXIT_SETUP
     if not started:
         log.error("server %r did not start (see the errors above)", spec.name)
         return 1

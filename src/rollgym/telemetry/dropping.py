@@ -45,7 +45,16 @@ _MAX_RETRY_S = 5.0
 class SpanCounts:
     """Thread-safe tallies shared by the processor and its exporter wrapper."""
 
-    __slots__ = ("lock", "accepted", "handed", "exported", "dropped", "unknown", "closed")
+    __slots__ = (
+        "lock",
+        "accepted",
+        "handed",
+        "exported",
+        "dropped",
+        "unknown",
+        "in_flight",
+        "closed",
+    )
 
     def __init__(self) -> None:
         #: Held to read or change several tallies together: the processor, its exporter
@@ -55,14 +64,24 @@ class SpanCounts:
         self.handed = 0
         self.exported = 0
         self.dropped: dict[str, int] = dict.fromkeys(DROP_REASONS, 0)
-        #: Sent, but the backend did not answer in time: it may or may not have stored them.
+        #: Sent, but no answer came: the backend may or may not have stored them.
         self.unknown = 0
+        #: The batch going out now (its request in progress, no answer yet): unknown if the
+        #: tallies close before it has an outcome, since the backend may receive it whole.
+        self.in_flight = 0
         #: Set by :meth:`close`; results that arrive later no longer change the tallies.
         self.closed = False
 
+    def settle_in_flight(self) -> None:
+        """The batch going out gets no answer any more: unknown. Call with ``lock`` held."""
+        if not self.closed:
+            self.unknown += self.in_flight
+        self.in_flight = 0
+
     def close(self) -> None:
-        """Freeze the tallies at shutdown, counting every accepted span that never reached an
-        outcome (still queued, or mid-export to an endpoint that never answered) as dropped.
+        """Freeze the tallies at shutdown: the batch going out (its request in progress) is
+        unknown, and every other accepted span that never reached an outcome (still queued, or
+        waiting to be tried again) is dropped.
 
         Without this, a dead endpoint whose exporter is still retrying when the shutdown time
         limit runs out would lose spans that no counter reports.
@@ -70,6 +89,7 @@ class SpanCounts:
         with self.lock:
             if self.closed:
                 return
+            self.settle_in_flight()
             self.closed = True
             unsent = self.settled_short_of(self.accepted)
             if unsent > 0:
@@ -129,11 +149,17 @@ class _CountingExporter(SpanExporter):
             backoff = min(2 * backoff, _MAX_RETRY_S)
 
     def _attempt(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        counts = self._counts
+        with counts.lock:
+            counts.in_flight = len(spans)  # if the tallies close now, the backend may have them
         try:
             return self._inner.export(spans)
         except Exception as exc:  # an exporter bug must not kill the SDK worker thread
             self._log_failure(f"{type(exc).__name__}: {exc}")
             return SpanExportResult.FAILURE
+        finally:
+            with counts.lock:
+                counts.in_flight = 0
 
     def _log_failure(self, why: str) -> None:
         if not self._failure_logged:

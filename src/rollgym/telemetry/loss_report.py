@@ -8,11 +8,13 @@ and the line under the final table), by reason, because each reason has a differ
   (``telemetry.preset``) helps.
 - ``export_failed``: the backend refused the batches or could not be reached (its first error
   is logged); check the endpoint and its headers.
-- ``shutdown``: still unsent when a process ended; a longer ``telemetry.flush_timeout_s``
-  helps when the backend is slow to start.
-- unknown: the backend did not answer within the request timeout and may have stored them
-  (the batch size halves after each such timeout); a smaller
-  ``telemetry.max_export_batch_size`` or a longer ``OTEL_EXPORTER_OTLP_TIMEOUT`` helps.
+- ``shutdown``: never sent whole by the time a process ended; a longer
+  ``telemetry.flush_timeout_s`` helps when the backend is slow to start or slow to answer.
+- unknown: sent whole, and no answer came (the request timeout ran out, the connection broke
+  after the request went out, or the process ended while it was going out or awaiting its
+  answer): the backend may have stored them, so they are neither delivered nor dropped (the
+  batch size halves after each timeout); a smaller ``telemetry.max_export_batch_size`` or a
+  longer ``OTEL_EXPORTER_OTLP_TIMEOUT`` helps a slow backend.
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ ADVICE = {
     "telemetry.max_queue_size or record fewer spans (telemetry.preset)",
     "export_failed": "the backend refused them or could not be reached (its first error is "
     "in the log): check the endpoint and its headers",
-    "shutdown": "still unsent when a process ended: raise telemetry.flush_timeout_s if the "
-    "backend is slow to start",
+    "shutdown": "never sent whole when a process ended: raise telemetry.flush_timeout_s if "
+    "the backend is slow to start or to answer",
 }
 UNKNOWN_ADVICE = (
-    "the backend did not answer in time and may have stored them: lower "
-    "telemetry.max_export_batch_size or raise OTEL_EXPORTER_OTLP_TIMEOUT"
+    "sent whole with no answer (too slow, or the connection broke), so the backend may have "
+    "stored them: if it is slow, lower telemetry.max_export_batch_size or raise "
+    "OTEL_EXPORTER_OTLP_TIMEOUT"
 )
 
 
@@ -73,7 +76,7 @@ def loss_line(counts: Mapping[str, object]) -> str | None:
     if dropped:
         parts.append(f"{dropped} NOT delivered")
     if unknown:
-        parts.append(f"{unknown} unknown (the backend did not answer in time)")
+        parts.append(f"{unknown} unknown (sent, no answer: the backend may have them)")
     return (
         f"rollgym: telemetry: {', '.join(parts)} (all processes; summary.json telemetry and "
         "warnings say why and what helps)"

@@ -150,6 +150,9 @@ class TelemetryHandle:
                 "dropped",
                 timeout_s,
             )
+        if isinstance(self.processor, SpanShipper) and worker.is_alive():
+            # Its child's last lines first: the batch it was sending is unknown, not dropped.
+            self.processor.stop_now()
         if self.processor is not None:
             self.processor.counts.close()
             _report_loss(self.processor.counts.snapshot())

@@ -36,6 +36,7 @@ from rollgym.identity import (
 )
 from rollgym.policy_versions import ANSWER_KEY, PolicyVersion, is_version, version_range
 from rollgym.telemetry import names, runtime_context
+from rollgym.telemetry._state import state
 from rollgym.telemetry.context import extract_context
 from rollgym.telemetry.current_span import current_span, warn_once
 from rollgym.telemetry.run_session import RUN_SESSION
@@ -304,6 +305,22 @@ def model_chat_span(
         attributes[names.ROLLOUT_ID] = rollout_id
         attributes[names.GEN_AI_CONVERSATION_ID] = rollout_id
     return current_span(names.SPAN_MODEL_CHAT, kind=SpanKind.CLIENT, attributes=attributes)
+
+
+def start_model_chat_span(rollout_id: str | None, model: str, provider: str) -> Span:
+    """``gym.model.chat`` started under the current span but not made current, for a call
+    whose answer outlives the code that sent it (a stream the agent reads later): the caller
+    ends it once the answer is whole. Never raises (the invalid span on a telemetry fault)."""
+    attributes = _genai_attributes(names.GEN_AI_OPERATION_CHAT, model, provider)
+    if rollout_id:
+        attributes[names.ROLLOUT_ID] = rollout_id
+    try:
+        return state.tracer.start_span(
+            names.SPAN_MODEL_CHAT, kind=SpanKind.CLIENT, attributes=attributes
+        )
+    except Exception:
+        warn_once("starting a model span failed")
+        return INVALID_SPAN
 
 
 def _genai_attributes(operation: str, model: str, provider: str) -> dict[str, AttributeValue]:

@@ -3,7 +3,8 @@ engine span (vLLM's ``llm_request``), which carries no ``gym.rollout.id`` of its
 
 Every model call of a rollout goes upstream with ``X-Request-Id: <rollout id>.<turn>``, and
 vLLM builds its request id from that header: ``chatcmpl-<id>`` (chat), ``cmpl-<id>``
-(completions, ``cmpl-<id>-<i>`` per prompt of a batch), ``resp_<id>`` (responses), a
+(completions, ``cmpl-<id>-<i>`` per prompt of a batch), ``resp_<id>_<n>`` (responses, whose
+id the proxy sends in the body as ``resp_<id>``), a
 ``<n>_`` prefix on the sub-requests of parallel sampling, and in recent versions a random
 ``-<hex>`` suffix on its internal id. Its span attribute ``gen_ai.request.id`` holds one of
 these. Where an upstream policy sent another id (a UUID derived from ``<rollout id>.<turn>``),
@@ -23,6 +24,9 @@ _ENGINE_PREFIXES = ("chatcmpl-", "cmpl-", "resp_", "resp-", "embd-", "score-", "
 _SUB_REQUEST = re.compile(r"\d+_")
 #: A ``-<alnum>`` suffix an engine appended after the ``<turn>`` of ``<rollout id>.<turn>``.
 _ENGINE_SUFFIX = re.compile(r"(\.\d+)-[0-9A-Za-z]+$")
+#: vLLM's ``_<n>`` sub-request suffix on a Responses call's id (``resp_<id>_0``), after the
+#: ``<turn>`` or after a sent UUID (whose last group is 12 hex digits).
+_RESPONSES_SUB = re.compile(r"(\.\d+|[0-9a-f]{12})_\d+$")
 
 
 def strip_engine_decorations(engine_id: str) -> str:
@@ -66,7 +70,7 @@ def rollout_of_engine_id(engine_id: str, sent_ids: Mapping[str, str] | None = No
 
     ``sent_ids`` maps ids sent upstream in another form (a UUID) to their rollout.
     """
-    core = strip_engine_decorations(engine_id)
+    core = _RESPONSES_SUB.sub(r"\1", strip_engine_decorations(engine_id))
     if sent_ids:
         for candidate in (engine_id, core, _without_suffix(core)):
             if candidate in sent_ids:

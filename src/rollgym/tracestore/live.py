@@ -20,6 +20,7 @@ import orjson
 #: Seconds without a finished span after which an in-flight rollout counts as stalled.
 DEFAULT_STALL_S = 60.0
 _PROGRESS = "progress.json"
+_SUMMARY = "summary.json"
 
 
 def read_progress(run_dir: Path) -> dict[str, object] | None:
@@ -34,13 +35,24 @@ def read_progress(run_dir: Path) -> dict[str, object] | None:
     if not isinstance(data, dict):
         return None
     data["age_s"] = round(max(0.0, age), 1)
+    data["finished"] = _summary_after(run_dir, path)
     return data
 
 
+def _summary_after(run_dir: Path, progress: Path) -> bool:
+    """Whether the run's session ended: its ``summary.json`` (written once the last
+    ``progress.json`` is) is not older than ``progress.json``. An interrupted run ends with
+    rollouts left of its total, so the counts alone would say it still goes."""
+    try:
+        return (run_dir / _SUMMARY).stat().st_mtime_ns >= progress.stat().st_mtime_ns
+    except OSError:
+        return False
+
+
 def run_going(progress: Mapping[str, object] | None) -> bool:
-    """Whether ``progress.json`` says the run is still going (the viewer's rule too: rollouts
-    left of a known total, or some in flight)."""
-    if progress is None:
+    """Whether ``progress.json`` says the run is still going (the viewer's rule too: not
+    finished, and rollouts left of a known total, or some in flight)."""
+    if progress is None or progress.get("finished") is True:
         return False
     total, completed, failed, in_flight = (
         progress.get(key) for key in ("total", "completed", "failed", "in_flight")

@@ -6,7 +6,6 @@ this module only decides how a person sees them.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -16,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
+from rollgym.printable import printable
 from rollgym.telemetry import names
 from rollgym.tracestore.check import CheckReport
 from rollgym.tracestore.query_rows import RolloutDetail, RolloutsPage, SlowDispatch, SpanRow
@@ -33,19 +33,14 @@ _INLINE = (
 )
 
 
-#: C0 and C1 control characters and DEL: an id may carry ANSI/OSC escapes meant for a terminal.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
 def safe(value: object) -> str:
-    """``value`` as inert text for the console: control characters shown as ``\\x1b``-style
-    escapes, rich markup (``[bold]``, ``[link=...]``, ``[/]``) escaped.
+    """``value`` as inert text for the console: what a terminal would act on shown as
+    ``\\x1b``-style escapes (:func:`rollgym.printable.printable`), rich markup (``[bold]``, ``[link=...]``, ``[/]``) escaped.
 
     Everything printed from the store (ids, names, attribute values) was written by whoever
     could post OTLP, so none of it may reach the terminal as markup or escape sequences.
     """
-    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
-    return escape(text)
+    return escape(printable(value))
 
 
 def _fmt(value: float | None, spec: str = ".3f") -> str:

@@ -88,6 +88,11 @@ def _serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.run_dir is not None and not args.run_dir.is_dir():
+        # a run's folder is made by the run; one made here would be an empty run to show
+        problem = "not a directory" if args.run_dir.exists() else "no such run directory"
+        print(f"rollgym traces serve: --run-dir {args.run_dir}: {problem}", file=sys.stderr)
+        return 2
     db = args.db
     if args.run_dir is not None and args.db == Path("traces.db"):
         db = args.run_dir / "traces.db"

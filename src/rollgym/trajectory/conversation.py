@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, TypedDict
 
+from rollgym.trajectory.messages import same_message
+
 
 class Entry(TypedDict, total=False):
     """One step of the conversation view."""
@@ -52,18 +54,39 @@ def _messages(value: object) -> list[dict[str, Any]]:
     return [m for m in value if isinstance(m, dict)] if isinstance(value, list) else []
 
 
+def _start(turn: Mapping[str, object]) -> int:
+    start = turn.get("messages_start")
+    return start if isinstance(start, int) and start >= 0 else 0
+
+
+def _after(previous: list[dict[str, object]], turn: Mapping[str, object]) -> list[dict[str, Any]]:
+    """The messages a model turn's request had, then its answer, ``previous`` being the
+    messages before it (the previous request's and its answer)."""
+    request = previous[: _start(turn)] + _messages(turn.get("messages"))
+    message = turn.get("message")
+    return [*request, message] if isinstance(message, dict) else request
+
+
 def full_messages(trajectory: Mapping[str, object]) -> list[dict[str, object]]:
     """Every message of the rollout's last model call, then that call's answer."""
     previous: list[dict[str, object]] = []
     for turn in _turns(trajectory):
-        if turn.get("type") != "model":
-            continue
-        start = turn.get("messages_start")
-        start = start if isinstance(start, int) and start >= 0 else 0
-        request = previous[:start] + _messages(turn.get("messages"))
-        message = turn.get("message")
-        previous = [*request, message] if isinstance(message, dict) else request
+        if turn.get("type") == "model":
+            previous = _after(previous, turn)
     return previous
+
+
+def _resent(previous: list[dict[str, object]], turn: Mapping[str, object]) -> int:
+    """How many of a turn's first new messages are messages already shown, sent again in
+    another spelling (a trajectory recorded before such spellings were recognised stored
+    them as new)."""
+    start = _start(turn)
+    count = 0
+    for index, message in enumerate(_messages(turn.get("messages")), start):
+        if index >= len(previous) or not same_message(previous[index], message):
+            break
+        count += 1
+    return count
 
 
 def _last_model_turn(trajectory: Mapping[str, object]) -> dict[str, object] | None:
@@ -92,7 +115,7 @@ def _usage(turn: Mapping[str, object], key: str) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def _model_entries(turn: dict[str, Any], skip_tool_messages: bool) -> list[Entry]:
+def _model_entries(turn: dict[str, Any], skip_tool_messages: bool, resent: int = 0) -> list[Entry]:
     cut = {
         item.get("message"): item.get("bytes")
         for item in turn.get("truncated_messages") or []
@@ -100,6 +123,8 @@ def _model_entries(turn: dict[str, Any], skip_tool_messages: bool) -> list[Entry
     }
     entries: list[Entry] = []
     for index, message in enumerate(_messages(turn.get("messages"))):
+        if index < resent:
+            continue  # shown already, as the message it repeats
         role = str(message.get("role", "?"))
         if role == "tool" and skip_tool_messages:
             continue  # shown as the tool turn that produced it, with its arguments
@@ -144,10 +169,13 @@ def conversation(trajectory: Mapping[str, object]) -> list[Entry]:
     """The rollout in order: messages, each model answer, each tool call, the verification."""
     entries: list[Entry] = []
     tool_since_model = False
+    previous: list[dict[str, object]] = []
     for turn in _turns(trajectory):
         kind = turn.get("type")
         if kind == "model":
-            entries += _model_entries(turn, skip_tool_messages=tool_since_model)
+            resent = _resent(previous, turn)
+            entries += _model_entries(turn, tool_since_model, resent)
+            previous = _after(previous, turn)
             tool_since_model = False
         elif kind == "tool":
             tool: Entry = {

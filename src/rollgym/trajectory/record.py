@@ -23,9 +23,9 @@ from operator import itemgetter
 from typing import Any, Literal, TypeVar
 
 import rollgym.policy_versions as policy_versions
+from rollgym.trajectory.completeness import INCOMPLETE, STREAM_INCOMPLETE, incomplete_reason
+from rollgym.trajectory.messages import same_message
 
-#: Marks a streamed answer whose stream ended before ``[DONE]`` (see ``trajectory.stream``).
-STREAM_INCOMPLETE = "stream_incomplete"
 #: Header on ``POST /run`` through which the driver asks for a trajectory: ``turns`` or
 #: ``tokens`` (turns plus the engine's token ids and log-probabilities).
 CAPTURE_HEADER = "X-Rollgym-Capture"
@@ -47,8 +47,12 @@ TOKEN_REQUEST_FIELDS: dict[str, object] = {
     "logprobs": True,
     "top_logprobs": 0,
 }
+#: The key that marks a request made through another API than chat completions (on the
+#: request the recorder is given, and on its turn), and its one value so far.
+API_KEY = "api"
+RESPONSES_API = "responses"
 #: Request keys that are the conversation; the rest (sampling, token capture) are params.
-_NOT_PARAMS = frozenset(("messages", "tools", "model", "stream"))
+_NOT_PARAMS = frozenset(("messages", "tools", "model", "stream", API_KEY))
 #: Default of the most UTF-8 bytes one tool output (or message text) keeps in a trajectory.
 TOOL_OUTPUT_MAX_BYTES = 64 * 1024
 #: Turn fields held as compact arrays while the rollout runs, lists once written.
@@ -82,6 +86,17 @@ def _common_prefix(left: Iterable[object], right: Iterable[object]) -> int:
     count = 0
     for a, b in zip(left, right, strict=False):
         if a != b:
+            break
+        count += 1
+    return count
+
+
+def _common_messages(left: Iterable[object], right: Iterable[object]) -> int:
+    """How many messages two conversations share from the start, a message matching its own
+    other spelling (an SDK's ``model_dump(exclude_none=True)`` of the recorded answer)."""
+    count = 0
+    for a, b in zip(left, right, strict=False):
+        if not same_message(a, b):
             break
         count += 1
     return count
@@ -163,6 +178,11 @@ def cut_text(text: str, max_bytes: int) -> tuple[str, int] | None:
     return data[:max_bytes].decode("utf-8", "ignore"), len(data)
 
 
+def _index_of(entry: object) -> int:
+    index = entry.get("index") if isinstance(entry, dict) else None
+    return index if isinstance(index, int) else 0
+
+
 def _plain(turn: dict[str, object]) -> dict[str, object]:
     """A model turn with its compact token arrays as lists (what JSON writes)."""
     if "prompt_ids" not in turn and "logprobs" not in turn:
@@ -197,6 +217,12 @@ class TrajectoryRecorder:
         self._prefix_ok = True
         self._usage = {"prompt_tokens": 0, "completion_tokens": 0}
         self._model_calls = 0
+        #: Model calls recorded with an answer that was not whole (``completeness``).
+        self.incomplete = 0
+        #: The previous model turn while it has other choices, and how many messages its
+        #: request had: where the next request shows which choice the agent kept.
+        self._last_turn: dict[str, object] | None = None
+        self._last_request_length = 0
 
     @property
     def tokens(self) -> bool:
@@ -212,11 +238,19 @@ class TrajectoryRecorder:
             return
         self.turns.append(turn)
 
-    def model_call(self, request: Mapping[str, object], answer: Mapping[str, object]) -> None:
-        """One chat completion: ``request`` is the body posted, ``answer`` the engine's reply."""
+    def model_call(
+        self,
+        request: Mapping[str, object],
+        answer: Mapping[str, object],
+        *,
+        request_id: str | None = None,
+    ) -> None:
+        """One chat completion: ``request`` is the body posted, ``answer`` the engine's reply,
+        ``request_id`` the ``X-Request-Id`` it was sent with (``<rollout id>.<turn>``)."""
         sent = request.get("messages")
         messages: list[object] = list(sent) if isinstance(sent, list | tuple) else []
-        start = _common_prefix(self._messages, messages)
+        self._settle_choice(messages)
+        start = _common_messages(self._messages, messages)
         kept, cut = self._bounded(messages[start:])
         turn: dict[str, object] = {
             "type": "model",
@@ -224,6 +258,8 @@ class TrajectoryRecorder:
             "messages_start": start,
             "messages": kept,
         }
+        if request_id is not None:
+            turn["request_id"] = request_id
         if cut:
             turn["truncated_messages"] = cut
         tools = request.get("tools")
@@ -232,19 +268,25 @@ class TrajectoryRecorder:
             self._tools = tools
         params = {k: v for k, v in request.items() if k not in _NOT_PARAMS}
         turn["params"] = params
-        choices = answer.get("choices")
-        choice = choices[0] if isinstance(choices, list) and choices else {}
-        if not isinstance(choice, dict):
-            choice = {}
+        found = answer.get("choices")
+        choices = [c for c in found if isinstance(c, dict)] if isinstance(found, list) else []
+        choice = choices[0] if choices else {}
         message = choice.get("message")
         turn["response_id"] = answer.get("id")
         model = answer.get("model") or request.get("model")
         if isinstance(model, str):
             turn["model"] = model  # the engine's name for it; the request's when it says none
+        if request.get(API_KEY) == RESPONSES_API:  # recorded as the chat call it amounts to
+            turn[API_KEY] = RESPONSES_API
+            turn["status"] = answer.get("status")
         if request.get("stream"):
             turn["streamed"] = True  # joined from its chunks (trajectory.stream)
             if answer.get(STREAM_INCOMPLETE):
                 turn[STREAM_INCOMPLETE] = True
+        reason = incomplete_reason(answer)
+        if reason is not None:
+            turn[INCOMPLETE] = reason  # never recorded as a whole answer
+            self.incomplete += 1
         turn["message"] = message
         turn["finish_reason"] = choice.get("finish_reason")
         usage = answer.get("usage")
@@ -259,9 +301,82 @@ class TrajectoryRecorder:
                 turn[key] = answer[key]
         if self.tokens:
             self._record_tokens(turn, answer, choice, bool(params.get("top_logprobs")))
+        if len(choices) > 1:
+            turn["n"] = len(choices)
+            turn["chosen"] = choice.get("index", 0)
+            turn["other_choices"] = [self._choice_entry(c, i) for i, c in enumerate(choices) if i]
+        self._last_turn = turn if len(choices) > 1 else None
+        self._last_request_length = len(messages)
         self._messages = [*messages, message] if isinstance(message, dict) else messages
         self._model_calls += 1
         self._add(turn)
+
+    def _choice_entry(self, choice: Mapping[str, object], position: int) -> dict[str, object]:
+        """A choice not kept as the turn's ``message``, as captured."""
+        ids = _token_ids(choice.get("token_ids")) if self.tokens else None
+        content = _logprob_content(choice) if self.tokens else None
+        index = choice.get("index")
+        return {
+            "index": index if isinstance(index, int) else position,
+            "message": choice.get("message"),
+            "finish_reason": choice.get("finish_reason"),
+            "completion_ids": ids.tolist() if ids is not None else None,
+            "logprobs": _logprobs_of(content).tolist() if content is not None else None,
+        }
+
+    def _settle_choice(self, messages: list[object]) -> None:
+        """Which choice of the previous call the agent kept: the one this request carries
+        where the previous request ended. When it is not the one kept as ``message``, the two
+        trade places (tokens included), so ``message`` is always what the conversation went
+        on with and the token sequence follows it."""
+        turn, self._last_turn = self._last_turn, None
+        if turn is None or len(messages) <= self._last_request_length:
+            return
+        carried = messages[self._last_request_length]
+        if same_message(carried, turn.get("message")):
+            return
+        others = turn.get("other_choices")
+        if not isinstance(others, list):
+            return
+        for position, other in enumerate(others):
+            if isinstance(other, dict) and same_message(carried, other.get("message")):
+                self._trade(turn, others, position, other)
+                return
+
+    def _trade(
+        self,
+        turn: dict[str, object],
+        others: list[object],
+        position: int,
+        other: dict[str, object],
+    ) -> None:
+        """Make ``other`` (``others[position]``) the turn's kept choice, the kept one an other."""
+        was: dict[str, object] = {"index": turn.get("chosen", 0)}
+        for key in ("message", "finish_reason", "completion_ids", "logprobs"):
+            value = turn.get(key)
+            was[key] = value.tolist() if isinstance(value, array) else value
+        turn["chosen"] = other["index"]
+        turn["message"] = other["message"]
+        turn["finish_reason"] = other["finish_reason"]
+        ids, logprobs = other.get("completion_ids"), other.get("logprobs")
+        for key in ("top_tokens", "top_logprobs", "logprobs_mismatch"):
+            turn.pop(key, None)  # they described the choice that is no longer kept
+        if "logprobs" in turn:
+            turn["logprobs"] = array("d", logprobs) if isinstance(logprobs, list) else None
+        if "completion_ids" in turn:
+            completion = _token_ids(ids)
+            turn["completion_ids"] = completion
+            if self._pieces and completion is not None:
+                self._length += len(completion) - len(self._pieces[-1])
+                self._pieces[-1] = completion
+            else:  # the kept choice's tokens are unknown: the next prompt cannot be checked
+                self._pieces = None
+        others[position] = was
+        others.sort(key=_index_of)
+        if isinstance(was["message"], dict):
+            self._messages[-1] = turn["message"]
+        else:
+            self._messages.append(turn["message"])
 
     def _bounded(self, messages: list[object]) -> tuple[list[object], list[dict[str, int]]]:
         """``messages`` with each text over the cap replaced by a cut copy, and which were cut
@@ -379,6 +494,8 @@ class TrajectoryRecorder:
         }
         if self.tokens:
             data["prefix_ok"] = self._prefix_ok
+        if self.incomplete:
+            data["incomplete_calls"] = self.incomplete
         if self.dropped_turns:
             data["dropped_turns"] = self.dropped_turns
         if self.truncated:

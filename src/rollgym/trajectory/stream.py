@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from rollgym.trajectory.record import STREAM_INCOMPLETE
+from rollgym.trajectory.completeness import STREAM_INCOMPLETE
 
 _DONE = b"[DONE]"
 
@@ -91,15 +91,12 @@ class _Choice:
         return choice
 
 
-class ChatStreamJoiner:
-    """Fed a chat completion's SSE bytes in any pieces; :meth:`answer` is the joined answer."""
+class SseJoiner:
+    """Server-sent events fed in any pieces; each complete event's ``data`` goes to
+    :meth:`_data` (a subclass's), ``data: [DONE]`` sets :attr:`done`."""
 
     def __init__(self) -> None:
         self._pending = b""
-        self._head: dict[str, object] = {}
-        self._choices: dict[int, _Choice] = {}
-        self._usage: object = None
-        self._prompt_ids: object = None
         #: The stream ended with ``data: [DONE]`` (a stream cut short has not).
         self.done = False
 
@@ -120,11 +117,32 @@ class ChatStreamJoiner:
             self.done = True
             return
         try:
-            chunk = orjson.loads(payload)
+            data = orjson.loads(payload)
         except orjson.JSONDecodeError:
-            return  # not a chunk; the SDK reports a broken stream to the agent itself
-        if isinstance(chunk, dict):
-            self._chunk(chunk)
+            return  # not an event; the SDK reports a broken stream to the agent itself
+        if isinstance(data, dict):
+            self._data(data)
+
+    def _data(self, data: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def answer(self) -> dict[str, Any]:
+        """The answer the events add up to, as a ``chat.completion`` (what the recorder takes)."""
+        raise NotImplementedError
+
+
+class ChatStreamJoiner(SseJoiner):
+    """Fed a chat completion's SSE bytes in any pieces; :meth:`answer` is the joined answer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._head: dict[str, object] = {}
+        self._choices: dict[int, _Choice] = {}
+        self._usage: object = None
+        self._prompt_ids: object = None
+
+    def _data(self, data: dict[str, Any]) -> None:
+        self._chunk(data)
 
     def _chunk(self, chunk: dict[str, Any]) -> None:
         if not self._head:

@@ -20,6 +20,7 @@ from typing import Any
 
 from rollgym.policy_versions import ANSWER_KEY, ENGINE_KEY, PolicyVersion, is_version
 from rollgym.server_timing import ENGINE, SANDBOX, Timings
+from rollgym.trajectory.completeness import incomplete_reason
 
 #: The key the usage travels under in a rollout's answer; the driver removes it.
 USAGE_KEY = "rollgym_usage"
@@ -38,6 +39,7 @@ class UsageTally:
         "cached_tokens",
         "model_calls",
         "model_s",
+        "incomplete_calls",
         "policy_versions",
         "engine_versions",
         "timings",
@@ -50,6 +52,9 @@ class UsageTally:
         self.cached_tokens: int | None = None
         self.model_calls = 0
         self.model_s = 0.0
+        #: Model calls whose answer was not whole (cut stream, no finish reason, usage that
+        #: disagrees with the tokens): see ``trajectory.completeness``.
+        self.incomplete_calls = 0
         #: The policy version each model call ran under, in call order (a call whose model
         #: server stamped none is left out); the driver's staleness check reads these.
         self.policy_versions: list[PolicyVersion] = []
@@ -64,6 +69,8 @@ class UsageTally:
         self.model_calls += 1
         if seconds is not None and seconds > 0:
             self.model_s += seconds
+        if incomplete_reason(answer) is not None:
+            self.incomplete_calls += 1
         version = answer.get(ANSWER_KEY)
         if is_version(version):
             self.policy_versions.append(version)
@@ -89,6 +96,8 @@ class UsageTally:
         }
         if self.cached_tokens is not None:
             data["cached_tokens"] = self.cached_tokens
+        if self.incomplete_calls:
+            data["incomplete_calls"] = self.incomplete_calls
         for name, key in ((ENGINE, "engine_s"), (SANDBOX, "sandbox_s")):
             seconds = self.timings.get(name)
             if seconds is not None:

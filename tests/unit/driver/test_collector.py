@@ -164,3 +164,14 @@ async def test_interrupt_records_in_flight_as_cancelled(agent: LoopbackAgent) ->
     kinds = sorted(getattr(o, "error_kind", "ok") for o in outcomes)
     assert kinds == ["cancelled"] * 4 + ["ok"]
     assert len(collector.in_flight) == 0
+
+
+async def test_an_id_a_terminal_cannot_carry_is_refused_at_its_row(agent: LoopbackAgent) -> None:
+    rows = [{"q": 0, "rollout_id": "tâche-1"}, {"q": 1, "rollout_id": "x\x1b[2J\nfake"}]
+    async with Collector({"solver": agent.url}, agent="solver") as collector:
+        outcomes = await collect_all(collector.stream(rows))
+    good = _by_id(outcomes)["tâche-1"]
+    assert isinstance(good, RolloutResult)
+    (bad,) = [o for o in outcomes if isinstance(o, RolloutFailure)]
+    assert bad.error_kind == "invalid_row" and bad.line == 2 and bad.rollout_id is None
+    assert bad.message.startswith("<rows>:2: field 'rollout_id': character U+001B")

@@ -5,8 +5,10 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from rich.console import Console
+
 from rollgym.driver.progress import FailureEcho, resume_line
-from rollgym.driver.report import _rate, nothing_completed_line
+from rollgym.driver.report import _rate, nothing_completed_line, nothing_left_line, print_report
 from rollgym.driver.summary import Aggregator, Summary
 
 
@@ -62,3 +64,40 @@ def test_a_run_that_completed_nothing_warns() -> None:
     assert nothing_completed_line(_summary(1, 3)) is None
     assert nothing_completed_line(_summary(0, 0)) is None
     assert nothing_completed_line(_summary(0, 3, "interrupted")) is None
+
+
+def test_a_rerun_with_nothing_left_but_failures_names_retry_failed() -> None:
+    rerun = _summary(2, 3)
+    rerun.rollouts_per_s = None
+    line = nothing_left_line(rerun)
+    assert line is not None and "3 of them as failed" in line and "run.retry_failed=true" in line
+    assert "run.retry_failed=true" in _rate(rerun)
+    clean = _summary(2, 0)
+    clean.rollouts_per_s = None
+    assert nothing_left_line(clean) is None
+    assert nothing_left_line(_summary(2, 3)) is None  # this session ran something
+
+
+HOSTILE = "x\x1b[2J\x1b]0;pwned\x07\nrollgym: all good, 0 failed [bold]\u202e"
+
+
+def test_the_first_failure_line_prints_id_and_message_escaped() -> None:
+    out = io.StringIO()
+    FailureEcho(out).failed("http_5xx", HOSTILE, HOSTILE)
+    text = out.getvalue()
+    assert text.count("\n") == 1 and "\x1b" not in text and "\u202e" not in text
+    assert text.startswith("rollgym: failure (http_5xx) x\\x1b[2J\\x1b]0;pwned\\x07\\n")
+
+
+def test_the_end_of_run_report_prints_config_and_server_text_escaped() -> None:
+    summary = _summary(1, 1)
+    summary.by_dispatch_name = {HOSTILE: summary.by_dispatch_name["a"]}
+    summary.warnings = [HOSTILE]
+    summary.output_dir = HOSTILE
+    summary.run_id = HOSTILE
+    out = io.StringIO()
+    print_report(summary, Console(file=out, width=400, force_terminal=False))
+    text = out.getvalue()
+    assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text
+    assert not any(line.startswith("rollgym: all good") for line in text.splitlines())
+    assert "[bold]" in text  # shown, not read as markup

@@ -45,3 +45,19 @@ async def test_a_replica_the_supervisor_saw_die_is_held_out_by_the_drivers_clien
         assert {target.pick() for _ in range(6)} == set(replicas)
         changed("other", False)  # not a replica of a launched server: nothing to do
         assert target.held == set()
+
+
+def test_the_input_is_a_regular_file_or_dev_null(tmp_path: Path) -> None:
+    import os
+
+    from rollgym.driver.job import input_problem
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("{}\n")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert input_problem(rows) is None
+    assert input_problem(Path(os.devnull)) is None
+    assert input_problem(tmp_path / "missing") == "does not exist"
+    assert input_problem(tmp_path) == "is a directory, not a JSONL file"
+    assert (input_problem(fifo) or "").startswith("is a named pipe, not a regular file")

@@ -16,7 +16,14 @@ from rollgym.driver.retry import InFlight, RetryPolicy, run_rollout
 from rollgym.driver.rows import Rollout, Target, TaskRow
 from rollgym.driver.summary import Aggregator, Summary
 from rollgym.driver.version_file import follow_version_file, read_version
-from rollgym.policy_versions import VersionOrder, parse_version, version_range
+from rollgym.policy_versions import (
+    FLOOR_HEADER,
+    VersionOrder,
+    parse_floor,
+    parse_version,
+    supersedes,
+    version_range,
+)
 
 
 def test_lag_of_ints_and_labels() -> None:
@@ -234,3 +241,26 @@ def test_the_collector_tells_every_model_replica_and_skips_a_server_without_the_
     assert first == second == [1, "step-2", 3]
     assert engine == [1]  # told once, then left out
     assert current == 3
+
+
+def test_each_set_gives_dispatches_a_newer_floor() -> None:
+    """The header a dispatch carries: the version set last and when, later for each set."""
+    clock = PolicyClock()
+    assert clock.floor_headers is None  # nothing set: a dispatch carries no floor
+    clock.set(5)
+    first, first_ns = clock.floor_headers, clock.set_ns
+    assert first is not None and parse_floor(first[FLOOR_HEADER]) == (5, first_ns)
+    clock.set(5)
+    assert clock.set_ns > first_ns  # set again: a later floor, even within one clock tick
+    clock.set("step-6")
+    assert clock.floor_headers is not None
+    assert parse_floor(clock.floor_headers[FLOOR_HEADER]) == ("step-6", clock.set_ns)
+    assert parse_floor("[1, 2]") is None and parse_floor('{"version": true, "set_ns": 1}') is None
+
+
+def test_the_version_set_later_wins() -> None:
+    assert supersedes(1, 10, None, 0)  # nothing held
+    assert supersedes(0, 20, 9, 10)  # set later: wins even when smaller (a new run)
+    assert not supersedes(9, 5, 3, 10)  # set earlier (a late push): loses even when larger
+    assert supersedes(4, 10, 3, 10)  # same set time (the engine bumped): the larger int
+    assert not supersedes("b", 10, "a", 10)

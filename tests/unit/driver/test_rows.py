@@ -49,6 +49,11 @@ def test_blank_lines_do_not_count_as_tasks_but_lines_are_physical(tmp_path: Path
         ('{"agent": 3}', "agent", "expected a string"),
         ('{"task_id": {"taskset": 1, "task_id": "a"}}', "task_id", "expected {'taskset'"),
         ('{"task_id": [1]}', "task_id", "expected {'taskset'"),
+        ('{"rollout_id": "a\\nrollgym: all good"}', "rollout_id", "character U+000A at position 1"),
+        ('{"rollout_id": "x\\u001b[2J"}', "rollout_id", "character U+001B at position 1"),
+        ('{"rollout_id": "nul\\u0000"}', "rollout_id", "character U+0000 at position 3"),
+        ('{"rollout_id": "c1\\u009b"}', "rollout_id", "character U+009B"),
+        ('{"rollout_id": "\\u202egnp.exe"}', "rollout_id", "character U+202E at position 0"),
     ],
 )
 def test_each_bad_line_names_file_line_and_field(

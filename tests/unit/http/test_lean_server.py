@@ -345,26 +345,37 @@ class QuickLean(LeanHttpToolsProtocol):
 
 def test_one_timer_holds_both_the_keep_alive_and_the_read_deadline() -> None:
     """An idle kept-alive connection closes after keep-alive, a stalled request after the read
-    limit, and a connection that keeps sending whole requests is never cut short."""
-    config = uvicorn.Config(
-        _app(), log_level="critical", http=QuickLean, ws="none", timeout_keep_alive=2
-    )
-    with uvicorn_in_thread(config) as (port, _):
-        with socket.create_connection(("127.0.0.1", port), timeout=PATIENCE_S) as conn:
-            for _ in range(8):  # 8 x 0.2 s: longer than either limit, each request whole
-                conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-                assert conn.recv(4096).startswith(b"HTTP/1.1 200 OK")
-                time.sleep(0.2)
-            started = time.monotonic()
-            assert conn.recv(4096) == b""  # then idle: closed by the keep-alive
-            assert 1.5 < time.monotonic() - started + 0.2 < PATIENCE_S
-        with socket.create_connection(("127.0.0.1", port), timeout=PATIENCE_S) as conn:
+    limit, and a connection that keeps sending whole requests is never cut short.
+
+    Bounds that a loaded machine cannot miss: the keep-alive is timed from a moment surely
+    before the server armed it (the last request's send), and the read limit is told apart
+    from a keep-alive far longer than the test waits, not by a narrow window."""
+    with (
+        uvicorn_in_thread(_quick_lean(keep_alive_s=2)) as (port, _),
+        socket.create_connection(("127.0.0.1", port), timeout=PATIENCE_S) as conn,
+    ):
+        for _ in range(8):  # 8 x 0.2 s: longer than either limit, each request whole
+            sent = time.monotonic()
             conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
             assert conn.recv(4096).startswith(b"HTTP/1.1 200 OK")
-            conn.sendall(b"GET /health HTTP/1.1\r\nHo")  # half a head: the read limit
-            started = time.monotonic()
-            assert conn.recv(4096) == b""
-            assert time.monotonic() - started < 1.8  # before the keep-alive would have
+            time.sleep(0.2)
+        assert conn.recv(4096) == b""  # then idle: closed by the keep-alive
+        assert 1.9 < time.monotonic() - sent < PATIENCE_S
+    with (
+        uvicorn_in_thread(_quick_lean(keep_alive_s=int(3 * PATIENCE_S))) as (port, _),
+        socket.create_connection(("127.0.0.1", port), timeout=PATIENCE_S) as conn,
+    ):
+        conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert conn.recv(4096).startswith(b"HTTP/1.1 200 OK")
+        conn.sendall(b"GET /health HTTP/1.1\r\nHo")  # half a head: only the read limit
+        assert conn.recv(4096) == b""  # closes it, long before the keep-alive would
+
+
+def _quick_lean(keep_alive_s: int) -> uvicorn.Config:
+    """The test app on the lean protocol with a 0.5 s read limit and the given keep-alive."""
+    return uvicorn.Config(
+        _app(), log_level="critical", http=QuickLean, ws="none", timeout_keep_alive=keep_alive_s
+    )
 
 
 ARITH = [{"role": "user", "content": "Compute: 2 + 3\nReply with 'Answer: <number>'."}]

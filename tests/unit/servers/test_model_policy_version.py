@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import rollgym.policy_versions as policy_versions
 from rollgym.builtins.models.simulated import SimulatedModel
 from rollgym.trajectory.tokens import token_sequence
 
@@ -80,3 +81,38 @@ def test_token_versions_follow_the_turns_and_the_engines_spans() -> None:
     assert sequence is not None
     assert sequence.completion_ids == [3, 4, 5, 6, 7]
     assert sequence.token_versions == ["1", "2", "2", None, "2"]
+
+
+async def test_a_calls_floor_is_the_least_it_is_stamped_with(serving, client) -> None:
+    """A call carrying its dispatch's floor is stamped with it when the server holds an older
+    version (the push is late) or none; the server holds it from then on; a push or a floor
+    set earlier than what the server holds changes nothing, whatever its value."""
+    floor = policy_versions.FLOOR_HEADER
+    async with serving(SimulatedModel.build("policy", FAST)) as url:
+        chat = url + "/v1/chat/completions"
+        first = await client.post_json(
+            "policy", chat, ASK, headers={floor: policy_versions.encode_floor(3, 300)}
+        )
+        assert first.data["policy_version"] == 3  # nothing held yet: the floor
+        late = await client.post_json(
+            "policy", url + "/policy_version", {"version": 2, "set_ns": 200}
+        )
+        assert late.status == 200 and late.data == {"version": 3}  # an older push: ignored
+        plain = await client.post_json("policy", chat, ASK)
+        assert plain.data["policy_version"] == 3  # held since the floor
+        older = await client.post_json(
+            "policy", chat, ASK, headers={floor: policy_versions.encode_floor(1, 100)}
+        )
+        assert older.data["policy_version"] == 3  # an older dispatch's floor: not lowered
+        label = policy_versions.encode_floor("étape-4", 400)
+        assert label.isascii()  # a header carries it whatever the label holds
+        newer = await client.post_json("policy", chat, ASK, headers={floor: label})
+        assert newer.data["policy_version"] == "étape-4"  # set later: a label replaces an int
+        restart = await client.post_json("policy", url + "/policy_version", {"version": 0})
+        assert restart.data == {"version": 0}  # set now (no set_ns): a new run may go back to 0
+        broken = await client.post_json("policy", chat, ASK, headers={floor: "not json"})
+        assert broken.status == 200 and broken.data["policy_version"] == 0
+        bad = await client.post_json(
+            "policy", url + "/policy_version", {"version": 1, "set_ns": "soon"}
+        )
+        assert bad.status == 400 and bad.data["field"] == "set_ns"

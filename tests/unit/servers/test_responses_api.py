@@ -384,7 +384,8 @@ async def test_proxy_forwards_the_body_as_is_with_trace_context(serving, client,
             "proxy", url + "/v1/responses", body, headers={"X-Request-Id": "2-0.4"}
         )
     assert answer.status == 200, answer.data
-    assert answer.data["received"] == {**body, "model": "served"}
+    # the id goes in the header and, for vLLM (which reads it only there), in the body
+    assert answer.data["received"] == {**body, "model": "served", "request_id": "resp_2-0.4"}
     assert answer.data["request_id"] == "2-0.4"
     client_span = next(s for s in exporter.get_finished_spans() if s.name == "POST /v1/responses")
     trace_id = format(client_span.context.trace_id, "032x")

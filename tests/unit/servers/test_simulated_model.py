@@ -197,3 +197,22 @@ async def test_engine_span_reports_queue_first_token_and_e2e_latency(serving, cl
         assert 0.09 <= prefill < 0.2 and 0.09 <= decode < 0.2
         assert inference == pytest.approx(prefill + decode)
         assert inference == pytest.approx(attributes[names.GEN_AI_LATENCY_E2E] - queued)
+
+
+@pytest.mark.parametrize("header", ["t%C3%A2che-1.3", "tâche-1.3"], ids=["encoded", "raw-utf8"])
+async def test_a_non_ascii_request_id_names_its_rollout(serving, client, header):
+    """rollgym sends a non-ASCII id percent-encoded; a client sending raw UTF-8 is read as
+    UTF-8, not as the Latin-1 an ASGI server hands over."""
+    from rollgym.telemetry.setup import install_for_tests
+
+    exporter = InMemorySpanExporter()
+    install_for_tests(exporter)
+    async with serving(SimulatedModel.build("policy", fast_model_options())) as url:
+        await client.post_json(
+            "policy",
+            url + "/v1/chat/completions",
+            {"messages": ARITH},
+            headers={"X-Request-Id": header},
+        )
+    engine = [s for s in exporter.get_finished_spans() if s.name == names.SPAN_ENGINE_REQUEST]
+    assert engine and engine[0].attributes[names.ROLLOUT_ID] == "tâche-1"

@@ -133,10 +133,10 @@ def test_timed_out_batches_are_unknown_and_later_ones_smaller(receiver: SlowRece
 def test_the_batch_size_halves_to_a_floor_and_the_timeout_grows_to_a_cap() -> None:
     size = child.BatchSize(512, 10.0)
     for _ in range(10):
-        size.timed_out()
+        size.timed_out(size.spans)
     assert (size.spans, size.timeout_s) == (child.MIN_BATCH, 10.0 * child.MAX_TIMEOUT_FACTOR)
     tiny = child.BatchSize(8, 1.0)
-    tiny.timed_out()
+    tiny.timed_out(tiny.spans)
     assert tiny.spans == 8  # never raised to the floor
 
 

@@ -197,7 +197,10 @@ def test_an_endpoint_that_never_answers_never_holds_the_caller():
     assert _settle(handle, 10.0), "shutdown hung on an endpoint that never answered"
     counts = handle.counts()
     assert counts["spans_exported"] == 0
-    assert counts["spans_dropped"] == 2008
+    # the batch it was stuck on went out whole: the endpoint may have it, so it is unknown
+    # (and so is one sent whole on a connection the closing endpoint then reset)
+    assert counts["spans_unknown"] >= 8
+    assert counts["spans_dropped"] + counts["spans_unknown"] == 2008
     assert handle.dropped_by_reason()["queue_full"] > 0
 
 

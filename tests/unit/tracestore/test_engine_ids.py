@@ -14,9 +14,13 @@ from rollgym.tracestore.engine_ids import rollout_of_engine_id, strip_engine_dec
         ("cmpl-3-0-a1.0", "3-0-a1"),  # completions, an attempt after the first
         ("cmpl-3-0.4-1", "3-0"),  # completions, one prompt of a batch
         ("resp_custom.v1.3", "custom.v1"),  # responses; a rollout id with a dot in it
+        ("resp_3-0.2_0", "3-0"),  # responses by the body's request_id: vLLM's sub-request
+        ("resp_3-0_1.2_1", "3-0_1"),  # ... of a rollout id with an underscore in it
         ("0_chatcmpl-3-0.2", "3-0"),  # a sub-request of parallel sampling
         ("chatcmpl-3-0.2-1a2b3c4d", "3-0"),  # a random suffix on the internal id
         ("3-0.7", "3-0"),  # the id as sent, undecorated
+        ("chatcmpl-t%C3%A2che-1.0", "tâche-1"),  # a non-ASCII id travels percent-encoded
+        ("chatcmpl-walk-%F0%9F%9A%80-r1.2-1a2b3c4d", "walk-🚀-r1"),
         ("chatcmpl-9d0c6a3e2b7f41c8", None),  # vLLM's own random id: names no rollout
         ("chatcmpl-", None),
         ("", None),
@@ -32,6 +36,7 @@ def test_an_id_sent_as_a_uuid_maps_back_through_the_model_span() -> None:
     assert rollout_of_engine_id(f"chatcmpl-{sent}", mapping) == "7-1"
     assert rollout_of_engine_id(f"chatcmpl-{sent}-1a2b3c4d", mapping) == "7-1"
     assert rollout_of_engine_id(f"chatcmpl-{sent}") is None
+    assert rollout_of_engine_id(f"resp_{sent}_0", mapping) == "7-1"  # a Responses call
 
 
 def test_strip_keeps_what_was_sent() -> None:

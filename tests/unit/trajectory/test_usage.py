@@ -27,6 +27,7 @@ def test_tally_sums_tokens_and_counts_cached_only_where_said() -> None:
         "cached_tokens": 8,
         "model_calls": 4,
         "model_s": 0.75,
+        "incomplete_calls": 4,  # not one of them had a choice with a finish reason
     }
 
 

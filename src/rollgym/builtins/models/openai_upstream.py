@@ -9,7 +9,23 @@ How the request id goes upstream is the ``request_id`` option (:class:`RequestId
 ``header`` sends ``X-Request-Id: <rollout id>.<turn>``; ``uuid`` sends a UUID derived from it
 (engines such as llama.cpp's Python server refuse anything else); ``none`` sends nothing;
 ``auto`` (default) sends the header and, when the upstream refuses it with a 400, retries once
-with the UUID and keeps the UUID form from then on.
+with the UUID and keeps the UUID form from then on. ``auto`` decides on its first call: calls
+that arrive while it is deciding wait for that one answer, so no more than one call is ever
+refused. A Responses call also carries the id in its body (``request_id: resp_<id>``), the
+field vLLM takes on ``/v1/responses`` where it ignores the header, so the engine's own spans
+name the rollout; an upstream that refuses the field gets the call again without it, and
+never again.
+
+Besides chat completions and responses, the proxy serves the legacy ``/v1/completions`` (text
+and token-id prompts, streamed or not, attributed and stamped like chat) and vLLM's
+``/tokenize`` and ``/detokenize`` (passed to the upstream's root; an upstream without them is
+a 501 saying so). Every answer passes the upstream's own headers on (vLLM's
+``x-request-id``...), never a hop-by-hop one or one the proxy writes itself.
+
+A call the proxy's caller abandons (its connection closed: a rollout timed out, its agent
+died) is cancelled by the server (:mod:`rollgym.http.disconnect`), and cancelling the
+upstream call closes its connection, streamed or not: vLLM aborts a request whose client
+went away, so an abandoned rollout's generation stops at the engine.
 
 Streaming (``stream: true``) is passed through from the upstream as it arrives. The Responses
 API is forwarded to the upstream's ``/v1/responses``; an upstream without that route (a 404
@@ -23,6 +39,7 @@ in a log line, an error or a span: every upstream text is scrubbed of it before 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import time
@@ -35,6 +52,7 @@ from pydantic import Field, model_validator
 from rollgym.servers import (
     HEADER_REQUEST_ID,
     ChatRequest,
+    CompletionRequest,
     HTTPError,
     ModelServer,
     RequestTimeout,
@@ -42,6 +60,8 @@ from rollgym.servers import (
     TransportError,
     gate,
     is_uuid,
+    pass_headers,
+    policy_versions,
     server_timing,
     upstream_uuid,
     wire_messages,
@@ -49,7 +69,34 @@ from rollgym.servers import (
 
 _KEY_LIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-*.]{6,}|Bearer\s+\S+)")
 _CHAT = "/chat/completions"
+_COMPLETIONS = "/completions"
 _RESPONSES = "/responses"
+#: The body field vLLM reads a Responses call's request id from (it ignores X-Request-Id there).
+_BODY_ID = "request_id"
+#: Answer headers never passed on: hop-by-hop ones (RFC 9110 7.6.1), those that describe the
+#: upstream's own framing of the body, and those the proxy writes itself.
+_NOT_PASSED = frozenset(
+    (
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "content-length",
+        "content-type",
+        "content-encoding",
+        "date",
+        "server",
+        "set-cookie",
+        server_timing.HEADER.lower(),
+        policy_versions.HEADER.lower(),
+    )
+)
 #: ``gen_ai.provider.name`` of the upstream: it speaks the OpenAI API.
 _PROVIDER = "openai"
 #: How much of an upstream's error text is passed on.
@@ -98,6 +145,10 @@ class OpenAIUpstream(ModelServer):
         self.id_policy: RequestIdPolicy = self.upstream.request_id
         #: Whether the upstream has ``/v1/responses``; None until it has told.
         self.native_responses: bool | None = None
+        #: Whether the upstream takes a Responses call's id in its body; None until it has told.
+        self.body_ids: bool | None = None
+        #: Held by the one call that decides ``auto``; the others wait for its answer.
+        self._deciding = asyncio.Lock()
 
     @property
     def upstream(self) -> OpenAIUpstreamOptions:
@@ -139,7 +190,7 @@ class OpenAIUpstream(ModelServer):
         if self.native_responses is False:
             return await super().respond(body, request_id, rollout_id)
         try:
-            answer = await self._forward(_RESPONSES, body, request_id, rollout_id)
+            answer = await self._forward(_RESPONSES, body, request_id, rollout_id, id_in_body=True)
         except _NoRoute:
             self.native_responses = False
             return await super().respond(body, request_id, rollout_id)
@@ -163,8 +214,9 @@ class OpenAIUpstream(ModelServer):
     ) -> AsyncIterator[bytes]:
         if self.native_responses is not False:
             try:
+                relay = _Relay(drop_usage_chunk=False)
                 async for chunk in self._stream(
-                    _RESPONSES, body, request_id, rollout_id, _Relay(drop_usage_chunk=False)
+                    _RESPONSES, body, request_id, rollout_id, relay, id_in_body=True
                 ):
                     yield chunk
                 self.native_responses = True
@@ -173,6 +225,48 @@ class OpenAIUpstream(ModelServer):
                 self.native_responses = False
         async for chunk in super().response_events(body, request_id, rollout_id):
             yield chunk
+
+    async def complete_text(
+        self, request: CompletionRequest, request_id: str | None, rollout_id: str | None
+    ) -> dict[str, Any]:
+        body = request.model_dump(exclude_none=True)
+        body.pop("stream", None)
+        return await self._forward(_COMPLETIONS, body, request_id, rollout_id)
+
+    async def completion_events(
+        self, request: CompletionRequest, request_id: str | None, rollout_id: str | None
+    ) -> AsyncIterator[bytes]:
+        body = request.model_dump(exclude_none=True)
+        body["stream_options"] = {**(request.stream_options or {}), "include_usage": True}
+        relay = _Relay(drop_usage_chunk=not request.usage_in_stream)
+        async for chunk in self._stream(_COMPLETIONS, body, request_id, rollout_id, relay):
+            yield chunk
+
+    async def tokenize(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
+        """vLLM's ``/tokenize`` / ``/detokenize``, at the upstream's root (beside ``/v1``)."""
+        destination, base = self._target()
+        root = base.removesuffix("/v1")
+        try:
+            response = await self.client.post_json(
+                destination,
+                root + route,
+                {**body, "model": self.upstream.model},
+                timeout=self.upstream.timeout_s,
+                headers=self._headers(None),
+                route=route,
+            )
+        except TransportError as exc:
+            raise self._unreachable(exc) from None
+        pass_headers(_passable(response.headers))
+        if response.status == 200 and isinstance(response.data, dict):
+            return response.data
+        if response.status in (404, 405):
+            raise HTTPError(
+                501,
+                f"the upstream model server has no {route} (it answered HTTP {response.status})",
+            )
+        detail = response.data if response.data is not None else response.text
+        raise self._refusal(route, response.status, detail)
 
     # --- the upstream call ---------------------------------------------------------------------
 
@@ -199,6 +293,38 @@ class OpenAIUpstream(ModelServer):
         if self.id_policy == "auto" and request_id and sent and not is_uuid(request_id):
             self.id_policy = "uuid" if sent != request_id else "header"
 
+    async def _decision(self, request_id: str | None) -> _Decision:
+        """While ``auto`` is undecided, the one call that decides (the others wait here until
+        it has: then they send the form it found, at once)."""
+        if self.id_policy != "auto" or request_id is None or is_uuid(request_id):
+            return _Decision(None)
+        await self._deciding.acquire()
+        if self.id_policy != "auto":  # decided while this call waited
+            self._deciding.release()
+            return _Decision(None)
+        return _Decision(self._deciding)
+
+    async def _post(
+        self,
+        destination: str,
+        url: str,
+        body: Mapping[str, object],
+        sending: _Sending,
+        sent_id: str | None,
+        id_in_body: bool,
+    ) -> Any:
+        """One upstream POST; a Responses call carries its id in the body too (vLLM reads it
+        there), unless the upstream refused that field once: then it is sent without it."""
+        post = self.client.post_json
+        if id_in_body and sent_id and self.body_ids is not False and _BODY_ID not in body:
+            response = await post(
+                destination, url, {**body, _BODY_ID: f"resp_{sent_id}"}, **sending
+            )
+            if not _refuses_body_id(response.status, response.data, response.text):
+                return response
+            self.body_ids = False
+        return await post(destination, url, body, **sending)
+
     def _sending(self, route: str, sent_id: str | None) -> _Sending:
         """How one upstream call is sent, alike for an answer and a stream."""
         return {
@@ -216,29 +342,42 @@ class OpenAIUpstream(ModelServer):
         return headers
 
     async def _forward(
-        self, route: str, body: Mapping[str, object], request_id: str | None, rollout_id: str | None
+        self,
+        route: str,
+        body: Mapping[str, object],
+        request_id: str | None,
+        rollout_id: str | None,
+        *,
+        id_in_body: bool = False,
     ) -> dict[str, object]:
         """POST ``body`` (its ``model`` replaced) to the upstream's ``route``; its answer."""
         body = {**body, "model": self.upstream.model}
         with _model_span(rollout_id, self.upstream.model) as span:
             destination, base = self._target()
-            tries = list(self._ids_to_try(request_id))
-            for attempt, sent_id in enumerate(tries):
-                try:
-                    response = await self.client.post_json(
-                        destination, base + route, body, **self._sending(route, sent_id)
-                    )
-                except TransportError as exc:
-                    raise self._unreachable(exc) from None
-                if response.status == 400 and attempt + 1 < len(tries):
-                    continue  # perhaps the request id: try the next form
-                if response.status == 200 and isinstance(response.data, dict):
-                    self._learn(request_id, sent_id)
-                    _record(span, request_id, sent_id, response.data, None)
-                    _note_engine_timings(response.data)
-                    return response.data
-                detail = response.data if response.data is not None else response.text
-                raise self._refusal(route, response.status, detail)
+            decision = await self._decision(request_id)
+            try:
+                tries = list(self._ids_to_try(request_id))
+                for attempt, sent_id in enumerate(tries):
+                    sending = self._sending(route, sent_id)
+                    try:
+                        response = await self._post(
+                            destination, base + route, body, sending, sent_id, id_in_body
+                        )
+                    except TransportError as exc:
+                        raise self._unreachable(exc) from None
+                    if response.status == 400 and attempt + 1 < len(tries):
+                        continue  # perhaps the request id: try the next form
+                    pass_headers(_passable(response.headers))
+                    if response.status == 200 and isinstance(response.data, dict):
+                        self._learn(request_id, sent_id)
+                        decision.release()
+                        _record(span, request_id, sent_id, response.data, None)
+                        _note_engine_timings(response.data)
+                        return response.data
+                    detail = response.data if response.data is not None else response.text
+                    raise self._refusal(route, response.status, detail)
+            finally:
+                decision.release()
         raise AssertionError("unreachable: at least one request id form is tried")
 
     async def _stream(
@@ -248,31 +387,48 @@ class OpenAIUpstream(ModelServer):
         request_id: str | None,
         rollout_id: str | None,
         relay: _Relay,
+        *,
+        id_in_body: bool = False,
     ) -> AsyncIterator[bytes]:
-        """The upstream's event stream, line by line as it arrives."""
+        """The upstream's event stream, line by line as it arrives. Leaving it early (the
+        caller gone) closes the upstream connection: the engine aborts the generation."""
         body = {**body, "model": self.upstream.model, "stream": True}
         with _model_span(rollout_id, self.upstream.model) as span:
             destination, base = self._target()
-            tries = list(self._ids_to_try(request_id))
-            for attempt, sent_id in enumerate(tries):
-                try:
-                    async with self.client.stream(
-                        destination, base + route, body, **self._sending(route, sent_id)
-                    ) as response:
-                        if response.status == 400 and attempt + 1 < len(tries):
-                            continue
-                        if response.status != 200:
-                            raw = await response.read()
-                            raise self._refusal(route, response.status, _decoded(raw))
-                        self._learn(request_id, sent_id)
-                        async for line in response.content:
-                            kept = relay.see(line)
-                            if kept:
-                                yield kept
-                except TransportError as exc:
-                    raise self._unreachable(exc) from None
-                _record(span, request_id, sent_id, relay.answer, relay.first_token_s)
-                return
+            decision = await self._decision(request_id)
+            try:
+                tries = list(self._ids_to_try(request_id))
+                attempt = 0
+                while True:
+                    sent_id = tries[attempt]
+                    with_id = bool(id_in_body and sent_id and self.body_ids is not False)
+                    sent_body = {_BODY_ID: f"resp_{sent_id}", **body} if with_id else body
+                    try:
+                        async with self.client.stream(
+                            destination, base + route, sent_body, **self._sending(route, sent_id)
+                        ) as response:
+                            if response.status != 200:
+                                detail = _decoded(await response.read())
+                                if with_id and _refuses_body_id(response.status, detail, ""):
+                                    self.body_ids = False
+                                    continue  # the same id, without the body field
+                                if response.status == 400 and attempt + 1 < len(tries):
+                                    attempt += 1
+                                    continue  # perhaps the request id: try the next form
+                                raise self._refusal(route, response.status, detail)
+                            self._learn(request_id, sent_id)
+                            decision.release()
+                            pass_headers(_passable(response.headers))
+                            async for line in response.content:
+                                kept = relay.see(line)
+                                if kept:
+                                    yield kept
+                    except TransportError as exc:
+                        raise self._unreachable(exc) from None
+                    _record(span, request_id, sent_id, relay.answer, relay.first_token_s)
+                    return
+            finally:
+                decision.release()
 
     # --- errors --------------------------------------------------------------------------------
 
@@ -305,6 +461,37 @@ class _Sending(TypedDict):
     timeout: float
     headers: dict[str, str]
     route: str
+
+
+class _Decision:
+    """The ``auto`` request-id decision one call holds (or nothing to hold): released once,
+    as soon as the call's answer has decided, or when the call ends undecided."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self, lock: asyncio.Lock | None) -> None:
+        self._lock = lock
+
+    def release(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
+
+
+def _passable(headers: Mapping[str, str] | None) -> dict[str, str]:
+    """The upstream's answer headers the proxy passes on (see :data:`_NOT_PASSED`)."""
+    if not headers:
+        return {}
+    return {name: value for name, value in headers.items() if name.lower() not in _NOT_PASSED}
+
+
+def _refuses_body_id(status: int, data: object, text: str) -> bool:
+    """Whether an upstream's 400 refuses the ``request_id`` body field (OpenAI: "Unknown
+    parameter: 'request_id'"), not something else of the request."""
+    if status != 400:
+        return False
+    detail = _detail_text(data if data is not None else text)
+    return _BODY_ID in detail
 
 
 class _NoRoute(Exception):
@@ -381,7 +568,11 @@ def _has_token(event: dict[str, Any]) -> bool:
     ):
         return True
     for choice in event.get("choices") or []:
-        delta = choice.get("delta") or {} if isinstance(choice, dict) else {}
+        if not isinstance(choice, dict):
+            continue
+        if choice.get("text"):  # a legacy completion's chunk
+            return True
+        delta = choice.get("delta") or {}
         if delta.get("content") or delta.get("tool_calls"):
             return True
     return False

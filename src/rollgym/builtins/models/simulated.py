@@ -1,6 +1,6 @@
 """The simulated policy model server: OpenAI-compatible, deterministic, cheap, GPU-free.
 
-Answers chat completions with text or tool calls from :mod:`policy`, ``usage`` (and, when
+Answers chat completions (and legacy completions, vLLM-shaped) with text or tool calls from :mod:`policy`, ``usage`` (and, when
 asked, vLLM's token ids and log-probabilities) from :mod:`toy_tokenizer`, ``id = "chatcmpl-<request id>"``, after a sampled latency (``asyncio.sleep``: no CPU
 is burnt, so thousands of rollouts can be in flight). Everything random is seeded from a
 stable hash (blake2b) of the request id, and "correct or not" from the rollout id, so a rerun
@@ -32,6 +32,8 @@ from rollgym.builtins.models.schema_args import non_object_arguments
 from rollgym.builtins.models.vllm_fields import with_vllm_fields
 from rollgym.servers import (
     ChatRequest,
+    CompletionRequest,
+    HTTPError,
     ModelServer,
     ServerOptions,
     gate,
@@ -197,6 +199,58 @@ class SimulatedModel(ModelServer):
             {"version": str(now), "start": cut, "end": tokens},
         ]
 
+    async def complete_text(
+        self, request: CompletionRequest, request_id: str | None, rollout_id: str | None
+    ) -> dict[str, Any]:
+        """A legacy completion, as vLLM answers one (``cmpl-<request id>``, a ``text`` per
+        choice, ``usage``): the policy plays the prompt as one user message. A token-id
+        prompt cannot be read back by the toy tokenizer: the policy plays an empty message,
+        and the usage counts the ids given."""
+        text, id_count = _prompt_text(request.prompt)
+        chat = ChatRequest.model_validate(
+            {
+                "messages": [{"role": "user", "content": text}],
+                "return_token_ids": bool((request.model_extra or {}).get("return_token_ids")),
+                "n": request.n,
+                "max_tokens": request.max_tokens or None,
+                "temperature": request.temperature,
+                "top_p": request.top_p,
+            }
+        )
+        request_id = request_id or uuid.uuid4().hex
+        answer: dict[str, Any] = await self.complete(chat, request_id, rollout_id)
+        usage = dict(answer.get("usage") or {})
+        if id_count is not None:
+            usage["prompt_tokens"] = id_count
+            usage["total_tokens"] = id_count + int(usage.get("completion_tokens") or 0)
+        token_ids = bool((request.model_extra or {}).get("return_token_ids"))
+        return {
+            "id": f"cmpl-{request_id}",
+            "object": "text_completion",
+            "created": answer.get("created"),
+            "model": answer.get("model"),
+            "choices": [
+                {
+                    "index": choice["index"],
+                    "text": choice["message"].get("content") or "",
+                    "logprobs": None,
+                    "finish_reason": choice["finish_reason"],
+                    "stop_reason": None,
+                    "token_ids": choice.get("token_ids") if token_ids else None,
+                    "prompt_logprobs": None,
+                    "prompt_token_ids": None,
+                    "routed_experts": None,
+                }
+                for choice in answer["choices"]
+            ],
+            "service_tier": None,
+            "system_fingerprint": answer.get("system_fingerprint"),
+            "usage": usage,
+            "kv_transfer_params": None,
+            "ec_transfer_params": None,
+            "metrics": None,
+        }
+
     def model_names(self) -> list[str]:
         return [self.sim_options.model_name]
 
@@ -296,3 +350,19 @@ def _choice(
         message = {"role": "assistant", "content": cut}
         finish_reason = "length"
     return {"index": index, "message": message, "finish_reason": finish_reason}
+
+
+def _prompt_text(prompt: object) -> tuple[str, int | None]:
+    """(the text the policy plays, the number of prompt token ids given, if ids); one prompt
+    a request (a batch is refused with one line)."""
+    if isinstance(prompt, str):
+        return prompt, None
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        return prompt[0], None
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        return "", len(prompt)
+    raise HTTPError(
+        400,
+        "the simulated model answers one prompt a request: 'prompt' must be a string or one "
+        "list of token ids",
+    )

@@ -48,6 +48,9 @@ def build_process_pipeline(
         max_queue_size=settings.max_queue_size,
         max_export_batch_size=settings.max_export_batch_size,
         schedule_delay_ms=settings.schedule_delay_ms,
+        # the run's own trace store keeps each span once: a batch whose connection broke
+        # after it went out is sent again there instead of counted unknown
+        idempotent=settings.to_local_store,
     )
     provider = RecordingTracerProvider(
         shipper.on_end,

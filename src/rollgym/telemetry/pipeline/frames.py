@@ -15,8 +15,11 @@ import struct
 from typing import Any, BinaryIO
 
 HEADER = struct.Struct(">I")
-#: Sent by the parent at its flush limit: from then on the child tries every batch once.
+#: Sent by the parent near its flush limit: from then on the child tries every batch once.
 STOP_RETRYING = signal.SIGUSR1
+#: Sent by the parent at its flush limit: the child breaks off the post in progress, says
+#: what became of it, and ends (before the parent's SIGKILL, which would leave that unknown).
+STOP_NOW = signal.SIGTERM
 
 
 def frame(payload: bytes) -> bytes:

@@ -13,14 +13,17 @@ two daemon threads:
 
 - the *writer* takes up to ``max_export_batch_size`` packed records at a time and writes them
   to the child's stdin as one frame; a full pipe blocks only this thread;
-- the *reader* reads the child's ``ok n`` / ``fail n`` / ``unknown n`` lines and counts them
-  (``unknown``: the backend did not answer a request in time; it may have stored it).
+- the *reader* reads the child's lines (:mod:`.child`) and counts them: ``ok n`` delivered,
+  ``fail n`` dropped, ``unknown n`` sent with no answer (the backend may have stored it),
+  ``unsent n`` dropped at shutdown; ``sending n`` marks the batch going out now, which is
+  what the counts call unknown if the child ends before it says more.
 
-Loss is counted, never hidden and never blocking: a full queue drops the new span
-(``queue_full``); a batch the child could not deliver, or one written to a child that died,
-is ``export_failed``; whatever is still unresolved when the shutdown limit runs out is
-``shutdown`` (:class:`ShipperCounts`). Memory is bounded by ``max_queue_size`` records here,
-one frame in the pipe and one batch in the child.
+Loss is counted, never hidden and never blocking, and never called a loss when the backend may
+have the spans: a full queue drops the new span (``queue_full``); a batch the backend refused
+or that could not reach it, or one written to a child that died, is ``export_failed``; what
+never went out by the shutdown limit is ``shutdown``; the batch going out or awaiting its
+answer when the child is stopped (or dies) is ``unknown`` (:class:`ShipperCounts`). Memory is
+bounded by ``max_queue_size`` records here, one frame in the pipe and one batch in the child.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from rollgym.telemetry.dropping import (
     SpanCounts,
 )
 from rollgym.telemetry.pipeline.exporter_process import start_exporter
-from rollgym.telemetry.pipeline.frames import HEADER, STOP_RETRYING, pack_record
+from rollgym.telemetry.pipeline.frames import HEADER, STOP_NOW, STOP_RETRYING, pack_record
 from rollgym.telemetry.pipeline.recording import clean_attributes
 from rollgym.telemetry.pipeline.records import ATTRIBUTES, EVENTS, LINKS, STATUS_CODE, SpanRecord
 
@@ -75,21 +78,40 @@ def clean_record(record: SpanRecord) -> SpanRecord:
 #: handed (else from shutdown), so a driver that shuts down after its servers did does not
 #: wait the same seconds again.
 SHUTDOWN_PROBE_S = 8.0
+#: How long before the flush limit the child is told to stop (STOP_NOW), and how long it gets
+#: before it is killed: time to break off its post and say what became of it.
+STOP_NOW_S = 1.0
 
 
 class ShipperCounts(SpanCounts):
-    """``SpanCounts`` whose ``accepted`` also includes the records still queued here.
+    """``SpanCounts`` whose ``accepted`` also includes the records still queued here, and
+    which knows the batch the child is sending.
 
     The hot path does not count accepted spans (that would need a lock per span); the writer
     counts a batch as accepted when it takes it, and :meth:`close` adds what is still queued,
-    so everything that never reached an outcome is counted as dropped at shutdown.
+    so everything that never went out is counted as dropped at shutdown. ``in_flight`` is the
+    batch the child said it is sending (``sending n``) and has not answered for yet: at the
+    end it is unknown, never dropped, since the backend may have received it whole.
     """
 
-    __slots__ = ("_queued",)
+    __slots__ = ("_queued", "_unsent")
 
     def __init__(self, queued: deque[bytes]) -> None:
         super().__init__()
         self._queued = queued
+        #: Accepted spans already counted dropped as ``shutdown`` (they have their outcome).
+        self._unsent = 0
+
+    def drop_accepted(self, reason: str, n: int) -> None:
+        """``n`` accepted spans certainly not delivered. Call with ``lock`` held."""
+        if self.closed:
+            return
+        self.dropped[reason] += n
+        if reason == REASON_SHUTDOWN:
+            self._unsent += n
+
+    def settled_short_of(self, n: int) -> int:
+        return super().settled_short_of(n) - self._unsent
 
     def close(self) -> None:
         with self.lock:
@@ -114,6 +136,7 @@ class SpanShipper:
         max_export_batch_size: int = SPAN_EXPORT_BATCH_SIZE,
         schedule_delay_ms: float = SPAN_SCHEDULE_DELAY_MS,
         command: list[str] | None = None,
+        idempotent: bool = False,
     ) -> None:
         #: Packed records (:func:`~rollgym.telemetry.pipeline.frames.pack_record`), oldest first.
         self._queue: deque[bytes] = deque()
@@ -135,6 +158,9 @@ class SpanShipper:
         self._closed = False
         self._io_lock = threading.Lock()
         self._dead = False
+        #: Set when this process ends the child (:meth:`stop_now`): what it never sent is then
+        #: lost to the shutdown, not to an export failure.
+        self._stopped_child = False
         self._child = start_exporter(command)  # forked where safe, else spawned
         assert self._child.stdin is not None and self._child.stdout is not None
         self._stdin: IO[bytes] = self._child.stdin
@@ -146,6 +172,7 @@ class SpanShipper:
             "compression": compression,
             "resource": dict(resource),
             "batch": self._batch,
+            "idempotent": idempotent,
         }
         self._write_frame(marshal.dumps(config))
         self._writer = threading.Thread(
@@ -204,7 +231,8 @@ class SpanShipper:
             frame = marshal.dumps(batch)  # a list of bytes: copied, never refused
             with self._io_lock:
                 if self._dead:
-                    self._count_drop(REASON_EXPORT_FAILED, n)
+                    with counts.lock:
+                        counts.drop_accepted(self._lost_reason(), n)
                     continue
                 with counts.lock:
                     counts.handed += n
@@ -212,8 +240,11 @@ class SpanShipper:
                     self._write_frame(frame)
                 except (OSError, ValueError):  # the child died (broken pipe) or stdin closed
                     self._dead = True
-                    _log.warning("span exporter process is gone; further spans are dropped")
-                    self._unresolved_failed()
+                    if not self._stopped_child:
+                        _log.warning("span exporter process is gone; further spans are dropped")
+                    # What it was handed and never answered is settled by the reader once it
+                    # has read the child's last lines (settled here, a batch the child still
+                    # answered for would count twice).
 
     def _write_frame(self, frame: bytes) -> None:
         self._stdin.write(HEADER.pack(len(frame)))
@@ -224,7 +255,7 @@ class SpanShipper:
     def _read_loop(self, stdout: IO[bytes]) -> None:
         counts = self.counts
         for line in stdout:
-            verdict, _, number = line.partition(b" ")
+            word, _, number = line.partition(b" ")
             try:
                 n = int(number)
             except ValueError:
@@ -232,26 +263,41 @@ class SpanShipper:
             with counts.lock:
                 if counts.closed:
                     continue
-                if verdict == b"ok":
+                if word == b"sending":
+                    counts.in_flight = n
+                    continue
+                counts.in_flight = 0
+                if word == b"ok":
                     counts.exported += n
-                elif verdict == b"unknown":
+                elif word == b"unknown":
                     counts.unknown += n
-                else:
-                    counts.dropped[REASON_EXPORT_FAILED] += n
+                elif word == b"unsent":
+                    counts.drop_accepted(REASON_SHUTDOWN, n)
+                elif word == b"fail":
+                    counts.drop_accepted(REASON_EXPORT_FAILED, n)
+                # "retrying": the attempt failed with nothing stored; the batch goes again
         with self._io_lock:  # the child is gone: what it was given and never answered is lost
             if not self._dead and not self._stopping:
                 _log.warning("span exporter process exited; further spans are dropped")
             self._dead = True
             self._unresolved_failed()
 
+    def _lost_reason(self) -> str:
+        """Why spans the child never sent are lost: this process stopped the child at its
+        flush limit, or the child died by itself."""
+        return REASON_SHUTDOWN if self._stopped_child else REASON_EXPORT_FAILED
+
     def _unresolved_failed(self) -> None:
+        """The child is gone: the batch it was sending is unknown, the rest it was handed and
+        never sent is dropped."""
         counts = self.counts
         with counts.lock:
             if counts.closed:
                 return
+            counts.settle_in_flight()
             unresolved = counts.settled_short_of(counts.handed)
             if unresolved > 0:
-                counts.dropped[REASON_EXPORT_FAILED] += unresolved
+                counts.drop_accepted(self._lost_reason(), unresolved)
 
     # --- lifecycle ----------------------------------------------------------------------------
     def flush(self, timeout_s: float) -> bool:
@@ -314,17 +360,33 @@ class SpanShipper:
             self.gave_up_on_endpoint = True
             with contextlib.suppress(OSError):
                 self._child.send_signal(STOP_RETRYING)
+        # At the limit itself the child is told to stop (it says what became of the batch it
+        # was sending), and killed only if it does not within STOP_NOW_S.
+        stop_at = end - min(STOP_NOW_S, 0.1 * limit)
         self._wake.set()
         self._writer.join(max(0.0, end - grace - time.monotonic()))
         if not self._finished_by(end - grace):
             with contextlib.suppress(OSError):
                 self._child.send_signal(STOP_RETRYING)
-            if not self._finished_by(end):
+            if not self._finished_by(stop_at):
                 _log.warning("span exporter process did not finish within %.1fs; stopped", limit)
-                self._child.kill()
-                self._child.wait()
+                self.stop_now(max(0.0, end - time.monotonic()))
         self._writer.join(max(0.0, end - time.monotonic()))
         self._reader.join(max(0.1, end - time.monotonic()))
+
+    def stop_now(self, within_s: float = STOP_NOW_S) -> None:
+        """End the child now: STOP_NOW, so it says what became of the batch it was sending, and
+        SIGKILL if it has not ended ``within_s``; then wait (bounded) for its last lines, so the
+        counts are final. Called at the flush limit, and by the telemetry handle when its own
+        limit ran out first."""
+        if not self._finished_by(time.monotonic()):
+            self._stopped_child = True
+            with contextlib.suppress(OSError):
+                self._child.send_signal(STOP_NOW)
+            if not self._finished_by(time.monotonic() + within_s):
+                self._child.kill()
+                self._child.wait()
+        self._reader.join(STOP_NOW_S)
 
     def _endpoint_down(self, within_s: float) -> bool:
         """At shutdown, with spans still unanswered: does nothing accept a connection, even

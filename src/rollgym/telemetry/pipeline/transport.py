@@ -11,15 +11,28 @@ bundle, proxies from the environment, ``~/.netrc`` credentials) still goes throu
 (:func:`requests_session`). :func:`transport_for` chooses, once per child.
 
 Both answer the same three ways: a status code, :class:`NoAnswer` (the request was sent whole
-and no answer came within the read timeout: the backend may have stored it) or
-:class:`NotSent` (nothing reached the backend, or the connection broke: worth trying again).
+and no answer came: the backend may have stored it) or :class:`NotSent` (the request did not
+reach the backend whole: worth trying again). Why a broken connection after the whole request
+went out is :class:`NoAnswer` and not :class:`NotSent`: the backend may have read and stored it
+before the connection broke, so trying again could store it twice, and calling it lost would be
+a lie. A kept-alive connection the backend closed while it was idle is found out before the
+next request goes out on it (:func:`_closed_by_peer`, as urllib3 does), so that ordinary case
+is a new connection, not an unknown.
+
+:meth:`Transport.abort` is for the exporter child's signal handlers (the parent's limit, the
+parent's death): it breaks the connection so that a post blocked on a backend returns at once,
+and a post half sent fails as :class:`NotSent` (the backend never gets a whole request).
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
+import select
+import socket
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -35,14 +48,43 @@ class NotSent(Exception):
 
 
 class NoAnswer(Exception):
-    """Sent whole, no answer within the read timeout; sending it again could store it twice."""
+    """Sent whole, no answer; sending it again could store it twice.
+
+    ``timed_out``: the read timeout ran out (a slow backend: the child sends less per request
+    from then on), rather than the connection breaking after the request went out."""
+
+    def __init__(self, timed_out: bool = True) -> None:
+        super().__init__("no answer in time" if timed_out else "connection lost after sending")
+        self.timed_out = timed_out
+
+
+class _ClosedWithoutAnswer(NoAnswer):
+    """The connection was closed after the request went out, before any answer."""
+
+    def __init__(self) -> None:
+        super().__init__(timed_out=False)
+
+
+def _nothing() -> None:
+    pass
 
 
 class Transport(Protocol):
     """One POST of an encoded request; see the module docstring for the answers."""
 
-    def post(self, body: bytes, headers: dict[str, str], timeout: tuple[float, float]) -> int:
-        """The answer's status; raises :class:`NoAnswer` or :class:`NotSent`."""
+    def post(
+        self,
+        body: bytes,
+        headers: dict[str, str],
+        timeout: tuple[float, float],
+        on_sent: Callable[[], None] = _nothing,
+    ) -> int:
+        """The answer's status; raises :class:`NoAnswer` or :class:`NotSent`. ``on_sent`` is
+        called once the whole request went out, before the answer is awaited."""
+        ...
+
+    def abort(self) -> None:
+        """Break the connection of a post in progress (called from a signal handler)."""
         ...
 
 
@@ -56,22 +98,46 @@ class PlainHttp:
         self._port = parts.port or 80
         self._target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self._connection: http.client.HTTPConnection | None = None
+        #: Set by :meth:`abort`: the post in progress is not tried again on a new connection.
+        self._aborted = False
 
-    def post(self, body: bytes, headers: dict[str, str], timeout: tuple[float, float]) -> int:
+    def post(
+        self,
+        body: bytes,
+        headers: dict[str, str],
+        timeout: tuple[float, float],
+        on_sent: Callable[[], None] = _nothing,
+    ) -> int:
         connection = self._connection
         reused = connection is not None and connection.sock is not None
+        self._aborted = False
         try:
-            return self._exchange(body, headers, timeout)
-        except NotSent:
-            if not reused:
+            return self._exchange(body, headers, timeout, on_sent)
+        except (NotSent, _ClosedWithoutAnswer):
+            if not reused or self._aborted:
                 raise
-        # The backend closed the kept-alive connection while it was idle: it never saw this
-        # request, so it goes again at once on a new connection (what urllib3 does too).
-        return self._exchange(body, headers, timeout)
+        # The kept-alive connection broke as this request went out on it, without a byte of an
+        # answer: the backend had closed it while it was idle (its close crossed our request),
+        # so it never read this request, which goes again at once on a new connection, as
+        # every HTTP client does. On a new connection the same is an unknown.
+        return self._exchange(body, headers, timeout, on_sent)
 
-    def _exchange(self, body: bytes, headers: dict[str, str], timeout: tuple[float, float]) -> int:
+    def _exchange(
+        self,
+        body: bytes,
+        headers: dict[str, str],
+        timeout: tuple[float, float],
+        on_sent: Callable[[], None],
+    ) -> int:
         connect_s, read_s = timeout
         connection = self._connection
+        if (
+            connection is not None
+            and connection.sock is not None
+            and _closed_by_peer(connection.sock)
+        ):
+            self.close()  # closed while idle: it never sees this request; a new connection
+            connection = None
         try:
             if connection is None or connection.sock is None:
                 connection = self._connection = http.client.HTTPConnection(
@@ -84,21 +150,45 @@ class PlainHttp:
         except (OSError, http.client.HTTPException) as exc:
             self.close()
             raise NotSent(type(exc).__name__) from None
+        # The whole request is out (in the kernel's buffer, on its way): from here on the
+        # backend may store it, whatever becomes of the answer.
+        on_sent()
         try:
             answer = connection.getresponse()
             answer.read()
         except TimeoutError:
             self.close()
-            raise NoAnswer from None
-        except (OSError, http.client.HTTPException) as exc:
+            raise NoAnswer(timed_out=True) from None
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
             self.close()
-            raise NotSent(type(exc).__name__) from None
+            raise _ClosedWithoutAnswer from None
+        except (OSError, http.client.HTTPException):
+            self.close()
+            raise NoAnswer(timed_out=False) from None
         return answer.status
 
     def close(self) -> None:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+
+    def abort(self) -> None:
+        self._aborted = True
+        connection = self._connection
+        sock = None if connection is None else connection.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """Whether an idle kept-alive connection has something to read: the backend closed it (or
+    sent bytes nobody asked for); either way it is not fit for the next request."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
 
 
 class RequestsHttp:
@@ -111,15 +201,26 @@ class RequestsHttp:
         self._url = url
         self._session = requests_session(url)
 
-    def post(self, body: bytes, headers: dict[str, str], timeout: tuple[float, float]) -> int:
+    def post(
+        self,
+        body: bytes,
+        headers: dict[str, str],
+        timeout: tuple[float, float],
+        on_sent: Callable[[], None] = _nothing,
+    ) -> int:
         requests = self._requests
+        on_sent()  # requests does not say when the body went out: from the start, then
         try:
             answer = self._session.post(self._url, data=body, headers=headers, timeout=timeout)
         except requests.ReadTimeout:
-            raise NoAnswer from None
+            raise NoAnswer(timed_out=True) from None
         except requests.RequestException as exc:
             raise NotSent(type(exc).__name__) from None
         return int(answer.status_code)
+
+    def abort(self) -> None:
+        """Nothing to break from a signal handler here: requests holds its connection out of
+        reach; the parent's limit (SIGKILL) ends a post that hangs, counted as unknown."""
 
 
 def requests_session(url: str) -> requests.Session:

@@ -32,6 +32,11 @@ async function overview() {
     ...Object.entries(data.outcomes).map(([k, v]) => card(`outcome ${k}`, v)));
   if (data.summary) {
     for (const key of ["requested", "completed", "failed"]) cards.append(card(key, data.summary[key]));
+    const g = data.summary.groups;  // repeats > 1: how many groups teach a GRPO trainer nothing
+    if (g && g.groups) {
+      cards.append(el("a", { href: "#/groups", id: "groups-card", class: "card-link" },
+        card("zero-variance groups ›", `${g.zero_variance} / ${g.groups}`)));
+    }
   }
   app.append(el("section", {}, el("h2", {}, "Run ", data.run_ids.join(", ")), cards));
   const runs = await runsSection();
@@ -202,6 +207,8 @@ async function route() {
   try {
     if (page && page.startsWith("profile")) await profilePage();
     else if (page && page.startsWith("compare")) await comparePage();
+    else if (page && page.startsWith("groups")) await groupsPage();
+    else if (page && page.startsWith("search")) await searchPage();
     else if (page === "rollout") await rolloutPage(decodeURIComponent(arg));
     else if (page === "trace") await tracePage(arg);
     else { readUrlState(); await overview(); }
@@ -216,7 +223,7 @@ document.getElementById("search-form").addEventListener("submit", async (event) 
   const found = await api(`/api/search?q=${encodeURIComponent(q)}`);
   if (found.kind === "rollout") location.hash = `#/rollout/${encodeURIComponent(found.rollout_id)}`;
   else if (found.kind === "trace") location.hash = `#/trace/${found.trace_id}`;
-  else app.prepend(el("p", { class: "outcome-error" }, `Nothing found for "${q}".`));
+  else if (q) location.hash = `#/search?${new URLSearchParams({ q })}`;  // text: messages, tools, errors
 });
 window.addEventListener("hashchange", route);
 route();
@@ -343,7 +350,7 @@ async function profilePage() {
       el("td", {}, `${fmt(s.duration_s, 3)} s`), el("td", {}, s.dominant_phase), el("td", {}, s.dispatch_name ?? "-"),
       el("td", { class: `outcome-${s.outcome}` }, s.outcome ?? "-"))))));
   const p = live.progress;
-  const running = p && (p.total ? p.completed + p.failed < p.total : p.in_flight > 0);
+  const running = p && !p.finished && (p.total ? p.completed + p.failed < p.total : p.in_flight > 0);
   app.append(el("div", { id: "refresh", class: "muted" }, running ? "refreshing every 2 s while the run goes" : "run finished: not refreshing"));
   clearTimeout(refreshTimer);
   if (running) refreshTimer = setTimeout(() => { if (location.hash.startsWith("#/profile")) route(); }, 2000);

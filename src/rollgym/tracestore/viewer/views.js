@@ -112,7 +112,8 @@ function failureGroups(groups, level) {
     groups.map((g) => el("tr", { class: "failure-group", "data-kind": g.error_kind },
       el("td", { class: "mono" }, g.error_kind), el("td", {}, g.count),
       el("td", {}, g.messages.map((m) => el("div", { class: "failure-message" }, `${m.count}× `, m.message))),
-      el("td", {}, g.rollout_ids.map((id) => el("a", { href: `#/rollout/${encodeURIComponent(id)}`, class: "rollout-link mono" }, id)),
+      el("td", {}, g.rollout_ids.map((id) => id.startsWith("input line ") ? el("span", { class: "rollout-link mono input-line" }, id)
+        : el("a", { href: `#/rollout/${encodeURIComponent(id)}`, class: "rollout-link mono" }, id)),
         g.count > g.rollout_ids.length ? el("span", { class: "muted" }, ` … ${g.count - g.rollout_ids.length} more`) : ""))));
 }
 
@@ -184,9 +185,17 @@ function entryView(e) {
   }
   if (e.kind === "verify") {
     return el("div", { class: "entry verify" }, el("div", { class: "who" }, "verify"),
-      el("div", {}, "answer ", el("span", { class: "mono" }, e.answer ?? "-"), " · reward ", el("b", {}, fmt(e.reward))));
+      el("div", {}, "answer ", el("span", { class: "mono" }, e.answer ?? "-"), " · reward ", el("b", {}, fmt(e.reward))),
+      verdictDetails(e.details));
   }
   return el("div", { class: "entry" }, JSON.stringify(e));
+}
+
+// Why the reward is what it is: the verifier's own details ({"expected": "44", ...}).
+function verdictDetails(details) {
+  if (details === null || details === undefined) return el("div", { class: "muted verdict-details" }, "the verifier gave no details");
+  const shown = typeof details === "object" && !Array.isArray(details) ? kvTable(details) : el("span", { class: "mono" }, JSON.stringify(details));
+  return el("div", { class: "verdict-details", id: "verdict-details" }, el("div", { class: "muted" }, "why this reward (the verifier's details):"), shown);
 }
 
 async function conversationData(id) {
@@ -263,4 +272,70 @@ async function comparePage() {
       el("th", {}, "reward A"), el("th", {}, "reward B"), el("th", {}, "B − A [interval]")),
     tasks.map((r) => el("tr", {}, el("td", {}, r.dispatch_name), el("td", {}, r.task_index), el("td", {}, `${r.n_a}/${r.n_b}`),
       el("td", {}, fmt(r.reward_a)), el("td", {}, fmt(r.reward_b)), diffCell(r.reward_diff, r.reward_diff_ci, r.significant))))));
+}
+
+// ---------------------------------------------------------------- groups (a task's repeats)
+// GRPO-style training compares the rewards of one task's repeats: a group whose rewards are all
+// equal (zero variance) gives every member an advantage of 0, so the trainer learns nothing.
+async function groupsPage() {
+  const query = new URLSearchParams(location.hash.split("?")[1] || "");
+  const zeroOnly = query.get("zero_variance") === "1";
+  const offset = Math.max(0, Number(query.get("offset") || 0) || 0), limit = 50;
+  const data = await api(`/api/groups?offset=${offset}&limit=${limit}${zeroOnly ? "&zero_variance=1" : ""}`);
+  app.replaceChildren(el("p", {}, el("a", { href: "#/" }, "‹ overview")));
+  if (data.error) { app.append(el("p", { class: "outcome-error", id: "groups-error" }, data.error)); return; }
+  const share = data.zero_variance_share === null ? "-" : `${(100 * data.zero_variance_share).toFixed(1)}%`;
+  app.append(el("section", { id: "groups-summary" }, el("h2", {}, `Groups: the ${data.size} repeats of each task`),
+    el("div", { class: "cards" }, card("groups with a reward", data.groups), card("zero-variance groups", data.zero_variance),
+      card("zero-variance share", share), card("mean reward std", fmt(data.mean_std)),
+      card(`groups short of ${data.size} rewards`, data.short_groups)),
+    el("p", { class: "muted" }, "A zero-variance group's rewards are all equal (or it has a single reward): "
+      + "its group-relative advantages are all 0, so GRPO-style training learns nothing from it. "
+      + "The same numbers as summary.json's groups and rollgym traces profile.")));
+  const toggle = el("a", { id: "zero-toggle", href: zeroOnly ? "#/groups" : "#/groups?zero_variance=1" },
+    zeroOnly ? "show every group" : "show only zero-variance groups");
+  const member = (m) => el("a", { class: `member ${m.outcome === "ok" ? (m.reward > 0 ? "pass" : "fail") : "failed"}`,
+    href: `#/rollout/${encodeURIComponent(m.rollout_id)}`, "data-rollout": m.rollout_id,
+    title: m.outcome === "ok" ? `${m.rollout_id}: reward ${m.reward}` : `${m.rollout_id}: failed (${m.error_kind})` },
+    el("span", { class: "mono" }, m.rollout_id), " ", m.outcome === "ok" ? el("b", {}, fmt(m.reward, 2)) : el("i", {}, m.error_kind ?? "failed"));
+  const table = el("table", { id: "group-table" }, el("tr", {}, el("th", {}, "task"), el("th", {}, "dispatch name"),
+    el("th", {}, "n"), el("th", {}, "min"), el("th", {}, "max"), el("th", {}, "std"), el("th", {}, ""),
+    el("th", {}, "repeats side by side (click one to open it)")),
+    data.rows.map((g) => el("tr", { class: `group${g.zero_variance ? " zero-variance" : ""}`, "data-task": g.task_index },
+      el("td", {}, g.task_index), el("td", {}, g.dispatch_name ?? "-"), el("td", {}, g.n), el("td", {}, fmt(g.min)),
+      el("td", {}, fmt(g.max)), el("td", {}, fmt(g.std)),
+      el("td", {}, g.zero_variance ? el("span", { class: "zero-badge" }, "zero variance") : ""),
+      el("td", {}, el("div", { class: "members" }, g.members.map(member))))));
+  const page = (to) => `#/groups?${new URLSearchParams({ ...(zeroOnly ? { zero_variance: "1" } : {}), offset: to })}`;
+  const last = Math.min(data.total, offset + data.rows.length);
+  const pager = el("div", { class: "pager" },
+    offset > 0 ? el("a", { href: page(Math.max(0, offset - limit)) }, "‹ prev") : "",
+    `${data.total ? offset + 1 : 0}–${last} of ${data.total}`,
+    last < data.total ? el("a", { href: page(offset + limit) }, "next ›") : "");
+  app.append(el("section", {}, el("h2", {}, zeroOnly ? "Zero-variance groups" : "Every group"), toggle, table, pager));
+}
+
+// ---------------------------------------------------------------- text search
+// What the search box does when the text is no rollout or trace id: the rollouts whose
+// messages, tool calls or errors hold it (the server reads the run's files, bounded).
+async function searchPage() {
+  const q = new URLSearchParams(location.hash.split("?")[1] || "").get("q") || "";
+  document.getElementById("search").value = q;
+  const data = await api(`/api/find?${new URLSearchParams({ q, limit: 100 })}`);
+  app.replaceChildren(el("p", {}, el("a", { href: "#/" }, "‹ overview")));
+  const section = el("section", { id: "search-results" }, el("h2", {}, `Search: "${q}"`));
+  if (data.error) { section.append(el("p", { class: "outcome-error" }, data.error)); app.append(section); return; }
+  const bounds = [data.full ? `the first ${data.limit} places` : `${data.hits.length} places`,
+    data.truncated ? "; stopped after reading the search's byte budget of the run's files" : ""].join("");
+  section.append(el("p", { class: "muted", id: "search-note" },
+    `Messages, tool calls and tool outputs (trajectories.jsonl), final errors (failures.jsonl), span errors and tool names (the trace store): ${bounds}.`));
+  if (!data.hits.length) section.append(el("p", { class: "outcome-error", id: "search-none" }, `Nothing found for "${q}".`));
+  else {
+    const open = (id) => id.startsWith("input line ") ? el("span", { class: "mono" }, id)
+      : el("a", { href: `#/rollout/${encodeURIComponent(id)}`, class: "mono" }, id);
+    section.append(el("table", { id: "search-hits" }, el("tr", {}, el("th", {}, "rollout"), el("th", {}, "where"), el("th", {}, "text")),
+      data.hits.map((h) => el("tr", { class: "hit", "data-rollout": h.rollout_id, "data-where": h.where },
+        el("td", {}, open(h.rollout_id)), el("td", {}, h.where), el("td", {}, el("span", { class: "snippet" }, h.snippet))))));
+  }
+  app.append(section);
 }

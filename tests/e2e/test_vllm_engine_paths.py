@@ -1,0 +1,304 @@
+"""Against vLLM's CPU build: an abandoned rollout stops at the engine, and the ``openai``
+proxy serves what RL users call on vLLM.
+
+vLLM aborts a request whose client closed its connection; these tests hold rollgym to closing
+it. vLLM's own ``/metrics`` gauge ``vllm:num_requests_running`` is the judge:
+
+- rollouts given up by their caller (``rollgym serve``; the caller's time limit passes while
+  the generations, ``ignore_eos`` and 1,800 tokens, run on) leave vLLM running nothing within
+  seconds, while every server is still up (plain and streamed model calls);
+- a run with ``run.timeout_s`` and ``run.max_attempts=2`` never has vLLM run more requests
+  than the run's concurrency: a retry never runs beside its own orphan.
+
+Then the proxy's routes on the same engine: ``/v1/completions`` (text and token-id prompts,
+streamed), ``/tokenize`` / ``/detokenize``, vLLM's ``x-request-id`` answer header, and a
+Responses call whose id reaches vLLM in the body (vLLM answers it as the response's id); the
+simulated model's completions have the keys vLLM's have.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from e2e_support import HERE, Job, agent, wait_for
+from engine_support import free_port, serving
+
+from rollgym.errors import RequestTimeout
+from rollgym.http.client import HttpClient
+
+VLLM_VERSION = "0.32.0"
+VENV = Path(os.environ.get("ROLLGYM_VLLM_VENV") or Path.home() / ".cache" / "rollgym-vllm" / "venv")
+VLLM_PYTHON = VENV / "bin" / "python"
+INSTALLED = VENV / f"rollgym-vllm-{VLLM_VERSION}.ok"
+MODEL = "tiny"
+#: The rollouts' time limit: far shorter than a generation of 1,800 tokens on a CPU.
+GIVE_UP_S = 3.0
+CONCURRENCY = 8
+#: How long vLLM may take to notice its clients left: "within seconds", generously (measured:
+#: 0.1-3 s; without the closes, the given-up generations ran on 9-14 s to their end).
+ABORT_WITHIN_S = 6.0
+#: How long a test waits for vLLM to be idle before it starts.
+IDLE_WITHIN_S = 60.0
+
+if not INSTALLED.exists():
+    pytest.skip(
+        f"vLLM's CPU build is not installed in {VENV} (scripts/test.sh installs it)",
+        allow_module_level=True,
+    )
+
+pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.timeout(1500)]
+
+_RUNNING = re.compile(r"^vllm:num_requests_running(?:\{[^}]*\})? ([0-9.eE+-]+)$", re.M)
+
+
+def running(url: str) -> int:
+    """vLLM's count of requests it is generating for now (its ``/metrics`` gauge)."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return int(sum(float(v) for v in _RUNNING.findall(text)))
+
+
+class RunningWatch:
+    """Polls vLLM's running count in a thread: the most it saw, and whether it saw any."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.most = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(OSError):
+                self.most = max(self.most, running(self.url))
+            self._stop.wait(0.05)
+
+    def __enter__(self) -> RunningWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """vLLM's OpenAI server on 127.0.0.1 serving the tiny model (no tracing)."""
+    folder = tmp_path_factory.mktemp("vllm")
+    model_dir = folder / "model"
+    written = subprocess.run(
+        [str(VLLM_PYTHON), str(HERE / "tiny_hf_llama.py"), str(model_dir)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert written.returncode == 0, written.stderr
+    port = free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTHON"))},
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+    }
+    command = [
+        str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model_dir), "--served-model-name", MODEL,
+        "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048",
+        "--enable-request-id-headers", "--enforce-eager",
+    ]  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    with serving("vLLM", command, url, folder / "vllm.log", start_timeout_s=900, env=env):
+        # vLLM's CPU build lost its worker process (and then stopped) when its very first
+        # request was a 4-token completion prompt (twice, here); a chat call first, as every
+        # rollout makes, and it serves everything after
+        warm_up = urllib.request.Request(
+            url + "/v1/chat/completions",
+            data=b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], '
+            b'"max_tokens": 2}',
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(warm_up, timeout=300) as answer:
+            assert answer.status == 200
+        yield url
+
+
+def _servers(engine_url: str) -> dict[str, object]:
+    return {
+        "engine": {"kind": "model", "url": engine_url},
+        "policy": {
+            "kind": "model",
+            "impl": "openai",
+            "upstream": "engine",
+            "model": MODEL,
+            "request_id": "header",
+        },
+        "sim": {"kind": "model", "impl": "simulated", "latency": {"kind": "fixed", "seconds": 0}},
+        "long": agent("long_generation_agents:LongGenerationAgent", model="policy"),
+        "long_stream": agent(
+            "long_generation_agents:LongGenerationAgent", model="policy", stream=True
+        ),
+    }
+
+
+@pytest.fixture(scope="module")
+def served(engine: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """``rollgym serve`` of the proxy and the long-generation agents: name -> URL."""
+    job = Job(tmp_path_factory.mktemp("serve")).write(_servers(engine), [])
+    proc = job.serve("long", "long_stream", "sim")
+    try:
+        assert proc.stdout is not None
+        urls: dict[str, str] = {}
+        while not {"long", "long_stream", "policy", "sim"} <= set(urls):
+            line = proc.stdout.readline()
+            assert line, f"rollgym serve ended: {proc.stderr.read() if proc.stderr else ''}"
+            name, url = line.split()
+            urls[name] = url
+        yield urls
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate(timeout=30)
+
+
+async def _give_up_on(url: str) -> list[BaseException | object]:
+    """:data:`CONCURRENCY` rollouts posted to ``url`` and given up after :data:`GIVE_UP_S`."""
+    async with HttpClient() as client:
+        return await asyncio.gather(
+            *(
+                client.post_json(
+                    "agent",
+                    url + "/run",
+                    {"question": f"count {i}", "task_index": i, "rollout_index": 0, "attempt": 0},
+                    timeout=GIVE_UP_S,
+                )
+                for i in range(CONCURRENCY)
+            ),
+            return_exceptions=True,
+        )
+
+
+@pytest.mark.parametrize("name", ["long", "long_stream"])
+def test_given_up_rollouts_leave_the_engine_running_nothing(
+    engine: str, served: dict[str, str], name: str
+) -> None:
+    assert wait_for(lambda: running(engine) == 0, timeout=IDLE_WITHIN_S)
+    with RunningWatch(engine) as watch:
+        answers = asyncio.run(_give_up_on(served[name]))
+        gave_up_at = time.monotonic()
+        assert all(isinstance(a, RequestTimeout) for a in answers), answers
+        assert watch.most >= 1, "vLLM never ran the generations: nothing was tested"
+        assert wait_for(lambda: running(engine) == 0, timeout=ABORT_WITHIN_S, interval=0.1), (
+            f"vLLM still runs {running(engine)} requests {ABORT_WITHIN_S}s after their rollouts ended"
+        )
+        print(f"{name}: vLLM ran nothing {time.monotonic() - gave_up_at:.2f}s after the give-up")
+
+
+def test_a_retry_never_runs_beside_its_orphan(engine: str, tmp_path: Path) -> None:
+    assert wait_for(lambda: running(engine) == 0, timeout=IDLE_WITHIN_S)
+    servers = _servers(engine)
+    del servers["long_stream"], servers["sim"]
+    rows = [{"question": f"count {i}", "agent": "long"} for i in range(CONCURRENCY)]
+    job = Job(tmp_path).write(
+        servers,
+        rows,
+        concurrency=CONCURRENCY,
+        timeout_s=GIVE_UP_S,
+        max_attempts=2,
+        agent="long",
+    )
+    with RunningWatch(engine) as watch:
+        done = job.run(timeout=600)
+    assert "all 8 failed (timeout: 8)" in done.stderr, done.stderr[-2000:]
+    failures = job.failures
+    assert len(failures) == CONCURRENCY and all(f["error_kind"] == "timeout" for f in failures)
+    assert all(f["attempt"] == 1 for f in failures), failures[:2]  # the second attempt
+    assert 1 <= watch.most <= CONCURRENCY, f"vLLM ran {watch.most} requests at once"
+
+
+async def _engine_paths(policy: str, sim: str) -> dict[str, object]:
+    async with HttpClient() as client:
+        simulated = await client.post_json(
+            "sim", sim + "/v1/completions", {"prompt": "count", "max_tokens": 4}
+        )
+        text = await client.post_json(
+            "policy",
+            policy + "/r/9-0/v1/completions",
+            {"prompt": "count", "max_tokens": 4},
+            timeout=120,
+        )
+        ids = await client.post_json(
+            "policy",
+            policy + "/v1/completions",
+            {"prompt": [5, 6, 7], "max_tokens": 4, "return_token_ids": True},
+            headers={"X-Request-Id": "9-1.3"},
+            timeout=120,
+        )
+        async with client.stream(
+            "policy",
+            policy + "/r/9-2/v1/completions",
+            {"prompt": [5, 6], "max_tokens": 4, "stream": True},
+        ) as streamed:
+            lines = [line async for line in streamed.content if line.strip()]
+        tokens = await client.post_json(
+            "policy", policy + "/tokenize", {"prompt": "count"}, timeout=120
+        )
+        assert tokens.status == 200, (tokens.status, tokens.data, tokens.text)
+        back = await client.post_json(
+            "policy", policy + "/detokenize", {"tokens": tokens.data["tokens"]}, timeout=120
+        )
+        responses = await client.post_json(
+            "policy",
+            policy + "/r/9-3/v1/responses",
+            {"input": "count", "max_output_tokens": 4},
+            timeout=120,
+        )
+    return {
+        "text": text,
+        "ids": ids,
+        "lines": lines,
+        "tokens": tokens,
+        "back": back,
+        "responses": responses,
+        "simulated": simulated,
+    }
+
+
+def test_the_proxy_serves_completions_tokenize_and_responses_on_vllm(
+    served: dict[str, str],
+) -> None:
+    got = asyncio.run(_engine_paths(served["policy"], served["sim"]))
+    text, ids, tokens, back, responses = (
+        got["text"], got["ids"], got["tokens"], got["back"], got["responses"]
+    )  # fmt: skip
+    assert text.status == 200, text.data
+    assert text.data["object"] == "text_completion"
+    assert text.data["id"].startswith("cmpl-9-0.0")  # vLLM took the rollout's request id
+    assert text.headers["x-request-id"] == "9-0.0"  # vLLM's answer header, passed on
+    assert ids.status == 200, ids.data
+    assert ids.data["id"].startswith("cmpl-9-1.3")
+    lines = got["lines"]
+    assert lines[-1] == b"data: [DONE]\n" and len(lines) >= 2
+    assert tokens.status == 200 and tokens.data["count"] == len(tokens.data["tokens"]) > 0
+    assert back.status == 200 and "count" in back.data["prompt"]
+    assert responses.status == 200, responses.data
+    # vLLM answers the body's request_id as the response id: its engine ran it under that
+    # id (resp_9-3.0_0), which names the rollout
+    assert responses.data["id"] == "resp_9-3.0"
+    # the simulated model answers completions in vLLM's shape: the same keys at every level
+    simulated = got["simulated"].data
+    assert set(simulated) == set(text.data)
+    assert set(simulated["choices"][0]) == set(text.data["choices"][0])
+    assert set(simulated["usage"]) == set(text.data["usage"])
