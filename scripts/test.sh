@@ -70,6 +70,24 @@ if [ "${ROLLGYM_SKIP_VLLM:-0}" != 1 ] && [ ! -f "$VLLM_VENV/rollgym-vllm-$VLLM_V
   fi
 fi
 
+# The MLflow backend test (tests/e2e/test_genai_backends.py) exports a run to a real MLflow
+# tracking server (mlflow >= 3 takes OTLP at /v1/traces). MLflow pins its own dependencies, so
+# it lives in a venv of its own in the machine cache (about 2.5 minutes fresh on 2 cores), then
+# is reused. 3.17.2: the package index has no mlflow-tracing 3.18.0, which mlflow 3.18.0 pins.
+# A failed install only skips that test; ROLLGYM_SKIP_MLFLOW=1 skips the step.
+MLFLOW_VERSION=3.17.2
+MLFLOW_VENV="${ROLLGYM_MLFLOW_VENV:-$HOME/.cache/rollgym-mlflow/venv}"
+if [ "${ROLLGYM_SKIP_MLFLOW:-0}" != 1 ] && [ ! -f "$MLFLOW_VENV/rollgym-mlflow-$MLFLOW_VERSION.ok" ]; then
+  echo "installing mlflow $MLFLOW_VERSION once into $MLFLOW_VENV; this takes a few minutes" >&2
+  if (python -m venv "$MLFLOW_VENV" \
+      && "$MLFLOW_VENV/bin/python" -m pip install --quiet "mlflow==$MLFLOW_VERSION" \
+      && "$MLFLOW_VENV/bin/python" -c "import mlflow.server, mlflow.server.otel_api") >/dev/null 2>&1; then
+    touch "$MLFLOW_VENV/rollgym-mlflow-$MLFLOW_VERSION.ok"
+  else
+    echo "warning: could not install mlflow $MLFLOW_VERSION into $MLFLOW_VENV; the MLflow backend test will be skipped" >&2
+  fi
+fi
+
 python -m ruff check src tests bench
 python -m ruff format --check src tests bench
 python -m mypy

@@ -109,7 +109,7 @@ class Agent(Server):
         capture = request.headers.get(CAPTURE_HEADER)
         floor = request.headers.get(FLOOR_HEADER)
         playing = self._run_checked(row, rollout_id, capture, floor)
-        answer = await under_rollout_span(rollout_id, playing)
+        answer = await under_rollout_span(rollout_id, self.context.name, playing)
         return OrjsonResponse(answer)
 
     async def _run_checked(

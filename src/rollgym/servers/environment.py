@@ -107,6 +107,8 @@ class ModelToolCallRequest(BaseModel):
     session_id: str
     name: str
     arguments: object = None
+    #: The model's id of the call (``tool_calls[].id``), for the span's ``gen_ai.tool.call.id``.
+    call_id: str | None = None
 
 
 class VerifyRequest(BaseModel):
@@ -207,7 +209,9 @@ class Environment(Server):
                 return await self._invoke(spec, session, args)
         return await self._invoke(spec, session, args)
 
-    async def call_model_tool(self, session_id: str, name: str, arguments: object) -> ToolAnswer:
+    async def call_model_tool(
+        self, session_id: str, name: str, arguments: object, call_id: str | None = None
+    ) -> ToolAnswer:
         """Run a tool call as the model wrote it (``arguments``: its JSON text).
 
         The model's mistakes (arguments not JSON, not an object, not fitting the schema, an
@@ -220,7 +224,7 @@ class Environment(Server):
         if gate.env:
             from rollgym.telemetry import spans
 
-            with spans.env_tool_span(session.rollout_id, name[:128]) as span:
+            with spans.env_tool_span(session.rollout_id, name[:128], call_id) as span:
                 answer = await self._model_tool(session, name, arguments)
                 if answer.error is not None:
                     spans.record_tool_model_error(span, answer.error)
@@ -234,8 +238,9 @@ class Environment(Server):
         if gate.verify:
             from rollgym.telemetry import spans
 
-            with spans.verify_span(session.rollout_id):
+            with spans.verify_span(session.rollout_id) as span:
                 verdict = await self._verdict(session.state, answer)
+                spans.record_evaluation(span, verdict.reward)
         else:
             verdict = await self._verdict(session.state, answer)
         self.aggregates.record_verify(verdict.reward)
@@ -346,7 +351,9 @@ class Environment(Server):
     async def _model_tool_route(self, request: Request) -> Response:
         body = await model_body(request, ModelToolCallRequest)
         with server_timing.collecting() as timings:
-            answer = await self.call_model_tool(body.session_id, body.name, body.arguments)
+            answer = await self.call_model_tool(
+                body.session_id, body.name, body.arguments, body.call_id
+            )
         return OrjsonResponse(
             {"output": answer.output, "error": answer.error}, headers=timings.header()
         )
@@ -369,7 +376,7 @@ class Environment(Server):
         capture = request.headers.get(CAPTURE_HEADER)
         floor = request.headers.get(FLOOR_HEADER)
         playing = self._episode(rollout_id, task, capture, floor)
-        answer = await under_rollout_span(rollout_id, playing)
+        answer = await under_rollout_span(rollout_id, self.context.name, playing)
         return OrjsonResponse(answer)
 
     async def _episode(

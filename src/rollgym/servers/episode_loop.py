@@ -83,7 +83,10 @@ async def _run_call(rollout: RolloutContext, call: object) -> dict[str, object]:
         # the model server's answer is malformed (an engine always gives this shape)
         raise ServerCallError("the model answered a tool call without a 'function' object")
     name = function.get("name")
+    call_id = call.get("id")
     answer = await rollout.env.call_model_tool(
-        name if isinstance(name, str) else "", function.get("arguments")
+        name if isinstance(name, str) else "",
+        function.get("arguments"),
+        call_id if isinstance(call_id, str) else None,
     )
     return {"role": "tool", "tool_call_id": call.get("id", ""), "content": answer.output}

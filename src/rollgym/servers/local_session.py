@@ -45,7 +45,7 @@ class SessionHost(Protocol):
     async def run_tool(self, session_id: str, name: str, arguments: dict[str, Any]) -> str: ...
 
     async def call_model_tool(
-        self, session_id: str, name: str, arguments: object
+        self, session_id: str, name: str, arguments: object, call_id: str | None = None
     ) -> ToolAnswer: ...
 
     async def finish(self, session_id: str, answer: str | None) -> dict[str, object]: ...
@@ -81,10 +81,12 @@ class LocalEnvSession(SessionBase):
             f"tool {name!r}", self._env.run_tool(self._session(), name, arguments)
         )
 
-    async def call_model_tool(self, name: str, arguments: object) -> ToolAnswer:
+    async def call_model_tool(
+        self, name: str, arguments: object, call_id: str | None = None
+    ) -> ToolAnswer:
         return await self._call(
             f"tool {shown_name(name)}",
-            self._env.call_model_tool(self._session(), name, arguments),
+            self._env.call_model_tool(self._session(), name, arguments, call_id),
         )
 
     async def verify(self, answer: str | None) -> dict[str, Any]:

@@ -174,10 +174,13 @@ class EnvSession(Protocol):
         the caller, which fails the rollout."""
         ...
 
-    async def call_model_tool(self, name: str, arguments: object) -> ToolAnswer:
+    async def call_model_tool(
+        self, name: str, arguments: object, call_id: str | None = None
+    ) -> ToolAnswer:
         """Run one tool call as the model wrote it (``arguments``: its ``function.arguments``
-        text). The model's mistakes come back as the answer's ``output`` (``error: ...``) with
-        ``error`` naming the kind; only the environment's own faults raise."""
+        text; ``call_id``: its id, which the tool span carries). The model's mistakes come
+        back as the answer's ``output`` (``error: ...``) with ``error`` naming the kind; only
+        the environment's own faults raise."""
         ...
 
     async def verify(self, answer: str | None) -> dict[str, Any]:
@@ -256,8 +259,12 @@ class HttpEnvSession(SessionBase):
         )
         return str(answer.get("output", ""))
 
-    async def call_model_tool(self, name: str, arguments: object) -> ToolAnswer:
+    async def call_model_tool(
+        self, name: str, arguments: object, call_id: str | None = None
+    ) -> ToolAnswer:
         body = {"session_id": self._session(), "name": name, "arguments": arguments}
+        if call_id is not None:
+            body["call_id"] = call_id
         answer = await self._post(
             "/model_tool_call", "/model_tool_call", body, f"tool {shown_name(name)}"
         )
@@ -285,8 +292,10 @@ class RecordingEnvSession:
         self._recorder.tool_call(name, arguments, output)
         return output
 
-    async def call_model_tool(self, name: str, arguments: object) -> ToolAnswer:
-        answer = await self._inner.call_model_tool(name, arguments)
+    async def call_model_tool(
+        self, name: str, arguments: object, call_id: str | None = None
+    ) -> ToolAnswer:
+        answer = await self._inner.call_model_tool(name, arguments, call_id)
         self._recorder.tool_call(
             name, _recorded_arguments(name, arguments, answer), answer.output, error=answer.error
         )

@@ -15,11 +15,14 @@ from rollgym.telemetry.groups import gate
 _Answer = TypeVar("_Answer")
 
 
-async def under_rollout_span(rollout_id: str | None, play: Awaitable[_Answer]) -> _Answer:
-    """Await ``play`` inside ``gym.rollout`` (when the gate says so); its answer."""
+async def under_rollout_span(
+    rollout_id: str | None, agent_name: str, play: Awaitable[_Answer]
+) -> _Answer:
+    """Await ``play`` inside ``gym.rollout`` (when the gate says so); its answer.
+    ``agent_name``: the server playing the rollout, the span's ``gen_ai.agent.name``."""
     if not gate.rollout:
         return await play
     from rollgym.telemetry import spans
 
-    with spans.rollout_span(rollout_id):
+    with spans.rollout_span(rollout_id, agent_name):
         return await play

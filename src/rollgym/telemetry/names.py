@@ -116,6 +116,17 @@ GEN_AI_REQUEST_TEMPERATURE: Final = "gen_ai.request.temperature"
 GEN_AI_REQUEST_TOP_P: Final = "gen_ai.request.top_p"
 GEN_AI_REQUEST_N: Final = "gen_ai.request.n"
 GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
+# Rollouts as agents (TELEMETRY.md's mapping): the agent, the conversation (= the rollout id),
+# the tool call, and the reward as an evaluation result (an event and span attributes)
+GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+GEN_AI_EVALUATION_RESULT: Final = "gen_ai.evaluation.result"
+GEN_AI_EVALUATION_NAME: Final = "gen_ai.evaluation.name"
+GEN_AI_EVALUATION_SCORE_VALUE: Final = "gen_ai.evaluation.score.value"
+#: ``gen_ai.evaluation.name`` of a rollout's verification: the environment's reward.
+GEN_AI_EVALUATION_REWARD: Final = "reward"
 
 # --- stable HTTP semantic conventions ---------------------------------------------------------
 HTTP_REQUEST_METHOD: Final = "http.request.method"
@@ -132,6 +143,10 @@ ERROR_TYPE: Final = "error.type"
 
 #: ``gen_ai.operation.name`` of a chat completion, and the GenAI span-name form built on it.
 GEN_AI_OPERATION_CHAT: Final = "chat"
+#: ... of a rollout (``gym.rollout``): an agent invoked on one task ...
+GEN_AI_OPERATION_INVOKE_AGENT: Final = "invoke_agent"
+#: ... and of one tool call (``gym.env.tool``).
+GEN_AI_OPERATION_EXECUTE_TOOL: Final = "execute_tool"
 
 # --- headers ------------------------------------------------------------------------------------
 HEADER_REQUEST_ID: Final = "X-Request-Id"

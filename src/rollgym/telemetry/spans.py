@@ -278,18 +278,32 @@ def _rollout_attrs(rollout_id: str | None) -> dict[str, AttributeValue] | None:
     return {names.ROLLOUT_ID: rollout_id} if rollout_id else None
 
 
-def rollout_span(rollout_id: str | None) -> AbstractContextManager[Span]:
-    """``gym.rollout``: the rollout itself, in the server that performs it."""
-    return current_span(names.SPAN_ROLLOUT, attributes=_rollout_attrs(rollout_id))
+def rollout_span(
+    rollout_id: str | None, agent_name: str | None = None
+) -> AbstractContextManager[Span]:
+    """``gym.rollout``: the rollout itself, in the server that performs it; in the GenAI
+    conventions an ``invoke_agent`` of ``agent_name`` (the server playing it) whose
+    conversation is the rollout, so agent-aware backends show it as one agent's session."""
+    attributes: dict[str, AttributeValue] = {
+        names.GEN_AI_OPERATION_NAME: names.GEN_AI_OPERATION_INVOKE_AGENT
+    }
+    if agent_name:
+        attributes[names.GEN_AI_AGENT_NAME] = agent_name
+    if rollout_id:
+        attributes[names.ROLLOUT_ID] = rollout_id
+        attributes[names.GEN_AI_CONVERSATION_ID] = rollout_id
+    return current_span(names.SPAN_ROLLOUT, attributes=attributes)
 
 
 def model_chat_span(
     rollout_id: str | None, model: str, provider: str
 ) -> AbstractContextManager[Span]:
-    """``gym.model.chat``: one model call, caller side (GenAI client conventions)."""
+    """``gym.model.chat``: one model call, caller side (GenAI client conventions); its
+    conversation is the rollout's."""
     attributes = _genai_attributes(names.GEN_AI_OPERATION_CHAT, model, provider)
     if rollout_id:
         attributes[names.ROLLOUT_ID] = rollout_id
+        attributes[names.GEN_AI_CONVERSATION_ID] = rollout_id
     return current_span(names.SPAN_MODEL_CHAT, kind=SpanKind.CLIENT, attributes=attributes)
 
 
@@ -335,6 +349,7 @@ def genai_span(
     attributes = _genai_attributes(operation, model, provider)
     if rollout_id:
         attributes[names.ROLLOUT_ID] = rollout_id
+        attributes[names.GEN_AI_CONVERSATION_ID] = rollout_id
     kind = SpanKind.CLIENT if upstream else SpanKind.INTERNAL
     return current_span(f"{operation} {model}", kind=kind, attributes=attributes)
 
@@ -481,11 +496,20 @@ def env_seed_span(rollout_id: str | None) -> AbstractContextManager[Span]:
     return current_span(names.SPAN_ENV_SEED, attributes=_rollout_attrs(rollout_id))
 
 
-def env_tool_span(rollout_id: str | None, tool_name: str) -> AbstractContextManager[Span]:
-    """``gym.env.tool``: one tool call, environment server side."""
-    attributes: dict[str, AttributeValue] = {names.ENV_TOOL_NAME: tool_name}
+def env_tool_span(
+    rollout_id: str | None, tool_name: str, call_id: str | None = None
+) -> AbstractContextManager[Span]:
+    """``gym.env.tool``: one tool call, environment server side; in the GenAI conventions an
+    ``execute_tool`` of ``tool_name``, with the model's ``call_id`` where the caller sent it."""
+    attributes: dict[str, AttributeValue] = {
+        names.ENV_TOOL_NAME: tool_name,
+        names.GEN_AI_OPERATION_NAME: names.GEN_AI_OPERATION_EXECUTE_TOOL,
+        names.GEN_AI_TOOL_NAME: tool_name,
+    }
     if rollout_id:
         attributes[names.ROLLOUT_ID] = rollout_id
+    if call_id:
+        attributes[names.GEN_AI_TOOL_CALL_ID] = call_id
     return current_span(names.SPAN_ENV_TOOL, attributes=attributes)
 
 
@@ -501,6 +525,23 @@ def record_tool_model_error(span: Span, kind: str) -> None:
 def verify_span(rollout_id: str | None) -> AbstractContextManager[Span]:
     """``gym.verify``: computing the reward, environment server side."""
     return current_span(names.SPAN_VERIFY, attributes=_rollout_attrs(rollout_id))
+
+
+def record_evaluation(span: Span, reward: float) -> None:
+    """The reward as a GenAI evaluation result on ``gym.verify``: the event
+    ``gen_ai.evaluation.result`` and the same attributes on the span itself (some backends
+    drop span events)."""
+    try:
+        if not span.is_recording():
+            return
+        attributes: dict[str, AttributeValue] = {
+            names.GEN_AI_EVALUATION_NAME: names.GEN_AI_EVALUATION_REWARD,
+            names.GEN_AI_EVALUATION_SCORE_VALUE: float(reward),
+        }
+        span.set_attributes(attributes)
+        span.add_event(names.GEN_AI_EVALUATION_RESULT, attributes)
+    except Exception:
+        warn_once("recording a verification's reward failed")
 
 
 # --- sandbox -----------------------------------------------------------------------------------------

@@ -13,11 +13,11 @@ SPAN_HELPERS = {
     "server_startup_span": ["name", "kind", "address"],
     "job_span": ["run_id"],
     "dispatch_span": ["collector_row", "dispatch_name", "destination"],
-    "rollout_span": ["rollout_id"],
+    "rollout_span": ["rollout_id", "agent_name"],
     "model_chat_span": ["rollout_id", "model", "provider"],
     "engine_request_span": ["request_id", "model", "rollout_id"],
     "env_seed_span": ["rollout_id"],
-    "env_tool_span": ["rollout_id", "tool_name"],
+    "env_tool_span": ["rollout_id", "tool_name", "call_id"],
     "verify_span": ["rollout_id"],
     "http_client_span": ["method", "destination", "url", "route"],
     "http_server_span": ["method", "path", "headers", "scheme"],
@@ -26,6 +26,7 @@ SPAN_HELPERS = {
     "finalize_span": [],
     "record_dispatch_outcome": ["span", "outcome", "reward"],
     "record_model_response": ["span", "response_json"],
+    "record_evaluation": ["span", "reward"],
 }
 
 

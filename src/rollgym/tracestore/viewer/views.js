@@ -9,13 +9,18 @@ const SPAN_KINDS = [
   ["other", "other"],
 ];
 const SERVER_KINDS = { agent: "agent", environment: "env", model: "model" };
+// The GenAI conventions' operations that are not a model call (gym.rollout, gym.env.tool and
+// an agent framework's own spans carry them); any other operation is a model's.
+const GENAI_KINDS = { invoke_agent: "agent", create_agent: "agent", execute_tool: "tool" };
 
 // What a span is, from its name first, then its OTel kind (3 = client) and its server's kind.
 function spanKind(s) {
   const n = s.name || "", a = s.attributes || {};
   if (n === "gym.rollout.dispatch" || n.startsWith("gym.job") || n.startsWith("gym.startup")
     || n.startsWith("gym.server")) return "driver";
-  if (n === "gym.model.chat" || n === "llm_request" || a["gen_ai.operation.name"]) return "model";
+  if (n === "gym.model.chat" || n === "llm_request") return "model";
+  const op = a["gen_ai.operation.name"];
+  if (op) return GENAI_KINDS[op] || "model";
   if (n === "gym.env.tool") return "tool";
   if (n.startsWith("gym.sandbox.")) return "sandbox";
   if (n === "gym.verify") return "verify";
