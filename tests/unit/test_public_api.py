@@ -86,6 +86,7 @@ SERVERS_DOOR = {
     "ServerKind",
     "ServerOptions",
     "SessionState",
+    "SetupProblem",
     "ToolAnswer",
     "TransportError",
     "Verdict",

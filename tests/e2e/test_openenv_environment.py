@@ -1,0 +1,80 @@
+"""An environment written with OpenEnv runs unchanged as a rollgym environment (``impl: openenv``).
+
+A real OpenEnv environment (``openenv_guess.py``, written with openenv-core) on a real OpenEnv
+server on loopback, by URL and by ``module:object``, played end to end by ``rollgym run``
+against the simulated model (which reads the tool the environment offers): through the
+built-in ``tool_loop`` agent and through the environment's own episode ``/run``. Every OpenEnv
+session a rollout opened is counted from the OpenEnv server's side: all closed at the end.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_support import Job
+from openenv_support import open_sessions, openenv_server, session_counts
+from server_specs import simulated_model
+
+pytest.importorskip(
+    "openenv.core", reason="openenv-core is not installed: pip install 'rollgym[openenv]'"
+)
+
+pytestmark = pytest.mark.e2e
+
+ROWS = 12
+
+
+def servers(**where: Any) -> dict[str, Any]:
+    """The simulated model, the OpenEnv environment (with its episode ``/run``) and a
+    ``tool_loop`` agent on it."""
+    return {
+        "policy": simulated_model(),
+        "guess": {"kind": "environment", "impl": "openenv", "model": "policy", **where},
+        "player": {"kind": "agent", "impl": "tool_loop", "model": "policy", "environment": "guess"},
+    }
+
+
+def rows(n: int = ROWS) -> list[dict[str, Any]]:
+    """Half for the ``tool_loop`` agent, half routed to the environment's own episodes."""
+    half = [{"seed": i} for i in range(n // 2)]
+    return half + [
+        {"task_id": {"taskset": "guesses", "task_id": str(i)}, "seed": i} for i in range(n // 2)
+    ]
+
+
+def assert_played(job: Job, n: int = ROWS) -> None:
+    records = job.rollouts
+    assert len(records) == n and job.summary["failed"] == 0, job.failures
+    assert {r["dispatch_name"] for r in records} == {"player", "guess"}
+    for record in records:
+        details = record["result"]["details"]
+        # the simulated model made one schema-valid guess; the reward is the observation's
+        assert details["steps"] == 1 and len(details["rewards"]) == 1, details
+        assert record["reward"] == details["rewards"][0] in (0.0, 1.0)
+
+
+def test_an_openenv_server_by_url_plays_end_to_end(job: Job) -> None:
+    with openenv_server(job.root / "openenv.log") as url:
+        job.write(
+            servers(openenv_url=url),
+            rows(),
+            agent="player",
+            environment_routes={"guesses": "guess"},
+        )
+        proc = job.run(timeout=180)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert_played(job)
+        counts = session_counts(url)
+        assert counts["opened"] == ROWS and open_sessions(url) == 0, counts
+
+
+@pytest.mark.parametrize("target", ["openenv_guess:app", "openenv_guess:GuessEnvironment"])
+def test_an_openenv_app_by_module_object_plays_end_to_end(job: Job, target: str) -> None:
+    job.write(
+        servers(openenv_app=target), rows(), agent="player", environment_routes={"guesses": "guess"}
+    )
+    proc = job.run(timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_played(job)
