@@ -15,6 +15,9 @@ from typing import Any
 import pytest
 from e2e_support import Job
 from openenv_support import open_sessions, openenv_server, session_counts
+from telemetry_helpers import TracedJob
+
+from rollgym.telemetry import names
 from server_specs import simulated_model
 
 pytest.importorskip(
@@ -78,3 +81,48 @@ def test_an_openenv_app_by_module_object_plays_end_to_end(job: Job, target: str)
     proc = job.run(timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert_played(job)
+
+
+def test_an_mcp_openenv_environment_offers_its_own_tools(job: Job) -> None:
+    """An MCP environment's tools are the model's tools (its ``list_tools``), each call one
+    ``call_tool`` step; the simulated model calls each once and the reward is the guess's."""
+    job.write(
+        servers(openenv_app="openenv_tools:app"),
+        rows(),
+        agent="player",
+        environment_routes={"guesses": "guess"},
+    )
+    proc = job.run(timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = job.rollouts
+    assert len(records) == ROWS and job.summary["failed"] == 0, job.failures
+    for record in records:
+        result = record["result"]
+        assert result["tool_calls"] == 2, result  # hint, then guess
+        assert result["details"]["rewards"] == [record["reward"]] and record["reward"] in (0.0, 1.0)
+        # the model read the tool's own text answer, not OpenEnv's observation envelope
+        assert result["answer"].startswith(("Answer: correct", "Answer: wrong")), result
+
+
+def test_an_openenv_episode_is_traced_and_the_traces_check(tmp_path: Path) -> None:
+    """One bounded trace per rollout: the seed (reset), a tool span per step named by the
+    environment's own action, the verification; ``rollgym traces check`` exits 0."""
+    job = TracedJob(tmp_path)
+    job.write(
+        servers(openenv_app="openenv_guess:app"),
+        rows(),
+        agent="player",
+        environment_routes={"guesses": "guess"},
+    )
+    proc = job.run(timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_played(job)
+    spans = job.spans()
+    rollout_ids = {r["rollout_id"] for r in job.rollouts}
+    for name in (names.SPAN_ENV_SEED, names.SPAN_ENV_TOOL, names.SPAN_VERIFY):
+        assert {s.rollout_id for s in spans.named(name)} == rollout_ids, name
+    assert {s.attributes[names.ENV_TOOL_NAME] for s in spans.named(names.SPAN_ENV_TOOL)} == {
+        "GuessAction"
+    }
+    check = job.traces_check()
+    assert check.returncode == 0, check.stdout + check.stderr
