@@ -317,6 +317,10 @@ class OpenEnvEnv(Environment):
                 self.aggregates.record_mistake()
                 return ToolAnswer(f"error: {exc}", INVALID_ARGUMENTS)
             self.aggregates.record_tool(name, ok=False)
+            # The OpenEnv session is of no more use: end it now, not when the rollout's
+            # session expires (an agent whose rollout fails here never verifies it).
+            state.data["done"] = True
+            self._release(session_id)
             raise self._failed(exc) from None
         self.aggregates.record_tool(name, ok=True)
         state.data["steps"] += 1

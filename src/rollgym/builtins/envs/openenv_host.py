@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import inspect
 import os
 import socket
 import sys
@@ -67,8 +68,10 @@ def app_of(target: str, found: object, max_sessions: int) -> Any:
         ) from None
     if isinstance(found, type) and issubclass(found, Environment):
         return _app_for_class(target, found, max_sessions)
-    if callable(found):
-        return found
+    if inspect.iscoroutinefunction(found) or inspect.iscoroutinefunction(
+        getattr(found, "__call__", None)
+    ):
+        return found  # an ASGI app (FastAPI's, Starlette's: an async __call__)
     raise SetupProblem(
         APP_KEY,
         f"{target!r} is a {type(found).__name__}, not an OpenEnv app (create_app(...)) "

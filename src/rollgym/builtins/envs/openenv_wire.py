@@ -13,8 +13,8 @@ WebSocket. The messages::
     <- {"type": "observation", "data": {"observation": {...}, "reward": r, "done": d}}
     <- {"type": "error", "data": {"message": "...", "code": "VALIDATION_ERROR" | ...}}
 
-Every failure is an :class:`OpenEnvError`: one line naming the protocol step (connect, reset,
-step) and what went wrong, never a traceback.
+Every failure is an :class:`OpenEnvError`: one line naming the protocol step (open session,
+reset, step) and what went wrong, never a traceback.
 """
 
 from __future__ import annotations
@@ -30,12 +30,16 @@ import orjson
 VALIDATION_ERROR = "VALIDATION_ERROR"
 #: The error code of a server that holds as many sessions as it allows.
 CAPACITY_REACHED = "CAPACITY_REACHED"
+#: The error code of an environment whose constructor raised.
+FACTORY_ERROR = "FACTORY_ERROR"
+#: The protocol step of opening a session (the server creates the environment instance).
+OPEN_SESSION = "open session"
 #: How long closing a session may wait for the server's side of it.
 CLOSE_TIMEOUT_S = 5.0
 
 
 class OpenEnvError(Exception):
-    """An OpenEnv session failed at ``step`` (connect, reset, step, list_tools).
+    """An OpenEnv session failed at ``step`` (open session, reset, step, list_tools).
 
     ``status`` is the HTTP status rollgym answers for it: 502 (the environment raised or
     answered off-protocol), 503 (no session to be had: refused, at capacity), 504 (no answer in
@@ -93,15 +97,15 @@ class WireSession:
                 ws = await http.ws_connect(url, autoping=True, max_msg_size=0)
         except TimeoutError:
             raise OpenEnvError(
-                "connect", f"no session from {url} within {connect_timeout_s:g} s", status=504
+                OPEN_SESSION, f"no session from {url} within {connect_timeout_s:g} s", status=504
             ) from None
         except aiohttp.WSServerHandshakeError as exc:
             raise OpenEnvError(
-                "connect", f"{url} refused the WebSocket (HTTP {exc.status})", status=503
+                OPEN_SESSION, f"{url} refused the WebSocket (HTTP {exc.status})", status=503
             ) from None
         except (aiohttp.ClientError, OSError) as exc:
             raise OpenEnvError(
-                "connect", f"cannot reach {url}: {type(exc).__name__}: {exc}", status=503
+                OPEN_SESSION, f"cannot reach {url}: {type(exc).__name__}: {exc}", status=503
             ) from None
         return cls(ws, answer_timeout_s)
 
@@ -200,9 +204,11 @@ def _error(step: str, data: object) -> OpenEnvError:
         return OpenEnvError(
             step, f"the action does not fit: {message}", status=400, model_mistake=True
         )
+    if code == FACTORY_ERROR:  # said at once on connecting: no session was opened
+        return OpenEnvError(OPEN_SESSION, f"the environment could not be created: {message}")
     if code == CAPACITY_REACHED:
         return OpenEnvError(
-            step,
+            OPEN_SESSION,
             f"the server is at capacity ({details.get('active_sessions')} of "
             f"{details.get('max_sessions')} sessions): raise its max_concurrent_envs",
             status=503,
