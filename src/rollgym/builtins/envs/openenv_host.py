@@ -68,15 +68,22 @@ def app_of(target: str, found: object, max_sessions: int) -> Any:
         ) from None
     if isinstance(found, type) and issubclass(found, Environment):
         return _app_for_class(target, found, max_sessions)
-    if inspect.iscoroutinefunction(found) or inspect.iscoroutinefunction(
-        getattr(found, "__call__", None)
-    ):
-        return found  # an ASGI app (FastAPI's, Starlette's: an async __call__)
+    if _is_asgi_app(found):
+        return found
     raise SetupProblem(
         APP_KEY,
         f"{target!r} is a {type(found).__name__}, not an OpenEnv app (create_app(...)) "
         "nor an OpenEnv Environment class",
     )
+
+
+def _is_asgi_app(found: object) -> bool:
+    """An ASGI app is an ``async def`` or an object whose ``__call__`` is one (FastAPI's,
+    Starlette's); a plain function would be taken by uvicorn for an app factory."""
+    if inspect.iscoroutinefunction(found):
+        return True
+    call = next((vars(k)["__call__"] for k in type(found).__mro__ if "__call__" in vars(k)), None)
+    return call is not None and inspect.iscoroutinefunction(call)
 
 
 def _app_for_class(target: str, env_cls: type, max_sessions: int) -> Any:
