@@ -37,7 +37,10 @@ def openenv_server(log: Path, mode: str = "ok", app: str = "openenv_guess:app") 
     with log.open("w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)]
-            + ["--log-level", "warning", "--backlog", "4096"],
+            + ["--log-level", "warning", "--backlog", "4096"]
+            # pings every second, each to be answered within a second (uvicorn's default is 20
+            # and 20): a client that leaves its connection unread between steps loses it
+            + ["--ws-ping-interval", "1", "--ws-ping-timeout", "1"],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

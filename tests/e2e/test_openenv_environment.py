@@ -73,6 +73,18 @@ def test_an_openenv_server_by_url_plays_end_to_end(job: Job) -> None:
         assert counts["opened"] == ROWS and open_sessions(url) == 0, counts
 
 
+def test_a_session_outlives_slow_model_turns(job: Job) -> None:
+    """The OpenEnv server pings its WebSocket sessions (every second here) and drops one whose
+    client does not answer: a session idle for a whole model turn (3 s) stays open."""
+    with openenv_server(job.root / "openenv.log") as url:
+        slow = {**servers(openenv_url=url), "policy": simulated_model(3.0)}
+        job.write(slow, rows(4), agent="player", environment_routes={"guesses": "guess"})
+        proc = job.run(timeout=180)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert_played(job, 4)
+        assert open_sessions(url) == 0
+
+
 @pytest.mark.parametrize("target", ["openenv_guess:app", "openenv_guess:GuessEnvironment"])
 def test_an_openenv_app_by_module_object_plays_end_to_end(job: Job, target: str) -> None:
     job.write(

@@ -74,12 +74,22 @@ def ws_url(base_url: str) -> str:
 
 
 class WireSession:
-    """One open OpenEnv session: one exchange at a time, each bounded by ``answer_timeout_s``."""
+    """One open OpenEnv session: one exchange at a time, each bounded by ``answer_timeout_s``.
+
+    A reader task reads the connection all the time, not only while an answer is awaited: the
+    server pings its sessions (uvicorn: every 20 s) and drops one whose pings go unanswered,
+    and aiohttp answers a ping only while someone reads. Between two steps a session waits a
+    whole model turn, which can be minutes.
+    """
 
     def __init__(self, ws: aiohttp.ClientWebSocketResponse, answer_timeout_s: float) -> None:
         self._ws = ws
         self._answer_timeout_s = answer_timeout_s
         self._lock = asyncio.Lock()
+        self._answers: asyncio.Queue[aiohttp.WSMessage] = asyncio.Queue()
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+        #: Why no exchange can be trusted any more (an answer that never came may come late).
+        self._broken: str | None = None
         self.closed = False
 
     @classmethod
@@ -125,39 +135,50 @@ class WireSession:
             async with asyncio.timeout(CLOSE_TIMEOUT_S):
                 if not self._ws.closed:
                     await self._ws.send_str('{"type": "close"}')
-                    # The server ends the session, then closes the connection: wait for that,
-                    # so it does not close one this side has already dropped.
-                    while not self._ws.closed:
-                        await self._ws.receive()
+                    # The server ends the session, then closes the connection: wait for that
+                    # (the reader sees it), so it does not close one this side already dropped.
+                    await asyncio.shield(self._reader)
         except (TimeoutError, aiohttp.ClientError, OSError, RuntimeError):
             pass
         finally:
+            self._reader.cancel()
             try:
                 async with asyncio.timeout(CLOSE_TIMEOUT_S):
                     await self._ws.close()
             except (TimeoutError, aiohttp.ClientError, OSError, RuntimeError):
                 pass
 
+    async def _read(self) -> None:
+        """Every message, in order, until the connection ends (its last message says how)."""
+        while True:
+            try:
+                message = await self._ws.receive()
+            except (aiohttp.ClientError, OSError, RuntimeError) as exc:
+                message = aiohttp.WSMessage(aiohttp.WSMsgType.ERROR, exc, None)
+            self._answers.put_nowait(message)
+            if message.type in _ENDED:
+                return
+
     async def _exchange(self, step: str, message: dict[str, Any]) -> dict[str, Any]:
-        if self.closed or self._ws.closed:
+        if self.closed:
             raise OpenEnvError(step, "the session is closed")
+        if self._broken is not None:
+            raise OpenEnvError(step, self._broken)
         async with self._lock:
             try:
                 async with asyncio.timeout(self._answer_timeout_s):
                     await self._ws.send_str(orjson.dumps(message).decode())
-                    answer = await self._ws.receive()
+                    answer = await self._answers.get()
             except TimeoutError:
+                self._broken = f"an earlier answer never came ({step})"
                 raise OpenEnvError(
                     step, f"no answer within {self._answer_timeout_s:g} s", status=504
                 ) from None
             except (aiohttp.ClientError, OSError, RuntimeError) as exc:
                 raise OpenEnvError(step, f"the connection failed: {exc}") from None
-        if answer.type in (
-            aiohttp.WSMsgType.CLOSE,
-            aiohttp.WSMsgType.CLOSED,
-            aiohttp.WSMsgType.CLOSING,
-        ):
-            raise OpenEnvError(step, "the server closed the session")
+        if answer.type in _ENDED:
+            self._broken = "the server closed the session"
+            raise OpenEnvError(step, self._broken)
         if answer.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
             raise OpenEnvError(step, f"the server answered a {answer.type.name} frame")
         try:
@@ -171,6 +192,17 @@ class WireSession:
         if body.get("type") == "error":
             raise _error(step, body.get("data"))
         return body
+
+
+#: The messages after which a connection reads nothing more.
+_ENDED = frozenset(
+    (
+        aiohttp.WSMsgType.CLOSE,
+        aiohttp.WSMsgType.CLOSED,
+        aiohttp.WSMsgType.CLOSING,
+        aiohttp.WSMsgType.ERROR,
+    )
+)
 
 
 def _observation(step: str, body: dict[str, Any]) -> Observation:
