@@ -138,3 +138,40 @@ def test_an_openenv_episode_is_traced_and_the_traces_check(tmp_path: Path) -> No
     }
     check = job.traces_check()
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+IN_FLIGHT = 1000
+#: Seconds each model turn is held: long enough that all 1,000 rollouts are admitted (each
+#: opening its OpenEnv session) before the first finishes.
+SLOW_TURN_S = 8.0
+
+
+def max_overlap(records: list[dict[str, Any]]) -> int:
+    """Most rollouts whose [started_at, finished_at] intervals overlap at one instant."""
+    events = sorted(
+        [(r["started_at"], 1) for r in records] + [(r["finished_at"], -1) for r in records]
+    )
+    current = peak = 0
+    for _, step in events:
+        current += step
+        peak = max(peak, current)
+    return peak
+
+
+def test_1000_rollouts_in_flight_over_one_openenv_server(job: Job) -> None:
+    with openenv_server(job.root / "openenv.log") as url:
+        many = {**servers(openenv_url=url), "policy": simulated_model(SLOW_TURN_S)}
+        job.write(
+            many,
+            rows(IN_FLIGHT),
+            agent="player",
+            environment_routes={"guesses": "guess"},
+            concurrency=IN_FLIGHT,
+            timeout_s=300,
+        )
+        proc = job.run(timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert_played(job, IN_FLIGHT)
+        assert max_overlap(job.rollouts) >= IN_FLIGHT
+        counts = session_counts(url)
+        assert counts["opened"] == IN_FLIGHT and open_sessions(url) == 0, counts
