@@ -118,13 +118,16 @@ def test_an_mcp_openenv_environment_offers_its_own_tools(job: Job) -> None:
 
 def test_an_openenv_episode_is_traced_and_the_traces_check(tmp_path: Path) -> None:
     """One bounded trace per rollout: the seed (reset), a tool span per step named by the
-    environment's own action, the verification; ``rollgym traces check`` exits 0."""
+    environment's own action, the verification; token-captured trajectories; ``rollgym
+    traces check`` exits 0."""
     job = TracedJob(tmp_path)
     job.write(
         servers(openenv_app="openenv_guess:app"),
         rows(),
         agent="player",
         environment_routes={"guesses": "guess"},
+        trajectories=True,
+        capture_tokens=True,
     )
     proc = job.run(timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -136,6 +139,15 @@ def test_an_openenv_episode_is_traced_and_the_traces_check(tmp_path: Path) -> No
     assert {s.attributes[names.ENV_TOOL_NAME] for s in spans.named(names.SPAN_ENV_TOOL)} == {
         "GuessAction"
     }
+    # the model calls went through rollgym's model server: token-captured turns, the step
+    # between them as a tool turn with the environment's own name
+    lines = job.records("trajectories.jsonl")
+    assert {t["rollout_id"] for t in lines} == rollout_ids
+    for line in lines:
+        turns = line["trajectory"]["turns"]
+        assert [t["type"] for t in turns if t["type"] != "verify"] == ["model", "tool", "model"]
+        assert turns[1]["name"] == "GuessAction" and "guess" in turns[1]["arguments"]
+        assert line["trajectory"]["capture"] == "tokens"
     check = job.traces_check()
     assert check.returncode == 0, check.stdout + check.stderr
 
