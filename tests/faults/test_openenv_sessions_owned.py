@@ -106,3 +106,32 @@ def test_no_session_leaks_after_kill_9_and_resume(job: Job, no_leftover_servers:
         assert job.summary["failed"] == 0
         counts = session_counts(url)
         assert counts["opened"] >= ROWS and open_sessions(url) == 0, counts
+
+
+def test_a_session_nobody_verifies_is_closed_when_it_expires(
+    job: Job, no_leftover_servers: None
+) -> None:
+    """An agent that seeds a session and goes away (its rollout failed before verifying):
+    the OpenEnv session ends when the rollgym session expires, the servers still running."""
+    with openenv_server(job.root / "openenv.log") as url:
+        servers = _servers(url, latency_s=0.0)
+        servers["guess"] = {**servers["guess"], "session_ttl_s": 2}  # type: ignore[dict-item]
+        job.write(servers, [])
+        proc = job.serve()
+        try:
+            assert proc.stdout is not None
+            urls = dict(proc.stdout.readline().split() for _ in range(3))
+            for i in range(3):
+                request = urllib.request.Request(
+                    urls["guess"] + "/seed_session",
+                    data=orjson.dumps({"rollout_id": f"gone-{i}", "task": {"seed": i}}),
+                    headers={"Content-Type": "application/json"},
+                )
+                with urllib.request.urlopen(request, timeout=30) as answer:
+                    assert answer.status == 200
+            assert open_sessions(url) == 3
+            assert wait_for(lambda: open_sessions(url) == 0, timeout=60), session_counts(url)
+            assert len(server_pids_alive(under=str(job.root))) == 3
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)

@@ -193,6 +193,7 @@ class OpenEnvEnv(Environment):
         session_id = str(seeded["session_id"])
         session = self.sessions.get(session_id)
         assert session is not None  # created just now
+        session.state.data["session_id"] = session_id
         self._wires[session_id] = session.state.data["wire"]
         seeded["tools"] = session.state.data["tools"]
         return seeded
@@ -246,9 +247,7 @@ class OpenEnvEnv(Environment):
         return [_mcp_tool(entry) for entry in tools]
 
     def on_session_expired(self, state: SessionState) -> None:
-        for session_id, wire in list(self._wires.items()):
-            if wire is state.data.get("wire"):
-                self._release(session_id)
+        self._release(state.data["session_id"])
 
     async def play_episode(self, rollout: RolloutContext, task: dict[str, Any]) -> dict[str, Any]:
         """The shared tool loop; the OpenEnv session closed however the episode ends."""
@@ -336,9 +335,7 @@ class OpenEnvEnv(Environment):
     async def verify(self, state: SessionState, answer: str | None) -> Verdict:
         """The reward the observations carried (none: 0.0); the session is closed first."""
         wire: WireSession = state.data["wire"]
-        for session_id, held in list(self._wires.items()):
-            if held is wire:
-                self._wires.pop(session_id)
+        self._wires.pop(state.data["session_id"], None)
         await wire.close()
         rewards: list[float] = state.data["rewards"]
         if self.openenv_options.reward == "sum":
