@@ -226,12 +226,14 @@ class OpenEnvEnv(Environment):
             {"role": "system", "content": options.system_prompt},
             {"role": "user", "content": f"{prompt}\n\n{_shown(first.fields)}"},
         ]
-        names = frozenset(str(t["function"]["name"]) for t in tools)
-        data: dict[str, Any] = {"wire": wire, "tools": tools, "tool_names": names}
-        data.update(rewards=[], steps=0)
-        data["done"] = first.done
-        if first.reward is not None:
-            data["rewards"].append(first.reward)
+        data: dict[str, Any] = {
+            "wire": wire,
+            "tools": tools,
+            "tool_names": frozenset(str(t["function"]["name"]) for t in tools),
+            "rewards": [] if first.reward is None else [first.reward],
+            "steps": 0,
+            "done": first.done,
+        }
         if first.done:
             await wire.close()
         return SessionState(messages=messages, data=data)
