@@ -87,6 +87,7 @@ SERVERS_DOOR = {
     "ServerKind",
     "ServerOptions",
     "SessionState",
+    "SetupProblem",
     "ToolAnswer",
     "TransportError",
     "Verdict",

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from rollgym.servers.model import ChatRequest, CompletionRequest, ModelServer, pass_headers
     from rollgym.servers.request_ids import is_uuid, upstream_uuid
     from rollgym.servers.rollout_context import RolloutContext
+    from rollgym.servers.start_checks import SetupProblem
     from rollgym.servers.tools import ToolAnswer, tool
     from rollgym.telemetry import spans
     from rollgym.telemetry.groups import gate
@@ -66,6 +67,7 @@ _EXPORTS = {
     "ServerContext": "rollgym.servers.base",
     "ServerKind": "rollgym.server_options",
     "ServerOptions": "rollgym.server_options",
+    "SetupProblem": "rollgym.servers.start_checks",
     "SessionState": "rollgym.servers.environment",
     "ToolAnswer": "rollgym.servers.tools",
     "TransportError": "rollgym.errors",
@@ -107,6 +109,7 @@ __all__ = [
     "ServerKind",
     "ServerOptions",
     "SessionState",
+    "SetupProblem",
     "ToolAnswer",
     "TransportError",
     "Verdict",

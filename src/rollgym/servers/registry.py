@@ -33,6 +33,7 @@ BUILTINS: dict[str, tuple[str, str]] = {
     "keychain": ("environment", "rollgym.builtins.envs.keychain:KeychainEnv"),
     "code": ("environment", "rollgym.builtins.envs.code:CodeEnv"),
     "terminal": ("environment", "rollgym.builtins.envs.terminal:TerminalEnv"),
+    "openenv": ("environment", "rollgym.builtins.envs.openenv:OpenEnvEnv"),
     "single_turn": ("agent", "rollgym.builtins.agents.single_turn:SingleTurnAgent"),
     "tool_loop": ("agent", "rollgym.builtins.agents.tool_loop:ToolLoopAgent"),
     "nemo_gym_row": ("agent", "rollgym.builtins.agents.nemo_gym_row:NemoGymRowAgent"),

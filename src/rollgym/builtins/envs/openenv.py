@@ -1,0 +1,453 @@
+"""``impl: openenv``: an environment written with OpenEnv, played as a rollgym environment.
+
+The OpenEnv environment runs unchanged: on a server the user runs (``openenv_url:``), or served
+by this process from the ``module:object`` its ``server/app.py`` builds (``openenv_app:``,
+:mod:`rollgym.builtins.envs.openenv_host`). Each rollgym session is one OpenEnv session, one
+WebSocket (:mod:`rollgym.builtins.envs.openenv_wire`), mapped so the built-in ``tool_loop``
+agent, the environment's own episode ``/run`` and the simulated model play it like any
+environment:
+
+- seeding a session opens the WebSocket and sends ``reset`` (``seed`` and ``reset`` from the
+  task, ``episode_id`` = the rollout id); the prompt is the task's ``prompt`` plus the first
+  observation;
+- the tools: an MCP environment's own tools (its ``list_tools``, each call a ``call_tool``
+  step); any other environment offers one tool named after its action class, whose arguments
+  are the action's fields (from the server's ``/schema``), each call one ``step``;
+- each step's observation is the tool's output; its ``reward`` is kept, and once its ``done``
+  is true the episode is over (the session is closed, later calls are told so);
+- verifying answers the reward the observations carried (the last one, or their sum).
+
+The OpenEnv session is owned: closed at verification, when the episode ``/run`` ends however
+it ends, when the rollgym session expires unused, and at shutdown; if the process dies its
+connections drop and OpenEnv ends their sessions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import re
+import urllib.error
+import urllib.request
+from typing import Any, ClassVar, Literal
+
+import aiohttp
+import orjson
+from pydantic import Field, model_validator
+
+from rollgym.builtins.envs.openenv_host import HostedApp, app_of, load_object
+from rollgym.builtins.envs.openenv_wire import Observation, OpenEnvError, WireSession, ws_url
+from rollgym.servers import (
+    Environment,
+    EnvironmentOptions,
+    HTTPError,
+    RolloutContext,
+    ServerContext,
+    ServerOptions,
+    SessionState,
+    SetupProblem,
+    ToolAnswer,
+    Verdict,
+    gate,
+)
+
+SYSTEM_PROMPT = (
+    "You act in an environment through the tools offered. Each tool call is one step; its "
+    "answer is the environment's observation. When the environment says the episode is over, "
+    "reply with your final answer."
+)
+#: The action classes of an MCP environment: its tools are listed and called through steps.
+MCP_ACTIONS = frozenset({"CallToolAction", "ListToolsAction"})
+#: The kinds of model mistakes a tool call can be (as rollgym.servers.tools names them).
+UNKNOWN_TOOL, INVALID_JSON, NOT_AN_OBJECT, INVALID_ARGUMENTS = (
+    "unknown_tool",
+    "invalid_json",
+    "not_an_object",
+    "invalid_arguments",
+)
+_TOOL_NAME = re.compile(r"[^A-Za-z0-9_-]")
+#: The rollout id of the session being seeded (``seed`` passes it on as OpenEnv's episode id).
+_SEEDING: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "openenv_seeding", default=None
+)
+
+
+class OpenEnvOptions(EnvironmentOptions):
+    """Where the OpenEnv environment is, and how its episode maps onto rollgym's."""
+
+    openenv_url: str | None = Field(
+        None, description="Base URL of an OpenEnv server you run (http://host:port)."
+    )
+    openenv_app: str | None = Field(
+        None,
+        description="'module:object': the OpenEnv app (create_app(...)) or Environment class "
+        "to serve here, importable from the working directory.",
+    )
+    reward: Literal["last", "sum"] = Field(
+        "last", description="The episode's reward: the last reward observed, or their sum."
+    )
+    system_prompt: str = Field(SYSTEM_PROMPT, description="The system message of each episode.")
+    max_sessions: int = Field(
+        4096, ge=1, description="Sessions an Environment class served here allows at once."
+    )
+    connect_timeout_s: float = Field(10.0, gt=0, description="Time to open a session.")
+    answer_timeout_s: float = Field(60.0, gt=0, description="Time for one reset or step.")
+
+    @model_validator(mode="after")
+    def _one_place(self) -> OpenEnvOptions:
+        if (self.openenv_url is None) == (self.openenv_app is None):
+            raise ValueError(
+                "give exactly one of 'openenv_url' (a server you run) or 'openenv_app'"
+            )
+        if self.openenv_url is not None and not re.match(r"^https?://[^/]+", self.openenv_url):
+            raise ValueError(f"'openenv_url' must be an http(s) URL, got {self.openenv_url!r}")
+        return self
+
+
+class OpenEnvEnv(Environment):
+    """An OpenEnv environment's episodes as rollgym sessions (see the module docstring)."""
+
+    Options: ClassVar[type[ServerOptions]] = OpenEnvOptions
+
+    def __init__(self, context: ServerContext) -> None:
+        super().__init__(context)
+        options = self.openenv_options
+        self._hosted: HostedApp | None = None
+        if options.openenv_app is not None:
+            target = options.openenv_app
+            self._hosted = HostedApp(
+                target, app_of(target, load_object(target), options.max_sessions)
+            )
+            self._hosted.start()
+            self.where = f"OpenEnv app {target!r}"
+            base_url = self._hosted.url
+        else:
+            assert options.openenv_url is not None
+            base_url = options.openenv_url.rstrip("/")
+            self.where = f"OpenEnv server {base_url}"
+        self._ws_url = ws_url(base_url)
+        self._action_schema = self._fetch_action_schema(base_url)
+        self._mcp = self._action_schema.get("title") in MCP_ACTIONS
+        self._http: aiohttp.ClientSession | None = None
+        #: The OpenEnv session of each live rollgym session, by session id: what this
+        #: environment must close.
+        self._wires: dict[str, WireSession] = {}
+        self._closing: set[asyncio.Task[None]] = set()
+
+    @property
+    def openenv_options(self) -> OpenEnvOptions:
+        assert isinstance(self.options, OpenEnvOptions)
+        return self.options
+
+    # --- start-up and shutdown ------------------------------------------------------------------
+
+    def _fetch_action_schema(self, base_url: str) -> dict[str, Any]:
+        """The action class's JSON schema (``GET /schema``), read once at start-up: a server
+        that does not answer it is not an OpenEnv server, said before the first rollout."""
+        key = "openenv_app" if self._hosted is not None else "openenv_url"
+        try:
+            with urllib.request.urlopen(  # noqa: S310 (an http(s) URL, checked by the options)
+                base_url + "/schema", timeout=self.openenv_options.connect_timeout_s
+            ) as answer:
+                body = orjson.loads(answer.read())
+        except urllib.error.HTTPError as exc:
+            raise SetupProblem(key, f"{self.where}: GET /schema answered HTTP {exc.code}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise SetupProblem(key, f"{self.where}: GET /schema failed: {reason}") from None
+        except orjson.JSONDecodeError:
+            raise SetupProblem(
+                key, f"{self.where}: GET /schema answered something not JSON"
+            ) from None
+        action = body.get("action") if isinstance(body, dict) else None
+        if not isinstance(action, dict):
+            raise SetupProblem(key, f"{self.where}: GET /schema has no 'action' schema")
+        return action
+
+    async def on_startup(self) -> None:
+        await super().on_startup()
+        # One connection per session, each held for a whole episode: no pool limit.
+        self._http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+
+    async def on_shutdown(self) -> None:
+        try:
+            await super().on_shutdown()
+            for session_id in list(self._wires):
+                self._release(session_id)
+            if self._closing:
+                await asyncio.gather(*self._closing, return_exceptions=True)
+            if self._http is not None:
+                await self._http.close()
+        finally:
+            if self._hosted is not None:
+                await asyncio.to_thread(self._hosted.stop)
+
+    # --- sessions ---------------------------------------------------------------------------------
+
+    async def open_session(self, rollout_id: str | None, task: dict[str, Any]) -> dict[str, object]:
+        token = _SEEDING.set(rollout_id)
+        try:
+            seeded = await super().open_session(rollout_id, task)
+        finally:
+            _SEEDING.reset(token)
+        session_id = str(seeded["session_id"])
+        session = self.sessions.get(session_id)
+        assert session is not None  # created just now
+        session.state.data["session_id"] = session_id
+        self._wires[session_id] = session.state.data["wire"]
+        seeded["tools"] = session.state.data["tools"]
+        return seeded
+
+    async def seed(self, task: dict[str, Any]) -> SessionState:
+        reset = _reset_data(task, _SEEDING.get())
+        if self._http is None:
+            raise HTTPError(503, f"environment {self.context.name!r} is not started")
+        options = self.openenv_options
+        try:
+            wire = await WireSession.open(
+                self._http,
+                self._ws_url,
+                connect_timeout_s=options.connect_timeout_s,
+                answer_timeout_s=options.answer_timeout_s,
+            )
+        except OpenEnvError as exc:
+            raise self._failed(exc) from None
+        try:
+            first = await wire.reset(reset)
+            tools = await self._tools(wire)
+        except OpenEnvError as exc:
+            await wire.close()
+            raise self._failed(exc) from None
+        except BaseException:
+            await asyncio.shield(wire.close())
+            raise
+        prompt = str(task.get("prompt") or "The environment's first observation:")
+        messages = [
+            {"role": "system", "content": options.system_prompt},
+            {"role": "user", "content": f"{prompt}\n\n{_shown(first.fields)}"},
+        ]
+        data: dict[str, Any] = {
+            "wire": wire,
+            "tools": tools,
+            "tool_names": frozenset(str(t["function"]["name"]) for t in tools),
+            "rewards": [] if first.reward is None else [first.reward],
+            "steps": 0,
+            "done": first.done,
+        }
+        if first.done:
+            await wire.close()
+        return SessionState(messages=messages, data=data)
+
+    async def _tools(self, wire: WireSession) -> list[dict[str, Any]]:
+        """The tools of this session: the MCP environment's own, else its one action."""
+        if not self._mcp:
+            return [_action_tool(self._action_schema)]
+        listed = await wire.step({"type": "list_tools"}, "list_tools")
+        tools = listed.fields.get("tools")
+        if not isinstance(tools, list):
+            raise OpenEnvError("list_tools", "answered an observation without a 'tools' list")
+        return [_mcp_tool(entry) for entry in tools]
+
+    def on_session_expired(self, state: SessionState) -> None:
+        self._release(state.data["session_id"])
+
+    async def play_episode(self, rollout: RolloutContext, task: dict[str, Any]) -> dict[str, Any]:
+        """The shared tool loop; the OpenEnv session closed however the episode ends."""
+        try:
+            return await super().play_episode(rollout, task)
+        finally:
+            session_id = getattr(rollout.env, "session_id", None)
+            if isinstance(session_id, str):
+                self._release(session_id)
+
+    def _release(self, session_id: str) -> None:
+        """Close the session's WebSocket, in a task of its own: a cancelled episode's
+        ``finally`` cannot await, and the close must happen all the same."""
+        wire = self._wires.pop(session_id, None)
+        if wire is None or wire.closed:
+            return
+        task = asyncio.get_running_loop().create_task(wire.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    # --- tools ------------------------------------------------------------------------------------
+
+    async def run_tool(self, session_id: str, name: str, arguments: dict[str, Any]) -> str:
+        answer = await self.call_model_tool(session_id, name, arguments)
+        if answer.error == UNKNOWN_TOOL:
+            raise HTTPError(404, answer.output.removeprefix("error: "), field="tool")
+        if answer.error is not None:
+            raise HTTPError(400, answer.output.removeprefix("error: "), field="arguments")
+        return answer.output
+
+    async def call_model_tool(self, session_id: str, name: str, arguments: object) -> ToolAnswer:
+        session = self.sessions.get(session_id)
+        if session is None:
+            raise HTTPError(404, f"unknown or expired session {session_id!r}", field="session_id")
+        if gate.env:
+            from rollgym.servers import spans
+
+            with spans.env_tool_span(session.rollout_id, name[:128]) as span:
+                answer = await self._step(session_id, session.state, name, arguments)
+                if answer.error is not None:
+                    spans.record_tool_model_error(span, answer.error)
+                return answer
+        return await self._step(session_id, session.state, name, arguments)
+
+    async def _step(
+        self, session_id: str, state: SessionState, name: str, arguments: object
+    ) -> ToolAnswer:
+        tools: frozenset[str] = state.data["tool_names"]
+        if name not in tools:
+            self.aggregates.record_mistake()
+            return ToolAnswer(
+                f"error: unknown tool {name[:64]!r}; tools: {sorted(tools)}", UNKNOWN_TOOL
+            )
+        args = _arguments(name, arguments)
+        if isinstance(args, ToolAnswer):
+            self.aggregates.record_mistake()
+            return args
+        if state.data["done"]:
+            return ToolAnswer("the episode is over: reply with your final answer")
+        action = {"type": "call_tool", "tool_name": name, "arguments": args} if self._mcp else args
+        wire: WireSession = state.data["wire"]
+        try:
+            seen = await wire.step(action)
+        except OpenEnvError as exc:
+            if exc.model_mistake:
+                self.aggregates.record_mistake()
+                return ToolAnswer(f"error: {exc}", INVALID_ARGUMENTS)
+            self.aggregates.record_tool(name, ok=False)
+            # The OpenEnv session is of no more use: end it now, not when the rollout's
+            # session expires (an agent whose rollout fails here never verifies it).
+            state.data["done"] = True
+            self._release(session_id)
+            raise self._failed(exc) from None
+        self.aggregates.record_tool(name, ok=True)
+        state.data["steps"] += 1
+        if seen.reward is not None:
+            state.data["rewards"].append(seen.reward)
+        if seen.done:
+            state.data["done"] = True
+            self._release(session_id)
+        return ToolAnswer(_tool_output(seen, self._mcp))
+
+    # --- verification -----------------------------------------------------------------------------
+
+    async def verify(self, state: SessionState, answer: str | None) -> Verdict:
+        """The reward the observations carried (none: 0.0); the session is closed first."""
+        wire: WireSession = state.data["wire"]
+        self._wires.pop(state.data["session_id"], None)
+        await wire.close()
+        rewards: list[float] = state.data["rewards"]
+        if self.openenv_options.reward == "sum":
+            reward = sum(rewards)
+        else:
+            reward = rewards[-1] if rewards else 0.0
+        details = {"done": state.data["done"], "steps": state.data["steps"], "rewards": rewards}
+        return Verdict(reward=reward, details=details)
+
+    def _failed(self, exc: OpenEnvError) -> HTTPError:
+        return HTTPError(exc.status, f"environment {self.context.name!r} ({self.where}): {exc}")
+
+
+def _reset_data(task: dict[str, Any], rollout_id: str | None) -> dict[str, Any]:
+    """What ``reset`` is sent: the task's ``reset`` object, its ``seed``, the rollout id as
+    the episode id. A task that does not fit is refused (ValueError: the task's fault)."""
+    data: dict[str, Any] = {}
+    extra = task.get("reset", {})
+    if not isinstance(extra, dict):
+        raise ValueError("'reset' must be an object (the keyword arguments of reset())")
+    if rollout_id is not None:
+        data["episode_id"] = rollout_id
+    if "seed" in task:
+        seed = task["seed"]
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"'seed' must be a non-negative integer, got {seed!r}")
+        data["seed"] = seed
+    data.update(extra)
+    return data
+
+
+def _action_tool(schema: dict[str, Any]) -> dict[str, Any]:
+    """The one tool of an environment without MCP tools: its action class, as a function."""
+    title = str(schema.get("title") or "step")
+    name = _TOOL_NAME.sub("_", title)[:64] or "step"
+    parameters = {k: v for k, v in schema.items() if k not in ("title", "description")}
+    properties = dict(parameters.get("properties") or {})
+    properties.pop("metadata", None)  # every OpenEnv action has it; not the model's business
+    parameters["properties"] = properties
+    if isinstance(parameters.get("required"), list):
+        parameters["required"] = [r for r in parameters["required"] if r != "metadata"]
+    description = str(schema.get("description") or f"Take one step: a {title}.")
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
+
+
+def _mcp_tool(entry: object) -> dict[str, Any]:
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+        raise OpenEnvError("list_tools", f"answered a tool without a name: {entry!r:.200}")
+    parameters = entry.get("input_schema") or entry.get("inputSchema") or {"type": "object"}
+    return {
+        "type": "function",
+        "function": {
+            "name": entry["name"],
+            "description": str(entry.get("description") or ""),
+            "parameters": parameters,
+        },
+    }
+
+
+def _arguments(name: str, written: object) -> dict[str, Any] | ToolAnswer:
+    """A tool call's arguments as the model wrote them, or what to tell the model."""
+    if written is None or written == "":
+        return {}
+    value = written
+    if isinstance(written, str):
+        try:
+            value = orjson.loads(written)
+        except orjson.JSONDecodeError as exc:
+            return ToolAnswer(
+                f"error: the arguments of tool {name!r} are not valid JSON: {exc}", INVALID_JSON
+            )
+    if not isinstance(value, dict):
+        return ToolAnswer(
+            f"error: the arguments of tool {name!r} must be a JSON object", NOT_AN_OBJECT
+        )
+    return value
+
+
+def _tool_output(seen: Observation, mcp: bool) -> str:
+    """What the model reads after a step: an MCP tool's result, else the observation."""
+    if not mcp:
+        shown = _shown(seen.fields)
+    else:
+        error = seen.fields.get("error")
+        if isinstance(error, dict) and error:
+            return f"error: {error.get('message') or _shown(error)}"
+        shown = _result_text(seen.fields.get("result"))
+    return shown + ("\n(the episode is over)" if seen.done else "")
+
+
+def _result_text(result: object) -> str:
+    if isinstance(result, str):
+        return result
+    if isinstance(result, dict):
+        content = result.get("content")
+        if isinstance(content, list):
+            texts = [
+                str(c["text"])
+                for c in content
+                if isinstance(c, dict) and isinstance(c.get("text"), str)
+            ]
+            if texts:
+                return "\n".join(texts)
+        if result.get("data") is not None:
+            return _result_text(result["data"])
+    return _shown(result)
+
+
+def _shown(value: object) -> str:
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS, default=str).decode()

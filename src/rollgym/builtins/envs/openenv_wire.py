@@ -1,0 +1,254 @@
+"""One OpenEnv session over its WebSocket: the protocol rollgym's ``openenv`` environment speaks.
+
+An OpenEnv server (``openenv.core.env_server.http_server``, as ``create_app`` builds it) gives
+each WebSocket connection to ``/ws`` an environment instance of its own: the session exists
+from the moment the connection is accepted until it closes, whichever way it closes (a
+``close`` message, the connection dropped, the client process gone). Its HTTP ``/reset`` and
+``/step`` build a fresh instance per call, so a whole episode can only be played over the
+WebSocket. The messages::
+
+    -> {"type": "reset", "data": {"seed": 3, "episode_id": "7-0", ...}}
+    -> {"type": "step", "data": <the action, as the action class's fields>}
+    -> {"type": "close"}
+    <- {"type": "observation", "data": {"observation": {...}, "reward": r, "done": d}}
+    <- {"type": "error", "data": {"message": "...", "code": "VALIDATION_ERROR" | ...}}
+
+Every failure is an :class:`OpenEnvError`: one line naming the protocol step (open session,
+reset, step) and what went wrong, never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+#: The error code OpenEnv answers when an action does not fit the action class.
+VALIDATION_ERROR = "VALIDATION_ERROR"
+#: The error code of a server that holds as many sessions as it allows.
+CAPACITY_REACHED = "CAPACITY_REACHED"
+#: The error code of an environment whose constructor raised.
+FACTORY_ERROR = "FACTORY_ERROR"
+#: The protocol step of opening a session (the server creates the environment instance).
+OPEN_SESSION = "open session"
+#: How long closing a session may wait for the server's side of it.
+CLOSE_TIMEOUT_S = 5.0
+
+
+class OpenEnvError(Exception):
+    """An OpenEnv session failed at ``step`` (open session, reset, step, list_tools).
+
+    ``status`` is the HTTP status rollgym answers for it: 502 (the environment raised or
+    answered off-protocol), 503 (no session to be had: refused, at capacity), 504 (no answer in
+    time). ``model_mistake`` marks an action that does not fit the action class: the model's
+    mistake, told to the model rather than failing the rollout.
+    """
+
+    def __init__(
+        self, step: str, message: str, *, status: int = 502, model_mistake: bool = False
+    ) -> None:
+        super().__init__(f"{step}: {message}")
+        self.step = step
+        self.status = status
+        self.model_mistake = model_mistake
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One observation as OpenEnv serializes it: its own fields, the reward, the done flag."""
+
+    fields: dict[str, Any]
+    reward: float | None
+    done: bool
+
+
+def ws_url(base_url: str) -> str:
+    """The session endpoint of an OpenEnv server given by its HTTP base URL."""
+    base = base_url.rstrip("/")
+    if base.startswith("https://"):
+        return "wss://" + base.removeprefix("https://") + "/ws"
+    return "ws://" + base.removeprefix("http://") + "/ws"
+
+
+class WireSession:
+    """One open OpenEnv session: one exchange at a time, each bounded by ``answer_timeout_s``.
+
+    A reader task reads the connection all the time, not only while an answer is awaited: the
+    server pings its sessions (uvicorn: every 20 s) and drops one whose pings go unanswered,
+    and aiohttp answers a ping only while someone reads. Between two steps a session waits a
+    whole model turn, which can be minutes.
+    """
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, answer_timeout_s: float) -> None:
+        self._ws = ws
+        self._answer_timeout_s = answer_timeout_s
+        self._lock = asyncio.Lock()
+        self._answers: asyncio.Queue[aiohttp.WSMessage] = asyncio.Queue()
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+        #: Why no exchange can be trusted any more (an answer that never came may come late).
+        self._broken: str | None = None
+        self.closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        http: aiohttp.ClientSession,
+        url: str,
+        *,
+        connect_timeout_s: float,
+        answer_timeout_s: float,
+    ) -> WireSession:
+        """Connect to ``url`` (``ws://host:port/ws``): the server opens a session for it."""
+        try:
+            async with asyncio.timeout(connect_timeout_s):
+                ws = await http.ws_connect(url, autoping=True, max_msg_size=0)
+        except TimeoutError:
+            raise OpenEnvError(
+                OPEN_SESSION, f"no session from {url} within {connect_timeout_s:g} s", status=504
+            ) from None
+        except aiohttp.WSServerHandshakeError as exc:
+            raise OpenEnvError(
+                OPEN_SESSION, f"{url} refused the WebSocket (HTTP {exc.status})", status=503
+            ) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise OpenEnvError(
+                OPEN_SESSION, f"cannot reach {url}: {type(exc).__name__}: {exc}", status=503
+            ) from None
+        return cls(ws, answer_timeout_s)
+
+    async def reset(self, data: dict[str, Any]) -> Observation:
+        return _observation("reset", await self._exchange("reset", {"type": "reset", "data": data}))
+
+    async def step(self, action: dict[str, Any], what: str = "step") -> Observation:
+        return _observation(what, await self._exchange(what, {"type": "step", "data": action}))
+
+    async def close(self) -> None:
+        """End the session on the server (a ``close`` message, then the connection); never
+        raises: a connection already gone has ended the session all the same."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                if not self._ws.closed:
+                    await self._ws.send_str('{"type": "close"}')
+                    # The server ends the session, then closes the connection: wait for that
+                    # (the reader sees it), so it does not close one this side already dropped.
+                    await asyncio.shield(self._reader)
+        except (TimeoutError, aiohttp.ClientError, OSError, RuntimeError):
+            pass
+        finally:
+            self._reader.cancel()
+            try:
+                async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                    await self._ws.close()
+            except (TimeoutError, aiohttp.ClientError, OSError, RuntimeError):
+                pass
+
+    async def _read(self) -> None:
+        """Every message, in order, until the connection ends (its last message says how)."""
+        while True:
+            try:
+                message = await self._ws.receive()
+            except (aiohttp.ClientError, OSError, RuntimeError) as exc:
+                message = aiohttp.WSMessage(aiohttp.WSMsgType.ERROR, exc, None)
+            self._answers.put_nowait(message)
+            if message.type in _ENDED:
+                return
+
+    async def _exchange(self, step: str, message: dict[str, Any]) -> dict[str, Any]:
+        if self.closed:
+            raise OpenEnvError(step, "the session is closed")
+        if self._broken is not None:
+            raise OpenEnvError(step, self._broken)
+        async with self._lock:
+            try:
+                async with asyncio.timeout(self._answer_timeout_s):
+                    await self._ws.send_str(orjson.dumps(message).decode())
+                    answer = await self._answers.get()
+            except TimeoutError:
+                self._broken = f"an earlier answer never came ({step})"
+                raise OpenEnvError(
+                    step, f"no answer within {self._answer_timeout_s:g} s", status=504
+                ) from None
+            except (aiohttp.ClientError, OSError, RuntimeError) as exc:
+                raise OpenEnvError(step, f"the connection failed: {exc}") from None
+        if answer.type in _ENDED:
+            self._broken = "the server closed the session"
+            raise OpenEnvError(step, self._broken)
+        if answer.type not in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY):
+            raise OpenEnvError(step, f"the server answered a {answer.type.name} frame")
+        try:
+            body = orjson.loads(answer.data)
+        except orjson.JSONDecodeError:
+            raise OpenEnvError(
+                step, f"answered something that is not JSON: {_cut(answer.data)}"
+            ) from None
+        if not isinstance(body, dict):
+            raise OpenEnvError(step, f"answered {_cut(answer.data)}, not an object")
+        if body.get("type") == "error":
+            raise _error(step, body.get("data"))
+        return body
+
+
+#: The messages after which a connection reads nothing more.
+_ENDED = frozenset(
+    (
+        aiohttp.WSMsgType.CLOSE,
+        aiohttp.WSMsgType.CLOSED,
+        aiohttp.WSMsgType.CLOSING,
+        aiohttp.WSMsgType.ERROR,
+    )
+)
+
+
+def _observation(step: str, body: dict[str, Any]) -> Observation:
+    data = body.get("data")
+    if body.get("type") != "observation" or not isinstance(data, dict):
+        raise OpenEnvError(
+            step, f"answered off-protocol (expected an 'observation' message): {_cut(body)}"
+        )
+    fields = data.get("observation")
+    reward = data.get("reward")
+    done = data.get("done", False)
+    if not isinstance(fields, dict) or not isinstance(done, bool):
+        raise OpenEnvError(step, f"answered an observation off-protocol: {_cut(data)}")
+    if isinstance(reward, bool):
+        reward = float(reward)  # OpenEnv allows a bool reward: True counts 1.0
+    elif reward is not None and not isinstance(reward, int | float):
+        raise OpenEnvError(step, f"answered a reward that is not a number: {_cut(reward)}")
+    return Observation(fields, None if reward is None else float(reward), done)
+
+
+def _error(step: str, data: object) -> OpenEnvError:
+    details = data if isinstance(data, dict) else {}
+    code = details.get("code")
+    message = " ".join(str(details.get("message") or _cut(data)).split())
+    if code == VALIDATION_ERROR:
+        errors = details.get("errors")
+        if isinstance(errors, list) and errors and isinstance(errors[0], dict):
+            first = errors[0]
+            where = ".".join(str(part) for part in first.get("loc") or ())
+            message = f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
+        return OpenEnvError(
+            step, f"the action does not fit: {message}", status=400, model_mistake=True
+        )
+    if code == FACTORY_ERROR:  # said at once on connecting: no session was opened
+        return OpenEnvError(OPEN_SESSION, f"the environment could not be created: {message}")
+    if code == CAPACITY_REACHED:
+        return OpenEnvError(
+            OPEN_SESSION,
+            f"the server is at capacity ({details.get('active_sessions')} of "
+            f"{details.get('max_sessions')} sessions): raise its max_concurrent_envs",
+            status=503,
+        )
+    return OpenEnvError(step, f"the environment failed ({code}): {message}")
+
+
+def _cut(value: object, limit: int = 200) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "..."

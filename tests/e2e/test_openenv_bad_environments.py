@@ -1,0 +1,103 @@
+"""A bad OpenEnv environment is one line naming it and the protocol step, never a traceback.
+
+Real misbehaving servers on loopback: an OpenEnv environment that refuses to open a session,
+one whose step raises, one whose step never answers, a server that answers its WebSocket
+off-protocol; and, before any rollout, a server that is not there and an app that does not
+import. Each rollout that meets one fails with one line in failures.jsonl naming the
+environment and the step; a set-up problem ends ``rollgym run`` with exit status 2 and one
+line. No traceback anywhere: not on the console, not in the environment server's log.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from e2e_support import Job
+from openenv_support import free_port, open_sessions, openenv_server
+from test_openenv_environment import rows, servers
+
+pytest.importorskip(
+    "openenv.core", reason="openenv-core is not installed: pip install 'rollgym[openenv]'"
+)
+
+pytestmark = pytest.mark.e2e
+
+RUN: dict[str, Any] = {
+    "agent": "player",
+    "environment_routes": {"guesses": "guess"},
+    "max_attempts": 1,
+}
+
+
+def no_traceback(job: Job, *texts: str) -> None:
+    logs = (
+        [p.read_text() for p in (job.out / "logs").glob("*.log")]
+        if (job.out / "logs").exists()
+        else []
+    )
+    for text in (*texts, *logs):
+        assert "Traceback" not in text, text[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("mode", "step", "says"),
+    [
+        ("refuse", "open session", "the environment could not be created"),
+        ("raise", "step", "the referee fell asleep"),
+        ("hang", "step", "no answer within 2 s"),
+    ],
+)
+def test_a_failing_openenv_environment_fails_its_rollouts_in_one_line(
+    job: Job, mode: str, step: str, says: str
+) -> None:
+    with openenv_server(job.root / "openenv.log", mode=mode) as url:
+        job.write(servers(openenv_url=url, answer_timeout_s=2), rows(4), **RUN)
+        proc = job.run(timeout=180)
+        assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
+        failures = job.failures
+        assert len(failures) == 4 and not job.rollouts
+        for failure in failures:
+            line = failure["message"]
+            assert "\n" not in line
+            assert "environment 'guess'" in line and f"{step}: " in line and says in line, line
+        no_traceback(job, proc.stdout, proc.stderr)
+        # the sessions the failed rollouts opened are closed on the OpenEnv side too
+        if mode != "refuse":
+            from e2e_support import wait_for
+
+            assert wait_for(lambda: open_sessions(url) == 0, timeout=60), open_sessions(url)
+
+
+def test_an_off_protocol_server_fails_its_rollouts_in_one_line(job: Job) -> None:
+    with openenv_server(job.root / "server.log", app="openenv_offprotocol:app") as url:
+        job.write(servers(openenv_url=url), rows(4), **RUN)
+        proc = job.run(timeout=180)
+        failures = job.failures
+        assert len(failures) == 4, proc.stdout[-3000:] + proc.stderr[-3000:]
+        for failure in failures:
+            line = failure["message"]
+            assert "environment 'guess'" in line and "reset: answered off-protocol" in line, line
+        no_traceback(job, proc.stdout, proc.stderr)
+
+
+@pytest.mark.parametrize(
+    ("where", "says"),
+    [
+        ({"openenv_url": "http://127.0.0.1:{port}"}, "servers.guess.openenv_url: OpenEnv server"),
+        (
+            {"openenv_app": "no_such_module:app"},
+            "servers.guess.openenv_app: cannot import 'no_such_module'",
+        ),
+        ({"openenv_app": "openenv_support:free_port"}, "servers.guess.openenv_app:"),
+    ],
+)
+def test_an_openenv_environment_that_cannot_start_ends_the_run_in_one_line(
+    job: Job, where: dict[str, str], says: str
+) -> None:
+    where = {k: v.format(port=free_port()) for k, v in where.items()}
+    job.write(servers(**where), rows(4), **RUN)
+    proc = job.run(timeout=180)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert says in proc.stderr, proc.stderr
+    no_traceback(job, proc.stdout, proc.stderr)

@@ -1,0 +1,189 @@
+"""An environment written with OpenEnv runs unchanged as a rollgym environment (``impl: openenv``).
+
+A real OpenEnv environment (``openenv_guess.py``, written with openenv-core) on a real OpenEnv
+server on loopback, by URL and by ``module:object``, played end to end by ``rollgym run``
+against the simulated model (which reads the tool the environment offers): through the
+built-in ``tool_loop`` agent and through the environment's own episode ``/run``. Every OpenEnv
+session a rollout opened is counted from the OpenEnv server's side: all closed at the end.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_support import Job
+from openenv_support import open_sessions, openenv_server, session_counts
+from telemetry_helpers import TracedJob
+
+from rollgym.telemetry import names
+from server_specs import simulated_model
+
+pytest.importorskip(
+    "openenv.core", reason="openenv-core is not installed: pip install 'rollgym[openenv]'"
+)
+
+pytestmark = pytest.mark.e2e
+
+ROWS = 12
+
+
+def servers(**where: Any) -> dict[str, Any]:
+    """The simulated model, the OpenEnv environment (with its episode ``/run``) and a
+    ``tool_loop`` agent on it."""
+    return {
+        "policy": simulated_model(),
+        "guess": {"kind": "environment", "impl": "openenv", "model": "policy", **where},
+        "player": {"kind": "agent", "impl": "tool_loop", "model": "policy", "environment": "guess"},
+    }
+
+
+def rows(n: int = ROWS) -> list[dict[str, Any]]:
+    """Half for the ``tool_loop`` agent, half routed to the environment's own episodes."""
+    half = [{"seed": i} for i in range(n // 2)]
+    return half + [
+        {"task_id": {"taskset": "guesses", "task_id": str(i)}, "seed": i} for i in range(n // 2)
+    ]
+
+
+def assert_played(job: Job, n: int = ROWS) -> None:
+    records = job.rollouts
+    assert len(records) == n and job.summary["failed"] == 0, job.failures
+    assert {r["dispatch_name"] for r in records} == {"player", "guess"}
+    for record in records:
+        details = record["result"]["details"]
+        # the simulated model made one schema-valid guess; the reward is the observation's
+        assert details["steps"] == 1 and len(details["rewards"]) == 1, details
+        assert record["reward"] == details["rewards"][0] in (0.0, 1.0)
+
+
+def test_an_openenv_server_by_url_plays_end_to_end(job: Job) -> None:
+    with openenv_server(job.root / "openenv.log") as url:
+        job.write(
+            servers(openenv_url=url),
+            rows(),
+            agent="player",
+            environment_routes={"guesses": "guess"},
+        )
+        proc = job.run(timeout=180)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert_played(job)
+        counts = session_counts(url)
+        assert counts["opened"] == ROWS and open_sessions(url) == 0, counts
+
+
+def test_a_session_outlives_slow_model_turns(job: Job) -> None:
+    """The OpenEnv server pings its WebSocket sessions (every second here) and drops one whose
+    client does not answer: a session idle for a whole model turn (3 s) stays open."""
+    with openenv_server(job.root / "openenv.log") as url:
+        slow = {**servers(openenv_url=url), "policy": simulated_model(3.0)}
+        job.write(slow, rows(4), agent="player", environment_routes={"guesses": "guess"})
+        proc = job.run(timeout=180)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert_played(job, 4)
+        assert open_sessions(url) == 0
+
+
+@pytest.mark.parametrize("target", ["openenv_guess:app", "openenv_guess:GuessEnvironment"])
+def test_an_openenv_app_by_module_object_plays_end_to_end(job: Job, target: str) -> None:
+    job.write(
+        servers(openenv_app=target), rows(), agent="player", environment_routes={"guesses": "guess"}
+    )
+    proc = job.run(timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_played(job)
+
+
+def test_an_mcp_openenv_environment_offers_its_own_tools(job: Job) -> None:
+    """An MCP environment's tools are the model's tools (its ``list_tools``), each call one
+    ``call_tool`` step; the simulated model calls each once and the reward is the guess's."""
+    job.write(
+        servers(openenv_app="openenv_tools:app"),
+        rows(),
+        agent="player",
+        environment_routes={"guesses": "guess"},
+    )
+    proc = job.run(timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = job.rollouts
+    assert len(records) == ROWS and job.summary["failed"] == 0, job.failures
+    for record in records:
+        result = record["result"]
+        assert result["tool_calls"] == 2, result  # hint, then guess
+        assert result["details"]["rewards"] == [record["reward"]] and record["reward"] in (0.0, 1.0)
+        # the model read the tool's own text answer, not OpenEnv's observation envelope
+        assert result["answer"].startswith(("Answer: correct", "Answer: wrong")), result
+
+
+def test_an_openenv_episode_is_traced_and_the_traces_check(tmp_path: Path) -> None:
+    """One bounded trace per rollout: the seed (reset), a tool span per step named by the
+    environment's own action, the verification; token-captured trajectories; ``rollgym
+    traces check`` exits 0."""
+    job = TracedJob(tmp_path)
+    job.write(
+        servers(openenv_app="openenv_guess:app"),
+        rows(),
+        agent="player",
+        environment_routes={"guesses": "guess"},
+        trajectories=True,
+        capture_tokens=True,
+    )
+    proc = job.run(timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_played(job)
+    spans = job.spans()
+    rollout_ids = {r["rollout_id"] for r in job.rollouts}
+    for name in (names.SPAN_ENV_SEED, names.SPAN_ENV_TOOL, names.SPAN_VERIFY):
+        assert {s.rollout_id for s in spans.named(name)} == rollout_ids, name
+    assert {s.attributes[names.ENV_TOOL_NAME] for s in spans.named(names.SPAN_ENV_TOOL)} == {
+        "GuessAction"
+    }
+    # the model calls went through rollgym's model server: token-captured turns, the step
+    # between them as a tool turn with the environment's own name
+    lines = job.records("trajectories.jsonl")
+    assert {t["rollout_id"] for t in lines} == rollout_ids
+    for line in lines:
+        turns = line["trajectory"]["turns"]
+        assert [t["type"] for t in turns if t["type"] != "verify"] == ["model", "tool", "model"]
+        assert turns[1]["name"] == "GuessAction" and "guess" in turns[1]["arguments"]
+        assert line["trajectory"]["capture"] == "tokens"
+    check = job.traces_check()
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+IN_FLIGHT = 1000
+#: Seconds each model turn is held: long enough that all 1,000 rollouts are admitted (each
+#: opening its OpenEnv session) before the first finishes.
+SLOW_TURN_S = 8.0
+
+
+def max_overlap(records: list[dict[str, Any]]) -> int:
+    """Most rollouts whose [started_at, finished_at] intervals overlap at one instant."""
+    events = sorted(
+        [(r["started_at"], 1) for r in records] + [(r["finished_at"], -1) for r in records]
+    )
+    current = peak = 0
+    for _, step in events:
+        current += step
+        peak = max(peak, current)
+    return peak
+
+
+def test_1000_rollouts_in_flight_over_one_openenv_server(job: Job) -> None:
+    with openenv_server(job.root / "openenv.log") as url:
+        many = {**servers(openenv_url=url), "policy": simulated_model(SLOW_TURN_S)}
+        job.write(
+            many,
+            rows(IN_FLIGHT),
+            agent="player",
+            environment_routes={"guesses": "guess"},
+            concurrency=IN_FLIGHT,
+            timeout_s=300,
+        )
+        proc = job.run(timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert_played(job, IN_FLIGHT)
+        assert max_overlap(job.rollouts) >= IN_FLIGHT
+        counts = session_counts(url)
+        assert counts["opened"] == IN_FLIGHT and open_sessions(url) == 0, counts
