@@ -67,6 +67,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="what was said: messages, tool calls and outputs, the answer, the reward "
         "(from the run's trajectory; per model call tokens and latency)",
     )
+    show.add_argument(
+        "--tokens",
+        action="store_true",
+        help="with --conversation: each answer's generated tokens (id, text where known, "
+        "probability), unlikely ones marked (needs run.capture_tokens)",
+    )
+    show.add_argument(
+        "--low-p",
+        type=_probability,
+        default=0.1,
+        metavar="P",
+        help="with --tokens: mark tokens whose probability is under P (default 0.1)",
+    )
     show.set_defaults(handler=_one_line(_show))
 
     slowest = commands.add_parser("slowest", help="the long tail and where it spent its time")
@@ -96,6 +109,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(its spans, else its answered usage) and its invariants; one line per violation",
     )
     check.set_defaults(handler=_one_line(_check))
+
+
+def _probability(text: str) -> float:
+    """A probability between 0 and 1 (argparse turns the ValueError into one line)."""
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not a probability between 0 and 1")
+    return value
 
 
 def _run_dir(parser: argparse.ArgumentParser) -> None:
@@ -188,7 +209,7 @@ def _ls(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     from rollgym.tracestore import queries, render
 
-    if args.conversation:
+    if args.conversation or args.tokens:
         return _conversation(args)
     with _open(args) as conn:
         detail = queries.rollout_detail(conn, args.rollout_id)
@@ -219,7 +240,9 @@ def _conversation(args: argparse.Namespace) -> int:
         with _open(args) as conn:
             detail = queries.rollout_detail(conn, args.rollout_id)
         spans = [span for attempt in detail["attempts"] for span in attempt["spans"]]
-    view = conversation_view(args.rollout_id, files, model_latencies(spans))
+    view = conversation_view(
+        args.rollout_id, files, model_latencies(spans), tokens=args.tokens, low_p=args.low_p
+    )
     _answer(args, view, print_conversation)
     return 0
 

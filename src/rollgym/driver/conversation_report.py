@@ -15,6 +15,7 @@ import orjson
 from rich.console import Console
 
 from rollgym.driver.run_reader import RolloutFiles
+from rollgym.driver.token_view import LOW_P, model_turns, turn_tokens
 from rollgym.telemetry import names
 from rollgym.tracestore.query_rows import SpanRow
 from rollgym.tracestore.render import safe
@@ -22,6 +23,8 @@ from rollgym.trajectory.conversation import Entry, conversation
 
 #: Characters of one text shown in the terminal; longer ones are cut and marked (--json: all).
 SHOWN_CHARS = 2000
+#: Tokens of one model call shown in the terminal; the rest are counted (--json: all).
+SHOWN_TOKENS = 500
 
 
 def model_latencies(spans: Sequence[SpanRow]) -> dict[str, float]:
@@ -48,9 +51,16 @@ def verdict_details(trajectory: Mapping[str, object] | None) -> list[object]:
 
 
 def conversation_view(
-    rollout_id: str, files: RolloutFiles, latencies: dict[str, float]
+    rollout_id: str,
+    files: RolloutFiles,
+    latencies: dict[str, float],
+    *,
+    tokens: bool = True,
+    low_p: float = LOW_P,
 ) -> dict[str, Any]:
-    """What ``--conversation --json`` prints: the header fields and the entries."""
+    """What ``--conversation --json`` prints: the header fields and the entries. With
+    ``tokens`` each model answer of a run that captured tokens carries its generated tokens
+    (``tokens``: ids, log-probabilities, text where known, those under ``low_p`` marked)."""
     record = files.rollout or {}
     failure = files.failure if files.rollout is None else None
     entries: list[Entry] = conversation(files.trajectory) if files.trajectory else []
@@ -64,6 +74,12 @@ def conversation_view(
     for step in shown:  # each verification with the verifier's own reasons
         if step.get("kind") == "verify":
             step["details"] = next(details, None)
+    if tokens:  # each answer is one model turn, in order
+        answers = (step for step in shown if step.get("kind") == "answer")
+        for step, turn in zip(answers, model_turns(files.trajectory), strict=False):
+            found = turn_tokens(turn, low_p)
+            if found is not None:
+                step["tokens"] = found
     return {
         "rollout_id": record.get("rollout_id") or (failure or {}).get("rollout_id") or rollout_id,
         "outcome": "ok" if files.rollout is not None else ("failed" if failure else None),
@@ -72,6 +88,8 @@ def conversation_view(
         "error_kind": (failure or {}).get("error_kind"),
         "message": (failure or {}).get("message"),
         "has_trajectory": files.trajectory is not None,
+        "tokens_asked": tokens,
+        "low_p": low_p,
         "conversation": shown,
     }
 
@@ -103,6 +121,35 @@ def _truncated(entry: Mapping[str, Any]) -> str:
     return f" [yellow](cut at the recorded cap; whole text {size} bytes)[/]" if size else ""
 
 
+def _token_cell(token: Mapping[str, Any]) -> str:
+    """``id "text" p=0.93``; an unlikely token marked ``!`` (red on a terminal)."""
+    text = token.get("text")
+    shown = f" {safe(orjson.dumps(text).decode())}" if isinstance(text, str) else ""
+    p = token.get("p")
+    figure = f"p={p:.2f}" if isinstance(p, float) else "p=-"
+    cell = f"{token.get('id') if token.get('id') is not None else '?'}{shown} {figure}"
+    return f"[bold red]!{cell}[/]" if token.get("low") else cell
+
+
+def _print_tokens(console: Console, found: Mapping[str, Any]) -> None:
+    tokens: list[Mapping[str, Any]] = found["tokens"]
+    source = found["text_source"]
+    how = f"text from the {source}" if source else "ids only: no text aligned with them"
+    console.print(
+        f"  [dim]tokens[/]: {len(tokens)} generated, {found['low']} with p < "
+        f"{found['threshold']:g} (marked !); {how}"
+    )
+    if found["missing"]:
+        console.print(
+            f"  [yellow]the engine did not answer[/]: {safe(', '.join(found['missing']))}"
+        )
+    cells = [_token_cell(token) for token in tokens[:SHOWN_TOKENS]]
+    for start in range(0, len(cells), 6):
+        console.print("    " + "  ".join(cells[start : start + 6]))
+    if len(tokens) > SHOWN_TOKENS:
+        console.print(f"    [yellow]... {len(tokens) - SHOWN_TOKENS} more (--json shows all)[/]")
+
+
 def _print_entry(console: Console, entry: Mapping[str, Any]) -> None:
     kind = entry.get("kind")
     if kind == "message":
@@ -123,6 +170,8 @@ def _print_entry(console: Console, entry: Mapping[str, Any]) -> None:
             console.print(f"  {_cut(entry.get('content'))}")
         if entry.get("tool_calls"):
             console.print(f"  [cyan]tool calls[/]: {_tool_calls(entry['tool_calls'])}")
+        if entry.get("tokens"):
+            _print_tokens(console, entry["tokens"])
     elif kind == "tool":
         arguments = orjson.dumps(entry.get("arguments")).decode()
         console.print(
@@ -162,3 +211,8 @@ def print_conversation(console: Console, view: dict[str, Any]) -> None:
         return
     for entry in view["conversation"]:
         _print_entry(console, entry)
+    if view.get("tokens_asked") and not any(e.get("tokens") for e in view["conversation"]):
+        console.print(
+            "[yellow]no token ids recorded for this rollout[/]: they are kept only when the run "
+            "sets run.capture_tokens=true"
+        )
