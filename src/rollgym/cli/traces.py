@@ -213,8 +213,27 @@ def _show(args: argparse.Namespace) -> int:
         return _conversation(args)
     with _open(args) as conn:
         detail = queries.rollout_detail(conn, args.rollout_id)
-    _answer(args, detail, render.rollout_trees)
+    failure = _failure_record(args)  # the agent's own frames and its log (failures.jsonl)
+    if args.json:
+        own = {key: failure.get(key) for key in ("frames", "log")} if failure else None
+        _emit_json({**detail, "failure": own} if own else detail)
+    else:
+        render.rollout_trees(_console(), detail)
+        if failure is not None:
+            from rollgym.driver.conversation_report import print_frames
+
+            print_frames(_console(), failure.get("frames"), failure.get("log"))
     return 0 if detail["attempts"] else 1
+
+
+def _failure_record(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The rollout's final failure when it has the agent's own frames (failures.jsonl)."""
+    from rollgym.driver.run_reader import read_rollout
+
+    if not args.run_dir.is_dir():
+        return None
+    failure = read_rollout(args.run_dir, args.rollout_id).failure
+    return dict(failure) if failure is not None and failure.get("frames") else None
 
 
 def _conversation(args: argparse.Namespace) -> int:
@@ -222,6 +241,7 @@ def _conversation(args: argparse.Namespace) -> int:
         conversation_view,
         model_latencies,
         print_conversation,
+        records_trajectories,
     )
     from rollgym.driver.run_reader import read_rollout
     from rollgym.tracestore import queries
@@ -241,7 +261,12 @@ def _conversation(args: argparse.Namespace) -> int:
             detail = queries.rollout_detail(conn, args.rollout_id)
         spans = [span for attempt in detail["attempts"] for span in attempt["spans"]]
     view = conversation_view(
-        args.rollout_id, files, model_latencies(spans), tokens=args.tokens, low_p=args.low_p
+        args.rollout_id,
+        files,
+        model_latencies(spans),
+        tokens=args.tokens,
+        low_p=args.low_p,
+        recorded=records_trajectories(run_dir),
     )
     _answer(args, view, print_conversation)
     return 0

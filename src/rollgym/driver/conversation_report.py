@@ -9,6 +9,7 @@ model span. Every text printed came from a model or an environment, so all of it
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -37,6 +38,18 @@ def model_latencies(spans: Sequence[SpanRow]) -> dict[str, float]:
     return latencies
 
 
+def records_trajectories(run_dir: Path) -> bool | None:
+    """Whether the run asked for trajectories (``run.json``'s ``defines``: trajectories or
+    tokens); None when it does not say (no run.json, or one from an older rollgym)."""
+    try:
+        defines = orjson.loads((run_dir / "run.json").read_bytes()).get("defines")
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        return None
+    if not isinstance(defines, dict) or "trajectories" not in defines:
+        return None
+    return bool(defines.get("trajectories") or defines.get("capture_tokens"))
+
+
 def verdict_details(trajectory: Mapping[str, object] | None) -> list[object]:
     """The ``details`` of each verification in the trajectory, in order: why the reward is
     what it is, as the environment's verifier said (``{"expected": "44", ...}``)."""
@@ -57,26 +70,34 @@ def conversation_view(
     *,
     tokens: bool = True,
     low_p: float = LOW_P,
+    recorded: bool | None = None,
 ) -> dict[str, Any]:
     """What ``--conversation --json`` prints: the header fields and the entries. With
     ``tokens`` each model answer of a run that captured tokens carries its generated tokens
-    (``tokens``: ids, log-probabilities, text where known, those under ``low_p`` marked)."""
+    (``tokens``: ids, log-probabilities, text where known, those under ``low_p`` marked).
+    A failed rollout shows the turns it recorded before it failed (``partial``), the agent
+    author's own ``frames`` and the ``log`` holding its whole traceback; ``recorded``: whether
+    the run asked for trajectories (its run.json), which decides what a missing one means."""
     record = files.rollout or {}
     failure = files.failure if files.rollout is None else None
-    entries: list[Entry] = conversation(files.trajectory) if files.trajectory else []
+    trajectory = files.trajectory
+    partial = (failure or {}).get("partial_trajectory") if trajectory is None else None
+    if isinstance(partial, dict):  # the turns a failed rollout recorded before it failed
+        trajectory = partial
+    entries: list[Entry] = conversation(trajectory) if trajectory else []
     for entry in entries:
         response_id = entry.get("response_id")
         if entry.get("kind") == "answer" and isinstance(response_id, str):
             latency = latencies.get(response_id)
             entry["latency_ms"] = latency
     shown: list[dict[str, Any]] = [dict(entry) for entry in entries]
-    details = iter(verdict_details(files.trajectory))
+    details = iter(verdict_details(trajectory))
     for step in shown:  # each verification with the verifier's own reasons
         if step.get("kind") == "verify":
             step["details"] = next(details, None)
     if tokens:  # each answer is one model turn, in order
         answers = (step for step in shown if step.get("kind") == "answer")
-        for step, turn in zip(answers, model_turns(files.trajectory), strict=False):
+        for step, turn in zip(answers, model_turns(trajectory), strict=False):
             found = turn_tokens(turn, low_p)
             if found is not None:
                 step["tokens"] = found
@@ -87,7 +108,11 @@ def conversation_view(
         "dispatch_name": record.get("dispatch_name") or (failure or {}).get("dispatch_name"),
         "error_kind": (failure or {}).get("error_kind"),
         "message": (failure or {}).get("message"),
-        "has_trajectory": files.trajectory is not None,
+        "has_trajectory": trajectory is not None,
+        "partial": trajectory is not None and trajectory is partial,
+        "frames": (failure or {}).get("frames"),
+        "log": (failure or {}).get("log"),
+        "run_records_trajectories": recorded,
         "tokens_asked": tokens,
         "low_p": low_p,
         "conversation": shown,
@@ -190,6 +215,17 @@ def _print_entry(console: Console, entry: Mapping[str, Any]) -> None:
             console.print(f"  [dim]details (the verifier's reasons)[/]: {_cut(shown)}")
 
 
+def print_frames(console: Console, frames: object, log: object) -> None:
+    """Where the agent's own code raised (innermost last) and the log with the whole
+    traceback: what a failure record says beyond its message."""
+    if isinstance(frames, list) and frames:
+        console.print("  [bold]raised in the agent's own code[/] (innermost last):")
+        for frame in frames:
+            console.print(f"    {safe(frame)}")
+    if isinstance(log, str):
+        console.print(f"  whole traceback: [cyan]{safe(log)}[/] in the run directory")
+
+
 def print_conversation(console: Console, view: dict[str, Any]) -> None:
     header = f"[bold]{safe(view['rollout_id'])}[/]"
     if view["dispatch_name"]:
@@ -202,13 +238,26 @@ def print_conversation(console: Console, view: dict[str, Any]) -> None:
         console.print(
             f"[bold red]failed[/]: {safe(view['error_kind'])}: {safe(view['message'] or '')}"
         )
+        print_frames(console, view.get("frames"), view.get("log"))
     if not view["has_trajectory"]:
-        console.print(
-            "[yellow]no trajectory recorded for this rollout[/]: the messages are kept only "
-            "when the run records trajectories (run.trajectories=true); "
-            "`rollgym traces show RUN ID` shows its spans"
-        )
+        if view["outcome"] == "failed" and view.get("run_records_trajectories"):
+            console.print(
+                "[yellow]no turn recorded for this rollout[/]: the run records trajectories, "
+                "but it failed before its agent recorded a model call (or its agent keeps "
+                "none); `rollgym traces show RUN ID` shows its spans"
+            )
+        else:
+            console.print(
+                "[yellow]no trajectory recorded for this rollout[/]: the messages are kept "
+                "only when the run records trajectories (run.trajectories=true); "
+                "`rollgym traces show RUN ID` shows its spans"
+            )
         return
+    if view.get("partial"):
+        console.print(
+            "[yellow]partial trajectory[/]: the turns recorded before the rollout failed "
+            "(kept in failures.jsonl; never in trajectories.jsonl)"
+        )
     for entry in view["conversation"]:
         _print_entry(console, entry)
     if view.get("tokens_asked") and not any(e.get("tokens") for e in view["conversation"]):

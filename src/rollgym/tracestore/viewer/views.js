@@ -249,7 +249,12 @@ function conversationSection(c) {
     el("span", { class: `outcome-${c.outcome === "ok" ? "ok" : "error"}` }, c.outcome ?? "-"), ` · reward ${fmt(c.reward)}`,
     el("span", { class: "muted" }, ` · ${source}`)));
   if (c.outcome === "failed") {
-    section.append(el("div", { class: "error-box", id: "rollout-error" }, el("b", {}, c.error_kind ?? "error"), ": ", c.message ?? "(no message recorded)"));
+    section.append(el("div", { class: "error-box", id: "rollout-error" }, el("b", {}, c.error_kind ?? "error"), ": ", c.message ?? "(no message recorded)",
+      ownFrames(c.frames, c.log)));
+  }
+  if (c.partial) {
+    section.append(el("p", { class: "hint", id: "partial-note" },
+      "Partial trajectory: the turns this rollout recorded before it failed (kept in failures.jsonl, never in trajectories.jsonl)."));
   }
   const earlier = (c.attempt_errors || []).filter((x) => x.rollout_id !== c.rollout_id);
   if (earlier.length) {
@@ -268,6 +273,15 @@ function conversationSection(c) {
   section.append(el("div", { class: "entries" }, c.conversation.map(entryView)));
   if (hasTokens) markLowTokens(section, c.low_p ?? 0.1);
   return section;
+}
+
+// Where the agent author's own code raised (innermost last) and the log with the whole traceback.
+function ownFrames(frames, log) {
+  if (!(frames && frames.length) && !log) return "";
+  return el("div", { id: "own-frames" },
+    frames && frames.length ? el("div", {}, "raised in the agent's own code (innermost last):") : "",
+    (frames || []).map((f) => el("div", { class: "mono frame" }, f)),
+    log ? el("div", { id: "failure-log" }, "whole traceback: ", el("span", { class: "mono" }, log), " in the run directory") : "");
 }
 
 function attemptError(c, attempt) {
