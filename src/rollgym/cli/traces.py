@@ -298,7 +298,12 @@ def _profile(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json(report)
     else:
+        from rollgym.tracestore.profile_http import print_http_parts
+        from rollgym.tracestore.profile_timeline import print_timeline
+
         render.profile_tables(_console(), report)
+        print_http_parts(_console(), report)
+        print_timeline(_console(), report)
         if groups is not None:
             from rollgym.driver.group_view import print_groups
 
