@@ -81,3 +81,18 @@ def test_conversation_hint_says_the_run_records_trajectories(run: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     assert "the run records trajectories" in shown.stdout
     assert "run.trajectories=true" not in shown.stdout
+
+
+def test_rollout_span_stack_holds_the_authors_frames(run: Path) -> None:
+    shown = _rollgym(run, "traces", "show", str(run), "0-0", "--json")
+    detail = orjson.loads(shown.stdout)
+    stacks = [
+        event["attributes"]["exception.stacktrace"]
+        for attempt in detail["attempts"]
+        for span in attempt["spans"]
+        if span["name"] == "gym.rollout"
+        for event in span["events"] or []
+        if "exception.stacktrace" in (event.get("attributes") or {})
+    ]
+    assert stacks, "the agent's rollout span recorded no exception"
+    assert f'failing_user_agent.py", line {parse_line()}, in parse_answer' in stacks[0]

@@ -130,7 +130,8 @@ async def guarded(
     except Exception as exc:
         _log_traceback(who, rollout_id, exc)
         message = f"{who} failed: {type(exc).__name__}: {exc}"
-        raise HTTPError(500, message, detail=_detail(partial, exc)) from None
+        # chained (not ``from None``): the span that records it keeps the author's frames
+        raise HTTPError(500, message, detail=_detail(partial, exc)) from exc
 
 
 def _detail(
