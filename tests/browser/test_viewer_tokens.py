@@ -78,3 +78,14 @@ def test_rollout_page_shows_each_calls_tokens_and_marks_unlikely_ones(
     assert f"{low_first} with p < 0.7" in first.locator("summary").inner_text()
     if SHOTS:
         page.locator("#conversation").screenshot(path=str(IMAGES / "viewer-tokens.png"))
+
+
+def test_profile_page_says_what_http_covers(run: Path, store: TraceStoreProcess, page: Any) -> None:
+    page.goto(store.endpoint + "/#/profile")
+    page.wait_for_selector("#http-parts tr.http-part")
+    rows = page.locator("#http-parts tr.http-part")
+    names = set(rows.evaluate_all("rs => rs.map(r => r.dataset.part)"))
+    assert names == {"send", "receive", "server_framework", "untraced_server"}
+    send = page.locator("#http-parts tr.http-part[data-part='send']").inner_text()
+    assert "accept queue" in send and "replicas" in send
+    assert "% of rollout time" in page.inner_text("#http-parts h3")
