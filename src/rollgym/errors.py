@@ -219,11 +219,20 @@ class HTTPError(RollgymError):
     (:func:`rollgym.http.server.create_app`).
     """
 
-    def __init__(self, status: int, message: str, *, field: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        field: str | None = None,
+        detail: dict[str, object] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.field = field
+        #: More keys of the error body (a failed rollout's own frames, its partial trajectory).
+        self.detail = detail
 
 
 class ServerCallError(RollgymError):
@@ -261,6 +270,9 @@ class DispatchError(RollgymError):
 
     kind: ErrorKind = "dispatch_error"
     transient: bool = False
+    #: What the server's error body said beyond its message (its ``frames``, its partial
+    #: ``trajectory``), read by the dispatch; None: nothing more.
+    detail: dict[str, object] | None = None
 
     def __init__(
         self, message: str, *, kind: ErrorKind | None = None, server: str | None = None

@@ -92,7 +92,10 @@ def test_a_failed_rollout_says_why_at_the_top(finished: Job) -> None:
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     assert lines[1] == f"failed: {failure['error_kind']}: {failure['message']}"
-    assert "no trajectory recorded for this rollout" in shown.stdout
+    # the run records trajectories: the hint says so instead of asking to turn them on
+    assert "no turn recorded for this rollout" in shown.stdout
+    assert "the run records trajectories" in shown.stdout
+    assert "run.trajectories=true" not in shown.stdout
     missing = _rollgym(job, "traces", "show", str(job.out), "99-0", "--conversation")
     assert missing.returncode == 1
     assert missing.stderr.strip().endswith(

@@ -67,6 +67,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="what was said: messages, tool calls and outputs, the answer, the reward "
         "(from the run's trajectory; per model call tokens and latency)",
     )
+    show.add_argument(
+        "--tokens",
+        action="store_true",
+        help="with --conversation: each answer's generated tokens (id, text where known, "
+        "probability), unlikely ones marked (needs run.capture_tokens)",
+    )
+    show.add_argument(
+        "--low-p",
+        type=_probability,
+        default=0.1,
+        metavar="P",
+        help="with --tokens: mark tokens whose probability is under P (default 0.1)",
+    )
     show.set_defaults(handler=_one_line(_show))
 
     slowest = commands.add_parser("slowest", help="the long tail and where it spent its time")
@@ -96,6 +109,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(its spans, else its answered usage) and its invariants; one line per violation",
     )
     check.set_defaults(handler=_one_line(_check))
+
+
+def _probability(text: str) -> float:
+    """A probability between 0 and 1 (argparse turns the ValueError into one line)."""
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not a probability between 0 and 1")
+    return value
 
 
 def _run_dir(parser: argparse.ArgumentParser) -> None:
@@ -188,12 +209,31 @@ def _ls(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     from rollgym.tracestore import queries, render
 
-    if args.conversation:
+    if args.conversation or args.tokens:
         return _conversation(args)
     with _open(args) as conn:
         detail = queries.rollout_detail(conn, args.rollout_id)
-    _answer(args, detail, render.rollout_trees)
+    failure = _failure_record(args)  # the agent's own frames and its log (failures.jsonl)
+    if args.json:
+        own = {key: failure.get(key) for key in ("frames", "log")} if failure else None
+        _emit_json({**detail, "failure": own} if own else detail)
+    else:
+        render.rollout_trees(_console(), detail)
+        if failure is not None:
+            from rollgym.driver.conversation_report import print_frames
+
+            print_frames(_console(), failure.get("frames"), failure.get("log"))
     return 0 if detail["attempts"] else 1
+
+
+def _failure_record(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The rollout's final failure when it has the agent's own frames (failures.jsonl)."""
+    from rollgym.driver.run_reader import read_rollout
+
+    if not args.run_dir.is_dir():
+        return None
+    failure = read_rollout(args.run_dir, args.rollout_id).failure
+    return dict(failure) if failure is not None and failure.get("frames") else None
 
 
 def _conversation(args: argparse.Namespace) -> int:
@@ -201,6 +241,7 @@ def _conversation(args: argparse.Namespace) -> int:
         conversation_view,
         model_latencies,
         print_conversation,
+        records_trajectories,
     )
     from rollgym.driver.run_reader import read_rollout
     from rollgym.tracestore import queries
@@ -219,7 +260,14 @@ def _conversation(args: argparse.Namespace) -> int:
         with _open(args) as conn:
             detail = queries.rollout_detail(conn, args.rollout_id)
         spans = [span for attempt in detail["attempts"] for span in attempt["spans"]]
-    view = conversation_view(args.rollout_id, files, model_latencies(spans))
+    view = conversation_view(
+        args.rollout_id,
+        files,
+        model_latencies(spans),
+        tokens=args.tokens,
+        low_p=args.low_p,
+        recorded=records_trajectories(run_dir),
+    )
     _answer(args, view, print_conversation)
     return 0
 
@@ -250,7 +298,12 @@ def _profile(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json(report)
     else:
+        from rollgym.tracestore.profile_http import print_http_parts
+        from rollgym.tracestore.profile_timeline import print_timeline
+
         render.profile_tables(_console(), report)
+        print_http_parts(_console(), report)
+        print_timeline(_console(), report)
         if groups is not None:
             from rollgym.driver.group_view import print_groups
 

@@ -24,6 +24,7 @@ from types import ModuleType
 from typing import Any, NamedTuple, Protocol
 
 from rollgym.driver.dispatch_window import DispatchWindows
+from rollgym.driver.outcomes import failure_detail
 from rollgym.driver.policy_clock import PolicyClock
 from rollgym.driver.rows import Rollout, collector_row, unstamped
 from rollgym.errors import (
@@ -384,5 +385,6 @@ def interpret(answer: HttpResponse | DispatchError, server: str) -> Reading:
     try:
         reward, result = classify(answer, server)
     except DispatchError as exc:
+        exc.detail = failure_detail(answer.data)  # the failure's own frames, partial trajectory
         return Reading(None, None, exc, answer.trace_id)
     return Reading(reward, result, None, answer.trace_id)

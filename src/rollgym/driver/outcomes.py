@@ -119,10 +119,41 @@ class RolloutFailure:
     line: int | None = None
     trace_id: str | None = None
     trace_sampled: bool = True
+    #: Where the agent's own code raised: its innermost frames outside rollgym's package
+    #: (``file:line in function``, innermost last), as the agent server answered them.
+    frames: list[str] | None = None
+    #: The turns the rollout recorded before it failed (a trajectory of the run's capture),
+    #: when the run records trajectories; never in trajectories.jsonl (it has no reward).
+    partial_trajectory: dict[str, Any] | None = None
 
     def to_record(self) -> dict[str, object]:
-        """The ``failures.jsonl`` line: every field, in declaration order."""
-        return fields_record(self)
+        """The ``failures.jsonl`` line: every field, in declaration order (``frames`` and
+        ``partial_trajectory`` only when there are some)."""
+        absent = [name for name in _ONLY_WHEN_SET if getattr(self, name) is None]
+        return fields_record(self, leave_out=absent)
+
+
+#: Failure fields a ``failures.jsonl`` line holds only when they are set.
+_ONLY_WHEN_SET = ("frames", "partial_trajectory")
+
+
+def failure_detail(body: object) -> dict[str, object] | None:
+    """What a server's error body says beyond its message: ``frames`` (a list of strings) and
+    ``trajectory`` (an object), each kept only in that shape; None when neither is there."""
+    if not isinstance(body, dict):
+        return None
+    detail: dict[str, object] = {}
+    frames = body.get("frames")
+    if isinstance(frames, list) and all(isinstance(f, str) for f in frames):
+        detail["frames"] = frames[-MAX_FRAMES:]
+    trajectory = body.get("trajectory")
+    if isinstance(trajectory, dict):
+        detail["trajectory"] = trajectory
+    return detail or None
+
+
+#: Most frames a failure keeps (the innermost).
+MAX_FRAMES = 8
 
 
 Outcome = RolloutResult | RolloutFailure

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import logging
 import os
 import re
@@ -91,7 +92,11 @@ class OutcomeWriter:
         if self.broken is not None:
             raise self.broken
         if not isinstance(outcome, RolloutResult):
-            self._append(self._failures, self._line(outcome.to_record()))
+            record = outcome.to_record()
+            log = self._log_of(outcome.dispatch_name) if outcome.frames else None
+            if log is not None:  # where the whole traceback is
+                record["log"] = log
+            self._append(self._failures, self._line(record))
             return
         pointer = self._write_trajectory(outcome) if outcome.trajectory is not None else None
         self._append(self._rollouts, self._line(outcome.to_record(pointer)))
@@ -100,6 +105,19 @@ class OutcomeWriter:
         if self._session is not None:
             record["session"] = self._session
         return orjson.dumps(record, option=_NEWLINE)
+
+    def _log_of(self, server: str | None) -> str | None:
+        """The log, relative to the run, where server ``server`` wrote a failure's whole
+        traceback: ``logs/<server>.log``, or its replicas' ``logs/<server>@<i>.log``; None
+        for a server this run did not launch (``url:``: its log is its own)."""
+        logs = self._dir / "logs"
+        if server is None or "/" in server:
+            return None
+        if (logs / f"{server}.log").exists():
+            return f"logs/{server}.log"
+        if any(logs.glob(f"{glob.escape(server)}@*.log")):
+            return f"logs/{server}@<replica>.log (one per replica)"
+        return None
 
     def _write_trajectory(self, outcome: RolloutResult) -> dict[str, object]:
         """Append the trajectory line; return the rollout line's pointer to it."""

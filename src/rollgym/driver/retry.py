@@ -136,6 +136,8 @@ def result_of(
     message = str(error)
     if outcome.attempt > 0:
         message += f" (after {outcome.attempt + 1} attempts)"
+    detail = error.detail or {}
+    frames, partial = detail.get("frames"), detail.get("trajectory")
     return RolloutFailure(
         outcome.rollout_id,
         task.task_index,
@@ -147,6 +149,8 @@ def result_of(
         task.line,
         outcome.trace_id,
         outcome.trace_sampled,
+        frames=frames if isinstance(frames, list) else None,
+        partial_trajectory=partial if isinstance(partial, dict) else None,
     )
 
 

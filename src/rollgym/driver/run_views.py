@@ -155,9 +155,9 @@ async def _conversation(request: web.Request) -> web.Response:
     detail = await _in_store(request, lambda conn: queries.rollout_detail(conn, rollout_id))
     spans = [span for attempt in detail["attempts"] for span in attempt["spans"]]
     view = conversation_view(rollout_id, files, model_latencies(spans))
-    view["source"] = "trajectory" if files.trajectory else None
+    view["source"] = "trajectory" if view["has_trajectory"] else None  # a failure's partial too
     view["attempt_errors"] = _attempt_errors(detail)
-    if not files.trajectory:
+    if not view["has_trajectory"]:
         last = detail["attempts"][-1] if detail["attempts"] else None
         recorded = recorded_conversation(last["spans"]) if last else []
         view["conversation"] = recorded

@@ -267,6 +267,9 @@ def _error_handlers(
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPError)
+        if exc.detail:  # the shape's keys win over the detail's
+            body = {**exc.detail, **shape(exc.status, exc.message, exc.field)}
+            return OrjsonResponse(body, status_code=exc.status)
         return answer(exc.status, exc.message, exc.field)
 
     async def unexpected_error(request: Request, exc: Exception) -> Response:

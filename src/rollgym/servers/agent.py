@@ -120,9 +120,16 @@ class Agent(Server):
         floor: str | None = None,
     ) -> dict[str, object]:
         who = f"agent {self.context.name!r}"
+        playing: list[RolloutContext] = []
+
+        def partial() -> dict[str, object] | None:
+            """The turns recorded before a failure (None: no trajectory asked)."""
+            recorder = playing[0].trajectory if playing else None
+            return recorder.to_json() if recorder is not None and recorder.turns else None
 
         async def attempt() -> dict[str, object]:
             rollout = self.rollout_context(rollout_id, row, capture, floor)
+            playing.append(rollout)
             try:
                 with server_timing.collecting(rollout.usage.timings):
                     played = await self.run(row, rollout)
@@ -132,5 +139,5 @@ class Agent(Server):
             finally:
                 await rollout.aclose()
 
-        answer = await guarded(who, attempt())
+        answer = await guarded(who, attempt(), rollout_id=rollout_id, partial=partial)
         return check_reward(answer, who)

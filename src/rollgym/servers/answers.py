@@ -8,7 +8,11 @@ or 424 when it refused for good (a 4xx: not retried), our own -> 500), and refus
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable
+import os
+import sys
+import traceback
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TypeVar
 
 import orjson
@@ -62,8 +66,47 @@ async def json_object(request: Request) -> dict[str, object]:
     return body
 
 
-async def guarded(who: str, work: Awaitable[T]) -> T:
-    """Await ``work``; translate its failure into the HTTP status that says whose fault it is."""
+#: Most of the author's frames an error body carries (the innermost).
+MAX_FRAMES = 8
+#: rollgym's package folder: frames in it are rollgym's, not the author's.
+_PACKAGE = str(Path(__file__).resolve().parent.parent) + os.sep
+
+
+def own_frames(exc: BaseException) -> list[str]:
+    """Where the agent author's code raised: the innermost frames of ``exc``'s traceback
+    outside rollgym's package, as ``file:line in function`` (innermost last). Frames of the
+    standard library and installed packages count too: the author's call into them is the
+    frame just before."""
+    frames = [
+        f"{frame.filename}:{frame.lineno} in {frame.name}"
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if not str(Path(frame.filename).resolve()).startswith(_PACKAGE)
+    ]
+    return frames[-MAX_FRAMES:]
+
+
+def _log_traceback(who: str, rollout_id: str | None, exc: BaseException) -> None:
+    """The whole traceback in the server's log (``logs/<server>.log``), which the failure
+    record points at: the error body carries only its message and the author's frames."""
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    print(
+        f"rollgym: {who} failed on rollout {rollout_id or '-'}:\n{''.join(lines).rstrip()}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+async def guarded(
+    who: str,
+    work: Awaitable[T],
+    *,
+    rollout_id: str | None = None,
+    partial: Callable[[], dict[str, object] | None] | None = None,
+) -> T:
+    """Await ``work``; translate its failure into the HTTP status that says whose fault it is.
+
+    ``partial`` gives the trajectory recorded so far (the turns before the failure): it joins
+    the error body as ``trajectory``, and the author's own exception its ``frames``."""
     try:
         return await work
     except HTTPError:
@@ -71,15 +114,36 @@ async def guarded(who: str, work: Awaitable[T]) -> T:
     except ServerCallError as exc:
         if exc.bad_input:
             raise HTTPError(400, str(exc), field=exc.field or "task") from None
+        detail = _detail(partial, None)
         if exc.field == AUTHENTICATION or exc.status in AUTH_STATUSES:
             # A refused credential: permanent, and the driver records it as authentication.
-            raise HTTPError(FAILED_DEPENDENCY, f"{who}: {exc}", field=AUTHENTICATION) from None
+            raise HTTPError(
+                FAILED_DEPENDENCY, f"{who}: {exc}", field=AUTHENTICATION, detail=detail
+            ) from None
         if exc.status is not None and _permanent(exc.status):
             # The model or environment refused for good: retrying the rollout cannot help.
-            raise HTTPError(FAILED_DEPENDENCY, f"{who}: {exc}") from None
-        raise HTTPError(502, f"{who}: {exc}") from None
+            raise HTTPError(FAILED_DEPENDENCY, f"{who}: {exc}", detail=detail) from None
+        raise HTTPError(502, f"{who}: {exc}", detail=detail) from None
     except TransportError as exc:
         status = 504 if isinstance(exc, RequestTimeout) else 502
-        raise HTTPError(status, f"{who}: {exc}") from None
+        raise HTTPError(status, f"{who}: {exc}", detail=_detail(partial, None)) from None
     except Exception as exc:
-        raise HTTPError(500, f"{who} failed: {type(exc).__name__}: {exc}") from None
+        _log_traceback(who, rollout_id, exc)
+        message = f"{who} failed: {type(exc).__name__}: {exc}"
+        # chained (not ``from None``): the span that records it keeps the author's frames
+        raise HTTPError(500, message, detail=_detail(partial, exc)) from exc
+
+
+def _detail(
+    partial: Callable[[], dict[str, object] | None] | None, exc: BaseException | None
+) -> dict[str, object] | None:
+    """The error body's extra keys: the author's ``frames`` and the partial ``trajectory``."""
+    detail: dict[str, object] = {}
+    if exc is not None:
+        frames = own_frames(exc)
+        if frames:
+            detail["frames"] = frames
+    trajectory = partial() if partial is not None else None
+    if trajectory is not None:
+        detail["trajectory"] = trajectory
+    return detail or None

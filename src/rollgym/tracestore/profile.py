@@ -9,7 +9,8 @@ count (client, engine, model-call and dispatch spans). The attribution rule itse
 
 The answer is a plain dict, the same for ``--json`` and the viewer:
 ``phases`` (a list of ``{name, share, seconds, p50_s, p90_s, p99_s}``, shares summing to 1),
-``per_dispatch_name`` (the same per agent / environment), ``stragglers``, ``timeline`` and
+``per_dispatch_name`` (the same per agent / environment), ``http_parts`` (what the ``http``
+phase covers, split: profile_http.py), ``stragglers``, ``timeline`` and
 ``accounting``.
 """
 
@@ -26,6 +27,7 @@ import orjson
 
 from rollgym.telemetry import names
 from rollgym.tracestore.decode import hex_id
+from rollgym.tracestore.profile_http import HttpTotals, http_parts
 from rollgym.tracestore.profile_phases import (
     ENGINE_PHASES,
     PHASE_INDEX,
@@ -299,6 +301,8 @@ class _Scan:
     timeline: _Timeline
     tails: list[_Tail]
     accounting: _Accounting
+    #: The ``http`` phase's parts (profile_http.py).
+    http: HttpTotals = field(default_factory=HttpTotals)
 
 
 def _bounds(conn: apsw.Connection) -> tuple[int, int]:
@@ -340,6 +344,7 @@ def _scan(
     run = _Totals()
     by_name: dict[str, _Totals] = {}
     timeline = _Timeline(bounds[0], bounds[1], bins)
+    http = HttpTotals()
     tails: list[_Tail] = []
     accounting = _Accounting()
     dispatch_name = names.SPAN_DISPATCH
@@ -352,6 +357,7 @@ def _scan(
             if info is None:
                 continue
             profile = attribute_dispatch(span, trace_spans)
+            http.add(http_parts(span, trace_spans))
             run.add(profile)
             by_name.setdefault(info.dispatch_name, _Totals()).add(profile)
             timeline.add(profile)
@@ -366,7 +372,7 @@ def _scan(
                     info.outcome,
                 )
             )
-    return _Scan(run, by_name, timeline, _slowest(tails, keep), accounting)
+    return _Scan(run, by_name, timeline, _slowest(tails, keep), accounting, http)
 
 
 def _slowest(tails: list[_Tail], keep: int) -> list[_Tail]:
@@ -384,6 +390,7 @@ def _merge(scans: list[_Scan]) -> _Scan:
         first.timeline.merge(scan.timeline)
         first.tails.extend(scan.tails)
         first.accounting.merge(scan.accounting)
+        first.http.merge(scan.http)
     return first
 
 
@@ -410,6 +417,7 @@ def _report(scan: _Scan, stragglers: int, staleness: dict[str, Any]) -> dict[str
                 scan.tails, stragglers
             )
         ],
+        "http_parts": scan.http.report() if run.dispatches else [],
         "timeline": scan.timeline.points() if run.dispatches else [],
         "accounting": scan.accounting.report(),
         "staleness": staleness,

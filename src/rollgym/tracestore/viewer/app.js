@@ -282,6 +282,22 @@ function phaseBars(phases) {
   return table;
 }
 
+// What the http phase covers, split by where each instant lies against the server's own span.
+function httpParts(data) {
+  const parts = data.http_parts || [];
+  const http = (data.phases || []).find((p) => p.name === "http");
+  if (!parts.length || !http || !http.seconds) return "";
+  const rows = [...parts].sort((a, b) => b.seconds - a.seconds).map((p) => el("tr", { class: "http-part", "data-part": p.name },
+    el("td", { class: "mono" }, p.name), el("td", {}, `${(100 * p.share).toFixed(1)}%`), el("td", {}, `${fmt(p.seconds, 3)} s`),
+    el("td", {}, p.covers), el("td", { class: "muted" }, p.change)));
+  return el("div", { id: "http-parts" },
+    el("h3", {}, `What http covers (${(100 * http.share).toFixed(1)}% of rollout time)`),
+    el("p", { class: "muted" }, "Time an HTTP span is the innermost one: a call on the wire, or inside a server's framework outside any handler span. "
+      + "Its parts, each with what to change when it is large (where a rollout's calls overlap, each call's own time counts):"),
+    el("table", {}, el("tr", {}, el("th", {}, "part"), el("th", {}, "share"), el("th", {}, "seconds"), el("th", {}, "covers"),
+      el("th", {}, "when it is large")), rows));
+}
+
 function timeline(points) {
   const tMax = points.length ? points[points.length - 1].t_s + points[points.length - 1].width_s : 1;
   const yMax = Math.max(1, ...points.map((p) => Math.max(p.completions_per_s, p.in_flight)));
@@ -336,7 +352,7 @@ async function profilePage() {
   app.append(liveSection(live));
   app.append(el("section", {}, el("h2", {}, `Where the time went: ${data.dispatches} dispatches, ${fmt(data.wall_s, 1)} s of rollout time`),
     el("p", { class: "muted" }, "Each instant of a rollout belongs to the innermost span covering it; the shares add up to 100%."),
-    phaseBars(data.phases)));
+    phaseBars(data.phases), httpParts(data)));
   app.append(el("section", {}, el("h2", {}, "Timeline"), timeline(data.timeline)));
   app.append(el("section", {}, el("h2", {}, "Reward histogram"),
     barHistogram("reward-histogram", data.reward_histogram, "reward", "dispatches", (v) => fmt(v, 2))));

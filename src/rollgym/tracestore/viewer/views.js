@@ -176,7 +176,7 @@ function entryView(e) {
     if (e.finish_reason) figures.push(`finish ${e.finish_reason}`);
     return el("div", { class: "entry answer" }, el("div", { class: "who" }, "assistant ",
       el("span", { class: "call-figures muted" }, figures.join(" · "))), e.content || !e.tool_calls ? text(e.content) : "",
-      e.tool_calls ? toolCalls(e.tool_calls) : "");
+      e.tool_calls ? toolCalls(e.tool_calls) : "", e.tokens ? tokensView(e.tokens) : "");
   }
   if (e.kind === "tool") {
     const args = typeof e.arguments === "string" ? e.arguments : JSON.stringify(e.arguments);
@@ -189,6 +189,46 @@ function entryView(e) {
       verdictDetails(e.details));
   }
   return el("div", { class: "entry" }, JSON.stringify(e));
+}
+
+// A model call's generated tokens (run.capture_tokens): id, text where it could be aligned
+// with the answer, probability on hover and below; those under the page's threshold marked.
+function tokensView(t) {
+  const how = t.text_source ? `text from the ${t.text_source}` : "ids only: no text aligned with them";
+  const cells = t.tokens.map((k) => {
+    const p = k.p === null || k.p === undefined ? null : k.p;
+    return el("span", { class: "token", "data-p": p ?? "", title: `id ${k.id ?? "?"} · logprob ${k.logprob ?? "-"} · p ${p === null ? "-" : p.toFixed(3)}` },
+      el("span", { class: "token-text" }, k.text ?? `#${k.id ?? "?"}`),
+      el("span", { class: "token-p" }, p === null ? "-" : p.toFixed(2)));
+  });
+  const missing = t.missing && t.missing.length ? ` · the engine did not answer: ${t.missing.join(", ")}` : "";
+  return el("details", { class: "tokens", open: "" }, el("summary", { class: "muted" },
+    `${t.tokens.length} tokens · `, el("span", { class: "low-count" }, ""), ` · ${how}${missing}`),
+    el("div", { class: "token-cells" }, cells));
+}
+
+// Mark every token under `threshold` and say how many each call has (the page's one threshold).
+function markLowTokens(section, threshold) {
+  for (const box of section.querySelectorAll("details.tokens")) {
+    let low = 0;
+    for (const cell of box.querySelectorAll(".token")) {
+      const p = cell.dataset.p === "" ? null : Number(cell.dataset.p);
+      const isLow = p !== null && p < threshold;
+      cell.classList.toggle("low", isLow);
+      low += isLow;
+    }
+    box.querySelector(".low-count").textContent = `${low} with p < ${threshold} (marked red)`;
+  }
+}
+
+function tokenThreshold(section, initial) {
+  const input = el("input", { type: "number", id: "low-p", min: "0", max: "1", step: "0.05", value: String(initial) });
+  input.addEventListener("change", () => {
+    const value = Number(input.value);
+    if (value >= 0 && value <= 1) markLowTokens(section, value);
+  });
+  return el("div", { class: "muted token-threshold" }, "tokens: mark those with probability p < ", input,
+    " (default 0.1; hover a token for its id and logprob; click a list's title to fold it)");
 }
 
 // Why the reward is what it is: the verifier's own details ({"expected": "44", ...}).
@@ -214,7 +254,12 @@ function conversationSection(c) {
     el("span", { class: `outcome-${c.outcome === "ok" ? "ok" : "error"}` }, c.outcome ?? "-"), ` · reward ${fmt(c.reward)}`,
     el("span", { class: "muted" }, ` · ${source}`)));
   if (c.outcome === "failed") {
-    section.append(el("div", { class: "error-box", id: "rollout-error" }, el("b", {}, c.error_kind ?? "error"), ": ", c.message ?? "(no message recorded)"));
+    section.append(el("div", { class: "error-box", id: "rollout-error" }, el("b", {}, c.error_kind ?? "error"), ": ", c.message ?? "(no message recorded)",
+      ownFrames(c.frames, c.log)));
+  }
+  if (c.partial) {
+    section.append(el("p", { class: "hint", id: "partial-note" },
+      "Partial trajectory: the turns this rollout recorded before it failed (kept in failures.jsonl, never in trajectories.jsonl)."));
   }
   const earlier = (c.attempt_errors || []).filter((x) => x.rollout_id !== c.rollout_id);
   if (earlier.length) {
@@ -228,8 +273,20 @@ function conversationSection(c) {
     section.append(el("div", { class: "muted", id: "conversation-totals" },
       `${calls.length} model calls · tokens in ${sum("input_tokens")} · out ${sum("output_tokens")}`));
   }
+  const hasTokens = c.conversation.some((e) => e.tokens);
+  if (hasTokens) section.append(tokenThreshold(section, c.low_p ?? 0.1));
   section.append(el("div", { class: "entries" }, c.conversation.map(entryView)));
+  if (hasTokens) markLowTokens(section, c.low_p ?? 0.1);
   return section;
+}
+
+// Where the agent author's own code raised (innermost last) and the log with the whole traceback.
+function ownFrames(frames, log) {
+  if (!(frames && frames.length) && !log) return "";
+  return el("div", { id: "own-frames" },
+    frames && frames.length ? el("div", {}, "raised in the agent's own code (innermost last):") : "",
+    (frames || []).map((f) => el("div", { class: "mono frame" }, f)),
+    log ? el("div", { id: "failure-log" }, "whole traceback: ", el("span", { class: "mono" }, log), " in the run directory") : "");
 }
 
 function attemptError(c, attempt) {
