@@ -280,14 +280,16 @@ class OpenEnvEnv(Environment):
             raise HTTPError(400, answer.output.removeprefix("error: "), field="arguments")
         return answer.output
 
-    async def call_model_tool(self, session_id: str, name: str, arguments: object) -> ToolAnswer:
+    async def call_model_tool(
+        self, session_id: str, name: str, arguments: object, call_id: str | None = None
+    ) -> ToolAnswer:
         session = self.sessions.get(session_id)
         if session is None:
             raise HTTPError(404, f"unknown or expired session {session_id!r}", field="session_id")
         if gate.env:
             from rollgym.servers import spans
 
-            with spans.env_tool_span(session.rollout_id, name[:128]) as span:
+            with spans.env_tool_span(session.rollout_id, name[:128], call_id) as span:
                 answer = await self._step(session_id, session.state, name, arguments)
                 if answer.error is not None:
                     spans.record_tool_model_error(span, answer.error)
