@@ -3,9 +3,10 @@ without it.
 
 The measured function is the driver's own ``Dispatcher.send_attempt`` (imported, not copied),
 run with telemetry never set up, so ``gate.rollout`` is closed. Its reference is the same
-function with the telemetry branch taken out: its source is read with :mod:`inspect` and the
-``if gate.rollout: ... else: <work>`` statement is replaced by ``<work>`` with :mod:`ast`, then
-compiled in the module's own namespace. Whatever the site looks like next week, the bench
+dispatcher with the telemetry branch taken out of the method that holds the site
+(``Dispatcher._send``, the POST itself, since the dispatch window wraps it): that method's
+source is read with :mod:`inspect` and the ``if gate.rollout: ... else: <work>`` statement is
+replaced by ``<work>`` with :mod:`ast`, then compiled in the module's own namespace. Whatever the site looks like next week, the bench
 measures it, and the difference between the two is exactly the gate check.
 
 The HTTP client is the one dependency replaced: an object whose ``post_json`` answers a
@@ -42,6 +43,10 @@ class _AnsweringClient:
 
     async def post_json(self, server: str, url: str, body: Any, **kw: Any) -> HttpResponse:
         return self.answer
+
+
+#: The Dispatcher method that holds the dispatch's ``if gate.rollout:`` site.
+SITE = "_send"
 
 
 class _DropGatedBranch(ast.NodeTransformer):
@@ -90,18 +95,22 @@ async def measure(number: int = 100_000, repeat: int = 7) -> tuple[float, float]
     """(real site ns per dispatch, same code without the site), minimum over repeats."""
     configure_gate((), tracing_active=False)
     assert not gate.rollout
-    dispatcher = Dispatcher(_AnsweringClient(), {"agent": "http://127.0.0.1:1"}, 5.0)  # type: ignore[arg-type]
+    servers = {"agent": "http://127.0.0.1:1"}
+    dispatcher = Dispatcher(_AnsweringClient(), servers, 5.0)  # type: ignore[arg-type]
+    bare_class = type(
+        "DispatcherWithoutSite", (Dispatcher,), {SITE: without_telemetry(getattr(Dispatcher, SITE))}
+    )
+    bare_dispatcher = bare_class(_AnsweringClient(), servers, 5.0)
     rollout = _rollout()
-    real = Dispatcher.send_attempt
-    bare = without_telemetry(real)
-    outcome = await real(dispatcher, rollout, 0)
-    assert outcome.reward == 1.0 and outcome == (await bare(dispatcher, rollout, 0))._replace(
+    call = Dispatcher.send_attempt
+    outcome = await call(dispatcher, rollout, 0)
+    assert outcome.reward == 1.0 and outcome == (await call(bare_dispatcher, rollout, 0))._replace(
         started_at=outcome.started_at, duration_s=outcome.duration_s
     )
     site_t, bare_t = [], []
     for _ in range(repeat):
-        bare_t.append(await _time(bare, dispatcher, rollout, number))
-        site_t.append(await _time(real, dispatcher, rollout, number))
+        bare_t.append(await _time(call, bare_dispatcher, rollout, number))
+        site_t.append(await _time(call, dispatcher, rollout, number))
     return min(site_t), min(bare_t)
 
 
