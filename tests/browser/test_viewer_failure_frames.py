@@ -5,39 +5,22 @@ failed. Over a real run (``tests/e2e/insight_run.py``), checked against failures
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
+from rollgym.tracestore.store_process import TraceStoreProcess
 
-from .conftest import BROWSER_MARKS, IMAGES
+from .conftest import BROWSER_MARKS, E2E, IMAGES, e2e_run_builder
 
-E2E = Path(__file__).resolve().parents[1] / "e2e"
 pytestmark = [*BROWSER_MARKS, pytest.mark.e2e]
 SHOTS = os.environ.get("ROLLGYM_SCREENSHOTS") == "1"
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    sys.path.insert(0, str(E2E))
-    try:
-        from insight_run import failure_run
-    finally:
-        sys.path.remove(str(E2E))
-    return failure_run(tmp_path_factory.mktemp("failures"))
-
-
-@pytest.fixture(scope="module")
-def store(run: Path) -> Iterator[TraceStoreProcess]:
-    process = start_trace_store(run / "traces.db", run / "logs" / "viewer.log", run_dir=run)
-    try:
-        yield process
-    finally:
-        process.stop()
+    return e2e_run_builder("insight_run", "failure_run")(tmp_path_factory.mktemp("failures"))
 
 
 def _parse_line() -> int:

@@ -7,40 +7,23 @@ from __future__ import annotations
 
 import math
 import os
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
+from rollgym.tracestore.store_process import TraceStoreProcess
 
-from .conftest import BROWSER_MARKS, IMAGES
+from .conftest import BROWSER_MARKS, IMAGES, e2e_run_builder
 
-E2E = Path(__file__).resolve().parents[1] / "e2e"
 pytestmark = [*BROWSER_MARKS, pytest.mark.e2e]
 SHOTS = os.environ.get("ROLLGYM_SCREENSHOTS") == "1"
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    sys.path.insert(0, str(E2E))
-    try:
-        from insight_run import tokens_run
-    finally:
-        sys.path.remove(str(E2E))
-    return tokens_run(tmp_path_factory.mktemp("tokens"))
-
-
-@pytest.fixture(scope="module")
-def store(run: Path) -> Iterator[TraceStoreProcess]:
-    process = start_trace_store(run / "traces.db", run / "logs" / "viewer.log", run_dir=run)
-    try:
-        yield process
-    finally:
-        process.stop()
+    return e2e_run_builder("insight_run", "tokens_run")(tmp_path_factory.mktemp("tokens"))
 
 
 def _model_turns(run: Path, rollout_id: str) -> list[dict[str, Any]]:
