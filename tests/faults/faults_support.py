@@ -3,8 +3,29 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 from e2e_support import Job
+
+
+def fault_agent(**options: object) -> dict[str, object]:
+    """A server spec of the fault suite's agent (``fault_parts:FaultAgent``) with ``options``."""
+    return {"kind": "agent", "impl": "fault_parts:FaultAgent", **options}
+
+
+def store_pid(job: Job) -> int | None:
+    """The run's trace store process (its command line names the run's traces.db)."""
+    db = str(job.out / "traces.db").encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"rollgym.tracestore" in cmdline and db in cmdline:
+            return int(entry.name)
+    return None
 
 
 def assert_exact_accounting(job: Job, rows: int, repeats: int = 1) -> None:

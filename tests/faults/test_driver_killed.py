@@ -9,13 +9,9 @@ import subprocess
 import orjson
 import pytest
 from e2e_support import Job, server_pids_alive, wait_for
-from faults_support import assert_exact_accounting
+from faults_support import assert_exact_accounting, fault_agent
 
 pytestmark = pytest.mark.e2e
-
-
-def _agent(**options: object) -> dict[str, object]:
-    return {"kind": "agent", "impl": "fault_parts:FaultAgent", **options}
 
 
 def _kill_driver(proc: subprocess.Popen[str]) -> None:
@@ -30,7 +26,7 @@ def test_servers_stop_at_once_without_flushing_to_the_dead_store(
     seconds retrying exports to it, nor drain requests nobody will read."""
     rows = [{"q": i, "fault": "hang"} for i in range(8)]
     job.write(
-        {"a": _agent()},
+        {"a": fault_agent()},
         rows,
         agent="a",
         concurrency=8,
@@ -70,7 +66,7 @@ def test_driver_killed_at_a_random_point_then_resumed_is_exact(
     faults = ["ok"] * 6 + ["5xx_once", "429_once", "no_reward", "5xx"]
     rows = [{"q": i, "fault": rng.choice(faults)} for i in range(120)]
     job.write(
-        {"a": _agent(delay_s=0.05, log_dir=str(job.root))},
+        {"a": fault_agent(delay_s=0.05, log_dir=str(job.root))},
         rows,
         agent="a",
         concurrency=8,
@@ -98,7 +94,7 @@ def test_traces_check_passes_on_a_run_resumed_after_kill_9(
 ) -> None:
     """Rows whose traces died with the killed session are their own category, not violations."""
     job.write(
-        {"a": _agent(delay_s=0.05)},
+        {"a": fault_agent(delay_s=0.05)},
         [{"q": i} for i in range(200)],
         agent="a",
         concurrency=8,

@@ -7,20 +7,16 @@ import signal
 
 import pytest
 from e2e_support import Job, killed_if_left_running, live_server_pid, server_pids_alive, wait_for
-from faults_support import assert_exact_accounting
+from faults_support import assert_exact_accounting, fault_agent
 
 pytestmark = pytest.mark.e2e
-
-
-def _agent(**options: object) -> dict[str, object]:
-    return {"kind": "agent", "impl": "fault_parts:FaultAgent", **options}
 
 
 def test_an_agent_killed_mid_run_is_reported_restarted_and_counted(
     job: Job, no_leftover_servers: None
 ) -> None:
     rows = [{"q": i} for i in range(60)]
-    job.write({"a": _agent(delay_s=0.1)}, rows, agent="a", concurrency=4, max_attempts=3)
+    job.write({"a": fault_agent(delay_s=0.1)}, rows, agent="a", concurrency=4, max_attempts=3)
     proc = job.start()
     with killed_if_left_running(proc):
         assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 5, timeout=120)
@@ -42,7 +38,7 @@ def test_a_server_with_no_restart_left_fails_its_rollouts_at_once(
     job: Job, no_leftover_servers: None
 ) -> None:
     rows = [{"q": i, "fault": "die_once" if i == 3 else "ok"} for i in range(20)]
-    job.write({"a": _agent(restart=0)}, rows, agent="a", concurrency=2, max_attempts=3)
+    job.write({"a": fault_agent(restart=0)}, rows, agent="a", concurrency=2, max_attempts=3)
     proc = job.run(timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "server 'a' died (exit status 9)" in proc.stderr
@@ -65,7 +61,7 @@ def test_a_server_dying_during_start_up_stops_the_run_before_its_dependents_serv
     servers = {
         "env": {"kind": "environment", "impl": "fault_parts:FaultEnv", "die_after_start_s": 1.0},
         # 'a' cannot be healthy before 'env' has died, however fast the machine.
-        "a": _agent(environment="env", start_delay_s=5.0),
+        "a": fault_agent(environment="env", start_delay_s=5.0),
     }
     job.write(servers, [{"q": i} for i in range(10)], agent="a")
     proc = job.run(timeout=180)
@@ -104,7 +100,7 @@ def test_a_replica_killed_mid_run_leaves_rotation_and_is_replaced(
     hold = job.root / "hold"
     job.root.mkdir(parents=True, exist_ok=True)
     hold.touch()
-    agent = _agent(delay_s=0.1, replicas=2, hold_file=str(hold))
+    agent = fault_agent(delay_s=0.1, replicas=2, hold_file=str(hold))
     job.write({"a": agent}, rows, agent="a", concurrency=4)
     proc = job.start()
     with killed_if_left_running(proc):

@@ -16,7 +16,7 @@ import signal
 
 import pytest
 from e2e_support import Job, killed_if_left_running, live_server_pid, wait_for
-from faults_support import assert_exact_accounting
+from faults_support import assert_exact_accounting, fault_agent
 
 pytestmark = pytest.mark.e2e
 
@@ -25,16 +25,12 @@ ROWS = 300
 TIMEOUT_S = 30.0
 
 
-def _agent(**options: object) -> dict[str, object]:
-    return {"kind": "agent", "impl": "fault_parts:FaultAgent", **options}
-
-
 def test_a_stopped_replica_delays_only_its_own_rollouts(
     job: Job, no_leftover_servers: None
 ) -> None:
     rows = [{"q": i} for i in range(ROWS)]
     job.write(
-        {"a": _agent(delay_s=0.02, replicas=2)},
+        {"a": fault_agent(delay_s=0.02, replicas=2)},
         rows,
         agent="a",
         concurrency=8,
@@ -86,7 +82,7 @@ def test_a_stopped_agent_does_not_freeze_the_rollouts_of_another(
     keep completing while ``b``'s wait out their time limit."""
     rows = [{"q": i, "agent": "a" if i % 2 else "b"} for i in range(ROWS)]
     job.write(
-        {"a": _agent(delay_s=0.02), "b": _agent(delay_s=0.02)},
+        {"a": fault_agent(delay_s=0.02), "b": fault_agent(delay_s=0.02)},
         rows,
         agent="a",
         concurrency=8,

@@ -11,41 +11,21 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 from e2e_support import Job, killed_if_left_running, wait_for
-from faults_support import assert_exact_accounting
+from faults_support import assert_exact_accounting, fault_agent, store_pid
 
 pytestmark = pytest.mark.e2e
 
 ROWS = 150
 
 
-def _agent(**options: object) -> dict[str, object]:
-    return {"kind": "agent", "impl": "fault_parts:FaultAgent", **options}
-
-
-def _store_pid(job: Job) -> int | None:
-    """The run's trace store process (its command line names the run's traces.db)."""
-    db = str(job.out / "traces.db").encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"rollgym.tracestore" in cmdline and db in cmdline:
-            return int(entry.name)
-    return None
-
-
 def test_the_trace_store_killed_mid_run_is_restarted_and_the_gap_counted(
     job: Job, no_leftover_servers: None
 ) -> None:
     job.write(
-        {"a": _agent(delay_s=0.05)},
+        {"a": fault_agent(delay_s=0.05)},
         [{"q": i} for i in range(ROWS)],
         agent="a",
         concurrency=4,
@@ -61,7 +41,7 @@ def test_the_trace_store_killed_mid_run_is_restarted_and_the_gap_counted(
     )
     with killed_if_left_running(proc):
         assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 20, timeout=120)
-        pid = _store_pid(job)
+        pid = store_pid(job)
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=300)
@@ -132,7 +112,7 @@ def test_an_unusable_otlp_endpoint_loses_spans_counted_and_warned_never_rollouts
         "tarpit": lambda: request.getfixturevalue("tarpit_endpoint"),
     }[endpoint_kind]()
     job.write(
-        {"a": _agent(delay_s=0.0)},
+        {"a": fault_agent(delay_s=0.0)},
         [{"q": i} for i in range(30)],
         agent="a",
         telemetry={"preset": "default", "exporter": "otlp", "endpoint": endpoint},
@@ -157,7 +137,7 @@ def test_require_exporter_stops_at_the_start_when_the_endpoint_is_dead(
 ) -> None:
     endpoint = _closed_endpoint()
     job.write(
-        {"a": _agent(delay_s=0.0)},
+        {"a": fault_agent(delay_s=0.0)},
         [{"q": i} for i in range(2)],
         agent="a",
         telemetry={"preset": "default", "endpoint": endpoint, "require_exporter": True},

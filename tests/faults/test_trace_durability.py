@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 import pytest
 from e2e_support import Job, killed_if_left_running, server_pids_alive, wait_for
-from faults_support import assert_exact_accounting
+from faults_support import assert_exact_accounting, fault_agent, store_pid
 
 from server_specs import quickstart_servers, simulated_model
 
@@ -33,25 +33,6 @@ pytestmark = pytest.mark.e2e
 QUICKSTART_ROWS = Path(__file__).resolve().parents[2] / "examples" / "quickstart.jsonl"
 #: How long the store is stopped (the held-out matrix stopped it for 30 s).
 STORE_STOP_S = float(os.environ.get("ROLLGYM_FAULT_STORE_STOP_S", "30"))
-
-
-def _agent(**options: object) -> dict[str, object]:
-    return {"kind": "agent", "impl": "fault_parts:FaultAgent", **options}
-
-
-def _store_pid(job: Job) -> int | None:
-    """The run's trace store process (its command line names the run's traces.db)."""
-    db = str(job.out / "traces.db").encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"rollgym.tracestore" in cmdline and db in cmdline:
-            return int(entry.name)
-    return None
 
 
 def _check(job: Job) -> tuple[int, dict[str, Any]]:
@@ -91,7 +72,7 @@ def test_driver_killed_two_seconds_into_a_cold_start_keeps_every_recorded_rollou
 ) -> None:
     rows = 20_000
     job.write(
-        {"a": _agent(delay_s=0.02)},
+        {"a": fault_agent(delay_s=0.02)},
         [{"q": i} for i in range(rows)],
         agent="a",
         concurrency=16,
@@ -166,7 +147,7 @@ def test_the_trace_store_stopped_then_continued_leaves_a_run_the_check_passes(
     )
     with killed_if_left_running(proc):
         assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 300, timeout=180)
-        pid = _store_pid(job)
+        pid = store_pid(job)
         assert pid is not None
         os.kill(pid, signal.SIGSTOP)
         try:
@@ -257,7 +238,7 @@ def test_a_resume_on_a_corrupt_trace_store_names_the_file_in_one_line_and_goes_o
     job: Job, no_leftover_servers: None
 ) -> None:
     job.write(
-        {"a": _agent(delay_s=0.0)},
+        {"a": fault_agent(delay_s=0.0)},
         [{"q": i} for i in range(40)],
         agent="a",
         telemetry={"preset": "default", "exporter": "auto"},
