@@ -24,10 +24,16 @@ pytestmark = pytest.mark.e2e
 ROWS = 80
 
 
-def _servers(url: str, latency_s: float) -> dict[str, object]:
+def _servers(url: str, latency_s: float, **environment: object) -> dict[str, object]:
     return {
         "policy": simulated_model(latency_s),
-        "guess": {"kind": "environment", "impl": "openenv", "model": "policy", "openenv_url": url},
+        "guess": {
+            "kind": "environment",
+            "impl": "openenv",
+            "model": "policy",
+            "openenv_url": url,
+            **environment,
+        },
         "player": {"kind": "agent", "impl": "tool_loop", "model": "policy", "environment": "guess"},
     }
 
@@ -43,10 +49,12 @@ def _rows(n: int) -> list[dict[str, object]]:
 def test_sessions_of_abandoned_rollouts_close_while_the_servers_run(
     job: Job, no_leftover_servers: None
 ) -> None:
-    """Rollouts whose caller gave up (a timed-out dispatch) still end, and end their
-    sessions: counted while the servers keep running, so not by a shutdown."""
+    """Rollouts whose caller gave up (a timed-out dispatch) end their sessions, counted while
+    the servers keep running, so not by a shutdown: an episode's at once (its handler is
+    cancelled and closes it), an agent's by the session's expiry (the agent is cancelled
+    with its caller and never verifies; a short ``session_ttl_s`` here)."""
     with openenv_server(job.root / "openenv.log") as url:
-        job.write(_servers(url, latency_s=2.0), [])
+        job.write(_servers(url, latency_s=2.0, session_ttl_s=4.0), [])
         proc = job.serve()
         try:
             assert proc.stdout is not None
