@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import signal
 import subprocess
+import time
 
 import orjson
 import pytest
@@ -46,9 +47,13 @@ def test_servers_stop_at_once_without_flushing_to_the_dead_store(
         assert wait_for(lambda: _progress(job).get("in_flight") == 8, timeout=120)
     finally:
         _kill_driver(proc)
+    # Gone within seconds, whichever notices first: the server's own orphan watch (it logs
+    # "the driver ... is gone") or the parent-death signal of the process that forked it; a
+    # server draining its 8 hanging requests or retrying exports to the dead store for its
+    # flush limit would still be alive.
+    killed_at = time.monotonic()
     assert wait_for(lambda: not server_pids_alive(under=str(job.root)), timeout=60)
-    log = (job.out / "logs" / "a.log").read_text()
-    assert f"the driver (pid {proc.pid}) is gone; stopping now" in log
+    assert time.monotonic() - killed_at < 15, (job.out / "logs" / "a.log").read_text()[-2000:]
 
 
 def _progress(job: Job) -> dict[str, object]:
