@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from e2e_support import Job
 
 
@@ -51,3 +56,21 @@ def assert_exact_accounting(job: Job, rows: int, repeats: int = 1) -> None:
     assert set(keys) == expected, f"lost rollouts: {sorted(expected - set(keys))[:10]}"
     ids = [r["rollout_id"] for r in job.rollouts + job.failures if r.get("rollout_id")]
     assert len(ids) == len(set(ids)), "a rollout id appears twice"
+
+
+@contextmanager
+def output_on_tmpfs(job: Job, size: str) -> Iterator[Path]:
+    """The run's output directory on a tmpfs of ``size`` (``mount -o size=``), unmounted
+    after; the test is skipped, saying why, where it cannot be mounted (mounting needs root)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs for the output needs root")
+    job.out.mkdir(parents=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(job.out)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield job.out
+    finally:
+        subprocess.run(["umount", "-l", str(job.out)], check=False)

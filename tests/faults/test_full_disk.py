@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from e2e_support import Job
-from faults_support import assert_exact_accounting
+from faults_support import assert_exact_accounting, output_on_tmpfs
 
 pytestmark = [
     pytest.mark.e2e,
@@ -27,16 +27,8 @@ ROWS = 400
 
 @pytest.fixture
 def small_disk(job: Job) -> Iterator[Path]:
-    job.out.mkdir(parents=True)
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(job.out)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
-        yield job.out
-    finally:
-        subprocess.run(["umount", "-l", str(job.out)], check=False)
+    with output_on_tmpfs(job, "48k") as out:
+        yield out
 
 
 def test_a_full_disk_stops_the_run_clearly_and_a_resume_is_exact(

@@ -9,13 +9,12 @@ closed in the child), on the console and in the servers' logs.
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from e2e_support import Job
+from faults_support import output_on_tmpfs
 from telemetry_helpers import TracedJob, closed_port, failing_endpoint, quick_rows, quick_servers
 
 pytestmark = pytest.mark.e2e
@@ -65,18 +64,8 @@ def test_an_endpoint_answering_500_is_reported_without_a_traceback(tmp_path: Pat
 
 @pytest.fixture
 def small_disk(job: Job) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs for the output needs root")
-    job.out.mkdir(parents=True)
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(job.out)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
-        yield job.out
-    finally:
-        subprocess.run(["umount", "-l", str(job.out)], check=False)
+    with output_on_tmpfs(job, "300k") as out:
+        yield out
 
 
 def test_a_full_disk_under_the_trace_store_ends_in_one_line_without_a_traceback(

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 import pytest
 from e2e_support import Job, killed_if_left_running, server_pids_alive, wait_for
-from faults_support import assert_exact_accounting, fault_agent, store_pid
+from faults_support import assert_exact_accounting, fault_agent, output_on_tmpfs, store_pid
 
 from server_specs import quickstart_servers, simulated_model
 
@@ -177,18 +177,8 @@ def test_the_trace_store_stopped_then_continued_leaves_a_run_the_check_passes(
 @pytest.fixture
 def small_disk(job: Job) -> Iterator[Path]:
     """The run's output directory on a 64 MiB tmpfs (mounting needs root)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs for the output needs root")
-    job.out.mkdir(parents=True)
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(job.out)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
-        yield job.out
-    finally:
-        subprocess.run(["umount", "-l", str(job.out)], check=False)
+    with output_on_tmpfs(job, "64m") as out:
+        yield out
 
 
 def _fill(path: Path) -> None:
