@@ -33,9 +33,17 @@ T = TypeVar("T")
 #: than 408/429): a 4xx, so the driver does not retry it, and not 400, which blames the task.
 FAILED_DEPENDENCY = 424
 
+#: The field an environment names when it does not know the session a call is for.
+SESSION_FIELD = "session_id"
+
 
 def _permanent(status: int) -> bool:
     return 400 <= status < 500 and status not in (408, 429)
+
+
+def _session_lost(exc: ServerCallError) -> bool:
+    """The environment answered 404 for the session itself (it is unknown or expired)."""
+    return exc.status == 404 and exc.field == SESSION_FIELD
 
 
 def check_reward(answer: object, who: str) -> dict[str, object]:
@@ -120,6 +128,10 @@ async def guarded(
             raise HTTPError(
                 FAILED_DEPENDENCY, f"{who}: {exc}", field=AUTHENTICATION, detail=detail
             ) from None
+        if _session_lost(exc):
+            # The environment no longer holds the episode (its replica was restarted, or the
+            # session expired): a new attempt seeds a new session, so the driver retries it.
+            raise HTTPError(502, f"{who}: {exc}", detail=detail) from None
         if exc.status is not None and _permanent(exc.status):
             # The model or environment refused for good: retrying the rollout cannot help.
             raise HTTPError(FAILED_DEPENDENCY, f"{who}: {exc}", detail=detail) from None

@@ -46,7 +46,7 @@ from rollgym.identity import rollout_id_of_episode
 from rollgym.policy_versions import FLOOR_HEADER
 from rollgym.rewards import is_reward
 from rollgym.server_options import ServerKind, ServerOptions
-from rollgym.servers.answers import check_reward, guarded, json_object
+from rollgym.servers.answers import SESSION_FIELD, check_reward, guarded, json_object
 from rollgym.servers.base import Server, ServerContext
 from rollgym.servers.env_metrics import EnvAggregates
 from rollgym.servers.environment_options import EnvironmentOptions
@@ -260,7 +260,7 @@ class Environment(Server):
         return session
 
     def _unknown_session(self, session_id: str) -> HTTPError:
-        return HTTPError(404, f"unknown or expired session {session_id!r}", field="session_id")
+        return HTTPError(404, f"unknown or expired session {session_id!r}", field=SESSION_FIELD)
 
     async def _model_tool(
         self, session: Session[SessionState], name: str, arguments: object

@@ -251,3 +251,21 @@ async def test_a_call_refused_for_good_is_424_not_a_retried_502():
         with pytest.raises(HTTPError) as answer:
             await guarded("agent 'a'", refused(status))
         assert answer.value.status == expected, status
+
+
+async def test_a_lost_environment_session_is_retried_not_refused_for_good():
+    """An environment that no longer knows the session (its replica was restarted, or the
+    session expired) answers 404 naming ``session_id``: a new attempt seeds a new session, so
+    the agent answers 502 (retried) where any other 404 is 424 (refused for good)."""
+
+    async def lost(field: str | None) -> None:
+        raise ServerCallError("verify answered HTTP 404: unknown session", status=404, field=field)
+
+    for field, expected in (
+        ("session_id", 502),
+        (None, FAILED_DEPENDENCY),
+        ("tool", FAILED_DEPENDENCY),
+    ):
+        with pytest.raises(HTTPError) as answer:
+            await guarded("agent 'a'", lost(field))
+        assert answer.value.status == expected, field

@@ -50,6 +50,7 @@ from rollgym.servers import (
     Verdict,
     gate,
 )
+from rollgym.servers.answers import SESSION_FIELD
 
 SYSTEM_PROMPT = (
     "You act in an environment through the tools offered. Each tool call is one step; its "
@@ -285,7 +286,7 @@ class OpenEnvEnv(Environment):
     ) -> ToolAnswer:
         session = self.sessions.get(session_id)
         if session is None:
-            raise HTTPError(404, f"unknown or expired session {session_id!r}", field="session_id")
+            raise HTTPError(404, f"unknown or expired session {session_id!r}", field=SESSION_FIELD)
         if gate.env:
             from rollgym.servers import spans
 
