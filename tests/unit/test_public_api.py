@@ -104,6 +104,7 @@ SERVERS_DOOR = {
     "spans",
     "task_of",
     "tool",
+    "unknown_session",
     "upstream_uuid",
     "wire_messages",
 }

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from rollgym.servers.agent_options import AgentOptions
     from rollgym.servers.base import Server, ServerContext
     from rollgym.servers.chat_content import content_text, wire_messages
-    from rollgym.servers.environment import Environment, SessionState, Verdict
+    from rollgym.servers.environment import Environment, SessionState, Verdict, unknown_session
     from rollgym.servers.environment_options import EnvironmentOptions
     from rollgym.servers.episode_loop import first_message, play_and_verify, play_tool_loop
     from rollgym.servers.model import ChatRequest, CompletionRequest, ModelServer, pass_headers
@@ -84,6 +84,7 @@ _EXPORTS = {
     "spans": "rollgym.telemetry.spans",
     "task_of": "rollgym.servers.agent",
     "tool": "rollgym.servers.tools",
+    "unknown_session": "rollgym.servers.environment",
     "upstream_uuid": "rollgym.servers.request_ids",
     "wire_messages": "rollgym.servers.chat_content",
 }
@@ -126,6 +127,7 @@ __all__ = [
     "spans",
     "task_of",
     "tool",
+    "unknown_session",
     "upstream_uuid",
     "wire_messages",
 ]

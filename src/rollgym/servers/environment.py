@@ -71,6 +71,12 @@ from rollgym.trajectory.record import CAPTURE_HEADER, attach
 from rollgym.trajectory.usage import attach_usage
 
 
+def unknown_session(session_id: str) -> HTTPError:
+    """The 404 for a session the environment does not hold (never seeded, expired, or lost
+    with a restarted process): it names ``session_id``, so an agent retries the rollout."""
+    return HTTPError(404, f"unknown or expired session {session_id!r}", field=SESSION_FIELD)
+
+
 @dataclass
 class SessionState:
     """What ``seed`` returns: the prompt messages, plus whatever the environment keeps."""
@@ -234,7 +240,7 @@ class Environment(Server):
     async def finish(self, session_id: str, answer: str | None) -> dict[str, object]:
         session = self.sessions.pop(session_id)
         if session is None:
-            raise self._unknown_session(session_id)
+            raise unknown_session(session_id)
         if gate.verify:
             from rollgym.telemetry import spans
 
@@ -256,11 +262,8 @@ class Environment(Server):
     def _live(self, session_id: str) -> Session[SessionState]:
         session = self.sessions.get(session_id)
         if session is None:
-            raise self._unknown_session(session_id)
+            raise unknown_session(session_id)
         return session
-
-    def _unknown_session(self, session_id: str) -> HTTPError:
-        return HTTPError(404, f"unknown or expired session {session_id!r}", field=SESSION_FIELD)
 
     async def _model_tool(
         self, session: Session[SessionState], name: str, arguments: object

@@ -49,8 +49,8 @@ from rollgym.servers import (
     ToolAnswer,
     Verdict,
     gate,
+    unknown_session,
 )
-from rollgym.servers.answers import SESSION_FIELD
 
 SYSTEM_PROMPT = (
     "You act in an environment through the tools offered. Each tool call is one step; its "
@@ -286,7 +286,7 @@ class OpenEnvEnv(Environment):
     ) -> ToolAnswer:
         session = self.sessions.get(session_id)
         if session is None:
-            raise HTTPError(404, f"unknown or expired session {session_id!r}", field=SESSION_FIELD)
+            raise unknown_session(session_id)
         if gate.env:
             from rollgym.servers import spans
 
