@@ -4,8 +4,9 @@ The driver holds connections to it that will never see an answer. That must cost
 rollouts sent there: each times out after ``run.timeout_s`` and is retried (on the other
 replica), while every other rollout goes on as before, not frozen behind the stopped one.
 
-Between replicas of one server this holds; between two different servers it does not yet (the
-second test is an expected failure until it does).
+Between replicas of one server the silent replica leaves the rotation; between two different
+servers the silent one's attempts stop counting against ``run.concurrency`` and its new rows are
+held back unsent (``rollgym.driver.stall_relief``).
 """
 
 from __future__ import annotations
@@ -67,14 +68,6 @@ def test_a_stopped_replica_delays_only_its_own_rollouts(
     assert max(r["attempt"] for r in job.rollouts) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "not fixed yet: the driver's run.concurrency workers each run one rollout to its end, so "
-        "the rollouts sent to the stopped server hold every worker until run.timeout_s and the "
-        "other server's rows wait behind them (see docs/reliability.md)"
-    ),
-)
 def test_a_stopped_agent_does_not_freeze_the_rollouts_of_another(
     job: Job, no_leftover_servers: None
 ) -> None:

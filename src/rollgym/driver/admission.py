@@ -4,13 +4,17 @@ No task is created per row up front and nothing waits on a set whose size grows 
 input: ``concurrency`` workers each take the next work item, run it to its end, hand the
 record over and take another. That is O(1) per rollout, bounds both the rollouts in flight and
 the tasks alive, and holds 10,000 in flight as easily as 10.
+
+With a :class:`Holdback` (:mod:`rollgym.driver.stall_relief`), a worker may keep an item back
+instead of running it (its server has stopped answering) and take the next one, and the pool
+may run spare workers beside the ``size`` while attempts are stuck on such a server.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from rollgym.errors import InvariantBroken
 
@@ -57,6 +61,22 @@ class SharedSource(Generic[T]):
         return item
 
 
+class Holdback(Protocol[T]):
+    """Items kept back unrun for a while, and given out again."""
+
+    def hold(self, item: T) -> bool:
+        """Keep ``item`` back for later; False: run it now."""
+        ...
+
+    def ready(self) -> T | None:
+        """A kept item that may run now, or None."""
+        ...
+
+    def any_held(self) -> T | None:
+        """Any kept item (the source is exhausted), or None when none is left."""
+        ...
+
+
 class WorkerPool(Generic[T]):
     """``size`` workers running ``work(item)`` for each item of ``source`` until it is empty.
 
@@ -71,13 +91,17 @@ class WorkerPool(Generic[T]):
         work: Callable[[T], Awaitable[None]],
         size: int,
         on_idle: Callable[[], None],
+        holdback: Holdback[T] | None = None,
     ) -> None:
         self._source = source
         self._work = work
         self._size = size
         self._on_idle = on_idle
+        self._holdback = holdback
         self._tasks: list[asyncio.Task[None]] = []
         self._alive = 0
+        #: Workers beyond ``size`` allowed now (see :meth:`set_spare`).
+        self._spare = 0
         self.stopping = False
 
     def start(self) -> None:
@@ -88,15 +112,38 @@ class WorkerPool(Generic[T]):
     def alive(self) -> int:
         return self._alive
 
+    def set_spare(self, spare: int) -> None:
+        """Allow ``spare`` workers beyond ``size``; more start at once, the extra ones retire
+        after their current item once fewer are allowed."""
+        self._spare = spare
+        if self.stopping or self._alive == 0:
+            return
+        if self._alive >= self._size + spare:
+            return
+        # spare workers come and go over a long run: forget the ones that ended cleanly
+        self._tasks = [task for task in self._tasks if not _ended_cleanly(task)]
+        while self._alive < self._size + spare:
+            self._alive += 1
+            self._tasks.append(asyncio.create_task(self._worker()))
+
     async def _worker(self) -> None:
         source = self._source
         sync = source.is_sync  # fixed for the source's life: read once, not per item
+        holdback = self._holdback
         try:
             while not self.stopping:
-                item = source.next_now() if sync else await source.next()
+                item = holdback.ready() if holdback is not None else None
                 if item is None:
-                    break
+                    item = source.next_now() if sync else await source.next()
+                    if item is None:
+                        item = holdback.any_held() if holdback is not None else None
+                        if item is None:
+                            break
+                    elif holdback is not None and holdback.hold(item):
+                        continue
                 await self._work(item)
+                if self._alive > self._size + self._spare:
+                    break  # a spare worker no longer needed
         finally:
             self._alive -= 1
             if self._alive == 0:
@@ -116,3 +163,7 @@ class WorkerPool(Generic[T]):
         for result in results:
             if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
                 raise result
+
+
+def _ended_cleanly(task: asyncio.Task[None]) -> bool:
+    return task.done() and not task.cancelled() and task.exception() is None

@@ -49,6 +49,7 @@ from rollgym.driver.rows import (
     expand,
     read_mappings,
 )
+from rollgym.driver.stall_relief import StallRelief
 from rollgym.driver.unique_ids import UniqueIds
 from rollgym.driver.version_push import VersionPush
 from rollgym.http.client import HttpClient, PoolMetrics
@@ -183,6 +184,8 @@ class Collector:
         self._replicas = dict(replicas or {})
         self._client: HttpClient | None = None
         self._pool: WorkerPool[WorkItem] | None = None
+        #: The watch that keeps a silent server from holding the whole pool (with windows).
+        self._relief: StallRelief | None = None
         self._caller_tracing = CallerTracing(span_groups)
         #: The current policy version and the staleness bound (both may stay unset).
         self._clock = PolicyClock(policy_version, options.max_staleness)
@@ -232,10 +235,12 @@ class Collector:
         Also opens the span gate onto the embedder's own recording tracer provider, if one is
         installed and rollgym's own telemetry is not set up in this process.
         """
-        raise_open_files_limit(2 * self.concurrency + 512)
+        # up to ``concurrency`` spare rollouts beside the attempts stuck on a silent server
+        # (rollgym.driver.stall_relief): each holds a connection of its own
+        raise_open_files_limit(4 * self.concurrency + 512)
         self._caller_tracing.start()
         self._client = HttpClient(
-            limit=self.concurrency,
+            limit=2 * self.concurrency,
             metrics=self._http_metrics,
             replicas=self._replicas,
             limits=self._limits,
@@ -455,13 +460,25 @@ class Collector:
     ) -> WorkerPool[WorkItem]:
         """Start ``concurrency`` workers on the entries; :meth:`interrupt` reaches them."""
         items = self._items(entries, skip, repeats or self.repeats)
-        pool = WorkerPool(SharedSource(items), work, self.concurrency, on_idle)
+        windows = self.dispatch_windows
+        relief = None
+        if windows is not None:
+            relief = StallRelief(
+                windows, self.concurrency, self._timeout_s, lambda n: pool.set_spare(n)
+            )
+        pool = WorkerPool(SharedSource(items), work, self.concurrency, on_idle, relief)
         self._pool = pool
+        self._relief = relief
         pool.start()
+        if relief is not None:
+            relief.start()
         return pool
 
     async def _end_pool(self, pool: WorkerPool[WorkItem]) -> None:
         """Cancel workers still running (the caller was cancelled or stopped consuming)."""
+        if self._relief is not None:
+            await self._relief.stop()
+            self._relief = None
         if pool.alive:
             pool.cancel()
             await asyncio.gather(pool.join(), return_exceptions=True)

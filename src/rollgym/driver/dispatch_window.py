@@ -45,6 +45,9 @@ FLOOR = 16
 #: flight sends its first wave as it always did; 5,000 on two saturated cores send this many
 #: first and none times out (bench/saturation.py).
 INITIAL = 1024
+#: Per answer, the slowest recent answer's seconds shrink by this factor (about 500 fast
+#: answers forget one slow one).
+SLOWEST_DECAY = 0.99
 
 
 class WindowView(TypedDict):
@@ -73,6 +76,8 @@ class DispatchWindow:
         "_on_halved",
         "window",
         "outstanding",
+        "answered",
+        "slowest_s",
     )
 
     def __init__(
@@ -93,6 +98,10 @@ class DispatchWindow:
         self.window = float(min(max(initial, self._floor), ceiling))
         #: Attempts sent and not yet answered.
         self.outstanding = 0
+        #: Attempts answered (a timeout is not an answer), and the slowest recent answer's
+        #: seconds, decaying: what :mod:`rollgym.driver.stall_relief` judges silence by.
+        self.answered = 0
+        self.slowest_s = 0.0
 
     def _has_room(self) -> bool:
         return self.outstanding < int(self.window)
@@ -118,6 +127,9 @@ class DispatchWindow:
 
     def release(self, sent_at: float, duration_s: float, timed_out: bool) -> None:
         """An attempt sent at ``sent_at`` (perf_counter) ended after ``duration_s`` seconds."""
+        if not timed_out:
+            self.answered += 1
+            self.slowest_s = max(duration_s, self.slowest_s * SLOWEST_DECAY)
         if timed_out or duration_s > self._slow_s:
             if sent_at >= self._halved_at:
                 self.window = max(float(self._floor), self.window / 2)
@@ -172,6 +184,10 @@ class DispatchWindows:
                 ),
             )
         return window
+
+    def windows(self) -> dict[str, DispatchWindow]:
+        """Every server's window, by server name (read, never changed, by the caller)."""
+        return self._windows
 
     def view(self) -> dict[str, WindowView]:
         """Every server's window now (``progress.json``'s ``dispatch_windows``)."""
