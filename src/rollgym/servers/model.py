@@ -25,6 +25,11 @@ a model server serves it by implementing :meth:`ModelServer.complete_text` (and
 with one line naming the route. An implementation that calls an engine may pass the engine's
 answer headers on (``x-request-id``...) with :func:`pass_headers`.
 
+``POST /policy_version`` sets the version a server stamps; with ``weights`` the server loads
+that checkpoint first (:meth:`ModelServer.load_weights`) with no call in flight
+(:mod:`rollgym.servers.weight_gate`), so no call is stamped with a version whose weights did
+not make all of it.
+
 Every non-streamed answer carries ``Server-Timing: engine;dur=<ms>``, the seconds the engine
 spent on the request, which reach the calling rollout's ``usage.engine_s``
 (:mod:`rollgym.server_timing`): what the implementation noted with

@@ -31,6 +31,11 @@ Streaming (``stream: true``) is passed through from the upstream as it arrives. 
 API is forwarded to the upstream's ``/v1/responses``; an upstream without that route (a 404
 or 405) gets the request translated to chat completions from then on.
 
+Weights: ``POST /policy_version`` with ``weights`` makes the proxy reload vLLM in place from
+that checkpoint folder (:meth:`OpenAIUpstream.load_weights`: vLLM's dev-mode
+``/collective_rpc`` ``reload_weights``, then ``/reset_prefix_cache``) before it stamps the
+version; the calls in flight finish first (:mod:`rollgym.servers.weight_gate`).
+
 Errors: an upstream refusal is answered with the upstream's status and its message, so the
 caller's retry rules see a 4xx as permanent; 401/403 say "authentication" and name the key's
 environment variable. The API key is read from ``api_key_env`` at start-up and never appears
