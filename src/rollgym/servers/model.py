@@ -426,7 +426,8 @@ class ModelServer(Server):
     async def _answer(
         self, body: ChatRequest, request_id: str | None, rollout_id: str | None
     ) -> Response:
-        await self._gate.enter()
+        if not self._gate.try_enter():
+            await self._gate.enter()
         version = self.served_version()
         if body.stream:
             return await self._streamed(self.chat_events(body, request_id, rollout_id), version)
@@ -444,7 +445,8 @@ class ModelServer(Server):
     async def _answer_completion(
         self, body: CompletionRequest, request_id: str | None, rollout_id: str | None
     ) -> Response:
-        await self._gate.enter()
+        if not self._gate.try_enter():
+            await self._gate.enter()
         version = self.served_version()
         if body.stream:
             events = self.completion_events(body, request_id, rollout_id)
@@ -482,7 +484,8 @@ class ModelServer(Server):
     async def _answer_responses(
         self, body: dict[str, Any], request_id: str | None, rollout_id: str | None
     ) -> Response:
-        await self._gate.enter()
+        if not self._gate.try_enter():
+            await self._gate.enter()
         version = self.served_version()
         if body.get("stream"):
             return await self._streamed(self.response_events(body, request_id, rollout_id), version)

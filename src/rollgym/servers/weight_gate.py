@@ -39,6 +39,14 @@ class WeightGate:
         """How many calls are inside now."""
         return self._calls
 
+    def try_enter(self) -> bool:
+        """Let a call in at once if no swap is under way (the hot path: no coroutine)."""
+        gate = self._open
+        if gate is None or gate.is_set():
+            self._calls += 1
+            return True
+        return False
+
     async def enter(self) -> None:
         """Let a call in: at once, or once the swap under way is done."""
         gate = self._open
