@@ -21,6 +21,7 @@ _EXPORTS = {
     "JobConfig": "rollgym.config",
     "LaunchError": "rollgym.errors",
     "PermanentDispatchError": "rollgym.errors",
+    "Probe": "rollgym.driver.weight_probe",
     "RollgymError": "rollgym.errors",
     "RolloutFailure": "rollgym.driver.outcomes",
     "RolloutResult": "rollgym.driver.outcomes",
@@ -38,6 +39,7 @@ __all__ = [
     "JobConfig",
     "LaunchError",
     "PermanentDispatchError",
+    "Probe",
     "RollgymError",
     "RolloutFailure",
     "RolloutResult",
@@ -58,6 +60,7 @@ if TYPE_CHECKING:
     from rollgym.driver.job import run_job
     from rollgym.driver.outcomes import RolloutFailure, RolloutResult
     from rollgym.driver.summary import Summary
+    from rollgym.driver.weight_probe import Probe
     from rollgym.errors import (
         ConfigError,
         DispatchError,

@@ -128,8 +128,9 @@ class RunConfig(BaseModel):
     )
     policy_version_file: Path | None = Field(
         None,
-        description="File holding the current policy version (an int or a label), rewritten "
-        "by the trainer; read again whenever it changes.",
+        description="File holding the current policy version (an int or a label), or a JSON "
+        "object {version, weights, probe} naming the checkpoint every model server loads "
+        "first; rewritten by the trainer, read again whenever it changes.",
     )
     placement: Literal["local", "ray"] = Field(
         "local", description="Launched servers run as local processes, or as Ray actors."

@@ -19,6 +19,8 @@ spans exist), and it never replaces or shuts that provider down.
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 from collections.abc import (
     AsyncIterable,
     AsyncIterator,
@@ -52,6 +54,7 @@ from rollgym.driver.rows import (
 from rollgym.driver.stall_relief import StallRelief
 from rollgym.driver.unique_ids import UniqueIds
 from rollgym.driver.version_push import VersionPush
+from rollgym.driver.weight_probe import Probe, ProbeGap, ProbeLog, check
 from rollgym.http.client import HttpClient, PoolMetrics
 from rollgym.http.limits import ExchangeLimits
 from rollgym.open_files import raise_open_files_limit
@@ -192,6 +195,7 @@ class Collector:
         self._push = VersionPush(
             {name: self._replicas.get(name) or [url] for name, url in (model_servers or {}).items()}
         )
+        self._probes = ProbeLog()
 
     def _configure(
         self, servers: Mapping[str, str], options: CollectorOptions, agents: Collection[str] | None
@@ -283,11 +287,48 @@ class Collector:
         if self._client is not None:
             self._push.start(self._client, version, self._clock.set_ns)
 
-    async def set_policy_version(self, version: PolicyVersion) -> None:
+    async def set_policy_version(
+        self,
+        version: PolicyVersion,
+        *,
+        weights: str | os.PathLike[str] | None = None,
+        probe: Probe | None = None,
+    ) -> None:
         """Set the version (a floor from here on, as the setter) and wait until every model
-        server has it (a failed send raises)."""
-        self._set_version(version)
-        await self._push.send(self.client, version, self._clock.set_ns)
+        server has it (a failed send raises).
+
+        With ``weights`` (the checkpoint the trainer wrote for ``version``) every model server
+        replica loads it first, letting its calls in flight finish under the old weights and
+        stamp; only once all have loaded it does ``version`` become the floor of what is
+        dispatched next. A replica that cannot load it raises ``ServerCallError`` naming it
+        and why, and the driver's version stays what it was (that replica serves its old
+        weights). With ``probe`` each replica's engine is then asked for its log-probabilities
+        of the probe's tokens and the gap to the trainer's is recorded (:attr:`probe_gaps`;
+        a gap over the probe's bound is a warning). docs/policy-versions.md.
+        """
+        if weights is None:
+            self._set_version(version)
+            await self._push.send(self.client, version, self._clock.set_ns)
+        else:
+            if not is_version(version):
+                raise ValueError(f"policy_version must be an int or a label, got {version!r}")
+            path = os.path.abspath(os.fspath(weights))
+            set_ns = max(time.time_ns(), self._clock.set_ns + 1)
+            await self._push.send(self.client, version, set_ns, weights=path)
+            self._set_version(version)
+        if probe is not None:
+            found = await check(self.client, self._push.replicas(), version, probe)
+            self._probes.gaps.extend(found)
+
+    @property
+    def probe_gaps(self) -> list[ProbeGap]:
+        """Every weight probe's gap so far, per version and replica, in the order checked."""
+        return self._probes.gaps
+
+    @property
+    def probes(self) -> ProbeLog:
+        """The weight probes' record (``summary.json``'s ``probes`` and its warnings)."""
+        return self._probes
 
     def _set_version(self, version: PolicyVersion) -> None:
         if not is_version(version):

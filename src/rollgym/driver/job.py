@@ -37,6 +37,7 @@ from rollgym.driver.summary import (
     write_json_atomic,
 )
 from rollgym.driver.version_file import follow_version_file
+from rollgym.driver.weight_probe import ProbeLog
 from rollgym.errors import ConfigError, OutputError, TransportError
 from rollgym.incarnations import IncarnationLog
 from rollgym.placement.forked import discard_for, prestart_for
@@ -333,6 +334,8 @@ class JobState:
         self.warnings: list[str] = []
         self.sessions = SessionLog(output_dir)
         self.supervisor.incarnations = IncarnationLog(output_dir, self.sessions.index)
+        #: The weight probes of the run's version file (the Collector's, once it ran).
+        self.probes = ProbeLog()
 
     def summary(self) -> Summary:
         duration = time.monotonic() - self.started
@@ -342,6 +345,8 @@ class JobState:
         summary.environments = self.environments
         summary.servers = self.supervisor.to_json()
         summary.warnings = self.warnings + self.supervisor.gone()
+        summary.probes = self.probes.summary()
+        summary.warnings += self.probes.warnings()
         summary.output_dir = str(self.output_dir)
         return summary
 
@@ -358,6 +363,7 @@ async def _collect_phase(state: JobState, collector: Collector, interrupts: Inte
     )
     progress.start()
     interrupts.collector = collector
+    state.probes = collector.probes
     try:
         with OutcomeWriter(state.output_dir, session=state.sessions.index) as writer:
             try:

@@ -255,6 +255,8 @@ class Summary:
     incomplete_model_calls: dict[str, int] = field(default_factory=dict)
     #: Reward spread of the groups (:meth:`GroupSpread.summary`); empty when repeats is 1.
     groups: dict[str, Any] = field(default_factory=dict)
+    #: The weight probes' gaps per version (:meth:`ProbeLog.summary`); empty without probes.
+    probes: dict[str, object] = field(default_factory=dict)
 
     @classmethod
     def from_aggregator(
@@ -294,6 +296,7 @@ class Summary:
             "servers": self.servers,
             "warnings": self.warnings,
             **({"staleness": self.staleness} if self.staleness else {}),
+            **({"probes": self.probes} if self.probes else {}),
             **(
                 {"incomplete_model_calls": self.incomplete_model_calls}
                 if self.incomplete_model_calls

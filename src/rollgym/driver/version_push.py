@@ -11,6 +11,12 @@ trainer that wants every model server to have the version before it goes on. Eve
 of a model server is told (each one stamps its own answers). A model server that has no
 such route (an engine reached by ``url:``, not a rollgym model server) is warned about once
 and left out: its calls simply carry no version.
+
+With ``weights`` (a checkpoint path the trainer wrote) each replica loads it before it holds
+the version (``servers/model.py``: calls in flight finish first, under the old weights and
+stamp); the send waits for every replica, and a replica that could not load it raises one
+``ServerCallError`` naming it and why (the others that did hold the new weights). Loading
+takes longer than a number: such a send may take :data:`WEIGHTS_TIMEOUT_S`.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from rollgym.policy_versions import ROUTE, PolicyVersion
 
 log = logging.getLogger(__name__)
 _TIMEOUT_S = 10.0
+#: How long one replica may take to let its calls in flight finish and load a checkpoint.
+WEIGHTS_TIMEOUT_S = 900.0
 
 
 class VersionPush:
@@ -40,42 +48,78 @@ class VersionPush:
     def __bool__(self) -> bool:
         return bool(self._targets)
 
-    async def send(self, client: HttpClient, version: PolicyVersion, set_ns: int) -> None:
-        """POST the version (set at ``set_ns``) to each replica; raises ``ServerCallError``
-        naming one that refused."""
+    def replicas(self) -> list[tuple[str, str]]:
+        """``(server name, replica URL)`` of every replica told (the weight probe asks each)."""
+        return [(name, url) for name, urls in self._targets.items() for url in urls]
+
+    async def send(
+        self,
+        client: HttpClient,
+        version: PolicyVersion,
+        set_ns: int,
+        weights: str | None = None,
+    ) -> None:
+        """POST the version (set at ``set_ns``; loading ``weights`` first) to each replica and
+        wait for all of them; raises ``ServerCallError`` naming one that refused."""
         if not self._targets:
+            if weights is not None:
+                raise ServerCallError(f"no model server to load weights {weights} into")
             return
         sends = [
-            self._one(client, name, url, version, set_ns)
-            for name, urls in self._targets.items()
-            for url in urls
+            self._one(client, name, url, version, set_ns, weights) for name, url in self.replicas()
         ]
-        await asyncio.gather(*sends)
+        outcomes = await asyncio.gather(*sends, return_exceptions=True)
+        failed = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+        if len(failed) == 1 or any(not isinstance(f, Exception) for f in failed):
+            raise failed[0]
+        if failed:
+            raise ServerCallError(
+                f"{len(failed)} model server replicas failed: " + " | ".join(map(str, failed))
+            )
+        if weights is not None and not self._targets:
+            raise ServerCallError(
+                f"no model server could load weights {weights}: none has a {ROUTE} route "
+                "(an engine reached by url: needs a rollgym model server in front, impl: openai)"
+            )
 
     async def _one(
-        self, client: HttpClient, name: str, url: str, version: PolicyVersion, set_ns: int
+        self,
+        client: HttpClient,
+        name: str,
+        url: str,
+        version: PolicyVersion,
+        set_ns: int,
+        weights: str | None,
     ) -> None:
+        body: dict[str, object] = {"version": version, "set_ns": set_ns}
+        if weights is not None:
+            body["weights"] = weights
         response = await client.post_json(
             name,
             url + ROUTE,
-            {"version": version, "set_ns": set_ns},
-            timeout=_TIMEOUT_S,
+            body,
+            timeout=_TIMEOUT_S if weights is None else WEIGHTS_TIMEOUT_S,
             route=ROUTE,
             pinned=True,
         )
         if response.status in (404, 405):  # not a rollgym model server (an engine by url:)
             log.warning(
-                "model server %r (%s) has no %s route: its calls carry no policy version",
+                "model server %r (%s) has no %s route: its calls carry no policy version%s",
                 name,
                 url,
                 ROUTE,
+                " and it loads no weights" if weights is not None else "",
             )
             self._drop(name, url)
             return
         if response.status != 200:
+            data = response.data
+            error = data.get("error") if isinstance(data, dict) else None
+            detail = error if isinstance(error, str) else f"HTTP {response.status} {response.text}"
+            doing = f"load weights {weights} for" if weights is not None else "take"
             raise ServerCallError(
-                f"model server {name!r} ({url}) refused policy version {version!r}: "
-                f"HTTP {response.status} {response.text[:200]}",
+                f"model server {name!r} ({url}) did not {doing} policy version {version!r}: "
+                f"{detail[:500]}",
                 status=response.status,
             )
 

@@ -25,6 +25,11 @@ a model server serves it by implementing :meth:`ModelServer.complete_text` (and
 with one line naming the route. An implementation that calls an engine may pass the engine's
 answer headers on (``x-request-id``...) with :func:`pass_headers`.
 
+``POST /policy_version`` sets the version a server stamps; with ``weights`` the server loads
+that checkpoint first (:meth:`ModelServer.load_weights`) with no call in flight
+(:mod:`rollgym.servers.weight_gate`), so no call is stamped with a version whose weights did
+not make all of it.
+
 Every non-streamed answer carries ``Server-Timing: engine;dur=<ms>``, the seconds the engine
 spent on the request, which reach the calling rollout's ``usage.engine_s``
 (:mod:`rollgym.server_timing`): what the implementation noted with
@@ -34,6 +39,7 @@ notes its own time), else the wall time of :meth:`ModelServer.complete`.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
 from contextvars import ContextVar
@@ -56,6 +62,7 @@ from rollgym.server_options import ServerKind
 from rollgym.servers import responses_api, sse
 from rollgym.servers.base import Server
 from rollgym.servers.request_ids import TurnCounter, rollout_of_request_id
+from rollgym.servers.weight_gate import WeightGate
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import gate
 
@@ -193,6 +200,11 @@ class ModelServer(Server):
         self.policy_version_set_ns = 0
         #: The last floor header read: its calls bring nothing new (most calls repeat it).
         self._floor_seen: str | None = None
+        #: The checkpoint the trainer last had loaded (``POST /policy_version`` with
+        #: ``weights``); None: the weights the server started with.
+        self.weights: str | None = None
+        #: Calls in flight finish before a weight swap; calls that arrive during one wait.
+        self._gate = WeightGate()
 
     def served_version(self) -> PolicyVersion | None:
         """The version a request arriving now is stamped with (docs/policy-versions.md).
@@ -283,6 +295,14 @@ class ModelServer(Server):
         for chunk in _completion_chunks(answer, include_usage=request.usage_in_stream):
             yield chunk
 
+    async def load_weights(self, path: str) -> None:
+        """Load the checkpoint at ``path`` (the trainer wrote it) into the engine, in place.
+
+        Called with no call in flight and none starting (:class:`WeightGate`); raise
+        :class:`~rollgym.errors.HTTPError` with one line saying why when it cannot be loaded,
+        leaving the weights served before. A server that cannot load weights says so."""
+        raise HTTPError(501, f"model server {self.context.name!r} cannot load weights")
+
     async def tokenize(self, route: str, body: dict[str, Any]) -> dict[str, Any]:
         """Answer vLLM's ``/tokenize`` or ``/detokenize`` (``route``) for ``body``."""
         raise HTTPError(404, f"model server {self.context.name!r} does not serve {route}")
@@ -311,12 +331,23 @@ class ModelServer(Server):
         app.get(policy_versions.ROUTE)(self._get_policy_version)
         app.post(policy_versions.ROUTE)(self._set_policy_version)
 
+    def _version_answer(self) -> dict[str, object]:
+        held: dict[str, object] = {"version": self.policy_version}
+        if self.weights is not None:
+            held["weights"] = self.weights
+        return held
+
     async def _get_policy_version(self) -> Response:
-        return OrjsonResponse({"version": self.policy_version})
+        return OrjsonResponse(self._version_answer())
 
     async def _set_policy_version(self, body: Annotated[dict[str, Any], Body()]) -> Response:
         """``{"version": v, "set_ns": t}``: the trainer's current version (an int or a label)
-        and when it was set; without ``set_ns``, now. Answers the version held after it."""
+        and when it was set; without ``set_ns``, now. Answers the version held after it.
+
+        With ``"weights": PATH`` the server first loads that checkpoint (:meth:`load_weights`)
+        between calls (:class:`WeightGate`), then holds ``v`` whatever its ``set_ns``: the
+        weights are the trainer's newest. A load that fails answers 422 with the reason and
+        changes nothing. Once begun, a load runs to its end even if the caller goes away."""
         version = body.get("version") if isinstance(body, dict) else None
         if not is_version(version):
             message = f"'version' must be an int or a non-empty string, got {version!r}"
@@ -325,8 +356,33 @@ class ModelServer(Server):
         if not isinstance(set_ns, int) or isinstance(set_ns, bool):
             message = f"'set_ns' must be an int (ns since the epoch), got {set_ns!r}"
             return OrjsonResponse({"error": message, "field": "set_ns"}, status_code=400)
-        self._take_version(version, set_ns)
-        return OrjsonResponse({"version": self.policy_version})
+        weights = body.get("weights")
+        if weights is None:
+            self._take_version(version, set_ns)
+            return OrjsonResponse(self._version_answer())
+        if not isinstance(weights, str) or not weights:
+            message = f"'weights' must be a non-empty path, got {weights!r}"
+            return OrjsonResponse({"error": message, "field": "weights"}, status_code=400)
+        swap = asyncio.get_running_loop().create_task(self._swap(version, set_ns, weights))
+        try:
+            await asyncio.shield(swap)
+        except HTTPError as exc:
+            reason = exc.message
+        except Exception as exc:  # an engine's own failure: one line, the old weights kept
+            reason = f"{type(exc).__name__}: {exc}"
+        else:
+            return OrjsonResponse(self._version_answer())
+        message = f"could not load {weights}: {reason}; the weights before still serve"
+        return OrjsonResponse({"error": message, "field": "weights"}, status_code=422)
+
+    async def _swap(self, version: PolicyVersion, set_ns: int, weights: str) -> None:
+        """Load ``weights`` with no call in flight, then hold ``version`` (set at ``set_ns``)."""
+        async with self._gate.swap():
+            await self.load_weights(weights)
+            self.weights = weights
+            self.policy_version = version
+            self.policy_version_set_ns = max(set_ns, self.policy_version_set_ns)
+            self.policy_version_set_at = time.perf_counter()
 
     async def _models(self) -> Response:
         models = [
@@ -370,6 +426,8 @@ class ModelServer(Server):
     async def _answer(
         self, body: ChatRequest, request_id: str | None, rollout_id: str | None
     ) -> Response:
+        if not self._gate.try_enter():
+            await self._gate.enter()
         version = self.served_version()
         if body.stream:
             return await self._streamed(self.chat_events(body, request_id, rollout_id), version)
@@ -387,6 +445,8 @@ class ModelServer(Server):
     async def _answer_completion(
         self, body: CompletionRequest, request_id: str | None, rollout_id: str | None
     ) -> Response:
+        if not self._gate.try_enter():
+            await self._gate.enter()
         version = self.served_version()
         if body.stream:
             events = self.completion_events(body, request_id, rollout_id)
@@ -424,6 +484,8 @@ class ModelServer(Server):
     async def _answer_responses(
         self, body: dict[str, Any], request_id: str | None, rollout_id: str | None
     ) -> Response:
+        if not self._gate.try_enter():
+            await self._gate.enter()
         version = self.served_version()
         if body.get("stream"):
             return await self._streamed(self.response_events(body, request_id, rollout_id), version)
@@ -433,11 +495,12 @@ class ModelServer(Server):
         self, events: AsyncIterator[bytes], version: PolicyVersion | None
     ) -> Response:
         """A stream's response: its version in a header (its Server-Timing would leave before
-        the engine finished, so a stream has none)."""
+        the engine finished, so a stream has none). The call entered the weight gate; it
+        leaves when the stream ends or is closed."""
         passed: dict[str, str] = {}
         token = _PASSED_HEADERS.set(passed)
         try:
-            first = await sse.primed(events)
+            first = await sse.primed(self._gate.held_stream(events))
         finally:
             _PASSED_HEADERS.reset(token)
         return StreamingResponse(
@@ -449,7 +512,8 @@ class ModelServer(Server):
     async def _timed_answer(
         self, answering: Awaitable[dict[str, Any]], version: PolicyVersion | None
     ) -> Response:
-        """An answer's response, with the engine seconds it took in ``Server-Timing``."""
+        """An answer's response, with the engine seconds it took in ``Server-Timing``. The
+        call entered the weight gate; it leaves once answered (stamped)."""
         passed: dict[str, str] = {}
         token = _PASSED_HEADERS.set(passed)
         try:
@@ -461,6 +525,7 @@ class ModelServer(Server):
                 )
         finally:
             _PASSED_HEADERS.reset(token)
+            self._gate.leave()
         return OrjsonResponse(answer, headers={**passed, **headers} if passed else headers)
 
 

@@ -31,6 +31,11 @@ Streaming (``stream: true``) is passed through from the upstream as it arrives. 
 API is forwarded to the upstream's ``/v1/responses``; an upstream without that route (a 404
 or 405) gets the request translated to chat completions from then on.
 
+Weights: ``POST /policy_version`` with ``weights`` makes the proxy reload vLLM in place from
+that checkpoint folder (:meth:`OpenAIUpstream.load_weights`: vLLM's dev-mode
+``/collective_rpc`` ``reload_weights``, then ``/reset_prefix_cache``) before it stamps the
+version; the calls in flight finish first (:mod:`rollgym.servers.weight_gate`).
+
 Errors: an upstream refusal is answered with the upstream's status and its message, so the
 caller's retry rules see a 4xx as permanent; 401/403 say "authentication" and name the key's
 environment variable. The API key is read from ``api_key_env`` at start-up and never appears
@@ -44,6 +49,7 @@ import os
 import re
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
+from pathlib import Path
 from typing import Any, ClassVar, Literal, TypedDict
 
 import orjson
@@ -267,6 +273,52 @@ class OpenAIUpstream(ModelServer):
             )
         detail = response.data if response.data is not None else response.text
         raise self._refusal(route, response.status, detail)
+
+    async def load_weights(self, path: str) -> None:
+        """vLLM reloads the checkpoint at ``path`` in place, from disk: ``POST /collective_rpc
+        {"method": "reload_weights", "kwargs": {"weights_path": path}}`` (every worker runs its
+        ``reload_weights``), then ``POST /reset_prefix_cache`` so no prefix cached under the old
+        weights is reused. Both are vLLM's dev-mode routes (``VLLM_SERVER_DEV_MODE=1``). vLLM
+        swaps a model's layers out as it reloads them, so a checkpoint it cannot read could
+        leave it half loaded: the path is checked here first (it must be a folder the proxy
+        sees, holding ``*.safetensors`` or ``*.bin`` files), and an engine that fails anyway
+        is said to need a restart."""
+        problem = _checkpoint_problem(path)
+        if problem is not None:
+            raise HTTPError(422, problem)
+        await self._engine_route("/collective_rpc", _reload_body(path), "reload the weights")
+        await self._engine_route("/reset_prefix_cache", {}, "reset its prefix cache")
+
+    async def _engine_route(self, route: str, body: dict[str, object], doing: str) -> None:
+        """POST one of vLLM's dev-mode routes at the upstream's root; a clear error if not."""
+        destination, base = self._target()
+        try:
+            response = await self.client.post_json(
+                destination,
+                base.removesuffix("/v1") + route,
+                body,
+                timeout=self.upstream.timeout_s,
+                headers=self._headers(None),
+                route=route,
+            )
+        except TransportError as exc:
+            raise self._unreachable(exc) from None
+        if response.status == 200:
+            return
+        if response.status in (404, 405):
+            raise HTTPError(
+                501,
+                f"the upstream has no {route} (HTTP {response.status}): start vLLM with "
+                "VLLM_SERVER_DEV_MODE=1 for it to load weights from disk",
+            )
+        detail = _detail_text(response.data if response.data is not None else response.text)
+        raise HTTPError(
+            502,
+            self.scrub(
+                f"the engine failed to {doing} (HTTP {response.status}: {detail}); its weights "
+                "may be partly replaced: restart it"
+            ),
+        )
 
     # --- the upstream call ---------------------------------------------------------------------
 
@@ -492,6 +544,25 @@ def _refuses_body_id(status: int, data: object, text: str) -> bool:
         return False
     detail = _detail_text(data if data is not None else text)
     return _BODY_ID in detail
+
+
+#: The files a Hugging Face checkpoint's weights are in (vLLM's default loader reads these).
+_WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt")
+
+
+def _checkpoint_problem(path: str) -> str | None:
+    """Why ``path`` is no checkpoint vLLM can reload from (None: it looks like one)."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return f"no checkpoint folder at {path}"
+    if not any(next(folder.glob(pattern), None) for pattern in _WEIGHT_FILES):
+        return f"no weight files ({', '.join(_WEIGHT_FILES)}) in {path}"
+    return None
+
+
+def _reload_body(path: str) -> dict[str, object]:
+    """vLLM's ``/collective_rpc`` body that reloads every worker's weights from ``path``."""
+    return {"method": "reload_weights", "kwargs": {"weights_path": path}}
 
 
 class _NoRoute(Exception):

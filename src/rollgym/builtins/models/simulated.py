@@ -19,6 +19,7 @@ import random
 import time
 import uuid
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, ClassVar
 
 import orjson
@@ -81,6 +82,13 @@ class SimulatedModel(ModelServer):
             self.policy_version = (current if isinstance(current, int) else 0) + 1
             self.policy_version_set_at = time.perf_counter()
         return self.policy_version
+
+    async def load_weights(self, path: str) -> None:
+        """The simulated engine has no weights to change: it checks that the checkpoint is
+        there (an engine fails on a missing one, and the old weights keep serving) and the
+        server records it (``GET /policy_version`` answers ``weights``)."""
+        if not Path(path).exists():
+            raise HTTPError(422, f"no checkpoint at {path}")
 
     @property
     def sim_options(self) -> SimulatedOptions:
