@@ -19,6 +19,7 @@ spans exist), and it never replaces or shuts that provider down.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import (
     AsyncIterable,
     AsyncIterator,
@@ -278,7 +279,9 @@ class Collector:
         if self._client is not None:
             self._push.start(self._client, version, self._clock.set_ns)
 
-    async def set_policy_version(self, version: PolicyVersion) -> None:
+    async def set_policy_version(
+        self, version: PolicyVersion, *, weights: str | os.PathLike[str] | None = None
+    ) -> None:
         """Set the version (a floor from here on, as the setter) and wait until every model
         server has it (a failed send raises)."""
         self._set_version(version)
