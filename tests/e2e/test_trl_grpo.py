@@ -116,8 +116,12 @@ def check_run(steps: list[dict[str, Any]], out: Path) -> dict[str, dict[str, Any
 def test_grpo_trains_on_simulated_multi_turn_tool_rollouts(tmp_path: Path) -> None:
     model = tiny_model(tmp_path, TOY_VOCAB)
     out = tmp_path / "run"
-    steps = train(model, out, "--max-tokens", "64")
+    weights = tmp_path / "weights"
+    steps = train(model, out, "--max-tokens", "64", "--weights-dir", str(weights))
     recorded = check_run(steps, out)
+    # the weights of each step were saved for the model servers; only the newest is kept
+    assert sorted(p.name for p in weights.iterdir()) == [f"step-{STEPS}"]
+    assert (weights / f"step-{STEPS}" / "model.safetensors").is_file()
     # tool-using walks ran several model calls, and their tool output reached TRL masked
     env_tokens = [n for step in steps for n in step["env_tokens"]]
     assert any(n > 0 for n in env_tokens)
