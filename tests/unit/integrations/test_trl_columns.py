@@ -13,7 +13,7 @@ import pytest
 from rollgym.driver.outcomes import RolloutFailure, RolloutResult
 from rollgym.integrations.loop_thread import LoopThread
 from rollgym.integrations.trl import Columns, NoTokens, environment_reward, prompts_of
-from rollgym.integrations.trl.rollouts import _rows_of
+from rollgym.integrations.trl.rollouts import _rows_of, _whole
 
 EOS = 2
 
@@ -170,3 +170,17 @@ def test_the_loop_thread_runs_coroutines_on_its_own_thread_and_cancels_on_timeou
         assert cancelled.wait(30)
     finally:
         loop.close()
+
+
+def test_a_short_group_is_refused_with_its_failure() -> None:
+    unreadable = RolloutFailure(
+        rollout_id=None,
+        task_index=3,
+        rollout_index=None,
+        attempt=0,
+        dispatch_name=None,
+        error_kind="invalid_row",
+        message="row.sampling: n is refused",
+    )
+    with pytest.raises(RuntimeError, match="row 3: 1 of 2 .*invalid_row: row.sampling: n"):
+        _whole([unreadable], 2)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import orjson
 
-from rollgym.driver.outcomes import Outcome
+from rollgym.driver.outcomes import Outcome, RolloutFailure
 from rollgym.driver.output import OutcomeWriter
 from rollgym.integrations.loop_thread import LoopThread
 from rollgym.integrations.trl.callback import SavesWeights, TrainerState, version_callback
@@ -263,8 +263,11 @@ def _row_of(prompt: object, index: int) -> dict[str, object]:
 
 
 def _whole(group: list[Outcome], size: int) -> list[Outcome]:
-    """A group of ``size`` members (a short one, cut by an interrupt, is refused)."""
+    """A group of ``size`` members (a short one, an unreadable row or cut by an interrupt, is
+    refused, with the failure that says why)."""
     if len(group) != size:
-        where = group[0].rollout_id or f"row {group[0].task_index}"
-        raise RuntimeError(f"group of {where}: {len(group)} of {size} rollouts came back")
+        first = group[0]
+        where = first.rollout_id or f"row {first.task_index}"
+        why = f": {first.error_kind}: {first.message}" if isinstance(first, RolloutFailure) else ""
+        raise RuntimeError(f"group of {where}: {len(group)} of {size} rollouts came back{why}")
     return group
