@@ -71,6 +71,28 @@ if [ "${ROLLGYM_SKIP_VLLM:-0}" != 1 ] && [ ! -f "$VLLM_VENV/rollgym-vllm-$VLLM_V
   fi
 fi
 
+# TRL's GRPOTrainer on rollgym's rollouts (tests/e2e/test_trl_grpo.py, examples/trl_grpo.py)
+# runs beside vLLM's torch, never a second one: TRL goes into vLLM's venv constrained to what
+# is installed there (its torch and transformers stay vLLM's; it adds accelerate, datasets and
+# their pandas/pyarrow), with orjson, the one dependency of rollgym's Collector that venv lacks
+# (the tests put this checkout's src/ on its PYTHONPATH). About 10 s (measured with pip's cache
+# warm). A failed install only skips those tests; ROLLGYM_SKIP_TRL=1 skips the step.
+TRL_VERSION=1.16.0
+if [ "${ROLLGYM_SKIP_TRL:-0}" != 1 ] && [ -f "$VLLM_VENV/rollgym-vllm-$VLLM_VERSION.ok" ] \
+    && [ ! -f "$VLLM_VENV/rollgym-trl-$TRL_VERSION.ok" ]; then
+  echo "installing trl $TRL_VERSION once into $VLLM_VENV" >&2
+  TRL_PINS="$(mktemp)"
+  if ("$VLLM_VENV/bin/python" -m pip freeze --exclude-editable | grep -v ' @ ' > "$TRL_PINS" \
+      && PIP_CONFIG_FILE=/dev/null "$VLLM_VENV/bin/python" -m pip install --quiet \
+        -c "$TRL_PINS" "trl==$TRL_VERSION" orjson \
+      && "$VLLM_VENV/bin/python" -c "import vllm, trl.trainer.grpo_trainer, orjson") >/dev/null 2>&1; then
+    touch "$VLLM_VENV/rollgym-trl-$TRL_VERSION.ok"
+  else
+    echo "warning: could not install trl $TRL_VERSION into $VLLM_VENV; the TRL tests will be skipped" >&2
+  fi
+  rm -f "$TRL_PINS"
+fi
+
 # The MLflow backend test (tests/e2e/test_genai_backends.py) exports a run to a real MLflow
 # tracking server (mlflow >= 3 takes OTLP at /v1/traces). MLflow pins its own dependencies, so
 # it lives in a venv of its own in the machine cache (about 2.5 minutes fresh on 2 cores), then

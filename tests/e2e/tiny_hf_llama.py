@@ -42,7 +42,9 @@ CORPUS = [
 ]
 
 
-def write(out: Path) -> Path:
+def write(out: Path, vocab_size: int = 0) -> Path:
+    """``vocab_size``: at least this many embeddings (ids past the tokenizer's own decode to
+    nothing): for a trainer fed the simulated model's toy token ids, below 50,000."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -69,7 +71,7 @@ def write(out: Path) -> Path:
 
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=len(tokenizer),
+        vocab_size=max(len(tokenizer), vocab_size),
         hidden_size=HIDDEN,
         intermediate_size=FEED_FORWARD,
         num_hidden_layers=LAYERS,
@@ -87,6 +89,6 @@ def write(out: Path) -> Path:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: tiny_hf_llama.py OUT_DIR")
-    print(write(Path(sys.argv[1])))
+    if len(sys.argv) not in (2, 3):
+        sys.exit("usage: tiny_hf_llama.py OUT_DIR [VOCAB_SIZE]")
+    print(write(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) == 3 else 0))

@@ -188,7 +188,7 @@ def test_cycle_finder_finds_a_cycle() -> None:
 #: whose modules may import each other (never in a cycle).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("rollgym", "rollgym.__main__"),  # the package door and ``python -m rollgym``
-    ("rollgym.cli",),
+    ("rollgym.cli", "rollgym.integrations"),  # integrations: a trainer drives a Collector
     ("rollgym.driver",),
     ("rollgym.placement",),
     ("rollgym.config",),  # the job config: resolves a server's impl through servers/registry

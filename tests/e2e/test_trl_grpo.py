@@ -1,0 +1,177 @@
+"""TRL's GRPOTrainer trains on rollgym's rollouts: ``examples/trl_grpo.py`` run for real.
+
+The trainer runs in vLLM's venv (TRL beside vLLM's torch; ``scripts/test.sh`` installs it
+there once) on a tiny Llama written on the spot (``tiny_hf_llama.py``: nothing downloaded),
+with rollgym's servers started by ``rollgym serve`` and this checkout's ``src`` on its path.
+Two runs of five optimizer steps each: on rollgym's simulated model (its toy token ids, so
+the tiny model gets a 50,000-entry vocabulary; multi-turn tool walks every time) and on vLLM's
+CPU build serving the very model the trainer trains. Each checks that every sample of step
+``k`` ran every model call under policy version ``k``, that what TRL trained on is the
+recorded trajectories (the tokens it trained on are the model's own, the tool output masked),
+that TRL logged a loss per step, and that ``rollgym traces check --data`` certifies the run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from e2e_support import HERE, REPO
+from engine_support import free_port, serving
+
+VLLM_VERSION = "0.32.0"
+TRL_VERSION = "1.16.0"
+VENV = Path(os.environ.get("ROLLGYM_VLLM_VENV") or Path.home() / ".cache" / "rollgym-vllm" / "venv")
+PYTHON = VENV / "bin" / "python"
+VLLM_INSTALLED = VENV / f"rollgym-vllm-{VLLM_VERSION}.ok"
+TRL_INSTALLED = VENV / f"rollgym-trl-{TRL_VERSION}.ok"  # written by scripts/test.sh
+STEPS = 5
+#: The simulated model's ids are hashes below this (builtins/models/toy_tokenizer.py).
+TOY_VOCAB = 50_000
+
+if not TRL_INSTALLED.exists():
+    pytest.skip(
+        f"TRL is not installed in vLLM's venv {VENV} (scripts/test.sh installs it there; "
+        "ROLLGYM_SKIP_VLLM=1 or ROLLGYM_SKIP_TRL=1 skip that step)",
+        allow_module_level=True,
+    )
+
+pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.timeout(1500)]
+
+
+def tiny_model(folder: Path, vocab_size: int = 0) -> Path:
+    out = folder / "model"
+    written = subprocess.run(
+        [str(PYTHON), str(HERE / "tiny_hf_llama.py"), str(out), str(vocab_size)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert written.returncode == 0, written.stderr
+    return out
+
+
+def train(model: Path, out: Path, *extra: str) -> list[dict[str, Any]]:
+    """``examples/trl_grpo.py`` for :data:`STEPS` steps; its ``steps.jsonl``."""
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTHON"))},
+        "PYTHONPATH": str(REPO / "src"),
+        "TRL_EXPERIMENTAL_SILENCE": "1",
+        "OTEL_SDK_DISABLED": "true",
+    }
+    command = [
+        str(PYTHON), str(REPO / "examples" / "trl_grpo.py"), "--model", str(model),
+        "--output-dir", str(out), "--steps", str(STEPS), "--tasks-per-step", "2",
+        "--generations", "2", *extra,
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1200, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    return [orjson.loads(line) for line in (out / "steps.jsonl").read_bytes().splitlines()]
+
+
+def trajectories(out: Path) -> dict[str, dict[str, Any]]:
+    lines = (out / "trajectories.jsonl").read_bytes().splitlines()
+    return {record["rollout_id"]: record for record in map(orjson.loads, lines)}
+
+
+def check_run(steps: list[dict[str, Any]], out: Path) -> dict[str, dict[str, Any]]:
+    """What both runs must show; the run's trajectories by rollout id."""
+    assert [step["step"] for step in steps] == list(range(STEPS))
+    recorded = trajectories(out)
+    for step in steps:
+        assert len(step["rollout_ids"]) == 4  # 2 tasks x 2 generations
+        assert step["failures"] == 0, step
+        # every model call of every sample of step k ran under version k
+        assert all(calls and set(calls) == {step["step"]} for calls in step["policy_versions"])
+        assert step["loss"] is not None  # TRL took an optimizer step on them
+        for rollout_id, model_tokens, reward in zip(
+            step["rollout_ids"], step["model_tokens"], step["rewards"], strict=True
+        ):
+            record = recorded[rollout_id]
+            turns = [t for t in record["trajectory"]["turns"] if t["type"] == "model"]
+            # the tokens TRL trains on are exactly what the engine generated, turn by turn
+            assert model_tokens == sum(len(t["completion_ids"]) for t in turns), rollout_id
+            assert all(t["policy_version"] == step["step"] for t in turns)
+            assert reward == record["reward"]
+    checked = subprocess.run(
+        [sys.executable, "-m", "rollgym", "traces", "check", str(out), "--data"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"0 violations: {4 * STEPS} rollouts certified" in checked.stdout
+    assert "policy versions required on every call" in checked.stdout
+    return recorded
+
+
+def test_grpo_trains_on_simulated_multi_turn_tool_rollouts(tmp_path: Path) -> None:
+    model = tiny_model(tmp_path, TOY_VOCAB)
+    out = tmp_path / "run"
+    weights = tmp_path / "weights"
+    steps = train(model, out, "--max-tokens", "64", "--weights-dir", str(weights))
+    recorded = check_run(steps, out)
+    # the weights of each step were saved for the model servers; only the newest is kept
+    assert sorted(p.name for p in weights.iterdir()) == [f"step-{STEPS}"]
+    assert (weights / f"step-{STEPS}" / "model.safetensors").is_file()
+    # tool-using walks ran several model calls, and their tool output reached TRL masked
+    env_tokens = [n for step in steps for n in step["env_tokens"]]
+    assert any(n > 0 for n in env_tokens)
+    tool_turns = [
+        t for r in recorded.values() for t in r["trajectory"]["turns"] if t["type"] == "tool"
+    ]
+    assert tool_turns
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """vLLM's OpenAI server serving the tiny model the trainer trains: its URL and the model."""
+    if not VLLM_INSTALLED.exists():
+        pytest.skip(f"vLLM's CPU build is not installed in {VENV} (scripts/test.sh installs it)")
+    folder = tmp_path_factory.mktemp("vllm")
+    model = tiny_model(folder)
+    port = free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTHON"))},
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+    }
+    command = [
+        str(PYTHON), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model), "--served-model-name", "tiny",
+        "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048",
+        "--enable-request-id-headers", "--enforce-eager",
+        "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+    ]  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    with serving("vLLM", command, url, folder / "vllm.log", start_timeout_s=900, env=env):
+        # a chat call first: vLLM's CPU build lost its worker when its first request was not
+        # one (tests/e2e/test_vllm_engine_paths.py)
+        warm_up = urllib.request.Request(
+            url + "/v1/chat/completions",
+            data=b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], '
+            b'"max_tokens": 2}',
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(warm_up, timeout=300) as answer:
+            assert answer.status == 200
+        yield url, model
+
+
+def test_grpo_trains_on_vllm_rollouts(engine: tuple[str, Path], tmp_path: Path) -> None:
+    url, model = engine
+    out = tmp_path / "run"
+    steps = train(model, out, "--engine", url, "--served-model-name", "tiny", "--max-tokens", "8")
+    recorded = check_run(steps, out)
+    # the ids are vLLM's, of the trainer's own vocabulary, not the simulated model's hashes
+    vocab = orjson.loads((model / "config.json").read_bytes())["vocab_size"]
+    turns = [t for r in recorded.values() for t in r["trajectory"]["turns"] if t["type"] == "model"]
+    ids = {i for t in turns for i in t["completion_ids"]}
+    assert ids and max(ids) < vocab < TOY_VOCAB
