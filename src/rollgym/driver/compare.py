@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from rollgym.driver.config_diff import config_differences, flat_config
 from rollgym.driver.output import FAILURES, ROLLOUTS
 from rollgym.driver.run_reader import read_lines, recorded_run_id
 from rollgym.driver.summary import pass_at_k
@@ -300,20 +301,35 @@ def _run_header(run: RunRecords) -> dict[str, object]:
     }
 
 
-def compare_runs(
-    run_a: Path, run_b: Path, settings: BootstrapSettings | None = None
-) -> dict[str, object]:
-    """The comparison of two run directories, as ``rollgym compare --json`` prints it."""
-    settings = settings or BootstrapSettings()
+def check_settings(settings: BootstrapSettings) -> None:
+    """Refuse resamples or a confidence no interval can be drawn with (one line each)."""
     if settings.resamples < 1:
         raise CompareError(f"--resamples must be at least 1, got {settings.resamples}")
     if not 0.0 < settings.confidence < 1.0:
         raise CompareError(f"--confidence must be between 0 and 1, got {settings.confidence}")
+
+
+def reward_diff_interval(
+    tasks_a: dict[int, TaskSamples], tasks_b: dict[int, TaskSamples], settings: BootstrapSettings
+) -> list[float] | None:
+    """The interval of ``mean reward(B) - mean reward(A)``, tasks resampled (paired where both
+    runs have one): the interval of a dispatch row, for any set of tasks."""
+    return _cluster_bootstrap(tasks_a, tasks_b, _mean_reward, _mean_reward, settings)
+
+
+def compare_runs(
+    run_a: Path, run_b: Path, settings: BootstrapSettings | None = None
+) -> dict[str, object]:
+    """The comparison of two run directories, as ``rollgym compare --json`` prints it; with
+    the config keys whose values differ between them (``config_differences``)."""
+    settings = settings or BootstrapSettings()
+    check_settings(settings)
     a, b = read_run(run_a), read_run(run_b)
     names = sorted(a.by_dispatch.keys() | b.by_dispatch.keys())
     return {
         "run_a": _run_header(a),
         "run_b": _run_header(b),
+        "config_differences": config_differences([flat_config(run_a), flat_config(run_b)]),
         "confidence": settings.confidence,
         "resamples": settings.resamples,
         "seed": settings.seed,
