@@ -141,21 +141,19 @@ def runs_table(result: dict[str, Any]) -> Table:
     confidence = round(result["confidence"] * 100)
     ks = result["pass_at_k_shown"]
     table = Table(
-        title=f"runs (#0 = {shown(result['baseline'] or 'the first')} is the baseline)",
+        title="runs (#0 is the baseline)",
         caption=f"vs #0: the difference from #0 with its {confidence}% bootstrap interval; * = the interval excludes 0; "
         "behind: results whose oldest model call ran behind the current policy version "
-        "(max: by how many versions)",
+        "(max: by how many versions); stale: failures refused by run.max_staleness",
     )
     table.add_column("run", no_wrap=True)
-    table.add_column("run id", no_wrap=True)
     for column in ("n", "failed", "reward", "vs #0", *(f"pass@{k}" for k in ks), "behind"):
         table.add_column(column, justify="right", no_wrap=True)
-    table.add_column("stale failed", justify="right")
+    table.add_column("stale", justify="right", no_wrap=True)
     for run in result["runs"]:
         delta = run["vs_first"]
         table.add_row(
             _run_label(run),
-            shown(run["run_id"] or run["path"]),
             str(run["completed"]),
             str(run["failed"]),
             _fmt(run["mean_reward"]),
@@ -174,7 +172,14 @@ def print_many(result: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console()
     labels = [_run_label(run) for run in result["runs"]]
     console.print(config_table(result["config_differences"], labels))
+    _print_names(result["runs"], console)
     console.print(runs_table(result))
+
+
+def _print_names(runs: Sequence[dict[str, Any]], console: Console) -> None:
+    """Which run each ``#i`` is: its run id and folder."""
+    for run in runs:
+        console.print(f"{_run_label(run)}: {shown(run['run_id'] or '-')}  {shown(run['path'])}")
 
 
 def series_table(result: dict[str, Any]) -> Table:
@@ -214,6 +219,5 @@ def print_series(result: dict[str, Any], console: Console | None = None) -> None
     console = console or Console()
     labels = [_run_label(run) for run in result["runs"]]
     console.print(config_table(result["config_differences"], labels))
-    for run in result["runs"]:
-        console.print(f"{_run_label(run)}: {shown(run['run_id'] or '-')}  {shown(run['path'])}")
+    _print_names(result["runs"], console)
     console.print(series_table(result))
