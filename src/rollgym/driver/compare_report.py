@@ -93,7 +93,7 @@ def config_table(differences: Sequence[dict[str, Any]], labels: Sequence[str]) -
     """The config keys whose values differ, one column per run; a line when none does."""
     if not differences:
         return "config.yaml: no differences (run id and output_dir aside)"
-    table = Table(title="config differences (config.yaml)")
+    table = Table(title="config differences (config.yaml)", min_width=36)
     table.add_column("key", no_wrap=True)
     for label in labels:
         table.add_column(label, overflow="fold")

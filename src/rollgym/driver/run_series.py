@@ -240,6 +240,12 @@ def _as_indexed(
     )
 
 
+def len_failed(row: Mapping[str, object]) -> int:
+    """A run row's count of failed rollouts."""
+    failed = row["failed"]
+    return failed if isinstance(failed, int) else 0
+
+
 def _delta(
     first: dict[str, object],
     row: dict[str, object],
@@ -258,7 +264,7 @@ def _delta(
         "reward_diff_ci": interval,
         "significant": interval is not None and (interval[0] > 0.0 or interval[1] < 0.0),
         "pass_at_k_diff": {k: minus(pass_a.get(k), pass_b.get(k)) for k in pass_b},
-        "failed_diff": minus(first["failed"], row["failed"]),
+        "failed_diff": len_failed(row) - len_failed(first),
     }
 
 
