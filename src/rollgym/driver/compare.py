@@ -132,7 +132,8 @@ def _percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
 
 
-def _interval(draws: list[float], confidence: float) -> list[float] | None:
+def percentile_interval(draws: list[float], confidence: float) -> list[float] | None:
+    """The central ``confidence`` share of the draws (sorted in place); None without draws."""
     if not draws:
         return None
     draws.sort()
@@ -201,7 +202,7 @@ def _cluster_bootstrap(
         a, b = statistic_a(side_a or [empty]), statistic_b(side_b or [empty])
         if a is not None and b is not None:
             draws.append(b - a)
-    return _interval(draws, settings.confidence)
+    return percentile_interval(draws, settings.confidence)
 
 
 def _samples_bootstrap(
@@ -216,7 +217,7 @@ def _samples_bootstrap(
         sum(rng.choices(rewards_b, k=n_b)) / n_b - sum(rng.choices(rewards_a, k=n_a)) / n_a
         for _ in range(settings.resamples)
     ]
-    return _interval(draws, settings.confidence)
+    return percentile_interval(draws, settings.confidence)
 
 
 def _difference(a: float | None, b: float | None) -> float | None:
@@ -307,14 +308,6 @@ def check_settings(settings: BootstrapSettings) -> None:
         raise CompareError(f"--resamples must be at least 1, got {settings.resamples}")
     if not 0.0 < settings.confidence < 1.0:
         raise CompareError(f"--confidence must be between 0 and 1, got {settings.confidence}")
-
-
-def reward_diff_interval(
-    tasks_a: dict[int, TaskSamples], tasks_b: dict[int, TaskSamples], settings: BootstrapSettings
-) -> list[float] | None:
-    """The interval of ``mean reward(B) - mean reward(A)``, tasks resampled (paired where both
-    runs have one): the interval of a dispatch row, for any set of tasks."""
-    return _cluster_bootstrap(tasks_a, tasks_b, _mean_reward, _mean_reward, settings)
 
 
 def compare_runs(

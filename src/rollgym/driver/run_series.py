@@ -27,6 +27,7 @@ task whose repeats ran under two versions counts at each with the repeats it has
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ from rollgym.driver.compare import (
     CompareError,
     TaskSamples,
     check_settings,
-    reward_diff_interval,
+    percentile_interval,
 )
 from rollgym.driver.config_diff import IGNORED_KEYS, config_differences, flatten, read_config
 from rollgym.driver.output import FAILURES, ROLLOUTS
@@ -229,15 +230,45 @@ def run_figures(run: RunFacts, ks: Sequence[int]) -> dict[str, object]:
     }
 
 
-def _as_indexed(
-    tasks_a: dict[TaskKey, TaskSamples], tasks_b: dict[TaskKey, TaskSamples]
-) -> tuple[dict[int, TaskSamples], dict[int, TaskSamples]]:
-    """Both runs' tasks numbered alike (the same (dispatch name, task) gets the same number)."""
-    numbers = {key: i for i, key in enumerate(sorted(tasks_a.keys() | tasks_b.keys()))}
-    return (
-        {numbers[key]: samples for key, samples in tasks_a.items()},
-        {numbers[key]: samples for key, samples in tasks_b.items()},
-    )
+def _totals(
+    tasks: Mapping[TaskKey, TaskSamples], keys: Sequence[TaskKey]
+) -> tuple[list[float], list[int]]:
+    return [sum(tasks[k].rewards) for k in keys], [len(tasks[k].rewards) for k in keys]
+
+
+def reward_interval(
+    tasks_a: Mapping[TaskKey, TaskSamples],
+    tasks_b: Mapping[TaskKey, TaskSamples],
+    settings: BootstrapSettings,
+) -> list[float] | None:
+    """The interval of ``mean reward(B) - mean reward(A)`` over all tasks of both runs, drawn
+    exactly as ``rollgym compare`` draws a dispatch row's (tasks resampled, paired where both
+    runs have one, the same seeded draws), on each task's reward sum and count: a many-run
+    comparison of large runs resamples every task of every run a thousand times."""
+    rng = random.Random(settings.seed)
+    shared = sorted(tasks_a.keys() & tasks_b.keys())
+    only_a = sorted(tasks_a.keys() - tasks_b.keys())
+    only_b = sorted(tasks_b.keys() - tasks_a.keys())
+    shared_a, shared_b = _totals(tasks_a, shared), _totals(tasks_b, shared)
+    alone_a, alone_b = _totals(tasks_a, only_a), _totals(tasks_b, only_b)
+
+    def drawn(totals: tuple[list[float], list[int]], picked: list[int]) -> tuple[float, int]:
+        sums, counts = totals
+        return sum(map(sums.__getitem__, picked)), sum(map(counts.__getitem__, picked))
+
+    draws: list[float] = []
+    for _ in range(settings.resamples):
+        picked = rng.choices(range(len(shared)), k=len(shared)) if shared else []
+        (sum_a, n_a), (sum_b, n_b) = drawn(shared_a, picked), drawn(shared_b, picked)
+        if only_a:
+            more, extra = drawn(alone_a, rng.choices(range(len(only_a)), k=len(only_a)))
+            sum_a, n_a = sum_a + more, n_a + extra
+        if only_b:
+            more, extra = drawn(alone_b, rng.choices(range(len(only_b)), k=len(only_b)))
+            sum_b, n_b = sum_b + more, n_b + extra
+        if n_a and n_b:
+            draws.append(sum_b / n_b - sum_a / n_a)
+    return percentile_interval(draws, settings.confidence)
 
 
 def len_failed(row: Mapping[str, object]) -> int:
@@ -256,7 +287,7 @@ def _delta(
         x, y = _number(a), _number(b)
         return y - x if x is not None and y is not None else None
 
-    interval = reward_diff_interval(*_as_indexed(*tasks), settings)
+    interval = reward_interval(*tasks, settings)
     pass_a, pass_b = first["pass_at_k"], row["pass_at_k"]
     assert isinstance(pass_a, dict) and isinstance(pass_b, dict)
     return {

@@ -136,6 +136,16 @@ def test_each_run_has_its_figures_staleness_and_difference_from_the_first(tmp_pa
     assert third["versions"] == [4]
 
 
+def test_the_interval_against_the_first_is_drawn_as_compare_draws_it(tmp_path: Path) -> None:
+    first, second, _ = _three(tmp_path)
+    extra = write_run(tmp_path / "r9", [(0, 1.0, [1], 0), (2, 0.0, [1], 0), (3, 1.0, [1], 0)])
+    for other in (second, extra):  # the same tasks, and tasks only one run has
+        many = compare_many([first, other], FAST)["runs"][1]["vs_first"]
+        (row,) = compare_runs(first, other, FAST)["by_dispatch"]
+        assert many["reward_diff_ci"] == row["reward_diff_ci"]
+        assert many["significant"] == row["significant"]
+
+
 def test_reward_over_version_pools_runs_at_each_first_call_version(tmp_path: Path) -> None:
     result = runs_over(_three(tmp_path), "version")
     points = {p["x"]: p for p in result["points"]}
