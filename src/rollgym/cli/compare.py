@@ -34,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--tasks",
         type=int,
         default=10,
-        help="table: how many tasks to list, flagged and largest differences first (default 10)",
+        help="two runs: how many tasks to list, flagged and largest differences first (default 10)",
     )
     compare.add_argument(
         "--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)"
