@@ -132,6 +132,11 @@ class RunConfig(BaseModel):
         "object {version, weights, probe} naming the checkpoint every model server loads "
         "first; rewritten by the trainer, read again whenever it changes.",
     )
+    step: int | str | None = Field(
+        None,
+        description="The training step (or checkpoint label) this run evaluates: compare "
+        "--over step and the viewer's Runs page place the run at it; it changes no rollout.",
+    )
     placement: Literal["local", "ray"] = Field(
         "local", description="Launched servers run as local processes, or as Ray actors."
     )

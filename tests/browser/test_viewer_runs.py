@@ -258,6 +258,12 @@ def test_comparison_of_the_two_runs(
             low, high = row["reward_diff_ci"]
             assert f"[{low:+.3f}, {high:+.3f}]" in cells[5]
         assert cells[5].endswith("*") == row["significant"]
+    # what differs between the two configs, above the tables: the model's accuracy among them
+    keys = page.locator("#compare-config-diff tr.config-key").evaluate_all(
+        "rows => rows.map(r => r.dataset.key)"
+    )
+    assert keys == [d["key"] for d in expected["config_differences"]]
+    assert "servers.policy.accuracy" in keys and "run.trajectories" in keys
     flagged = [r["dispatch_name"] for r in expected["by_dispatch"] if r["significant"]]
     verdict = page.inner_text("#compare-verdict")
     assert verdict.endswith(", ".join(flagged) if flagged else "none")

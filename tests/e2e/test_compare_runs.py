@@ -39,6 +39,8 @@ def test_compare_two_quickstart_runs(tmp_path: Path) -> None:
         timeout=120,
     )
     result = orjson.loads(done.stdout)
+    # the one override between them is the one difference named (run id and folder aside)
+    assert result["config_differences"] == [{"key": "run.repeats", "values": [3, 4]}]
     assert result["run_a"]["run_id"] == summary_a["run_id"]
     assert result["run_b"]["run_id"] == summary_b["run_id"]
     rows = {row["dispatch_name"]: row for row in result["by_dispatch"]}

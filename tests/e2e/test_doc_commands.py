@@ -25,6 +25,7 @@ BLOCKS = (
     ("README.md", "rollgym traces check runs/quickstart"),
     ("docs/trajectories.md", "rollgym export runs/tokens --format parquet"),
     ("docs/comparing-runs.md", "rollgym compare runs/baseline runs/tuned"),
+    ("docs/comparing-runs.md", "rollgym compare runs/step-200 --over version"),
 )
 
 

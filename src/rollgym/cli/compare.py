@@ -1,4 +1,6 @@
-"""``rollgym compare RUN_A RUN_B``: options -> :func:`rollgym.driver.compare.compare_runs`."""
+"""``rollgym compare RUN_A RUN_B [RUN ...] [--over version|step]``: options -> the driver's
+comparison (:mod:`rollgym.driver.compare` for two runs, :mod:`rollgym.driver.run_series` for
+more, and for reward over policy version or step)."""
 
 from __future__ import annotations
 
@@ -11,16 +13,28 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add ``compare`` to the ``rollgym`` parser."""
     compare = subparsers.add_parser(
         "compare",
-        help="two runs side by side: mean reward and pass@k, B - A with a bootstrap interval",
+        help="runs side by side: what differs in their configs, mean reward and pass@k, "
+        "differences from the first with a bootstrap interval; --over: over version or step",
     )
-    compare.add_argument("run_a", type=Path, help="the baseline run's output folder")
-    compare.add_argument("run_b", type=Path, help="the run compared with it")
+    compare.add_argument(
+        "runs",
+        type=Path,
+        nargs="+",
+        metavar="RUN",
+        help="run output folders: the first is the baseline (two or more; one with --over)",
+    )
     compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    compare.add_argument(
+        "--over",
+        choices=["version", "step"],
+        help="mean reward and pass@k at each policy version (the rollouts' first model "
+        "call's) or at each run's run.step (else its place in the order given)",
+    )
     compare.add_argument(
         "--tasks",
         type=int,
         default=10,
-        help="table: how many tasks to list, flagged and largest differences first (default 10)",
+        help="two runs: how many tasks to list, flagged and largest differences first (default 10)",
     )
     compare.add_argument(
         "--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)"
@@ -36,17 +50,35 @@ def _compare(args: argparse.Namespace) -> int:
     import orjson
 
     from rollgym.driver.compare import BootstrapSettings, CompareError, compare_runs
+    from rollgym.driver.run_series import compare_many, runs_over
 
+    runs: list[Path] = args.runs
+    if len(runs) < 2 and args.over is None:
+        print(
+            "rollgym compare: give two or more runs (or one with --over version|step)",
+            file=sys.stderr,
+        )
+        return 2
     settings = BootstrapSettings(args.resamples, args.confidence, args.seed)
     try:
-        result = compare_runs(args.run_a, args.run_b, settings)
+        if args.over is not None:
+            result = runs_over(runs, args.over)
+        elif len(runs) == 2:
+            result = compare_runs(runs[0], runs[1], settings)
+        else:
+            result = compare_many(runs, settings)
     except CompareError as exc:
         print(f"rollgym compare: {exc}", file=sys.stderr)
         return 2
     if args.json:
         sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
-    from rollgym.driver.compare_report import print_comparison
+    from rollgym.driver import compare_report
 
-    print_comparison(result, max_tasks=args.tasks)
+    if args.over is not None:
+        compare_report.print_series(result)
+    elif len(runs) == 2:
+        compare_report.print_comparison(result, max_tasks=args.tasks)
+    else:
+        compare_report.print_many(result)
     return 0

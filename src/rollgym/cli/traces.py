@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,11 +25,13 @@ from rollgym.tracestore.serve_command import add_serve_parser
 __all__ = ["add_serve_parser", "main", "register"]
 
 
-def _run_views(run_dir: Path | None, compare_dir: Path | None) -> Callable[[web.Application], None]:
+def _run_views(
+    run_dir: Path | None, compare_dir: Path | None, runs: Sequence[Path] = ()
+) -> Callable[[web.Application], None]:
     """The viewer's routes over the run's own files (the driver's; loaded only to serve)."""
     from rollgym.driver.run_views import run_routes
 
-    return run_routes(run_dir, compare_dir)
+    return run_routes(run_dir, compare_dir, runs)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

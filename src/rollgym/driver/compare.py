@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from rollgym.driver.config_diff import config_differences, flat_config
 from rollgym.driver.output import FAILURES, ROLLOUTS
 from rollgym.driver.run_reader import read_lines, recorded_run_id
 from rollgym.driver.summary import pass_at_k
@@ -131,7 +132,8 @@ def _percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
 
 
-def _interval(draws: list[float], confidence: float) -> list[float] | None:
+def percentile_interval(draws: list[float], confidence: float) -> list[float] | None:
+    """The central ``confidence`` share of the draws (sorted in place); None without draws."""
     if not draws:
         return None
     draws.sort()
@@ -200,7 +202,7 @@ def _cluster_bootstrap(
         a, b = statistic_a(side_a or [empty]), statistic_b(side_b or [empty])
         if a is not None and b is not None:
             draws.append(b - a)
-    return _interval(draws, settings.confidence)
+    return percentile_interval(draws, settings.confidence)
 
 
 def _samples_bootstrap(
@@ -215,7 +217,7 @@ def _samples_bootstrap(
         sum(rng.choices(rewards_b, k=n_b)) / n_b - sum(rng.choices(rewards_a, k=n_a)) / n_a
         for _ in range(settings.resamples)
     ]
-    return _interval(draws, settings.confidence)
+    return percentile_interval(draws, settings.confidence)
 
 
 def _difference(a: float | None, b: float | None) -> float | None:
@@ -300,20 +302,27 @@ def _run_header(run: RunRecords) -> dict[str, object]:
     }
 
 
-def compare_runs(
-    run_a: Path, run_b: Path, settings: BootstrapSettings | None = None
-) -> dict[str, object]:
-    """The comparison of two run directories, as ``rollgym compare --json`` prints it."""
-    settings = settings or BootstrapSettings()
+def check_settings(settings: BootstrapSettings) -> None:
+    """Refuse resamples or a confidence no interval can be drawn with (one line each)."""
     if settings.resamples < 1:
         raise CompareError(f"--resamples must be at least 1, got {settings.resamples}")
     if not 0.0 < settings.confidence < 1.0:
         raise CompareError(f"--confidence must be between 0 and 1, got {settings.confidence}")
+
+
+def compare_runs(
+    run_a: Path, run_b: Path, settings: BootstrapSettings | None = None
+) -> dict[str, object]:
+    """The comparison of two run directories, as ``rollgym compare --json`` prints it; with
+    the config keys whose values differ between them (``config_differences``)."""
+    settings = settings or BootstrapSettings()
+    check_settings(settings)
     a, b = read_run(run_a), read_run(run_b)
     names = sorted(a.by_dispatch.keys() | b.by_dispatch.keys())
     return {
         "run_a": _run_header(a),
         "run_b": _run_header(b),
+        "config_differences": config_differences([flat_config(run_a), flat_config(run_b)]),
         "confidence": settings.confidence,
         "resamples": settings.resamples,
         "seed": settings.seed,

@@ -15,7 +15,9 @@ layer because they read the driver's files; ``rollgym traces serve`` mounts them
 * ``/api/find?q=&limit=``: rollouts whose messages, tool calls or errors hold the text
   (:mod:`~rollgym.driver.text_search`: bounded, on the run's files and its store);
 * ``/api/groups?offset&limit&zero_variance=1``: the reward spread of each group (a task's
-  repeats) with its members, and the share of zero-variance groups (``traces profile``'s).
+  repeats) with its members, and the share of zero-variance groups (``traces profile``'s);
+* ``/api/runs/list``, ``/api/runs/series``: the Runs page, many runs at once
+  (:mod:`~rollgym.driver.runs_page`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any, TypeVar
 import orjson
 from aiohttp import web
 
+from rollgym.driver import runs_page
 from rollgym.driver.compare import CompareError, compare_runs
 from rollgym.driver.conversation_report import conversation_view, model_latencies
 from rollgym.driver.group_view import RunGroups, run_groups, run_repeats
@@ -76,14 +79,18 @@ NOT_KEPT = (
 )
 
 
-def run_routes(run_dir: Path | None, compare_dir: Path | None) -> Callable[[web.Application], None]:
-    """The mounting function ``lifecycle.build_app`` calls (``rollgym traces serve``)."""
+def run_routes(
+    run_dir: Path | None, compare_dir: Path | None, runs: Sequence[Path] = ()
+) -> Callable[[web.Application], None]:
+    """The mounting function ``lifecycle.build_app`` calls (``rollgym traces serve``);
+    ``runs`` (``--runs``) are offered on the Runs page with A and B."""
 
     def mount(app: web.Application) -> None:
         app[RUNS_KEY] = RunDirs(run_dir, compare_dir)
         app[REPORT_KEY] = ThrottledCache()
         app[GROUPS_KEY] = ThrottledCache()
         app.router.add_routes(_ROUTES)
+        runs_page.mount(app, runs_page.offered_runs([run_dir, compare_dir, *runs]))
 
     return mount
 

@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from aiohttp import web
 
-#: Given ``--run-dir`` and ``--compare``: what mounts a higher layer's routes on the viewer
-#: (the run's files: ``driver/run_views.py``), handed in by whoever builds the command.
-RunRoutes = Callable[[Path | None, Path | None], "Callable[[web.Application], None]"]
+
+class RunRoutes(Protocol):
+    """Given ``--run-dir``, ``--compare`` and ``--runs``: what mounts a higher layer's routes
+    on the viewer (the run's files: ``driver/run_views.py``), handed in by whoever builds the
+    command."""
+
+    def __call__(
+        self, run_dir: Path | None, compare_dir: Path | None, runs: Sequence[Path] = ()
+    ) -> Callable[[web.Application], None]: ...
 
 
 def add_serve_parser(
@@ -49,6 +55,16 @@ def add_serve_parser(
         metavar="RUN_B",
         help="a second run directory: the viewer compares --run-dir (A) with it, as "
         "rollgym compare A RUN_B does",
+    )
+    serve.add_argument(
+        "--runs",
+        type=Path,
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="RUN",
+        help="more runs for the viewer's Runs page (reward over policy version or step, "
+        "config differences): run directories, or folders holding run directories",
     )
     serve.add_argument(
         "--allow-host",
@@ -88,6 +104,10 @@ def _serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    for folder in args.runs:
+        if not folder.is_dir():
+            print(f"rollgym traces serve: --runs {folder}: no such directory", file=sys.stderr)
+            return 2
     if args.run_dir is not None and not args.run_dir.is_dir():
         # a run's folder is made by the run; one made here would be an empty run to show
         problem = "not a directory" if args.run_dir.exists() else "no such run directory"
@@ -117,7 +137,9 @@ def _serve(args: argparse.Namespace) -> int:
                     token=token,
                     listen_fd=args.listen_fd,
                     extra_routes=(
-                        args.run_routes(args.run_dir, args.compare) if args.run_routes else None
+                        args.run_routes(args.run_dir, args.compare, tuple(args.runs))
+                        if args.run_routes
+                        else None
                     ),
                 )
             )

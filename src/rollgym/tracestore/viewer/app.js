@@ -207,6 +207,7 @@ async function route() {
   try {
     if (page && page.startsWith("profile")) await profilePage();
     else if (page && page.startsWith("compare")) await comparePage();
+    else if (page && page.startsWith("runs")) await runsPage();
     else if (page && page.startsWith("groups")) await groupsPage();
     else if (page && page.startsWith("search")) await searchPage();
     else if (page === "rollout") await rolloutPage(decodeURIComponent(arg));

@@ -312,6 +312,8 @@ async function comparePage() {
     el("div", {}, "B = ", el("span", { class: "mono" }, label(data.run_b)), ` (${data.run_b.completed} completed, ${data.run_b.failed} failed)`),
     el("p", { class: "muted" }, `B − A with its ${confidence}% bootstrap interval (${data.resamples} resamples, seed ${data.seed}); `
       + "* = the interval excludes 0. The same numbers as rollgym compare A B --json.")));
+  app.append(el("section", { id: "compare-config" }, el("h2", {}, "What differs between A and B (config.yaml)"),
+    configDiffTable(data.config_differences || [], ["A", "B"], "compare-config-diff")));
   const ks = [...new Set(data.by_dispatch.flatMap((r) => Object.keys(r.pass_at_k)))].sort((x, y) => x - y);
   app.append(el("section", {}, el("h2", {}, "Per dispatch name"), el("table", { id: "compare-dispatch" },
     el("tr", {}, el("th", {}, "dispatch name"), el("th", {}, "n A/B"), el("th", {}, "failed A/B"), el("th", {}, "reward A"),
