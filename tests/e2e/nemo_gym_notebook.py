@@ -72,7 +72,7 @@ class NotebookResourcesServer(SimpleResourcesServer):
         self.counts[what] += 1
         if COUNTS:
             with open(COUNTS + ".tmp", "w") as out:
-                json.dump({**self.counts, "open": len(self.secrets)}, out)
+                json.dump({**self.counts, "open": len(self.secrets), "pid": os.getpid()}, out)
             os.replace(COUNTS + ".tmp", COUNTS)
 
     async def seed_session(

@@ -11,9 +11,11 @@ resource server's own route, the verification and its reward; ``rollgym traces c
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from e2e_support import Job
 from nemo_gym_support import PYTHON, needs_nemo_gym, notebook_rows, notebook_server, session_counts
@@ -54,7 +56,6 @@ def routed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def weather_rows(n: int) -> list[dict[str, Any]]:
     """The example's own dataset rows (nemo-gym ships them beside the server)."""
-    import subprocess
 
     text = subprocess.run(
         [
@@ -66,7 +67,6 @@ def weather_rows(n: int) -> list[dict[str, Any]]:
         text=True,
         check=True,
     ).stdout.strip()
-    import orjson
 
     lines = (Path(text) / "data" / "example.jsonl").read_bytes().splitlines()
     rows = [orjson.loads(line) for line in lines if line.strip()]

@@ -162,7 +162,8 @@ class NemoGymEnv(Environment):
         without ``/seed_session`` and ``/verify`` is not a resource server, said before the
         first rollout."""
         url = self._base_url + "/openapi.json"
-        timeout = min(self.nemo_gym_options.answer_timeout_s, 30.0)
+        # FastAPI builds the schema on the first ask: seconds for NeMo Gym's large bodies.
+        timeout = self.nemo_gym_options.start_timeout_s
         try:
             with urllib.request.urlopen(url, timeout=timeout) as answer:  # noqa: S310
                 body = orjson.loads(answer.read())
