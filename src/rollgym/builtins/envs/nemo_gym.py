@@ -51,9 +51,10 @@ from rollgym.servers import (
     gate,
     responses_api,
 )
-from rollgym.servers.answers import SESSION_FIELD
 
 PARAMS = "responses_create_params"
+#: The request field an unknown session is blamed on (a 404 naming it is retried by agents).
+SESSION_FIELD = "session_id"
 #: The kinds of model mistakes a tool call can be (as rollgym.servers.tools names them).
 UNKNOWN_TOOL, INVALID_JSON, NOT_AN_OBJECT, INVALID_ARGUMENTS = (
     "unknown_tool",

@@ -104,6 +104,8 @@ class ResourcesProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
+        if "/" in python or python.startswith("~"):  # a path: from here, not the app's folder
+            python = str(Path(python).expanduser().absolute())
         if target.endswith(".py"):
             app = Path(target).resolve()
             if not app.is_file():
