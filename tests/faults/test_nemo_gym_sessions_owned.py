@@ -107,6 +107,35 @@ def test_no_session_outlives_kill_9_and_the_resume_is_exact(
     assert counts["open"] == 0
 
 
+def test_an_abandoned_episode_closes_its_session_at_once(
+    job: Job, no_leftover_servers: None
+) -> None:
+    """The environment's own episode ``/run`` whose caller gave up (a timed-out dispatch):
+    its handler is cancelled and closes the resource session then, the servers still running
+    (no expiry here: a long ``session_ttl_s``)."""
+    with notebook_server(job.root / "notebook.log") as url:
+        job.write(_servers(2.0, resources_url=url, session_ttl_s=600), [])
+        proc = job.serve()
+        try:
+            assert proc.stdout is not None
+            urls = dict(proc.stdout.readline().split() for _ in range(3))
+            for i, row in enumerate(notebook_rows(4)):
+                request = urllib.request.Request(
+                    urls["nemo"] + "/run",
+                    data=orjson.dumps({"task": row, "rollout_id": f"e-{i}"}),
+                    headers={"Content-Type": "application/json"},
+                )
+                with pytest.raises(TimeoutError):
+                    urllib.request.urlopen(request, timeout=0.3)  # abandoned mid-rollout
+            assert wait_for(lambda: session_counts(url)["seeded"] == 4, timeout=60)
+            assert wait_for(lambda: session_counts(url)["open"] == 0, timeout=60)
+            assert session_counts(url)["closed"] == 4 and session_counts(url)["verified"] == 0
+            assert len(server_pids_alive(under=str(job.root))) == 3
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+
+
 def test_a_session_nobody_verifies_is_closed_when_it_expires(
     job: Job, no_leftover_servers: None
 ) -> None:
