@@ -111,6 +111,35 @@ if [ "${ROLLGYM_SKIP_MLFLOW:-0}" != 1 ] && [ ! -f "$MLFLOW_VENV/rollgym-mlflow-$
   fi
 fi
 
+# The NeMo Gym tests (tests/e2e/test_nemo_gym_*.py, tests/faults/test_nemo_gym_*.py) run real
+# resource servers in nemo-gym's own interpreter: nemo-gym needs a newer Python than rollgym's,
+# so it gets a venv of its own in the machine cache (about 70 s fresh), then is reused. 0.7.0
+# declares Requires-Python >=3.13.14, newer than any 3.13 here (pyenv's is 3.13.0), so pip is
+# told to install it all the same: its code runs on 3.13.0 (the tests are the proof). A failed
+# install only skips those tests; ROLLGYM_SKIP_NEMOGYM=1 skips the step.
+NEMOGYM_VERSION=0.7.0
+NEMOGYM_VENV="${ROLLGYM_NEMOGYM_VENV:-$HOME/.cache/rollgym-nemogym/venv}"
+if [ "${ROLLGYM_SKIP_NEMOGYM:-0}" != 1 ] && [ ! -f "$NEMOGYM_VENV/rollgym-nemogym-$NEMOGYM_VERSION.ok" ]; then
+  NEMOGYM_PYTHON="${ROLLGYM_NEMOGYM_PYTHON:-}"
+  if [ -z "$NEMOGYM_PYTHON" ]; then
+    for candidate in python3.13 "$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"/versions/3.13*/bin/python3.13; do
+      # run, not just found: a pyenv shim of a version not selected is found but fails
+      if "$candidate" -c 'import sys; assert sys.version_info >= (3, 13)' >/dev/null 2>&1; then
+        NEMOGYM_PYTHON="$candidate"; break
+      fi
+    done
+  fi
+  echo "installing nemo-gym $NEMOGYM_VERSION once into $NEMOGYM_VENV (${NEMOGYM_PYTHON:-no python3.13 found})" >&2
+  if [ -n "$NEMOGYM_PYTHON" ] && (rm -rf "$NEMOGYM_VENV" \
+      && "$NEMOGYM_PYTHON" -m venv "$NEMOGYM_VENV" \
+      && "$NEMOGYM_VENV/bin/python" -m pip install --quiet --ignore-requires-python "nemo-gym==$NEMOGYM_VERSION" \
+      && "$NEMOGYM_VENV/bin/python" -c "import nemo_gym.base_resources_server, resources_servers.example_single_tool_call.app") >/dev/null 2>&1; then
+    touch "$NEMOGYM_VENV/rollgym-nemogym-$NEMOGYM_VERSION.ok"
+  else
+    echo "warning: could not install nemo-gym $NEMOGYM_VERSION into $NEMOGYM_VENV; the NeMo Gym tests will be skipped" >&2
+  fi
+fi
+
 python -m ruff check src tests bench
 python -m ruff format --check src tests bench
 python -m mypy

@@ -1,0 +1,164 @@
+"""Every NeMo Gym resource-server session a rollout seeded is closed (``/close_session``),
+counted from the resource server's side: a session nobody verifies when it expires, and after
+``kill -9`` of the driver and a resume (the resumed run exact: nothing lost, nothing run
+twice)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import urllib.request
+from pathlib import Path
+
+import orjson
+import pytest
+from e2e_support import Job, server_pids_alive, wait_for
+from faults_support import assert_exact_accounting
+from nemo_gym_support import (
+    NOTEBOOK,
+    PYTHON,
+    needs_nemo_gym,
+    notebook_rows,
+    notebook_server,
+    session_counts,
+)
+
+from server_specs import simulated_model
+
+pytestmark = [pytest.mark.e2e, needs_nemo_gym]
+
+ROWS = 60
+
+
+def _servers(latency_s: float, **environment: object) -> dict[str, object]:
+    return {
+        "policy": simulated_model(latency_s),
+        "nemo": {"kind": "environment", "impl": "nemo_gym", "model": "policy", **environment},
+        "player": {"kind": "agent", "impl": "tool_loop", "model": "policy", "environment": "nemo"},
+    }
+
+
+def _rows(n: int) -> list[dict[str, object]]:
+    """Every other row is played by the environment's own episode, the rest by the agent."""
+    return [
+        {**row, **({"task_id": {"taskset": "nemo", "task_id": str(i)}} if i % 2 else {})}
+        for i, row in enumerate(notebook_rows(n))
+    ]
+
+
+def _counts(path: Path) -> dict[str, int]:
+    try:
+        counts: dict[str, int] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {"seeded": 0, "closed": 0, "verified": 0, "open": 0}
+    return counts
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")
+
+
+def test_no_session_outlives_kill_9_and_the_resume_is_exact(
+    job: Job, monkeypatch: pytest.MonkeyPatch, no_leftover_servers: None
+) -> None:
+    """rollgym starts the resource server: it dies with the killed driver's servers, the
+    sessions it held with it; the resumed run's server seeds and closes exactly the rollouts
+    left, each verified once."""
+    first = job.root / "counts-1.json"
+    monkeypatch.setenv("NOTEBOOK_COUNTS", str(first))
+    job.write(
+        _servers(0.3, resources_server=str(NOTEBOOK), python=str(PYTHON)),
+        _rows(ROWS),
+        agent="player",
+        environment_routes={"nemo": "nemo"},
+        concurrency=8,
+    )
+    proc = job.start()
+    try:
+        assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 20, timeout=180)
+        # sessions end with their rollouts, not at shutdown: at most one per rollout in flight
+        counts = _counts(first)
+        assert counts["open"] <= 8 and counts["closed"] >= 20, counts
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    done_before = job.line_count("rollouts.jsonl")
+    assert done_before < ROWS
+    assert wait_for(lambda: not server_pids_alive(under=str(job.root)), timeout=60)
+    pid = _counts(first)["pid"]
+    # the resource server went with its rollgym server: nothing holds the sessions open
+    assert wait_for(lambda: not _alive(pid), timeout=60), f"resource server {pid} outlived"
+
+    second = job.root / "counts-2.json"
+    monkeypatch.setenv("NOTEBOOK_COUNTS", str(second))
+    resumed = job.run(timeout=300)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert_exact_accounting(job, ROWS)
+    assert job.summary["failed"] == 0
+    counts = _counts(second)
+    left = ROWS - done_before
+    assert counts["seeded"] == counts["closed"] == counts["verified"] == left, (counts, left)
+    assert counts["open"] == 0
+
+
+def test_an_abandoned_episode_closes_its_session_at_once(
+    job: Job, no_leftover_servers: None
+) -> None:
+    """The environment's own episode ``/run`` whose caller gave up (a timed-out dispatch):
+    its handler is cancelled and closes the resource session then, the servers still running
+    (no expiry here: a long ``session_ttl_s``)."""
+    with notebook_server(job.root / "notebook.log") as url:
+        job.write(_servers(2.0, resources_url=url, session_ttl_s=600), [])
+        proc = job.serve()
+        try:
+            assert proc.stdout is not None
+            urls = dict(proc.stdout.readline().split() for _ in range(3))
+            for i, row in enumerate(notebook_rows(4)):
+                request = urllib.request.Request(
+                    urls["nemo"] + "/run",
+                    data=orjson.dumps({"task": row, "rollout_id": f"e-{i}"}),
+                    headers={"Content-Type": "application/json"},
+                )
+                with pytest.raises(TimeoutError):
+                    urllib.request.urlopen(request, timeout=0.3)  # abandoned mid-rollout
+            assert wait_for(lambda: session_counts(url)["seeded"] == 4, timeout=60)
+            assert wait_for(lambda: session_counts(url)["open"] == 0, timeout=60)
+            assert session_counts(url)["closed"] == 4 and session_counts(url)["verified"] == 0
+            assert len(server_pids_alive(under=str(job.root))) == 3
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+
+
+def test_a_session_nobody_verifies_is_closed_when_it_expires(
+    job: Job, no_leftover_servers: None
+) -> None:
+    """An agent that seeds a session and goes away: the resource session is closed when the
+    rollgym session expires, the servers still running."""
+    with notebook_server(job.root / "notebook.log") as url:
+        job.write(_servers(0.0, resources_url=url, session_ttl_s=2), [])
+        proc = job.serve()
+        try:
+            assert proc.stdout is not None
+            urls = dict(proc.stdout.readline().split() for _ in range(3))
+            for i, row in enumerate(notebook_rows(3)):
+                request = urllib.request.Request(
+                    urls["nemo"] + "/seed_session",
+                    data=orjson.dumps({"rollout_id": f"gone-{i}", "task": row}),
+                    headers={"Content-Type": "application/json"},
+                )
+                with urllib.request.urlopen(request, timeout=30) as answer:
+                    assert answer.status == 200
+            assert session_counts(url)["open"] == 3
+            assert wait_for(lambda: session_counts(url)["open"] == 0, timeout=60)
+            assert session_counts(url)["closed"] == 3
+            assert len(server_pids_alive(under=str(job.root))) == 3
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
