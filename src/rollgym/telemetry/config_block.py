@@ -18,6 +18,7 @@ from rollgym.defaults import (
     SPAN_QUEUE_SIZE,
     SPAN_SCHEDULE_DELAY_MS,
 )
+from rollgym.telemetry.content_capture import CAPTURE_MAX_BYTES
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
@@ -91,6 +92,18 @@ class TelemetryConfig(BaseModel):
         description="Stop the run at its start when the chosen OTLP endpoint is unreachable; "
         "by default it goes on, said in one line (its spans wait for the endpoint until the run "
         "ends, then each process stops waiting at once if nothing listens still).",
+    )
+    capture_content: bool = Field(
+        False,
+        description="Spans carry content: each tool call's arguments and result "
+        "(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT wins). Content may hold secrets "
+        "or personal data: off by default.",
+    )
+    capture_max_bytes: int = Field(
+        CAPTURE_MAX_BYTES,
+        ge=1,
+        description="Most UTF-8 bytes one captured value keeps; longer ones are cut and end "
+        "with '…[truncated]'.",
     )
     store_bind: str | None = Field(
         None,
