@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rollgym.config import JobConfig
+from rollgym.config import JobConfig, TelemetryConfig
 from rollgym.errors import ConfigError
 from rollgym.event_loop import cancel_and_wait
 from rollgym.placement.supervisor import report_to_stderr
@@ -94,6 +94,7 @@ class JobTelemetry:
             store_token=self.store_token,
         )
         self.server_env = server_env(settings)
+        self._start_tail_sampling(config.telemetry, settings.to_local_store and settings.tracing)
         if self.store_token is not None:
             from rollgym.telemetry.env_vars import ROLLGYM_TRACE_STORE_TOKEN
 
@@ -256,7 +257,64 @@ class JobTelemetry:
             counts["exporter_unreachable"] = self.unreachable_endpoint
         return counts
 
+    def _start_tail_sampling(self, config: TelemetryConfig, to_local_store: bool) -> None:
+        """Put the run's tail sampler where the dispatcher finds it (``telemetry.tail_sampling``).
+
+        The store is where a rollout's spans from every process wait for the decision, so
+        without it (traces sent to another backend) nothing is sampled at the tail: said in one
+        line, every trace kept.
+        """
+        block = config.tail_sampling
+        if block is None:
+            return
+        if not to_local_store or self._store_args is None:
+            report_to_stderr(
+                "rollgym: telemetry: tail_sampling needs the run's local trace store (traces "
+                "go elsewhere in this run); every trace is kept"
+            )
+            return
+        from rollgym.telemetry.sampling_tail import TailPolicy, TailSampler, active
+
+        active.sampler = TailSampler(
+            TailPolicy(
+                share=block.share,
+                slow_percentile=block.slow_percentile,
+                reward_band=block.reward_band,
+                window=block.window,
+            )
+        )
+
+    def finish_tail_sampling(self) -> dict[str, object] | None:
+        """After every process flushed into the store: remove the dropped traces' spans from
+        it and say what was decided (``summary.json`` -> ``telemetry.tail_sampling``).
+
+        Called once the driver's own spans are delivered; a store that cannot be changed
+        keeps every trace, and says so in the counts (telemetry never fails a run).
+        """
+        from rollgym.telemetry.sampling_tail import active
+
+        sampler, active.sampler = active.sampler, None
+        if sampler is None:
+            return None
+        counts = sampler.counts()
+        if self._store_args is None:
+            return counts
+        from rollgym.tracestore.tail_drop import remove_traces
+
+        try:
+            removed = remove_traces(self._store_args[0], sampler.dropped_traces)
+        except Exception as exc:  # noqa: BLE001 - telemetry never decides whether a run runs
+            counts["error"] = f"dropped traces were not removed from the store: {exc}"
+            report_to_stderr(f"rollgym: telemetry: tail sampling: {counts['error']}")
+            return counts
+        counts["spans_removed"] = removed.spans
+        counts["traces_removed"] = removed.traces
+        return counts
+
     async def stop_store(self) -> None:
+        from rollgym.telemetry.sampling_tail import active
+
+        active.sampler = None  # never outlives its run
         await cancel_and_wait(self._watch)
         self._watch = None
         if self.store is not None:

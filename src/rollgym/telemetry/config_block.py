@@ -42,6 +42,38 @@ def _split_bind(bind: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
+class TailSamplingConfig(BaseModel):
+    """``telemetry.tail_sampling``: keep a rollout attempt's trace by how it ended
+    (:mod:`rollgym.telemetry.sampling_tail`). Every failed, timed-out and stale attempt is
+    kept; of the rest, the slow ones, rewards outside the band, and ``share``."""
+
+    model_config = _FROZEN
+
+    share: float = Field(
+        0.1, ge=0.0, le=1.0, description="Share of the remaining (ordinary) traces kept."
+    )
+    slow_percentile: float | None = Field(
+        99.0,
+        gt=0.0,
+        le=100.0,
+        description="Keep attempts at or above this percentile of the durations so far "
+        "(null: none kept for being slow).",
+    )
+    reward_band: tuple[float, float] | None = Field(
+        None, description="[low, high]: keep rewards outside it (null: none kept for it)."
+    )
+    window: int = Field(
+        1000, ge=1, description="How many recent durations the running percentile holds."
+    )
+
+    @field_validator("reward_band")
+    @classmethod
+    def _ordered(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
+        if value is not None and value[0] > value[1]:
+            raise ValueError(f"expected [low, high] with low <= high, got {list(value)}")
+        return value
+
+
 class TelemetryConfig(BaseModel):
     """The ``telemetry:`` block. A user's ``OTEL_*`` environment variable wins over it."""
 
@@ -104,6 +136,11 @@ class TelemetryConfig(BaseModel):
         ge=1,
         description="Most UTF-8 bytes one captured value keeps; longer ones are cut and end "
         "with '…[truncated]'.",
+    )
+    tail_sampling: TailSamplingConfig | None = Field(
+        None,
+        description="Decide each rollout attempt's trace when it ends, from its outcome "
+        "(null: off; needs the run's local trace store).",
     )
     store_bind: str | None = Field(
         None,
