@@ -72,6 +72,20 @@ def _assert_tool_content(attributes: dict[str, Any]) -> None:
     assert attributes[names.GEN_AI_TOOL_CALL_RESULT]
 
 
+def _assert_messages(attributes: dict[str, Any]) -> None:
+    """A model call as the backend keeps it with content capture on: the messages sent (a user
+    message among them) and the answer, in the GenAI conventions' shape."""
+    sent, answered = (
+        value if not isinstance(value, str) else json.loads(value)
+        for value in (
+            attributes[names.GEN_AI_INPUT_MESSAGES],
+            attributes[names.GEN_AI_OUTPUT_MESSAGES],
+        )
+    )
+    assert any(m["role"] == "user" and m["parts"] for m in sent), sent
+    assert answered and answered[0]["role"] == "assistant" and answered[0]["finish_reason"]
+
+
 def _settled(read: Callable[[], list[dict[str, Any]]], ready: Callable[[list], bool]) -> list:
     """What ``read`` answers once ``ready`` holds and two reads a second apart agree (both
     backends ingest asynchronously)."""
@@ -153,6 +167,7 @@ def test_a_run_in_phoenix_is_agents_with_tools_llm_calls_and_rewards(
             attributes["llm.token_count.prompt"] + attributes["llm.token_count.completion"]
         )
         assert attributes["llm.model_name"]
+        _assert_messages(attributes)
         assert attributes["session.id"] == attributes[names.ROLLOUT_ID]
 
     # the reward: on the verify span as attributes and as the evaluation event
@@ -259,6 +274,7 @@ def test_a_run_in_mlflow_is_agents_with_tools_llm_calls_and_rewards(
         for span in chats:
             usage = span["attributes"]["mlflow.chat.tokenUsage"]
             assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
+            _assert_messages(span["attributes"])
         assert trace["token_usage"]["input_tokens"] >= sum(
             s["attributes"]["mlflow.chat.tokenUsage"]["input_tokens"] for s in chats
         )

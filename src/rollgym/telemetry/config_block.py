@@ -127,7 +127,8 @@ class TelemetryConfig(BaseModel):
     )
     capture_content: bool = Field(
         False,
-        description="Spans carry content: each tool call's arguments and result "
+        description="Spans carry content: each tool call's arguments and result, each model "
+        "call's input and output messages "
         "(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT wins). Content may hold secrets "
         "or personal data: off by default.",
     )

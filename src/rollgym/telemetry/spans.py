@@ -37,7 +37,12 @@ from rollgym.identity import (
 from rollgym.policy_versions import ANSWER_KEY, PolicyVersion, is_version, version_range
 from rollgym.telemetry import names, runtime_context
 from rollgym.telemetry._state import state
-from rollgym.telemetry.content_capture import capture, captured_text
+from rollgym.telemetry.content_capture import (
+    capture,
+    captured_text,
+    input_messages,
+    output_messages,
+)
 from rollgym.telemetry.context import extract_context
 from rollgym.telemetry.current_span import current_span, warn_once
 from rollgym.telemetry.run_session import RUN_SESSION
@@ -528,6 +533,24 @@ def record_tool_call(span: Span, arguments: object, result: object) -> None:
         )
     except Exception:
         warn_once("recording a tool call's arguments and result failed")
+
+
+def record_model_messages(
+    span: Span, messages: Sequence[object], answer: Mapping[str, object]
+) -> None:
+    """Set a model span's ``gen_ai.input.messages`` and ``gen_ai.output.messages`` (each text
+    cut to the capture limit), only when content capture is on."""
+    if not capture.content:
+        return
+    try:
+        span.set_attributes(
+            {
+                names.GEN_AI_INPUT_MESSAGES: input_messages(messages),
+                names.GEN_AI_OUTPUT_MESSAGES: output_messages(answer),
+            }
+        )
+    except Exception:
+        warn_once("recording a model call's messages failed")
 
 
 def record_tool_model_error(span: Span, kind: str) -> None:

@@ -1,8 +1,9 @@
-"""A tool span's arguments and result: only with content capture on, cut to its limit, and
-through a real environment server's tool routes (the environment's own code path)."""
+"""Content on spans: a tool span's arguments and result, a model span's input and output
+messages; only with content capture on, each text cut to its limit."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -87,3 +88,79 @@ def test_the_switch_resolves_the_standard_variable_over_the_config(
     # launched servers get the same choice through ROLLGYM_TELEMETRY
     again = TelemetrySettings.from_json(settings.to_json())
     assert (again.capture_content, again.capture_max_bytes) == (expected, 100)
+
+
+CONVERSATION = [
+    {"role": "system", "content": "Walk the chain."},
+    {"role": "user", "content": "Start at k1."},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c0",
+                "type": "function",
+                "function": {"name": "read_key", "arguments": '{"key": "k1"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c0", "content": "next key: k2"},
+]
+ANSWER = {"choices": [{"finish_reason": "stop", "message": {"role": "assistant", "content": "k2"}}]}
+
+
+def _chat() -> None:
+    with spans.model_chat_span("3-0", "policy", "openai") as span:
+        spans.record_model_response(span, ANSWER)
+        spans.record_model_messages(span, CONVERSATION, ANSWER)
+
+
+def test_with_capture_off_a_model_span_carries_no_messages(named):
+    _chat()
+    (chat,) = named(names.SPAN_MODEL_CHAT)
+    assert names.GEN_AI_INPUT_MESSAGES not in chat.attributes
+    assert names.GEN_AI_OUTPUT_MESSAGES not in chat.attributes
+
+
+def test_with_capture_on_a_model_span_carries_its_messages_in_the_conventions_shape(named):
+    configure_capture(True)
+    _chat()
+    (chat,) = named(names.SPAN_MODEL_CHAT)
+    sent = json.loads(str(chat.attributes[names.GEN_AI_INPUT_MESSAGES]))
+    assert sent == [
+        {"role": "system", "parts": [{"type": "text", "content": "Walk the chain."}]},
+        {"role": "user", "parts": [{"type": "text", "content": "Start at k1."}]},
+        {
+            "role": "assistant",
+            "parts": [
+                {"type": "tool_call", "id": "c0", "name": "read_key", "arguments": '{"key": "k1"}'}
+            ],
+        },
+        {
+            "role": "tool",
+            "parts": [{"type": "tool_call_response", "id": "c0", "response": "next key: k2"}],
+        },
+    ]
+    answered = json.loads(str(chat.attributes[names.GEN_AI_OUTPUT_MESSAGES]))
+    assert answered == [
+        {"role": "assistant", "parts": [{"type": "text", "content": "k2"}], "finish_reason": "stop"}
+    ]
+    # the viewer's conversation from spans reads the texts back
+    from rollgym.tracestore.span_messages import recorded_conversation
+
+    entries = recorded_conversation(
+        [{"start_ns": 1, "attributes": dict(chat.attributes), "events": []}]  # type: ignore[list-item]
+    )
+    assert [(e["role"], e["content"]) for e in entries if e["content"]] == [
+        ("system", "Walk the chain."),
+        ("user", "Start at k1."),
+        ("assistant", "k2"),
+    ]
+
+
+def test_each_text_of_a_message_is_cut_and_the_json_stays_whole(named):
+    configure_capture(True, max_bytes=8)
+    _chat()
+    (chat,) = named(names.SPAN_MODEL_CHAT)
+    sent = json.loads(str(chat.attributes[names.GEN_AI_INPUT_MESSAGES]))
+    assert sent[0]["parts"][0]["content"] == "Walk the" + TRUNCATED_MARK
