@@ -95,7 +95,8 @@ class RunningPercentile:
 class TailSampler:
     """Decides each ended attempt's trace (:meth:`decide`) and counts every decision.
 
-    The dropped trace ids are kept (16 bytes each) until the run hands them to its store.
+    The dropped trace ids are kept packed (16 bytes each, one ``bytearray``: a million dropped
+    rollouts hold 16 MB) until the run hands them to its store.
     """
 
     def __init__(self, policy: TailPolicy) -> None:
@@ -110,7 +111,7 @@ class TailSampler:
         )
         self.kept: Counter[TailReason] = Counter()
         self.dropped = 0
-        self.dropped_traces: list[bytes] = []
+        self._dropped_ids = bytearray()
 
     def reason(self, end: AttemptEnd) -> TailReason | None:
         """Why ``end``'s trace is kept, or None when it is dropped (counts nothing)."""
@@ -140,10 +141,18 @@ class TailSampler:
         if why is None:
             self.dropped += 1
             with contextlib.suppress(ValueError):  # not a trace id: no store has it
-                self.dropped_traces.append(bytes.fromhex(end.trace_id))
+                trace_id = bytes.fromhex(end.trace_id)
+                if len(trace_id) == 16:
+                    self._dropped_ids += trace_id
             return False
         self.kept[why] += 1
         return True
+
+    @property
+    def dropped_traces(self) -> list[bytes]:
+        """The dropped trace ids (16 bytes each), in the order they were decided."""
+        ids = self._dropped_ids
+        return [bytes(ids[i : i + 16]) for i in range(0, len(ids), 16)]
 
     def _in_share(self, trace_id: str) -> bool:
         try:
