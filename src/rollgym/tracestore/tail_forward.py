@@ -69,6 +69,12 @@ def forward_spans(db_path: str | Path, exporter: Exporter, since_ns: int) -> For
 
 
 def _send(exporter: Exporter, batch: list[ReadableSpan], result: Forwarded) -> None:
+    """One request; after a refused one the rest is counted failed without being sent (the
+    SDK's exporter already retried it with backoff: a dead backend costs one request's
+    retries, not every batch's)."""
+    if result.spans_failed:
+        result.spans_failed += len(batch)
+        return
     try:
         ok = exporter.export(batch) is SpanExportResult.SUCCESS
     except Exception:  # noqa: BLE001 - a backend's failure is counted, never raised

@@ -12,6 +12,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from rollgym.tracestore import tail_forward
 from rollgym.tracestore.store_process import start_trace_store
 from rollgym.tracestore.synthetic import emit_run
 from rollgym.tracestore.tail_forward import forward_spans
@@ -70,7 +71,9 @@ def test_every_span_is_forwarded_as_it_was_made(tmp_path: Path) -> None:
         assert forwarded[span_id] == original
 
 
-def test_spans_of_earlier_sessions_stay_and_a_failing_backend_is_counted(tmp_path: Path) -> None:
+def test_spans_of_earlier_sessions_stay_and_a_failing_backend_is_counted(
+    tmp_path: Path, monkeypatch
+) -> None:
     process = start_trace_store(tmp_path / "traces.db", tmp_path / "store.log")
     try:
         emit_run(lambda: OTLPSpanExporter(endpoint=process.traces_endpoint), rollouts=3)
@@ -78,7 +81,10 @@ def test_spans_of_earlier_sessions_stay_and_a_failing_backend_is_counted(tmp_pat
         assert process.stop() == 0
 
     class Refusing(InMemorySpanExporter):
+        calls = 0
+
         def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            Refusing.calls += 1
             return SpanExportResult.FAILURE
 
     assert (
@@ -87,5 +93,7 @@ def test_spans_of_earlier_sessions_stay_and_a_failing_backend_is_counted(tmp_pat
         ).spans_sent
         == 0
     )
+    monkeypatch.setattr(tail_forward, "BATCH", 8)  # several batches
     failed = forward_spans(tmp_path / "traces.db", Refusing(), 0)
-    assert failed.spans_sent == 0 and failed.spans_failed > 0
+    assert failed.spans_sent == 0 and failed.spans_failed > 8
+    assert Refusing.calls == 1  # after a refused batch the rest is counted, not sent
