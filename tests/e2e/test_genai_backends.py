@@ -49,6 +49,8 @@ def _run(root: Path, endpoint: str, headers: str | None = None) -> TracedJob:
         "OTEL_METRICS_EXPORTER": "none",
         "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
         "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+        # content capture on: tool spans carry their arguments and result
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true",
     }
     if headers:
         env["OTEL_EXPORTER_OTLP_HEADERS"] = headers
@@ -56,6 +58,32 @@ def _run(root: Path, endpoint: str, headers: str | None = None) -> TracedJob:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len(job.rollouts) == sum(ROWS) and not job.failures
     return job
+
+
+def _assert_tool_content(attributes: dict[str, Any]) -> None:
+    """A tool span as the backend keeps it: the arguments the model wrote (a JSON object) and
+    the environment's answer. MLflow hands back a JSON attribute value decoded, Phoenix as
+    the text that was sent."""
+    arguments = attributes[names.GEN_AI_TOOL_CALL_ARGUMENTS]
+    if isinstance(arguments, str):
+        arguments = json.loads(arguments)
+    assert isinstance(arguments, dict) and arguments
+    assert isinstance(attributes[names.GEN_AI_TOOL_CALL_RESULT], str)
+    assert attributes[names.GEN_AI_TOOL_CALL_RESULT]
+
+
+def _assert_messages(attributes: dict[str, Any]) -> None:
+    """A model call as the backend keeps it with content capture on: the messages sent (a user
+    message among them) and the answer, in the GenAI conventions' shape."""
+    sent, answered = (
+        value if not isinstance(value, str) else json.loads(value)
+        for value in (
+            attributes[names.GEN_AI_INPUT_MESSAGES],
+            attributes[names.GEN_AI_OUTPUT_MESSAGES],
+        )
+    )
+    assert any(m["role"] == "user" and m["parts"] for m in sent), sent
+    assert answered and answered[0]["role"] == "assistant" and answered[0]["finish_reason"]
 
 
 def _settled(read: Callable[[], list[dict[str, Any]]], ready: Callable[[list], bool]) -> list:
@@ -125,6 +153,7 @@ def test_a_run_in_phoenix_is_agents_with_tools_llm_calls_and_rewards(
     for span in tools:
         assert span["attributes"]["tool.name"] == span["attributes"][names.ENV_TOOL_NAME]
         assert span["attributes"]["tool.id"].startswith("call-")
+        _assert_tool_content(span["attributes"])
 
     # its model calls: LLM spans with token counts, in the rollout's session
     chats = by_name[names.SPAN_MODEL_CHAT]
@@ -138,6 +167,7 @@ def test_a_run_in_phoenix_is_agents_with_tools_llm_calls_and_rewards(
             attributes["llm.token_count.prompt"] + attributes["llm.token_count.completion"]
         )
         assert attributes["llm.model_name"]
+        _assert_messages(attributes)
         assert attributes["session.id"] == attributes[names.ROLLOUT_ID]
 
     # the reward: on the verify span as attributes and as the evaluation event
@@ -244,6 +274,7 @@ def test_a_run_in_mlflow_is_agents_with_tools_llm_calls_and_rewards(
         for span in chats:
             usage = span["attributes"]["mlflow.chat.tokenUsage"]
             assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
+            _assert_messages(span["attributes"])
         assert trace["token_usage"]["input_tokens"] >= sum(
             s["attributes"]["mlflow.chat.tokenUsage"]["input_tokens"] for s in chats
         )
@@ -251,6 +282,7 @@ def test_a_run_in_mlflow_is_agents_with_tools_llm_calls_and_rewards(
         for span in by_name.get(names.SPAN_ENV_TOOL, []):
             assert span["span_type"] == "TOOL"
             assert span["attributes"][names.GEN_AI_TOOL_CALL_ID].startswith("call-")
+            _assert_tool_content(span["attributes"])
         # the reward on the verify span and its evaluation event
         (verify,) = by_name[names.SPAN_VERIFY]
         assert verify["attributes"][names.GEN_AI_EVALUATION_SCORE_VALUE] == rewards[rollout_id]

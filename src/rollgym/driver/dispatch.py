@@ -48,6 +48,8 @@ from rollgym.telemetry.names import (
     OUTCOME_TIMEOUT,
     ROLLOUT_ADMISSION_WAIT,
 )
+from rollgym.telemetry.sampling_tail import AttemptEnd
+from rollgym.telemetry.sampling_tail import active as tail_sampling
 from rollgym.trajectory.record import CAPTURE_HEADER, Capture
 from rollgym.trajectory.usage import USAGE_KEY
 
@@ -271,6 +273,7 @@ class Dispatcher:
                 answer = await _post(post, server, url, body, self._timeout, headers)
                 reward, result, error, trace_id = interpret(answer, server)
                 spans.record_dispatch_outcome(span, outcome_label(error), reward)
+                lag = None
                 if result is not None:
                     versions = _versions_in(result)
                     clock = self._clock
@@ -281,6 +284,11 @@ class Dispatcher:
                     if trace_id is None:  # else the request's, which is this span's trace
                         trace_id = format(context.trace_id, "032x")
                     sampled = context.trace_flags.sampled
+            tail = tail_sampling.sampler
+            if tail is not None and sampled and trace_id is not None:
+                sampled = tail.decide(
+                    _attempt_end(trace_id, error, result, reward, lag, self._clock, t0)
+                )
         else:
             if gate.tracing:
                 with _span_helpers().outside_owned_job():
@@ -301,6 +309,29 @@ class Dispatcher:
             time.perf_counter() - t0,
             sampled,
         )
+
+
+def _attempt_end(
+    trace_id: str,
+    error: DispatchError | None,
+    result: dict[str, Any] | None,
+    reward: float | None,
+    lag: int | None,
+    clock: PolicyClock | None,
+    t0: float,
+) -> AttemptEnd:
+    """What the tail sampler reads of an ended attempt: a timeout, a failure (an incomplete
+    model answer counts as one), a lag over ``max_staleness``, its duration and reward."""
+    usage = result.get(USAGE_KEY) if result is not None else None
+    incomplete = isinstance(usage, Mapping) and bool(usage.get("incomplete_calls"))
+    return AttemptEnd(
+        trace_id,
+        timed_out=error is not None and error.kind == "timeout",
+        failed=(error is not None and error.kind != "timeout") or incomplete,
+        stale=clock is not None and clock.too_stale(lag),
+        duration_s=time.perf_counter() - t0,
+        reward=reward,
+    )
 
 
 def _versions_in(result: dict[str, Any]) -> list[Any]:

@@ -542,6 +542,9 @@ async def _run_owned(
             # servers have stopped and written their span counts; the driver flushes last
             summary.telemetry = _telemetry_counts(telemetry.flush(), config, output_dir)
             summary.telemetry.update(telemetry.store_counts())
+            tail = telemetry.finish_tail_sampling()  # every span is in the store by now
+            if tail is not None:
+                summary.telemetry["tail_sampling"] = tail
             summary.warnings += telemetry_warnings(summary.telemetry)
             _release_room(reserve)  # summary.json and the session's end line fit in it
             write_summary(summary, output_dir)

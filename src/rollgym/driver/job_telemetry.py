@@ -9,6 +9,7 @@ everything.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import sys
@@ -16,7 +17,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rollgym.config import JobConfig
+from rollgym.config import JobConfig, TelemetryConfig
 from rollgym.errors import ConfigError
 from rollgym.event_loop import cancel_and_wait
 from rollgym.placement.supervisor import report_to_stderr
@@ -57,6 +58,10 @@ class JobTelemetry:
         self._watch: asyncio.Task[None] | None = None
         #: The chosen OTLP endpoint (redacted) when nothing answered there at the start.
         self.unreachable_endpoint: str | None = None
+        #: Tail sampling with an OTLP endpoint: where the kept traces go from the store.
+        self._forward: TelemetrySettings | None = None
+        #: When this session began (its spans are those that started since).
+        self._session_started_ns = time.time_ns()
 
     @property
     def metrics(self) -> RolloutMetrics | None:
@@ -74,7 +79,9 @@ class JobTelemetry:
             _log.warning("telemetry unavailable (%s); running with exporter none", exc)
             return
         endpoint = None
-        if TelemetrySettings.needs_local_store(config.telemetry):
+        forward = self._forward_target(config.telemetry, output_dir, run_id)
+        if forward is not None or TelemetrySettings.needs_local_store(config.telemetry):
+            self._session_started_ns = time.time_ns()
             endpoint = self._start_store(output_dir, config.telemetry.store_address())
         try:  # the SDK's imports after the store's start, so the store starts beside them
             from rollgym.telemetry.setup import setup_telemetry
@@ -84,6 +91,25 @@ class JobTelemetry:
         settings = TelemetrySettings.from_config(
             config.telemetry, output_dir, local_store_endpoint=endpoint, run_id=run_id
         )
+        if forward is not None and endpoint is not None:
+            from rollgym.telemetry import env_vars
+
+            # spans wait in the store for the decision, then go on to the endpoint (kept ones)
+            self._probe(forward, config.telemetry.require_exporter)
+            self._forward = forward
+            settings = dataclasses.replace(
+                settings,
+                endpoint=endpoint,
+                protocol="http/protobuf",
+                to_local_store=True,
+                headers_env=None,
+                # the store keeps no metrics: only a metrics endpoint of their own takes them
+                metrics_exporter=(
+                    settings.metrics_exporter
+                    if os.environ.get(env_vars.OTEL_EXPORTER_OTLP_METRICS_ENDPOINT)
+                    else "none"
+                ),
+            )
         settings = self._probe(settings, config.telemetry.require_exporter)
         # ``embedded``: inside a trainer with its own recording provider, trace into that one
         self.handle = setup_telemetry(
@@ -94,6 +120,7 @@ class JobTelemetry:
             store_token=self.store_token,
         )
         self.server_env = server_env(settings)
+        self._start_tail_sampling(config.telemetry, settings.to_local_store and settings.tracing)
         if self.store_token is not None:
             from rollgym.telemetry.env_vars import ROLLGYM_TRACE_STORE_TOKEN
 
@@ -256,7 +283,113 @@ class JobTelemetry:
             counts["exporter_unreachable"] = self.unreachable_endpoint
         return counts
 
+    def _forward_target(
+        self, config: TelemetryConfig, output_dir: Path, run_id: str
+    ) -> TelemetrySettings | None:
+        """With tail sampling and traces going to an OTLP endpoint: the settings of that
+        endpoint, where the kept traces are sent from the run's store at its end. None
+        otherwise, and where the endpoint is given only per signal
+        (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, which every process would read itself)."""
+        if config.tail_sampling is None:
+            return None
+        from rollgym.telemetry.env_vars import OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+        from rollgym.telemetry.settings import TelemetrySettings
+
+        if os.environ.get(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT):
+            return None
+        target = TelemetrySettings.from_config(config, output_dir, run_id=run_id)
+        if target.traces_exporter != "otlp" or target.to_local_store or not target.endpoint:
+            return None
+        return target
+
+    def _start_tail_sampling(self, config: TelemetryConfig, to_local_store: bool) -> None:
+        """Put the run's tail sampler where the dispatcher finds it (``telemetry.tail_sampling``).
+
+        The store is where a rollout's spans from every process wait for the decision (with
+        an OTLP endpoint too, :meth:`_forward_target`), so without it (the console exporter,
+        an endpoint given per signal only, a store that did not start) nothing is sampled at
+        the tail: said in one line, every trace kept.
+        """
+        block = config.tail_sampling
+        if block is None:
+            return
+        if not to_local_store or self._store_args is None:
+            report_to_stderr(
+                "rollgym: telemetry: tail_sampling needs the run's local trace store (traces go "
+                "to the console, or to an endpoint set per signal only); every trace is kept"
+            )
+            return
+        from rollgym.telemetry.sampling_tail import TailPolicy, TailSampler, active
+
+        active.sampler = TailSampler(
+            TailPolicy(
+                share=block.share,
+                slow_percentile=block.slow_percentile,
+                reward_band=block.reward_band,
+                window=block.window,
+            )
+        )
+
+    def finish_tail_sampling(self) -> dict[str, object] | None:
+        """After every process flushed into the store: remove the dropped traces' spans from
+        it and say what was decided (``summary.json`` -> ``telemetry.tail_sampling``).
+
+        Called once the driver's own spans are delivered; a store that cannot be changed
+        keeps every trace, and says so in the counts (telemetry never fails a run).
+        """
+        from rollgym.telemetry.sampling_tail import active
+
+        sampler, active.sampler = active.sampler, None
+        if sampler is None:
+            return None
+        counts = sampler.counts()
+        if self._store_args is None:
+            return counts
+        from rollgym.tracestore.tail_drop import remove_traces
+
+        try:
+            removed = remove_traces(self._store_args[0], sampler.dropped_traces)
+        except Exception as exc:  # noqa: BLE001 - telemetry never decides whether a run runs
+            counts["error"] = f"dropped traces were not removed from the store: {exc}"
+            report_to_stderr(f"rollgym: telemetry: tail sampling: {counts['error']}")
+            return counts
+        counts["spans_removed"] = removed.spans
+        counts["traces_removed"] = removed.traces
+        if self._forward is not None:
+            counts.update(self._forward_kept(self._store_args[0], self._forward))
+        return counts
+
+    def _forward_kept(self, db_path: Path, target: TelemetrySettings) -> dict[str, object]:
+        """Send what the store kept of this session on to the OTLP endpoint chosen."""
+        from rollgym.telemetry.exporters import build_span_exporter
+        from rollgym.tracestore.tail_forward import forward_spans
+        from rollgym.urls import redact_url
+
+        exporter = build_span_exporter(target)
+        if exporter is None:
+            return {}
+        try:
+            sent = forward_spans(db_path, exporter, self._session_started_ns)
+        except Exception as exc:  # noqa: BLE001 - telemetry never decides whether a run runs
+            report_to_stderr(f"rollgym: telemetry: tail sampling: forwarding failed: {exc}")
+            return {"forward_error": str(exc)}
+        finally:
+            exporter.shutdown()
+        if sent.spans_failed:
+            report_to_stderr(
+                f"rollgym: telemetry: tail sampling: {sent.spans_failed} kept span(s) were not "
+                f"accepted by {redact_url(str(target.endpoint))}"
+            )
+        return {
+            "forwarded_to": redact_url(str(target.endpoint)),
+            "spans_forwarded": sent.spans_sent,
+            "spans_forward_failed": sent.spans_failed,
+        }
+
     async def stop_store(self) -> None:
+        from rollgym.telemetry.sampling_tail import active
+
+        active.sampler = None  # never outlives its run
         await cancel_and_wait(self._watch)
         self._watch = None
         if self.store is not None:

@@ -211,8 +211,10 @@ class Environment(Server):
         if gate.env:
             from rollgym.telemetry import spans
 
-            with spans.env_tool_span(session.rollout_id, name):
-                return await self._invoke(spec, session, args)
+            with spans.env_tool_span(session.rollout_id, name) as span:
+                output = await self._invoke(spec, session, args)
+                spans.record_tool_call(span, arguments, output)
+                return output
         return await self._invoke(spec, session, args)
 
     async def call_model_tool(
@@ -234,6 +236,7 @@ class Environment(Server):
                 answer = await self._model_tool(session, name, arguments)
                 if answer.error is not None:
                     spans.record_tool_model_error(span, answer.error)
+                spans.record_tool_call(span, arguments, answer.output)
                 return answer
         return await self._model_tool(session, name, arguments)
 

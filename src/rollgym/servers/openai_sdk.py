@@ -161,6 +161,13 @@ class _Call:
         span.set_attribute(names.HTTP_RESPONSE_STATUS_CODE, response.status_code)
         if answer is not None:
             spans.record_model_response(span, answer)
+            from rollgym.telemetry.content_capture import capture
+
+            if capture.content:  # the body parsed again only when messages are kept
+                sent = _recorded_request(self.request)
+                messages = sent.get("messages") if sent is not None else None
+                if isinstance(messages, list):
+                    spans.record_model_messages(span, messages, answer)
             reason = incomplete_reason(answer)
             if reason is not None:
                 span.set_attribute(names.ERROR_TYPE, f"incomplete:{reason}")

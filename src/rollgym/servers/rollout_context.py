@@ -148,6 +148,7 @@ class ModelClient:
             with spans.model_chat_span(self.rollout_id, self.model_name, PROVIDER) as span:
                 answer = await self._post(body, headers)
                 spans.record_model_response(span, answer)
+                spans.record_model_messages(span, messages, answer)
                 return answer
         return await self._post(body, headers)
 

@@ -18,6 +18,7 @@ from rollgym.defaults import (
     SPAN_QUEUE_SIZE,
     SPAN_SCHEDULE_DELAY_MS,
 )
+from rollgym.telemetry.content_capture import CAPTURE_MAX_BYTES
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
@@ -39,6 +40,38 @@ def _split_bind(bind: str) -> tuple[str, int]:
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise ValueError(f"expected host[:port] with a port 0-65535, got {bind!r}")
     return host, int(port_text)
+
+
+class TailSamplingConfig(BaseModel):
+    """``telemetry.tail_sampling``: keep a rollout attempt's trace by how it ended
+    (:mod:`rollgym.telemetry.sampling_tail`). Every failed, timed-out and stale attempt is
+    kept; of the rest, the slow ones, rewards outside the band, and ``share``."""
+
+    model_config = _FROZEN
+
+    share: float = Field(
+        0.1, ge=0.0, le=1.0, description="Share of the remaining (ordinary) traces kept."
+    )
+    slow_percentile: float | None = Field(
+        99.0,
+        gt=0.0,
+        le=100.0,
+        description="Keep attempts at or above this percentile of the durations so far "
+        "(null: none kept for being slow).",
+    )
+    reward_band: tuple[float, float] | None = Field(
+        None, description="[low, high]: keep rewards outside it (null: none kept for it)."
+    )
+    window: int = Field(
+        1000, ge=1, description="How many recent durations the running percentile holds."
+    )
+
+    @field_validator("reward_band")
+    @classmethod
+    def _ordered(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
+        if value is not None and value[0] > value[1]:
+            raise ValueError(f"expected [low, high] with low <= high, got {list(value)}")
+        return value
 
 
 class TelemetryConfig(BaseModel):
@@ -91,6 +124,24 @@ class TelemetryConfig(BaseModel):
         description="Stop the run at its start when the chosen OTLP endpoint is unreachable; "
         "by default it goes on, said in one line (its spans wait for the endpoint until the run "
         "ends, then each process stops waiting at once if nothing listens still).",
+    )
+    capture_content: bool = Field(
+        False,
+        description="Spans carry content: each tool call's arguments and result, each model "
+        "call's input and output messages "
+        "(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT wins). Content may hold secrets "
+        "or personal data: off by default.",
+    )
+    capture_max_bytes: int = Field(
+        CAPTURE_MAX_BYTES,
+        ge=1,
+        description="Most UTF-8 bytes one captured value keeps; longer ones are cut and end "
+        "with '…[truncated]'.",
+    )
+    tail_sampling: TailSamplingConfig | None = Field(
+        None,
+        description="Decide each rollout attempt's trace when it ends, from its outcome "
+        "(null: off; needs the run's local trace store).",
     )
     store_bind: str | None = Field(
         None,

@@ -47,3 +47,8 @@ OTEL_RESOURCE_ATTRIBUTES: Final = "OTEL_RESOURCE_ATTRIBUTES"
 #: Standard sampler names (``parentbased_traceidratio`` ...) and their argument.
 OTEL_TRACES_SAMPLER: Final = "OTEL_TRACES_SAMPLER"
 OTEL_TRACES_SAMPLER_ARG: Final = "OTEL_TRACES_SAMPLER_ARG"
+#: ``true``: spans carry content (tool arguments and results), as OpenTelemetry's GenAI
+#: instrumentations read it.
+OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT: Final = (
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+)

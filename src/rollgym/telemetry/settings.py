@@ -27,6 +27,7 @@ from rollgym.defaults import (
     SPAN_SCHEDULE_DELAY_MS,
 )
 from rollgym.telemetry import env_vars as env
+from rollgym.telemetry.content_capture import CAPTURE_MAX_BYTES
 from rollgym.telemetry.groups import SpanGroup, resolve_groups
 
 if TYPE_CHECKING:
@@ -68,6 +69,9 @@ class TelemetrySettings:
     export_timeout_s: float = DEFAULT_EXPORT_TIMEOUT_S
     flush_timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S
     run_id: str | None = None
+    #: Spans carry content (tool arguments and results), each value cut to the byte limit.
+    capture_content: bool = False
+    capture_max_bytes: int = CAPTURE_MAX_BYTES
 
     @property
     def tracing(self) -> bool:
@@ -153,6 +157,8 @@ class TelemetrySettings:
             export_timeout_s=export_timeout_s(environ),
             flush_timeout_s=config.flush_timeout_s,
             run_id=run_id,
+            capture_content=_capture_content(config, environ),
+            capture_max_bytes=config.capture_max_bytes,
         )
 
     @classmethod
@@ -232,6 +238,14 @@ def _exporter_from_env(value: str | None) -> ExporterKind | None:
         _log.warning("unsupported exporter %r; rollgym supports otlp, console, none", first)
         return "none"
     return first  # type: ignore[return-value]
+
+
+def _capture_content(config: TelemetryConfig, environ: Mapping[str, str]) -> bool:
+    """The standard GenAI capture variable when set (either way), else the config's choice."""
+    raw = environ.get(env.OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)
+    if raw is None or not raw.strip():
+        return config.capture_content
+    return _truthy(raw)
 
 
 def _truthy(value: str | None) -> bool:

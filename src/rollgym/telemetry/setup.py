@@ -36,6 +36,7 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 from rollgym.telemetry import env_vars as env
 from rollgym.telemetry import names, young_gc
 from rollgym.telemetry._state import INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION, state, tracer_of
+from rollgym.telemetry.content_capture import configure_capture
 from rollgym.telemetry.dropping import CountingSpanProcessor
 from rollgym.telemetry.embedder import caller_provider
 from rollgym.telemetry.exporters import build_metric_exporter, build_span_exporter
@@ -134,6 +135,7 @@ class TelemetryHandle:
         installed = self.tracer_provider or self.caller_provider
         if installed is not None and state.provider is installed:
             configure_gate((), tracing_active=False)
+            configure_capture(False)
             state.reset()
         if self.holds_young_gc:
             self.holds_young_gc = False
@@ -310,6 +312,7 @@ def setup_telemetry(
         young_gc.hold()  # measured: the traced driver's young collections (module docstring)
         handle.holds_young_gc = True
     configure_gate(settings.groups, tracing_active=tracing)
+    configure_capture(settings.capture_content, settings.capture_max_bytes)
     return handle
 
 

@@ -37,6 +37,12 @@ from rollgym.identity import (
 from rollgym.policy_versions import ANSWER_KEY, PolicyVersion, is_version, version_range
 from rollgym.telemetry import names, runtime_context
 from rollgym.telemetry._state import state
+from rollgym.telemetry.content_capture import (
+    capture,
+    captured_text,
+    input_messages,
+    output_messages,
+)
 from rollgym.telemetry.context import extract_context
 from rollgym.telemetry.current_span import current_span, warn_once
 from rollgym.telemetry.run_session import RUN_SESSION
@@ -511,6 +517,40 @@ def env_tool_span(
     if call_id:
         attributes[names.GEN_AI_TOOL_CALL_ID] = call_id
     return current_span(names.SPAN_ENV_TOOL, attributes=attributes)
+
+
+def record_tool_call(span: Span, arguments: object, result: object) -> None:
+    """Set a tool span's ``gen_ai.tool.call.arguments`` and ``gen_ai.tool.call.result``, each
+    cut to the capture limit, only when content capture is on (it may hold secrets)."""
+    if not capture.content:
+        return
+    try:
+        span.set_attributes(
+            {
+                names.GEN_AI_TOOL_CALL_ARGUMENTS: captured_text(arguments),
+                names.GEN_AI_TOOL_CALL_RESULT: captured_text(result),
+            }
+        )
+    except Exception:
+        warn_once("recording a tool call's arguments and result failed")
+
+
+def record_model_messages(
+    span: Span, messages: Sequence[object], answer: Mapping[str, object]
+) -> None:
+    """Set a model span's ``gen_ai.input.messages`` and ``gen_ai.output.messages`` (each text
+    cut to the capture limit), only when content capture is on."""
+    if not capture.content:
+        return
+    try:
+        span.set_attributes(
+            {
+                names.GEN_AI_INPUT_MESSAGES: input_messages(messages),
+                names.GEN_AI_OUTPUT_MESSAGES: output_messages(answer),
+            }
+        )
+    except Exception:
+        warn_once("recording a model call's messages failed")
 
 
 def record_tool_model_error(span: Span, kind: str) -> None:

@@ -479,6 +479,7 @@ def _check_outputs(
     within the kill window (:mod:`~rollgym.tracestore.cut_short`); it is then named apart.
     """
     killed = {(row.file, row.line): row for row in killed_rows}
+    tail_sampled = _tail_sampled(run_dir)
     for file_name, rule in (
         ("rollouts.jsonl", "rollout_has_trace"),
         ("failures.jsonl", "failure_has_trace"),
@@ -492,6 +493,15 @@ def _check_outputs(
                 row = _json_line(line)
                 if row is not None and row.get("trace_sampled") is False:
                     unsampled += 1  # the sampler dropped this trace: no store has it
+                    trace_id = row.get("trace_id")
+                    if tail_sampled and isinstance(trace_id, str) and trace_exists(conn, trace_id):
+                        report.add(
+                            "dropped_trace_removed",
+                            f"{file_name}:{number} rollout {row.get('rollout_id')}: trace "
+                            f"{trace_id} was dropped by tail sampling, yet spans of it are "
+                            "in the store (half kept)",
+                            trace_id=trace_id,
+                        )
                     continue
                 trace_id = row.get("trace_id") if row else None
                 if row is None or not isinstance(trace_id, str) or not trace_id:
@@ -529,6 +539,17 @@ def _check_outputs(
         report.stats[f"{file_name}_checked"] = checked
         if unsampled:
             report.stats[f"{file_name}_unsampled"] = unsampled
+
+
+def _tail_sampled(run_dir: Path) -> bool:
+    """Whether the run's last session decided its traces at their end (``summary.json``'s
+    ``telemetry.tail_sampling``): then a dropped trace must have left the store whole."""
+    try:
+        summary = orjson.loads((run_dir / "summary.json").read_bytes())
+    except (OSError, ValueError):
+        return False
+    telemetry = summary.get("telemetry") if isinstance(summary, dict) else None
+    return isinstance(telemetry, dict) and isinstance(telemetry.get("tail_sampling"), dict)
 
 
 def _json_line(line: bytes) -> dict[str, object] | None:

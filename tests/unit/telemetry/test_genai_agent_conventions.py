@@ -137,6 +137,10 @@ def test_the_keys_are_the_semantic_conventions_own():
         (names.GEN_AI_CONVERSATION_ID, gen_ai.GEN_AI_CONVERSATION_ID),
         (names.GEN_AI_TOOL_NAME, gen_ai.GEN_AI_TOOL_NAME),
         (names.GEN_AI_TOOL_CALL_ID, gen_ai.GEN_AI_TOOL_CALL_ID),
+        (names.GEN_AI_TOOL_CALL_ARGUMENTS, gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS),
+        (names.GEN_AI_TOOL_CALL_RESULT, gen_ai.GEN_AI_TOOL_CALL_RESULT),
+        (names.GEN_AI_INPUT_MESSAGES, gen_ai.GEN_AI_INPUT_MESSAGES),
+        (names.GEN_AI_OUTPUT_MESSAGES, gen_ai.GEN_AI_OUTPUT_MESSAGES),
         (names.GEN_AI_EVALUATION_NAME, gen_ai.GEN_AI_EVALUATION_NAME),
         (names.GEN_AI_EVALUATION_SCORE_VALUE, gen_ai.GEN_AI_EVALUATION_SCORE_VALUE),
     ):

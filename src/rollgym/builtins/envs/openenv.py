@@ -294,6 +294,7 @@ class OpenEnvEnv(Environment):
                 answer = await self._step(session_id, session.state, name, arguments)
                 if answer.error is not None:
                     spans.record_tool_model_error(span, answer.error)
+                spans.record_tool_call(span, arguments, answer.output)
                 return answer
         return await self._step(session_id, session.state, name, arguments)
 
