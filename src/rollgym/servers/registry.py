@@ -34,6 +34,7 @@ BUILTINS: dict[str, tuple[str, str]] = {
     "code": ("environment", "rollgym.builtins.envs.code:CodeEnv"),
     "terminal": ("environment", "rollgym.builtins.envs.terminal:TerminalEnv"),
     "openenv": ("environment", "rollgym.builtins.envs.openenv:OpenEnvEnv"),
+    "verifiers": ("environment", "rollgym.builtins.envs.verifiers_env:VerifiersEnv"),
     "single_turn": ("agent", "rollgym.builtins.agents.single_turn:SingleTurnAgent"),
     "tool_loop": ("agent", "rollgym.builtins.agents.tool_loop:ToolLoopAgent"),
     "nemo_gym_row": ("agent", "rollgym.builtins.agents.nemo_gym_row:NemoGymRowAgent"),
