@@ -22,10 +22,11 @@ if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [
     || echo "warning: could not install bubblewrap; sandbox tests will be skipped" >&2
 fi
 
-# The Phoenix integration test, the Ray placement test and the OpenEnv environment tests need
-# optional extras; a failed install only skips those tests (and says so) instead of failing
-# the suite.
-for extra in phoenix ray openenv; do
+# The Phoenix integration test, the Ray placement test, the OpenEnv and the verifiers
+# environment tests need optional extras; a failed install only skips those tests (and says
+# so) instead of failing the suite. verifiers (about 5 s on a warm machine) moves websockets
+# and mcp within openenv-core's ranges, so it comes after openenv.
+for extra in phoenix ray openenv verifiers; do
   python -m pip install --quiet -e ".[$extra]" >/dev/null 2>&1 \
     || echo "warning: could not install the '$extra' extra; its tests will be skipped" >&2
 done

@@ -16,13 +16,19 @@ from verifiers_support import VerifiersJob, routed, verifiers_env
 
 from server_specs import simulated_model
 
-pytest.importorskip("verifiers", reason="verifiers is not installed: pip install 'rollgym[verifiers]'")
+pytest.importorskip(
+    "verifiers", reason="verifiers is not installed: pip install 'rollgym[verifiers]'"
+)
 
 pytestmark = pytest.mark.e2e
 
 
 def no_traceback(job: VerifiersJob, *texts: str) -> None:
-    logs = [p.read_text() for p in (job.out / "logs").glob("*.log")] if (job.out / "logs").exists() else []
+    logs = (
+        [p.read_text() for p in (job.out / "logs").glob("*.log")]
+        if (job.out / "logs").exists()
+        else []
+    )
     for text in (*texts, *logs):
         assert "Traceback" not in text, text[-3000:]
 
@@ -32,15 +38,23 @@ def no_traceback(job: VerifiersJob, *texts: str) -> None:
     [
         ("no_such_env_module", "no module named 'no_such_env_module'"),
         ("verifiers_bad", "module 'verifiers_bad' exposes no load_environment()"),
-        ("verifiers_bad:not_an_env", "'verifiers_bad:not_an_env' is a int, not a verifiers Environment"),
+        (
+            "verifiers_bad:not_an_env",
+            "'verifiers_bad:not_an_env' is a int, not a verifiers Environment",
+        ),
         ("verifiers_bad:returns_a_dict", "returned a dict, not a verifiers Environment"),
         ("verifiers_bad:broken", "raised while loading: RuntimeError: the dataset is gone"),
     ],
 )
-def test_an_environment_that_does_not_load_is_one_line(tmp_path: Path, target: str, says: str) -> None:
+def test_an_environment_that_does_not_load_is_one_line(
+    tmp_path: Path, target: str, says: str
+) -> None:
     job = VerifiersJob(tmp_path)
-    job.write({"policy": simulated_model(), "bad": verifiers_env(target)}, routed("bad", 2),
-              environment_routes={"bad": "bad"})
+    job.write(
+        {"policy": simulated_model(), "bad": verifiers_env(target)},
+        routed("bad", 2),
+        environment_routes={"bad": "bad"},
+    )
     proc = job.run(timeout=120)
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = [line for line in proc.stderr.splitlines() if "config error" in line]

@@ -19,7 +19,9 @@ from verifiers_support import TracedVerifiersJob, VerifiersJob, routed, verifier
 from rollgym.telemetry import names
 from server_specs import simulated_model
 
-pytest.importorskip("verifiers", reason="verifiers is not installed: pip install 'rollgym[verifiers]'")
+pytest.importorskip(
+    "verifiers", reason="verifiers is not installed: pip install 'rollgym[verifiers]'"
+)
 
 pytestmark = pytest.mark.e2e
 

@@ -12,14 +12,18 @@ from verifiers_support import VerifiersJob, verifiers_env
 
 from server_specs import simulated_model
 
-pytest.importorskip("verifiers", reason="verifiers is not installed: pip install 'rollgym[verifiers]'")
+pytest.importorskip(
+    "verifiers", reason="verifiers is not installed: pip install 'rollgym[verifiers]'"
+)
 
 pytestmark = pytest.mark.e2e
 
 ROWS = 80
 
 
-def test_kill_9_and_resume_over_a_verifiers_environment(job: Job, no_leftover_servers: None) -> None:
+def test_kill_9_and_resume_over_a_verifiers_environment(
+    job: Job, no_leftover_servers: None
+) -> None:
     vf_job = VerifiersJob(job.root)
     vf_job.write(
         {
@@ -28,7 +32,12 @@ def test_kill_9_and_resume_over_a_verifiers_environment(job: Job, no_leftover_se
             "capitals": verifiers_env("verifiers_capitals"),
         },
         [
-            {"task_id": {"taskset": "capitals" if i % 2 else "sums", "task_id": i % 4 if i % 2 else i}}
+            {
+                "task_id": {
+                    "taskset": "capitals" if i % 2 else "sums",
+                    "task_id": i % 4 if i % 2 else i,
+                }
+            }
             for i in range(ROWS)
         ],
         environment_routes={"sums": "sums", "capitals": "capitals"},

@@ -148,7 +148,9 @@ class VerifiersEnv(Environment):
             CURRENT.reset(token)
         answer = _final_answer(state)
         if rollout.trajectory is not None:
-            rollout.trajectory.verify(answer, {"reward": verdict.reward, "details": verdict.details})
+            rollout.trajectory.verify(
+                answer, {"reward": verdict.reward, "details": verdict.details}
+            )
         return {
             "reward": verdict.reward,
             "answer": answer,
@@ -328,7 +330,9 @@ def _chain_text(error: BaseException) -> str:
     seen: BaseException | None = error
     while seen is not None and len(parts) < 4:
         text = one_line(seen)
-        parts.append(type(seen).__name__ if text == type(seen).__name__ else f"{type(seen).__name__}: {text}")
+        parts.append(
+            type(seen).__name__ if text == type(seen).__name__ else f"{type(seen).__name__}: {text}"
+        )
         seen = seen.__cause__ or seen.__context__
     return one_line(Exception(" <- ".join(parts)))
 
@@ -365,4 +369,3 @@ def _record_metrics(span: Any, metrics: object) -> None:
             "gen_ai.evaluation.result",
             {"gen_ai.evaluation.name": str(name)[:128], "gen_ai.evaluation.score.value": value},
         )
-

@@ -17,7 +17,7 @@ import contextvars
 import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from rollgym.servers import gate, spans
 
@@ -27,12 +27,24 @@ ENV_RESPONSE = "env_response"
 INVALID_ARGUMENTS = "invalid_arguments"
 
 
+#: A step method of a verifiers environment (all of them are coroutines).
+Step = Callable[..., Awaitable[object]]
+
+
+class ToolTurns(Protocol):
+    """What a step writes into the rollout's trajectory (its TrajectoryRecorder has it)."""
+
+    def tool_call(
+        self, name: str, arguments: object, output: str, *, error: str | None = None
+    ) -> None: ...
+
+
 @dataclass(frozen=True)
 class Playing:
     """The rollout the current task plays: its id for the spans, its trajectory (or None)."""
 
     rollout_id: str | None
-    trajectory: Any
+    trajectory: ToolTurns | None
 
 
 #: The rollout being played in this task (set by the episode, copied into verifiers' tasks).
@@ -41,19 +53,22 @@ CURRENT: contextvars.ContextVar[Playing | None] = contextvars.ContextVar(
 )
 
 
-def instrument(env: Any, tool_env: type) -> None:
-    """Wrap ``env``'s step methods (see the module docstring); ``tool_env``: vf.ToolEnv."""
-    if callable(getattr(env, "setup_state", None)):
-        env.setup_state = _seeded(env.setup_state)
-    if isinstance(env, tool_env):
-        env.call_tool = _tool_called(env.call_tool)
-    elif callable(getattr(env, "env_response", None)):
-        env.env_response = _responded(env.env_response)
+def instrument(env: object, tool_env: type) -> None:
+    """Wrap ``env``'s step methods (see the module docstring); ``tool_env``: vf.ToolEnv.
+    Each wrapper is set on the instance, so the class (and every other instance) is as it was."""
+    steps = [("setup_state", _seeded)]
+    steps.append(
+        ("call_tool", _tool_called) if isinstance(env, tool_env) else ("env_response", _responded)
+    )
+    for name, wrap in steps:
+        method = getattr(env, name, None)
+        if callable(method):
+            setattr(env, name, wrap(method))
 
 
-def _seeded(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+def _seeded(method: Step) -> Step:
     @functools.wraps(method)
-    async def setup_state(state: Any, *args: Any, **kwargs: Any) -> Any:
+    async def setup_state(state: object, *args: object, **kwargs: object) -> object:
         playing = CURRENT.get()
         if playing is None or not gate.env:
             return await method(state, *args, **kwargs)
@@ -63,11 +78,15 @@ def _seeded(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[An
     return setup_state
 
 
-def _tool_called(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+def _tool_called(method: Step) -> Step:
     @functools.wraps(method)
     async def call_tool(
-        tool_name: str, tool_args: dict[str, Any], tool_call_id: str, *args: Any, **kwargs: Any
-    ) -> Any:
+        tool_name: str,
+        tool_args: dict[str, object],
+        tool_call_id: str,
+        *args: object,
+        **kwargs: object,
+    ) -> object:
         playing = CURRENT.get()
         if playing is None:
             return await method(tool_name, tool_args, tool_call_id, *args, **kwargs)
@@ -92,9 +111,11 @@ def _tool_called(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitab
     return call_tool
 
 
-def _responded(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+def _responded(method: Step) -> Step:
     @functools.wraps(method)
-    async def env_response(messages: Any, state: Any, *args: Any, **kwargs: Any) -> Any:
+    async def env_response(
+        messages: list[object], state: object, *args: object, **kwargs: object
+    ) -> object:
         playing = CURRENT.get()
         if playing is None:
             return await method(messages, state, *args, **kwargs)
