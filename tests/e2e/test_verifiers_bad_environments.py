@@ -12,13 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from verifiers_support import VerifiersJob, routed, verifiers_env
+from verifiers_support import VerifiersJob, require_verifiers, routed, verifiers_env
 
 from server_specs import simulated_model
 
-pytest.importorskip(
-    "verifiers", reason="verifiers is not installed: pip install 'rollgym[verifiers]'"
-)
+require_verifiers()
 
 pytestmark = pytest.mark.e2e
 

@@ -14,14 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from verifiers_support import TracedVerifiersJob, VerifiersJob, routed, verifiers_env
+from verifiers_support import (
+    TracedVerifiersJob,
+    VerifiersJob,
+    require_verifiers,
+    routed,
+    verifiers_env,
+)
 
 from rollgym.telemetry import names
 from server_specs import simulated_model
 
-pytest.importorskip(
-    "verifiers", reason="verifiers is not installed: pip install 'rollgym[verifiers]'"
-)
+require_verifiers()
 
 pytestmark = pytest.mark.e2e
 

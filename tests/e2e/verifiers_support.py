@@ -12,10 +12,29 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
 from e2e_support import HERE, Job
 from telemetry_helpers import TracedJob
 
+from rollgym.builtins.envs.verifiers_env import default_python
+
 ENVS = HERE / "verifiers_envs"
+#: The Python the environments run in: scripts/test.sh's verifiers venv (where it was made).
+PYTHON = default_python()
+
+
+def require_verifiers() -> None:
+    """Skip, saying why, where no Python here has verifiers (scripts/test.sh makes one)."""
+    import subprocess
+
+    probe = subprocess.run(
+        [PYTHON, "-c", "import verifiers; verifiers.ToolEnv"], capture_output=True, timeout=120
+    )
+    if probe.returncode != 0:
+        pytest.skip(
+            f"verifiers is not installed for {PYTHON}: run scripts/test.sh (its venv)",
+            allow_module_level=True,
+        )
 
 
 def _path(pythonpath: str) -> str:

@@ -8,13 +8,11 @@ import signal
 import pytest
 from e2e_support import Job, server_pids_alive, wait_for
 from faults_support import assert_exact_accounting
-from verifiers_support import VerifiersJob, verifiers_env
+from verifiers_support import VerifiersJob, require_verifiers, verifiers_env
 
 from server_specs import simulated_model
 
-pytest.importorskip(
-    "verifiers", reason="verifiers is not installed: pip install 'rollgym[verifiers]'"
-)
+require_verifiers()
 
 pytestmark = pytest.mark.e2e
 

@@ -4,29 +4,38 @@ A verifiers environment (``vf.SingleTurnEnv``, ``vf.ToolEnv``, ``vf.MultiTurnEnv
 ``vf.Environment``, with its ``vf.Rubric``) owns its rollout: it calls the model through an
 OpenAI-compatible client, runs its tools and environment turns, and its rubric scores the
 result. So in rollgym it is an episode server: an environment whose ``/run`` plays one row by
-calling the environment's own ``rollout`` with verifiers' ``OpenAIChatCompletionsClient``
-around the rollout's :meth:`RolloutContext.async_openai` client, pointed at rollgym's model
-server. Every model call is therefore rollout-attributed (``X-Request-Id``, the scoped URL),
-traced (``gym.model.chat``), token-captured and policy-versioned like a built-in's; the
-rubric then scores the state under ``gym.verify``, each reward function and metric an
-evaluation of its own. The steps verifiers exposes are spans too
-(:mod:`rollgym.builtins.envs.verifiers_hooks`).
+having the environment play its own ``rollout``.
+
+verifiers needs packages that clash with rollgym's other extras, so the environment runs in a
+worker process of its own Python (:mod:`rollgym.builtins.envs.verifiers_worker`, option
+``verifiers_python``), which this server starts, feeds rows and reads events from
+(:mod:`rollgym.builtins.envs.verifiers_channel`). Every model call the environment makes comes
+back here and goes out through the rollout's :meth:`RolloutContext.async_openai` client, so it
+is rollout-attributed, traced (``gym.model.chat``), token-captured and policy-versioned like a
+built-in's; each step the worker reports is a span here (``gym.env.seed_session`` for
+``setup_state``, ``gym.env.tool`` for a tool call or an ``env_response``, ``gym.verify`` for the
+rubric, each reward function and metric an evaluation event) and a turn of the trajectory.
 
 A row names its example: ``example_id`` (or the integer ``task_id`` of a task-set route) picks
-a row of the environment's own dataset (``dataset: eval``, falling back to ``train``); a row
-with a ``prompt`` is a verifiers rollout input itself (``prompt``, ``answer``, ``info``).
+a row of the environment's own dataset (its eval dataset, else its train dataset); a row with
+a ``prompt`` is a verifiers rollout input itself (``prompt``, ``answer``, ``info``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import itertools
+import os
+import sys
 from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
-from rollgym.builtins.envs.verifiers_hooks import CURRENT, Playing, instrument, message_text
-from rollgym.builtins.envs.verifiers_load import load_environment, one_line, verifiers_package
+from rollgym.builtins.envs.verifiers_channel import WorkerChannel, start_worker
 from rollgym.servers import (
     Environment,
     EnvironmentOptions,
@@ -35,7 +44,6 @@ from rollgym.servers import (
     ServerContext,
     ServerOptions,
     SessionState,
-    SetupProblem,
     Verdict,
     gate,
     spans,
@@ -43,12 +51,21 @@ from rollgym.servers import (
 
 #: A verifiers input's own fields: what a row given inline may carry to the environment.
 INPUT_FIELDS = ("prompt", "answer", "info", "task", "example_id")
-#: The status of a model call that was refused for good (as rollgym.servers.answers names it).
-FAILED_DEPENDENCY = 424
+#: Where scripts/test.sh makes verifiers' Python (the default of ``verifiers_python``).
+DEFAULT_VENV_PYTHON = Path.home() / ".cache" / "rollgym-verifiers" / "venv" / "bin" / "python"
+#: What stands in the trajectory and the spans for a MultiTurnEnv's environment turn.
+ENV_RESPONSE = "env_response"
+#: The kind a tool call that raised is recorded with (as rollgym.servers.tools names it).
+INVALID_ARGUMENTS = "invalid_arguments"
+
+
+def default_python() -> str:
+    """verifiers' own venv where scripts/test.sh made it, else this Python."""
+    return str(DEFAULT_VENV_PYTHON) if DEFAULT_VENV_PYTHON.exists() else sys.executable
 
 
 class VerifiersOptions(EnvironmentOptions):
-    """Which verifiers environment to load, and how a row becomes its rollout."""
+    """Which verifiers environment to load, with which Python, and how long a rollout may take."""
 
     verifiers_environment: str = Field(
         description="'module' exposing load_environment(**args), or 'module:object' (an "
@@ -57,11 +74,16 @@ class VerifiersOptions(EnvironmentOptions):
     verifiers_args: dict[str, Any] = Field(
         default_factory=dict, description="Keyword arguments of load_environment()."
     )
-    dataset: Literal["eval", "train"] = Field(
-        "eval", description="The dataset an example_id indexes (eval falls back to train)."
+    verifiers_python: str = Field(
+        default_factory=default_python,
+        description="The Python that has verifiers installed (default: scripts/test.sh's venv "
+        "~/.cache/rollgym-verifiers/venv, else this Python).",
     )
     rollout_timeout_s: float = Field(
         600.0, gt=0, description="Time for one whole rollout, scoring included."
+    )
+    load_timeout_s: float = Field(
+        300.0, gt=0, description="Time to start the worker and load the environment."
     )
 
     @model_validator(mode="after")
@@ -74,6 +96,20 @@ class VerifiersOptions(EnvironmentOptions):
         return self
 
 
+@dataclass
+class Live:
+    """One rollout the worker is playing: what its events need from this side."""
+
+    rollout: RolloutContext
+    sdk: Any
+    #: The rollout's context: model calls and step spans run in it (their parent: gym.rollout).
+    context: contextvars.Context
+    outcome: asyncio.Future[dict[str, Any]]
+    #: The steps begun and not yet ended: the end event each span waits for.
+    steps: dict[int, tuple[asyncio.Event, dict[str, Any]]] = field(default_factory=dict)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+
 class VerifiersEnv(Environment):
     """A verifiers environment's rollouts as rollgym episodes (see the module docstring)."""
 
@@ -83,33 +119,35 @@ class VerifiersEnv(Environment):
     def __init__(self, context: ServerContext) -> None:
         super().__init__(context)
         options = self.verifiers_options
-        self._vf = verifiers_package()
-        self.env: Any = load_environment(options.verifiers_environment, options.verifiers_args)
-        if self.env.requires_group_rollouts:
-            raise SetupProblem(
-                "verifiers_environment",
-                f"{options.verifiers_environment!r} scores with group reward functions, which need "
-                "every rollout of a group at once: not supported",
-            )
         self.where = f"verifiers environment {options.verifiers_environment!r}"
-        instrument(self.env, self._vf.ToolEnv)
-        self._examples: Any = None
+        self._worker: WorkerChannel = start_worker(
+            options.verifiers_python,
+            options.verifiers_environment,
+            options.verifiers_args,
+            timeout_s=options.load_timeout_s,
+            cwd=os.getcwd(),
+        )
+        self._playing: dict[int, Live] = {}
+        self._ids = itertools.count()
+        self._reader: asyncio.Task[None] | None = None
 
     @property
     def verifiers_options(self) -> VerifiersOptions:
         assert isinstance(self.options, VerifiersOptions)
         return self.options
 
+    async def on_startup(self) -> None:
+        await super().on_startup()
+        await self._worker.connect()
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+
     async def on_shutdown(self) -> None:
         try:
             await super().on_shutdown()
         finally:
-            teardown = getattr(self.env, "_teardown", None)
-            if callable(teardown):
-                try:
-                    await teardown()
-                except Exception as exc:  # its own resources: said, never a traceback
-                    print(f"{self.where}: teardown failed: {one_line(exc)}", flush=True)
+            if self._reader is not None:
+                self._reader.cancel()
+            await self._worker.close()
 
     # --- the session surface: not this environment's ----------------------------------------------
 
@@ -126,160 +164,91 @@ class VerifiersEnv(Environment):
     # --- one episode --------------------------------------------------------------------------------
 
     async def play_episode(self, rollout: RolloutContext, task: dict[str, Any]) -> dict[str, Any]:
-        """The environment's own rollout, scored by its rubric, bounded by
-        ``rollout_timeout_s``; every failure an HTTPError of one line naming the step."""
+        """The environment's own rollout in the worker, bounded by ``rollout_timeout_s``;
+        every failure an HTTPError of one line naming the step."""
         options = self.verifiers_options
-        rollout_input = self._input_of(task)
-        client = self._vf.OpenAIChatCompletionsClient(rollout.async_openai())
-        model_name = options.model_name or options.model
-        assert model_name is not None  # the options require a model
-        sampling = self._sampling(rollout, task)
-        token = CURRENT.set(Playing(rollout.rollout_id, rollout.trajectory))
+        request: dict[str, Any] = {
+            "op": "rollout",
+            "model": options.model_name or options.model,
+            "sampling": self._sampling(rollout, task),
+        }
+        request.update(self._input_of(task))
+        key = next(self._ids)
+        request["id"] = key
+        outcome: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        live = Live(rollout, rollout.async_openai(), contextvars.copy_context(), outcome)
+        self._playing[key] = live
         try:
+            self._worker.send(request)
             async with asyncio.timeout(options.rollout_timeout_s):
-                state = await self._rollout(rollout_input, client, model_name, sampling)
-                self._refuse_failed(state)
-                verdict = await self._score(rollout.rollout_id, state)
+                event = await asyncio.shield(outcome)
         except TimeoutError:
             raise self._failed(
                 504, "rollout", f"no end within {options.rollout_timeout_s:g} s"
             ) from None
         finally:
-            CURRENT.reset(token)
-        answer = _final_answer(state)
+            if not outcome.done():  # timed out or cancelled: the worker stops playing it
+                self._worker.send({"op": "cancel", "id": key})
+            self._end(key)
+        if event["op"] == "failed":
+            status, step = int(event.get("status") or 502), str(event.get("step"))
+            if status == 400:
+                raise HTTPError(
+                    400, f"environment {self.context.name!r}: {event.get('message')}", field="task"
+                )
+            raise self._failed(status, step, str(event.get("message")))
+        result: dict[str, Any] = event["result"]
         if rollout.trajectory is not None:
-            rollout.trajectory.verify(
-                answer, {"reward": verdict.reward, "details": verdict.details}
-            )
-        return {
-            "reward": verdict.reward,
-            "answer": answer,
-            "tool_calls": _tool_calls(state),
-            "details": verdict.details,
-        }
+            verdict = {"reward": result["reward"], "details": result["details"]}
+            rollout.trajectory.verify(result.get("answer"), verdict)
+        self.aggregates.record_verify(float(result["reward"]))
+        return result
 
-    async def _rollout(self, rollout_input: Any, client: Any, model: str, sampling: Any) -> Any:
-        # verifiers' tasks copy this context: the wrapped steps find the rollout in CURRENT.
-        try:
-            return await self.env.rollout(rollout_input, client, model, sampling)
-        except (HTTPError, TimeoutError):
-            raise
-        except Exception as exc:  # the environment's own code raised out of its rollout
-            raise self._failed(502, "rollout", f"{type(exc).__name__}: {one_line(exc)}") from None
-
-    def _refuse_failed(self, state: Mapping[str, Any]) -> None:
-        """A rollout whose model call failed, or whose infrastructure did, is a failure of
-        the rollout (retried where the model's answer says so), not a reward of 0."""
-        error = state.get("error")
-        if error is None:
+    def _end(self, key: int) -> None:
+        """Forget a rollout: its open step spans end, its model calls are dropped."""
+        live = self._playing.pop(key, None)
+        if live is None:
             return
-        status = _model_status(error)
-        if status is not None:
-            raise self._failed(status, "model call", _chain_text(error))
-        if isinstance(error, self._vf.InfraError):
-            raise self._failed(502, "rollout", _chain_text(error))
-
-    async def _score(self, rollout_id: str | None, state: Any) -> Verdict:
-        """The rubric's score of the state (``score_rollout``, then its cleanup), under
-        ``gym.verify``: the reward, and each reward function and metric as an evaluation."""
-        if gate.verify:
-            with spans.verify_span(rollout_id) as span:
-                verdict = await self._scored(state)
-                spans.record_evaluation(span, verdict.reward)
-                _record_metrics(span, verdict.details.get("metrics"))
-        else:
-            verdict = await self._scored(state)
-        self.aggregates.record_verify(verdict.reward)
-        return verdict
-
-    async def _scored(self, state: Any) -> Verdict:
-        rubric = self.env.rubric
-        try:
-            if self.env.score_rollouts:
-                await rubric.score_rollout(state)
-            else:
-                await rubric.dummy_score_rollout(state)
-            await rubric.cleanup(state)
-        except Exception as exc:
-            raise self._failed(502, "score", f"{type(exc).__name__}: {one_line(exc)}") from None
-        reward = state.get("reward")
-        if isinstance(reward, bool) or not isinstance(reward, int | float):
-            raise self._failed(502, "score", f"the rubric scored {reward!r}, not a number")
-        metrics = {
-            str(k): float(v)
-            for k, v in (state.get("metrics") or {}).items()
-            if isinstance(v, int | float) and not isinstance(v, bool)
-        }
-        details: dict[str, Any] = {
-            "metrics": metrics,
-            "stop_condition": state.get("stop_condition"),
-            "turns": len(state.get("trajectory") or []),
-            "is_truncated": bool(state.get("is_truncated")),
-        }
-        error = state.get("error")
-        if error is not None:  # an error the environment ends its rollout on, and scores
-            details["error"] = _chain_text(error)
-        return Verdict(reward=float(reward), details=details)
-
-    # --- the row --------------------------------------------------------------------------------------
+        for ended, _ in live.steps.values():
+            ended.set()
+        for task in live.tasks:
+            task.cancel()
 
     def _input_of(self, task: Mapping[str, Any]) -> dict[str, Any]:
-        """The verifiers ``RolloutInput`` of a row: given inline (``prompt``), or the example
-        of the environment's dataset that ``example_id`` / the task id names."""
+        """``input`` (a row given inline, with ``prompt``) or ``example`` (the index
+        ``example_id`` or the task-set route's integer ``task_id`` names)."""
         if "prompt" in task:
             given = {k: task[k] for k in INPUT_FIELDS if k in task}
             given.setdefault("example_id", 0)
             given.setdefault("answer", "")
             if isinstance(given["prompt"], str):
                 given["prompt"] = [{"role": "user", "content": given["prompt"]}]
-            if self.env.system_prompt and not any(
-                isinstance(m, dict) and m.get("role") == "system" for m in given["prompt"]
-            ):
-                system = {"role": "system", "content": self.env.system_prompt}
-                given["prompt"] = [system, *given["prompt"]]
-            return given
-        index = _example_index(task)
-        examples = self._dataset()
-        if not 0 <= index < len(examples):
+            return {"input": given}
+        value: object = task.get("example_id")
+        if value is None:
+            task_id = task.get("task_id")
+            value = task_id.get("task_id") if isinstance(task_id, dict) else task_id
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
             raise HTTPError(
                 400,
-                f"environment {self.context.name!r}: example {index} is not in the "
-                f"{self.verifiers_options.dataset} dataset ({len(examples)} examples)",
+                f"environment {self.context.name!r}: a row needs 'prompt' (a verifiers input) "
+                f"or 'example_id' (an index into the environment's dataset), got {value!r}",
                 field="task",
             )
-        return dict(examples[index])
-
-    def _dataset(self) -> Any:
-        """The environment's dataset, built (and formatted by verifiers) on first use."""
-        if self._examples is None:
-            env = self.env
-            try:
-                if self.verifiers_options.dataset == "eval" and (
-                    env.eval_dataset is not None or env.eval_dataset_source is not None
-                ):
-                    self._examples = env.get_eval_dataset()
-                else:
-                    self._examples = env.get_dataset()
-            except Exception as exc:
-                raise self._failed(
-                    502, "dataset", f"{type(exc).__name__}: {one_line(exc)}"
-                ) from None
-        return self._examples
+        return {"example": value}
 
     def _sampling(self, rollout: RolloutContext, task: Mapping[str, Any]) -> dict[str, Any]:
-        """The environment's sampling arguments, then the server's and the row's
-        (``sampling``), then what the trajectory's token capture asks of the engine."""
-        sampling: dict[str, Any] = dict(self.env.sampling_args)
-        extra = dict(sampling.pop("extra_body", None) or {})
+        """The server's and the row's sampling (``sampling``), then what the trajectory's
+        token capture asks of the engine; the environment's own sampling arguments lie
+        beneath them (verifiers merges them in its client)."""
         ours = self.verifiers_options.sampling_for(task.get("sampling"))
-        capture = rollout.trajectory.request_fields() if rollout.trajectory is not None else {}
-        sampling.update(ours)
-        sampling.update(capture)
+        sampling: dict[str, Any] = dict(ours)
+        if rollout.trajectory is not None:
+            sampling.update(rollout.trajectory.request_fields())
         if "top_logprobs" in ours:  # the row's choice wins over capture's 0
             sampling["top_logprobs"] = ours["top_logprobs"]
-        sampling.pop("n", None)  # one completion a call: rollgym counts one rollout per row
-        if extra:
-            sampling["extra_body"] = extra
         return sampling
 
     def _failed(self, status: int, step: str, detail: str) -> HTTPError:
@@ -287,76 +256,103 @@ class VerifiersEnv(Environment):
             status, f"environment {self.context.name!r} ({self.where}): {step}: {detail}"
         )
 
+    # --- the worker's events ----------------------------------------------------------------------
 
-def _example_index(task: Mapping[str, Any]) -> int:
-    """The example a row names: ``example_id``, else the integer id of its task-set route."""
-    value: object = task.get("example_id")
-    if value is None:
-        task_id = task.get("task_id")
-        value = task_id.get("task_id") if isinstance(task_id, dict) else task_id
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(
-            "a row needs 'prompt' (a verifiers input) or 'example_id' (an integer index "
-            f"into the environment's dataset), got {value!r}"
-        )
-    return value
+    async def _read(self) -> None:
+        """Every event of the worker, in order, until it ends (then every rollout fails)."""
+        async for event in self._worker.events():
+            live = self._playing.get(int(event.get("id", -1)))
+            if live is None:
+                continue  # a rollout this side gave up on
+            op = event.get("op")
+            if op == "model":
+                self._spawn(live, self._model_call(live, event))
+            elif op == "begin":
+                ended = asyncio.Event()
+                live.steps[int(event["step"])] = (ended, event)
+                self._spawn(live, self._step_span(live, event, ended))
+            elif op == "end":
+                begun = live.steps.pop(int(event["step"]), None)
+                if begun is not None:
+                    begun[1]["end"] = event
+                    begun[0].set()
+                    self._record_step(live, begun[1], event)
+            elif op in ("done", "failed") and not live.outcome.done():
+                live.outcome.set_result(event)
+        gone = {"op": "failed", "status": 502, "step": "worker", "message": self._worker.why_gone()}
+        for live in list(self._playing.values()):
+            if not live.outcome.done():
+                live.outcome.set_result(gone)
 
+    def _spawn(self, live: Live, work: Any) -> None:
+        task = asyncio.get_running_loop().create_task(work, context=live.context)
+        live.tasks.add(task)
+        task.add_done_callback(live.tasks.discard)
 
-def _model_status(error: BaseException) -> int | None:
-    """The status a failed model call answers with, if ``error`` is one: verifiers wraps the
-    OpenAI SDK's error in its ModelError; a refusal for good (4xx) is not retried."""
-    try:
+    async def _model_call(self, live: Live, event: dict[str, Any]) -> None:
+        """One model call of the environment, through the rollout's SDK client (recorded,
+        traced, attributed there); its answer, or the model server's refusal, goes back."""
         import openai
-    except ImportError:
-        return None
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, openai.APITimeoutError):
-            return 504
-        if isinstance(seen, openai.APIStatusError):
-            code = seen.status_code
-            return FAILED_DEPENDENCY if 400 <= code < 500 and code not in (408, 429) else 502
-        if isinstance(seen, openai.APIConnectionError):
-            return 502
-        seen = seen.__cause__ or seen.__context__
-    return None
+
+        body = dict(event["body"])
+        answer: dict[str, Any] = {"op": "answer", "id": event["id"], "call": event["call"]}
+        try:
+            completion = await live.sdk.chat.completions.create(
+                model=body.pop("model"), messages=body.pop("messages"), extra_body=body
+            )
+            answer.update(status=200, body=completion.model_dump(mode="json", exclude_unset=True))
+        except openai.APIStatusError as exc:
+            answer.update(status=exc.status_code, body=_error_body(exc))
+        except openai.APITimeoutError as exc:
+            answer.update(status=504, body={"error": {"message": str(exc)}})
+        except openai.APIConnectionError as exc:
+            answer.update(status=502, body={"error": {"message": str(exc)}})
+        self._worker.send(answer)
+
+    async def _step_span(self, live: Live, begin: dict[str, Any], ended: asyncio.Event) -> None:
+        """The span of one step, from its ``begin`` to its ``end`` event."""
+        rollout_id = live.rollout.rollout_id
+        kind = begin.get("kind")
+        if kind == "score":
+            if not gate.verify:
+                return
+            with spans.verify_span(rollout_id) as span:
+                await ended.wait()
+                end = begin.get("end") or {}
+                if isinstance(end.get("reward"), int | float):
+                    spans.record_evaluation(span, float(end["reward"]))
+                    _record_metrics(span, end.get("metrics"))
+            return
+        if not gate.env:
+            return
+        if kind == "seed":
+            with spans.env_seed_span(rollout_id):
+                await ended.wait()
+            return
+        name = str(begin.get("name") or ENV_RESPONSE)[:128]
+        with spans.env_tool_span(rollout_id, name, begin.get("call_id")):
+            await ended.wait()
+
+    def _record_step(self, live: Live, begin: dict[str, Any], end: dict[str, Any]) -> None:
+        """A tool call or an environment turn joins the trajectory when it ends (in order:
+        the model call after it is not sent before this event is read)."""
+        trajectory = live.rollout.trajectory
+        kind = begin.get("kind")
+        if trajectory is None or kind not in ("tool", "env_response"):
+            return
+        name = str(begin.get("name") or ENV_RESPONSE)
+        arguments = end.get("arguments")
+        if "error" in end:
+            trajectory.tool_call(name, arguments, f"error: {end['error']}", error=INVALID_ARGUMENTS)
+        else:
+            trajectory.tool_call(name, arguments, str(end.get("output") or ""))
 
 
-def _chain_text(error: BaseException) -> str:
-    """An error and what caused it, on one line (verifiers' errors often say nothing)."""
-    parts: list[str] = []
-    seen: BaseException | None = error
-    while seen is not None and len(parts) < 4:
-        text = one_line(seen)
-        parts.append(
-            type(seen).__name__ if text == type(seen).__name__ else f"{type(seen).__name__}: {text}"
-        )
-        seen = seen.__cause__ or seen.__context__
-    return one_line(Exception(" <- ".join(parts)))
-
-
-def _final_answer(state: Mapping[str, Any]) -> str | None:
-    """The text of the last assistant message of the completion."""
-    for message in reversed(state.get("completion") or []):
-        role = message.get("role") if isinstance(message, dict) else getattr(message, "role", None)
-        if role == "assistant":
-            return message_text(message)
-    return None
-
-
-def _tool_calls(state: Mapping[str, Any]) -> int:
-    count = 0
-    for message in state.get("completion") or []:
-        calls = (
-            message.get("tool_calls")
-            if isinstance(message, dict)
-            else getattr(message, "tool_calls", None)
-        )
-        if isinstance(calls, list):
-            count += len(calls)
-    return count
+def _error_body(exc: Any) -> dict[str, Any]:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        return body if "error" in body else {"error": body}
+    return {"error": {"message": str(exc)}}
 
 
 def _record_metrics(span: Any, metrics: object) -> None:
@@ -365,7 +361,11 @@ def _record_metrics(span: Any, metrics: object) -> None:
     if not isinstance(metrics, dict) or not span.is_recording():
         return
     for name, value in list(metrics.items())[:64]:
-        span.add_event(
-            "gen_ai.evaluation.result",
-            {"gen_ai.evaluation.name": str(name)[:128], "gen_ai.evaluation.score.value": value},
-        )
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            span.add_event(
+                "gen_ai.evaluation.result",
+                {
+                    "gen_ai.evaluation.name": str(name)[:128],
+                    "gen_ai.evaluation.score.value": float(value),
+                },
+            )
