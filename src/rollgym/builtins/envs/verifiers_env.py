@@ -28,11 +28,12 @@ import contextvars
 import itertools
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from opentelemetry.trace import Span
 from pydantic import Field, model_validator
 
 from rollgym.builtins.envs.verifiers_channel import WorkerChannel, start_worker
@@ -53,6 +54,8 @@ from rollgym.servers import (
 INPUT_FIELDS = ("prompt", "answer", "info", "task", "example_id")
 #: Where scripts/test.sh makes verifiers' Python (the default of ``verifiers_python``).
 DEFAULT_VENV_PYTHON = Path.home() / ".cache" / "rollgym-verifiers" / "venv" / "bin" / "python"
+#: An event of the worker, as json.loads reads it (its fields: verifiers_worker.py's protocol).
+WorkerEvent = dict[str, Any]
 #: What stands in the trajectory and the spans for a MultiTurnEnv's environment turn.
 ENV_RESPONSE = "env_response"
 #: The kind a tool call that raised is recorded with (as rollgym.servers.tools names it).
@@ -71,7 +74,7 @@ class VerifiersOptions(EnvironmentOptions):
         description="'module' exposing load_environment(**args), or 'module:object' (an "
         "environment, or a function returning one), importable from the working directory."
     )
-    verifiers_args: dict[str, Any] = Field(
+    verifiers_args: dict[str, object] = Field(
         default_factory=dict, description="Keyword arguments of load_environment()."
     )
     verifiers_python: str = Field(
@@ -104,9 +107,9 @@ class Live:
     sdk: Any
     #: The rollout's context: model calls and step spans run in it (their parent: gym.rollout).
     context: contextvars.Context
-    outcome: asyncio.Future[dict[str, Any]]
+    outcome: asyncio.Future[WorkerEvent]
     #: The steps begun and not yet ended: the end event each span waits for.
-    steps: dict[int, tuple[asyncio.Event, dict[str, Any]]] = field(default_factory=dict)
+    steps: dict[int, tuple[asyncio.Event, WorkerEvent]] = field(default_factory=dict)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
@@ -167,7 +170,7 @@ class VerifiersEnv(Environment):
         """The environment's own rollout in the worker, bounded by ``rollout_timeout_s``;
         every failure an HTTPError of one line naming the step."""
         options = self.verifiers_options
-        request: dict[str, Any] = {
+        request: dict[str, object] = {
             "op": "rollout",
             "model": options.model_name or options.model,
             "sampling": self._sampling(rollout, task),
@@ -175,7 +178,7 @@ class VerifiersEnv(Environment):
         request.update(self._input_of(task))
         key = next(self._ids)
         request["id"] = key
-        outcome: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        outcome: asyncio.Future[WorkerEvent] = asyncio.get_running_loop().create_future()
         live = Live(rollout, rollout.async_openai(), contextvars.copy_context(), outcome)
         self._playing[key] = live
         try:
@@ -214,7 +217,7 @@ class VerifiersEnv(Environment):
         for task in live.tasks:
             task.cancel()
 
-    def _input_of(self, task: Mapping[str, Any]) -> dict[str, Any]:
+    def _input_of(self, task: Mapping[str, object]) -> dict[str, object]:
         """``input`` (a row given inline, with ``prompt``) or ``example`` (the index
         ``example_id`` or the task-set route's integer ``task_id`` names)."""
         if "prompt" in task:
@@ -239,12 +242,12 @@ class VerifiersEnv(Environment):
             )
         return {"example": value}
 
-    def _sampling(self, rollout: RolloutContext, task: Mapping[str, Any]) -> dict[str, Any]:
+    def _sampling(self, rollout: RolloutContext, task: Mapping[str, object]) -> dict[str, object]:
         """The server's and the row's sampling (``sampling``), then what the trajectory's
         token capture asks of the engine; the environment's own sampling arguments lie
         beneath them (verifiers merges them in its client)."""
         ours = self.verifiers_options.sampling_for(task.get("sampling"))
-        sampling: dict[str, Any] = dict(ours)
+        sampling: dict[str, object] = dict(ours)
         if rollout.trajectory is not None:
             sampling.update(rollout.trajectory.request_fields())
         if "top_logprobs" in ours:  # the row's choice wins over capture's 0
@@ -284,18 +287,18 @@ class VerifiersEnv(Environment):
             if not live.outcome.done():
                 live.outcome.set_result(gone)
 
-    def _spawn(self, live: Live, work: Any) -> None:
+    def _spawn(self, live: Live, work: Coroutine[object, object, None]) -> None:
         task = asyncio.get_running_loop().create_task(work, context=live.context)
         live.tasks.add(task)
         task.add_done_callback(live.tasks.discard)
 
-    async def _model_call(self, live: Live, event: dict[str, Any]) -> None:
+    async def _model_call(self, live: Live, event: WorkerEvent) -> None:
         """One model call of the environment, through the rollout's SDK client (recorded,
         traced, attributed there); its answer, or the model server's refusal, goes back."""
         import openai
 
         body = dict(event["body"])
-        answer: dict[str, Any] = {"op": "answer", "id": event["id"], "call": event["call"]}
+        answer: dict[str, object] = {"op": "answer", "id": event["id"], "call": event["call"]}
         try:
             completion = await live.sdk.chat.completions.create(
                 model=body.pop("model"), messages=body.pop("messages"), extra_body=body
@@ -309,7 +312,7 @@ class VerifiersEnv(Environment):
             answer.update(status=502, body={"error": {"message": str(exc)}})
         self._worker.send(answer)
 
-    async def _step_span(self, live: Live, begin: dict[str, Any], ended: asyncio.Event) -> None:
+    async def _step_span(self, live: Live, begin: WorkerEvent, ended: asyncio.Event) -> None:
         """The span of one step, from its ``begin`` to its ``end`` event."""
         rollout_id = live.rollout.rollout_id
         kind = begin.get("kind")
@@ -333,7 +336,7 @@ class VerifiersEnv(Environment):
         with spans.env_tool_span(rollout_id, name, begin.get("call_id")):
             await ended.wait()
 
-    def _record_step(self, live: Live, begin: dict[str, Any], end: dict[str, Any]) -> None:
+    def _record_step(self, live: Live, begin: WorkerEvent, end: WorkerEvent) -> None:
         """A tool call or an environment turn joins the trajectory when it ends (in order:
         the model call after it is not sent before this event is read)."""
         trajectory = live.rollout.trajectory
@@ -348,14 +351,14 @@ class VerifiersEnv(Environment):
             trajectory.tool_call(name, arguments, str(end.get("output") or ""))
 
 
-def _error_body(exc: Any) -> dict[str, Any]:
+def _error_body(exc: Exception) -> dict[str, object]:
     body = getattr(exc, "body", None)
     if isinstance(body, dict):
         return body if "error" in body else {"error": body}
     return {"error": {"message": str(exc)}}
 
 
-def _record_metrics(span: Any, metrics: object) -> None:
+def _record_metrics(span: Span, metrics: object) -> None:
     """Each reward function and metric of the rubric as a ``gen_ai.evaluation.result``
     event of its own (name, score), beside the reward's."""
     if not isinstance(metrics, dict) or not span.is_recording():

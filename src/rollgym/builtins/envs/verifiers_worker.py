@@ -34,14 +34,52 @@ import itertools
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import IO, Any, TypedDict
 
 #: What a rollout's model calls are posted to inside the worker (never reached: the transport
 #: hands every request to the server instead).
 BASE_URL = "http://rollgym-model.invalid/v1"
 #: The kinds of step reported (the server names their spans).
 SEED, TOOL, ENV_RESPONSE, SCORE = "seed", "tool", "env_response", "score"
+
+#: An event this worker sends: a JSON object.
+Event = dict[str, object]
+#: A step method of a verifiers environment (all of them are coroutines).
+Step = Callable[..., Awaitable[object]]
+
+
+class Details(TypedDict, total=False):
+    """What the rubric and the rollout's end say besides the reward (the result's ``details``)."""
+
+    metrics: dict[str, float]
+    stop_condition: object
+    turns: int
+    is_truncated: bool
+    error: str
+
+
+class Scored(TypedDict):
+    """A scored rollout: the ``done`` event's ``result``."""
+
+    reward: float
+    answer: str | None
+    tool_calls: int
+    details: Details
+
+
+class Request(TypedDict, total=False):
+    """A line the server sends: a ``rollout`` to play, a model call's ``answer``, a ``cancel``."""
+
+    op: str
+    id: int
+    call: int
+    input: dict[str, object]
+    example: int
+    model: str
+    sampling: dict[str, object]
+    status: int
+    body: dict[str, object]
 
 
 def one_line(exc: BaseException) -> str:
@@ -64,10 +102,10 @@ def chain_text(error: BaseException) -> str:
 class Channel:
     """The JSON-lines pipe to the server: events out on the saved stdout, requests in."""
 
-    def __init__(self, out: Any) -> None:
+    def __init__(self, out: IO[str]) -> None:
         self._out = out
 
-    def send(self, event: dict[str, Any]) -> None:
+    def send(self, event: Mapping[str, object]) -> None:
         self._out.write(json.dumps(event, default=str) + "\n")
         self._out.flush()
 
@@ -80,7 +118,7 @@ class Worker:
         self.vf = vf
         self.channel = channel
         #: Model calls waiting for their answer, by (rollout id, call number).
-        self.pending: dict[tuple[int, int], asyncio.Future[dict[str, Any]]] = {}
+        self.pending: dict[tuple[int, int], asyncio.Future[Request]] = {}
         self.playing: dict[int, asyncio.Task[None]] = {}
         self.calls = itertools.count()
         self.steps = itertools.count()
@@ -104,27 +142,26 @@ class Worker:
             if callable(method):
                 setattr(env, name, self._reported(kind, method))
 
-    def _reported(
-        self, kind: str, method: Callable[..., Awaitable[Any]]
-    ) -> Callable[..., Awaitable[Any]]:
+    def _reported(self, kind: str, method: Step) -> Step:
         @functools.wraps(method)
-        async def step(*args: Any, **kwargs: Any) -> Any:
+        async def step(*args: object, **kwargs: object) -> object:
             rollout = CURRENT.get()
             if rollout is None:
                 return await method(*args, **kwargs)
             number = next(self.steps)
-            begin: dict[str, Any] = {"op": "begin", "id": rollout, "step": number, "kind": kind}
+            begin: Event = {"op": "begin", "id": rollout, "step": number, "kind": kind}
             if kind == TOOL:
                 begin["name"] = str(args[0] if args else kwargs.get("tool_name"))
                 begin["call_id"] = args[2] if len(args) > 2 else kwargs.get("tool_call_id")
                 arguments = args[1] if len(args) > 1 else kwargs.get("tool_args")
             elif kind == ENV_RESPONSE:
                 messages = args[0] if args else kwargs.get("messages")
-                arguments = {"message": message_text(messages[-1]) if messages else ""}
+                said = message_text(messages[-1]) if isinstance(messages, list) and messages else ""
+                arguments = {"message": said}
             else:
                 arguments = None
             self.channel.send(begin)
-            end: dict[str, Any] = {
+            end: Event = {
                 "op": "end",
                 "id": rollout,
                 "step": number,
@@ -160,9 +197,9 @@ class Worker:
         )
         return self.vf.OpenAIChatCompletionsClient(sdk)
 
-    async def model_call(self, rollout: int, body: dict[str, Any]) -> dict[str, Any]:
+    async def model_call(self, rollout: int, body: object) -> Request:
         call = next(self.calls)
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Request] = asyncio.get_running_loop().create_future()
         self.pending[(rollout, call)] = future
         try:
             self.channel.send({"op": "model", "id": rollout, "call": call, "body": body})
@@ -170,25 +207,25 @@ class Worker:
         finally:
             self.pending.pop((rollout, call), None)
 
-    def answered(self, request: dict[str, Any]) -> None:
+    def answered(self, request: Request) -> None:
         future = self.pending.get((request["id"], request["call"]))
         if future is not None and not future.done():
             future.set_result(request)
 
     # --- rollouts ---------------------------------------------------------------------------------
 
-    def start(self, request: dict[str, Any]) -> None:
+    def start(self, request: Request) -> None:
         rollout = int(request["id"])
         task = asyncio.get_running_loop().create_task(self.play(rollout, request))
         self.playing[rollout] = task
         task.add_done_callback(lambda _: self.playing.pop(rollout, None))
 
-    def cancel(self, request: dict[str, Any]) -> None:
+    def cancel(self, request: Request) -> None:
         task = self.playing.get(int(request["id"]))
         if task is not None:
             task.cancel()
 
-    async def play(self, rollout: int, request: dict[str, Any]) -> None:
+    async def play(self, rollout: int, request: Request) -> None:
         token = CURRENT.set(rollout)
         try:
             result = await self.rollout(rollout, request)
@@ -205,7 +242,7 @@ class Worker:
             CURRENT.reset(token)
         self.channel.send({"op": "done", "id": rollout, "result": result})
 
-    async def rollout(self, rollout: int, request: dict[str, Any]) -> dict[str, Any]:
+    async def rollout(self, rollout: int, request: Request) -> Scored:
         rollout_input = request.get("input") or self.example(int(request["example"]))
         client = self.client(rollout)
         try:
@@ -221,11 +258,11 @@ class Worker:
         self.refuse_failed(state)
         return await self.score(rollout, state)
 
-    def refuse_failed(self, state: Any) -> None:
+    def refuse_failed(self, state: Mapping[str, object]) -> None:
         """A rollout whose model call failed, or whose infrastructure did, is a failure (its
         status the model server's), not a reward of 0."""
         error = state.get("error")
-        if error is None:
+        if not isinstance(error, BaseException):
             return
         status = model_status(error)
         if status is not None:
@@ -233,10 +270,10 @@ class Worker:
         if isinstance(error, self.vf.InfraError):
             raise Failure(502, "rollout", chain_text(error))
 
-    async def score(self, rollout: int, state: Any) -> dict[str, Any]:
+    async def score(self, rollout: int, state: Mapping[str, object]) -> Scored:
         number = next(self.steps)
         self.channel.send({"op": "begin", "id": rollout, "step": number, "kind": SCORE})
-        end: dict[str, Any] = {"op": "end", "id": rollout, "step": number}
+        end: Event = {"op": "end", "id": rollout, "step": number}
         try:
             result = await self._scored(state)
         except Failure as failure:
@@ -244,12 +281,12 @@ class Worker:
             raise
         else:
             end["reward"] = result["reward"]
-            end["metrics"] = result["details"]["metrics"]
+            end["metrics"] = dict(result["details"]["metrics"])
         finally:
             self.channel.send(end)
         return result
 
-    async def _scored(self, state: Any) -> dict[str, Any]:
+    async def _scored(self, state: Mapping[str, object]) -> Scored:
         rubric = self.env.rubric
         try:
             if self.env.score_rollouts:
@@ -262,20 +299,25 @@ class Worker:
         reward = state.get("reward")
         if isinstance(reward, bool) or not isinstance(reward, int | float):
             raise Failure(502, "score", f"the rubric scored {reward!r}, not a number")
+        scored = state.get("metrics")
         metrics = {
             str(k): float(v)
-            for k, v in (state.get("metrics") or {}).items()
+            for k, v in (scored.items() if isinstance(scored, Mapping) else ())
             if isinstance(v, int | float) and not isinstance(v, bool)
         }
-        details: dict[str, Any] = {
+        trajectory = state.get("trajectory")
+        details: Details = {
             "metrics": metrics,
             "stop_condition": state.get("stop_condition"),
-            "turns": len(state.get("trajectory") or []),
+            "turns": len(trajectory) if isinstance(trajectory, list) else 0,
             "is_truncated": bool(state.get("is_truncated")),
         }
-        if state.get("error") is not None:  # an error verifiers ends a rollout on, and scores
-            details["error"] = chain_text(state["error"])
-        completion = state.get("completion") or []
+        error = state.get("error")
+        if isinstance(error, BaseException):  # an error verifiers ends a rollout on, and scores
+            details["error"] = chain_text(error)
+        completion = state.get("completion")
+        if not isinstance(completion, list):
+            completion = []
         return {
             "reward": float(reward),
             "answer": final_answer(completion),
@@ -283,7 +325,7 @@ class Worker:
             "details": details,
         }
 
-    def example(self, index: int) -> Any:
+    def example(self, index: int) -> dict[str, object]:
         examples = self.dataset()
         if not 0 <= index < len(examples):
             raise Failure(
@@ -311,7 +353,7 @@ class Failure(Exception):
         super().__init__(message)
         self.status, self.step, self.message = status, step, message
 
-    def event(self) -> dict[str, Any]:
+    def event(self) -> Event:
         return {"status": self.status, "step": self.step, "message": self.message}
 
 
@@ -331,11 +373,11 @@ def http_library() -> Any:
     return importlib.import_module("httpx")
 
 
-def make_transport(http: Any, call: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]) -> Any:
+def make_transport(http: Any, call: Callable[[object], Awaitable[Request]]) -> object:
     """A transport that answers each chat completion request with the server's answer."""
 
     class ServerTransport(http.AsyncBaseTransport):  # type: ignore[misc]
-        async def handle_async_request(self, request: Any) -> Any:
+        async def handle_async_request(self, request: Any) -> object:
             body = json.loads(await request.aread() or b"{}")
             answer = await call(body)
             return http.Response(
@@ -396,14 +438,14 @@ def role_of(message: object) -> object:
     return message.get("role") if isinstance(message, dict) else getattr(message, "role", None)
 
 
-def final_answer(completion: list[Any]) -> str | None:
+def final_answer(completion: list[object]) -> str | None:
     for message in reversed(completion):
         if role_of(message) == "assistant":
             return message_text(message)
     return None
 
 
-def tool_calls(completion: list[Any]) -> int:
+def tool_calls(completion: list[object]) -> int:
     count = 0
     for message in completion:
         calls = (
@@ -416,7 +458,7 @@ def tool_calls(completion: list[Any]) -> int:
     return count
 
 
-def load(target: str, args: dict[str, Any]) -> tuple[Any, Any]:
+def load(target: str, args: dict[str, object]) -> tuple[Any, Any]:
     """verifiers and the environment ``target`` names (module, or module:object), or a
     ``Failure`` whose message is the one line to show."""
     try:
