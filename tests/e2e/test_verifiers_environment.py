@@ -1,6 +1,6 @@
 """Environments written with verifiers run unchanged through ``rollgym run`` (``impl: verifiers``).
 
-Real ``vf.SingleTurnEnv`` and ``vf.ToolEnv`` environments (``verifiers_envs/``, written with the
+Real ``vf.SingleTurnEnv``, ``vf.ToolEnv`` and ``vf.MultiTurnEnv`` environments (``verifiers_envs/``, written with the
 verifiers package as its users write them) play their own rollouts against rollgym's
 simulated model, which reads the tools the ToolEnv offers: every model call goes through
 rollgym's model server (rollout-attributed, traced, token-captured), the rubric's reward and
@@ -29,7 +29,7 @@ require_verifiers()
 
 pytestmark = pytest.mark.e2e
 
-SUMS, CAPITALS = 10, 4
+SUMS, CAPITALS, CHAINS = 10, 4, 3
 
 
 def servers(latency_s: float = 0.0) -> dict[str, Any]:
@@ -37,10 +37,11 @@ def servers(latency_s: float = 0.0) -> dict[str, Any]:
         "policy": simulated_model(latency_s),
         "sums": verifiers_env("verifiers_arith", verifiers_args={"n": 50}),
         "capitals": verifiers_env("verifiers_capitals:load_environment"),
+        "chain": verifiers_env("verifiers_chain", verifiers_args={"rounds": 3}),
     }
 
 
-ROUTES = {"environment_routes": {"sums": "sums", "capitals": "capitals"}}
+ROUTES = {"environment_routes": {"sums": "sums", "capitals": "capitals", "chain": "chain"}}
 
 
 def rows() -> list[dict[str, Any]]:
@@ -48,6 +49,7 @@ def rows() -> list[dict[str, Any]]:
     return [
         *routed("sums", SUMS),
         *routed("capitals", CAPITALS),
+        *routed("chain", CHAINS),
         {**inline, "prompt": "Compute: 40 + 2", "answer": "42"},
     ]
 
@@ -71,6 +73,11 @@ def assert_played(records: list[dict[str, Any]]) -> None:
         assert metrics["lookup_capital_calls"] == 1.0 and metrics["named_capital"] == 1.0
         assert result["details"]["stop_condition"] == "no_tools_called"
         assert record["usage"]["model_calls"] == 2
+    for record in by_env["chain"]:
+        result = record["result"]
+        # three sums, each asked by the environment's env_response after the model's answer
+        assert record["reward"] == 1.0 and record["usage"]["model_calls"] == 3, result
+        assert result["details"]["stop_condition"] == "has_final_env_response"
 
 
 def test_a_single_turn_env_and_a_tool_env_play_end_to_end(tmp_path: Path) -> None:
@@ -97,9 +104,13 @@ def test_a_verifiers_rollout_is_traced_and_the_traces_check(tmp_path: Path) -> N
     tool_ids = {r["rollout_id"] for r in job.rollouts if r["dispatch_name"] == "capitals"}
     for name in (names.SPAN_MODEL_CHAT, names.SPAN_ENV_SEED, names.SPAN_VERIFY):
         assert {s.rollout_id for s in spans.named(name)} == ids, name
+    chain_ids = {r["rollout_id"] for r in job.rollouts if r["dispatch_name"] == "chain"}
     tools = spans.named(names.SPAN_ENV_TOOL)
-    assert {s.rollout_id for s in tools} == tool_ids
-    assert {s.attributes[names.ENV_TOOL_NAME] for s in tools} == {"lookup_capital"}
+    assert {s.rollout_id for s in tools} == tool_ids | chain_ids
+    named = {s.rollout_id: s.attributes[names.ENV_TOOL_NAME] for s in tools}
+    assert {named[i] for i in tool_ids} == {"lookup_capital"}
+    assert {named[i] for i in chain_ids} == {"env_response"}
+    assert len([s for s in tools if s.rollout_id in chain_ids]) == 3 * CHAINS
     for verify in spans.named(names.SPAN_VERIFY):
         assert verify.attributes[names.GEN_AI_EVALUATION_SCORE_VALUE] == 1.0
     lines = job.records("trajectories.jsonl")
@@ -111,6 +122,8 @@ def test_a_verifiers_rollout_is_traced_and_the_traces_check(tmp_path: Path) -> N
         if line["rollout_id"] in tool_ids:
             assert kinds == ["model", "tool", "model", "verify"], kinds
             assert trajectory["turns"][1]["name"] == "lookup_capital"
+        elif line["rollout_id"] in chain_ids:
+            assert kinds == ["model", "tool"] * 3 + ["verify"], kinds
         else:
             assert kinds == ["model", "verify"], kinds
     check = job.traces_check()
