@@ -170,6 +170,8 @@ class VerifiersEnv(Environment):
         """The environment's own rollout in the worker, bounded by ``rollout_timeout_s``;
         every failure an HTTPError of one line naming the step."""
         options = self.verifiers_options
+        if self._reader is None or self._reader.done():  # the worker is gone: fail at once
+            raise self._failed(502, "worker", self._worker.why_gone())
         request: dict[str, object] = {
             "op": "rollout",
             "model": options.model_name or options.model,
