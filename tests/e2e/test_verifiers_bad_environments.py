@@ -66,6 +66,8 @@ def test_an_environment_that_does_not_load_is_one_line(
     [
         ("verifiers_bad:load_raising", {}, "rollout: RuntimeError: the referee fell asleep"),
         ("verifiers_bad:load_hanging", {"rollout_timeout_s": 2}, "rollout: no end within 2 s"),
+        # the worker process dies: its rollouts in flight fail, and the ones after it at once
+        ("verifiers_bad:load_dying", {}, "worker: the verifiers worker exited (status 3)"),
         # a model call that does not answer in time: the rollout fails, it is not scored 0
         ("verifiers_arith", {"request_timeout_s": 0.5}, "model call: "),
     ],

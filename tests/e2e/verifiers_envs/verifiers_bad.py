@@ -3,12 +3,14 @@
 - ``not_an_env``: a module attribute that is no environment; ``returns_a_dict``: a loader
   that returns something else; ``broken``: a loader that raises;
 - ``load_raising``: a ``vf.MultiTurnEnv`` whose ``env_response`` raises after the first turn;
-- ``load_hanging``: one whose ``setup_state`` never returns.
+- ``load_hanging``: one whose ``setup_state`` never returns; ``load_dying``: one whose
+  ``env_response`` ends the whole worker process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 
 import verifiers as vf
 from datasets import Dataset
@@ -52,3 +54,12 @@ def load_raising() -> vf.Environment:
 
 def load_hanging() -> vf.Environment:
     return Hanging(eval_dataset=_dataset(), max_turns=3, rubric=vf.Rubric(funcs=[_always]))
+
+
+class Dying(vf.MultiTurnEnv):
+    async def env_response(self, messages, state, **kwargs):
+        os._exit(3)  # the whole process, as a segfaulting extension would
+
+
+def load_dying() -> vf.Environment:
+    return Dying(eval_dataset=_dataset(), max_turns=3, rubric=vf.Rubric(funcs=[_always]))

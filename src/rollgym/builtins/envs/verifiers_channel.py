@@ -12,6 +12,7 @@ server stops, and when the server dies (``kill -9`` of the driver) too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import select
@@ -145,6 +146,12 @@ class WorkerChannel:
                 continue
             if isinstance(event, dict):
                 yield event
+
+    async def reaped(self, timeout_s: float = 5.0) -> None:
+        """Wait (a little) for the worker to exit once its output ended, so :meth:`why_gone`
+        can name its exit status."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.to_thread(self._proc.wait), timeout=timeout_s)
 
     def why_gone(self) -> str:
         code = self._proc.poll()

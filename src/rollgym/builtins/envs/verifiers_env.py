@@ -284,6 +284,7 @@ class VerifiersEnv(Environment):
                     self._record_step(live, begun[1], event)
             elif op in ("done", "failed") and not live.outcome.done():
                 live.outcome.set_result(event)
+        await self._worker.reaped()
         gone = {"op": "failed", "status": 502, "step": "worker", "message": self._worker.why_gone()}
         for live in list(self._playing.values()):
             if not live.outcome.done():
