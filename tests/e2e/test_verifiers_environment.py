@@ -126,6 +126,8 @@ def test_a_verifiers_rollout_is_traced_and_the_traces_check(tmp_path: Path) -> N
             assert kinds == ["model", "tool"] * 3 + ["verify"], kinds
         else:
             assert kinds == ["model", "verify"], kinds
+            # the environment's own sampling arguments reached the model server
+            assert trajectory["turns"][0]["params"]["max_completion_tokens"] == 64
     check = job.traces_check()
     assert check.returncode == 0, check.stdout + check.stderr
 

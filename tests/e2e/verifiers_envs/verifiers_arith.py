@@ -2,7 +2,8 @@
 
 ``load_environment(n=...)`` builds a ``vf.SingleTurnEnv`` over a dataset of ``n`` questions
 ("Compute: 3 + 4") with the answer, scored by a ``vf.Rubric``: ``correct`` (weight 1: the
-reply's number is the answer) and ``replied`` (a metric of weight 0). Nothing of rollgym in it.
+reply's number is the answer) and ``replied`` (a metric of weight 0), its replies held to 64 tokens (its own sampling
+arguments). Nothing of rollgym in it.
 """
 
 from __future__ import annotations
@@ -29,5 +30,8 @@ def load_environment(n: int = 50, system_prompt: str | None = None) -> vf.Enviro
     ]
     rubric = vf.Rubric(funcs=[correct, replied], weights=[1.0, 0.0])
     return vf.SingleTurnEnv(
-        eval_dataset=Dataset.from_list(rows), system_prompt=system_prompt, rubric=rubric
+        eval_dataset=Dataset.from_list(rows),
+        system_prompt=system_prompt,
+        rubric=rubric,
+        sampling_args={"max_tokens": 64},
     )

@@ -247,7 +247,7 @@ class Worker:
         client = self.client(rollout)
         try:
             state = await self.env.rollout(
-                rollout_input, client, request["model"], request.get("sampling") or {}
+                rollout_input, client, request["model"], self.sampling(request.get("sampling"))
             )
         except asyncio.CancelledError:
             raise
@@ -257,6 +257,21 @@ class Worker:
             await client.close()
         self.refuse_failed(state)
         return await self.score(rollout, state)
+
+    def sampling(self, given: Mapping[str, object] | None) -> dict[str, object]:
+        """The environment's own sampling arguments under the server's (as verifiers'
+        ``generate`` merges them); one completion a call (``n``: rollgym counts rollouts)."""
+        merged = dict(self.env.sampling_args or {})
+        extra = dict(merged.pop("extra_body", None) or {})
+        merged.pop("n", None)
+        for key, value in (given or {}).items():
+            if key == "extra_body" and isinstance(value, Mapping):
+                extra.update(value)
+            else:
+                merged[key] = value
+        if extra:
+            merged["extra_body"] = extra
+        return merged
 
     def refuse_failed(self, state: Mapping[str, object]) -> None:
         """A rollout whose model call failed, or whose infrastructure did, is a failure (its
