@@ -30,8 +30,8 @@ for extra in phoenix ray openenv; do
     || echo "warning: could not install the '$extra' extra; its tests will be skipped" >&2
 done
 
-# The venvs below (vLLM's with TRL beside its torch, MLflow's, NeMo Gym's) are independent of
-# each other and of this Python: on a fresh machine they install in the background while
+# The venvs below (vLLM's with TRL beside its torch, MLflow's, NeMo Gym's, verifiers') are
+# independent of each other: on a fresh machine they install in the background while
 # llama.cpp's server builds (CPU-bound, about 17 minutes on 2 cores), and the suite starts once
 # every one is done. Each step only warns when it fails (its tests are then skipped, saying so).
 install_vllm_and_trl() {
@@ -131,11 +131,35 @@ install_nemogym() {
   fi
 }
 
+install_verifiers() {
+  # The verifiers environment tests (tests/e2e/test_verifiers_*.py, tests/faults/
+  # test_verifiers_driver_killed.py) run environments written with verifiers in its own Python:
+  # verifiers 0.3 (the last release with vf.SingleTurnEnv / ToolEnv / MultiTurnEnv) pins mcp<2
+  # and, through openai-agents, websockets<17, which break openenv-core's fastmcp in this Python.
+  # So it gets a venv in the machine cache that sees this Python's packages beneath its own
+  # (--system-site-packages); `impl: verifiers` runs its worker there by default. About 45 s
+  # fresh on 2 cores; a failed install only skips those tests; ROLLGYM_SKIP_VERIFIERS=1 skips it.
+  VERIFIERS_VERSION=0.3.1
+  VERIFIERS_VENV="${ROLLGYM_VERIFIERS_VENV:-$HOME/.cache/rollgym-verifiers/venv}"
+  if [ "${ROLLGYM_SKIP_VERIFIERS:-0}" != 1 ] && [ ! -f "$VERIFIERS_VENV/rollgym-verifiers-$VERIFIERS_VERSION.ok" ]; then
+    echo "installing verifiers $VERIFIERS_VERSION once into $VERIFIERS_VENV" >&2
+    if (python -m venv --system-site-packages "$VERIFIERS_VENV" \
+        && "$VERIFIERS_VENV/bin/python" -m pip install --quiet "verifiers==$VERIFIERS_VERSION" \
+        && "$VERIFIERS_VENV/bin/python" -c "import verifiers; verifiers.ToolEnv") >/dev/null 2>&1; then
+      touch "$VERIFIERS_VENV/rollgym-verifiers-$VERIFIERS_VERSION.ok"
+    else
+      echo "warning: could not install verifiers $VERIFIERS_VERSION into $VERIFIERS_VENV; the verifiers tests will be skipped" >&2
+    fi
+  fi
+}
+
 install_vllm_and_trl &
 VENV_JOBS="$!"
 install_mlflow &
 VENV_JOBS="$VENV_JOBS $!"
 install_nemogym &
+VENV_JOBS="$VENV_JOBS $!"
+install_verifiers &
 VENV_JOBS="$VENV_JOBS $!"
 
 # The real-engine tests serve a model with llama.cpp's server (llama-cpp-python), which
