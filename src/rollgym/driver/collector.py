@@ -187,8 +187,8 @@ class Collector:
         self._replicas = dict(replicas or {})
         self._client: HttpClient | None = None
         self._pool: WorkerPool[WorkItem] | None = None
-        #: The watch that keeps a silent server from holding the whole pool (with windows).
-        self._relief: StallRelief | None = None
+        #: Per running pool, the watch that keeps a silent server from holding all of it.
+        self._reliefs: dict[WorkerPool[WorkItem], StallRelief] = {}
         self._caller_tracing = CallerTracing(span_groups)
         #: The current policy version and the staleness bound (both may stay unset).
         self._clock = PolicyClock(policy_version, options.max_staleness)
@@ -500,6 +500,12 @@ class Collector:
         repeats: int | None = None,
     ) -> WorkerPool[WorkItem]:
         """Start ``concurrency`` workers on the entries; :meth:`interrupt` reaches them."""
+        previous = self._pool
+        if previous is not None and previous.alive:
+            # an abandoned stream whose generator is not closed yet (a ``break`` out of
+            # ``groups()``, then a resume): its rollouts end before this one's start, never
+            # beside them under the same ids
+            previous.cancel()
         items = self._items(entries, skip, repeats or self.repeats)
         windows = self.dispatch_windows
         relief = None
@@ -509,18 +515,20 @@ class Collector:
             )
         pool = WorkerPool(SharedSource(items), work, self.concurrency, on_idle, relief)
         self._pool = pool
-        self._relief = relief
         pool.start()
         if relief is not None:
+            self._reliefs[pool] = relief
             relief.start()
         return pool
 
     async def _end_pool(self, pool: WorkerPool[WorkItem]) -> None:
         """Cancel workers still running (the caller was cancelled or stopped consuming)."""
-        if self._relief is not None:
-            await self._relief.stop()
-            self._relief = None
         if pool.alive:
             pool.cancel()
+        relief = self._reliefs.pop(pool, None)
+        if relief is not None:
+            await relief.stop()
+        if pool.alive:
             await asyncio.gather(pool.join(), return_exceptions=True)
-        self._pool = None
+        if self._pool is pool:
+            self._pool = None
