@@ -25,16 +25,14 @@ simulated model play it like any environment:
 from __future__ import annotations
 
 import asyncio
-import re
 import time
-import urllib.error
-import urllib.request
 from typing import Any, ClassVar
 
 import aiohttp
 import orjson
 from pydantic import Field, model_validator
 
+from rollgym.builtins.envs.foreign import check_one_place, fetch_setup_json
 from rollgym.builtins.envs.nemo_gym_host import ResourcesProcess, StartFailed, log_path_for
 from rollgym.builtins.envs.nemo_gym_wire import NemoGymError, ResourcesSession
 from rollgym.servers import (
@@ -95,12 +93,9 @@ class NemoGymOptions(EnvironmentOptions):
 
     @model_validator(mode="after")
     def _one_place(self) -> NemoGymOptions:
-        if (self.resources_url is None) == (self.resources_server is None):
-            raise ValueError(
-                "give exactly one of 'resources_url' (a server you run) or 'resources_server'"
-            )
-        if self.resources_url is not None and not re.match(r"^https?://[^/]+", self.resources_url):
-            raise ValueError(f"'resources_url' must be an http(s) URL, got {self.resources_url!r}")
+        check_one_place(
+            self.resources_url, "resources_url", self.resources_server, "resources_server"
+        )
         return self
 
 
@@ -162,25 +157,14 @@ class NemoGymEnv(Environment):
         """The server's routes (FastAPI's ``/openapi.json``), read once at start-up: a server
         without ``/seed_session`` and ``/verify`` is not a resource server, said before the
         first rollout."""
-        url = self._base_url + "/openapi.json"
         # FastAPI builds the schema on the first ask: seconds for NeMo Gym's large bodies.
-        timeout = self.nemo_gym_options.start_timeout_s
-        try:
-            with urllib.request.urlopen(url, timeout=timeout) as answer:  # noqa: S310
-                body = orjson.loads(answer.read())
-        except urllib.error.HTTPError as exc:
-            raise SetupProblem(
-                self._key, f"{self.where}: GET /openapi.json answered HTTP {exc.code}"
-            ) from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise SetupProblem(
-                self._key, f"{self.where}: GET /openapi.json failed: {reason}"
-            ) from None
-        except orjson.JSONDecodeError:
-            raise SetupProblem(
-                self._key, f"{self.where}: GET /openapi.json answered something not JSON"
-            ) from None
+        body = fetch_setup_json(
+            self._base_url,
+            "/openapi.json",
+            self.nemo_gym_options.start_timeout_s,
+            self.where,
+            self._key,
+        )
         paths = body.get("paths") if isinstance(body, dict) else None
         missing = [p for p in _PROTOCOL_ROUTES if not isinstance(paths, dict) or p not in paths]
         if missing:

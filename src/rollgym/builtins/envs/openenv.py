@@ -27,14 +27,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import re
-import urllib.error
-import urllib.request
 from typing import Any, ClassVar, Literal
 
 import aiohttp
 import orjson
 from pydantic import Field, model_validator
 
+from rollgym.builtins.envs.foreign import check_one_place, fetch_setup_json
 from rollgym.builtins.envs.openenv_host import HostedApp, app_of, load_object
 from rollgym.builtins.envs.openenv_wire import Observation, OpenEnvError, WireSession, ws_url
 from rollgym.servers import (
@@ -96,12 +95,7 @@ class OpenEnvOptions(EnvironmentOptions):
 
     @model_validator(mode="after")
     def _one_place(self) -> OpenEnvOptions:
-        if (self.openenv_url is None) == (self.openenv_app is None):
-            raise ValueError(
-                "give exactly one of 'openenv_url' (a server you run) or 'openenv_app'"
-            )
-        if self.openenv_url is not None and not re.match(r"^https?://[^/]+", self.openenv_url):
-            raise ValueError(f"'openenv_url' must be an http(s) URL, got {self.openenv_url!r}")
+        check_one_place(self.openenv_url, "openenv_url", self.openenv_app, "openenv_app")
         return self
 
 
@@ -146,20 +140,9 @@ class OpenEnvEnv(Environment):
         """The action class's JSON schema (``GET /schema``), read once at start-up: a server
         that does not answer it is not an OpenEnv server, said before the first rollout."""
         key = "openenv_app" if self._hosted is not None else "openenv_url"
-        try:
-            with urllib.request.urlopen(  # noqa: S310 (an http(s) URL, checked by the options)
-                base_url + "/schema", timeout=self.openenv_options.connect_timeout_s
-            ) as answer:
-                body = orjson.loads(answer.read())
-        except urllib.error.HTTPError as exc:
-            raise SetupProblem(key, f"{self.where}: GET /schema answered HTTP {exc.code}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise SetupProblem(key, f"{self.where}: GET /schema failed: {reason}") from None
-        except orjson.JSONDecodeError:
-            raise SetupProblem(
-                key, f"{self.where}: GET /schema answered something not JSON"
-            ) from None
+        body = fetch_setup_json(
+            base_url, "/schema", self.openenv_options.connect_timeout_s, self.where, key
+        )
         action = body.get("action") if isinstance(body, dict) else None
         if not isinstance(action, dict):
             raise SetupProblem(key, f"{self.where}: GET /schema has no 'action' schema")
