@@ -135,6 +135,26 @@ def rollgym_serve(config: dict[str, Any], folder: Path) -> Iterator[dict[str, st
         log.close()
 
 
+def reward_below(limit: int) -> Any:
+    """A reward TRL computes itself (in place of the environment's): the share of the tokens
+    the model generated whose id is below ``limit``. A random tiny model already scores
+    differently on each sample, so every group has an advantage to learn from, and it learns
+    it in a few dozen steps (bench/closed_loop.py)."""
+
+    def reward(
+        *, completion_ids: list[list[int]], env_mask: list[list[int]] | None = None, **_: Any
+    ) -> list[float]:
+        masks = env_mask or [[1] * len(ids) for ids in completion_ids]
+        scores = []
+        for ids, mask in zip(completion_ids, masks, strict=True):
+            generated = [i for i, m in zip(ids, mask, strict=True) if m]
+            scores.append(sum(i < limit for i in generated) / max(len(generated), 1))
+        return scores
+
+    reward.__name__ = f"ids_below_{limit}"
+    return reward
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="the model the trainer trains (HF dir)")
@@ -152,6 +172,20 @@ def main(argv: list[str] | None = None) -> int:
         "--weights-dir",
         type=Path,
         help="save the weights here after each step and have the model servers load them",
+    )
+    parser.add_argument(
+        "--probe-ids",
+        type=lambda text: [int(i) for i in text.split(",")],
+        help="comma-separated token ids: after each step check the engine's log-probabilities "
+        "of them against the trainer's",
+    )
+    parser.add_argument(
+        "--probe-bound", type=float, default=0.05, help="largest probe gap not warned about"
+    )
+    parser.add_argument(
+        "--reward-below",
+        type=int,
+        help="train on the share of generated token ids below this (not the environment's)",
     )
     args = parser.parse_args(argv)
 
@@ -179,7 +213,13 @@ def main(argv: list[str] | None = None) -> int:
             concurrency=args.tasks_per_step * args.generations,
             timeout_s=300,
         )
-        rollouts = RollgymRollouts(collector, output_dir=out, weights_dir=args.weights_dir)
+        rollouts = RollgymRollouts(
+            collector,
+            output_dir=out,
+            weights_dir=args.weights_dir,
+            probe_token_ids=args.probe_ids,
+            probe_bound=args.probe_bound,
+        )
         training = GRPOConfig(
             output_dir=str(out / "trainer"),
             max_steps=args.steps,
@@ -197,7 +237,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         trainer = GRPOTrainer(
             model=args.model,
-            reward_funcs=[environment_reward],
+            reward_funcs=[
+                environment_reward if args.reward_below is None else reward_below(args.reward_below)
+            ],
             args=training,
             train_dataset=Dataset.from_list(prompts_of(task_rows())),
             rollout_func=rollouts,
@@ -205,18 +247,20 @@ def main(argv: list[str] | None = None) -> int:
         )
         with rollouts:
             trainer.train()
-    losses = {e["step"]: e.get("loss") for e in trainer.state.log_history if "loss" in e}
+    logged = {e["step"]: e for e in trainer.state.log_history if "loss" in e}
     with (out / "steps.jsonl").open("w", encoding="utf-8") as steps:
         for batch in rollouts.batches:
-            record = {**batch.as_dict(), "loss": losses.get(batch.step + 1)}
+            entry = logged.get(batch.step + 1, {})
+            record = {**batch.as_dict(), "loss": entry.get("loss"), "reward": entry.get("reward")}
             steps.write(json.dumps(record) + "\n")
     for batch in rollouts.batches:
         rewards = [r for r in batch.rewards if r is not None]
         mean = sum(rewards) / len(rewards) if rewards else float("nan")
         versions = sorted({str(v) for calls in batch.policy_versions for v in calls})
+        probe = "" if batch.probe is None else f", probe gap {batch.probe.max_abs_diff}"
         print(f"step {batch.step}: {len(batch.rewards)} samples, reward {mean:.3f}, "
               f"versions {','.join(versions)}, failures {batch.failures}, "
-              f"model/env tokens {sum(batch.model_tokens)}/{sum(batch.env_tokens)}")  # fmt: skip
+              f"model/env tokens {sum(batch.model_tokens)}/{sum(batch.env_tokens)}{probe}")  # fmt: skip
     return 0
 
 

@@ -9,6 +9,12 @@ CPU build serving the very model the trainer trains. Each checks that every samp
 ``k`` ran every model call under policy version ``k``, that what TRL trained on is the
 recorded trajectories (the tokens it trained on are the model's own, the tool output masked),
 that TRL logged a loss per step, and that ``rollgym traces check --data`` certifies the run.
+
+On vLLM the loop is closed: vLLM runs in float32 with its dev-mode routes, the trainer saves
+its weights after every step and vLLM reloads them, and after each reload the engine's
+log-probabilities of a fixed probe equal the ones the trainer's own model computes within
+:data:`TOLERANCE`. The same run with the reload left out must see the probe fail: the check
+is what catches an engine serving other weights than the trainer holds.
 """
 
 from __future__ import annotations
@@ -35,6 +41,15 @@ TRL_INSTALLED = VENV / f"rollgym-trl-{TRL_VERSION}.ok"  # written by scripts/tes
 STEPS = 5
 #: The simulated model's ids are hashes below this (builtins/models/toy_tokenizer.py).
 TOY_VOCAB = 50_000
+#: A fixed probe of the tiny model's vocabulary (test_vllm_weight_reload.py's).
+PROBE_IDS = [1, 40, 41, 100, 200, 300, 400, 440, 42, 7]
+#: vLLM's float32 CPU kernels against the trainer's float32 forward pass on the same weights
+#: (measured gaps below 1e-5); one optimizer step at LEARNING_RATE moves them by far more.
+TOLERANCE = 1e-3
+LEARNING_RATE = "1e-3"
+#: The trainer's reward: the share of generated ids below this. A random model scores
+#: differently on each sample, so every step has advantages and the weights really move.
+REWARD_BELOW = "300"
 
 if not TRL_INSTALLED.exists():
     pytest.skip(
@@ -142,11 +157,13 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTHON"))},
         "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_SERVER_DEV_MODE": "1",  # /collective_rpc reload_weights: the trainer's weights
     }
     command = [
         str(PYTHON), "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(model), "--served-model-name", "tiny",
         "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048",
+        "--dtype", "float32",  # the trainer's dtype: the probe can be held to TOLERANCE
         "--enable-request-id-headers", "--enforce-eager",
         "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
     ]  # fmt: skip
@@ -165,11 +182,49 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
         yield url, model
 
 
+def train_on_vllm(url: str, model: Path, out: Path, *extra: str) -> list[dict[str, Any]]:
+    return train(
+        model, out, "--engine", url, "--served-model-name", "tiny", "--max-tokens", "8",
+        "--probe-ids", ",".join(map(str, PROBE_IDS)), "--probe-bound", str(TOLERANCE),
+        "--learning-rate", LEARNING_RATE, "--reward-below", REWARD_BELOW, *extra,
+    )  # fmt: skip
+
+
+def probe_gaps(steps: list[dict[str, Any]]) -> dict[int, float]:
+    """The probe's largest gap at each step's version (every step was checked)."""
+    gaps = {}
+    for step in steps:
+        probe = step["probe"]
+        assert probe is not None and probe["version"] == step["step"], step
+        assert probe["error"] is None, probe
+        gaps[step["step"]] = probe["max_abs_diff"]
+    return gaps
+
+
+def test_the_probe_catches_an_engine_that_did_not_reload(
+    engine: tuple[str, Path], tmp_path: Path
+) -> None:
+    """The trainer steps, vLLM keeps its first weights: from version 1 on, the probe's gap is
+    far over the tolerance (this is the check failing when the reload does not happen)."""
+    url, model = engine
+    steps = train_on_vllm(url, model, tmp_path / "run")
+    gaps = probe_gaps(steps)
+    print(f"\nprobe gaps without reload (max abs, per version): {gaps}")
+    assert all(gaps[v] > 10 * TOLERANCE for v in range(1, STEPS)), gaps
+
+
 def test_grpo_trains_on_vllm_rollouts(engine: tuple[str, Path], tmp_path: Path) -> None:
     url, model = engine
     out = tmp_path / "run"
-    steps = train(model, out, "--engine", url, "--served-model-name", "tiny", "--max-tokens", "8")
+    weights = tmp_path / "weights"
+    steps = train_on_vllm(url, model, out, "--weights-dir", str(weights))
     recorded = check_run(steps, out)
+    # vLLM reloaded the trainer's weights after every step: its log-probabilities of the
+    # probe are the trainer's own, version by version
+    gaps = probe_gaps(steps)
+    print(f"\nprobe gaps after reload (max abs, per version): {gaps}")
+    assert all(gap <= TOLERANCE for gap in gaps.values()), gaps
+    assert sorted(p.name for p in weights.iterdir()) == [f"step-{STEPS}"]
     # the ids are vLLM's, of the trainer's own vocabulary, not the simulated model's hashes
     vocab = orjson.loads((model / "config.json").read_bytes())["vocab_size"]
     turns = [t for r in recorded.values() for t in r["trajectory"]["turns"] if t["type"] == "model"]
