@@ -3,11 +3,14 @@ keychain episodes, each step's samples stamped with that step's policy version.
 
 Run it with a Python that has rollgym and TRL (``pip install 'rollgym[trl]'``):
 
-    # an engine serving the model the trainer trains (the same weights and tokenizer):
-    vllm serve MODEL_DIR --served-model-name policy-model --enable-auto-tool-choice \\
-        --tool-call-parser hermes --port 8000
+    # an engine serving the model the trainer trains (the same weights and tokenizer),
+    # reloading the trainer's weights after every step and checked against them:
+    VLLM_SERVER_DEV_MODE=1 vllm serve MODEL_DIR --served-model-name policy-model \\
+        --dtype float32 --enable-auto-tool-choice --tool-call-parser hermes --port 8000
     python examples/trl_grpo.py --model MODEL_DIR --engine http://127.0.0.1:8000 \\
-        --served-model-name policy-model --steps 50 --output-dir runs/trl
+        --served-model-name policy-model --steps 50 --output-dir runs/trl \\
+        --weights-dir runs/trl/weights --probe-ids 1,40,41,100,200 --probe-bound 1e-3 \\
+        --sample-gaps
 
     # without an engine: rollgym's simulated model answers token ids of its own toy
     # tokenizer (ids below 50,000), so the trained model needs a vocabulary that large
@@ -135,24 +138,31 @@ def rollgym_serve(config: dict[str, Any], folder: Path) -> Iterator[dict[str, st
         log.close()
 
 
-def reward_below(limit: int) -> Any:
-    """A reward TRL computes itself (in place of the environment's): the share of the tokens
-    the model generated whose id is below ``limit``. A random tiny model already scores
-    differently on each sample, so every group has an advantage to learn from, and it learns
-    it in a few dozen steps (bench/closed_loop.py)."""
+def reward_ids(low: int, high: int) -> Any:
+    """A reward TRL computes itself (in place of the environment's): the share of the
+    completion's ids in ``[low, high)`` (for a single-turn agent, all of them the model's).
+    A random tiny model already scores differently on each sample, so every group has an
+    advantage to learn from, and it learns it in a few dozen steps (bench/closed_loop.py).
+    Pick ids that decode to no digit: the arithmetic environment still grades each answer."""
 
     def reward(
-        *, completion_ids: list[list[int]], env_mask: list[list[int]] | None = None, **_: Any
-    ) -> list[float]:
-        masks = env_mask or [[1] * len(ids) for ids in completion_ids]
-        scores = []
-        for ids, mask in zip(completion_ids, masks, strict=True):
-            generated = [i for i, m in zip(ids, mask, strict=True) if m]
-            scores.append(sum(i < limit for i in generated) / max(len(generated), 1))
+        *, completion_ids: list[list[int]], error_kind: list[str | None] | None = None, **_: Any
+    ) -> list[float | None]:
+        failed = error_kind or [None] * len(completion_ids)
+        scores: list[float | None] = []
+        for ids, error in zip(completion_ids, failed, strict=True):
+            # a failed (or stale) rollout's row holds one filler id: no reward, no advantage
+            hits = sum(low <= i < high for i in ids)
+            scores.append(None if error else hits / max(len(ids), 1))
         return scores
 
-    reward.__name__ = f"ids_below_{limit}"
+    reward.__name__ = f"ids_in_{low}_{high}"
     return reward
+
+
+def _id_range(text: str) -> tuple[int, int]:
+    low, _, high = text.partition(":")
+    return int(low), int(high)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -183,9 +193,15 @@ def main(argv: list[str] | None = None) -> int:
         "--probe-bound", type=float, default=0.05, help="largest probe gap not warned about"
     )
     parser.add_argument(
-        "--reward-below",
-        type=int,
-        help="train on the share of generated token ids below this (not the environment's)",
+        "--reward-ids",
+        type=_id_range,
+        metavar="LOW:HIGH",
+        help="train on the share of generated token ids in [LOW, HIGH) (not the environment's)",
+    )
+    parser.add_argument(
+        "--sample-gaps",
+        action="store_true",
+        help="per step, compare the engine's logprobs of the samples with the trainer's",
     )
     args = parser.parse_args(argv)
 
@@ -219,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
             weights_dir=args.weights_dir,
             probe_token_ids=args.probe_ids,
             probe_bound=args.probe_bound,
+            sample_gaps=args.sample_gaps,
         )
         training = GRPOConfig(
             output_dir=str(out / "trainer"),
@@ -238,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         trainer = GRPOTrainer(
             model=args.model,
             reward_funcs=[
-                environment_reward if args.reward_below is None else reward_below(args.reward_below)
+                environment_reward if args.reward_ids is None else reward_ids(*args.reward_ids)
             ],
             args=training,
             train_dataset=Dataset.from_list(prompts_of(task_rows())),
@@ -258,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         mean = sum(rewards) / len(rewards) if rewards else float("nan")
         versions = sorted({str(v) for calls in batch.policy_versions for v in calls})
         probe = "" if batch.probe is None else f", probe gap {batch.probe.max_abs_diff}"
+        if batch.sample_gap is not None:
+            probe += f", sample gap {batch.sample_gap.max_abs_diff}"
         print(f"step {batch.step}: {len(batch.rewards)} samples, reward {mean:.3f}, "
               f"versions {','.join(versions)}, failures {batch.failures}, "
               f"model/env tokens {sum(batch.model_tokens)}/{sum(batch.env_tokens)}{probe}")  # fmt: skip

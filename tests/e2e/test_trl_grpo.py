@@ -47,9 +47,9 @@ PROBE_IDS = [1, 40, 41, 100, 200, 300, 400, 440, 42, 7]
 #: (measured gaps below 1e-5); one optimizer step at LEARNING_RATE moves them by far more.
 TOLERANCE = 1e-3
 LEARNING_RATE = "1e-3"
-#: The trainer's reward: the share of generated ids below this. A random model scores
-#: differently on each sample, so every step has advantages and the weights really move.
-REWARD_BELOW = "300"
+#: The trainer's reward: the share of generated ids in this range (no digit among them). A
+#: random model scores differently on each sample: every step has advantages, weights move.
+REWARD_IDS = "30:100"
 
 if not TRL_INSTALLED.exists():
     pytest.skip(
@@ -186,7 +186,7 @@ def train_on_vllm(url: str, model: Path, out: Path, *extra: str) -> list[dict[st
     return train(
         model, out, "--engine", url, "--served-model-name", "tiny", "--max-tokens", "8",
         "--probe-ids", ",".join(map(str, PROBE_IDS)), "--probe-bound", str(TOLERANCE),
-        "--learning-rate", LEARNING_RATE, "--reward-below", REWARD_BELOW, *extra,
+        "--learning-rate", LEARNING_RATE, "--reward-ids", REWARD_IDS, *extra,
     )  # fmt: skip
 
 
@@ -217,13 +217,19 @@ def test_grpo_trains_on_vllm_rollouts(engine: tuple[str, Path], tmp_path: Path) 
     url, model = engine
     out = tmp_path / "run"
     weights = tmp_path / "weights"
-    steps = train_on_vllm(url, model, out, "--weights-dir", str(weights))
+    steps = train_on_vllm(url, model, out, "--weights-dir", str(weights), "--sample-gaps")
     recorded = check_run(steps, out)
     # vLLM reloaded the trainer's weights after every step: its log-probabilities of the
     # probe are the trainer's own, version by version
     gaps = probe_gaps(steps)
     print(f"\nprobe gaps after reload (max abs, per version): {gaps}")
     assert all(gap <= TOLERANCE for gap in gaps.values()), gaps
+    # and the samples' own log-probabilities, the engine's against the trainer's, per version
+    samples = {s["step"]: s["sample_gap"] for s in steps}
+    print(f"sample logprob gaps (per version): {samples}")
+    for step, gap in samples.items():
+        assert gap is not None and gap["version"] == step and gap["samples"] == 4, gap
+        assert gap["max_abs_diff"] <= TOLERANCE, gap
     assert sorted(p.name for p in weights.iterdir()) == [f"step-{STEPS}"]
     # the ids are vLLM's, of the trainer's own vocabulary, not the simulated model's hashes
     vocab = orjson.loads((model / "config.json").read_bytes())["vocab_size"]

@@ -4,9 +4,15 @@ TRL calls its ``rollout_func`` and waits for it, so collected on demand the engi
 the trainer computes its step, and the trainer idles while the engine generates. Here the
 Collector runs on its loop thread over an endless stream of rows, ahead of the trainer: whole
 groups wait in a queue of one batch (``depth`` groups) while the rollouts of the next are in
-flight, and each ``rollout_func`` call takes the groups that are ready. The Collector's
-``max_staleness`` bounds how old a sample may be when it is handed over; a group that waited
-in the queue past a version swap is checked again when it is taken (:func:`too_old`).
+flight, and each ``rollout_func`` call takes the groups that are ready.
+
+How far ahead is held by credit, not by timing: the rows reach the Collector only as each
+``take`` grants them, one batch for the call itself (the first time) and one batch for the
+next call. So the rows a call takes were dispatched at most one version before it (the
+version the call before it set), whatever the speed of either side: with ``max_staleness``
+1, no sample is dropped in steady state. The Collector's ``max_staleness`` bounds how old a
+sample is when it is handed over; a group that still waited past another swap is checked
+again when it is taken (:func:`too_old`).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from rollgym.driver.outcomes import Outcome, RolloutResult
@@ -34,12 +40,12 @@ class GroupsAhead:
         rows: Iterable[Mapping[str, object]],
         *,
         size: int,
-        depth: int,
     ) -> None:
         self._collector = collector
         self._rows = _numbered(rows)
         self._size = size
-        self._queue: asyncio.Queue[list[Outcome] | None] = asyncio.Queue(maxsize=max(depth, 1))
+        self._queue: asyncio.Queue[list[Outcome] | None] = asyncio.Queue()
+        self._credit = asyncio.Semaphore(0)  # rows the Collector may start
         self._task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
 
@@ -54,15 +60,25 @@ class GroupsAhead:
 
     async def _run(self) -> None:
         try:
-            async for group in self._collector.groups(self._rows, size=self._size):
+            async for group in self._collector.groups(self._granted(), size=self._size):
                 await self._queue.put(group)
         except Exception as exc:  # handed to the trainer by take()
             self._error = exc
         await self._queue.put(_END)
 
+    async def _granted(self) -> AsyncIterator[dict[str, object]]:
+        """The rows, each only once a ``take`` has granted it."""
+        for row in self._rows:
+            await self._credit.acquire()
+            yield row
+
     async def take(self, count: int) -> list[list[Outcome]]:
-        """The next ``count`` whole groups, waiting for those not yet done."""
-        self.start()
+        """The next ``count`` whole groups, waiting for those not yet done; grants the rows
+        of the next batch (``count`` more) before it waits."""
+        if self._task is None:
+            self._grant(count)  # this batch's rows: nothing was collected ahead yet
+            self.start()
+        self._grant(count)
         groups = []
         for _ in range(count):
             group = await self._queue.get()
@@ -72,6 +88,10 @@ class GroupsAhead:
                 raise RuntimeError(f"rollgym's background collection ended{why}")
             groups.append(group)
         return groups
+
+    def _grant(self, count: int) -> None:
+        for _ in range(count):
+            self._credit.release()
 
     async def close(self) -> None:
         """Stop collecting: rollouts in flight are cancelled with the stream."""

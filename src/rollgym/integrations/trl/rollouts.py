@@ -34,7 +34,7 @@ from rollgym.driver.weight_probe import DEFAULT_BOUND, Probe, ProbeGap
 from rollgym.integrations.loop_thread import LoopThread
 from rollgym.integrations.trl.ahead import GroupsAhead, too_old
 from rollgym.integrations.trl.callback import TrainedModel, TrainerState, version_callback
-from rollgym.integrations.trl.probe import trainer_logprobs
+from rollgym.integrations.trl.probe import SampleGap, sample_gap, trainer_logprobs
 from rollgym.integrations.trl.samples import Columns
 from rollgym.policy_versions import PolicyVersion
 
@@ -87,6 +87,9 @@ class Batch:
     env_tokens: list[int]
     #: The weight probe's gap at this step's version (None: no probe was given).
     probe: ProbeGap | None = None
+    #: The train/inference log-probability gap of this batch's samples made at ``step``
+    #: (None: not asked for, ``sample_gaps=False``, or no such sample).
+    sample_gap: SampleGap | None = None
 
     def as_dict(self) -> dict[str, object]:
         probe = self.probe
@@ -107,6 +110,7 @@ class Batch:
                 "bound": probe.bound,
                 "error": probe.error,
             },
+            "sample_gap": None if self.sample_gap is None else self.sample_gap.as_dict(),
         }
 
 
@@ -129,6 +133,9 @@ class RollgymRollouts:
     to collect from in the background, one batch ahead of the trainer, so generation and
     training overlap (:mod:`.ahead`; bounded by the Collector's ``max_staleness``, 1 is the
     usual): the dataset's prompts then only count how many groups a batch takes.
+    ``sample_gaps``: per batch, the trainer's model also scores the samples made under the
+    weights it holds and compares its log-probabilities with the engine's (:class:`Batch`'s
+    ``sample_gap``; one extra forward pass of the batch, no gradients).
     """
 
     def __init__(
@@ -140,6 +147,7 @@ class RollgymRollouts:
         probe_token_ids: Sequence[int] | None = None,
         probe_bound: float = DEFAULT_BOUND,
         ahead: Iterable[Mapping[str, object]] | None = None,
+        sample_gaps: bool = False,
         timeout_s: float | None = None,
     ) -> None:
         if probe_token_ids is not None:  # refused here, before a trainer starts
@@ -149,6 +157,7 @@ class RollgymRollouts:
         self._probe_bound = probe_bound
         self._ahead_rows = ahead
         self._ahead: GroupsAhead | None = None
+        self._sample_gaps = sample_gaps
         self._output_dir = None if output_dir is None else Path(output_dir)
         self._weights_dir = None if weights_dir is None else Path(weights_dir)
         self._timeout_s = timeout_s
@@ -224,6 +233,7 @@ class RollgymRollouts:
                 model_tokens=[sum(mask) for mask in columns.env_mask],
                 env_tokens=[len(mask) - sum(mask) for mask in columns.env_mask],
                 probe=self._gap_of(step),
+                sample_gap=sample_gap(trainer.model, step, columns) if self._sample_gaps else None,
             )
         )
         return columns.as_dict()
@@ -236,8 +246,7 @@ class RollgymRollouts:
             )
         if self._ahead is None:
             assert self._ahead_rows is not None
-            count = prompts // size
-            self._ahead = GroupsAhead(self._collector, self._ahead_rows, size=size, depth=count)
+            self._ahead = GroupsAhead(self._collector, self._ahead_rows, size=size)
         groups = await self._ahead.take(prompts // size)
         for group in groups:
             for outcome in group:
