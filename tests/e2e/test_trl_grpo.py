@@ -115,6 +115,12 @@ def check_run(steps: list[dict[str, Any]], out: Path) -> dict[str, dict[str, Any
             assert model_tokens == sum(len(t["completion_ids"]) for t in turns), rollout_id
             assert all(t["policy_version"] == step["step"] for t in turns)
             assert reward == record["reward"]
+    certify(out)
+    return recorded
+
+
+def certify(out: Path) -> None:
+    """``rollgym traces check OUT --data`` passes on every rollout of the run."""
     checked = subprocess.run(
         [sys.executable, "-m", "rollgym", "traces", "check", str(out), "--data"],
         capture_output=True,
@@ -125,7 +131,6 @@ def check_run(steps: list[dict[str, Any]], out: Path) -> dict[str, dict[str, Any
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert f"0 violations: {4 * STEPS} rollouts certified" in checked.stdout
     assert "policy versions required on every call" in checked.stdout
-    return recorded
 
 
 def test_grpo_trains_on_simulated_multi_turn_tool_rollouts(tmp_path: Path) -> None:
@@ -144,6 +149,28 @@ def test_grpo_trains_on_simulated_multi_turn_tool_rollouts(tmp_path: Path) -> No
         t for r in recorded.values() for t in r["trajectory"]["turns"] if t["type"] == "tool"
     ]
     assert tool_turns
+
+
+def test_grpo_collects_one_batch_ahead(tmp_path: Path) -> None:
+    """``--ahead``: each batch is collected while the trainer computes the step before, so its
+    samples ran under that step's version or the one before, never older (max_staleness 1),
+    and none had to be dropped."""
+    model = tiny_model(tmp_path, TOY_VOCAB)
+    out = tmp_path / "run"
+    steps = train(model, out, "--max-tokens", "64", "--ahead")
+    assert [step["step"] for step in steps] == list(range(STEPS))
+    lags = [s["step"] - v for s in steps for calls in s["policy_versions"] for v in calls]
+    assert len({tuple(calls) for s in steps for calls in s["policy_versions"]}) > 1
+    assert lags and all(0 <= lag <= 1 for lag in lags), lags
+    assert 1 in lags  # collected ahead: made under the version before the step's
+    assert all(step["failures"] == 0 and step["loss"] is not None for step in steps), steps
+    recorded = trajectories(out)
+    for step in steps:
+        for rollout_id in step["rollout_ids"]:
+            turns = recorded[rollout_id]["trajectory"]["turns"]
+            versions = [t["policy_version"] for t in turns if t["type"] == "model"]
+            assert versions and all(step["step"] - 1 <= v <= step["step"] for v in versions)
+    certify(out)
 
 
 @pytest.fixture(scope="module")
