@@ -9,6 +9,12 @@ CPU build serving the very model the trainer trains. Each checks that every samp
 ``k`` ran every model call under policy version ``k``, that what TRL trained on is the
 recorded trajectories (the tokens it trained on are the model's own, the tool output masked),
 that TRL logged a loss per step, and that ``rollgym traces check --data`` certifies the run.
+
+On vLLM the loop is closed: vLLM runs in float32 with its dev-mode routes, the trainer saves
+its weights after every step and vLLM reloads them, and after each reload the engine's
+log-probabilities of a fixed probe equal the ones the trainer's own model computes within
+:data:`TOLERANCE`. The same run with the reload left out must see the probe fail: the check
+is what catches an engine serving other weights than the trainer holds.
 """
 
 from __future__ import annotations
@@ -35,6 +41,15 @@ TRL_INSTALLED = VENV / f"rollgym-trl-{TRL_VERSION}.ok"  # written by scripts/tes
 STEPS = 5
 #: The simulated model's ids are hashes below this (builtins/models/toy_tokenizer.py).
 TOY_VOCAB = 50_000
+#: A fixed probe of the tiny model's vocabulary (test_vllm_weight_reload.py's).
+PROBE_IDS = [1, 40, 41, 100, 200, 300, 400, 440, 42, 7]
+#: vLLM's float32 CPU kernels against the trainer's float32 forward pass on the same weights
+#: (measured gaps below 1e-5); one optimizer step at LEARNING_RATE moves them by far more.
+TOLERANCE = 1e-3
+LEARNING_RATE = "1e-3"
+#: The trainer's reward: the share of generated ids in this range (no digit among them). A
+#: random model scores differently on each sample: every step has advantages, weights move.
+REWARD_IDS = "30:100"
 
 if not TRL_INSTALLED.exists():
     pytest.skip(
@@ -100,6 +115,12 @@ def check_run(steps: list[dict[str, Any]], out: Path) -> dict[str, dict[str, Any
             assert model_tokens == sum(len(t["completion_ids"]) for t in turns), rollout_id
             assert all(t["policy_version"] == step["step"] for t in turns)
             assert reward == record["reward"]
+    certify(out)
+    return recorded
+
+
+def certify(out: Path) -> None:
+    """``rollgym traces check OUT --data`` passes on every rollout of the run."""
     checked = subprocess.run(
         [sys.executable, "-m", "rollgym", "traces", "check", str(out), "--data"],
         capture_output=True,
@@ -110,7 +131,6 @@ def check_run(steps: list[dict[str, Any]], out: Path) -> dict[str, dict[str, Any
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert f"0 violations: {4 * STEPS} rollouts certified" in checked.stdout
     assert "policy versions required on every call" in checked.stdout
-    return recorded
 
 
 def test_grpo_trains_on_simulated_multi_turn_tool_rollouts(tmp_path: Path) -> None:
@@ -131,6 +151,28 @@ def test_grpo_trains_on_simulated_multi_turn_tool_rollouts(tmp_path: Path) -> No
     assert tool_turns
 
 
+def test_grpo_collects_one_batch_ahead(tmp_path: Path) -> None:
+    """``--ahead``: each batch is collected while the trainer computes the step before, so its
+    samples ran under that step's version or the one before, never older (max_staleness 1),
+    and none had to be dropped."""
+    model = tiny_model(tmp_path, TOY_VOCAB)
+    out = tmp_path / "run"
+    steps = train(model, out, "--max-tokens", "64", "--ahead")
+    assert [step["step"] for step in steps] == list(range(STEPS))
+    lags = [s["step"] - v for s in steps for calls in s["policy_versions"] for v in calls]
+    assert len({tuple(calls) for s in steps for calls in s["policy_versions"]}) > 1
+    assert lags and all(0 <= lag <= 1 for lag in lags), lags
+    assert 1 in lags  # collected ahead: made under the version before the step's
+    assert all(step["failures"] == 0 and step["loss"] is not None for step in steps), steps
+    recorded = trajectories(out)
+    for step in steps:
+        for rollout_id in step["rollout_ids"]:
+            turns = recorded[rollout_id]["trajectory"]["turns"]
+            versions = [t["policy_version"] for t in turns if t["type"] == "model"]
+            assert versions and all(step["step"] - 1 <= v <= step["step"] for v in versions)
+    certify(out)
+
+
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """vLLM's OpenAI server serving the tiny model the trainer trains: its URL and the model."""
@@ -142,11 +184,13 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTHON"))},
         "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_SERVER_DEV_MODE": "1",  # /collective_rpc reload_weights: the trainer's weights
     }
     command = [
         str(PYTHON), "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(model), "--served-model-name", "tiny",
         "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048",
+        "--dtype", "float32",  # the trainer's dtype: the probe can be held to TOLERANCE
         "--enable-request-id-headers", "--enforce-eager",
         "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
     ]  # fmt: skip
@@ -165,11 +209,55 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
         yield url, model
 
 
+def train_on_vllm(url: str, model: Path, out: Path, *extra: str) -> list[dict[str, Any]]:
+    return train(
+        model, out, "--engine", url, "--served-model-name", "tiny", "--max-tokens", "8",
+        "--probe-ids", ",".join(map(str, PROBE_IDS)), "--probe-bound", str(TOLERANCE),
+        "--learning-rate", LEARNING_RATE, "--reward-ids", REWARD_IDS, *extra,
+    )  # fmt: skip
+
+
+def probe_gaps(steps: list[dict[str, Any]]) -> dict[int, float]:
+    """The probe's largest gap at each step's version (every step was checked)."""
+    gaps = {}
+    for step in steps:
+        probe = step["probe"]
+        assert probe is not None and probe["version"] == step["step"], step
+        assert probe["error"] is None, probe
+        gaps[step["step"]] = probe["max_abs_diff"]
+    return gaps
+
+
+def test_the_probe_catches_an_engine_that_did_not_reload(
+    engine: tuple[str, Path], tmp_path: Path
+) -> None:
+    """The trainer steps, vLLM keeps its first weights: from version 1 on, the probe's gap is
+    far over the tolerance (this is the check failing when the reload does not happen)."""
+    url, model = engine
+    steps = train_on_vllm(url, model, tmp_path / "run")
+    gaps = probe_gaps(steps)
+    print(f"\nprobe gaps without reload (max abs, per version): {gaps}")
+    assert all(gaps[v] > 10 * TOLERANCE for v in range(1, STEPS)), gaps
+
+
 def test_grpo_trains_on_vllm_rollouts(engine: tuple[str, Path], tmp_path: Path) -> None:
     url, model = engine
     out = tmp_path / "run"
-    steps = train(model, out, "--engine", url, "--served-model-name", "tiny", "--max-tokens", "8")
+    weights = tmp_path / "weights"
+    steps = train_on_vllm(url, model, out, "--weights-dir", str(weights), "--sample-gaps")
     recorded = check_run(steps, out)
+    # vLLM reloaded the trainer's weights after every step: its log-probabilities of the
+    # probe are the trainer's own, version by version
+    gaps = probe_gaps(steps)
+    print(f"\nprobe gaps after reload (max abs, per version): {gaps}")
+    assert all(gap <= TOLERANCE for gap in gaps.values()), gaps
+    # and the samples' own log-probabilities, the engine's against the trainer's, per version
+    samples = {s["step"]: s["sample_gap"] for s in steps}
+    print(f"sample logprob gaps (per version): {samples}")
+    for step, gap in samples.items():
+        assert gap is not None and gap["version"] == step and gap["samples"] == 4, gap
+        assert gap["max_abs_diff"] <= TOLERANCE, gap
+    assert sorted(p.name for p in weights.iterdir()) == [f"step-{STEPS}"]
     # the ids are vLLM's, of the trainer's own vocabulary, not the simulated model's hashes
     vocab = orjson.loads((model / "config.json").read_bytes())["vocab_size"]
     turns = [t for r in recorded.values() for t in r["trajectory"]["turns"] if t["type"] == "model"]

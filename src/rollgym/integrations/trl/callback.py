@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from rollgym.integrations.trl.probe import ForwardModel
+
 
 class TrainerState(Protocol):
     """The part of ``transformers.TrainerState`` read here."""
@@ -24,7 +26,11 @@ class SavesWeights(Protocol):
     def save_pretrained(self, save_directory: str) -> object: ...
 
 
-def version_callback(push: Callable[[int, SavesWeights | None], None]) -> object:
+class TrainedModel(SavesWeights, ForwardModel, Protocol):
+    """The model TRL trains: it saves its weights and computes the probe's log-probabilities."""
+
+
+def version_callback(push: Callable[[int, TrainedModel | None], None]) -> object:
     """A callback whose ``on_step_end`` (after each optimizer step; ``state.global_step`` is
     the new step) calls ``push(step, model)``."""
     from transformers import TrainerCallback
@@ -35,7 +41,7 @@ def version_callback(push: Callable[[int, SavesWeights | None], None]) -> object
             args: object,
             state: TrainerState,
             control: object,
-            model: SavesWeights | None = None,
+            model: TrainedModel | None = None,
             **kwargs: object,
         ) -> None:
             push(state.global_step, model)

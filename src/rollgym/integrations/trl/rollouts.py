@@ -18,6 +18,7 @@ new version on every model call, so step ``k``'s samples carry version ``k``.
 
 from __future__ import annotations
 
+import math
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,18 +30,16 @@ import orjson
 
 from rollgym.driver.outcomes import Outcome, RolloutFailure
 from rollgym.driver.output import OutcomeWriter
+from rollgym.driver.weight_probe import DEFAULT_BOUND, Probe, ProbeGap
 from rollgym.integrations.loop_thread import LoopThread
-from rollgym.integrations.trl.callback import SavesWeights, TrainerState, version_callback
+from rollgym.integrations.trl.ahead import GroupsAhead, too_old
+from rollgym.integrations.trl.callback import TrainedModel, TrainerState, version_callback
+from rollgym.integrations.trl.probe import SampleGap, sample_gap, trainer_logprobs
 from rollgym.integrations.trl.samples import Columns
 from rollgym.policy_versions import PolicyVersion
 
 if TYPE_CHECKING:
     from rollgym.driver.collector import Collector
-
-
-class TrainedModel(SavesWeights, Protocol):
-    @property
-    def training(self) -> bool: ...
 
 
 class GrpoTrainer(Protocol):
@@ -86,8 +85,14 @@ class Batch:
     failures: int
     model_tokens: list[int]
     env_tokens: list[int]
+    #: The weight probe's gap at this step's version (None: no probe was given).
+    probe: ProbeGap | None = None
+    #: The train/inference log-probability gap of this batch's samples made at ``step``
+    #: (None: not asked for, ``sample_gaps=False``, or no such sample).
+    sample_gap: SampleGap | None = None
 
     def as_dict(self) -> dict[str, object]:
+        probe = self.probe
         return {
             "step": self.step,
             "rollout_ids": self.rollout_ids,
@@ -96,6 +101,16 @@ class Batch:
             "failures": self.failures,
             "model_tokens": self.model_tokens,
             "env_tokens": self.env_tokens,
+            "probe": None
+            if probe is None
+            else {
+                "version": probe.version,
+                "mean_abs_diff": probe.mean_abs_diff,
+                "max_abs_diff": probe.max_abs_diff,
+                "bound": probe.bound,
+                "error": probe.error,
+            },
+            "sample_gap": None if self.sample_gap is None else self.sample_gap.as_dict(),
         }
 
 
@@ -109,8 +124,18 @@ class RollgymRollouts:
     (``rollouts.jsonl``, ``trajectories.jsonl``, ``failures.jsonl``), so ``rollgym traces check
     DIR --data`` certifies what the trainer learned from. ``weights_dir``: after each optimizer
     step the model is saved to ``weights_dir/step-<k>`` and the model servers load it with
-    version ``k`` (the previous step's folder is then removed). ``timeout_s``: the longest one
-    generation batch may take (None: no limit).
+    version ``k`` (the previous step's folder is then removed). ``probe_token_ids``: a fixed
+    token sequence; at each new version the trainer's model computes its log-probabilities of
+    it (no gradients) and every model server's engine is checked against them
+    (``Probe(..., bound=probe_bound)``; the gaps are :attr:`probe_gaps` and each
+    :class:`Batch`'s ``probe``). ``timeout_s``: the longest one generation batch may take
+    (None: no limit). ``ahead``: an endless iterable of rollgym rows (``itertools.cycle(rows)``)
+    to collect from in the background, one batch ahead of the trainer, so generation and
+    training overlap (:mod:`.ahead`; bounded by the Collector's ``max_staleness``, 1 is the
+    usual): the dataset's prompts then only count how many groups a batch takes.
+    ``sample_gaps``: per batch, the trainer's model also scores the samples made under the
+    weights it holds and compares its log-probabilities with the engine's (:class:`Batch`'s
+    ``sample_gap``; one extra forward pass of the batch, no gradients).
     """
 
     def __init__(
@@ -119,9 +144,20 @@ class RollgymRollouts:
         *,
         output_dir: str | Path | None = None,
         weights_dir: str | Path | None = None,
+        probe_token_ids: Sequence[int] | None = None,
+        probe_bound: float = DEFAULT_BOUND,
+        ahead: Iterable[Mapping[str, object]] | None = None,
+        sample_gaps: bool = False,
         timeout_s: float | None = None,
     ) -> None:
+        if probe_token_ids is not None:  # refused here, before a trainer starts
+            Probe(list(probe_token_ids), [0.0] * (len(probe_token_ids) - 1), bound=probe_bound)
         self._collector = collector
+        self._probe_ids = None if probe_token_ids is None else list(probe_token_ids)
+        self._probe_bound = probe_bound
+        self._ahead_rows = ahead
+        self._ahead: GroupsAhead | None = None
+        self._sample_gaps = sample_gaps
         self._output_dir = None if output_dir is None else Path(output_dir)
         self._weights_dir = None if weights_dir is None else Path(weights_dir)
         self._timeout_s = timeout_s
@@ -151,7 +187,10 @@ class RollgymRollouts:
         traceback: TracebackType | None,
     ) -> None:
         thread, self._thread = self._thread, None
+        ahead, self._ahead = self._ahead, None
         try:
+            if thread is not None and ahead is not None:
+                thread.call(ahead.close(), timeout=60)
             if thread is not None:
                 thread.call(self._collector.__aexit__(kind, error, traceback), timeout=60)
         finally:
@@ -173,12 +212,17 @@ class RollgymRollouts:
         if self._collector.policy_version != step:  # the first batch, or no callback
             self.push(step, trainer.model)
         size = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
-        rows = _rows_of(prompts, size, prefix=f"g{self._generation}")
-        self._generation += 1
-        groups = loop.call(self._collect(rows, size), timeout=self._timeout_s)
+        if self._ahead_rows is not None and trainer.model.training:
+            groups = loop.call(self._take_ahead(len(prompts), size), timeout=self._timeout_s)
+        else:
+            rows = _rows_of(prompts, size, prefix=f"g{self._generation}")
+            self._generation += 1
+            groups = loop.call(self._collect(rows, size), timeout=self._timeout_s)
         columns = Columns()
+        bound = self._collector.max_staleness
         for group in groups:
-            columns.add_group(group, filler=trainer.eos_token_ids[0])
+            old = [too_old(outcome, step, bound) for outcome in group]
+            columns.add_group(group, filler=trainer.eos_token_ids[0], stale=old)
         self.batches.append(
             Batch(
                 step=step,
@@ -188,9 +232,27 @@ class RollgymRollouts:
                 failures=sum(kind is not None for kind in columns.error_kind),
                 model_tokens=[sum(mask) for mask in columns.env_mask],
                 env_tokens=[len(mask) - sum(mask) for mask in columns.env_mask],
+                probe=self._gap_of(step),
+                sample_gap=sample_gap(trainer.model, step, columns) if self._sample_gaps else None,
             )
         )
         return columns.as_dict()
+
+    async def _take_ahead(self, prompts: int, size: int) -> list[list[Outcome]]:
+        """The next batch's groups from the background collection (started on the first)."""
+        if prompts % size:
+            raise ValueError(
+                f"TRL handed {prompts} prompts, not a multiple of num_generations={size}"
+            )
+        if self._ahead is None:
+            assert self._ahead_rows is not None
+            self._ahead = GroupsAhead(self._collector, self._ahead_rows, size=size)
+        groups = await self._ahead.take(prompts // size)
+        for group in groups:
+            for outcome in group:
+                if self._writer is not None:
+                    self._writer.write(outcome)
+        return [_whole(group, size) for group in groups]
 
     async def _collect(self, rows: list[dict[str, object]], size: int) -> list[list[Outcome]]:
         """Every group of ``rows``, in the rows' order (the Collector yields them as they end)."""
@@ -205,24 +267,37 @@ class RollgymRollouts:
             raise RuntimeError(f"rollgym returned no group for rows {missing} of this batch")
         return [_whole(by_task[index], size) for index in range(len(rows))]
 
-    def push(self, version: int, model: SavesWeights | None = None) -> None:
+    @property
+    def probe_gaps(self) -> list[ProbeGap]:
+        """Every probe's gap so far, per version and model server replica, in order."""
+        return self._collector.probe_gaps
+
+    def _gap_of(self, version: int) -> ProbeGap | None:
+        """The largest probe gap at ``version`` over the replicas (None: none checked)."""
+        gaps = [g for g in self._collector.probe_gaps if g.version == version]
+        return max(gaps, key=lambda g: math.inf if g.max_abs_diff is None else g.max_abs_diff,
+                   default=None)  # fmt: skip
+
+    def push(self, version: int, model: TrainedModel | None = None) -> None:
         """Set ``version`` on the Collector and wait until every model server has it; with
-        ``weights_dir``, save ``model`` first and have the servers load it."""
+        ``weights_dir``, save ``model`` first and have the servers load it; with
+        ``probe_token_ids``, check the engines against ``model``'s log-probabilities."""
         path: Path | None = None
         if self._weights_dir is not None and model is not None:
             path = self._weights_dir / f"step-{version}"
             model.save_pretrained(str(path))
-        self._loop().call(self._push(version, path))
+        probe: Probe | None = None
+        if self._probe_ids is not None and model is not None:
+            numbers = trainer_logprobs(model, self._probe_ids)
+            probe = Probe(self._probe_ids, numbers, bound=self._probe_bound)
+        self._loop().call(self._push(version, path, probe))
         if path is not None:
             if self._saved is not None and self._saved != path:
                 shutil.rmtree(self._saved, ignore_errors=True)
             self._saved = path
 
-    async def _push(self, version: int, path: Path | None) -> None:
-        if path is None:
-            await self._collector.set_policy_version(version)
-        else:
-            await self._collector.set_policy_version(version, weights=path)
+    async def _push(self, version: int, path: Path | None, probe: Probe | None) -> None:
+        await self._collector.set_policy_version(version, weights=path, probe=probe)
 
     def callback(self) -> object:
         """A ``transformers.TrainerCallback`` that pushes the new version (and weights) after

@@ -60,17 +60,19 @@ class Columns:
             "error_kind": list(self.error_kind),
         }
 
-    def add_group(self, group: Sequence[Outcome], filler: int) -> None:
+    def add_group(self, group: Sequence[Outcome], filler: int, stale: Sequence[bool] = ()) -> None:
         """Append one group's rows, in rollout order; ``filler`` pads a failed member (its
-        prompt is a sibling's, so the row is the group's like the others)."""
+        prompt is a sibling's, so the row is the group's like the others). ``stale``: per
+        member, a result too old to train on by now (a row like a ``stale`` failure's)."""
+        old = list(stale) or [False] * len(group)
         tokens = [None if isinstance(o, RolloutFailure) else _tokens_of(o) for o in group]
         prompt = next((t.prompt_ids for t in tokens if t is not None), [filler])
-        for outcome, sample in zip(group, tokens, strict=True):
+        for outcome, sample, too_old in zip(group, tokens, old, strict=True):
             self.rollout_id.append(outcome.rollout_id)
-            if isinstance(outcome, RolloutFailure) or sample is None:
+            if isinstance(outcome, RolloutFailure) or sample is None or too_old:
                 self._add(prompt, _Tokens([], [filler], [0.0], [0]), None, [])
                 self.error_kind.append(
-                    outcome.error_kind if isinstance(outcome, RolloutFailure) else None
+                    outcome.error_kind if isinstance(outcome, RolloutFailure) else "stale"
                 )
                 continue
             if not sample.completion_ids:  # the engine generated nothing: TRL needs one token
