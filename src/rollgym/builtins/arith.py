@@ -99,9 +99,26 @@ def parse_number(text: str) -> Fraction | None:
 
     Plain ASCII digits (the usual answer) skip ``Fraction``'s string parse: the same value."""
     stripped = text.strip()
-    if stripped.isascii() and stripped.isdigit():
-        return Fraction(int(stripped))
+    if len(stripped) > MAX_ANSWER_CHARS or _huge_exponent(stripped):
+        return None  # a model's answer, not a number we would ever ask for
     try:
+        if stripped.isascii() and stripped.isdigit():
+            return Fraction(int(stripped))
         return Fraction(stripped.replace(",", ""))
     except (ValueError, ZeroDivisionError):
         return None
+
+
+#: Longer answers are not numbers (and ``int()`` refuses over 4,300 digits anyway).
+MAX_ANSWER_CHARS = 4000
+#: ``Fraction("1e99999999")`` computes ten to that power: minutes of CPU for one answer.
+MAX_EXPONENT = 1000
+_EXPONENT = re.compile(r"[eE]\s*[+-]?\s*(\d+)")
+
+
+def _huge_exponent(text: str) -> bool:
+    match = _EXPONENT.search(text)
+    if match is None:
+        return False
+    digits = match.group(1).lstrip("0")
+    return len(digits) > len(str(MAX_EXPONENT)) or int(digits or "0") > MAX_EXPONENT

@@ -83,3 +83,13 @@ def test_a_plain_integer_answer_parses_as_fraction_does() -> None:
         except (ValueError, ZeroDivisionError):
             expected = None
         assert parse_number(text) == expected, text
+
+
+def test_a_hostile_answer_is_not_a_number_and_costs_no_time() -> None:
+    """``Fraction("1e99999999")`` computes the power (minutes of CPU), and ``int()`` refuses
+    more than 4,300 digits: a model's answer must be neither a hang nor an error."""
+    from rollgym.builtins.arith import parse_number
+
+    for text in ["1e99999999", "1E+99999999", "-2.5e-99999999", "9" * 5000, "1e" + "9" * 5000]:
+        assert parse_number(text) is None, text[:20]
+    assert parse_number("1e3") == 1000 and parse_number("2.5e-2") == Fraction(1, 40)
