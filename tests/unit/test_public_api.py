@@ -105,6 +105,10 @@ SERVERS_DOOR = {
     "task_of",
     "tool",
     "unknown_session",
+    "model_arguments",
+    "ToolMistake",
+    "UNKNOWN_TOOL",
+    "INVALID_ARGUMENTS",
     "upstream_uuid",
     "wire_messages",
 }

@@ -42,7 +42,14 @@ if TYPE_CHECKING:
     from rollgym.servers.request_ids import is_uuid, upstream_uuid
     from rollgym.servers.rollout_context import RolloutContext
     from rollgym.servers.start_checks import SetupProblem
-    from rollgym.servers.tools import ToolAnswer, tool
+    from rollgym.servers.tools import (
+        INVALID_ARGUMENTS,
+        UNKNOWN_TOOL,
+        ToolAnswer,
+        ToolMistake,
+        model_arguments,
+        tool,
+    )
     from rollgym.telemetry import spans
     from rollgym.telemetry.groups import gate
     from rollgym.telemetry.names import HEADER_REQUEST_ID
@@ -69,7 +76,11 @@ _EXPORTS = {
     "ServerOptions": "rollgym.server_options",
     "SetupProblem": "rollgym.servers.start_checks",
     "SessionState": "rollgym.servers.environment",
+    "INVALID_ARGUMENTS": "rollgym.servers.tools",
     "ToolAnswer": "rollgym.servers.tools",
+    "ToolMistake": "rollgym.servers.tools",
+    "UNKNOWN_TOOL": "rollgym.servers.tools",
+    "model_arguments": "rollgym.servers.tools",
     "TransportError": "rollgym.errors",
     "Verdict": "rollgym.servers.environment",
     "content_text": "rollgym.servers.chat_content",
@@ -93,6 +104,8 @@ _MODULES = frozenset({"policy_versions", "responses_api", "server_timing", "span
 
 __all__ = [
     "HEADER_REQUEST_ID",
+    "INVALID_ARGUMENTS",
+    "UNKNOWN_TOOL",
     "Agent",
     "AgentOptions",
     "ChatRequest",
@@ -112,12 +125,14 @@ __all__ = [
     "SessionState",
     "SetupProblem",
     "ToolAnswer",
+    "ToolMistake",
     "TransportError",
     "Verdict",
     "content_text",
     "first_message",
     "gate",
     "is_uuid",
+    "model_arguments",
     "pass_headers",
     "play_and_verify",
     "play_tool_loop",

@@ -9,14 +9,12 @@ import pydantic
 import pytest
 
 from rollgym.builtins.envs.nemo_gym import (
-    INVALID_JSON,
-    NOT_AN_OBJECT,
     NemoGymOptions,
-    _arguments,
     _chat_of,
 )
 from rollgym.builtins.envs.nemo_gym_host import config_dict
-from rollgym.servers import ToolAnswer
+from rollgym.servers import ToolAnswer, ToolMistake, model_arguments
+from rollgym.servers.tools import INVALID_JSON, NOT_AN_OBJECT
 
 ROW = {
     "responses_create_params": {
@@ -35,6 +33,15 @@ ROW = {
     },
     "expected": "cold",
 }
+
+
+def _arguments(name: str, written: object) -> object:
+    """What the environment does with a tool call's arguments: the object, or the answer
+    that tells the model what was wrong (the one shared rule, rollgym.servers.model_arguments)."""
+    try:
+        return model_arguments(name, written)
+    except ToolMistake as mistake:
+        return mistake.answer()
 
 
 def test_the_rows_request_is_the_prompt_and_the_tools() -> None:

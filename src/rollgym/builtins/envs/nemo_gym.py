@@ -36,6 +36,8 @@ from rollgym.builtins.envs.foreign import check_one_place, fetch_setup_json
 from rollgym.builtins.envs.nemo_gym_host import ResourcesProcess, StartFailed, log_path_for
 from rollgym.builtins.envs.nemo_gym_wire import NemoGymError, ResourcesSession
 from rollgym.servers import (
+    INVALID_ARGUMENTS,
+    UNKNOWN_TOOL,
     Environment,
     EnvironmentOptions,
     HTTPError,
@@ -45,21 +47,15 @@ from rollgym.servers import (
     SessionState,
     SetupProblem,
     ToolAnswer,
+    ToolMistake,
     Verdict,
     gate,
+    model_arguments,
     responses_api,
+    unknown_session,
 )
 
 PARAMS = "responses_create_params"
-#: The request field an unknown session is blamed on (a 404 naming it is retried by agents).
-SESSION_FIELD = "session_id"
-#: The kinds of model mistakes a tool call can be (as rollgym.servers.tools names them).
-UNKNOWN_TOOL, INVALID_JSON, NOT_AN_OBJECT, INVALID_ARGUMENTS = (
-    "unknown_tool",
-    "invalid_json",
-    "not_an_object",
-    "invalid_arguments",
-)
 #: Verify answer fields that are the request echoed back, not the verdict.
 _ECHOED = frozenset((PARAMS, "response", "reward"))
 #: The routes every resource server has (SimpleResourcesServer.setup_webserver).
@@ -281,7 +277,7 @@ class NemoGymEnv(Environment):
     ) -> ToolAnswer:
         session = self.sessions.get(session_id)
         if session is None:
-            raise HTTPError(404, f"unknown or expired session {session_id!r}", field=SESSION_FIELD)
+            raise unknown_session(session_id)
         if gate.env:
             from rollgym.servers import spans
 
@@ -306,10 +302,11 @@ class NemoGymEnv(Environment):
             return ToolAnswer(
                 f"error: unknown tool {name[:64]!r}; tools: {sorted(tools)}", UNKNOWN_TOOL
             )
-        args = _arguments(name, arguments)
-        if isinstance(args, ToolAnswer):
+        try:
+            args = model_arguments(name, arguments)
+        except ToolMistake as mistake:
             self.aggregates.record_mistake()
-            return args
+            return mistake.answer()
         wire: ResourcesSession = state.data["wire"]
         try:
             answer = await wire.call(name, args)
@@ -402,22 +399,3 @@ def _chat_of(task: dict[str, Any]) -> dict[str, object]:
         return responses_api.to_chat_request(responses_api.parse_request(params))
     except HTTPError as exc:
         raise ValueError(f"'{PARAMS}': {exc.message.removeprefix('body.')}") from None
-
-
-def _arguments(name: str, written: object) -> dict[str, Any] | ToolAnswer:
-    """A tool call's arguments as the model wrote them, or what to tell the model."""
-    if written is None or written == "":
-        return {}
-    value = written
-    if isinstance(written, str):
-        try:
-            value = orjson.loads(written)
-        except orjson.JSONDecodeError as exc:
-            return ToolAnswer(
-                f"error: the arguments of tool {name!r} are not valid JSON: {exc}", INVALID_JSON
-            )
-    if not isinstance(value, dict):
-        return ToolAnswer(
-            f"error: the arguments of tool {name!r} must be a JSON object", NOT_AN_OBJECT
-        )
-    return value

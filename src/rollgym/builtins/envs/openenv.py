@@ -37,6 +37,8 @@ from rollgym.builtins.envs.foreign import check_one_place, fetch_setup_json
 from rollgym.builtins.envs.openenv_host import HostedApp, app_of, load_object
 from rollgym.builtins.envs.openenv_wire import Observation, OpenEnvError, WireSession, ws_url
 from rollgym.servers import (
+    INVALID_ARGUMENTS,
+    UNKNOWN_TOOL,
     Environment,
     EnvironmentOptions,
     HTTPError,
@@ -46,8 +48,10 @@ from rollgym.servers import (
     SessionState,
     SetupProblem,
     ToolAnswer,
+    ToolMistake,
     Verdict,
     gate,
+    model_arguments,
     unknown_session,
 )
 
@@ -58,13 +62,6 @@ SYSTEM_PROMPT = (
 )
 #: The action classes of an MCP environment: its tools are listed and called through steps.
 MCP_ACTIONS = frozenset({"CallToolAction", "ListToolsAction"})
-#: The kinds of model mistakes a tool call can be (as rollgym.servers.tools names them).
-UNKNOWN_TOOL, INVALID_JSON, NOT_AN_OBJECT, INVALID_ARGUMENTS = (
-    "unknown_tool",
-    "invalid_json",
-    "not_an_object",
-    "invalid_arguments",
-)
 _TOOL_NAME = re.compile(r"[^A-Za-z0-9_-]")
 #: The rollout id of the session being seeded (``seed`` passes it on as OpenEnv's episode id).
 _SEEDING: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -290,10 +287,11 @@ class OpenEnvEnv(Environment):
             return ToolAnswer(
                 f"error: unknown tool {name[:64]!r}; tools: {sorted(tools)}", UNKNOWN_TOOL
             )
-        args = _arguments(name, arguments)
-        if isinstance(args, ToolAnswer):
+        try:
+            args = model_arguments(name, arguments)
+        except ToolMistake as mistake:
             self.aggregates.record_mistake()
-            return args
+            return mistake.answer()
         if state.data["done"]:
             return ToolAnswer("the episode is over: reply with your final answer")
         action = {"type": "call_tool", "tool_name": name, "arguments": args} if self._mcp else args
@@ -385,25 +383,6 @@ def _mcp_tool(entry: object) -> dict[str, Any]:
             "parameters": parameters,
         },
     }
-
-
-def _arguments(name: str, written: object) -> dict[str, Any] | ToolAnswer:
-    """A tool call's arguments as the model wrote them, or what to tell the model."""
-    if written is None or written == "":
-        return {}
-    value = written
-    if isinstance(written, str):
-        try:
-            value = orjson.loads(written)
-        except orjson.JSONDecodeError as exc:
-            return ToolAnswer(
-                f"error: the arguments of tool {name!r} are not valid JSON: {exc}", INVALID_JSON
-            )
-    if not isinstance(value, dict):
-        return ToolAnswer(
-            f"error: the arguments of tool {name!r} must be a JSON object", NOT_AN_OBJECT
-        )
-    return value
 
 
 def _tool_output(seen: Observation, mcp: bool) -> str:
