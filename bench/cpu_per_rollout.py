@@ -10,7 +10,7 @@ tree and never waited for: its CPU is lost to ``wait4``), the samples' sum is us
 says so.
 The breakdown by process comes from sampling ``/proc/<pid>/stat`` of every descendant every
 ``--sample-s`` (a process's last interval before it exits is missed, the same in both sizes);
-each is named by its server instance (``ROLLGYM_SERVER_SPEC``) or its command.
+each is named by its server instance (``_ROLLGYM_SERVER_SPEC``) or its command.
 
     python bench/cpu_per_rollout.py --small 200 --large 1200 --rounds 2
     python bench/cpu_per_rollout.py --against ROLLGYM_HTTP_PARSER=h11   # default vs h11, A/B

@@ -63,7 +63,7 @@ def _role(pid: int, parent: int, driver: int) -> str | None:
     except OSError:
         return None
     for entry in environ:
-        if entry.startswith(b"ROLLGYM_SERVER_SPEC="):
+        if entry.startswith(b"_ROLLGYM_SERVER_SPEC="):
             spec = json.loads(entry.split(b"=", 1)[1])
             replica = int(spec.get("replica", 0))
             return spec["name"] + (f"@{replica}" if replica else "")

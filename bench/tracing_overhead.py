@@ -42,7 +42,7 @@ from rollgym import (
     Collector,  # noqa: E402
     event_loop,  # noqa: E402
 )
-from rollgym.telemetry.env_vars import ROLLGYM_SPAN_PIPELINE  # noqa: E402
+from rollgym.environment_variables import ROLLGYM_SPAN_PIPELINE  # noqa: E402
 from rollgym.telemetry.groups import ALL_GROUPS, configure_gate  # noqa: E402
 from rollgym.telemetry.pipeline.exporter_process import CHILD_MODULE  # noqa: E402
 from rollgym.telemetry.pipeline.shipper import SpanShipper  # noqa: E402

@@ -28,7 +28,7 @@ if _DIR:
         _profile.disable()
         pid = os.getpid()
         _profile.dump_stats(os.path.join(_DIR, f"{pid}.prof"))
-        spec = os.environ.get("ROLLGYM_SERVER_SPEC", "")
+        spec = os.environ.get("_ROLLGYM_SERVER_SPEC", "")
         name = ""
         if spec:
             try:

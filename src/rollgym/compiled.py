@@ -19,9 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
+from rollgym.environment_variables import ROLLGYM_PURE_PYTHON
+
 log = logging.getLogger(__name__)
 
-PURE_PYTHON_ENV = "ROLLGYM_PURE_PYTHON"
+PURE_PYTHON_ENV = ROLLGYM_PURE_PYTHON
 
 
 def wanted() -> bool:

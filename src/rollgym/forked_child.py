@@ -28,9 +28,9 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import BinaryIO
 
-#: ``ROLLGYM_FORK_SERVER=0`` spawns every child (servers, span exporters) in an interpreter of
-#: its own, as before forking.
-ENV_FORK_SERVER = "ROLLGYM_FORK_SERVER"
+from rollgym.environment_variables import ROLLGYM_FORK_SERVER
+
+ENV_FORK_SERVER = ROLLGYM_FORK_SERVER
 _WAIT_POLL_S = 0.01
 #: Signals whose handlers a forked child resets (the parent's Python handlers would run there).
 _RESET_SIGNALS = (

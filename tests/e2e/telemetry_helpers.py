@@ -208,7 +208,7 @@ class TracedJob(Job):
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:  # type: ignore[override]
         """The test process's environment without any ``OTEL_*`` variable, plus ``extra``."""
         base = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-        base.pop("ROLLGYM_TELEMETRY", None)
+        base.pop("_ROLLGYM_TELEMETRY", None)
         return {**base, "PYTHONPATH": pythonpath(), **(extra or {})}
 
     def run(  # type: ignore[override]

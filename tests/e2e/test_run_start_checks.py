@@ -39,7 +39,7 @@ import os
 
 from rollgym.servers import Agent
 
-SERVING = ("ROLLGYM_SERVER_SPEC", "ROLLGYM_FORK_SERVER_FD")  # a server, or the fork server
+SERVING = ("_ROLLGYM_SERVER_SPEC", "_ROLLGYM_FORK_SERVER_FD")  # a server, or the fork server
 if any(name in os.environ for name in SERVING):  # imports in the driver, not in a server
     raise RuntimeError("no GPU here")
 

@@ -34,7 +34,7 @@ def sandbox_processes() -> list[int]:
     found = []
     for pid in children_of(os.getpid()):
         try:
-            if b"ROLLGYM_SANDBOX_ID=" in Path(f"/proc/{pid}/environ").read_bytes():
+            if b"_ROLLGYM_SANDBOX_ID=" in Path(f"/proc/{pid}/environ").read_bytes():
                 found.append(pid)
         except OSError:
             continue
@@ -180,7 +180,7 @@ async def test_a_real_server_shows_its_sandboxes_no_secret_and_bounds_their_disk
     inspect, env, under, past = outputs
     assert "hits=0 " in inspect and "pid1=bwrap" in inspect, inspect
     for output in outputs:
-        assert "canary-" not in output and "ROLLGYM_SERVER_SPEC" not in output
+        assert "canary-" not in output and "_ROLLGYM_SERVER_SPEC" not in output
     assert "OPENAI_API_KEY" not in env and "PATH=/usr/local/bin:/usr/bin:/bin" in env
     assert under.startswith("exit code 0") and "disk quota" not in under
     assert "disk quota reached" in past and "No space left on device" in past

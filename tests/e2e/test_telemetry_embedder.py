@@ -30,7 +30,7 @@ SERVER_SERVICES = {"solver", "walker", "keys", "arith", "policy"}
 
 def _run_trainer(mode: str, out: Path) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env.pop("ROLLGYM_TELEMETRY", None)
+    env.pop("_ROLLGYM_TELEMETRY", None)
     env["PYTHONPATH"] = pythonpath()
     proc = subprocess.run(
         [sys.executable, str(HERE / "trainer.py"), mode, str(out)],

@@ -92,7 +92,7 @@ class JobTelemetry:
             config.telemetry, output_dir, local_store_endpoint=endpoint, run_id=run_id
         )
         if forward is not None and endpoint is not None:
-            from rollgym.telemetry import env_vars
+            import rollgym.environment_variables as env_vars
 
             # spans wait in the store for the decision, then go on to the endpoint (kept ones)
             self._probe(forward, config.telemetry.require_exporter)
@@ -122,7 +122,7 @@ class JobTelemetry:
         self.server_env = server_env(settings)
         self._start_tail_sampling(config.telemetry, settings.to_local_store and settings.tracing)
         if self.store_token is not None:
-            from rollgym.telemetry.env_vars import ROLLGYM_TRACE_STORE_TOKEN
+            from rollgym.environment_variables import ROLLGYM_TRACE_STORE_TOKEN
 
             self.server_env[ROLLGYM_TRACE_STORE_TOKEN] = self.store_token
 
@@ -292,7 +292,7 @@ class JobTelemetry:
         (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, which every process would read itself)."""
         if config.tail_sampling is None:
             return None
-        from rollgym.telemetry.env_vars import OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+        from rollgym.environment_variables import OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
         from rollgym.telemetry.settings import TelemetrySettings
 
         if os.environ.get(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT):

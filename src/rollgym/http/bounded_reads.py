@@ -24,6 +24,7 @@ import os
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from rollgym.environment_variables import ROLLGYM_HTTP_PARSER, ROLLGYM_HTTP_SERVER
 from rollgym.http import REQUEST_READ_TIMEOUT_S  # noqa: F401  (still named here, as before)
 from rollgym.http.read_deadline import BoundedConnection
 
@@ -31,8 +32,7 @@ from rollgym.http.read_deadline import BoundedConnection
 _RECEIVED = (h11.DONE, h11.MUST_CLOSE, h11.CLOSED, h11.ERROR)
 
 
-#: ``ROLLGYM_HTTP_SERVER=uvicorn``: uvicorn's own request cycle on httptools, not the lean one.
-ENV_HTTP_SERVER = "ROLLGYM_HTTP_SERVER"
+ENV_HTTP_SERVER = ROLLGYM_HTTP_SERVER
 #: The uvicorn releases (major, minor) the lean cycle was written and tested against. It
 #: subclasses uvicorn's httptools protocol and uses its internals, which a release may change
 #: without notice; under any other uvicorn the servers keep uvicorn's own cycle.
@@ -61,7 +61,7 @@ def bounded_protocol() -> type[asyncio.Protocol]:
     tested on (:data:`LEAN_CYCLE_UVICORN`); ``ROLLGYM_HTTP_PARSER=h11`` the pure-Python
     parser (each for comparing side by side).
     """
-    if os.environ.get("ROLLGYM_HTTP_PARSER", "") != "h11":
+    if os.environ.get(ROLLGYM_HTTP_PARSER, "") != "h11":
         try:
             import httptools  # noqa: F401  (ImportError here: h11)
 

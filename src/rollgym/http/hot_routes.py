@@ -34,10 +34,10 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from rollgym.environment_variables import ROLLGYM_HOT_ROUTES
 from rollgym.http.plain_routes import TemplatedRoute
 
-#: ``ROLLGYM_HOT_ROUTES=starlette`` routes every request through Starlette's router.
-ENV_HOT_ROUTES = "ROLLGYM_HOT_ROUTES"
+ENV_HOT_ROUTES = ROLLGYM_HOT_ROUTES
 
 
 def enabled() -> bool:

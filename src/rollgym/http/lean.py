@@ -39,11 +39,10 @@ from urllib.parse import quote, urlsplit
 
 import httptools
 
+from rollgym.environment_variables import ROLLGYM_HTTP_CLIENT
 from rollgym.url_origin import split_origin
 
-#: ``ROLLGYM_HTTP_CLIENT=aiohttp`` sends every exchange through aiohttp (for comparing the two
-#: side by side: ``bench/http_client.py``, ``bench/cpu_per_rollout.py --against``).
-ENV_CLIENT = "ROLLGYM_HTTP_CLIENT"
+ENV_CLIENT = ROLLGYM_HTTP_CLIENT
 
 
 def enabled() -> bool:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import rollgym.start_gate as start_gate
 from rollgym.child_process import libc, log_tail, spawn_child
+from rollgym.environment_variables import ROLLGYM_FORK_SERVER_LOGS
 from rollgym.errors import LaunchError
 from rollgym.forked_child import ENV_FORK_SERVER as ENV_FORK_SERVER
 from rollgym.forked_child import ForkedChild as ForkedChild
@@ -46,8 +47,7 @@ if TYPE_CHECKING:
     from rollgym.config import JobConfig
     from rollgym.config_data import ConfigRead
 
-#: The run's logs folder, in the fork server's environment (and so its servers' ``/proc``).
-ENV_FORK_SERVER_LOGS = "ROLLGYM_FORK_SERVER_LOGS"
+ENV_FORK_SERVER_LOGS = ROLLGYM_FORK_SERVER_LOGS
 _PR_SET_CHILD_SUBREAPER = 36
 _REPLY_BYTES = 64
 

@@ -10,7 +10,7 @@ node's IP (``127.0.0.1`` when the whole cluster is the driver's own machine) on 
 Nothing crosses implicitly (TELEMETRY.md, "Propagation and correlation"):
 
 - telemetry settings: the launcher hands the actor the same env dict a local server gets
-  (``ROLLGYM_TELEMETRY`` + the resolved ``OTEL_*``), as a constructor argument;
+  (``_ROLLGYM_TELEMETRY`` + the resolved ``OTEL_*``), as a constructor argument;
 - trace context: ``start`` receives the ``gym.server.startup`` span's context as a W3C carrier
   dict (:func:`~rollgym.placement.ray_context.remote_with_context`) and attaches it while it builds
   and starts the server; the server thread itself starts in an empty context, so no request

@@ -31,16 +31,15 @@ from functools import cache
 from pathlib import Path
 from types import MappingProxyType
 
+from rollgym.environment_variables import ROLLGYM_SANDBOX_EXEC, ROLLGYM_SANDBOX_ID
 from rollgym.errors import SandboxUnavailable as SandboxUnavailable
 from rollgym.sandbox._disk import SandboxDisk
 from rollgym.sandbox.limits import SandboxLimits
 
 #: Where the private work directory appears inside the sandbox.
 WORK_DIR = "/work"
-#: The environment variable naming a sandbox inside it: accounting finds its processes by it.
-SANDBOX_ID_ENV = "ROLLGYM_SANDBOX_ID"
-#: The same for one exec (``<sandbox id>.<n>``): the no-cgroup sweep kills stragglers by it.
-EXEC_ID_ENV = "ROLLGYM_SANDBOX_EXEC"
+SANDBOX_ID_ENV = ROLLGYM_SANDBOX_ID
+EXEC_ID_ENV = ROLLGYM_SANDBOX_EXEC
 #: The unprivileged user a root server runs sandboxes as.
 NOBODY = 65534
 #: ``PATH`` inside the sandbox, and the only variable ``bwrap`` itself starts with.

@@ -3,7 +3,7 @@
 When ``bwrap`` ends, the kernel tears its pid namespace down, but asynchronously: a fork
 bomb's children can still be alive for a moment after the exec was reaped. With a cgroup the
 exec waits until the cgroup is empty; without one, each exec's processes carry its name in
-their environment (``ROLLGYM_SANDBOX_EXEC``), and this sweep kills any still there before
+their environment (``_ROLLGYM_SANDBOX_EXEC``), and this sweep kills any still there before
 the exec returns. Bounded: it gives up after ``_SWEEP_S`` (a process that rewrote its own
 environment escapes the sweep, not the namespace teardown).
 """

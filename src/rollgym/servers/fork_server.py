@@ -44,14 +44,13 @@ from dataclasses import replace
 from typing import NoReturn
 
 from rollgym.child_process import die_with_parent
+from rollgym.environment_variables import ROLLGYM_FORK_SERVER_FD, ROLLGYM_FORK_SERVER_PRELOAD
 from rollgym.servers.spec import ENV_SPEC, ServeSpec
 
 #: ``--fork-server``: the argument that makes ``server_process`` this fork server.
 FORK_SERVER_ARG = "--fork-server"
-#: The environment variable naming the inherited control socket's descriptor.
-ENV_CONTROL_FD = "ROLLGYM_FORK_SERVER_FD"
-#: JSON ``[[impl, kind], ...]``: the server classes to import before the first request.
-ENV_PRELOAD = "ROLLGYM_FORK_SERVER_PRELOAD"
+ENV_CONTROL_FD = ROLLGYM_FORK_SERVER_FD
+ENV_PRELOAD = ROLLGYM_FORK_SERVER_PRELOAD
 #: The answer instead of a pid when this process runs a thread (a server class started one at
 #: import): a fork would copy it half-stopped, so the driver spawns that server (and every
 #: later one: the thread stays) instead.
@@ -121,7 +120,7 @@ def _bind(bind: dict[str, str]) -> None:
 
 def _preload_named(named: str | None) -> bool:
     """Before the first request (the driver may still be starting the trace store): the
-    telemetry SDK and the classes ``ROLLGYM_FORK_SERVER_PRELOAD`` names. True when it named
+    telemetry SDK and the classes ``_ROLLGYM_FORK_SERVER_PRELOAD`` names. True when it named
     any (telemetry preloaded)."""
     if not named:
         return False

@@ -1,6 +1,6 @@
 """The entry point of every server process: ``python -m rollgym.servers.server_process``.
 
-The launcher passes everything as one JSON spec in ``ROLLGYM_SERVER_SPEC``
+The launcher passes everything as one JSON spec in ``_ROLLGYM_SERVER_SPEC``
 (``name, kind, impl, options, server_urls, run_id, output_dir, max_request_bytes,
 ready_file``). The process binds 127.0.0.1 on a free port itself (no port races between
 servers), announces the port by writing ``ready_file`` atomically, and serves with uvicorn.

@@ -1,4 +1,4 @@
-"""The spec a launcher hands to a server process (JSON in ``ROLLGYM_SERVER_SPEC``).
+"""The spec a launcher hands to a server process (JSON in ``_ROLLGYM_SERVER_SPEC``).
 
 Its own small module so the launcher can build specs without importing the server stack.
 """
@@ -11,13 +11,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rollgym.defaults import MAX_REQUEST_BYTES
+from rollgym.environment_variables import ROLLGYM_SERVER_SPEC
 
-ENV_SPEC = "ROLLGYM_SERVER_SPEC"
+ENV_SPEC = ROLLGYM_SERVER_SPEC
 
 
 @dataclass(frozen=True)
 class ServeSpec:
-    """What the launcher tells a server process (the JSON in ``ROLLGYM_SERVER_SPEC``)."""
+    """What the launcher tells a server process (the JSON in ``_ROLLGYM_SERVER_SPEC``)."""
 
     name: str
     kind: str

@@ -16,7 +16,7 @@ import socket
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from rollgym.telemetry import env_vars as env
+import rollgym.environment_variables as env
 from rollgym.telemetry.settings import TelemetrySettings
 
 #: The whole probe's limit: DNS plus one connect per address.

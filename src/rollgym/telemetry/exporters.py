@@ -16,7 +16,7 @@ from typing import NamedTuple, TypedDict, TypeVar
 from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricExporter
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 
-from rollgym.telemetry import env_vars as env
+import rollgym.environment_variables as env
 from rollgym.telemetry.settings import ExporterKind, TelemetrySettings
 
 

@@ -20,13 +20,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+import rollgym.environment_variables as env
 from rollgym.defaults import (
     SPAN_EXPORT_BATCH_SIZE,
     SPAN_FLUSH_TIMEOUT_S,
     SPAN_QUEUE_SIZE,
     SPAN_SCHEDULE_DELAY_MS,
 )
-from rollgym.telemetry import env_vars as env
 from rollgym.telemetry.content_capture import CAPTURE_MAX_BYTES
 from rollgym.telemetry.groups import SpanGroup, resolve_groups
 
@@ -163,7 +163,7 @@ class TelemetrySettings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> TelemetrySettings:
-        """What a launched server uses: the driver's ``ROLLGYM_TELEMETRY``, else plain ``OTEL_*``."""
+        """What a launched server uses: the driver's ``_ROLLGYM_TELEMETRY``, else plain ``OTEL_*``."""
         environ = os.environ if environ is None else environ
         raw = environ.get(env.ROLLGYM_TELEMETRY)
         if raw:
@@ -208,7 +208,7 @@ class TelemetrySettings:
 def server_env(settings: TelemetrySettings) -> dict[str, str]:
     """Env vars a launched server needs, to be merged OVER the driver's own ``os.environ``.
 
-    Holds ``ROLLGYM_TELEMETRY`` (the resolved settings as JSON) and the resolved ``OTEL_*``
+    Holds ``_ROLLGYM_TELEMETRY`` (the resolved settings as JSON) and the resolved ``OTEL_*``
     destination, so servers (and any OpenTelemetry library inside them) export where the driver
     does. Header secrets are not copied: the server inherits the variable that holds them.
     """

@@ -33,7 +33,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
-from rollgym.telemetry import env_vars as env
+import rollgym.environment_variables as env
 from rollgym.telemetry import names, young_gc
 from rollgym.telemetry._state import INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION, state, tracer_of
 from rollgym.telemetry.content_capture import configure_capture

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from rollgym.telemetry.env_vars import ROLLGYM_TRACE_STORE_TOKEN as TOKEN_ENV
+from rollgym.environment_variables import ROLLGYM_TRACE_STORE_TOKEN as TOKEN_ENV
 
 if TYPE_CHECKING:  # the store imports aiohttp; the driver, which reads the token, need not
     from aiohttp import web

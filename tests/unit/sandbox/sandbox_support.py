@@ -19,7 +19,7 @@ requires_sandbox = pytest.mark.skipif(
 
 def processes_of(sandbox_id: str) -> list[int]:
     """Live processes started in a sandbox (they carry its id in their environment)."""
-    marker = f"ROLLGYM_SANDBOX_ID={sandbox_id}".encode()
+    marker = f"_ROLLGYM_SANDBOX_ID={sandbox_id}".encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

@@ -17,13 +17,13 @@ pytestmark = requires_sandbox
 CANARIES = {
     "OPENAI_API_KEY": "canary-openai-7f3a",
     "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer canary-otel-91c2",
-    "ROLLGYM_SERVER_SPEC": '{"name": "canary-spec-55d0"}',
+    "_ROLLGYM_SERVER_SPEC": '{"name": "canary-spec-55d0"}',
     "ROLLGYM_CANARY_TOKEN": "canary-rollgym-0b7e",
 }
 
 #: The variables a command gets (docs/sandbox.md lists them; bwrap adds PWD=/work).
-ALLOWED = {"PATH", "HOME", "LANG", "PYTHONDONTWRITEBYTECODE", "ROLLGYM_SANDBOX_ID",
-           "ROLLGYM_SANDBOX_EXEC", "PWD"}  # fmt: skip
+ALLOWED = {"PATH", "HOME", "LANG", "PYTHONDONTWRITEBYTECODE", "_ROLLGYM_SANDBOX_ID",
+           "_ROLLGYM_SANDBOX_EXEC", "PWD"}  # fmt: skip
 
 #: Reads, from inside, what every visible process carries. It names no canary itself.
 INSPECT = r"""
@@ -67,7 +67,7 @@ async def test_no_visible_process_carries_a_server_secret(
     dump = json.dumps(seen)
     for name, value in canaries.items():
         assert value not in dump and "canary-" not in dump, f"{name} is visible in the sandbox"
-    assert "ROLLGYM_SERVER_SPEC" not in dump and "OTEL_" not in dump
+    assert "_ROLLGYM_SERVER_SPEC" not in dump and "OTEL_" not in dump
     # bwrap's processes start from the launch allow-list alone
     assert procs["1"]["environ"] == "PATH=/usr/local/bin:/usr/bin:/bin\0"
     for entry in procs.values():  # the command's: only the sandbox's own variables

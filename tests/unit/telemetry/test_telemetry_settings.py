@@ -109,7 +109,7 @@ def test_from_env_without_rollgym_json_reads_plain_otel():
     s = TelemetrySettings.from_env({"OTEL_TRACES_EXPORTER": "console"})
     assert s.traces_exporter == "console" and s.groups == PRESETS["default"]
     assert TelemetrySettings.from_env({}).traces_exporter == "none"
-    assert TelemetrySettings.from_env({"ROLLGYM_TELEMETRY": "{not json"}).traces_exporter == "none"
+    assert TelemetrySettings.from_env({"_ROLLGYM_TELEMETRY": "{not json"}).traces_exporter == "none"
 
 
 def test_server_env_when_off():

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from rollgym.config import TelemetryConfig
+from rollgym.environment_variables import OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT
 from rollgym.telemetry import names, spans
 from rollgym.telemetry.content_capture import (
     TRUNCATED_MARK,
@@ -16,7 +17,6 @@ from rollgym.telemetry.content_capture import (
     captured_text,
     configure_capture,
 )
-from rollgym.telemetry.env_vars import OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT
 from rollgym.telemetry.settings import TelemetrySettings
 
 ARGS = names.GEN_AI_TOOL_CALL_ARGUMENTS
@@ -85,7 +85,7 @@ def test_the_switch_resolves_the_standard_variable_over_the_config(
         config, local_store_endpoint="http://127.0.0.1:9", environ=environ
     )
     assert settings.capture_content is expected
-    # launched servers get the same choice through ROLLGYM_TELEMETRY
+    # launched servers get the same choice through _ROLLGYM_TELEMETRY
     again = TelemetrySettings.from_json(settings.to_json())
     assert (again.capture_content, again.capture_max_bytes) == (expected, 100)
 
