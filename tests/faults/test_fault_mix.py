@@ -46,7 +46,9 @@ def test_a_mix_of_faults_is_recorded_rollout_by_rollout(
     faults = list(EXPECTED)
     rows = [{"q": i, "fault": faults[i % len(faults)]} for i in range(70)]
     lines = [orjson_line(row) for row in rows] + ['{"q": ', "[1, 2]"]  # and two bad lines
-    job.write(_servers(), None, agent="a", concurrency=16, max_attempts=3, timeout_s=2)
+    # 6 s per attempt: the hang rows time out all the same (3 x 6 s, side by side), and no
+    # quick rollout on a loaded machine comes near it (2 s was a window one could miss)
+    job.write(_servers(), None, agent="a", concurrency=16, max_attempts=3, timeout_s=6)
     job.write_rows(lines)
     proc = job.run(timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -35,7 +35,9 @@ def test_every_failed_and_timed_out_attempt_is_kept_and_no_other(tmp_path: Path)
         "a": {"kind": "agent", "impl": "fault_parts:FaultAgent", "environment": "env"},
     }
     telemetry = {"preset": "default", "tail_sampling": {"share": 0.0, "slow_percentile": None}}
-    job.write(servers, rows, telemetry=telemetry, agent="a", max_attempts=2, timeout_s=2)
+    # 6 s per attempt: far past any quick attempt on a loaded machine, so only the hang rows
+    # time out (a quick one timing out would be kept as "timeout" and break the counts)
+    job.write(servers, rows, telemetry=telemetry, agent="a", max_attempts=2, timeout_s=6)
     here = str(Path(__file__).resolve().parent)  # the servers import fault_parts from here
     proc = job.run(env={"PYTHONPATH": os.pathsep.join([here, pythonpath()])}, timeout=300)
     assert proc.returncode in (0, 1), proc.stderr[-3000:]

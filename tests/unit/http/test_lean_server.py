@@ -347,20 +347,26 @@ def test_one_timer_holds_both_the_keep_alive_and_the_read_deadline() -> None:
     """An idle kept-alive connection closes after keep-alive, a stalled request after the read
     limit, and a connection that keeps sending whole requests is never cut short.
 
-    Bounds that a loaded machine cannot miss: the keep-alive is timed from a moment surely
-    before the server armed it (the last request's send), and the read limit is told apart
-    from a keep-alive far longer than the test waits, not by a narrow window."""
+    Bounds that a loaded machine cannot miss: the connection is kept busy for longer than
+    both limits with requests sent right after each answer (a pause would have to outlast the
+    2 s keep-alive, 40 times the 0.05 s one, to close it); the keep-alive is timed from a
+    moment surely before the server armed it (the last request's send), so the close can
+    only come later than that, and the read limit is told apart from a keep-alive far longer
+    than the test waits, not by a narrow window."""
+    keep_alive_s = 2
     with (
-        uvicorn_in_thread(_quick_lean(keep_alive_s=2)) as (port, _),
+        uvicorn_in_thread(_quick_lean(keep_alive_s=keep_alive_s)) as (port, _),
         socket.create_connection(("127.0.0.1", port), timeout=PATIENCE_S) as conn,
     ):
-        for _ in range(8):  # 8 x 0.2 s: longer than either limit, each request whole
-            sent = time.monotonic()
+        busy_until = time.monotonic() + keep_alive_s + QuickLean.read_timeout_s
+        requests = 0
+        while (sent := time.monotonic()) < busy_until or requests < 2:
             conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert conn.recv(4096).startswith(b"HTTP/1.1 200 OK")
-            time.sleep(0.2)
+            assert conn.recv(4096).startswith(b"HTTP/1.1 200 OK"), f"cut after {requests}"
+            requests += 1
+            time.sleep(0.05)
         assert conn.recv(4096) == b""  # then idle: closed by the keep-alive
-        assert 1.9 < time.monotonic() - sent < PATIENCE_S
+        assert keep_alive_s - 0.1 < time.monotonic() - sent < PATIENCE_S
     with (
         uvicorn_in_thread(_quick_lean(keep_alive_s=int(3 * PATIENCE_S))) as (port, _),
         socket.create_connection(("127.0.0.1", port), timeout=PATIENCE_S) as conn,

@@ -182,19 +182,24 @@ async def test_engine_span_reports_queue_first_token_and_e2e_latency(serving, cl
         key=lambda s: s.attributes[names.GEN_AI_LATENCY_TIME_IN_QUEUE],
     )
     first, second = (s.attributes for s in engine)
-    assert first[names.GEN_AI_LATENCY_TIME_IN_QUEUE] < 0.05
+    # Sleeps are never shorter than asked, but a loaded machine may make them much longer:
+    # the lower bounds are the model's latency, the upper ones only "not absurd".
+    slow_s = 10.0
     assert second[names.GEN_AI_LATENCY_TIME_IN_QUEUE] >= 0.18  # waited for the one slot
+    # the first did not: its wait is shorter than the slot's hold the second one waited for
+    assert first[names.GEN_AI_LATENCY_TIME_IN_QUEUE] < 0.18
     for attributes in (first, second):
         queued = attributes[names.GEN_AI_LATENCY_TIME_IN_QUEUE]
-        assert 0.09 <= attributes[names.GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN] - queued < 0.2
-        assert 0.19 <= attributes[names.GEN_AI_LATENCY_E2E] - queued < 0.4
+        to_first = attributes[names.GEN_AI_LATENCY_TIME_TO_FIRST_TOKEN] - queued
+        end_to_end = attributes[names.GEN_AI_LATENCY_E2E] - queued
+        assert 0.09 <= to_first < end_to_end < slow_s and end_to_end >= 0.19
         assert attributes[names.GEN_AI_USAGE_PROMPT_TOKENS] > 0  # vLLM's names
         assert attributes[names.GEN_AI_USAGE_COMPLETION_TOKENS] > 0
         # vLLM's model-time split: prefill + decode = inference = e2e - queue
         prefill = attributes[names.GEN_AI_LATENCY_TIME_IN_MODEL_PREFILL]
         decode = attributes[names.GEN_AI_LATENCY_TIME_IN_MODEL_DECODE]
         inference = attributes[names.GEN_AI_LATENCY_TIME_IN_MODEL_INFERENCE]
-        assert 0.09 <= prefill < 0.2 and 0.09 <= decode < 0.2
+        assert 0.09 <= prefill < slow_s and 0.09 <= decode < slow_s
         assert inference == pytest.approx(prefill + decode)
         assert inference == pytest.approx(attributes[names.GEN_AI_LATENCY_E2E] - queued)
 
