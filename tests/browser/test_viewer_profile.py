@@ -17,7 +17,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 
 from rollgym.tracestore.profile_phases import PHASES
 from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
-from rollgym.tracestore.synthetic import emit_run
+from synthetic_run import emit_run
 
 from .conftest import BROWSER_MARKS, IMAGES
 

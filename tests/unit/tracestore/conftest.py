@@ -10,7 +10,7 @@ import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
 from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
-from rollgym.tracestore.synthetic import SyntheticRun, emit_run
+from synthetic_run import SyntheticRun, emit_run
 
 
 def write_outputs(run_dir: Path, run: SyntheticRun) -> None:

@@ -18,7 +18,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 from rollgym.cli import traces as traces_cli
 from rollgym.telemetry import names
 from rollgym.tracestore.store_process import start_trace_store
-from rollgym.tracestore.synthetic import emit_run
+from synthetic_run import emit_run
 
 from .conftest import write_outputs
 

@@ -23,7 +23,7 @@ from rollgym.telemetry.setup import setup_telemetry
 from rollgym.tracestore.derived_metrics import DERIVED, NOT_DERIVED, derive_metrics
 from rollgym.tracestore.profile import open_store
 from rollgym.tracestore.store_process import TraceStoreProcess
-from rollgym.tracestore.synthetic import SyntheticRun
+from synthetic_run import SyntheticRun
 
 
 def _points(reader: InMemoryMetricReader, name: str) -> list:  # type: ignore[type-arg]

@@ -8,7 +8,7 @@ from typing import Any
 from rollgym.tracestore.failures import attempt_error, failed_attempts, groups, last_attempt
 from rollgym.tracestore.queries import base_rollout_id, rollout_attempts, trace_spans
 from rollgym.tracestore.store import connect_readonly
-from rollgym.tracestore.synthetic import SyntheticRun
+from synthetic_run import SyntheticRun
 
 
 def _span(name: str, start: int, **fields: Any) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import pytest
 from rollgym.cli import traces as traces_cli
 from rollgym.telemetry import names
 from rollgym.tracestore.profile_phases import PHASES
-from rollgym.tracestore.synthetic import SyntheticRun
+from synthetic_run import SyntheticRun
 
 
 def _profile(capsys: pytest.CaptureFixture[str], run_dir: Path, *extra: str) -> dict:

@@ -11,7 +11,7 @@ from rollgym.cli import traces as traces_cli
 from rollgym.telemetry import names
 from rollgym.tracestore import queries
 from rollgym.tracestore.store import connect_readonly
-from rollgym.tracestore.synthetic import SyntheticRun
+from synthetic_run import SyntheticRun
 
 
 def _cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> object:

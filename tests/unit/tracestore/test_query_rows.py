@@ -21,7 +21,7 @@ from rollgym.tracestore.query_rows import (
     SpanRow,
 )
 from rollgym.tracestore.store import connect_readonly
-from rollgym.tracestore.synthetic import SyntheticRun
+from synthetic_run import SyntheticRun
 
 
 def _keys(shape: type) -> set[str]:

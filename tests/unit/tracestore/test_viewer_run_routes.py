@@ -15,8 +15,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from rollgym.driver.run_views import run_routes
 from rollgym.tracestore.failures import FailedAttempt
 from rollgym.tracestore.query_rows import DispatchRow
-from rollgym.tracestore.synthetic import SyntheticRun
 from rollgym.tracestore.viewer_routes import DB_KEY
+from synthetic_run import SyntheticRun
 
 
 async def _get_all(run_dir: Path, paths: list[str]) -> list[tuple[int, object]]:
