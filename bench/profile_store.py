@@ -31,7 +31,7 @@ from pathlib import Path
 import apsw
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-from rollgym.tracestore.profile import profile_store
+from rollgym.reading.profile import profile_store
 from rollgym.tracestore.store import INSERT_DISPATCH, INSERT_RESOURCE, INSERT_SPAN, TraceStore
 from rollgym.tracestore.store_process import start_trace_store
 

@@ -8,10 +8,12 @@ keys come from ``rollgym.telemetry.names``; timestamps are explicit, so nothing 
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from opentelemetry import trace
@@ -278,3 +280,23 @@ def _child(
     span = tracer.start_span(name, context=parent, start_time=now, attributes=attrs)
     span.end(end_time=now + ms * MS)
     return now + ms * MS + MS // 5
+
+
+def write_outputs(run_dir: Path, run: SyntheticRun) -> None:
+    """What the driver writes next to traces.db (the fields check reads)."""
+    with (run_dir / "rollouts.jsonl").open("w") as out:
+        for row in run.rollouts:
+            out.write(json.dumps(row) + "\n")
+    with (run_dir / "failures.jsonl").open("w") as out:
+        for row in run.failures:
+            out.write(json.dumps(row) + "\n")
+    (run_dir / "summary.json").write_text(
+        json.dumps(
+            {
+                "run_id": run.run_id,
+                "requested": len(run.rollouts) + len(run.failures),
+                "completed": len(run.rollouts),
+                "failed": len(run.failures),
+            }
+        )
+    )

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-from rollgym.tracestore.profile_phases import PHASES
+from rollgym.reading.profile_phases import PHASES
 from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
 from synthetic_run import emit_run
 
