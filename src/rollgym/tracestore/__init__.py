@@ -1,11 +1,8 @@
 """The local trace store: OTLP/HTTP in, SQLite on disk; ingest and storage only.
 
-Public names are re-exported here; the modules behind them each do one job (decode, store,
-writer, receiver, lifecycle, store_process). What reads the store back (queries, the check,
-the profile, the viewer) is :mod:`rollgym.reading`; ``check_run`` and ``CheckReport`` are still
-named here too, where programs found them before. They load on first use (PEP 562), so
-``rollgym --help``, which adds the store's ``serve`` command from
-:mod:`rollgym.tracestore.serve_command`, loads none of them.
+Public names load on first use (PEP 562), so ``rollgym --help`` loads none of them. What reads
+the store back is :mod:`rollgym.reading`; its ``check_run`` and ``CheckReport`` are still named
+here, where programs found them before (a name in the table, typed by the mirror below).
 """
 
 from __future__ import annotations
