@@ -83,7 +83,7 @@ def _name(pid: int) -> str:
         return f"server {found.group(1).decode() if found else '?'}"
     if module == "rollgym.telemetry.pipeline.child":
         return "span shipper (per process)"
-    if module.startswith("rollgym.tracestore"):
+    if module == "rollgym.cli.traces":  # the store: ``rollgym traces serve``
         return "trace store"
     joined = " ".join(args)
     if "multiprocessing" in joined:

@@ -24,8 +24,8 @@ from typing import Any
 
 import profile_store
 
-from rollgym.tracestore import failures
-from rollgym.tracestore.queries import base_rollout_id, list_rollouts, rollout_attempts, trace_spans
+from rollgym.reading import failures
+from rollgym.reading.queries import base_rollout_id, list_rollouts, rollout_attempts, trace_spans
 from rollgym.tracestore.store import connect_readonly
 
 

@@ -1,6 +1,6 @@
 """Profile benchmark: ``rollgym traces profile`` of a 1,000,000-span store, against a plain scan.
 
-The store is realistic, not hand-shaped: a synthetic run (``tracestore/synthetic.py``: four
+The store is realistic, not hand-shaped: a synthetic run (``tests/synthetic_run.py``: four
 processes' SDKs, every span name and split attribute a real run has) is exported through a
 real trace store once, then its rows are copied with fresh trace and span ids (parent links
 kept) and shifted in time until the store holds ``--spans`` spans. Then, on one fresh
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import resource
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,10 +31,13 @@ from pathlib import Path
 import apsw
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-from rollgym.tracestore.profile import profile_store
+from rollgym.reading.profile import profile_store
 from rollgym.tracestore.store import INSERT_DISPATCH, INSERT_RESOURCE, INSERT_SPAN, TraceStore
 from rollgym.tracestore.store_process import start_trace_store
-from rollgym.tracestore.synthetic import emit_run
+
+# the test suite's synthetic run: one fixture for the tests and this bench, not a copy
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from synthetic_run import emit_run  # noqa: E402
 
 TARGET_S = 10.0
 TEMPLATE_ROLLOUTS = 400

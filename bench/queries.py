@@ -20,8 +20,8 @@ from pathlib import Path
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
+from rollgym.reading import queries
 from rollgym.telemetry import names
-from rollgym.tracestore import queries
 from rollgym.tracestore.decode import SpanBatch, json_text
 from rollgym.tracestore.store import TraceStore, connect_readonly
 

@@ -141,7 +141,7 @@ def _role(cmdline: list[str]) -> str:
         ("rollgym.servers.server_process", "server"),
         ("forkserver", "fork server"),
         ("telemetry.pipeline.child", "span shipper"),
-        ("rollgym.tracestore", "trace store"),
+        ("rollgym.cli.traces", "trace store"),
         ("multiprocessing", "store worker"),
         ("rollgym serve", "driver"),
         ("-m rollgym", "driver"),

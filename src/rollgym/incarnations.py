@@ -13,7 +13,7 @@ with the driver: :mod:`rollgym.driver.sessions` knows which).
 Best effort: a line that cannot be written (a full disk) only makes the check stricter.
 
 On the ground floor (plain values, no placement types) because two layers share the format:
-``placement/supervisor.py`` writes it and ``tracestore/check.py`` reads it.
+``placement/supervisor.py`` writes it and ``reading/check.py`` reads it.
 """
 
 from __future__ import annotations

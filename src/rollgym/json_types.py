@@ -7,7 +7,7 @@ on the ground floor so every layer can name them without importing another's mod
 
 A value rollgym only passes on (never reads) is better typed `object`; a shape rollgym itself
 builds and reads has its `TypedDict` next to the code that owns it (the trace store's rows are
-in `tracestore/query_rows.py`, `progress.json` is `driver.progress.ProgressSnapshot`).
+in `reading/query_rows.py`, `progress.json` is `driver.progress.ProgressSnapshot`).
 """
 
 from __future__ import annotations

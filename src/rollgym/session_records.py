@@ -3,7 +3,7 @@ ends): its name, the files whose offsets it records, and how it is read back.
 
 On the ground floor because two rooms use it: the driver writes it
 (:class:`rollgym.driver.sessions.SessionLog`) and ``rollgym traces check``
-(:mod:`rollgym.tracestore.check`) reads it, like ``incarnations.py`` next to it. What the
+(:mod:`rollgym.reading.check`) reads it, like ``incarnations.py`` next to it. What the
 lines mean (killed sessions, the session index) is told in :mod:`rollgym.driver.sessions`.
 """
 

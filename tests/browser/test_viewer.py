@@ -15,7 +15,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 
 from rollgym.telemetry import names
 from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
-from rollgym.tracestore.synthetic import SyntheticRun, emit_run
+from synthetic_run import SyntheticRun, emit_run
 
 from .conftest import BROWSER_MARKS, IMAGES
 

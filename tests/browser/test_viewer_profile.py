@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-from rollgym.tracestore.profile_phases import PHASES
+from rollgym.reading.profile_phases import PHASES
 from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
-from rollgym.tracestore.synthetic import emit_run
+from synthetic_run import emit_run
 
 from .conftest import BROWSER_MARKS, IMAGES
 

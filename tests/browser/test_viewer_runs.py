@@ -238,7 +238,7 @@ def test_failures_panel_and_filters_in_the_url(
 def test_comparison_of_the_two_runs(
     store: TraceStoreProcess, runs: tuple[Path, Path], page: Any
 ) -> None:
-    from rollgym.driver.compare import compare_runs
+    from rollgym.reading.compare import compare_runs
 
     run_a, run_b = runs
     expected = compare_runs(run_a, run_b)

@@ -12,7 +12,7 @@ import pytest
 from e2e_support import Job, agent, wait_for
 from grpo_run import GOOD_LINES, REPEATS, bad_line_run
 
-from rollgym.tracestore.live import read_progress, run_going
+from rollgym.reading.live import read_progress, run_going
 
 pytestmark = pytest.mark.e2e
 

@@ -40,9 +40,9 @@ from engine_support import free_port, serving
 from telemetry_helpers import SpanRecord, TracedJob, quick_rows, read_store
 
 from rollgym.identity import wire_id
+from rollgym.reading.engine_ids import rollout_of_engine_id
 from rollgym.sandbox import unavailable_reason
 from rollgym.telemetry import names
-from rollgym.tracestore.engine_ids import rollout_of_engine_id
 from rollgym.tracestore.store_process import start_trace_store
 
 # the shape helpers and the committed record live beside the unit test that holds the
@@ -440,8 +440,8 @@ def test_vllm_start_up_spans_stay_out_of_runs(vllm_run: TracedJob, engine: Engin
 def test_profile_shows_vllms_engine_phases(vllm_run: TracedJob) -> None:
     """``traces profile`` of the run: vLLM's own queue / prefill / decode split (its
     ``gen_ai.latency.*`` attributes) owns time, beside every other phase the run has."""
-    from rollgym.tracestore.profile import profile_store
-    from rollgym.tracestore.profile_phases import PHASES
+    from rollgym.reading.profile import profile_store
+    from rollgym.reading.profile_phases import PHASES
 
     report = profile_store(vllm_run.db)
     shares = {p["name"]: p["share"] for p in report["phases"]}

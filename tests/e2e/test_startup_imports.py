@@ -69,7 +69,7 @@ def test_no_process_but_the_store_imports_aiohttp_or_websockets(
             assert "multidict" not in imported, (cmdline(pid), sorted(imported))
         for pid in forked:
             assert "websockets" not in mapped_packages(pid), cmdline(pid)
-        stores = [pid for pid in children_of(proc.pid) if "rollgym.tracestore" in cmdline(pid)]
+        stores = [pid for pid in children_of(proc.pid) if "rollgym.cli.traces" in cmdline(pid)]
         if telemetry == "default":
             # started beside the fork server, it waits to import until the servers are up
             # (rollgym/start_gate.py), then imports aiohttp: the check sees it where it is

@@ -42,10 +42,10 @@ from telemetry_helpers import (
 )
 
 from rollgym import Collector, RolloutResult
+from rollgym.reading.check import check_run
 from rollgym.telemetry import names, spans
 from rollgym.telemetry.groups import SpanGroup, configure_gate, gate
 from rollgym.telemetry.setup import install_for_tests
-from rollgym.tracestore.check import check_run
 from rollgym.tracestore.store import SCHEMA
 
 pytestmark = pytest.mark.e2e
@@ -110,7 +110,7 @@ async def _drive(
 
 
 def _rollout_of(span: SpanRecord) -> str | None:
-    from rollgym.tracestore.engine_ids import rollout_of_engine_id
+    from rollgym.reading.engine_ids import rollout_of_engine_id
 
     if span.rollout_id is not None:
         return span.rollout_id

@@ -12,7 +12,7 @@ import orjson
 import pytest
 from e2e_support import REPO, pythonpath
 
-from rollgym.tracestore.profile_phases import PHASES
+from rollgym.reading.profile_phases import PHASES
 
 
 def test_profile_of_a_quickstart_run(tmp_path: Path) -> None:

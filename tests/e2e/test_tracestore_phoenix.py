@@ -23,7 +23,7 @@ import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
 from rollgym.telemetry import names
-from rollgym.tracestore.synthetic import emit_run
+from synthetic_run import emit_run
 
 pytestmark = [pytest.mark.phoenix, pytest.mark.e2e]
 pytest.importorskip("phoenix")

@@ -28,7 +28,7 @@ def store_pid(job: Job) -> int | None:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if b"rollgym.tracestore" in cmdline and db in cmdline:
+        if b"rollgym.cli.traces" in cmdline and db in cmdline:
             return int(entry.name)
     return None
 

@@ -4,7 +4,7 @@ Real servers on loopback (the built-in simulated model, arithmetic environment a
 single-turn agent, so every rollout crosses three processes), the real driver, the run's own
 trace store. Each run must keep exact accounting and pass the check, with what the dead
 processes cut short counted apart; the check's strictness on planted leaks is in
-``tests/unit/tracestore/test_check_history.py``.
+``tests/unit/reading/test_check_history.py``.
 """
 
 from __future__ import annotations

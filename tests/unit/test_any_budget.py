@@ -2,7 +2,7 @@
 
 `scripts/count_any.py` counts every use of the name (annotations, casts, aliases, string
 annotations); JSON has real types in `rollgym.json_types`, the store's rows in
-`tracestore/query_rows.py`, so new code has a typed home for what it passes around.
+`reading/query_rows.py`, so new code has a typed home for what it passes around.
 """
 
 from __future__ import annotations

@@ -189,6 +189,7 @@ def test_cycle_finder_finds_a_cycle() -> None:
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("rollgym", "rollgym.__main__"),  # the package door and ``python -m rollgym``
     ("rollgym.cli", "rollgym.integrations"),  # integrations: a trainer drives a Collector
+    ("rollgym.reading",),  # reading a run back: its store and its files (queries, the viewer)
     ("rollgym.driver",),
     ("rollgym.placement",),
     ("rollgym.config",),  # the job config: resolves a server's impl through servers/registry
@@ -204,9 +205,8 @@ GROUND = len(LAYERS)
 def _room(module: str) -> tuple[str, int]:
     """``(room, floor)`` of a module: the first two parts of its name, and that room's floor.
 
-    A package's ``__main__`` is an entry point, like ``python -m rollgym``: it wires the floors
-    together (the trace store's child serves the driver's views of its run), so it stands on
-    the top floor whatever package it sits in."""
+    A package's ``__main__`` is an entry point, like ``python -m rollgym``: it may wire the
+    floors together, so it stands on the top floor whatever package it sits in."""
     if module.endswith(".__main__"):
         return module, 0
     room = ".".join(module.split(".")[:2])

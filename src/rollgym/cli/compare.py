@@ -1,5 +1,5 @@
 """``rollgym compare RUN_A RUN_B [RUN ...] [--over version|step]``: options -> the driver's
-comparison (:mod:`rollgym.driver.compare` for two runs, :mod:`rollgym.driver.run_series` for
+comparison (:mod:`rollgym.reading.compare` for two runs, :mod:`rollgym.reading.run_series` for
 more, and for reward over policy version or step)."""
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _compare(args: argparse.Namespace) -> int:
     import orjson
 
-    from rollgym.driver.compare import BootstrapSettings, CompareError, compare_runs
-    from rollgym.driver.run_series import compare_many, runs_over
+    from rollgym.reading.compare import BootstrapSettings, CompareError, compare_runs
+    from rollgym.reading.run_series import compare_many, runs_over
 
     runs: list[Path] = args.runs
     if len(runs) < 2 and args.over is None:
@@ -73,7 +73,7 @@ def _compare(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0
-    from rollgym.driver import compare_report
+    from rollgym.reading import compare_report
 
     if args.over is not None:
         compare_report.print_series(result)

@@ -1,4 +1,4 @@
-"""``rollgym export RUN --format parquet``: options -> :func:`rollgym.driver.export.export_parquet`."""
+"""``rollgym export RUN --format parquet``: options -> :func:`rollgym.reading.export.export_parquet`."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _export(args: argparse.Namespace) -> int:
-    from rollgym.driver.export import ExportError, export_parquet
+    from rollgym.reading.export import ExportError, export_parquet
 
     if not args.run_dir.is_dir():
         print(f"rollgym export: {args.run_dir}: no such run directory", file=sys.stderr)

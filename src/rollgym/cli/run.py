@@ -80,13 +80,13 @@ def handle(args: argparse.Namespace) -> int:
             discard_early()
             return rollgym_error(exc)
     from rollgym.driver.job import run_job
-    from rollgym.driver.report import (
+    from rollgym.event_loop import loop_factory
+    from rollgym.reading.report import (
         nothing_completed_line,
         nothing_left_line,
         print_report,
         telemetry_loss_line,
     )
-    from rollgym.event_loop import loop_factory
 
     try:
         with asyncio.Runner(loop_factory=loop_factory()) as runner:

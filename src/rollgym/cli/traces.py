@@ -1,8 +1,11 @@
-"""``rollgym traces serve|ls|show|slowest|profile|check``: options -> calls of rollgym.tracestore.
+"""``rollgym traces serve|ls|show|slowest|profile|check``: options -> calls of the store and
+the read side.
 
-Why thin: every command's logic lives in the tracestore package (queries, check, serve) so the
-viewer, scripts and tests call the same code; this module only parses options and prints.
-Imports of the tracestore happen inside handlers so ``rollgym --help`` stays fast.
+Why thin: every command's logic lives below (``serve`` in rollgym.tracestore; queries, check,
+profile and the viewer in rollgym.reading) so the viewer, scripts and tests call the same
+code; this module only parses options and prints. Imports happen inside handlers so
+``rollgym --help`` stays fast. ``python -m rollgym.cli.traces serve`` is how a run starts its
+store (:mod:`rollgym.tracestore.store_process`): the user's own command, viewer included.
 """
 
 from __future__ import annotations
@@ -16,22 +19,22 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from rollgym.tracestore.query_rows import SpanRow
+    from rollgym.reading.query_rows import SpanRow
 
-# ``serve`` is the store's own command (``python -m rollgym.tracestore serve`` too): its home is
-# the trace store; ``rollgym traces`` adds it to its sub-commands.
+# ``serve`` is the store's own command: its home is the trace store; ``rollgym traces`` adds it
+# to its sub-commands and hands it the viewer.
 from rollgym.tracestore.serve_command import add_serve_parser
 
 __all__ = ["add_serve_parser", "main", "register"]
 
 
-def _run_views(
-    run_dir: Path | None, compare_dir: Path | None, runs: Sequence[Path] = ()
+def _viewer(
+    db_path: Path, run_dir: Path | None, compare_dir: Path | None, runs: Sequence[Path] = ()
 ) -> Callable[[web.Application], None]:
-    """The viewer's routes over the run's own files (the driver's; loaded only to serve)."""
-    from rollgym.driver.run_views import run_routes
+    """The viewer the store serves (the read side's; loaded only to serve)."""
+    from rollgym.reading.run_views import viewer
 
-    return run_routes(run_dir, compare_dir, runs)
+    return viewer(db_path, run_dir, compare_dir, runs)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     traces = subparsers.add_parser("traces", help="the local trace store: serve, query, check")
     commands = traces.add_subparsers(dest="traces_command", metavar="COMMAND")
     commands.required = True
-    add_serve_parser(commands, run_routes=_run_views)
+    add_serve_parser(commands, viewer=_viewer)
 
     ls = commands.add_parser("ls", help="list rollouts (one row per attempt) with trace ids")
     _run_dir(ls)
@@ -137,7 +140,7 @@ def _one_line(handler: Callable[[argparse.Namespace], int]) -> Callable[[argpars
     def run(args: argparse.Namespace) -> int:
         import sqlite3
 
-        from rollgym.tracestore.queries import db_path_of
+        from rollgym.reading.queries import db_path_of
         from rollgym.tracestore.schema import StoreVersionError
 
         try:
@@ -155,7 +158,7 @@ def _one_line(handler: Callable[[argparse.Namespace], int]) -> Callable[[argpars
 
 
 def _open(args: argparse.Namespace) -> Any:
-    from rollgym.tracestore.queries import db_path_of
+    from rollgym.reading.queries import db_path_of
     from rollgym.tracestore.store import connect_readonly
 
     if not args.run_dir.exists():
@@ -188,7 +191,7 @@ def _console() -> Any:
 
 
 def _ls(args: argparse.Namespace) -> int:
-    from rollgym.tracestore import queries, render
+    from rollgym.reading import queries, render
 
     with _open(args) as conn:
         page = queries.list_rollouts(
@@ -209,7 +212,7 @@ def _ls(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from rollgym.tracestore import queries, render
+    from rollgym.reading import queries, render
 
     if args.conversation or args.tokens:
         return _conversation(args)
@@ -222,7 +225,7 @@ def _show(args: argparse.Namespace) -> int:
     else:
         render.rollout_trees(_console(), detail)
         if failure is not None:
-            from rollgym.driver.conversation_report import print_frames
+            from rollgym.reading.conversation_report import print_frames
 
             print_frames(_console(), failure.get("frames"), failure.get("log"))
     return 0 if detail["attempts"] else 1
@@ -230,7 +233,7 @@ def _show(args: argparse.Namespace) -> int:
 
 def _failure_record(args: argparse.Namespace) -> dict[str, Any] | None:
     """The rollout's final failure when it has the agent's own frames (failures.jsonl)."""
-    from rollgym.driver.run_reader import read_rollout
+    from rollgym.reading.run_reader import read_rollout
 
     if not args.run_dir.is_dir():
         return None
@@ -239,14 +242,14 @@ def _failure_record(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def _conversation(args: argparse.Namespace) -> int:
-    from rollgym.driver.conversation_report import (
+    from rollgym.reading import queries
+    from rollgym.reading.conversation_report import (
         conversation_view,
         model_latencies,
         print_conversation,
         records_trajectories,
     )
-    from rollgym.driver.run_reader import read_rollout
-    from rollgym.tracestore import queries
+    from rollgym.reading.run_reader import read_rollout
 
     run_dir = args.run_dir if args.run_dir.is_dir() else args.run_dir.parent
     files = read_rollout(run_dir, args.rollout_id)
@@ -275,7 +278,7 @@ def _conversation(args: argparse.Namespace) -> int:
 
 
 def _slowest(args: argparse.Namespace) -> int:
-    from rollgym.tracestore import queries, render
+    from rollgym.reading import queries, render
 
     with _open(args) as conn:
         items = queries.slowest(conn, args.n)
@@ -284,9 +287,9 @@ def _slowest(args: argparse.Namespace) -> int:
 
 
 def _profile(args: argparse.Namespace) -> int:
-    from rollgym.tracestore import render
-    from rollgym.tracestore.profile import profile_store
-    from rollgym.tracestore.queries import db_path_of
+    from rollgym.reading import render
+    from rollgym.reading.profile import profile_store
+    from rollgym.reading.queries import db_path_of
 
     try:
         report = profile_store(db_path_of(args.run_dir), stragglers=args.n, bins=args.bins)
@@ -300,14 +303,14 @@ def _profile(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json(report)
     else:
-        from rollgym.tracestore.profile_http import print_http_parts
-        from rollgym.tracestore.profile_timeline import print_timeline
+        from rollgym.reading.profile_http import print_http_parts
+        from rollgym.reading.profile_timeline import print_timeline
 
         render.profile_tables(_console(), report)
         print_http_parts(_console(), report)
         print_timeline(_console(), report)
         if groups is not None:
-            from rollgym.driver.group_view import print_groups
+            from rollgym.reading.group_view import print_groups
 
             print_groups(_console(), groups, args.n)
         if args.metrics:
@@ -317,7 +320,7 @@ def _profile(args: argparse.Namespace) -> int:
 
 def _groups(run_dir: Path, shown: int) -> dict[str, object] | None:
     """The run's reward spread per group (zero-variance first), when RUN is a run folder."""
-    from rollgym.driver.group_view import run_groups, run_repeats
+    from rollgym.reading.group_view import run_groups, run_repeats
 
     if not (run_dir / "rollouts.jsonl").is_file():
         return None
@@ -325,7 +328,7 @@ def _groups(run_dir: Path, shown: int) -> dict[str, object] | None:
 
 
 def _derived_metrics(args: argparse.Namespace) -> dict[str, Any]:
-    from rollgym.tracestore.derived_metrics import derive_metrics
+    from rollgym.reading.derived_metrics import derive_metrics
 
     with _open(args) as conn:
         return derive_metrics(conn)
@@ -345,8 +348,8 @@ def _print_metrics(metrics: dict[str, Any]) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from rollgym.tracestore import render
-    from rollgym.tracestore.check import check_run
+    from rollgym.reading import render
+    from rollgym.reading.check import check_run
 
     if args.data:
         return _check_data(args)
@@ -364,8 +367,8 @@ def _check_data(args: argparse.Namespace) -> int:
     """``check --data``: one line per violation on stdout, then the count per rule; exit 1 on
     any violation. The trace store is optional: without one, the answered usage is the
     engine's record."""
-    from rollgym.driver.certify import RULES, certify_run
-    from rollgym.driver.run_reader import UnreadableLine
+    from rollgym.reading.certify import RULES, certify_run
+    from rollgym.reading.run_reader import UnreadableLine
 
     if not args.run_dir.exists():
         raise _Unreadable(f"{args.run_dir}: no such run directory")

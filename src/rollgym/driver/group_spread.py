@@ -8,7 +8,7 @@ reward); a group with a single reward has no spread either, so it counts as zero
 
 One piece of code answers everywhere: :class:`GroupSpread` is fed by the run's
 :class:`~rollgym.driver.summary.Aggregator` (``summary.json``, resume included) and by
-:func:`~rollgym.driver.group_view.run_groups` reading ``rollouts.jsonl`` (``rollgym traces
+:func:`~rollgym.reading.group_view.run_groups` reading ``rollouts.jsonl`` (``rollgym traces
 profile`` and the viewer's group view). Per task it keeps five numbers in ``array`` columns (36 bytes: a 300,000-task run
 costs about 11 MB) and adds a reward in about 0.4 µs.
 """

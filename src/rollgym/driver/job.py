@@ -610,7 +610,7 @@ def write_summary(summary: Summary, output_dir: Path) -> None:
 
 def telemetry_warnings(counts: Mapping[str, object]) -> list[str]:
     """What the person running the job must hear about its trace store (dropped spans have
-    their own line: :func:`rollgym.driver.report.telemetry_loss_line`)."""
+    their own line: :func:`rollgym.reading.report.telemetry_loss_line`)."""
     warnings = []
     if counts.get("store_deaths"):
         warnings.append(

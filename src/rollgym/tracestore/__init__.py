@@ -1,9 +1,8 @@
-"""The local trace store: OTLP/HTTP in, SQLite on disk, queries, contract check, viewer.
+"""The local trace store: OTLP/HTTP in, SQLite on disk; ingest and storage only.
 
-Public names are re-exported here; the modules behind them each do one job (decode, store,
-writer, receiver, viewer_routes, lifecycle, queries, check, render, store_process). They load
-on first use (PEP 562), so ``rollgym --help``, which adds the store's ``serve`` command from
-:mod:`rollgym.tracestore.serve_command`, loads none of them.
+Public names load on first use (PEP 562), so ``rollgym --help`` loads none of them. What reads
+the store back is :mod:`rollgym.reading`; its ``check_run`` and ``CheckReport`` are still named
+here, where programs found them before (a name in the table, typed by the mirror below).
 """
 
 from __future__ import annotations
@@ -14,10 +13,10 @@ from rollgym._lazy_door import lazy_door
 
 #: public name -> the module that defines it
 _EXPORTS = {
-    "CheckReport": "rollgym.tracestore.check",
+    "CheckReport": "rollgym.reading.check",
     "TraceStore": "rollgym.tracestore.store",
     "TraceStoreProcess": "rollgym.tracestore.store_process",
-    "check_run": "rollgym.tracestore.check",
+    "check_run": "rollgym.reading.check",
     "connect_readonly": "rollgym.tracestore.store",
     "start_trace_store": "rollgym.tracestore.store_process",
 }
@@ -34,6 +33,6 @@ __all__ = [
 __getattr__, __dir__ = lazy_door(globals(), _EXPORTS)
 
 if TYPE_CHECKING:
-    from rollgym.tracestore.check import CheckReport, check_run
+    from rollgym.reading.check import CheckReport, check_run
     from rollgym.tracestore.store import TraceStore, connect_readonly
     from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store

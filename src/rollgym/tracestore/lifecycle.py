@@ -24,8 +24,7 @@ from rollgym.files import write_atomically
 from rollgym.http import REQUEST_READ_TIMEOUT_S
 from rollgym.tracestore.access import TOKEN_ENV, is_loopback, require_token
 from rollgym.tracestore.guard import allowed_hosts, guard_middleware
-from rollgym.tracestore.receiver import DEFAULT_MAX_BODY_BYTES, add_otlp_routes, viewer_dir
-from rollgym.tracestore.viewer_routes import add_api_routes
+from rollgym.tracestore.receiver import DEFAULT_MAX_BODY_BYTES, add_otlp_routes
 from rollgym.tracestore.writer import BatchWriter
 
 log = logging.getLogger(__name__)
@@ -43,21 +42,21 @@ class ListenError(OSError):
 
 def build_app(
     writer: BatchWriter,
-    db_path: Path,
-    run_dir: Path | None,
     max_body: int,
     token: str | None = None,
     read_timeout_s: float = REQUEST_READ_TIMEOUT_S,
     hosts: frozenset[str] | None = None,
     extra_routes: Callable[[web.Application], None] | None = None,
 ) -> web.Application:
-    """The one app: OTLP receiver, viewer JSON API, static viewer, /health.
+    """The one app: OTLP receiver, /health, and what ``extra_routes`` mounts.
 
     With ``token`` every route but ``/health`` requires ``Authorization: Bearer <token>``.
     ``hosts``: the names a request's ``Host`` may carry (default: loopback names only); with a
     token the token is the protection and any ``Host`` is accepted (engines on other machines
     address the store by their own name for it). See :mod:`rollgym.tracestore.guard`.
-    ``extra_routes`` mounts routes of a higher layer (the run's files: ``driver/run_views.py``).
+    ``extra_routes`` mounts a higher layer's routes: the viewer (its page and JSON routes over
+    the store and the run's files, :func:`rollgym.reading.run_views.viewer`), which
+    ``rollgym traces serve`` hands in; the store itself is ingest and storage only.
     """
     if token:
         guard = guard_middleware(None)
@@ -66,20 +65,13 @@ def build_app(
     middlewares = [require_token(token), guard] if token else [guard]
     app = web.Application(client_max_size=max_body + 1, middlewares=middlewares)
     add_otlp_routes(app, writer, max_body, read_timeout_s)
-    add_api_routes(app, db_path, run_dir)
     if extra_routes is not None:
         extra_routes(app)
-    static = viewer_dir()
-
-    async def index(_request: web.Request) -> web.FileResponse:
-        return web.FileResponse(static / "index.html")
 
     async def health(_request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "name": "tracestore", "kind": "tracestore"})
 
-    app.router.add_get("/", index)
     app.router.add_get("/health", health)
-    app.router.add_static("/static/", static)
     return app
 
 
@@ -102,7 +94,6 @@ async def serve(
     host: str = "127.0.0.1",
     port: int = 0,
     *,
-    run_dir: Path | None = None,
     ready_file: Path | None = None,
     max_body: int = DEFAULT_MAX_BODY_BYTES,
     token: str | None = None,
@@ -128,9 +119,7 @@ async def serve(
     writer.start()
     # auto_decompress=False: receiver.decompress inflates gzip itself, bounded by max_body.
     hosts = allowed_hosts(host, allow_hosts)
-    app = build_app(
-        writer, db_path, run_dir, max_body, token, REQUEST_READ_TIMEOUT_S, hosts, extra_routes
-    )
+    app = build_app(writer, max_body, token, REQUEST_READ_TIMEOUT_S, hosts, extra_routes)
     runner = make_runner(app, REQUEST_READ_TIMEOUT_S)
     await runner.setup()
     site: web.BaseSite

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from pathlib import Path
 
 from aiohttp import web
 from google.protobuf import json_format
@@ -136,8 +135,3 @@ def _error(request: web.Request, exc: PayloadError, http_status: int | None = No
     return web.Response(
         status=http_status, body=status.SerializeToString(), content_type=PROTOBUF_TYPE
     )
-
-
-def viewer_dir() -> Path:
-    """Where the static viewer files live (packaged with the module)."""
-    return Path(__file__).with_name("viewer")

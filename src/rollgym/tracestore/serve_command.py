@@ -1,9 +1,9 @@
-"""``serve``: the trace store's one command, parsed here so both doors share it.
+"""``serve``: the trace store's one command, parsed here, beside the store it serves.
 
-``rollgym traces serve`` (:mod:`rollgym.cli.traces`) and ``python -m rollgym.tracestore serve``
-(how :mod:`rollgym.tracestore.store_process` starts the store as a child of a run) add the same
-parser, so the store never imports the CLI above it. Only ``argparse`` at import: the store's
-machinery loads when the command runs.
+``rollgym traces serve`` (:mod:`rollgym.cli.traces`, also how
+:mod:`rollgym.tracestore.store_process` starts the store as a child of a run) adds this parser
+and hands it the viewer, so the store never imports the CLI or the read side above it. Only
+``argparse`` at import: the store's machinery loads when the command runs.
 """
 
 from __future__ import annotations
@@ -18,22 +18,25 @@ if TYPE_CHECKING:
     from aiohttp import web
 
 
-class RunRoutes(Protocol):
-    """Given ``--run-dir``, ``--compare`` and ``--runs``: what mounts a higher layer's routes
-    on the viewer (the run's files: ``driver/run_views.py``), handed in by whoever builds the
-    command."""
+class Viewer(Protocol):
+    """Given the store's file, ``--run-dir``, ``--compare`` and ``--runs``: what mounts the
+    viewer on the store's app (its page and its routes over the store and the run's files:
+    :func:`rollgym.reading.run_views.viewer`), handed in by whoever builds the command."""
 
     def __call__(
-        self, run_dir: Path | None, compare_dir: Path | None, runs: Sequence[Path] = ()
+        self,
+        db_path: Path,
+        run_dir: Path | None,
+        compare_dir: Path | None,
+        runs: Sequence[Path] = (),
     ) -> Callable[[web.Application], None]: ...
 
 
 def add_serve_parser(
     commands: argparse._SubParsersAction[argparse.ArgumentParser],
-    run_routes: RunRoutes | None = None,
+    viewer: Viewer | None = None,
 ) -> argparse.ArgumentParser:
-    """``serve`` (also used by ``python -m rollgym.tracestore``); ``run_routes`` mounts the
-    views of the run's own files (conversations, failures, the comparison)."""
+    """``serve``; ``viewer`` mounts the viewer (without it the store takes OTLP only)."""
     serve = commands.add_parser("serve", help="OTLP/HTTP receiver + viewer on one port")
     serve.add_argument(
         "--db",
@@ -86,7 +89,7 @@ def add_serve_parser(
         default=32 * 1024 * 1024,
         help="larger OTLP payloads are refused with 413 (default 32 MiB)",
     )
-    serve.set_defaults(handler=_serve, run_routes=run_routes)
+    serve.set_defaults(handler=_serve, viewer=viewer)
     return serve
 
 
@@ -130,15 +133,14 @@ def _serve(args: argparse.Namespace) -> int:
                     db,
                     args.host,
                     args.port,
-                    run_dir=args.run_dir,
                     ready_file=args.ready_file,
                     max_body=args.max_body_bytes,
                     allow_hosts=tuple(args.allow_host),
                     token=token,
                     listen_fd=args.listen_fd,
                     extra_routes=(
-                        args.run_routes(args.run_dir, args.compare, tuple(args.runs))
-                        if args.run_routes
+                        args.viewer(db, args.run_dir, args.compare, tuple(args.runs))
+                        if args.viewer
                         else None
                     ),
                 )

@@ -29,6 +29,10 @@ from rollgym.http.listen import bind_loopback
 from rollgym.tracestore.access import TOKEN_ENV
 
 STOP_GRACE_S = 10.0
+#: What the child runs: ``rollgym traces serve`` without the rest of the CLI, the store with
+#: the viewer the read side mounts on it (a command line, not an import: the store imports
+#: nothing above it).
+STORE_COMMAND = "rollgym.cli.traces"
 #: The first 16 bytes of every SQLite database file.
 SQLITE_HEADER = b"SQLite format 3\x00"
 #: How often :meth:`TraceStoreProcess.ready` looks for the ready file.
@@ -97,7 +101,7 @@ def start_trace_store(
     token: str | None = None,
     wait: bool = True,
 ) -> TraceStoreProcess:
-    """Start ``python -m rollgym.tracestore serve`` and wait until it answers.
+    """Start ``python -m rollgym.cli.traces serve`` and wait until it answers.
 
     ``wait=False``: return as soon as it is started, on an IPv4 host, where its listening
     socket is bound here first (:func:`_bind`), so the endpoint is known at once and a
@@ -118,7 +122,7 @@ def start_trace_store(
     log.parent.mkdir(parents=True, exist_ok=True)
     ready = log.with_name(log.name + ".ready.json")
     ready.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "rollgym.tracestore", "serve", "--db", str(db)]
+    command = [sys.executable, "-m", STORE_COMMAND, "serve", "--db", str(db)]
     command += ["--host", host, "--port", str(port)]
     if run_dir is not None:
         command += ["--run-dir", str(run_dir)]
@@ -135,7 +139,7 @@ def start_trace_store(
         # would take the cores the servers wait for (rollgym/start_gate.py)
         gate = start_gate.gate()
         if gate is not None:
-            command = start_gate.gated_command(gate, "rollgym.tracestore", command[3:])
+            command = start_gate.gated_command(gate, STORE_COMMAND, command[3:])
     # it says where it listens, and that its workers started, in the ready file
     command += ["--ready-file", str(ready)]
     child_env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}

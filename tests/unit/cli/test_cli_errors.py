@@ -89,8 +89,9 @@ def test_an_option_parse_error_ends_in_one_line_naming_the_option(
 
 
 def test_the_serve_parser_is_the_stores_own(capsys: pytest.CaptureFixture[str]) -> None:
-    """``rollgym traces serve`` and ``python -m rollgym.tracestore serve`` parse alike."""
-    from rollgym.tracestore.__main__ import main as store_main
+    """``rollgym traces serve`` and ``python -m rollgym.cli.traces serve`` (how a run starts its
+    store) parse alike."""
+    from rollgym.cli.traces import main as store_main
 
     args = build_parser().parse_args(["traces", "serve", "--port", "0", "--allow-host", "h"])
     assert (args.port, args.allow_host, args.host) == (0, ["h"], "127.0.0.1")

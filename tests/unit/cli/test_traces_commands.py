@@ -16,7 +16,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 
 from rollgym.cli.main import main
 from rollgym.tracestore.store_process import start_trace_store
-from rollgym.tracestore.synthetic import emit_run
+from synthetic_run import emit_run
 
 ROWS = 8
 DISPATCHES = ROWS + 1  # row 4's first attempt failed and was tried again

@@ -8,8 +8,8 @@ from pathlib import Path
 from rich.console import Console
 
 from rollgym.driver.progress import FailureEcho, resume_line
-from rollgym.driver.report import _rate, nothing_completed_line, nothing_left_line, print_report
 from rollgym.driver.summary import Aggregator, Summary
+from rollgym.reading.report import _rate, nothing_completed_line, nothing_left_line, print_report
 
 
 def _summary(completed: int, failed: int, status: str = "completed") -> Summary:

@@ -9,9 +9,9 @@ from pathlib import Path
 from rich.console import Console
 
 from rollgym.driver.progress import ProgressReporter
-from rollgym.driver.report import print_report, summary_table
 from rollgym.driver.retry import InFlight
 from rollgym.driver.summary import Aggregator, Summary
+from rollgym.reading.report import print_report, summary_table
 
 
 def _interrupted() -> Summary:

@@ -146,7 +146,7 @@ async def store_app(tmp_path: Path) -> AsyncIterator[int]:
     writer = BatchWriter(tmp_path / "traces.db")
     writer.start()
     runner = make_runner(
-        build_app(writer, tmp_path / "traces.db", None, 1 << 20, read_timeout_s=LIMIT_S),
+        build_app(writer, 1 << 20, read_timeout_s=LIMIT_S),
         LIMIT_S,
     )
     await runner.setup()

@@ -146,7 +146,7 @@ def test_with_capture_on_a_model_span_carries_its_messages_in_the_conventions_sh
         {"role": "assistant", "parts": [{"type": "text", "content": "k2"}], "finish_reason": "stop"}
     ]
     # the viewer's conversation from spans reads the texts back
-    from rollgym.tracestore.span_messages import recorded_conversation
+    from rollgym.reading.span_messages import recorded_conversation
 
     entries = recorded_conversation(
         [{"start_ns": 1, "attributes": dict(chat.attributes), "events": []}]  # type: ignore[list-item]

@@ -1,9 +1,9 @@
-"""The package's front door stays small, sorted and importable; the viewer ships its files."""
+"""The package's front door stays small, sorted and importable."""
 
 from __future__ import annotations
 
+import rollgym.reading as reading
 import rollgym.tracestore as tracestore
-from rollgym.tracestore.receiver import viewer_dir
 
 
 def test_public_names_sorted_and_present() -> None:
@@ -12,9 +12,7 @@ def test_public_names_sorted_and_present() -> None:
         assert getattr(tracestore, name) is not None
 
 
-def test_viewer_is_offline() -> None:
-    files = {path.name: path.read_text() for path in viewer_dir().iterdir()}
-    assert set(files) >= {"index.html", "app.js", "style.css"}
-    for text in files.values():  # no CDN, no remote fonts
-        assert "http://" not in text.replace("http://www.w3.org/2000/svg", "")
-        assert "https://" not in text
+def test_the_check_is_still_named_where_programs_found_it() -> None:
+    """``check_run`` moved to the read side; the store's door still hands out the same one."""
+    assert tracestore.check_run is reading.check_run
+    assert tracestore.CheckReport is reading.CheckReport

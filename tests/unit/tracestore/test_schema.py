@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from rollgym.cli import traces as traces_cli
-from rollgym.tracestore import queries
-from rollgym.tracestore.check import check_run
+from rollgym.reading import queries
+from rollgym.reading.check import check_run
 from rollgym.tracestore.schema import (
     DISPATCH_COLUMNS,
     LINK_COLUMNS,

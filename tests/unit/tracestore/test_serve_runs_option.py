@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from rollgym.driver import runs_page
+from rollgym.reading import runs_page
 
 
 def test_a_missing_runs_folder_is_one_line(tmp_path: Path) -> None:

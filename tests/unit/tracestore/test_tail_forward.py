@@ -14,8 +14,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from rollgym.tracestore import tail_forward
 from rollgym.tracestore.store_process import start_trace_store
-from rollgym.tracestore.synthetic import emit_run
 from rollgym.tracestore.tail_forward import forward_spans
+from synthetic_run import emit_run
 
 
 class _Tee(SpanExporter):

@@ -6,8 +6,8 @@ from io import StringIO
 
 from rich.console import Console
 
-from rollgym.driver.conversation_report import conversation_view, print_conversation
-from rollgym.driver.run_reader import RolloutFiles, names_rollout
+from rollgym.reading.conversation_report import conversation_view, print_conversation
+from rollgym.reading.run_reader import RolloutFiles, names_rollout
 from rollgym.trajectory.conversation import (
     completion_text,
     conversation,
