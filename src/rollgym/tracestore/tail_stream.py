@@ -110,6 +110,7 @@ class TailStream:
         self._conn: sqlite3.Connection | None = None
         self._reader: SpanReader | None = None
         self._done = 0
+        self._any_dropped = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -177,7 +178,8 @@ class TailStream:
             (hi,) = conn.execute("SELECT coalesce(max(rowid), 0) FROM spans").fetchone()
             self._done = hi
         dropped = [t for t, kept in due if not kept]
-        if dropped or hi > lo:
+        self._any_dropped = self._any_dropped or bool(dropped)
+        if self._any_dropped:  # else no write lock taken: nothing to remove, none late
             self._remove_round(conn, dropped, lo, hi)
 
     def _stage_round(self, conn: sqlite3.Connection, kept: list[bytes], lo: int) -> tuple[int, int]:
