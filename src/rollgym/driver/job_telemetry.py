@@ -390,8 +390,10 @@ class JobTelemetry:
         if removed.earlier_traces:  # a session killed before its end left them
             counts["earlier_sessions_traces_removed"] = removed.earlier_traces
             counts["earlier_sessions_spans_removed"] = removed.earlier_spans
-        if stream.round_errors:
-            counts["error"] = f"the store was not changed as planned: {stream.last_error}"
+        if stream.round_errors:  # what they had was left to the next round or the end
+            counts["rounds_failed"] = stream.round_errors
+        if stream.end_error is not None:
+            counts["error"] = f"the end of the run's tail sampling failed: {stream.end_error}"
             report_to_stderr(f"rollgym: telemetry: tail sampling: {counts['error']}")
         sent = stream.forwarded
         if sent is not None and self._forward is not None:

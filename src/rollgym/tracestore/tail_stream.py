@@ -107,6 +107,8 @@ class TailStream:
         #: they had is left to the next round or the end. The last one's error.
         self.round_errors = 0
         self.last_error: str | None = None
+        #: Why the end pass failed (then dropped traces may be left in the store), or None.
+        self.end_error: str | None = None
         self._conn: sqlite3.Connection | None = None
         self._reader: SpanReader | None = None
         self._done = 0
@@ -143,14 +145,14 @@ class TailStream:
         try:
             conn = self._connect()
             if conn is None:
-                self._fail(f"no trace store at {self._db_path}")
+                self.end_error = f"no trace store at {self._db_path}"
                 return
             self._decisions.due(math.inf)  # every one is in ``dropped`` or sent below
             self._remove_all(conn, dropped, earlier)
             if self.sender is not None:
                 self._send_staged(conn, self._stage_rest(conn))
-        except sqlite3.Error as exc:
-            self._fail(str(exc))
+        except Exception as exc:  # noqa: BLE001 - telemetry never fails a run: said, counted
+            self.end_error = str(exc) or type(exc).__name__
         finally:
             self.stop()
 
@@ -159,8 +161,8 @@ class TailStream:
         while not self._stop.wait(self._interval):
             try:
                 self.round(time.monotonic() - self.grace_s)
-            except sqlite3.Error as exc:
-                self._fail(str(exc))
+            except Exception as exc:  # noqa: BLE001 - a round's trouble waits for the next one
+                self._fail(str(exc) or type(exc).__name__)
 
     def round(self, before: float) -> None:
         """Send and remove the traces decided at or before ``before`` (monotonic seconds), and

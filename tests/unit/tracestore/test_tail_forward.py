@@ -27,7 +27,7 @@ def forward_spans(db: Path, exporter: Exporter, since: int, batch: int = 512) ->
         db, sampler, grace_s=0.0, since_ns=since, sender=Sender(exporter), batch=batch
     )
     stream.finish([])
-    assert stream.round_errors == 0, stream.last_error
+    assert stream.end_error is None and stream.round_errors == 0, stream.last_error
     return stream.sender.counts if stream.sender else Forwarded()
 
 

@@ -107,7 +107,7 @@ def test_kept_traces_go_and_dropped_ones_leave_each_span_once_late_ones_too(
     job = process.root("job")  # never decided: sent at the end, as the job trace is
 
     stream.finish(sampler.dropped_traces)
-    assert stream.round_errors == 0, stream.last_error
+    assert stream.end_error is None and stream.round_errors == 0, stream.last_error
     sent = Counter((s.context.trace_id, s.context.span_id) for s in backend.get_finished_spans())
     assert max(sent.values()) == 1  # none twice
     expected = {m for m in process.made if m[0] != dropped.trace_id}
@@ -138,8 +138,20 @@ def test_without_a_backend_dropped_traces_leave_in_rounds_and_late_ones_at_the_e
     process.child(dropped[1], "later")
     earlier = process.root("an earlier session's dropped trace")
     stream.finish(sampler.dropped_traces, [earlier.trace_id.to_bytes(16, "big")])
+    assert stream.end_error is None
     assert not set(_stored(db)) & {c.trace_id for c in [*dropped, earlier]}
     assert (stream.removed.traces, stream.removed.spans) == (3, 5)
     assert stream.removed.spans_before_end == 4
     assert (stream.removed.earlier_traces, stream.removed.earlier_spans) == (1, 1)
     process.provider.shutdown()
+
+
+def test_a_store_that_is_not_there_is_said_not_raised(tmp_path: Path) -> None:
+    sampler = TailSampler(TailPolicy(share=0.0, slow_percentile=None), queue_decisions=True)
+    sampler.decide(AttemptEnd(format(7, "032x")))
+    stream = TailStream(tmp_path / "none.db", sampler, grace_s=0.0, since_ns=0)
+    stream.round(time.monotonic())  # no store yet: the decision waits in its queue
+    assert sampler.due(time.monotonic()) == [((7).to_bytes(16, "big"), False)]
+    stream.finish(sampler.dropped_traces)
+    assert stream.end_error is not None and "no trace store" in stream.end_error
+    assert not (tmp_path / "none.db").exists()  # never created by the stream
