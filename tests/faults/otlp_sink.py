@@ -50,6 +50,8 @@ class OtlpSink:
         self._hangups_left = hangups
         self._lock = threading.Lock()
         self._received: Counter[bytes] = Counter()
+        #: span id -> (trace id, wall-clock ns when it first arrived whole)
+        self._first: dict[bytes, tuple[bytes, int]] = {}
         self.requests = 0
         self._stopping = threading.Event()
         self._listener = socket.create_server(("127.0.0.1", 0), backlog=64)
@@ -64,6 +66,16 @@ class OtlpSink:
         """Every span id received whole at least once."""
         with self._lock:
             return set(self._received)
+
+    def trace_ids(self) -> set[bytes]:
+        """The trace ids of every span received whole."""
+        with self._lock:
+            return {trace_id for trace_id, _ in self._first.values()}
+
+    def arrivals(self) -> dict[bytes, tuple[bytes, int]]:
+        """span id -> (trace id, ``time.time_ns()`` when it first arrived whole)."""
+        with self._lock:
+            return dict(self._first)
 
     def duplicates(self) -> int:
         """How many spans were received more than once (a batch sent again)."""
@@ -185,14 +197,17 @@ class OtlpSink:
         if encoding == "gzip":
             body = gzip.decompress(body)
         request = ExportTraceServiceRequest.FromString(body)
-        ids = [
-            span.span_id
+        spans = [
+            (span.span_id, span.trace_id)
             for resource_spans in request.resource_spans
             for scope_spans in resource_spans.scope_spans
             for span in scope_spans.spans
         ]
+        now = time.time_ns()
         with self._lock:
-            self._received.update(ids)
+            self._received.update(span_id for span_id, _ in spans)
+            for span_id, trace_id in spans:
+                self._first.setdefault(span_id, (trace_id, now))
 
 
 def _answer(status: int) -> bytes:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from otlp_sink import OtlpSink
-from telemetry_helpers import TracedJob, quick_rows, quick_servers
+from telemetry_helpers import TracedJob, closed_port, quick_rows, quick_servers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -58,5 +58,31 @@ def test_the_backend_receives_exactly_the_kept_traces(tmp_path: Path) -> None:
     assert counts["spans_forwarded"] == len(received) and counts["spans_forward_failed"] == 0
     assert counts["traces_kept_by_reason"]["failed"] == len(BROKEN)
     assert counts["traces_dropped"] == len(dropped)
+    check = job.traces_check()
+    assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-2000:]
+
+
+def test_a_dead_backend_is_counted_failed_and_the_store_keeps_every_kept_trace(
+    tmp_path: Path,
+) -> None:
+    """Nothing listens at the endpoint: the run ends as usual; every kept span is counted
+    failed (a refused batch pauses the sending: the rest is counted without being tried),
+    none forwarded, and the store keeps them all."""
+    job = TracedJob(tmp_path / "run")
+    telemetry = {"preset": "default", "tail_sampling": {"share": 0.25, "slow_percentile": None}}
+    job.write(quick_servers(0.0), ROWS, telemetry=telemetry, agent="solver", max_attempts=1)
+    proc = job.run(
+        env={
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{closed_port()}",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_METRICS_EXPORTER": "none",
+        }
+    )
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    counts = json.loads((job.out / "summary.json").read_text())["telemetry"]["tail_sampling"]
+    assert counts["spans_forwarded"] == 0
+    assert counts["spans_forward_failed"] == len(_stored(job.db)) > 0
+    assert "kept span(s) were not accepted" in proc.stderr
+    assert {f["trace_id"] for f in job.failures} <= {t.hex() for t in _stored(job.db).values()}
     check = job.traces_check()
     assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-2000:]

@@ -29,6 +29,8 @@ if TYPE_CHECKING:  # telemetry and the store load only when a run uses them
     from rollgym.telemetry.settings import TelemetrySettings
     from rollgym.telemetry.setup import TelemetryHandle
     from rollgym.tracestore.store_process import TraceStoreProcess
+    from rollgym.tracestore.tail_forward import Sender
+    from rollgym.tracestore.tail_stream import TailStream
 
 _log = logging.getLogger(__name__)
 
@@ -62,6 +64,8 @@ class JobTelemetry:
         self._forward: TelemetrySettings | None = None
         #: When this session began (its spans are those that started since).
         self._session_started_ns = time.time_ns()
+        #: Tail sampling: sends kept traces on and removes dropped ones while the run goes.
+        self._tail_stream: TailStream | None = None
 
     @property
     def metrics(self) -> RolloutMetrics | None:
@@ -319,20 +323,45 @@ class JobTelemetry:
                 "to the console, or to an endpoint set per signal only); every trace is kept"
             )
             return
-        from rollgym.telemetry.sampling_tail import TailPolicy, TailSampler, active
+        from rollgym.telemetry.sampling_tail import TailPolicy, TailSampler, active, grace_after
+        from rollgym.tracestore.tail_stream import TailStream
 
-        active.sampler = TailSampler(
+        sampler = TailSampler(
             TailPolicy(
                 share=block.share,
                 slow_percentile=block.slow_percentile,
                 reward_band=block.reward_band,
                 window=block.window,
-            )
+            ),
+            queue_decisions=True,
         )
+        grace = (
+            block.grace_s if block.grace_s is not None else grace_after(config.schedule_delay_ms)
+        )
+        self._tail_stream = TailStream(
+            self._store_args[0],
+            sampler,
+            grace_s=grace,
+            since_ns=self._session_started_ns,
+            sender=self._forward_sender(),
+        )
+        active.sampler = sampler
+        self._tail_stream.start()
+
+    def _forward_sender(self) -> Sender | None:
+        """With an OTLP endpoint (:meth:`_forward_target`): the sender of the kept traces."""
+        if self._forward is None:
+            return None
+        from rollgym.telemetry.exporters import build_span_exporter
+        from rollgym.tracestore.tail_forward import Sender
+
+        exporter = build_span_exporter(self._forward)
+        return Sender(exporter) if exporter is not None else None
 
     def finish_tail_sampling(self) -> dict[str, object] | None:
-        """After every process flushed into the store: remove the dropped traces' spans from
-        it and say what was decided (``summary.json`` -> ``telemetry.tail_sampling``).
+        """After every process flushed into the store: the tail stream's end pass (every
+        dropped trace removed, what is left of the kept ones sent on), and what was decided
+        (``summary.json`` -> ``telemetry.tail_sampling``).
 
         Called once the driver's own spans are delivered; a store that cannot be changed
         keeps every trace, and says so in the counts (telemetry never fails a run).
@@ -340,56 +369,61 @@ class JobTelemetry:
         from rollgym.telemetry.sampling_tail import active
 
         sampler, active.sampler = active.sampler, None
+        stream, self._tail_stream = self._tail_stream, None
         if sampler is None:
             return None
         counts = sampler.counts()
-        if self._store_args is None:
+        if stream is None or self._store_args is None:
             return counts
-        from rollgym.tracestore.tail_drop import remove_traces
+        from rollgym.tracestore.tail_drop import dropped_in_rows
 
         try:
-            removed = remove_traces(self._store_args[0], sampler.dropped_traces)
-        except Exception as exc:  # noqa: BLE001 - telemetry never decides whether a run runs
-            counts["error"] = f"dropped traces were not removed from the store: {exc}"
-            report_to_stderr(f"rollgym: telemetry: tail sampling: {counts['error']}")
-            return counts
+            stream.finish(sampler.dropped_traces, dropped_in_rows(self._store_args[0].parent))
+        finally:
+            if stream.sender is not None:
+                _shutdown(stream.sender.exporter)
+        counts["grace_s"] = stream.grace_s
+        removed = stream.removed
         counts["spans_removed"] = removed.spans
         counts["traces_removed"] = removed.traces
-        if self._forward is not None:
-            counts.update(self._forward_kept(self._store_args[0], self._forward))
-        return counts
+        counts["spans_removed_before_end"] = removed.spans_before_end
+        if removed.earlier_traces:  # a session killed before its end left them
+            counts["earlier_sessions_traces_removed"] = removed.earlier_traces
+            counts["earlier_sessions_spans_removed"] = removed.earlier_spans
+        if stream.round_errors:  # what they had was left to the next round or the end
+            counts["rounds_failed"] = stream.round_errors
+        if stream.end_error is not None:
+            counts["error"] = f"the end of the run's tail sampling failed: {stream.end_error}"
+            report_to_stderr(f"rollgym: telemetry: tail sampling: {counts['error']}")
+        sent = stream.forwarded
+        if sent is not None and self._forward is not None:
+            from rollgym.urls import redact_url
 
-    def _forward_kept(self, db_path: Path, target: TelemetrySettings) -> dict[str, object]:
-        """Send what the store kept of this session on to the OTLP endpoint chosen."""
-        from rollgym.telemetry.exporters import build_span_exporter
-        from rollgym.tracestore.tail_forward import forward_spans
-        from rollgym.urls import redact_url
-
-        exporter = build_span_exporter(target)
-        if exporter is None:
-            return {}
-        try:
-            sent = forward_spans(db_path, exporter, self._session_started_ns)
-        except Exception as exc:  # noqa: BLE001 - telemetry never decides whether a run runs
-            report_to_stderr(f"rollgym: telemetry: tail sampling: forwarding failed: {exc}")
-            return {"forward_error": str(exc)}
-        finally:
-            exporter.shutdown()
-        if sent.spans_failed:
-            report_to_stderr(
-                f"rollgym: telemetry: tail sampling: {sent.spans_failed} kept span(s) were not "
-                f"accepted by {redact_url(str(target.endpoint))}"
+            target = redact_url(str(self._forward.endpoint))
+            if sent.spans_failed:
+                report_to_stderr(
+                    f"rollgym: telemetry: tail sampling: {sent.spans_failed} kept span(s) were "
+                    f"not accepted by {target}"
+                )
+            counts.update(
+                {
+                    "forwarded_to": target,
+                    "spans_forwarded": sent.spans_sent,
+                    "spans_forward_failed": sent.spans_failed,
+                    "spans_forwarded_late": sent.spans_late,
+                }
             )
-        return {
-            "forwarded_to": redact_url(str(target.endpoint)),
-            "spans_forwarded": sent.spans_sent,
-            "spans_forward_failed": sent.spans_failed,
-        }
+        return counts
 
     async def stop_store(self) -> None:
         from rollgym.telemetry.sampling_tail import active
 
         active.sampler = None  # never outlives its run
+        stream, self._tail_stream = self._tail_stream, None
+        if stream is not None:  # the run ended before its end pass: the next session's cleans up
+            await asyncio.to_thread(stream.stop)
+            if stream.sender is not None:
+                _shutdown(stream.sender.exporter)
         await cancel_and_wait(self._watch)
         self._watch = None
         if self.store is not None:
@@ -399,6 +433,16 @@ class JobTelemetry:
             else:
                 self.store.stop()
             self.store = None
+
+
+def _shutdown(exporter: object) -> None:
+    """Shut an SDK exporter down (its connections), whatever it raises."""
+    shutdown = getattr(exporter, "shutdown", None)
+    if shutdown is not None:
+        try:
+            shutdown()
+        except Exception:  # noqa: BLE001 - telemetry never fails a run
+            _log.debug("exporter shutdown failed", exc_info=True)
 
 
 def _announce_remote_store(host: str, local_endpoint: str, token: str) -> None:

@@ -65,6 +65,13 @@ class TailSamplingConfig(BaseModel):
     window: int = Field(
         1000, ge=1, description="How many recent durations the running percentile holds."
     )
+    grace_s: float | None = Field(
+        None,
+        ge=0.0,
+        description="Seconds after its decision a trace is sent to the OTLP backend or removed "
+        "from the store (null: twice telemetry.schedule_delay_ms plus 1 s, the time every "
+        "process's exporters take to flush it into the store).",
+    )
 
     @field_validator("reward_band")
     @classmethod

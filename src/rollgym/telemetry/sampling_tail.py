@@ -20,12 +20,19 @@ Anything else is dropped. The decision covers the attempt's whole trace, in ever
 the driver marks the row ``trace_sampled: false`` and hands the trace id to the run's trace
 store, which removes every span of it (``docs/design/tail-sampling.md``). Counts are exact:
 every decided attempt is counted once, kept by its reason or dropped.
+
+With ``queue_decisions``, each decision also waits in a queue, with the moment it was taken,
+for the run's tail stream (:mod:`rollgym.tracestore.tail_stream`) to take once the grace
+period has passed (:meth:`TailSampler.due`): it forwards kept traces and removes dropped ones
+while the run goes. The queue holds about a grace period's decisions (20 bytes and a tuple
+each), never the run's.
 """
 
 from __future__ import annotations
 
 import bisect
 import contextlib
+import time
 from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -36,6 +43,16 @@ TailReason = Literal["timeout", "failed", "stale", "slow", "reward", "share"]
 #: The reasons in the order they are tried (also the order summary.json lists them).
 REASONS: Final[tuple[TailReason, ...]] = ("timeout", "failed", "stale", "slow", "reward", "share")
 _RATIO_BOUND: Final = 1 << 64
+#: The grace added to two exporter delays (see :func:`grace_after`), in seconds.
+GRACE_MARGIN_S: Final = 1.0
+
+
+def grace_after(schedule_delay_ms: float) -> float:
+    """How long after a decision a trace's spans from every process are in the store: a span
+    ends, waits up to one schedule delay in its process's queue and up to one more in its
+    exporter child's batch, then one request to the store (the margin). A span later than
+    that is still handled exactly (a later round, or the end of the run), only apart."""
+    return 2 * max(schedule_delay_ms, 0.0) / 1000 + GRACE_MARGIN_S
 
 
 @dataclass(frozen=True)
@@ -99,7 +116,7 @@ class TailSampler:
     rollouts hold 16 MB) until the run hands them to its store.
     """
 
-    def __init__(self, policy: TailPolicy) -> None:
+    def __init__(self, policy: TailPolicy, *, queue_decisions: bool = False) -> None:
         if not 0.0 <= policy.share <= 1.0:
             raise ValueError(f"share must be between 0 and 1, got {policy.share!r}")
         self.policy = policy
@@ -112,6 +129,10 @@ class TailSampler:
         self.kept: Counter[TailReason] = Counter()
         self.dropped = 0
         self._dropped_ids = bytearray()
+        #: (monotonic time of the decision, trace id, kept), oldest first; None: not queued.
+        self._decisions: deque[tuple[float, bytes, bool]] | None = (
+            deque() if queue_decisions else None
+        )
 
     def reason(self, end: AttemptEnd) -> TailReason | None:
         """Why ``end``'s trace is kept, or None when it is dropped (counts nothing)."""
@@ -138,15 +159,30 @@ class TailSampler:
         why = self.reason(end)
         if self._slow is not None and not (end.timed_out or end.failed):
             self._slow.add(end.duration_s)
+        trace_id = _trace_id_bytes(end.trace_id)  # None: not a trace id, no store has it
+        if trace_id is not None and self._decisions is not None:
+            self._decisions.append((time.monotonic(), trace_id, why is not None))
         if why is None:
             self.dropped += 1
-            with contextlib.suppress(ValueError):  # not a trace id: no store has it
-                trace_id = bytes.fromhex(end.trace_id)
-                if len(trace_id) == 16:
-                    self._dropped_ids += trace_id
+            if trace_id is not None:
+                self._dropped_ids += trace_id
             return False
         self.kept[why] += 1
         return True
+
+    def due(self, before: float) -> list[tuple[bytes, bool]]:
+        """The queued decisions taken at or before ``before`` (monotonic seconds), oldest
+        first, as (trace id, kept), each handed out once. Called from the tail stream's
+        thread while the event loop's :meth:`decide` appends: a deque's append and popleft
+        are atomic, and this is its one consumer."""
+        queue = self._decisions
+        out: list[tuple[bytes, bool]] = []
+        if queue is None:
+            return out
+        while queue and queue[0][0] <= before:
+            _, trace_id, kept = queue.popleft()
+            out.append((trace_id, kept))
+        return out
 
     @property
     def dropped_traces(self) -> list[bytes]:
@@ -174,6 +210,14 @@ class TailSampler:
             "slow_percentile": self.policy.slow_percentile,
             "reward_band": list(self.policy.reward_band) if self.policy.reward_band else None,
         }
+
+
+def _trace_id_bytes(trace_id: str) -> bytes | None:
+    with contextlib.suppress(ValueError):
+        raw = bytes.fromhex(trace_id)
+        if len(raw) == 16:
+            return raw
+    return None
 
 
 class _Active:

@@ -1,20 +1,21 @@
-"""A tail-sampled run's kept traces, sent on from its store to the OTLP backend chosen.
+"""A tail-sampled run's kept spans, read back from its store and sent to the OTLP backend.
 
 With ``telemetry.tail_sampling`` and an OTLP endpoint, every process of the run exports to the
 run's local store instead (the one place all of a rollout's spans meet, where they wait for the
-driver's decision, ``docs/design/tail-sampling.md``). Once the dropped traces are removed, what
-is left of the session's spans (the kept rollout traces, the startup and job traces) is read
-back and exported to the endpoint with the OpenTelemetry SDK's own exporter for its protocol,
-in batches, each span as it was stored: its ids, parent, kind, times, status, attributes,
-events, links, resource and scope.
+driver's decision, ``docs/design/tail-sampling.md``). The run's tail stream
+(:mod:`rollgym.tracestore.tail_stream`) picks which stored spans go, while the run goes and at
+its end; this module turns a stored row back into the span it was (its ids, parent, kind,
+times, status, attributes, events, links, resource and scope: :class:`SpanReader`) and sends
+batches with the OpenTelemetry SDK's own exporter for the endpoint's protocol
+(:class:`Sender`), counting every span once, sent or failed.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 import orjson
@@ -25,11 +26,19 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
-from rollgym.tracestore.store import connect_readonly
-
 #: Spans per export request (the SDK's batch processor's default).
 BATCH = 512
+#: After a refused batch, what is due is counted failed unsent for this long; then one batch
+#: is tried again. Each refusal in a row doubles it, up to :data:`MAX_PAUSE_S`.
+PAUSE_S = 30.0
+MAX_PAUSE_S = 600.0
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+
+#: The stored columns a span is rebuilt from, in :meth:`SpanReader.span`'s order.
+SPAN_FIELDS = (
+    "trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, status_code, "
+    "status_message, resource_id, scope, attributes, events, link_count"
+)
 
 
 class Exporter(Protocol):
@@ -40,115 +49,148 @@ class Exporter(Protocol):
 
 @dataclass
 class Forwarded:
-    """What forwarding did: spans the backend accepted, and those it did not."""
+    """What forwarding did: spans the backend accepted, those it did not, and of all those
+    the spans of traces sent before them (late: they reached the store after their trace's
+    grace period)."""
 
     spans_sent: int = 0
     spans_failed: int = 0
+    spans_late: int = 0
 
 
-def forward_spans(db_path: str | Path, exporter: Exporter, since_ns: int) -> Forwarded:
-    """Export every span in the store that started at or after ``since_ns`` (this session's)."""
-    result = Forwarded()
-    conn = connect_readonly(db_path)
-    try:
-        resources = {
-            row_id: Resource(_attributes(text))
-            for row_id, text in conn.execute("SELECT id, attributes FROM resources")
-        }
-        batch: list[ReadableSpan] = []
-        for span in _spans(conn, resources, since_ns):
-            batch.append(span)
-            if len(batch) == BATCH:
-                _send(exporter, batch, result)
-                batch = []
-        if batch:
-            _send(exporter, batch, result)
-    finally:
-        conn.close()
-    return result
+class Sender:
+    """Sends batches to one backend and counts each span once: sent, or failed.
+
+    A refused batch (after the SDK exporter's own retries, within its timeout) is counted
+    failed and never sent again (the backend may have stored it before failing to answer: a
+    second copy would be a duplicate). What comes due during the :data:`PAUSE_S` after it is
+    counted failed without being sent, so a dead backend costs one batch's retries per pause,
+    never the run's time; a batch accepted ends the pause, so a backend that comes back
+    receives what is decided from then on.
+    """
+
+    def __init__(
+        self,
+        exporter: Exporter,
+        *,
+        pause_s: float = PAUSE_S,
+        max_pause_s: float = MAX_PAUSE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.exporter = exporter
+        self.counts = Forwarded()
+        self._pause_s = pause_s
+        self._max_pause_s = max_pause_s
+        self._clock = clock
+        self._pause = 0.0
+        self._resume_at = 0.0
+
+    @property
+    def paused(self) -> bool:
+        return self._clock() < self._resume_at
+
+    def send(self, batch: Sequence[ReadableSpan], late: int = 0) -> bool:
+        """One request for ``batch`` (``late`` of its spans are late); True if accepted."""
+        if not batch:
+            return True
+        self.counts.spans_late += late
+        if self.paused:
+            self.counts.spans_failed += len(batch)
+            return False
+        try:
+            ok = self.exporter.export(batch) is SpanExportResult.SUCCESS
+        except Exception:  # noqa: BLE001 - a backend's failure is counted, never raised
+            ok = False
+        if ok:
+            self.counts.spans_sent += len(batch)
+            self._pause = 0.0
+            return True
+        self.counts.spans_failed += len(batch)
+        self._pause = min(self._max_pause_s, self._pause * 2 if self._pause else self._pause_s)
+        self._resume_at = self._clock() + self._pause
+        return False
 
 
-def _send(exporter: Exporter, batch: list[ReadableSpan], result: Forwarded) -> None:
-    """One request; after a refused one the rest is counted failed without being sent (the
-    SDK's exporter already retried it with backoff: a dead backend costs one request's
-    retries, not every batch's)."""
-    if result.spans_failed:
-        result.spans_failed += len(batch)
-        return
-    try:
-        ok = exporter.export(batch) is SpanExportResult.SUCCESS
-    except Exception:  # noqa: BLE001 - a backend's failure is counted, never raised
-        ok = False
-    if ok:
-        result.spans_sent += len(batch)
-    else:
-        result.spans_failed += len(batch)
+class SpanReader:
+    """Stored rows back into SDK spans, on one connection: resources read once each, the links
+    of the spans that have some read with them."""
 
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._resources: dict[int, Resource] = {}
 
-def _spans(
-    conn: sqlite3.Connection, resources: dict[int, Resource], since_ns: int
-) -> Iterator[ReadableSpan]:
-    links = _links(conn, since_ns)
-    rows = conn.execute(
-        "SELECT trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, status_code, "
-        "status_message, resource_id, scope, attributes, events FROM spans "
-        "WHERE start_ns >= ? ORDER BY trace_id",
-        (since_ns,),
-    )
-    for (
-        trace_id,
-        span_id,
-        parent,
-        name,
-        kind,
-        start_ns,
-        end_ns,
-        status_code,
-        status_message,
-        resource_id,
-        scope,
-        attributes,
-        events,
-    ) in rows:
+    def span(self, row: Sequence[object]) -> ReadableSpan:
+        """``row``: the :data:`SPAN_FIELDS` of one stored span."""
+        (
+            trace_id,
+            span_id,
+            parent,
+            name,
+            kind,
+            start_ns,
+            end_ns,
+            status_code,
+            status_message,
+            resource_id,
+            scope,
+            attributes,
+            events,
+            link_count,
+        ) = row
+        assert isinstance(trace_id, bytes) and isinstance(span_id, bytes)
         trace = int.from_bytes(trace_id, "big")
-        yield ReadableSpan(
-            name=name,
+        return ReadableSpan(
+            name=str(name),
             context=SpanContext(trace, int.from_bytes(span_id, "big"), False, _SAMPLED),
             parent=(
                 SpanContext(trace, int.from_bytes(parent, "big"), False, _SAMPLED)
-                if parent
+                if isinstance(parent, bytes) and parent
                 else None
             ),
-            resource=resources.get(resource_id, Resource({})),
-            attributes=_attributes(attributes),
-            events=_events(events),
-            links=links.get((trace_id, span_id), ()),
-            kind=_kind(kind),
-            status=Status(StatusCode(status_code), status_message or None)
+            resource=self._resource(resource_id),
+            attributes=_attributes(_text(attributes)),
+            events=_events(_text(events)),
+            links=self._links(trace_id, span_id) if link_count else (),
+            kind=_kind(int(kind) if isinstance(kind, int) else 1),
+            status=Status(StatusCode(status_code), _text(status_message) or None)
             if status_code in (0, 1, 2)
             else Status(StatusCode.UNSET),
-            start_time=start_ns,
-            end_time=end_ns,
-            instrumentation_scope=InstrumentationScope(scope or ""),
+            start_time=start_ns if isinstance(start_ns, int) else None,
+            end_time=end_ns if isinstance(end_ns, int) else None,
+            instrumentation_scope=InstrumentationScope(_text(scope) or ""),
         )
 
+    def _resource(self, resource_id: object) -> Resource:
+        if not isinstance(resource_id, int):
+            return Resource({})
+        found = self._resources.get(resource_id)
+        if found is None:
+            row = self._conn.execute(
+                "SELECT attributes FROM resources WHERE id = ?", (resource_id,)
+            ).fetchone()
+            found = Resource(_attributes(row[0]) if row else {})
+            self._resources[resource_id] = found
+        return found
 
-def _links(conn: sqlite3.Connection, since_ns: int) -> dict[tuple[bytes, bytes], list[Link]]:
-    out: dict[tuple[bytes, bytes], list[Link]] = {}
-    rows = conn.execute(
-        "SELECT l.trace_id, l.span_id, l.linked_trace_id, l.linked_span_id, l.attributes "
-        "FROM links l JOIN spans s ON s.trace_id = l.trace_id AND s.span_id = l.span_id "
-        "WHERE s.start_ns >= ? ORDER BY l.trace_id, l.span_id, l.idx",
-        (since_ns,),
-    )
-    for trace_id, span_id, linked_trace, linked_span, attributes in rows:
-        target = SpanContext(
-            int.from_bytes(linked_trace, "big"), int.from_bytes(linked_span, "big"), True
+    def _links(self, trace_id: bytes, span_id: bytes) -> list[Link]:
+        rows = self._conn.execute(
+            "SELECT linked_trace_id, linked_span_id, attributes FROM links "
+            "WHERE trace_id = ? AND span_id = ? ORDER BY idx",
+            (trace_id, span_id),
         )
-        out.setdefault((trace_id, span_id), []).append(
-            Link(target, _attributes(attributes) if attributes else None)
-        )
-    return out
+        return [
+            Link(
+                SpanContext(
+                    int.from_bytes(linked_trace, "big"), int.from_bytes(linked_span, "big"), True
+                ),
+                _attributes(attributes) if attributes else None,
+            )
+            for linked_trace, linked_span, attributes in rows
+        ]
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _kind(otlp_kind: int) -> SpanKind:

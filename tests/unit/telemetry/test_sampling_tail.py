@@ -102,3 +102,24 @@ def test_the_running_percentile_forgets_beyond_its_window():
     for value in (1.0, 2.0, 3.0, 4.0):  # the first four leave the window
         running.add(value)
     assert len(running) == 4 and running.value() == 3.0
+
+
+def test_queued_decisions_are_handed_out_once_in_order_when_their_time_has_come():
+    import time
+
+    from rollgym.telemetry.sampling_tail import grace_after
+
+    sampler = TailSampler(TailPolicy(share=0.0, slow_percentile=None), queue_decisions=True)
+    ids = _ids(3)
+    sampler.decide(AttemptEnd(ids[0], failed=True))
+    sampler.decide(AttemptEnd(ids[1]))
+    sampler.decide(AttemptEnd("not-a-trace-id"))  # kept (no id to decide on), never queued
+    assert sampler.due(time.monotonic() - 60) == []  # none decided that long ago
+    assert sampler.due(time.monotonic()) == [
+        (bytes.fromhex(ids[0]), True),
+        (bytes.fromhex(ids[1]), False),
+    ]
+    assert sampler.due(time.monotonic()) == []  # each once
+    assert sampler.dropped == 1 and sum(sampler.kept.values()) == 2
+    assert TailSampler(TailPolicy()).due(float("inf")) == []  # not queued: nothing kept for it
+    assert grace_after(500) == 2.0
