@@ -26,10 +26,13 @@ environment's package, that test is skipped, saying so.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from engine_support import llama_server
 from telemetry_helpers import TracedJob
@@ -54,6 +57,7 @@ FORCED = {
     "temperature": 1.0,
 }
 ROWS = 6
+MCP_ROWS = 2
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +162,29 @@ def assert_traced(job: TracedJob, tool_names: set[str]) -> None:
     assert check.returncode == 0, check.stdout + check.stderr
 
 
+def assert_data_check_names_the_gaps(job: TracedJob) -> None:
+    """``rollgym traces check --data`` does not certify what llama.cpp did not give: each model
+    turn without the engine's log-probabilities is one ``logprobs_cover`` violation."""
+    check = subprocess.run(
+        [sys.executable, "-m", "rollgym", "traces", "check", "--data", "--json", str(job.out)],
+        env=job.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    report = orjson.loads(check.stdout)
+    assert {v["rule"] for v in report["violations"]} <= {"logprobs_cover"}, report["violations"]
+    flagged = {(v["rollout_id"], v["turn"]) for v in report["violations"]}
+    bare = {
+        (line["rollout_id"], turn["call"])
+        for line in job.records("trajectories.jsonl")
+        for turn in line["trajectory"]["turns"]
+        if turn["type"] == "model" and not turn.get("logprobs")
+    }
+    assert bare <= flagged, (bare, flagged)
+    assert check.returncode == (1 if flagged else 0), check.stderr
+
+
 def tool_turns(job: TracedJob) -> list[dict[str, Any]]:
     return [
         turn
@@ -189,16 +216,25 @@ def test_a_real_engine_plays_an_openenv_environment(engine: str, tmp_path: Path)
                 "max_turns": 3,
             },
             "player": player("guess"),
+            # an MCP environment served by rollgym: its own tools, hint() and guess(number)
+            "tools": {
+                "kind": "environment",
+                "impl": "openenv",
+                "model": "policy",
+                "openenv_app": "openenv_tools:app",
+            },
+            "prober": player("tools"),
         }
         half = ROWS // 2
         rows = [{"seed": i} for i in range(half)] + [
             {"task_id": {"taskset": "guesses", "task_id": str(i)}, "seed": i} for i in range(half)
         ]
+        rows += [{"seed": i, "agent": "prober"} for i in range(MCP_ROWS)]
         run_job(job, servers, rows, agent="player", environment_routes={"guesses": "guess"})
         counts = session_counts(url)
         assert counts["opened"] == ROWS and open_sessions(url) == 0, counts
-    assert_all_completed(job, ROWS)
-    assert {r["dispatch_name"] for r in job.rollouts} == {"player", "guess"}
+    assert_all_completed(job, ROWS + MCP_ROWS)
+    assert {r["dispatch_name"] for r in job.rollouts} == {"player", "guess", "prober"}
     for record in job.rollouts:
         details = record["result"]["details"]
         # the reward is the observations' own: 1.0 only for a right guess
@@ -207,10 +243,11 @@ def test_a_real_engine_plays_an_openenv_environment(engine: str, tmp_path: Path)
     tools = tool_turns(job)
     assert tools, "the model made no tool call"
     for turn in tools:
-        assert turn["name"] == "GuessAction" or turn.get("error") == "unknown_tool", turn
+        assert turn["name"] in ("GuessAction", "hint", "guess"), turn
         if "error" in turn:  # a mistake (out of range, not a number ...) told to the model
             assert turn["output"].startswith("error: "), turn
-    assert_traced(job, {"GuessAction"})
+    assert_traced(job, {"GuessAction", "hint", "guess"})
+    assert_data_check_names_the_gaps(job)
 
 
 # --- verifiers -----------------------------------------------------------------------------------
@@ -226,11 +263,13 @@ def test_a_real_engine_plays_verifiers_environments(engine: str, tmp_path: Path)
     servers = {
         **model_servers(engine),
         "sums": verifiers_env("verifiers_arith", sampling={"max_tokens": 24}),
-        "capitals": verifiers_env("verifiers_capitals", sampling=FORCED),
+        "capitals": verifiers_env(
+            "verifiers_capitals", verifiers_args={"max_turns": 3}, sampling=FORCED
+        ),
     }
-    rows = routed("sums", 2) + routed("capitals", 3)
+    rows = routed("sums", 2) + routed("capitals", 2)
     run_job(job, servers, rows, environment_routes={"sums": "sums", "capitals": "capitals"})
-    assert_all_completed(job, 5)
+    assert_all_completed(job, 4)
     for record in job.rollouts:
         # the rubric's own reward and metrics (the tiny model is rarely right)
         assert record["reward"] in (0.0, 1.0) and record["usage"]["model_calls"] >= 1
@@ -241,6 +280,7 @@ def test_a_real_engine_plays_verifiers_environments(engine: str, tmp_path: Path)
     ids = {r["rollout_id"] for r in job.rollouts}
     assert {s.rollout_id for s in spans.named(names.SPAN_MODEL_CHAT)} == ids
     assert_traced(job, {"lookup_capital"})
+    assert_data_check_names_the_gaps(job)
     # every tool call the model made before its last turn (verifiers stops at max_turns
     # without answering that one) is a tool turn and a span, those whose arguments verifiers
     # could not parse (it told the model so, without calling the tool) as mistakes
