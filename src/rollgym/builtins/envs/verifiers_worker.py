@@ -28,6 +28,7 @@ Protocol (one JSON object a line):
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import importlib
 import itertools
@@ -47,6 +48,10 @@ SEED, TOOL, ENV_RESPONSE, SCORE = "seed", "tool", "env_response", "score"
 Event = dict[str, object]
 #: A step method of a verifiers environment (all of them are coroutines).
 Step = Callable[..., Awaitable[object]]
+#: The ids of the tool calls a ToolEnv's ``env_response`` under way has passed to ``call_tool``.
+REACHED: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar(
+    "verifiers_reached", default=None
+)
 
 
 class Details(TypedDict, total=False):
@@ -141,6 +146,8 @@ class Worker:
             method = getattr(env, name, None)
             if callable(method):
                 setattr(env, name, self._reported(kind, method))
+        if isinstance(env, self.vf.ToolEnv) and callable(getattr(env, "env_response", None)):
+            env.env_response = self._unreached_reported(env.env_response)
 
     def _reported(self, kind: str, method: Step) -> Step:
         @functools.wraps(method)
@@ -154,6 +161,9 @@ class Worker:
                 begin["name"] = str(args[0] if args else kwargs.get("tool_name"))
                 begin["call_id"] = args[2] if len(args) > 2 else kwargs.get("tool_call_id")
                 arguments = args[1] if len(args) > 1 else kwargs.get("tool_args")
+                reached = REACHED.get()
+                if reached is not None:
+                    reached.add(str(begin["call_id"]))
             elif kind == ENV_RESPONSE:
                 messages = args[0] if args else kwargs.get("messages")
                 said = message_text(messages[-1]) if isinstance(messages, list) and messages else ""
@@ -181,6 +191,49 @@ class Worker:
             return answer
 
         return step
+
+    def _unreached_reported(self, method: Step) -> Step:
+        """A ToolEnv answers a tool call whose arguments do not parse (a real model's cut-off
+        or malformed JSON) itself, telling the model why, without calling ``call_tool``: each
+        such call is reported as a tool step all the same, its error what the model was told,
+        so the trace and the trajectory hold every tool call the model made."""
+
+        @functools.wraps(method)
+        async def env_response(*args: object, **kwargs: object) -> object:
+            rollout = CURRENT.get()
+            if rollout is None:
+                return await method(*args, **kwargs)
+            reached: set[str] = set()
+            token = REACHED.set(reached)
+            try:
+                answer = await method(*args, **kwargs)
+            finally:
+                REACHED.reset(token)
+            messages = args[0] if args else kwargs.get("messages")
+            last = messages[-1] if isinstance(messages, list) and messages else None
+            told = {
+                str(field_of(m, "tool_call_id")): message_text(m)
+                for m in (answer if isinstance(answer, list) else [])
+            }
+            for call in field_of(last, "tool_calls") or []:
+                call_id = str(field_of(call, "id"))
+                if call_id in reached:
+                    continue
+                number = next(self.steps)
+                name = field_of(call, "name") or field_of(field_of(call, "function"), "name")
+                arguments = field_of(call, "arguments") or field_of(
+                    field_of(call, "function"), "arguments"
+                )
+                begin: Event = {"op": "begin", "id": rollout, "step": number, "kind": TOOL}
+                begin.update(name=str(name), call_id=call_id)
+                self.channel.send(begin)
+                error = told.get(call_id) or "the tool was not called"
+                end: Event = {"op": "end", "id": rollout, "step": number}
+                end.update(arguments=arguments, error=error)
+                self.channel.send(end)
+            return answer
+
+        return env_response
 
     # --- model calls through the server ---------------------------------------------------------
 
@@ -372,8 +425,6 @@ class Failure(Exception):
         return {"status": self.status, "step": self.step, "message": self.message}
 
 
-import contextvars  # noqa: E402
-
 #: The rollout the current task plays (its id), for the wrapped steps.
 CURRENT: contextvars.ContextVar[int | None] = contextvars.ContextVar("vf_rollout", default=None)
 
@@ -424,6 +475,11 @@ def model_status(error: BaseException) -> int | None:
             return 502
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+def field_of(item: object, name: str) -> Any:
+    """``item[name]`` of a dict, else its attribute (verifiers' messages are either)."""
+    return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
 
 
 def message_text(message: object) -> str:
