@@ -14,7 +14,15 @@ import asyncio
 import os
 import sys
 
-from openreward.environments import Environment, JSONObject, Server, TextBlock, ToolOutput, tool
+from openreward.environments import (
+    Environment,
+    JSONObject,
+    Server,
+    TextBlock,
+    ToolOutput,
+    terminal,
+    tool,
+)
 from pydantic import BaseModel
 
 MODE = os.environ.get("GUESS_MODE", "ok")
@@ -32,8 +40,8 @@ class GuessParams(BaseModel):
     number: int
 
 
-class Guess(Environment):
-    """Guess a number from 0 to 3 in one try."""
+class Game(Environment):
+    """A number from 0 to 3 to find: the tasks, the prompt, the sessions counted."""
 
     def __init__(self, task_spec: JSONObject, secrets: dict[str, str] | None = None) -> None:
         super().__init__(task_spec)
@@ -56,7 +64,11 @@ class Guess(Environment):
         return TASKS
 
     def get_prompt(self) -> list[TextBlock]:
-        return [TextBlock(text="I think of a number from 0 to 3. Call guess with your number.")]
+        return [TextBlock(text="I think of a number from 0 to 3. Which is it?")]
+
+
+class Guess(Game):
+    """Guess the number in one try, with a tool."""
 
     @tool
     async def guess(self, params: GuessParams) -> ToolOutput:
@@ -70,6 +82,27 @@ class Guess(Environment):
             blocks=[TextBlock(text="right!" if right else f"wrong, it was {self.secret}")],
             reward=1.0 if right else 0.0,
             finished=True,
+        )
+
+
+class Answer(BaseModel):
+    answer: str
+
+
+class GuessByAnswer(Game):
+    """The same game answered in plain words: its one tool is ``@terminal``, hidden from the
+    model, and the harness hands it the model's final answer."""
+
+    @terminal
+    @tool
+    async def submit(self, params: Answer) -> ToolOutput:
+        """Your final answer: the number."""
+        right = params.answer.strip() == str(self.secret)
+        return ToolOutput(
+            blocks=[TextBlock(text="right!" if right else "wrong")],
+            reward=1.0 if right else 0.0,
+            finished=True,
+            metadata={"answer": params.answer[:40]},
         )
 
 

@@ -141,6 +141,13 @@ class OrsSession:
                             f"answered HTTP {response.status}: {_detail(text)}",
                             answered=response.status,
                         )
+                    if not response.content_type.startswith("text/event-stream"):
+                        text = (await response.read()).decode("utf-8", "replace")
+                        raise OrsError(
+                            step,
+                            f"answered off-protocol: {response.content_type} "
+                            f"{quoted(text)!r}, not an event stream",
+                        )
                     async for event, data in _events(response.content):
                         if event == "task_id":
                             task_id = data.strip()
