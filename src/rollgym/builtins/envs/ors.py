@@ -127,6 +127,9 @@ class OrsEnv(Environment):
         self._http: aiohttp.ClientSession | None = None
         #: The ORS session of each live rollgym session, by session id: what must be closed.
         self._wires: dict[str, OrsSession] = {}
+        #: Every ORS session not closed yet, those still being seeded included: what a
+        #: shutdown closes (a driver killed mid-seed leaves no session behind).
+        self._unclosed: set[OrsSession] = set()
         self._closing: set[asyncio.Task[bool]] = set()
         #: Sessions closed, and closes the server refused (``aggregate_metrics``).
         self.closes = {"closed": 0, "refused": 0}
@@ -186,8 +189,9 @@ class OrsEnv(Environment):
     async def on_shutdown(self) -> None:
         try:
             await super().on_shutdown()
-            for session_id in list(self._wires):
-                self._release(session_id)
+            self._wires.clear()
+            for wire in list(self._unclosed):
+                self._close_later(wire)
             if self._closing:
                 await asyncio.gather(*self._closing, return_exceptions=True)
             if self._http is not None:
@@ -217,6 +221,7 @@ class OrsEnv(Environment):
         wire = OrsSession(
             self._http, self._base_url, self._env_name, self.ors_options.answer_timeout_s
         )
+        self._unclosed.add(wire)
         try:
             await wire.open(chosen)
             prompt = await wire.prompt()
@@ -259,7 +264,11 @@ class OrsEnv(Environment):
         """Close the session in a task of its own: a cancelled episode's ``finally`` cannot
         await, and the close must happen all the same."""
         wire = self._wires.pop(session_id, None)
-        if wire is None or wire.closed:
+        if wire is not None:
+            self._close_later(wire)
+
+    def _close_later(self, wire: OrsSession) -> None:
+        if wire.closed:
             return
         task = asyncio.get_running_loop().create_task(self._close(wire))
         self._closing.add(task)
@@ -268,7 +277,10 @@ class OrsEnv(Environment):
     async def _close(self, wire: OrsSession) -> bool:
         if wire.closed:
             return True
-        taken = await wire.close()
+        try:
+            taken = await wire.close()
+        finally:
+            self._unclosed.discard(wire)
         self.closes["closed" if taken else "refused"] += 1
         return taken
 

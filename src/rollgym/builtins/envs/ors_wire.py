@@ -74,7 +74,7 @@ class CallResult:
     reason: str | None = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # eq=False: hashed by identity, kept in sets
 class OrsSession:
     """One rollout's session on an ORS server (its id is the ``X-Session-ID`` header)."""
 
@@ -87,6 +87,9 @@ class OrsSession:
     closed: bool = False
     tools: list[dict[str, Any]] = field(default_factory=list)
     terminal: dict[str, Any] | None = None
+    #: Held while the session is being created: a close waits for it, so its ``/delete``
+    #: never overtakes the ``/create`` it must undo.
+    _opening: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     # --- the exchanges ------------------------------------------------------------------------
 
@@ -170,14 +173,16 @@ class OrsSession:
 
     async def open(self, task: dict[str, Any]) -> None:
         """``/create_session`` then ``/create`` with the task; the session's tools read."""
-        task_id, _ = await self._sse("create_session", "/create_session", {})
-        if not task_id:
-            raise OrsError("create_session", "answered off-protocol: no session id (task_id)")
-        self.sid = task_id
-        answer = await self._json("create", "POST", "/create", {"env_name": self.env_name, **task})
-        if not isinstance(answer, dict) or answer.get("sid") != self.sid:
-            raise OrsError("create", f"answered off-protocol: {quoted(str(answer))}")
-        self.created = True
+        async with self._opening:
+            task_id, _ = await self._sse("create_session", "/create_session", {})
+            if not task_id:
+                raise OrsError("create_session", "answered off-protocol: no session id (task_id)")
+            self.sid = task_id
+            body = {"env_name": self.env_name, **task}
+            answer = await self._json("create", "POST", "/create", body)
+            if not isinstance(answer, dict) or answer.get("sid") != self.sid:
+                raise OrsError("create", f"answered off-protocol: {quoted(str(answer))}")
+            self.created = True
         listed = await self._json("task_tools", "GET", f"/{self.env_name}/task_tools")
         tools = listed.get("tools") if isinstance(listed, dict) else None
         if not isinstance(tools, list) or not all(
@@ -228,14 +233,16 @@ class OrsSession:
         if self.closed:
             return True
         self.closed = True
-        if self.sid is None:
-            return True
         taken = True
         try:
             async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                if self.created:
+                async with self._opening:
+                    if self.sid is None:
+                        return True
+                    # also when /create did not answer: it may have made the environment
+                    # all the same (the server answers /delete of an unknown session too)
                     await self._json("delete", "POST", "/delete")
-                await self._json("delete_session", "POST", "/delete_session")
+                    await self._json("delete_session", "POST", "/delete_session")
         except (OrsError, TimeoutError):
             taken = False
         return taken
