@@ -14,6 +14,8 @@ so it usually lives in a virtual environment of its own):
 The child listens on a loopback port chosen here, writes its output to a log file beside the
 environment server's own, and dies with the process that started it (a parent-death signal on
 Linux): the resource server, and every session it holds, never outlives its rollgym server.
+:class:`ChildServer` is that child-process part alone; ORS environments served by rollgym
+(:mod:`rollgym.builtins.envs.ors_host`) run in one too.
 """
 
 from __future__ import annotations
