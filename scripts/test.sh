@@ -153,6 +153,27 @@ install_verifiers() {
   fi
 }
 
+install_openreward() {
+  # The ORS tests (tests/e2e/test_ors_*.py, tests/faults/test_ors_sessions_owned.py) run
+  # environments written with openreward in its own Python: openreward pins sse-starlette==2.3.6,
+  # older than the 3.x that mcp (openenv-core's fastmcp) needs in this Python. So it gets a venv in
+  # the machine cache that sees this Python's packages beneath its own (--system-site-packages);
+  # `impl: ors` serves `ors_environment:` there by default. About 30 s fresh on 2 cores; a failed
+  # install only skips those tests; ROLLGYM_SKIP_OPENREWARD=1 skips it.
+  OPENREWARD_VERSION=0.1.167
+  OPENREWARD_VENV="${ROLLGYM_OPENREWARD_VENV:-$HOME/.cache/rollgym-openreward/venv}"
+  if [ "${ROLLGYM_SKIP_OPENREWARD:-0}" != 1 ] && [ ! -f "$OPENREWARD_VENV/rollgym-openreward-$OPENREWARD_VERSION.ok" ]; then
+    echo "installing openreward $OPENREWARD_VERSION once into $OPENREWARD_VENV" >&2
+    if (python -m venv --system-site-packages "$OPENREWARD_VENV" \
+        && "$OPENREWARD_VENV/bin/python" -m pip install --quiet "openreward==$OPENREWARD_VERSION" \
+        && "$OPENREWARD_VENV/bin/python" -c "import openreward.environments; openreward.environments.Server") >/dev/null 2>&1; then
+      touch "$OPENREWARD_VENV/rollgym-openreward-$OPENREWARD_VERSION.ok"
+    else
+      echo "warning: could not install openreward $OPENREWARD_VERSION into $OPENREWARD_VENV; the ORS tests will be skipped" >&2
+    fi
+  fi
+}
+
 install_vllm_and_trl &
 VENV_JOBS="$!"
 install_mlflow &
@@ -160,6 +181,8 @@ VENV_JOBS="$VENV_JOBS $!"
 install_nemogym &
 VENV_JOBS="$VENV_JOBS $!"
 install_verifiers &
+VENV_JOBS="$VENV_JOBS $!"
+install_openreward &
 VENV_JOBS="$VENV_JOBS $!"
 
 # The real-engine tests serve a model with llama.cpp's server (llama-cpp-python), which

@@ -36,6 +36,7 @@ BUILTINS: dict[str, tuple[str, str]] = {
     "openenv": ("environment", "rollgym.builtins.envs.openenv:OpenEnvEnv"),
     "nemo_gym": ("environment", "rollgym.builtins.envs.nemo_gym:NemoGymEnv"),
     "verifiers": ("environment", "rollgym.builtins.envs.verifiers_env:VerifiersEnv"),
+    "ors": ("environment", "rollgym.builtins.envs.ors:OrsEnv"),
     "single_turn": ("agent", "rollgym.builtins.agents.single_turn:SingleTurnAgent"),
     "tool_loop": ("agent", "rollgym.builtins.agents.tool_loop:ToolLoopAgent"),
     "nemo_gym_row": ("agent", "rollgym.builtins.agents.nemo_gym_row:NemoGymRowAgent"),

@@ -14,6 +14,8 @@ so it usually lives in a virtual environment of its own):
 The child listens on a loopback port chosen here, writes its output to a log file beside the
 environment server's own, and dies with the process that started it (a parent-death signal on
 Linux): the resource server, and every session it holds, never outlives its rollgym server.
+:class:`ChildServer` is that child-process part alone; ORS environments served by rollgym
+(:mod:`rollgym.builtins.envs.ors_host`) run in one too.
 """
 
 from __future__ import annotations
@@ -65,14 +67,14 @@ def config_dict(name: str, target: str, port: int, options: dict[str, object]) -
     )
 
 
-def log_path_for(name: str) -> Path:
+def log_path_for(name: str, kind: str = "nemo_gym") -> Path:
     """Where the child writes: beside this process's own log (its standard output, a file in
     the run's ``logs/`` folder), else in the temporary folder."""
     with contextlib.suppress(OSError):
         own = Path(os.readlink("/proc/self/fd/1"))
         if own.is_file():
-            return own.parent / f"{name}.nemo_gym.log"
-    return Path(tempfile.gettempdir()) / f"rollgym-{name}-{os.getpid()}.nemo_gym.log"
+            return own.parent / f"{name}.{kind}.log"
+    return Path(tempfile.gettempdir()) / f"rollgym-{name}-{os.getpid()}.{kind}.log"
 
 
 def _die_with_parent() -> Callable[[], None] | None:
@@ -89,35 +91,17 @@ def _die_with_parent() -> Callable[[], None] | None:
     return preexec
 
 
-class ResourcesProcess:
-    """One resource server as a child process: start, wait until it answers, stop."""
+class ChildServer:
+    """A server as a child process on a loopback port: start, wait until it answers, stop.
+
+    Its output goes to ``log_path``; it dies with the process that started it."""
 
     def __init__(
-        self,
-        name: str,
-        target: str,
-        python: str,
-        options: dict[str, object],
-        log_path: Path,
+        self, command: list[str], cwd: str, env: dict[str, str], port: int, log_path: Path
     ) -> None:
-        self.target = target
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
         self.log_path = log_path
-        if "/" in python or python.startswith("~"):  # a path: from here, not the app's folder
-            python = str(Path(python).expanduser().absolute())
-        if target.endswith(".py"):
-            app = Path(target).resolve()
-            if not app.is_file():
-                raise StartFailed(f"no such file {str(app)!r}")
-            command, cwd = [python, app.name], str(app.parent)
-        else:
-            command, cwd = [python, "-m", target], os.getcwd()
-        env = {
-            **os.environ,
-            "NEMO_GYM_CONFIG_DICT": config_dict(name, target, self.port, options).decode(),
-            "NEMO_GYM_CONFIG_PATH": name,
-        }
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as log:
             try:
@@ -131,7 +115,7 @@ class ResourcesProcess:
                     preexec_fn=_die_with_parent(),  # noqa: PLW1509 (prctl only, before exec)
                 )
             except OSError as exc:
-                raise StartFailed(f"cannot run {python!r}: {exc.strerror}") from None
+                raise StartFailed(f"cannot run {command[0]!r}: {exc.strerror}") from None
 
     @property
     def pid(self) -> int:
@@ -173,3 +157,33 @@ class ResourcesProcess:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
+
+
+class ResourcesProcess(ChildServer):
+    """One NeMo Gym resource server as a child process, started as ``ng_run`` starts it."""
+
+    def __init__(
+        self,
+        name: str,
+        target: str,
+        python: str,
+        options: dict[str, object],
+        log_path: Path,
+    ) -> None:
+        self.target = target
+        port = free_port()
+        if "/" in python or python.startswith("~"):  # a path: from here, not the app's folder
+            python = str(Path(python).expanduser().absolute())
+        if target.endswith(".py"):
+            app = Path(target).resolve()
+            if not app.is_file():
+                raise StartFailed(f"no such file {str(app)!r}")
+            command, cwd = [python, app.name], str(app.parent)
+        else:
+            command, cwd = [python, "-m", target], os.getcwd()
+        env = {
+            **os.environ,
+            "NEMO_GYM_CONFIG_DICT": config_dict(name, target, port, options).decode(),
+            "NEMO_GYM_CONFIG_PATH": name,
+        }
+        super().__init__(command, cwd, env, port, log_path)

@@ -1,0 +1,140 @@
+"""Helpers of the ORS tests: environments written with openreward, their sessions counted.
+
+The environments live in ``ors_envs`` and run in openreward's own Python (scripts/test.sh's
+venv ``~/.cache/rollgym-openreward/venv``: openreward pins an sse-starlette older than this
+Python's). A test serves one with openreward's ``Server`` as a user does (``ors_server``) or
+names it for rollgym to serve (``ors_environment: ors_guess:Guess``, with ``OrsJob``, whose
+PYTHONPATH has ``ors_envs``). Each environment instance appends ``opened``/``closed`` to the
+file ``ORS_SESSIONS`` names: the sessions the server made and tore down, counted from outside.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_support import HERE, Job, wait_for
+from openenv_support import free_port
+
+from rollgym.builtins.envs.ors_host import default_python
+from server_specs import simulated_model
+
+ENVS = HERE / "ors_envs"
+#: The Python the environments run in: scripts/test.sh's openreward venv (where it was made).
+PYTHON = default_python()
+
+
+def require_openreward() -> None:
+    """Skip, saying why, where no Python here has openreward (scripts/test.sh makes one)."""
+    probe = subprocess.run(
+        [PYTHON, "-c", "import openreward.environments"], capture_output=True, timeout=120
+    )
+    if probe.returncode != 0:
+        pytest.skip(
+            f"openreward is not installed for {PYTHON}: run scripts/test.sh (its venv)",
+            allow_module_level=True,
+        )
+
+
+def child_env(sessions: Path, mode: str = "ok") -> dict[str, str]:
+    """What an ORS environment's process is given: where to count, how to behave, and no
+    update check (openreward's Server.run asks PyPI for its latest version otherwise)."""
+    return {
+        "ORS_SESSIONS": str(sessions),
+        "GUESS_MODE": mode,
+        "OPENREWARD_DISABLE_UPDATE_CHECK": "1",
+    }
+
+
+def _path(pythonpath: str) -> str:
+    return os.pathsep.join([str(ENVS), *[p for p in pythonpath.split(os.pathsep) if p]])
+
+
+class OrsJob(Job):
+    """A job whose servers import ``ors_envs`` and count sessions in ``sessions``."""
+
+    mode = "ok"
+
+    @property
+    def sessions(self) -> Path:
+        return self.root / "ors_sessions.txt"
+
+    def env(self, telemetry: bool = False) -> dict[str, str]:
+        env = super().env(telemetry)
+        env["PYTHONPATH"] = _path(env["PYTHONPATH"])
+        env.update(child_env(self.sessions, self.mode))
+        return env
+
+
+@contextmanager
+def ors_server(log: Path, sessions: Path, mode: str = "ok") -> Iterator[str]:
+    """``python ors_guess.py <port>`` (openreward's ``Server([Guess]).run()``) in openreward's
+    Python on a loopback port, its output in ``log``; yields its base URL."""
+    port = free_port()
+    env = {**os.environ, **child_env(sessions, mode), "PYTHONPATH": str(ENVS)}
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [PYTHON, str(ENVS / "ors_guess.py"), str(port)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        if not wait_for(lambda: _answers(url + "/health") or proc.poll() is not None, 120):
+            raise RuntimeError("the ORS test server did not start")
+        if proc.poll() is not None:
+            raise RuntimeError(f"the ORS test server exited: {log.read_text()[-2000:]}")
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def session_counts(sessions: Path) -> dict[str, int]:
+    """``{"opened": n, "closed": m}``: ORS environment instances made and torn down."""
+    lines = sessions.read_text().split() if sessions.exists() else []
+    return {"opened": lines.count("opened"), "closed": lines.count("closed")}
+
+
+def open_sessions(sessions: Path) -> int:
+    counts = session_counts(sessions)
+    return counts["opened"] - counts["closed"]
+
+
+def servers(**where: Any) -> dict[str, Any]:
+    """The simulated model, the ORS environment (with its episode ``/run``) and a
+    ``tool_loop`` agent on it."""
+    return {
+        "policy": simulated_model(),
+        "guess": {"kind": "environment", "impl": "ors", "model": "policy", **where},
+        "player": {"kind": "agent", "impl": "tool_loop", "model": "policy", "environment": "guess"},
+    }
+
+
+def rows(n: int) -> list[dict[str, Any]]:
+    """Half for the ``tool_loop`` agent, half routed to the environment's own episodes."""
+    half = [{"index": i} for i in range(n // 2)]
+    return half + [
+        {"task_id": {"taskset": "guesses", "task_id": str(i)}, "index": i}
+        for i in range(n - n // 2)
+    ]
