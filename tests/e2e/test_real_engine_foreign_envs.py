@@ -11,7 +11,9 @@ plays, each through rollgym's model server:
 - a real verifiers ``vf.ToolEnv`` (``verifiers_envs/verifiers_capitals.py``), which runs its
   own rollout loop against rollgym's model server;
 - a NeMo Gym resource server written with nemo-gym (``nemo_gym_notebook.py``) on its own
-  server, by the ``tool_loop`` agent.
+  server, by the ``tool_loop`` agent;
+- an ORS environment written with openreward (``ors_envs/ors_guess.py``) on openreward's own
+  server, by the ``tool_loop`` agent and by the environment's own episodes.
 
 The model writes nonsense, so what is checked is what must hold whatever it writes: every
 rollout completes (a bad tool call is a mistake told to the model, not a failed rollout); the
@@ -325,3 +327,44 @@ def test_a_real_engine_plays_a_nemo_gym_resource_server(engine: str, tmp_path: P
     assert counts["seeded"] == counts["closed"] == 4 and counts["open"] == 0, counts
     assert_engine_record(model_turns(job), worded=False)
     assert_traced(job, {"note", "reveal"})
+
+
+# --- ORS (OpenReward) ----------------------------------------------------------------------------
+
+
+def test_a_real_engine_plays_an_ors_environment(engine: str, tmp_path: Path) -> None:
+    """An environment written with openreward, on openreward's own server, played by the
+    ``tool_loop`` agent and by the environment's own episodes: its ``guess`` tool's arguments
+    come from the engine's grammar (any integer, often out of the game's range)."""
+    from ors_support import ors_server, require_openreward, session_counts
+
+    require_openreward()
+    job = TracedJob(tmp_path)
+    with ors_server(tmp_path / "ors.log", tmp_path / "ors_sessions.txt") as url:
+        servers = {
+            **model_servers(engine),
+            "guess": {
+                "kind": "environment",
+                "impl": "ors",
+                "model": "policy",
+                "ors_url": url,
+                "sampling": SAMPLING,
+            },
+            "player": player("guess"),
+        }
+        rows = [{"index": i} for i in range(2)] + [
+            {"task_id": {"taskset": "guesses", "task_id": str(i)}, "index": i} for i in range(2)
+        ]
+        run_job(job, servers, rows, agent="player", environment_routes={"guesses": "guess"})
+    counts = session_counts(tmp_path / "ors_sessions.txt")
+    assert counts["opened"] == counts["closed"] >= 4, counts
+    assert_all_completed(job, 4)
+    for record in job.rollouts:
+        assert record["reward"] in (0.0, 1.0), record["result"]
+    assert_engine_record(model_turns(job), worded=False)
+    tools = tool_turns(job)
+    assert tools, "the model made no tool call"
+    for turn in tools:
+        assert turn["name"] == "guess", turn
+    assert_traced(job, {"guess"})
+    assert_data_check_names_the_gaps(job)
