@@ -13,9 +13,6 @@ from typing import Final
 #: JSON of the resolved non-secret settings a launched server needs (preset, queue, run id).
 ROLLGYM_TELEMETRY: Final = "ROLLGYM_TELEMETRY"
 
-#: ``sdk`` keeps the OpenTelemetry SDK's span processor in rollgym's own processes instead of
-#: the exporter-child pipeline (``rollgym.telemetry.pipeline``); default ``process``.
-ROLLGYM_SPAN_PIPELINE: Final = "ROLLGYM_SPAN_PIPELINE"
 #: Bearer token of the run's local trace store when it listens beyond loopback; handed to the
 #: servers the run launches (in their environment only, never in a file or a log line).
 ROLLGYM_TRACE_STORE_TOKEN: Final = "ROLLGYM_TRACE_STORE_TOKEN"

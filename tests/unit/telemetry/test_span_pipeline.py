@@ -8,6 +8,7 @@ back with ``opentelemetry-proto``.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import marshal
@@ -26,7 +27,7 @@ from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
@@ -35,9 +36,11 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, S
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from rollgym.telemetry import spans
-from rollgym.telemetry.groups import configure_gate
 from rollgym.telemetry.pipeline import records as R
+from rollgym.telemetry.pipeline import shipper as shipper_module
 from rollgym.telemetry.pipeline.frames import pack_record, unpack_frame
+from rollgym.telemetry.pipeline.in_process import InProcessExport
+from rollgym.telemetry.pipeline.readable import readable_span
 from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
 from rollgym.telemetry.pipeline.shipper import SpanShipper, clean_record
 from rollgym.telemetry.pipeline.wire import encode_request
@@ -114,15 +117,19 @@ def _scenario(tracer: trace.Tracer) -> None:
     root.end(T0 + 40)
 
 
-def _sdk_request() -> ExportTraceServiceRequest:
+def _sdk_spans() -> tuple[ReadableSpan, ...]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider(
         resource=Resource(RESOURCE), id_generator=_CountingIds(), shutdown_on_exit=False
     )
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     _scenario(provider.get_tracer("rollgym", "1.0"))
+    return exporter.get_finished_spans()
+
+
+def _sdk_request() -> ExportTraceServiceRequest:
     out = ExportTraceServiceRequest()
-    out.ParseFromString(encode_spans(exporter.get_finished_spans()).SerializeToString())
+    out.ParseFromString(encode_spans(_sdk_spans()).SerializeToString())
     return out
 
 
@@ -148,6 +155,28 @@ def test_our_encoding_of_our_spans_equals_the_sdk_encoding_of_sdk_spans() -> Non
     ):
         assert mine == sdk, f"{mine.name}:\n{mine}\n!=\n{sdk}"
     assert ours == theirs
+
+
+def test_our_records_as_readable_spans_are_what_the_sdk_exporters_get_from_sdk_spans() -> None:
+    """The in-process exporter side (gRPC, console, tests) hands the SDK's exporters
+    ``ReadableSpan`` s made from records: the SDK's encoder makes the same OTLP of them as
+    of the SDK's own spans, and the console exporter the same text."""
+    records = _our_records()
+    readable = [readable_span(r, Resource(RESOURCE)) for r in records]
+    ours = ExportTraceServiceRequest()
+    ours.ParseFromString(encode_spans(readable).SerializeToString())
+    theirs = _sdk_request()
+    for mine, sdk in zip(
+        ours.resource_spans[0].scope_spans[0].spans,
+        theirs.resource_spans[0].scope_spans[0].spans,
+        strict=True,
+    ):
+        assert mine == sdk, f"{mine.name}:\n{mine}\n!=\n{sdk}"
+    assert ours == theirs
+    sdk_spans = _sdk_spans()
+    for mine_span, sdk_span in zip(readable, sdk_spans, strict=True):
+        assert mine_span.to_json() == sdk_span.to_json()
+        assert mine_span.attributes == sdk_span.attributes
 
 
 def test_unencodable_values_lose_only_their_attribute() -> None:
@@ -412,9 +441,11 @@ def test_a_dead_child_drops_and_counts_and_never_blocks() -> None:
     assert shipper.counts.dropped["export_failed"] == 300
 
 
-def test_setup_uses_the_pipeline_for_otlp_http_and_the_sdk_when_asked(
+def test_setup_uses_the_child_for_otlp_http_and_exports_in_process_otherwise(
     monkeypatch: pytest.MonkeyPatch, unreachable_otlp: TelemetrySettings
 ) -> None:
+    """One provider for every destination: OTLP/HTTP goes through the exporter child; gRPC,
+    and OTLP/HTTP when the child cannot start, are the same records exported in-process."""
     handle = setup_telemetry(unreachable_otlp, service_name="t", run_id="r")
     try:
         assert isinstance(handle.processor, SpanShipper)
@@ -423,13 +454,29 @@ def test_setup_uses_the_pipeline_for_otlp_http_and_the_sdk_when_asked(
     finally:
         handle.shutdown(10.0)
     assert _two(handle.counts()) == {"spans_exported": 0, "spans_dropped": 1}
-    monkeypatch.setenv("ROLLGYM_SPAN_PIPELINE", "sdk")
-    handle = setup_telemetry(unreachable_otlp, service_name="t", run_id="r")
+    grpc = dataclasses.replace(unreachable_otlp, protocol="grpc")
+    handle = setup_telemetry(grpc, service_name="t", run_id="r")
     try:
-        assert isinstance(handle.tracer_provider, TracerProvider)
+        assert isinstance(handle.tracer_provider, RecordingTracerProvider)
+        assert isinstance(handle.processor, InProcessExport)
     finally:
         handle.shutdown(10.0)
-        configure_gate((), tracing_active=False)
+
+    def no_child(command: object = None) -> object:
+        raise OSError("no child here")
+
+    monkeypatch.setattr(shipper_module, "start_exporter", no_child)
+    handle = setup_telemetry(unreachable_otlp, service_name="t", run_id="r")
+    try:
+        assert isinstance(handle.tracer_provider, RecordingTracerProvider)
+        assert isinstance(handle.processor, InProcessExport)
+        with spans.rollout_span("1-0") as span:
+            assert span.is_recording()
+    finally:
+        handle.shutdown(10.0)
+    # the same record, counted once, lost to the unreachable endpoint
+    assert _two(handle.counts()) == {"spans_exported": 0, "spans_dropped": 1}
+    assert handle.counts()["spans_dropped_by_reason"] == {"export_failed": 1}
 
 
 @pytest.mark.parametrize("flags", [0, 1])

@@ -1,32 +1,31 @@
-"""Build the pipeline for one process: the exporter child and the provider feeding it."""
+"""Build the pipeline for one process: rollgym's provider and the exporter side it feeds.
+
+One provider (:class:`~rollgym.telemetry.pipeline.recording.RecordingTracerProvider`) always;
+its records go to the exporter child for OTLP/HTTP (:func:`build_process_pipeline`), or to the
+in-process exporter side for every destination an SDK exporter serves
+(:func:`build_in_process_pipeline`: OTLP/gRPC, the console, an exporter passed in, OTLP/HTTP
+when the child cannot start).
+"""
 
 from __future__ import annotations
 
-import os
-from typing import Any
-
 from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import Sampler
 
-from rollgym.telemetry import env_vars as env
 from rollgym.telemetry.exporters import otlp_http_traces_target
+from rollgym.telemetry.pipeline.in_process import InProcessExport
 from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
 from rollgym.telemetry.pipeline.shipper import SpanShipper
 from rollgym.telemetry.settings import TelemetrySettings
 
-__all__ = ["build_process_pipeline", "wanted"]
+__all__ = ["build_in_process_pipeline", "build_process_pipeline", "uses_exporter_child"]
 
 
-def wanted(settings: TelemetrySettings, environ: Any = None) -> bool:
-    """Whether this process's spans go through the child-process pipeline."""
-    environ = os.environ if environ is None else environ
-    choice = (environ.get(env.ROLLGYM_SPAN_PIPELINE) or "process").strip().lower()
-    return (
-        choice != "sdk"
-        and settings.traces_exporter == "otlp"
-        and settings.protocol == "http/protobuf"
-    )
+def uses_exporter_child(settings: TelemetrySettings) -> bool:
+    """Whether this process's spans go to the exporter child (OTLP/HTTP protobuf)."""
+    return settings.traces_exporter == "otlp" and settings.protocol == "http/protobuf"
 
 
 def build_process_pipeline(
@@ -60,3 +59,33 @@ def build_process_pipeline(
         on_flush=shipper.flush,
     )
     return provider, shipper
+
+
+def build_in_process_pipeline(
+    exporter: SpanExporter,
+    settings: TelemetrySettings,
+    resource: Resource,
+    sampler: Sampler | None,
+    id_generator: IdGenerator | None,
+    *,
+    synchronous: bool = False,
+) -> tuple[RecordingTracerProvider, InProcessExport]:
+    """The provider whose records ``exporter`` gets in this process (batched, or each span as
+    it ends when ``synchronous``)."""
+    export = InProcessExport(
+        exporter,
+        resource,
+        synchronous=synchronous,
+        max_queue_size=settings.max_queue_size,
+        max_export_batch_size=settings.max_export_batch_size,
+        schedule_delay_ms=settings.schedule_delay_ms,
+        patience_s=settings.flush_timeout_s,
+    )
+    provider = RecordingTracerProvider(
+        export.on_end,
+        sampler=sampler,
+        id_generator=id_generator,
+        on_shutdown=export.shutdown,
+        on_flush=export.flush,
+    )
+    return provider, export
