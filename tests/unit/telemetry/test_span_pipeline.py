@@ -16,8 +16,9 @@ import os
 import signal
 import sqlite3
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, TraceIdRatioBased
@@ -427,6 +428,48 @@ def test_a_stalled_child_fills_the_queue_and_drops_are_counted_without_blocking(
     shipper.counts.close()
     counts = shipper.counts.snapshot()
     assert _two(counts) == {"spans_exported": 0, "spans_dropped": 5000}
+
+
+class _StalledExporter(InMemorySpanExporter):
+    """An SDK exporter that holds every export until it is let go, then stores the batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.let_go = threading.Event()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.let_go.wait(60)
+        return super().export(spans)
+
+
+def test_in_process_a_stalled_exporter_fills_the_queue_and_everything_is_counted_once() -> None:
+    """The in-process exporter side counts as the shipper does: a full queue drops the new
+    span at once (the caller never waits), and what was queued is exported when the
+    exporter moves again; every span ends in exactly one tally."""
+    exporter = _StalledExporter()
+    export = InProcessExport(
+        exporter,
+        Resource(RESOURCE),
+        max_queue_size=50,
+        max_export_batch_size=10,
+        schedule_delay_ms=5,
+    )
+    for i in range(500):
+        export.on_end(_record(i))
+    assert export.counts.dropped["queue_full"] >= 500 - 50 - 10
+    exporter.let_go.set()
+    assert export.flush(60.0)
+    export.shutdown()
+    export.counts.close()
+    counts = export.counts.snapshot()
+    assert counts["spans_exported"] == len(exporter.get_finished_spans())
+    assert counts["spans_exported"] + counts["spans_dropped"] == 500
+    assert counts["spans_dropped_by_reason"] == {"queue_full": counts["spans_dropped"]}
+    spans_out = exporter.get_finished_spans()
+    ids = [s.context.span_id for s in spans_out]
+    assert len(set(ids)) == len(ids)  # none exported twice
+    assert set(ids) <= {_record(i)[R.SPAN_ID] for i in range(500)}
+    assert spans_out[0].resource.attributes["gym.run.id"] == "run-1"
 
 
 def test_a_dead_child_drops_and_counts_and_never_blocks() -> None:
