@@ -7,12 +7,13 @@ off every span-only call site is one attribute load and a branch.
 The pipeline (:mod:`rollgym.telemetry.pipeline`): rollgym's recording provider
 (:class:`~rollgym.telemetry.pipeline.recording.RecordingTracerProvider`, the same samplers and
 id generators as the SDK's) turns each finished span into one record and hands it to an
-exporter side. For OTLP/HTTP (the run's local trace store, or any OTLP/HTTP backend: what a
-run uses by default) that is the :class:`~rollgym.telemetry.pipeline.shipper.SpanShipper`,
-which ships packed records to an exporter child process that encodes OTLP and posts it. For
-OTLP/gRPC, the console, an exporter passed in (tests, benches), or OTLP/HTTP when the child
-cannot start, it is :class:`~rollgym.telemetry.pipeline.in_process.InProcessExport`, which turns
-the same records into ``ReadableSpan`` s for the SDK's exporter on a thread of this process.
+exporter side. For OTLP (the run's local trace store, or any OTLP backend: what a run uses
+by default) that is the :class:`~rollgym.telemetry.pipeline.shipper.SpanShipper`, which ships
+packed records to an exporter child process that encodes OTLP/HTTP and posts it, or hands
+them to the SDK's OTLP/gRPC exporter. For the console, an exporter passed in (tests,
+benches), or OTLP when the child cannot start, it is
+:class:`~rollgym.telemetry.pipeline.in_process.InProcessExport`, which turns the same records
+into ``ReadableSpan`` s for the SDK's exporter on a thread of this process.
 An embedder's own recording provider (``embedded``) is traced into instead, untouched.
 
 Export never touches a rollout: bounded queues, background work, bounded per-request

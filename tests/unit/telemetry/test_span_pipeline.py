@@ -37,6 +37,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, S
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from rollgym.telemetry import spans
+from rollgym.telemetry.groups import ALL_GROUPS
 from rollgym.telemetry.pipeline import records as R
 from rollgym.telemetry.pipeline import shipper as shipper_module
 from rollgym.telemetry.pipeline.frames import pack_record, unpack_frame
@@ -487,8 +488,9 @@ def test_a_dead_child_drops_and_counts_and_never_blocks() -> None:
 def test_setup_uses_the_child_for_otlp_http_and_exports_in_process_otherwise(
     monkeypatch: pytest.MonkeyPatch, unreachable_otlp: TelemetrySettings
 ) -> None:
-    """One provider for every destination: OTLP/HTTP goes through the exporter child; gRPC,
-    and OTLP/HTTP when the child cannot start, are the same records exported in-process."""
+    """One provider for every destination: OTLP/HTTP goes through the exporter child; the
+    console, and OTLP/HTTP when the child cannot start, are the same records exported
+    in-process."""
     handle = setup_telemetry(unreachable_otlp, service_name="t", run_id="r")
     try:
         assert isinstance(handle.processor, SpanShipper)
@@ -497,8 +499,8 @@ def test_setup_uses_the_child_for_otlp_http_and_exports_in_process_otherwise(
     finally:
         handle.shutdown(10.0)
     assert _two(handle.counts()) == {"spans_exported": 0, "spans_dropped": 1}
-    grpc = dataclasses.replace(unreachable_otlp, protocol="grpc")
-    handle = setup_telemetry(grpc, service_name="t", run_id="r")
+    console = dataclasses.replace(unreachable_otlp, traces_exporter="console")
+    handle = setup_telemetry(console, service_name="t", run_id="r")
     try:
         assert isinstance(handle.tracer_provider, RecordingTracerProvider)
         assert isinstance(handle.processor, InProcessExport)
@@ -520,6 +522,54 @@ def test_setup_uses_the_child_for_otlp_http_and_exports_in_process_otherwise(
     # the same record, counted once, lost to the unreachable endpoint
     assert _two(handle.counts()) == {"spans_exported": 0, "spans_dropped": 1}
     assert handle.counts()["spans_dropped_by_reason"] == {"export_failed": 1}
+
+
+def test_otlp_grpc_goes_through_the_exporter_child_to_a_real_grpc_receiver() -> None:
+    """OTLP/gRPC: the child hands the records to the SDK's gRPC exporter; a gRPC receiver on
+    loopback gets every span whole, with the run's resource, and the counts say so."""
+    from concurrent import futures
+
+    import grpc
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+    received: list[tuple[str, dict[str, str]]] = []
+
+    class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
+        def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC's name
+            for resource_spans in request.resource_spans:
+                identity = {
+                    kv.key: kv.value.string_value for kv in resource_spans.resource.attributes
+                }
+                for scope_spans in resource_spans.scope_spans:
+                    received.extend((span.name, identity) for span in scope_spans.spans)
+            return trace_service_pb2.ExportTraceServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Receiver(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        settings = TelemetrySettings(
+            groups=ALL_GROUPS,
+            traces_exporter="otlp",
+            protocol="grpc",
+            endpoint=f"http://127.0.0.1:{port}",
+            export_timeout_s=10,
+            schedule_delay_ms=10,
+        )
+        handle = setup_telemetry(settings, service_name="t", run_id="run-g")
+        try:
+            assert isinstance(handle.processor, SpanShipper)
+            for i in range(5):
+                with spans.rollout_span(f"{i}-0"):
+                    pass
+        finally:
+            handle.shutdown(30.0)
+    finally:
+        server.stop(None)
+    assert handle.counts()["spans_exported"] == 5 == len(received)
+    assert {name for name, _ in received} == {"gym.rollout"}
+    assert all(identity["gym.run.id"] == "run-g" for _, identity in received)
 
 
 @pytest.mark.parametrize("flags", [0, 1])

@@ -1,10 +1,9 @@
 """Build the pipeline for one process: rollgym's provider and the exporter side it feeds.
 
 One provider (:class:`~rollgym.telemetry.pipeline.recording.RecordingTracerProvider`) always;
-its records go to the exporter child for OTLP/HTTP (:func:`build_process_pipeline`), or to the
-in-process exporter side for every destination an SDK exporter serves
-(:func:`build_in_process_pipeline`: OTLP/gRPC, the console, an exporter passed in, OTLP/HTTP
-when the child cannot start).
+its records go to the exporter child for OTLP, over HTTP or gRPC (:func:`build_process_pipeline`),
+or to the in-process exporter side (:func:`build_in_process_pipeline`: the console, an
+exporter passed in, OTLP when the child cannot start).
 """
 
 from __future__ import annotations
@@ -14,7 +13,11 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import Sampler
 
-from rollgym.telemetry.exporters import otlp_http_traces_target
+from rollgym.telemetry.exporters import (
+    OtlpOptions,
+    otlp_grpc_traces_target,
+    otlp_http_traces_target,
+)
 from rollgym.telemetry.pipeline.in_process import InProcessExport
 from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
 from rollgym.telemetry.pipeline.shipper import SpanShipper
@@ -24,8 +27,8 @@ __all__ = ["build_in_process_pipeline", "build_process_pipeline", "uses_exporter
 
 
 def uses_exporter_child(settings: TelemetrySettings) -> bool:
-    """Whether this process's spans go to the exporter child (OTLP/HTTP protobuf)."""
-    return settings.traces_exporter == "otlp" and settings.protocol == "http/protobuf"
+    """Whether this process's spans go to the exporter child (OTLP, HTTP or gRPC)."""
+    return settings.traces_exporter == "otlp" and settings.protocol in ("http/protobuf", "grpc")
 
 
 def build_process_pipeline(
@@ -36,7 +39,13 @@ def build_process_pipeline(
     store_token: str | None = None,
 ) -> tuple[RecordingTracerProvider, SpanShipper]:
     """Start the exporter child and return the provider whose spans feed it."""
-    url, headers, compression = otlp_http_traces_target(settings, store_token)
+    grpc: OtlpOptions | None = None
+    if settings.protocol == "grpc":
+        url, grpc = otlp_grpc_traces_target(settings, store_token)
+        headers: dict[str, str] = {}
+        compression = None
+    else:
+        url, headers, compression = otlp_http_traces_target(settings, store_token)
     shipper = SpanShipper(
         url=url,
         headers=headers,
@@ -50,6 +59,7 @@ def build_process_pipeline(
         # the run's own trace store keeps each span once: a batch whose connection broke
         # after it went out is sent again there instead of counted unknown
         idempotent=settings.to_local_store,
+        grpc=grpc,
     )
     provider = RecordingTracerProvider(
         shipper.on_end,

@@ -1,10 +1,9 @@
 """The exporter side in the recording process itself: records to an SDK ``SpanExporter``.
 
-The exporter child (:mod:`.shipper`, :mod:`.child`) serves OTLP/HTTP, the destination of
-every run by default (the run's trace store, or an OTLP/HTTP backend). This is the same
-pipeline's other exporter side, for the destinations the SDK's own exporters serve: OTLP/gRPC,
-the console, an exporter object a test or a bench passes in, and OTLP/HTTP when the child
-cannot start. It takes the same records from the same provider
+The exporter child (:mod:`.shipper`, :mod:`.child`) serves OTLP over HTTP and gRPC, the
+destination of every run by default (the run's trace store, or an OTLP backend). This is the
+same pipeline's other exporter side, in the recording process: for the console, an exporter
+object a test or a bench passes in, and OTLP when the child cannot start. It takes the same records from the same provider
 (:class:`~rollgym.telemetry.pipeline.recording.RecordingTracerProvider`), turns them into
 ``ReadableSpan`` s (:mod:`.readable`) and hands them to the exporter, counted in the same
 :class:`~rollgym.telemetry.span_counts.SpanCounts`.

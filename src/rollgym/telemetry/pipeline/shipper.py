@@ -101,6 +101,7 @@ class SpanShipper:
         schedule_delay_ms: float = SPAN_SCHEDULE_DELAY_MS,
         command: list[str] | None = None,
         idempotent: bool = False,
+        grpc: Mapping[str, Any] | None = None,
     ) -> None:
         #: Packed records (:func:`~rollgym.telemetry.pipeline.frames.pack_record`), oldest first.
         self._queue: deque[bytes] = deque()
@@ -137,6 +138,9 @@ class SpanShipper:
             "resource": dict(resource),
             "batch": self._batch,
             "idempotent": idempotent,
+            # OTLP/gRPC instead of OTLP/HTTP: the SDK gRPC exporter's keywords (``url`` is
+            # then only where a shutdown probes whether anything listens)
+            "grpc": None if grpc is None else dict(grpc),
         }
         self._write_frame(marshal.dumps(config))
         self._writer = threading.Thread(
