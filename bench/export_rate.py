@@ -1,24 +1,24 @@
-"""Span export rate: where loss begins through rollgym's span pipeline (or the SDK's).
+"""Span export rate: where loss begins through rollgym's span pipeline.
 
 A loopback OTLP receiver (aiohttp, in its own process like the real trace store) accepts
 ``POST /v1/traces``, decodes each request with ``opentelemetry.proto`` and counts spans, bytes
-and requests. The bench offers spans at increasing rates, paced in 10 ms ticks, through
-:class:`~rollgym.telemetry.dropping.CountingSpanProcessor` with the config's default queue
-settings, and reports the first offered rate at which spans are dropped. Target: no loss up to
->= 50,000 spans/s offered.
+and requests. The bench offers spans at increasing rates, paced in 10 ms ticks, through one of
+the pipeline's exporter sides with the config's default queue settings, and reports the first
+offered rate at which spans are dropped. Target: no loss up to >= 50,000 spans/s offered.
 
-``--pipeline process`` (default) offers span records to rollgym's own pipeline
-(:mod:`rollgym.telemetry.pipeline`: a queue here, OTLP encoding and export in a child process);
-``--pipeline sdk`` offers SDK spans to the SDK's batch processor and OTLP/HTTP exporter.
+``--pipeline process`` (default) offers span records to the exporter child's shipper (a queue
+here, OTLP encoding and export in a child process: what a run uses for OTLP/HTTP);
+``--pipeline in-process`` offers the same records to the in-process exporter side with the
+SDK's OTLP/HTTP exporter (what gRPC, the console, and OTLP/HTTP without a child use).
 
-By default the offered spans are finished SDK spans built before the clock starts, handed to
-the processor's ``on_end`` exactly as the SDK does when a span ends: that measures the
-processor + exporter path, not the cost of creating spans in Python. ``--create`` creates and
+By default the offered records are built before the clock starts, handed to the exporter side's
+``on_end`` exactly as a span's ``end()`` does: that measures the export path, not the cost of
+creating spans in Python. ``--create`` creates and
 ends a real span per offer instead (end to end; in one process the producer then shares the
 GIL with the exporter thread, so on a small machine it saturates before loss begins).
 
     python bench/export_rate.py [--duration 3] [--rates 5000,10000,...] [--create]
-                                [--pipeline process|sdk]
+                                [--pipeline process|in-process]
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.resources import Resource
 
 from rollgym.config import TelemetryConfig
-from rollgym.telemetry.dropping import CountingSpanProcessor
+from rollgym.telemetry.pipeline.in_process import InProcessExport
 from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
 from rollgym.telemetry.pipeline.records import SpanRecord
 from rollgym.telemetry.pipeline.shipper import SpanShipper
@@ -104,20 +104,6 @@ class Step:
     flush_s: float
 
 
-def prebuilt_spans(n: int) -> list[ReadableSpan]:
-    """``n`` distinct finished spans, like the ones a rollout ends."""
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    memory = InMemorySpanExporter()
-    provider = TracerProvider(shutdown_on_exit=False)
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    tracer = provider.get_tracer("bench")
-    for _ in range(n):
-        tracer.start_span("gym.rollout", attributes=ATTRS).end()
-    return list(memory.get_finished_spans())
-
-
 def prebuilt_records(n: int) -> list[SpanRecord]:
     """``n`` distinct finished span records, as rollgym's own pipeline queues them."""
     records: list[SpanRecord] = []
@@ -127,20 +113,20 @@ def prebuilt_records(n: int) -> list[SpanRecord]:
     return records
 
 
-def _sdk_path(port: int) -> tuple[Any, Any, Any]:
-    """(offer, tracer, counts-holder) for the SDK's batch processor + OTLP/HTTP exporter."""
+def _in_process_path(port: int) -> tuple[Any, Any, Any]:
+    """(offer, provider, counts-holder) for the in-process side + the SDK's OTLP/HTTP exporter."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     defaults = TelemetryConfig()
-    processor = CountingSpanProcessor(
+    export = InProcessExport(
         OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces", timeout=10),
+        Resource({"service.name": "bench"}),
         max_queue_size=defaults.max_queue_size,
         max_export_batch_size=defaults.max_export_batch_size,
         schedule_delay_ms=defaults.schedule_delay_ms,
     )
-    provider = TracerProvider(shutdown_on_exit=False)
-    provider.add_span_processor(processor)
-    return processor.on_end, provider, processor
+    provider = RecordingTracerProvider(export.on_end, on_shutdown=export.shutdown)
+    return export.on_end, provider, export
 
 
 def _process_path(port: int) -> tuple[Any, Any, Any]:
@@ -161,7 +147,9 @@ def _process_path(port: int) -> tuple[Any, Any, Any]:
 
 def run_step(port: int, rate: int, duration: float, pool: list[Any] | None, pipeline: str) -> Step:
     before = _stats(port)["spans"]
-    offer, provider, processor = (_process_path if pipeline == "process" else _sdk_path)(port)
+    offer, provider, processor = (_process_path if pipeline == "process" else _in_process_path)(
+        port
+    )
     tracer = provider.get_tracer("bench")
     tick = 0.01
     per_tick = max(1, round(rate * tick))
@@ -203,15 +191,15 @@ def main() -> int:
     parser.add_argument("--create", action="store_true", help="create a real span per offer")
     parser.add_argument(
         "--pipeline",
-        choices=("process", "sdk"),
+        choices=("process", "in-process"),
         default="process",
-        help="rollgym's own pipeline (default) or the SDK's batch processor",
+        help="the exporter child (default) or the in-process exporter side",
     )
     args = parser.parse_args()
     rates = [int(r) for r in args.rates.split(",")]
     pool: list[Any] | None = None
     if not args.create:
-        pool = prebuilt_records(20_000) if args.pipeline == "process" else prebuilt_spans(20_000)
+        pool = prebuilt_records(20_000)
     mode = "spans created and ended per offer" if args.create else "prebuilt finished spans"
     mode += f", {args.pipeline} pipeline"
 

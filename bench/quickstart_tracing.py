@@ -5,7 +5,11 @@ servers: simulated model with ~20 ms latency, two environments, two agents, all 
 machine) alternately with ``telemetry.preset=off`` and with the default preset exporting to the
 run's local trace store, each in a fresh output directory, and reads ``rollouts_per_s`` from
 each run's ``summary.json`` (the rollout phase: server start-up and shutdown excluded). Prints
-both rates, the ratio default / off of the medians (target >= 0.8) and the span counts.
+both rates, the ratio default / off of the medians (target >= 0.8), the span counts, and the
+CPU a span costs on this path, all processes together: each run's CPU (user + system of the
+whole process tree, read with ``RUSAGE_CHILDREN`` around it: the driver, its servers, their
+span exporter children and the trace store) traced minus off, divided by the spans exported.
+Start-up and shutdown are in both and cancel out but for what tracing adds to them.
 
     python bench/quickstart_tracing.py [--rounds 3] [--repeats 8]
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -23,6 +28,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "examples" / "quickstart.yaml"
 TARGET = 0.8
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def run_once(preset: str, repeats: int, out: Path) -> dict:
@@ -36,8 +46,10 @@ def run_once(preset: str, repeats: int, out: Path) -> dict:
         f"run.output_dir={out}",
         f"telemetry.preset={preset}",
     ]
+    cpu = _children_cpu_s()
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     summary = json.loads((out / "summary.json").read_text())
+    summary["bench_cpu_s"] = _children_cpu_s() - cpu
     if summary["completed"] != summary["requested"]:
         raise SystemExit(f"{preset}: {summary['completed']} of {summary['requested']} completed")
     return summary
@@ -49,12 +61,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=8)
     args = parser.parse_args()
     rates: dict[str, list[float]] = {"off": [], "default": []}
+    cpu: dict[str, list[float]] = {"off": [], "default": []}
     spans: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="rollgym-quickstart-") as tmp:
         for i in range(args.rounds):
             for preset in ("off", "default"):
                 summary = run_once(preset, args.repeats, Path(tmp) / f"{preset}-{i}")
                 rates[preset].append(summary["rollouts_per_s"])
+                cpu[preset].append(summary["bench_cpu_s"])
                 if preset == "default":
                     spans.append(summary["telemetry"])
     print(f"quickstart, run.repeats={args.repeats}, {args.rounds} rounds (alternating)")
@@ -73,6 +87,13 @@ def main() -> None:
     exported = sum(s.get("spans_exported", 0) for s in spans)
     dropped = sum(s.get("spans_dropped", 0) for s in spans)
     print(f"spans (default rounds, all processes): {exported:,} exported, {dropped:,} dropped")
+    cpu_off, cpu_on = statistics.median(cpu["off"]), statistics.median(cpu["default"])
+    per_run = exported / max(1, len(spans))
+    print(
+        f"CPU of a run, all processes: off {cpu_off:.2f} s, default {cpu_on:.2f} s (medians); "
+        f"CPU per span: {(cpu_on - cpu_off) / max(1.0, per_run) * 1e6:.1f} us "
+        f"({per_run:,.0f} spans a run; goal <= 10 us)"
+    )
 
 
 if __name__ == "__main__":

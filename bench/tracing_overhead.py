@@ -8,15 +8,18 @@ process: ``rollgym.tracestore.store_process.start_trace_store``), exactly as ``r
 a shared machine affects both. The export backlog is flushed after each traced round's clock
 stops, and its spans counted: exported + dropped must equal what the round produced.
 
-Each round runs three ways: tracing off, traced through rollgym's own span pipeline (the
-default: ``rollgym.telemetry.pipeline``, encoding and export in a child process), and traced
-through the OpenTelemetry SDK's batch processor (``ROLLGYM_SPAN_PIPELINE=sdk``, the reference).
+Each round runs three ways: tracing off, traced through rollgym's span pipeline as a run uses
+it (``process``: records shipped to an exporter child that encodes and posts them), and traced
+through the same provider with the in-process exporter side (``in-process``: the records
+turned into ``ReadableSpan`` s for the SDK's OTLP/HTTP exporter on a thread of the driver, what
+a process whose child cannot start does, and what gRPC and the console use).
 Prints the rates, each traced/off ratio (target >= 0.7, goal 0.9), the driver's CPU per
 rollout, its garbage collections (count and collector time, ``gc.callbacks``), the CPU per
 rollout of the other processes (the agent, the span exporter child, the trace store: on a
-2-core machine they share the core the driver does not use) and the span counts.
+2-core machine they share the core the driver does not use), the CPU per span of all of them
+(traced minus off, divided by the two spans a rollout makes) and the span counts.
 
-    python bench/tracing_overhead.py [--quick] [-n 10000] [--rounds 4] [--no-sdk]
+    python bench/tracing_overhead.py [--quick] [-n 10000] [--rounds 4] [--child-only]
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import os
 import statistics
 import sys
 import tempfile
@@ -42,7 +44,6 @@ from rollgym import (
     Collector,  # noqa: E402
     event_loop,  # noqa: E402
 )
-from rollgym.environment_variables import ROLLGYM_SPAN_PIPELINE  # noqa: E402
 from rollgym.telemetry.groups import ALL_GROUPS, configure_gate  # noqa: E402
 from rollgym.telemetry.pipeline.exporter_process import CHILD_MODULE  # noqa: E402
 from rollgym.telemetry.pipeline.shipper import SpanShipper  # noqa: E402
@@ -51,6 +52,8 @@ from rollgym.telemetry.setup import setup_telemetry  # noqa: E402
 from rollgym.tracestore.store_process import start_trace_store  # noqa: E402
 
 CONCURRENCY = 64
+#: Spans a traced rollout makes in the driver: its dispatch span and its HTTP client span.
+SPANS_PER_ROLLOUT = 2
 
 
 #: CPU seconds this process spent per rollout in the last ``collect`` (all its threads): on a
@@ -130,22 +133,28 @@ async def collect(url: str, n: int) -> float:
 async def traced_round(
     url: str, n: int, endpoint: str, pipeline: str
 ) -> tuple[float, dict[str, int], float]:
-    """One traced round; ``pipeline`` is ``process`` (rollgym's default) or ``sdk``. Also
-    returns the CPU seconds its exporter child spent (0 without one), read once the backlog
-    is flushed and before shutdown ends the child."""
-    os.environ[ROLLGYM_SPAN_PIPELINE] = pipeline
+    """One traced round; ``pipeline`` is ``process`` (the exporter child, what a run uses) or
+    ``in-process`` (the SDK's OTLP/HTTP exporter fed in this process). Also returns the CPU
+    seconds its exporter child spent (0 without one), read once the backlog is flushed and
+    before shutdown ends the child."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
     settings = TelemetrySettings(
         groups=ALL_GROUPS, traces_exporter="otlp", endpoint=endpoint, run_id="bench"
     )
-    handle = setup_telemetry(settings, service_name="rollgym-bench", run_id="bench")
+    exporter = None if pipeline == "process" else OTLPSpanExporter(f"{endpoint}/v1/traces")
+    handle = setup_telemetry(
+        settings, service_name="rollgym-bench", run_id="bench", span_exporter=exporter
+    )
     child_s = 0.0
     try:
         shipper = handle.processor
         if isinstance(shipper, SpanShipper):
             child_starts.append(_how_started(shipper.child_pid))
         rate = await collect(url, n)
-        if isinstance(shipper, SpanShipper):
+        if shipper is not None:
             await _on_own_thread(shipper.flush, 30.0)
+        if isinstance(shipper, SpanShipper):
             child_s = _OtherProcesses.cpu(psutil.Process(shipper.child_pid))
     finally:
         await _on_own_thread(handle.shutdown, 30.0)
@@ -194,9 +203,10 @@ async def measure(
     await collect(url, min(n, 2000))  # warm up every path
     for pipeline in pipelines:
         await traced_round(url, min(n, 2000), endpoint, pipeline)
-    out: dict[str, list] = {"off": [], "counts": [], "cpu off": [], "gc off": [], "others off": []}
+    out: dict[str, list] = {"off": [], "cpu off": [], "gc off": [], "others off": []}
     for pipeline in pipelines:
         out[pipeline] = []
+        out[f"counts {pipeline}"] = []
         out[f"cpu {pipeline}"] = []
         out[f"gc {pipeline}"] = []
         out[f"others {pipeline}"] = []
@@ -214,8 +224,7 @@ async def measure(
             out[pipeline].append(rate)
             out[f"cpu {pipeline}"].append(last_cpu_per_rollout[0])
             out[f"gc {pipeline}"].append(tuple(last_gc))
-            if pipeline == "process":
-                out["counts"].append(counts)
+            out[f"counts {pipeline}"].append(counts)
     return out
 
 
@@ -244,11 +253,11 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=10_000, help="rollouts per round")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument(
-        "--no-sdk", action="store_true", help="skip the SDK-pipeline rounds (reference)"
+        "--child-only", action="store_true", help="skip the in-process exporter rounds"
     )
     args = parser.parse_args()
     n, rounds = (3_000, 3) if args.quick else (args.n, args.rounds)
-    pipelines = ("process",) if args.no_sdk else ("process", "sdk")
+    pipelines = ("process",) if args.child_only else ("process", "in-process")
     with tempfile.TemporaryDirectory(prefix="rollgym-bench-") as tmp:
         store = start_trace_store(Path(tmp) / "traces.db", Path(tmp) / "tracestore.log")
         try:
@@ -271,6 +280,7 @@ def main() -> None:
     print(f"  driver CPU per rollout (all threads): {cpu_off * 1e6:.1f} us")
     print(f"  {_collections(result['gc off'])}")
     print(f"  {_others(result['others off'])}")
+    others_off = sum(statistics.median(r[i] for r in result["others off"]) for i in range(3))
     for pipeline in pipelines:
         traced = result[pipeline]
         pairwise = [t / o for t, o in zip(traced, off, strict=True)]
@@ -287,6 +297,21 @@ def main() -> None:
         )
         print(f"  {_collections(result[f'gc {pipeline}'])}")
         print(f"  {_others(result[f'others {pipeline}'])}")
+        others = sum(
+            statistics.median(r[i] for r in result[f"others {pipeline}"]) for i in range(3)
+        )
+        per_span = (cpu + others - cpu_off - others_off) / SPANS_PER_ROLLOUT
+        print(
+            f"  CPU per span, all processes (traced minus off, {SPANS_PER_ROLLOUT} spans a "
+            f"rollout): {per_span * 1e6:.1f} us (goal <= 10 us)"
+        )
+        counts = result[f"counts {pipeline}"]
+        exported = sum(c["spans_exported"] for c in counts)
+        dropped = sum(c["spans_dropped"] for c in counts)
+        print(
+            f"  spans: {exported:,} exported, {dropped:,} dropped "
+            f"({SPANS_PER_ROLLOUT * n * rounds:,} produced: dispatch + HTTP client span per rollout)"
+        )
     started = ", ".join(f"{child_starts.count(way)} {way}" for way in ("forked", "spawned"))
     print(f"  the rounds' span exporter children: {started} (rollgym run's driver forks its own)")
     for way, seconds in start_up_s.items():
@@ -294,12 +319,6 @@ def main() -> None:
             f"  of the span exporter child's CPU, its start-up {way} (once per process): "
             f"{seconds:.2f} s, {seconds / n * 1e6:.1f} us a rollout of a {n}-rollout round"
         )
-    exported = sum(c["spans_exported"] for c in result["counts"])
-    dropped = sum(c["spans_dropped"] for c in result["counts"])
-    print(
-        f"spans (process-pipeline rounds): {exported:,} exported, {dropped:,} dropped "
-        f"({2 * n * rounds:,} produced: dispatch + HTTP client span per rollout)"
-    )
 
 
 def _collections(rounds: list[tuple[float, float]]) -> str:

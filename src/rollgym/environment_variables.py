@@ -57,9 +57,6 @@ OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT: Final = (
 #: Bearer token of a local trace store; required beyond loopback, generated per run when unset.
 #: Handed to the servers the run launches in their environment only, never in a file or a log.
 ROLLGYM_TRACE_STORE_TOKEN: Final = "ROLLGYM_TRACE_STORE_TOKEN"
-#: ``sdk`` keeps the OpenTelemetry SDK's span processor in rollgym's own processes instead of
-#: the exporter-child pipeline (``rollgym.telemetry.pipeline``); default ``process``.
-ROLLGYM_SPAN_PIPELINE: Final = "ROLLGYM_SPAN_PIPELINE"
 #: ``0`` spawns every child (servers, span exporters) in an interpreter of its own instead of
 #: forking it from the fork server.
 ROLLGYM_FORK_SERVER: Final = "ROLLGYM_FORK_SERVER"

@@ -99,6 +99,27 @@ def otlp_http_traces_target(
     return url, headers, compression
 
 
+def otlp_grpc_traces_target(
+    settings: TelemetrySettings, store_token: str | None = None
+) -> tuple[str, OtlpOptions]:
+    """(URL, exporter keywords) of the OTLP/gRPC trace exporter, by the SDK's rules.
+
+    For rollgym's exporter child, which builds the SDK's gRPC exporter with these keywords
+    (``None``: the exporter reads ``OTEL_*`` itself, from the environment the child
+    inherits); the URL is where a shutdown probes whether anything listens.
+    """
+    options = _otlp_options(
+        settings, store_token, env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "v1/traces"
+    )
+    url = (
+        os.environ.get(env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
+        or options["endpoint"]
+        or os.environ.get(env.OTEL_EXPORTER_OTLP_ENDPOINT)
+        or "http://localhost:4317"
+    )
+    return url, options
+
+
 class _Signal(NamedTuple):
     """What tells one signal's exporters apart; building them is otherwise the same."""
 

@@ -1,13 +1,25 @@
 """Set telemetry up once per process and hand back a handle that flushes and counts.
 
-``setup_telemetry`` builds the SDK tracer and meter providers from resolved
-:class:`~rollgym.telemetry.settings.TelemetrySettings`, installs them as the process's providers,
-and sets the span gate once: ``gate.<group>`` is "group enabled AND a trace exporter is active",
-so with tracing off every span-only call site is one attribute load and a branch.
+``setup_telemetry`` installs rollgym's one span pipeline for this process and sets the span
+gate once: ``gate.<group>`` is "group enabled AND a trace exporter is active", so with tracing
+off every span-only call site is one attribute load and a branch.
 
-Export never touches a rollout: spans go through :class:`CountingSpanProcessor` (bounded queue,
-background thread, bounded per-request timeout, drops counted), and
+The pipeline (:mod:`rollgym.telemetry.pipeline`): rollgym's recording provider
+(:class:`~rollgym.telemetry.pipeline.recording.RecordingTracerProvider`, the same samplers and
+id generators as the SDK's) turns each finished span into one record and hands it to an
+exporter side. For OTLP (the run's local trace store, or any OTLP backend: what a run uses
+by default) that is the :class:`~rollgym.telemetry.pipeline.shipper.SpanShipper`, which ships
+packed records to an exporter child process that encodes OTLP/HTTP and posts it, or hands
+them to the SDK's OTLP/gRPC exporter. For the console, an exporter passed in (tests,
+benches), or OTLP when the child cannot start, it is
+:class:`~rollgym.telemetry.pipeline.in_process.InProcessExport`, which turns the same records
+into ``ReadableSpan`` s for the SDK's exporter on a thread of this process.
+An embedder's own recording provider (``embedded``) is traced into instead, untouched.
+
+Export never touches a rollout: bounded queues, background work, bounded per-request
+timeouts, every loss counted in one :class:`~rollgym.telemetry.span_counts.SpanCounts`; and
 :meth:`TelemetryHandle.shutdown` flushes on a helper thread with a deadline and never raises.
+The meter provider is the SDK's, with a periodic reader.
 """
 
 from __future__ import annotations
@@ -29,21 +41,20 @@ from opentelemetry.sdk.metrics.export import (
     PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 import rollgym.environment_variables as env
 from rollgym.telemetry import names, young_gc
 from rollgym.telemetry._state import INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION, state, tracer_of
 from rollgym.telemetry.content_capture import configure_capture
-from rollgym.telemetry.dropping import CountingSpanProcessor
 from rollgym.telemetry.embedder import caller_provider
 from rollgym.telemetry.exporters import build_metric_exporter, build_span_exporter
 from rollgym.telemetry.groups import ALL_GROUPS, SpanGroup, configure_gate, gate
 from rollgym.telemetry.loss_report import loss_warnings
 from rollgym.telemetry.metrics import HttpClientMetrics, RolloutMetrics, register_dropped_spans
 from rollgym.telemetry.pipeline import build as pipeline
+from rollgym.telemetry.pipeline.in_process import InProcessExport
 from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
 from rollgym.telemetry.pipeline.shipper import SpanShipper
 from rollgym.telemetry.sampling import (
@@ -85,12 +96,13 @@ _METRIC_INTERVAL_MS = 10_000
 class TelemetryHandle:
     """What :func:`setup_telemetry` returns: recorders, counts, and a safe shutdown."""
 
-    #: The SDK's provider, or rollgym's own (:mod:`rollgym.telemetry.pipeline`).
-    tracer_provider: TracerProvider | RecordingTracerProvider | None = None
+    #: rollgym's provider (:mod:`rollgym.telemetry.pipeline`); None when rollgym records nothing.
+    tracer_provider: RecordingTracerProvider | None = None
     meter_provider: MeterProvider | None = None
     #: The exporter behind ``meter_provider``'s reader, when rollgym built it.
     metric_exporter: MetricExporter | None = None
-    processor: CountingSpanProcessor | SpanShipper | None = None
+    #: The exporter side the provider's records go to, and its counts.
+    processor: SpanShipper | InProcessExport | None = None
     metrics: RolloutMetrics | None = None
     http_metrics: HttpClientMetrics | None = None
     #: The embedder's own provider the gate traces into (never shut down by rollgym).
@@ -127,11 +139,9 @@ class TelemetryHandle:
             time.monotonic(),
         )
         deadline = time.monotonic() + timeout_s
-        if isinstance(self.processor, SpanShipper):
+        if self.processor is not None:
             # The one end-of-rollouts timestamp: the shipper's probe grace counts from it too.
             self.processor.stop_retrying_at(deadline, rollouts_ended_at=self._rollouts_ended_at)
-        elif self.processor is not None:
-            self.processor.stop_retrying_at(deadline)
         installed = self.tracer_provider or self.caller_provider
         if installed is not None and state.provider is installed:
             configure_gate((), tracing_active=False)
@@ -152,8 +162,8 @@ class TelemetryHandle:
                 "dropped",
                 timeout_s,
             )
-        if isinstance(self.processor, SpanShipper) and worker.is_alive():
-            # Its child's last lines first: the batch it was sending is unknown, not dropped.
+        if self.processor is not None and worker.is_alive():
+            # A child's last lines first: the batch it was sending is unknown, not dropped.
             self.processor.stop_now()
         if self.processor is not None:
             self.processor.counts.close()
@@ -180,7 +190,7 @@ class TelemetryHandle:
             helper.start()
         if providers:
             _shutdown_quietly(providers[0])
-        if isinstance(self.processor, SpanShipper) and self.processor.gave_up_on_endpoint:
+        if self.processor is not None and self.processor.gave_up_on_endpoint:
             self._stop_metric_retries()
         for helper in helpers:
             helper.join()
@@ -223,7 +233,7 @@ def shutdown_budget(flush_timeout_s: float, rollouts_ended_at: float | None, now
     return max(left, min(flush_timeout_s, LAST_SPANS_FLOOR_S))
 
 
-def _shutdown_quietly(provider: TracerProvider | RecordingTracerProvider | MeterProvider) -> None:
+def _shutdown_quietly(provider: RecordingTracerProvider | MeterProvider) -> None:
     try:
         provider.shutdown()
     except Exception:
@@ -265,27 +275,19 @@ def setup_telemetry(
     handle = TelemetryHandle(flush_timeout_s=settings.flush_timeout_s)
     caller = caller_provider() if embedded and settings.groups else None
     resource = _resource(service_name, run_id, server_name, server_kind, server_instance)
-    exporter = None
     if caller is not None:
         handle.caller_provider = caller
         state.tracer = tracer_of(caller)
         state.provider = caller
     elif span_exporter is not None:
-        exporter = span_exporter
+        _start_in_process_pipeline(handle, span_exporter, settings, resource, run_id)
     elif not (
-        pipeline.wanted(settings)
+        pipeline.uses_exporter_child(settings)
         and _start_process_pipeline(handle, settings, resource, run_id, store_token)
     ):
         exporter = _safe(build_span_exporter, settings, store_token)
-    if exporter is not None:
-        handle.processor = CountingSpanProcessor(
-            exporter,
-            max_queue_size=settings.max_queue_size,
-            max_export_batch_size=settings.max_export_batch_size,
-            schedule_delay_ms=settings.schedule_delay_ms,
-            patience_s=settings.flush_timeout_s,
-        )
-        handle.tracer_provider = _tracer_provider(settings, resource, run_id, handle.processor)
+        if exporter is not None:
+            _start_in_process_pipeline(handle, exporter, settings, resource, run_id)
     reader = metric_reader
     if reader is None:
         metric_exporter = _safe(build_metric_exporter, settings, store_token)
@@ -323,32 +325,44 @@ def install_for_tests(
     run_id: str = "test-run",
     single_trace: bool = False,
 ) -> TelemetryHandle:
-    """A synchronous provider exporting to ``exporter`` (e.g. an ``InMemorySpanExporter``).
+    """rollgym's provider, its spans handed to ``exporter`` (e.g. an ``InMemorySpanExporter``)
+    as ``ReadableSpan`` s, each as it ends.
 
-    Spans are exported as they end (no batching), so a test can assert right after its block.
+    The provider and the records are the ones a run uses; only the exporter side is the
+    in-memory sink, synchronous (no batching), so a test can assert right after its block.
     Replaces the tracer our span helpers use, even when a global provider was already set.
     """
     settings = TelemetrySettings(
         groups=frozenset(groups), traces_exporter="otlp", single_trace=single_trace
     )
     resource = _resource("rollgym-test", run_id, None, None)
-    provider = _tracer_provider(settings, resource, run_id, SimpleSpanProcessor(exporter))
+    handle = TelemetryHandle()
+    _start_in_process_pipeline(handle, exporter, settings, resource, run_id, synchronous=True)
     configure_gate(settings.groups, tracing_active=True)
-    return TelemetryHandle(tracer_provider=provider)
+    return handle
 
 
-def _tracer_provider(
-    settings: TelemetrySettings, resource: Resource, run_id: str, processor: SpanProcessor
-) -> TracerProvider:
-    provider = TracerProvider(
-        resource=resource,
-        sampler=make_sampler(settings.sampler, settings.sampler_arg),
-        id_generator=_id_generator(settings, run_id),
-        shutdown_on_exit=False,
+def _start_in_process_pipeline(
+    handle: TelemetryHandle,
+    exporter: SpanExporter,
+    settings: TelemetrySettings,
+    resource: Resource,
+    run_id: str,
+    *,
+    synchronous: bool = False,
+) -> None:
+    """rollgym's provider, its records exported by ``exporter`` in this process."""
+    provider, export = pipeline.build_in_process_pipeline(
+        exporter,
+        settings,
+        resource,
+        make_sampler(settings.sampler, settings.sampler_arg),
+        _id_generator(settings, run_id),
+        synchronous=synchronous,
     )
-    provider.add_span_processor(processor)
     _install_tracer_provider(provider)
-    return provider
+    handle.tracer_provider = provider
+    handle.processor = export
 
 
 def _id_generator(settings: TelemetrySettings, run_id: str) -> IdGenerator:
@@ -373,7 +387,8 @@ def _start_process_pipeline(
     run_id: str,
     store_token: str | None,
 ) -> bool:
-    """rollgym's own span pipeline (:mod:`rollgym.telemetry.pipeline`); False: use the SDK's."""
+    """rollgym's pipeline with its exporter child; False: it did not start (the caller
+    exports the same records in this process instead)."""
     try:
         provider, shipper = pipeline.build_process_pipeline(
             settings,
@@ -384,7 +399,7 @@ def _start_process_pipeline(
         )
     except Exception as exc:
         _log.warning(
-            "span exporter process did not start (%s: %s); using the SDK exporter",
+            "span exporter process did not start (%s: %s); exporting from this process",
             type(exc).__name__,
             exc,
         )

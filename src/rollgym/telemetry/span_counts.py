@@ -1,4 +1,8 @@
-"""The span-count record of one process, and the file a server leaves it in.
+"""The one tally of a process's spans, its record, and the file a server leaves it in.
+
+:class:`SpanCounts` is the only loss counter: both exporter sides of the span pipeline (the
+exporter child's shipper and the in-process export) count into it, and
+:meth:`SpanCounts.snapshot` is the process's record.
 
 Every process with telemetry ends with one record: how many of its spans reached the trace
 backend and how many were dropped. A launched server writes its record to
@@ -10,6 +14,8 @@ the driver sums every server's file with its own record into ``summary.json``'s
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Sized
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -32,6 +38,99 @@ class SpanCountRecord(TypedDict, total=False):
     spans_dropped: int
     spans_unknown: int
     spans_dropped_by_reason: dict[str, int]
+
+
+REASON_QUEUE_FULL = "queue_full"
+REASON_EXPORT_FAILED = "export_failed"
+REASON_SHUTDOWN = "shutdown"
+DROP_REASONS = (REASON_QUEUE_FULL, REASON_EXPORT_FAILED, REASON_SHUTDOWN)
+
+
+class SpanCounts:
+    """Thread-safe tallies of one process's spans, shared by its exporter side's threads.
+
+    The hot path does not count accepted spans (that would need a lock per span): a span is
+    counted accepted when the exporter side takes it off its queue (``queued``), and
+    :meth:`close` adds what is still queued, so everything that never went out is counted as
+    dropped at shutdown. ``in_flight`` is the batch going out now with no answer yet: at the
+    end it is unknown, never dropped, since the backend may have received it whole.
+    """
+
+    __slots__ = (
+        "lock",
+        "accepted",
+        "handed",
+        "exported",
+        "dropped",
+        "unknown",
+        "in_flight",
+        "closed",
+        "_queued",
+        "_unsent",
+    )
+
+    def __init__(self, queued: Sized = ()) -> None:
+        #: Held to read or change several tallies together (public: the exporter side's
+        #: threads are its users).
+        self.lock = threading.Lock()
+        self.accepted = 0
+        self.handed = 0
+        self.exported = 0
+        self.dropped: dict[str, int] = dict.fromkeys(DROP_REASONS, 0)
+        #: Sent, but no answer came: the backend may or may not have stored them.
+        self.unknown = 0
+        #: The batch going out now (its request in progress, no answer yet).
+        self.in_flight = 0
+        #: Set by :meth:`close`; results that arrive later no longer change the tallies.
+        self.closed = False
+        self._queued = queued
+        #: Accepted spans already counted dropped as ``shutdown`` (they have their outcome).
+        self._unsent = 0
+
+    def drop(self, reason: str, n: int = 1) -> None:
+        """``n`` spans refused before they were accepted (a full queue, a closed pipeline)."""
+        with self.lock:
+            if not self.closed:
+                self.dropped[reason] += n
+
+    def drop_accepted(self, reason: str, n: int) -> None:
+        """``n`` accepted spans certainly not delivered. Call with ``lock`` held."""
+        if self.closed:
+            return
+        self.dropped[reason] += n
+        if reason == REASON_SHUTDOWN:
+            self._unsent += n
+
+    def settle_in_flight(self) -> None:
+        """The batch going out gets no answer any more: unknown. Call with ``lock`` held."""
+        if not self.closed:
+            self.unknown += self.in_flight
+        self.in_flight = 0
+
+    def settled_short_of(self, n: int) -> int:
+        """How many of ``n`` accepted spans have no outcome yet."""
+        return n - self.exported - self.dropped[REASON_EXPORT_FAILED] - self.unknown - self._unsent
+
+    def close(self) -> None:
+        """Freeze the tallies at shutdown: the batch going out is unknown, and every other
+        accepted span that never reached an outcome (still queued, or waiting to be tried
+        again) is dropped as ``shutdown``. Without this, a dead endpoint still retrying when
+        the shutdown limit runs out would lose spans that no counter reports."""
+        with self.lock:
+            if self.closed:
+                return
+            self.accepted += len(self._queued)
+            self.settle_in_flight()
+            self.closed = True
+            unsent = self.settled_short_of(self.accepted)
+            if unsent > 0:
+                self.dropped[REASON_SHUTDOWN] += unsent
+
+    def total_dropped(self) -> int:
+        return sum(self.dropped.values())
+
+    def snapshot(self) -> SpanCountRecord:
+        return make_record(self.exported, self.total_dropped(), self.unknown, self.dropped)
 
 
 _KEYS = ("spans_exported", "spans_dropped", "spans_unknown")

@@ -14,7 +14,7 @@ from rollgym import Collector, RolloutFailure, RolloutResult
 from rollgym.collector_options import DEFAULTS, CollectorOptions
 from rollgym.config import RunConfig, validate_config
 from rollgym.telemetry.config_block import TelemetryConfig
-from rollgym.telemetry.dropping import CountingSpanProcessor
+from rollgym.telemetry.pipeline.in_process import InProcessExport
 from rollgym.telemetry.pipeline.shipper import SpanShipper
 from rollgym.telemetry.settings import TelemetrySettings
 
@@ -90,13 +90,13 @@ def test_the_run_block_defaults_are_the_collectors() -> None:
 
 
 def test_span_queue_defaults_have_one_source() -> None:
-    """The telemetry block, the resolved settings, the SDK processor and the shipper agree."""
+    """The telemetry block, the resolved settings and both exporter sides agree."""
     block = TelemetryConfig()
     settings = TelemetrySettings()
     names = ("max_queue_size", "max_export_batch_size", "schedule_delay_ms")
     for name in names:
         expected = getattr(block, name)
         assert getattr(settings, name) == expected, name
-        for cls in (CountingSpanProcessor, SpanShipper):
+        for cls in (InProcessExport, SpanShipper):
             assert inspect.signature(cls.__init__).parameters[name].default == expected, name
     assert settings.flush_timeout_s == block.flush_timeout_s

@@ -212,15 +212,17 @@ print(child.wait())
     assert "Exception ignored" not in proc.stderr and "Bad file descriptor" not in proc.stderr
 
 
-def test_on_the_sdk_path_too_the_batch_in_its_request_at_the_limit_is_unknown(
-    slow: OtlpSink, monkeypatch: pytest.MonkeyPatch
+def test_exported_in_process_too_the_batch_in_its_request_at_the_limit_is_unknown(
+    slow: OtlpSink,
 ) -> None:
-    """``ROLLGYM_SPAN_PIPELINE=sdk``: the SDK's OTLP exporter, counted by rollgym's wrapper."""
+    """An SDK exporter fed in-process (gRPC, console, an exporter passed in, OTLP/HTTP when
+    the child cannot start): the same counts as the child's."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
     from rollgym.telemetry import spans
     from rollgym.telemetry.groups import PRESETS
     from rollgym.telemetry.setup import TelemetrySettings, setup_telemetry
 
-    monkeypatch.setenv("ROLLGYM_SPAN_PIPELINE", "sdk")
     settings = TelemetrySettings(
         groups=PRESETS["default"],
         traces_exporter="otlp",
@@ -229,7 +231,8 @@ def test_on_the_sdk_path_too_the_batch_in_its_request_at_the_limit_is_unknown(
         max_export_batch_size=8,
         schedule_delay_ms=5,
     )
-    handle = setup_telemetry(settings, service_name="t", run_id="r")
+    exporter = OTLPSpanExporter(endpoint=slow.url + "/v1/traces", timeout=60)
+    handle = setup_telemetry(settings, service_name="t", run_id="r", span_exporter=exporter)
     for i in range(20):
         with spans.rollout_span(str(i)):
             pass

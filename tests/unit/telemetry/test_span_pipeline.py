@@ -8,6 +8,7 @@ back with ``opentelemetry-proto``.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import marshal
@@ -15,8 +16,9 @@ import os
 import signal
 import sqlite3
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +28,8 @@ from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, TraceIdRatioBased
@@ -35,9 +37,12 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, S
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from rollgym.telemetry import spans
-from rollgym.telemetry.groups import configure_gate
+from rollgym.telemetry.groups import ALL_GROUPS
 from rollgym.telemetry.pipeline import records as R
+from rollgym.telemetry.pipeline import shipper as shipper_module
 from rollgym.telemetry.pipeline.frames import pack_record, unpack_frame
+from rollgym.telemetry.pipeline.in_process import InProcessExport
+from rollgym.telemetry.pipeline.readable import readable_span
 from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
 from rollgym.telemetry.pipeline.shipper import SpanShipper, clean_record
 from rollgym.telemetry.pipeline.wire import encode_request
@@ -114,15 +119,19 @@ def _scenario(tracer: trace.Tracer) -> None:
     root.end(T0 + 40)
 
 
-def _sdk_request() -> ExportTraceServiceRequest:
+def _sdk_spans() -> tuple[ReadableSpan, ...]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider(
         resource=Resource(RESOURCE), id_generator=_CountingIds(), shutdown_on_exit=False
     )
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     _scenario(provider.get_tracer("rollgym", "1.0"))
+    return exporter.get_finished_spans()
+
+
+def _sdk_request() -> ExportTraceServiceRequest:
     out = ExportTraceServiceRequest()
-    out.ParseFromString(encode_spans(exporter.get_finished_spans()).SerializeToString())
+    out.ParseFromString(encode_spans(_sdk_spans()).SerializeToString())
     return out
 
 
@@ -148,6 +157,28 @@ def test_our_encoding_of_our_spans_equals_the_sdk_encoding_of_sdk_spans() -> Non
     ):
         assert mine == sdk, f"{mine.name}:\n{mine}\n!=\n{sdk}"
     assert ours == theirs
+
+
+def test_our_records_as_readable_spans_are_what_the_sdk_exporters_get_from_sdk_spans() -> None:
+    """The in-process exporter side (gRPC, console, tests) hands the SDK's exporters
+    ``ReadableSpan`` s made from records: the SDK's encoder makes the same OTLP of them as
+    of the SDK's own spans, and the console exporter the same text."""
+    records = _our_records()
+    readable = [readable_span(r, Resource(RESOURCE)) for r in records]
+    ours = ExportTraceServiceRequest()
+    ours.ParseFromString(encode_spans(readable).SerializeToString())
+    theirs = _sdk_request()
+    for mine, sdk in zip(
+        ours.resource_spans[0].scope_spans[0].spans,
+        theirs.resource_spans[0].scope_spans[0].spans,
+        strict=True,
+    ):
+        assert mine == sdk, f"{mine.name}:\n{mine}\n!=\n{sdk}"
+    assert ours == theirs
+    sdk_spans = _sdk_spans()
+    for mine_span, sdk_span in zip(readable, sdk_spans, strict=True):
+        assert mine_span.to_json() == sdk_span.to_json()
+        assert mine_span.attributes == sdk_span.attributes
 
 
 def test_unencodable_values_lose_only_their_attribute() -> None:
@@ -400,6 +431,48 @@ def test_a_stalled_child_fills_the_queue_and_drops_are_counted_without_blocking(
     assert _two(counts) == {"spans_exported": 0, "spans_dropped": 5000}
 
 
+class _StalledExporter(InMemorySpanExporter):
+    """An SDK exporter that holds every export until it is let go, then stores the batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.let_go = threading.Event()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.let_go.wait(60)
+        return super().export(spans)
+
+
+def test_in_process_a_stalled_exporter_fills_the_queue_and_everything_is_counted_once() -> None:
+    """The in-process exporter side counts as the shipper does: a full queue drops the new
+    span at once (the caller never waits), and what was queued is exported when the
+    exporter moves again; every span ends in exactly one tally."""
+    exporter = _StalledExporter()
+    export = InProcessExport(
+        exporter,
+        Resource(RESOURCE),
+        max_queue_size=50,
+        max_export_batch_size=10,
+        schedule_delay_ms=5,
+    )
+    for i in range(500):
+        export.on_end(_record(i))
+    assert export.counts.dropped["queue_full"] >= 500 - 50 - 10
+    exporter.let_go.set()
+    assert export.flush(60.0)
+    export.shutdown()
+    export.counts.close()
+    counts = export.counts.snapshot()
+    assert counts["spans_exported"] == len(exporter.get_finished_spans())
+    assert counts["spans_exported"] + counts["spans_dropped"] == 500
+    assert counts["spans_dropped_by_reason"] == {"queue_full": counts["spans_dropped"]}
+    spans_out = exporter.get_finished_spans()
+    ids = [s.context.span_id for s in spans_out]
+    assert len(set(ids)) == len(ids)  # none exported twice
+    assert set(ids) <= {_record(i)[R.SPAN_ID] for i in range(500)}
+    assert spans_out[0].resource.attributes["gym.run.id"] == "run-1"
+
+
 def test_a_dead_child_drops_and_counts_and_never_blocks() -> None:
     shipper = _shipper()
     os.kill(shipper.child_pid, signal.SIGKILL)
@@ -412,9 +485,12 @@ def test_a_dead_child_drops_and_counts_and_never_blocks() -> None:
     assert shipper.counts.dropped["export_failed"] == 300
 
 
-def test_setup_uses_the_pipeline_for_otlp_http_and_the_sdk_when_asked(
+def test_setup_uses_the_child_for_otlp_http_and_exports_in_process_otherwise(
     monkeypatch: pytest.MonkeyPatch, unreachable_otlp: TelemetrySettings
 ) -> None:
+    """One provider for every destination: OTLP/HTTP goes through the exporter child; the
+    console, and OTLP/HTTP when the child cannot start, are the same records exported
+    in-process."""
     handle = setup_telemetry(unreachable_otlp, service_name="t", run_id="r")
     try:
         assert isinstance(handle.processor, SpanShipper)
@@ -423,13 +499,77 @@ def test_setup_uses_the_pipeline_for_otlp_http_and_the_sdk_when_asked(
     finally:
         handle.shutdown(10.0)
     assert _two(handle.counts()) == {"spans_exported": 0, "spans_dropped": 1}
-    monkeypatch.setenv("ROLLGYM_SPAN_PIPELINE", "sdk")
-    handle = setup_telemetry(unreachable_otlp, service_name="t", run_id="r")
+    console = dataclasses.replace(unreachable_otlp, traces_exporter="console")
+    handle = setup_telemetry(console, service_name="t", run_id="r")
     try:
-        assert isinstance(handle.tracer_provider, TracerProvider)
+        assert isinstance(handle.tracer_provider, RecordingTracerProvider)
+        assert isinstance(handle.processor, InProcessExport)
     finally:
         handle.shutdown(10.0)
-        configure_gate((), tracing_active=False)
+
+    def no_child(command: object = None) -> object:
+        raise OSError("no child here")
+
+    monkeypatch.setattr(shipper_module, "start_exporter", no_child)
+    handle = setup_telemetry(unreachable_otlp, service_name="t", run_id="r")
+    try:
+        assert isinstance(handle.tracer_provider, RecordingTracerProvider)
+        assert isinstance(handle.processor, InProcessExport)
+        with spans.rollout_span("1-0") as span:
+            assert span.is_recording()
+    finally:
+        handle.shutdown(10.0)
+    # the same record, counted once, lost to the unreachable endpoint
+    assert _two(handle.counts()) == {"spans_exported": 0, "spans_dropped": 1}
+    assert handle.counts()["spans_dropped_by_reason"] == {"export_failed": 1}
+
+
+def test_otlp_grpc_goes_through_the_exporter_child_to_a_real_grpc_receiver() -> None:
+    """OTLP/gRPC: the child hands the records to the SDK's gRPC exporter; a gRPC receiver on
+    loopback gets every span whole, with the run's resource, and the counts say so."""
+    from concurrent import futures
+
+    import grpc
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+    received: list[tuple[str, dict[str, str]]] = []
+
+    class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
+        def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 - gRPC's name
+            for resource_spans in request.resource_spans:
+                identity = {
+                    kv.key: kv.value.string_value for kv in resource_spans.resource.attributes
+                }
+                for scope_spans in resource_spans.scope_spans:
+                    received.extend((span.name, identity) for span in scope_spans.spans)
+            return trace_service_pb2.ExportTraceServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Receiver(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        settings = TelemetrySettings(
+            groups=ALL_GROUPS,
+            traces_exporter="otlp",
+            protocol="grpc",
+            endpoint=f"http://127.0.0.1:{port}",
+            export_timeout_s=10,
+            schedule_delay_ms=10,
+        )
+        handle = setup_telemetry(settings, service_name="t", run_id="run-g")
+        try:
+            assert isinstance(handle.processor, SpanShipper)
+            for i in range(5):
+                with spans.rollout_span(f"{i}-0"):
+                    pass
+        finally:
+            handle.shutdown(30.0)
+    finally:
+        server.stop(None)
+    assert handle.counts()["spans_exported"] == 5 == len(received)
+    assert {name for name, _ in received} == {"gym.rollout"}
+    assert all(identity["gym.run.id"] == "run-g" for _, identity in received)
 
 
 @pytest.mark.parametrize("flags", [0, 1])

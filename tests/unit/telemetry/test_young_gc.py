@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from collections.abc import Iterator
 
@@ -71,12 +72,13 @@ def test_a_disabled_collector_is_left_alone() -> None:
     gc.enable()
 
 
-@pytest.mark.parametrize("pipeline", ["process", "sdk"])
+@pytest.mark.parametrize("exporter", ["otlp", "console"])
 def test_a_provider_rollgym_builds_holds_it_until_shutdown(
-    monkeypatch: pytest.MonkeyPatch, pipeline: str, unreachable_otlp: TelemetrySettings
+    exporter: str, unreachable_otlp: TelemetrySettings
 ) -> None:
-    monkeypatch.setenv("ROLLGYM_SPAN_PIPELINE", pipeline)
-    handle = setup_telemetry(unreachable_otlp, service_name="t", run_id="r")
+    """Both exporter sides: the child (OTLP/HTTP) and in-process (the console)."""
+    settings = dataclasses.replace(unreachable_otlp, traces_exporter=exporter)
+    handle = setup_telemetry(settings, service_name="t", run_id="r")
     try:
         assert handle.holds_young_gc
         assert gc.get_threshold()[0] == young_gc.YOUNG_THRESHOLD

@@ -1,32 +1,34 @@
-"""Build the pipeline for one process: the exporter child and the provider feeding it."""
+"""Build the pipeline for one process: rollgym's provider and the exporter side it feeds.
+
+One provider (:class:`~rollgym.telemetry.pipeline.recording.RecordingTracerProvider`) always;
+its records go to the exporter child for OTLP, over HTTP or gRPC (:func:`build_process_pipeline`),
+or to the in-process exporter side (:func:`build_in_process_pipeline`: the console, an
+exporter passed in, OTLP when the child cannot start).
+"""
 
 from __future__ import annotations
 
-import os
-from typing import Any
-
 from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import Sampler
 
-import rollgym.environment_variables as env
-from rollgym.telemetry.exporters import otlp_http_traces_target
+from rollgym.telemetry.exporters import (
+    OtlpOptions,
+    otlp_grpc_traces_target,
+    otlp_http_traces_target,
+)
+from rollgym.telemetry.pipeline.in_process import InProcessExport
 from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
 from rollgym.telemetry.pipeline.shipper import SpanShipper
 from rollgym.telemetry.settings import TelemetrySettings
 
-__all__ = ["build_process_pipeline", "wanted"]
+__all__ = ["build_in_process_pipeline", "build_process_pipeline", "uses_exporter_child"]
 
 
-def wanted(settings: TelemetrySettings, environ: Any = None) -> bool:
-    """Whether this process's spans go through the child-process pipeline."""
-    environ = os.environ if environ is None else environ
-    choice = (environ.get(env.ROLLGYM_SPAN_PIPELINE) or "process").strip().lower()
-    return (
-        choice != "sdk"
-        and settings.traces_exporter == "otlp"
-        and settings.protocol == "http/protobuf"
-    )
+def uses_exporter_child(settings: TelemetrySettings) -> bool:
+    """Whether this process's spans go to the exporter child (OTLP, HTTP or gRPC)."""
+    return settings.traces_exporter == "otlp" and settings.protocol in ("http/protobuf", "grpc")
 
 
 def build_process_pipeline(
@@ -37,7 +39,13 @@ def build_process_pipeline(
     store_token: str | None = None,
 ) -> tuple[RecordingTracerProvider, SpanShipper]:
     """Start the exporter child and return the provider whose spans feed it."""
-    url, headers, compression = otlp_http_traces_target(settings, store_token)
+    grpc: OtlpOptions | None = None
+    if settings.protocol == "grpc":
+        url, grpc = otlp_grpc_traces_target(settings, store_token)
+        headers: dict[str, str] = {}
+        compression = None
+    else:
+        url, headers, compression = otlp_http_traces_target(settings, store_token)
     shipper = SpanShipper(
         url=url,
         headers=headers,
@@ -51,6 +59,7 @@ def build_process_pipeline(
         # the run's own trace store keeps each span once: a batch whose connection broke
         # after it went out is sent again there instead of counted unknown
         idempotent=settings.to_local_store,
+        grpc=grpc,
     )
     provider = RecordingTracerProvider(
         shipper.on_end,
@@ -60,3 +69,33 @@ def build_process_pipeline(
         on_flush=shipper.flush,
     )
     return provider, shipper
+
+
+def build_in_process_pipeline(
+    exporter: SpanExporter,
+    settings: TelemetrySettings,
+    resource: Resource,
+    sampler: Sampler | None,
+    id_generator: IdGenerator | None,
+    *,
+    synchronous: bool = False,
+) -> tuple[RecordingTracerProvider, InProcessExport]:
+    """The provider whose records ``exporter`` gets in this process (batched, or each span as
+    it ends when ``synchronous``)."""
+    export = InProcessExport(
+        exporter,
+        resource,
+        synchronous=synchronous,
+        max_queue_size=settings.max_queue_size,
+        max_export_batch_size=settings.max_export_batch_size,
+        schedule_delay_ms=settings.schedule_delay_ms,
+        patience_s=settings.flush_timeout_s,
+    )
+    provider = RecordingTracerProvider(
+        export.on_end,
+        sampler=sampler,
+        id_generator=id_generator,
+        on_shutdown=export.shutdown,
+        on_flush=export.flush,
+    )
+    return provider, export

@@ -1,5 +1,9 @@
 """The exporter child: reads span-record frames on stdin, encodes OTLP, posts, reports on stdout.
 
+OTLP/HTTP (the run's trace store, any OTLP/HTTP backend) is encoded here (:mod:`.wire`) and
+posted (:mod:`.transport`); OTLP/gRPC (config key ``grpc``: the SDK exporter's keywords) hands
+the same records, as ``ReadableSpan`` s, to the SDK's gRPC exporter (:func:`_serve_grpc`).
+
 Started by :class:`~rollgym.telemetry.pipeline.shipper.SpanShipper` through
 :func:`~rollgym.telemetry.pipeline.exporter_process.start_exporter`: forked from the recording process where that is safe (one thread
 runs: a server just forked by the fork server, before its metrics thread starts), which
@@ -378,6 +382,9 @@ def _serve(inp: BinaryIO, answers: Answers) -> None:
         return
     config: dict[str, Any] = marshal.loads(first)
     resource = config["resource"]
+    if config.get("grpc") is not None:
+        _serve_grpc(inp, answers, resource, config["grpc"], config.get("batch", 0))
+        return
     poster = Poster(
         config["url"],
         config["headers"],
@@ -410,6 +417,55 @@ def _serve(inp: BinaryIO, answers: Answers) -> None:
             if verdict == UNKNOWN and poster.timed_out and _life.drain_until is None:
                 size.timed_out(len(part))
             answers.say(verdict, len(part))
+
+
+def _serve_grpc(
+    inp: BinaryIO,
+    answers: Answers,
+    resource: dict[str, Any],
+    options: dict[str, Any],
+    batch: int,
+) -> None:
+    """OTLP/gRPC: the same records, as the SDK's ``ReadableSpan`` s (:mod:`.readable`), handed
+    to the SDK's gRPC exporter, which retries within its own timeout. Its answer is success
+    or failure only: a batch it gave up on is ``fail`` (the SDK cannot tell a batch the
+    backend never got from one it got and did not answer). Imported only here: a child for
+    OTLP/HTTP never loads the SDK or gRPC."""
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    from rollgym.telemetry.pipeline.readable import readable_span
+
+    exporter = OTLPSpanExporter(**options)
+    identity = Resource(resource)
+    size = max(1, batch or SPAN_EXPORT_BATCH_SIZE)
+    try:
+        while not _ended():
+            frame = _read_next(inp)
+            if frame is None:
+                return
+            records = unpack_frame(frame)
+            for start in range(0, len(records), size):
+                if _ended():
+                    answers.say(UNSENT, len(records) - start)
+                    return
+                part = records[start : start + size]
+                try:
+                    spans = [readable_span(record, identity) for record in part]
+                except Exception:  # a conversion bug loses this batch (counted), not the child
+                    _log.exception("converting a batch of %d spans failed", len(part))
+                    answers.say(FAIL, len(part))
+                    continue
+                answers.say(SENDING, len(part))
+                try:
+                    delivered = exporter.export(spans) is SpanExportResult.SUCCESS
+                except Exception:
+                    _log.exception("the gRPC span exporter failed")
+                    delivered = False
+                answers.say(OK if delivered else FAIL, len(part))
+    finally:
+        exporter.shutdown()
 
 
 def arm_parent_death_signal() -> None:

@@ -22,7 +22,8 @@ Loss is counted, never hidden and never blocking, and never called a loss when t
 have the spans: a full queue drops the new span (``queue_full``); a batch the backend refused
 or that could not reach it, or one written to a child that died, is ``export_failed``; what
 never went out by the shutdown limit is ``shutdown``; the batch going out or awaiting its
-answer when the child is stopped (or dies) is ``unknown`` (:class:`ShipperCounts`). Memory is
+answer when the child is stopped (or dies) is ``unknown``
+(:class:`~rollgym.telemetry.span_counts.SpanCounts`). Memory is
 bounded by ``max_queue_size`` records here, one frame in the pipe and one batch in the child.
 """
 
@@ -39,16 +40,16 @@ from collections.abc import Mapping
 from typing import IO, Any
 
 from rollgym.defaults import SPAN_EXPORT_BATCH_SIZE, SPAN_QUEUE_SIZE, SPAN_SCHEDULE_DELAY_MS
-from rollgym.telemetry.dropping import (
+from rollgym.telemetry.pipeline.exporter_process import start_exporter
+from rollgym.telemetry.pipeline.frames import HEADER, STOP_NOW, STOP_RETRYING, pack_record
+from rollgym.telemetry.pipeline.recording import clean_attributes
+from rollgym.telemetry.pipeline.records import ATTRIBUTES, EVENTS, LINKS, STATUS_CODE, SpanRecord
+from rollgym.telemetry.span_counts import (
     REASON_EXPORT_FAILED,
     REASON_QUEUE_FULL,
     REASON_SHUTDOWN,
     SpanCounts,
 )
-from rollgym.telemetry.pipeline.exporter_process import start_exporter
-from rollgym.telemetry.pipeline.frames import HEADER, STOP_NOW, STOP_RETRYING, pack_record
-from rollgym.telemetry.pipeline.recording import clean_attributes
-from rollgym.telemetry.pipeline.records import ATTRIBUTES, EVENTS, LINKS, STATUS_CODE, SpanRecord
 
 _log = logging.getLogger(__name__)
 
@@ -83,43 +84,6 @@ SHUTDOWN_PROBE_S = 8.0
 STOP_NOW_S = 1.0
 
 
-class ShipperCounts(SpanCounts):
-    """``SpanCounts`` whose ``accepted`` also includes the records still queued here, and
-    which knows the batch the child is sending.
-
-    The hot path does not count accepted spans (that would need a lock per span); the writer
-    counts a batch as accepted when it takes it, and :meth:`close` adds what is still queued,
-    so everything that never went out is counted as dropped at shutdown. ``in_flight`` is the
-    batch the child said it is sending (``sending n``) and has not answered for yet: at the
-    end it is unknown, never dropped, since the backend may have received it whole.
-    """
-
-    __slots__ = ("_queued", "_unsent")
-
-    def __init__(self, queued: deque[bytes]) -> None:
-        super().__init__()
-        self._queued = queued
-        #: Accepted spans already counted dropped as ``shutdown`` (they have their outcome).
-        self._unsent = 0
-
-    def drop_accepted(self, reason: str, n: int) -> None:
-        """``n`` accepted spans certainly not delivered. Call with ``lock`` held."""
-        if self.closed:
-            return
-        self.dropped[reason] += n
-        if reason == REASON_SHUTDOWN:
-            self._unsent += n
-
-    def settled_short_of(self, n: int) -> int:
-        return super().settled_short_of(n) - self._unsent
-
-    def close(self) -> None:
-        with self.lock:
-            if not self.closed:
-                self.accepted += len(self._queued)
-        super().close()
-
-
 class SpanShipper:
     """Queue + exporter child for one process; see the module docstring."""
 
@@ -137,10 +101,11 @@ class SpanShipper:
         schedule_delay_ms: float = SPAN_SCHEDULE_DELAY_MS,
         command: list[str] | None = None,
         idempotent: bool = False,
+        grpc: Mapping[str, Any] | None = None,
     ) -> None:
         #: Packed records (:func:`~rollgym.telemetry.pipeline.frames.pack_record`), oldest first.
         self._queue: deque[bytes] = deque()
-        self.counts = ShipperCounts(self._queue)
+        self.counts = SpanCounts(self._queue)
         self._max_queue = max_queue_size
         self._batch = max(1, min(max_export_batch_size, max_queue_size))
         self._delay_s = max(schedule_delay_ms, 1) / 1000
@@ -173,6 +138,9 @@ class SpanShipper:
             "resource": dict(resource),
             "batch": self._batch,
             "idempotent": idempotent,
+            # OTLP/gRPC instead of OTLP/HTTP: the SDK gRPC exporter's keywords (``url`` is
+            # then only where a shutdown probes whether anything listens)
+            "grpc": None if grpc is None else dict(grpc),
         }
         self._write_frame(marshal.dumps(config))
         self._writer = threading.Thread(
@@ -193,7 +161,7 @@ class SpanShipper:
         queue = self._queue
         size = len(queue)
         if size >= self._max_queue or self._closed:
-            self._count_drop(REASON_SHUTDOWN if self._closed else REASON_QUEUE_FULL)
+            self.counts.drop(REASON_SHUTDOWN if self._closed else REASON_QUEUE_FULL)
             return
         try:
             packed = pack_record(record)
@@ -202,12 +170,6 @@ class SpanShipper:
         queue.append(packed)
         if size + 1 == self._batch:
             self._wake.set()
-
-    def _count_drop(self, reason: str, n: int = 1) -> None:
-        counts = self.counts
-        with counts.lock:
-            if not counts.closed:
-                counts.dropped[reason] += n
 
     # --- writer thread ------------------------------------------------------------------------
     def _write_loop(self) -> None:

@@ -1,0 +1,86 @@
+"""A span record as the SDK's ``ReadableSpan``: what the SDK's own exporters take.
+
+rollgym records every span of its own processes as a
+:data:`~rollgym.telemetry.pipeline.records.SpanRecord`; the OTLP/HTTP exporter child encodes
+those itself (:mod:`.wire`). Every other destination (OTLP/gRPC, the console, an exporter
+object a test or a bench passes in, OTLP/HTTP when the child cannot start) is one of the SDK's
+``SpanExporter`` s, which take ``ReadableSpan`` s: :func:`readable_span` builds one from a
+record with the SDK's own attribute rules (``BoundedAttributes``: sequences become tuples),
+so those exporters see what an SDK span of the same calls would have given them. A
+differential test holds the two to each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace.span import TraceState
+
+from rollgym.telemetry.pipeline.records import SpanRecord
+
+__all__ = ["readable_span"]
+
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_NO_STATE = TraceState()
+_KINDS = {kind.value: kind for kind in SpanKind}
+_CODES = {code.value: code for code in StatusCode}
+
+
+def _attributes(values: Mapping[str, Any] | None) -> BoundedAttributes:
+    return BoundedAttributes(attributes=values or None, immutable=True)
+
+
+def readable_span(record: SpanRecord, resource: Resource) -> ReadableSpan:
+    """The ``ReadableSpan`` the SDK would have ended for the calls that made ``record``.
+
+    A record keeps no trace flags beside its own (sampled: only sampled spans are recorded),
+    so its parent's and its links' contexts are given the sampled flag.
+    """
+    (
+        trace_id,
+        span_id,
+        parent_id,
+        parent_remote,
+        name,
+        kind,
+        start,
+        end,
+        attributes,
+        events,
+        links,
+        status_code,
+        status_message,
+        scope,
+        trace_state,
+    ) = record
+    state = TraceState(list(trace_state)) if trace_state else _NO_STATE
+    code = _CODES[status_code]
+    scope_name, scope_version, schema_url = scope
+    return ReadableSpan(
+        name=name,
+        context=SpanContext(trace_id, span_id, False, _SAMPLED, state),
+        parent=SpanContext(trace_id, parent_id, parent_remote, _SAMPLED, state)
+        if parent_id
+        else None,
+        resource=resource,
+        attributes=_attributes(attributes),
+        events=[
+            Event(event_name, event_attributes or None, when)
+            for event_name, when, event_attributes in events or ()
+        ],
+        links=[
+            Link(SpanContext(l_trace, l_span, l_remote, _SAMPLED), _attributes(l_attributes))
+            for l_trace, l_span, l_remote, l_attributes in links or ()
+        ],
+        kind=_KINDS[kind],
+        status=Status(code, status_message if code is StatusCode.ERROR else None),
+        start_time=start,
+        end_time=end,
+        instrumentation_scope=InstrumentationScope(scope_name, scope_version, schema_url),
+    )
