@@ -62,6 +62,8 @@ class MemoryTransport:
             if not isinstance(answer, Answer):
                 async with asyncio.timeout(exchange.timeout):
                     answer = await answer
+        except TimeoutError:
+            raise  # the time limit (an OSError too): the client's RequestTimeout
         except OSError as exc:
             raise SendFailed(exc, refused=isinstance(exc, ConnectionRefusedError)) from None
         limit = exchange.limits.max_response_bytes
