@@ -108,6 +108,11 @@ class AiohttpTransport:
         """Whether aiohttp's pool was opened (by a request that needed it)."""
         return self._session is not None
 
+    def open(self) -> None:
+        """Open the pool now rather than on the first request (it is opened in an empty
+        context either way: its timers never carry a span)."""
+        self._sessions()
+
     def _sessions(self) -> aiohttp.ClientSession:
         if self._session is None:
             contextvars.Context().run(self._open)

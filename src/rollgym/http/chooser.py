@@ -40,6 +40,8 @@ class TransportChooser:
             if given is None and lean.enabled()
             else None
         )
+        if self.lean is None and given is None:
+            self.aiohttp.open()  # it sends everything: opened with the client, as ever
 
     def for_url(self, url: str) -> Transport:
         """The transport that sends a JSON exchange to ``url`` (the module doc's rule)."""
