@@ -31,7 +31,8 @@ class TransportChooser:
         metrics: PoolMetrics | None,
         given: Transport | None = None,
     ) -> None:
-        #: Sends what the lean transport cannot, and every stream; opens nothing until used.
+        #: Sends what the lean transport cannot, and every stream; opened on its first request
+        #: (or at once, below, when it sends everything).
         self.aiohttp = AiohttpTransport(limit=limit, keepalive_s=keepalive_s, metrics=metrics)
         self.given = given
         #: None when a transport was given or ``ROLLGYM_HTTP_CLIENT=aiohttp`` is set.
