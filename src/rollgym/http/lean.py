@@ -7,16 +7,17 @@ agent's CPU. rollgym's calls need much less: one POST (or GET) with a JSON body,
 answer read within a size limit, keep-alive. This module does exactly that, with the same
 parser the servers use (httptools), and nothing per request it can build once.
 
-What it does not do, so :class:`~rollgym.http.client.HttpClient` sends those through aiohttp:
-TLS (``https://``), credentials in the URL (basic auth), streamed answers (SSE). It
-sends no ``Accept-Encoding``; a server that compresses anyway (``gzip``, ``deflate``) is
-inflated within the same byte limit (the limit bounds what a body inflates to, never only its
-compressed length), and any other coding is a :class:`BadAnswer`.
+What it does not do, so the client's chooser (:mod:`rollgym.http.chooser`) sends those
+through aiohttp: TLS (``https://``), credentials in the URL (basic auth), streamed answers
+(SSE). It sends no ``Accept-Encoding``; a server that compresses anyway (``gzip``,
+``deflate``) is inflated within the same byte limit (the limit bounds what a body inflates
+to, never only its compressed length), and any other coding is a :class:`BadAnswer`.
 
 Errors are this module's own (:class:`LeanError` and its children) and carry what the client
 needs to translate them (was the connection refused? had the answer started? was the
-connection a pooled one?); the client turns them into rollgym's transport errors at its one
-boundary. Time limits are the caller's: a ``deadline`` (the loop's clock) given to
+connection a pooled one?); its transport (:mod:`rollgym.http.lean_transport`) turns them into
+the seam's, which the client turns into rollgym's transport errors at its one boundary.
+Time limits are the caller's: a ``deadline`` (the loop's clock) given to
 :meth:`LeanPool.exchange`, or ``asyncio.timeout`` around it. Either way a connection that is
 cancelled or timed out mid-exchange is closed, never pooled again, and the exchange raises
 ``TimeoutError``. The deadline is the cheap way for the common case (a pooled connection, a
@@ -40,9 +41,13 @@ from urllib.parse import quote, urlsplit
 import httptools
 
 from rollgym.environment_variables import ROLLGYM_HTTP_CLIENT
+from rollgym.http.transport import Answer as Answer
+from rollgym.http.transport import AnswerTooLarge as AnswerTooLarge
+from rollgym.http.transport import Headers as Headers
 from rollgym.url_origin import split_origin
 
 ENV_CLIENT = ROLLGYM_HTTP_CLIENT
+# Answer, AnswerTooLarge and Headers are the seam's (every transport's), named here as before.
 
 
 def enabled() -> bool:
@@ -80,32 +85,8 @@ class BadAnswer(LeanError):
     """The answer was not valid HTTP/1.1."""
 
 
-class AnswerTooLarge(Exception):
-    """The answer passed the caller's byte limit; ``size`` is what is known of it."""
-
-    def __init__(self, size: str) -> None:
-        super().__init__(size)
-        self.size = size
-
-
-class Headers(dict[str, str]):
-    """An answer's headers, names lower-cased; :meth:`get` takes any case (HTTP names are
-    case-insensitive). Repeated headers are joined with ``", "``."""
-
-    def get(self, key: str, default: str | None = None) -> str | None:  # type: ignore[override]
-        return super().get(key.lower(), default)
-
-
 #: ``dict.get`` unbound: a lookup by a name known to be lower-case, past :meth:`Headers.get`.
 _dict_get = dict.get
-
-
-class Answer(NamedTuple):
-    """One whole answer."""
-
-    status: int
-    headers: Headers
-    body: bytes
 
 
 class Target(NamedTuple):

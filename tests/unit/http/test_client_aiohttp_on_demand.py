@@ -16,16 +16,22 @@ import pytest
 from test_lean_client import _sized, scripted
 
 from rollgym.errors import ConnectionRefused
+from rollgym.http.aiohttp_transport import AiohttpTransport
 from rollgym.http.client import HttpClient
+from rollgym.http.lean_transport import LeanTransport
 
 
 async def test_plain_http_never_opens_the_aiohttp_pool_a_credentials_url_does() -> None:
     async with scripted(lambda n: _sized(b'{"n":%d}' % n)) as (server, url), HttpClient() as client:
         assert (await client.post_json("agent", url, {})).data == {"n": 1}
-        assert client._session is None  # the aiohttp pool: not opened for plain http://
         with_credentials = url.replace("http://", "http://user:secret@")
+        fallback = client.transport_for(with_credentials)
+        assert isinstance(fallback, AiohttpTransport) and isinstance(
+            client.transport_for(url), LeanTransport
+        )
+        assert not fallback.opened  # the aiohttp pool: not opened for plain http://
         assert (await client.post_json("agent", with_credentials, {})).data == {"n": 2}
-        assert client._session is not None
+        assert fallback.opened
     assert b"authorization: basic" in server.heads[1].lower()
     assert b"aiohttp" in server.heads[1] and b"aiohttp" not in server.heads[0]
 
@@ -42,7 +48,9 @@ async def test_a_refused_credentials_url_is_a_refused_connection() -> None:
 def test_a_process_whose_exchanges_are_plain_never_imports_aiohttp() -> None:
     probe = """
 import asyncio, sys
+from rollgym.http.aiohttp_transport import AiohttpTransport
 from rollgym.http.client import HttpClient
+from rollgym.http.lean_transport import LeanTransport
 from rollgym.placement.health import HealthSession
 
 async def main():

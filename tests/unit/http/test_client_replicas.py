@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from rollgym.driver.dispatch import transport_failure
 from rollgym.errors import ConnectionRefused, RequestTimeout
 from rollgym.http import replicas as replicas_module
 from rollgym.http.client import HttpClient
@@ -140,39 +139,6 @@ async def test_client_spreads_concurrent_requests_evenly(replicas: list[Replica]
         answers = await asyncio.gather(*sends)
     assert sorted(answer.replica for answer in answers) == sorted(urls * 3)
     assert all(answer.data["url"] == answer.replica for answer in answers)
-
-
-async def test_pinned_requests_stay_on_their_replica(replicas: list[Replica]) -> None:
-    urls = [replica.url for replica in replicas]
-    async with HttpClient(replicas={"env": urls}) as client:
-        for _ in range(6):
-            answer = await client.post_json("env", urls[1] + "/tools/x", {}, pinned=True)
-            assert answer.data == {"url": urls[1], "path": "/tools/x"}
-        # pinned to the first replica (whose URL is the server's): not balanced away either
-        answer = await client.post_json("env", urls[0] + "/verify", {}, pinned=True)
-        assert answer.replica == urls[0]
-    assert [replica.served for replica in replicas] == [1, 6, 0]
-
-
-async def test_a_refusing_replica_leaves_rotation_at_once(
-    replicas: list[Replica], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(replicas_module, "RETRY_DOWN_S", 3600.0)  # no retry of it in this test
-    dead = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
-    urls = [replicas[0].url, dead, replicas[1].url]
-    async with HttpClient(replicas={"env": urls}) as client:
-        outcomes = []
-        for _ in range(8):
-            try:
-                outcomes.append((await client.post_json("env", urls[0] + "/run", {})).replica)
-            except ConnectionRefused as exc:
-                failure = transport_failure(exc)
-                assert failure.transient and failure.kind == "connection_error"
-                outcomes.append("refused")
-        target = client.replicas.for_url(urls[0])
-        assert target is not None and dead in target.down
-    assert outcomes.count("refused") == 1  # the first pick of it, then never again
-    assert set(outcomes) - {"refused"} == {replicas[0].url, replicas[1].url}
 
 
 async def _outcomes(client: HttpClient, url: str, sends: int, timeout: float) -> list[str]:

@@ -24,6 +24,7 @@ from starlette.routing import Route
 
 from rollgym.errors import ConnectError, ConnectionRefused, ExchangeRefused, RequestTimeout
 from rollgym.http import lean
+from rollgym.http.aiohttp_transport import AiohttpTransport
 from rollgym.http.client import HttpClient
 from rollgym.http.limits import ExchangeLimits
 from uvicorn_thread import uvicorn_in_thread
@@ -223,7 +224,7 @@ async def test_rollgym_http_client_aiohttp_sends_everything_through_aiohttp(
 ) -> None:
     monkeypatch.setenv(lean.ENV_CLIENT, "aiohttp")
     async with scripted(lambda n: _sized(b'{"n":%d}' % n)) as (server, url), HttpClient() as client:
-        assert client._lean is None
+        assert isinstance(client.transport_for(url), AiohttpTransport)
         assert (await client.post_json("agent", url, {})).data == {"n": 1}
     assert b"aiohttp" in server.heads[0]  # aiohttp's User-Agent: it really went that way
 
