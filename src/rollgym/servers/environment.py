@@ -31,6 +31,7 @@ tool's output (``error: ...``) and the episode goes on.
 from __future__ import annotations
 
 from collections.abc import Awaitable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -75,6 +76,11 @@ def unknown_session(session_id: str) -> HTTPError:
     """The 404 for a session the environment does not hold (never seeded, expired, or lost
     with a restarted process): it names ``session_id``, so an agent retries the rollout."""
     return HTTPError(404, f"unknown or expired session {session_id!r}", field=SESSION_FIELD)
+
+
+#: The rollout whose session is being seeded: ``seed`` takes the task only (the API users
+#: write), and the few environments that need the rollout read it here.
+_SEEDING_ROLLOUT: ContextVar[str | None] = ContextVar("rollgym_seeding_rollout", default=None)
 
 
 @dataclass
@@ -168,6 +174,11 @@ class Environment(Server):
 
     # --- the operations, shared by the HTTP routes and in-process episodes --------------------
 
+    def seeding_rollout_id(self) -> str | None:
+        """Inside :meth:`seed`: the rollout the session is for (None when none was named), for
+        an environment that keys something of its own by it (a sandbox, a foreign episode)."""
+        return _SEEDING_ROLLOUT.get()
+
     async def open_session(self, rollout_id: str | None, task: dict[str, Any]) -> dict[str, object]:
         if gate.env:
             from rollgym.telemetry import spans
@@ -179,6 +190,7 @@ class Environment(Server):
     async def _open_session(
         self, rollout_id: str | None, task: dict[str, Any]
     ) -> dict[str, object]:
+        token = _SEEDING_ROLLOUT.set(rollout_id)
         try:
             state = await self.seed(task)
         except HTTPError:
@@ -188,6 +200,8 @@ class Environment(Server):
             raise HTTPError(
                 400, f"environment {self.context.name!r} rejected the task: {detail}", field="task"
             ) from None
+        finally:
+            _SEEDING_ROLLOUT.reset(token)
         session = self.sessions.create(rollout_id, state)
         self.aggregates.record_seed()
         return {

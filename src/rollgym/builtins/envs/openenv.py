@@ -25,7 +25,6 @@ connections drop and OpenEnv ends their sessions.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import re
 from typing import Any, ClassVar, Literal
 
@@ -58,10 +57,6 @@ SYSTEM_PROMPT = (
 #: The action classes of an MCP environment: its tools are listed and called through steps.
 MCP_ACTIONS = frozenset({"CallToolAction", "ListToolsAction"})
 _TOOL_NAME = re.compile(r"[^A-Za-z0-9_-]")
-#: The rollout id of the session being seeded (``seed`` passes it on as OpenEnv's episode id).
-_SEEDING: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "openenv_seeding", default=None
-)
 
 
 class OpenEnvOptions(EnvironmentOptions):
@@ -141,15 +136,8 @@ class OpenEnvEnv(ForeignSessionsEnvironment[WireSession]):
 
     # --- sessions ---------------------------------------------------------------------------------
 
-    async def open_session(self, rollout_id: str | None, task: dict[str, Any]) -> dict[str, object]:
-        token = _SEEDING.set(rollout_id)
-        try:
-            return await super().open_session(rollout_id, task)
-        finally:
-            _SEEDING.reset(token)
-
     async def seed(self, task: dict[str, Any]) -> SessionState:
-        reset = _reset_data(task, _SEEDING.get())
+        reset = _reset_data(task, self.seeding_rollout_id())
         http = self.http()
         options = self.openenv_options
         try:
