@@ -330,22 +330,23 @@ _ORPHAN_SPANS = """SELECT s.trace_id, s.span_id, s.name, s.parent_span_id, s.sta
 
 def _unexcused(
     rows: Iterable[tuple[bytes, bytes, str, T, int]], excused: Callable[[bytes, int], bool]
-) -> Iterator[tuple[dict[str, object], str, T]]:
+) -> Iterator[tuple[bytes, dict[str, object], str, T]]:
     """The spans of ``rows`` (trace id, span id, name, one more column, start) that the run's
     history does not excuse (``excused(trace id, start)``: a killed session or a dead process
-    cut their trace short): where each is, as a violation names it, its name and the column."""
+    cut their trace short): the trace id, where each is as a violation names it, its name and
+    the column."""
     for trace_id, span_id, name, column, start_ns in rows:
         if not excused(trace_id, start_ns):
-            yield {"trace_id": hex_id(trace_id), "span_id": hex_id(span_id)}, name, column
+            where: dict[str, object] = {"trace_id": hex_id(trace_id), "span_id": hex_id(span_id)}
+            yield trace_id, where, name, column
 
 
 def _check_isolation(
     conn: sqlite3.Connection, report: CheckReport, history: RunHistory, losses: CountedLosses
 ) -> None:
     homeless = conn.execute(_HOMELESS_SPANS)
-    for where, name, rollout_id in _unexcused(homeless, history.excuses_homeless):
+    for trace_id, where, name, rollout_id in _unexcused(homeless, history.excuses_homeless):
         message = f"span {name!r} of rollout {rollout_id} is not in that rollout's dispatch trace"
-        trace_id = bytes.fromhex(str(where["trace_id"]))
         if history.has_dispatch(trace_id):  # in another rollout's trace: never a loss
             report.add("isolation", message, **where, rollout_id=rollout_id)
         else:  # its trace lost its dispatch root: a loss, if the run counted one
@@ -437,9 +438,8 @@ def _check_parents(
     conn: sqlite3.Connection, report: CheckReport, history: RunHistory, losses: CountedLosses
 ) -> None:
     orphans = conn.execute(_ORPHAN_SPANS)
-    for where, name, parent in _unexcused(orphans, history.excuses_missing_parent):
+    for trace_id, where, name, parent in _unexcused(orphans, history.excuses_missing_parent):
         message = f"span {name!r} names parent {hex_id(parent)}, absent from its trace"
-        trace_id = bytes.fromhex(str(where["trace_id"]))
         losses.add("missing_parent", message, trace_id, where, absent_span=parent)
 
 

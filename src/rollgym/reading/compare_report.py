@@ -170,10 +170,15 @@ def runs_table(result: dict[str, Any]) -> Table:
 def print_many(result: dict[str, Any], console: Console | None = None) -> None:
     """``rollgym compare A B C ...``: the config differences, then one row per run."""
     console = console or Console()
+    _print_head(result, console)
+    console.print(runs_table(result))
+
+
+def _print_head(result: dict[str, Any], console: Console) -> None:
+    """What every comparison prints first: the config differences, then the runs' names."""
     labels = [_run_label(run) for run in result["runs"]]
     console.print(config_table(result["config_differences"], labels))
     _print_names(result["runs"], console)
-    console.print(runs_table(result))
 
 
 def _print_names(runs: Sequence[dict[str, Any]], console: Console) -> None:
@@ -217,7 +222,5 @@ def series_table(result: dict[str, Any]) -> Table:
 def print_series(result: dict[str, Any], console: Console | None = None) -> None:
     """``rollgym compare RUN... --over version|step``: the config differences, the series."""
     console = console or Console()
-    labels = [_run_label(run) for run in result["runs"]]
-    console.print(config_table(result["config_differences"], labels))
-    _print_names(result["runs"], console)
+    _print_head(result, console)
     console.print(series_table(result))

@@ -40,12 +40,19 @@ def read_lines(path: Path) -> Iterator[JsonObject]:
         for raw in handle:
             if not raw.endswith(b"\n"):
                 return
-            try:
-                record = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                continue
-            if isinstance(record, dict):
+            record = json_object_line(raw)
+            if record is not None:
                 yield record
+
+
+def json_object_line(raw: bytes) -> JsonObject | None:
+    """One JSONL line as a JSON object; None for a line that is not one (a reader that
+    tolerates a partly written or foreign line skips it)."""
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 class UnreadableLine(ValueError):

@@ -15,13 +15,15 @@ final failure of ``failures.jsonl``), ``span error`` and ``tool span`` (from the
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import orjson
 
 from rollgym.driver.output import FAILURES, TRAJECTORIES
+from rollgym.json_types import JsonObject
+from rollgym.reading.run_reader import json_object_line
 from rollgym.telemetry import names
 from rollgym.trajectory.conversation import conversation
 
@@ -51,7 +53,7 @@ def _snippet(text: str, needle: str) -> str | None:
     return ("…" if start else "") + text[start:end] + ("…" if end < len(text) else "")
 
 
-def _texts(trajectory: dict[str, object]) -> Iterator[tuple[str, str]]:
+def _texts(trajectory: Mapping[str, object]) -> Iterator[tuple[str, str]]:
     """``(where, text)`` of every message, answer, tool call and verification."""
     for entry in conversation(trajectory):
         kind = entry.get("kind")
@@ -92,7 +94,7 @@ class _Budget:
             self._seen.add((rollout_id, where))
             self.hits.append(Hit(rollout_id, where, snippet))
 
-    def lines(self, path: Path, needle: bytes) -> Iterator[dict[str, object]]:
+    def lines(self, path: Path, needle: bytes) -> Iterator[JsonObject]:
         """The records of ``path`` whose raw line holds ``needle``, within the budget."""
         if not path.exists():
             return
@@ -104,13 +106,9 @@ class _Budget:
                 if self.bytes_left < 0:
                     self.truncated = True
                     return
-                if needle in raw.lower():
-                    try:
-                        record = orjson.loads(raw)
-                    except orjson.JSONDecodeError:
-                        continue
-                    if isinstance(record, dict):
-                        yield record
+                record = json_object_line(raw) if needle in raw.lower() else None
+                if record is not None:
+                    yield record
 
 
 def search_files(run_dir: Path, needle: str, budget: _Budget) -> None:

@@ -10,7 +10,7 @@ without a finite numeric ``reward`` with a clear 500, so the driver never record
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any, ClassVar
 
 from fastapi import FastAPI, Request
@@ -18,16 +18,14 @@ from starlette.responses import Response
 
 import rollgym.server_timing as server_timing
 from rollgym.http.plain_routes import add_post
-from rollgym.http.server import OrjsonResponse
 from rollgym.identity import EXPLICIT_ID, STAMPED_FIELDS, rollout_id_of
-from rollgym.policy_versions import FLOOR_HEADER
 from rollgym.server_options import ServerKind, ServerOptions
 from rollgym.servers.agent_options import AgentOptions
 from rollgym.servers.answers import check_reward, guarded, json_object
 from rollgym.servers.base import Server
 from rollgym.servers.rollout_context import HttpEnvSession, ModelClient, RolloutContext
-from rollgym.servers.rollout_span import under_rollout_span
-from rollgym.trajectory.record import CAPTURE_HEADER, attach
+from rollgym.servers.rollout_span import answer_rollout_route
+from rollgym.trajectory.record import attach
 from rollgym.trajectory.usage import attach_usage
 
 #: Row keys that are routing or identity, not part of the task the environment sees.
@@ -106,11 +104,11 @@ class Agent(Server):
     async def _handle_run(self, request: Request) -> Response:
         row = await json_object(request)
         rollout_id = rollout_id_of(row)
-        capture = request.headers.get(CAPTURE_HEADER)
-        floor = request.headers.get(FLOOR_HEADER)
-        playing = self._run_checked(row, rollout_id, capture, floor)
-        answer = await under_rollout_span(rollout_id, self.context.name, playing)
-        return OrjsonResponse(answer)
+
+        def play(capture: str | None, floor: str | None) -> Awaitable[object]:
+            return self._run_checked(row, rollout_id, capture, floor)
+
+        return await answer_rollout_route(request, rollout_id, self.context.name, play)
 
     async def _run_checked(
         self,

@@ -30,6 +30,8 @@ tool's output (``error: ...``) and the episode goes on.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -43,7 +45,6 @@ from rollgym.http.model_body import model_body
 from rollgym.http.plain_routes import add_post
 from rollgym.http.server import OrjsonResponse
 from rollgym.identity import rollout_id_of_episode
-from rollgym.policy_versions import FLOOR_HEADER
 from rollgym.rewards import is_reward
 from rollgym.server_options import ServerKind, ServerOptions
 from rollgym.servers.answers import SESSION_FIELD, check_reward, guarded, json_object
@@ -53,7 +54,7 @@ from rollgym.servers.environment_options import EnvironmentOptions
 from rollgym.servers.episode_loop import play_tool_loop
 from rollgym.servers.local_session import LocalEnvSession
 from rollgym.servers.rollout_context import ModelClient, RolloutContext
-from rollgym.servers.rollout_span import under_rollout_span
+from rollgym.servers.rollout_span import answer_rollout_route
 from rollgym.servers.sessions import Session, SessionStore
 from rollgym.servers.tools import (
     INVALID_ARGUMENTS,
@@ -67,7 +68,7 @@ from rollgym.servers.tools import (
     tools_of,
 )
 from rollgym.telemetry.groups import gate
-from rollgym.trajectory.record import CAPTURE_HEADER, attach
+from rollgym.trajectory.record import attach
 from rollgym.trajectory.usage import attach_usage
 
 
@@ -75,6 +76,11 @@ def unknown_session(session_id: str) -> HTTPError:
     """The 404 for a session the environment does not hold (never seeded, expired, or lost
     with a restarted process): it names ``session_id``, so an agent retries the rollout."""
     return HTTPError(404, f"unknown or expired session {session_id!r}", field=SESSION_FIELD)
+
+
+#: The rollout whose session is being seeded: ``seed`` takes the task only (the API users
+#: write), and the few environments that need the rollout read it here.
+_SEEDING_ROLLOUT: ContextVar[str | None] = ContextVar("rollgym_seeding_rollout", default=None)
 
 
 @dataclass
@@ -168,6 +174,11 @@ class Environment(Server):
 
     # --- the operations, shared by the HTTP routes and in-process episodes --------------------
 
+    def seeding_rollout_id(self) -> str | None:
+        """Inside :meth:`seed`: the rollout the session is for (None when none was named), for
+        an environment that keys something of its own by it (a sandbox, a foreign episode)."""
+        return _SEEDING_ROLLOUT.get()
+
     async def open_session(self, rollout_id: str | None, task: dict[str, Any]) -> dict[str, object]:
         if gate.env:
             from rollgym.telemetry import spans
@@ -179,6 +190,7 @@ class Environment(Server):
     async def _open_session(
         self, rollout_id: str | None, task: dict[str, Any]
     ) -> dict[str, object]:
+        token = _SEEDING_ROLLOUT.set(rollout_id)
         try:
             state = await self.seed(task)
         except HTTPError:
@@ -188,6 +200,8 @@ class Environment(Server):
             raise HTTPError(
                 400, f"environment {self.context.name!r} rejected the task: {detail}", field="task"
             ) from None
+        finally:
+            _SEEDING_ROLLOUT.reset(token)
         session = self.sessions.create(rollout_id, state)
         self.aggregates.record_seed()
         return {
@@ -212,10 +226,10 @@ class Environment(Server):
             from rollgym.telemetry import spans
 
             with spans.env_tool_span(session.rollout_id, name) as span:
-                output = await self._invoke(spec, session, args)
+                output = await self._invoke(spec, session.state, args)
                 spans.record_tool_call(span, arguments, output)
                 return output
-        return await self._invoke(spec, session, args)
+        return await self._invoke(spec, session.state, args)
 
     async def call_model_tool(
         self, session_id: str, name: str, arguments: object, call_id: str | None = None
@@ -233,12 +247,12 @@ class Environment(Server):
             from rollgym.telemetry import spans
 
             with spans.env_tool_span(session.rollout_id, name[:128], call_id) as span:
-                answer = await self._model_tool(session, name, arguments)
+                answer = await self.answer_tool_call(session.state, name, arguments, call_id)
                 if answer.error is not None:
                     spans.record_tool_model_error(span, answer.error)
                 spans.record_tool_call(span, arguments, answer.output)
                 return answer
-        return await self._model_tool(session, name, arguments)
+        return await self.answer_tool_call(session.state, name, arguments, call_id)
 
     async def finish(self, session_id: str, answer: str | None) -> dict[str, object]:
         session = self.sessions.pop(session_id)
@@ -268,9 +282,12 @@ class Environment(Server):
             raise unknown_session(session_id)
         return session
 
-    async def _model_tool(
-        self, session: Session[SessionState], name: str, arguments: object
+    async def answer_tool_call(
+        self, state: SessionState, name: str, arguments: object, call_id: str | None
     ) -> ToolAnswer:
+        """The answer to one model-written tool call (the span around it is the caller's):
+        this environment's own tools; an environment whose tools live elsewhere (another
+        package's server) answers it there."""
         try:
             spec = self.tools.get(name)
             if spec is None:
@@ -282,7 +299,7 @@ class Environment(Server):
             except ToolArgumentsError as exc:
                 raise ToolMistake(INVALID_ARGUMENTS, str(exc)) from None
             try:
-                return ToolAnswer(await self._invoke(spec, session, args))
+                return ToolAnswer(await self._invoke(spec, state, args))
             except HTTPError as exc:
                 # A tool that refuses its arguments itself (400/404 naming ``arguments...``)
                 # is told to the model like a schema failure; any other refusal is its own.
@@ -293,9 +310,9 @@ class Environment(Server):
             self.aggregates.record_mistake()
             return mistake.answer()
 
-    async def _invoke(self, spec: ToolSpec, session: Session[SessionState], args: BaseModel) -> str:
+    async def _invoke(self, spec: ToolSpec, state: SessionState, args: BaseModel) -> str:
         try:
-            output = await spec.invoke(self, session.state, args)
+            output = await spec.invoke(self, state, args)
         except HTTPError:
             self.aggregates.record_tool(spec.name, ok=False)
             raise
@@ -379,11 +396,11 @@ class Environment(Server):
         if not isinstance(task, dict):
             raise HTTPError(400, "an episode body needs 'task', a JSON object", field="task")
         rollout_id = rollout_id_of_episode(body)
-        capture = request.headers.get(CAPTURE_HEADER)
-        floor = request.headers.get(FLOOR_HEADER)
-        playing = self._episode(rollout_id, task, capture, floor)
-        answer = await under_rollout_span(rollout_id, self.context.name, playing)
-        return OrjsonResponse(answer)
+
+        def play(capture: str | None, floor: str | None) -> Awaitable[object]:
+            return self._episode(rollout_id, task, capture, floor)
+
+        return await answer_rollout_route(request, rollout_id, self.context.name, play)
 
     async def _episode(
         self,

@@ -41,9 +41,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextvars import ContextVar
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 from fastapi import Body, FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -76,6 +76,9 @@ __all__ = [
 ]
 
 _TOOL_CHOICE_MODES = ("none", "auto", "required")
+
+#: The body of one model call: a ChatRequest, a CompletionRequest or a Responses dict.
+_Body = TypeVar("_Body")
 
 
 class ChatRequest(BaseModel):
@@ -426,12 +429,10 @@ class ModelServer(Server):
     async def _answer(
         self, body: ChatRequest, request_id: str | None, rollout_id: str | None
     ) -> Response:
-        if not self._gate.try_enter():
-            await self._gate.enter()
-        version = self.served_version()
-        if body.stream:
-            return await self._streamed(self.chat_events(body, request_id, rollout_id), version)
-        return await self._timed_answer(self.complete(body, request_id, rollout_id), version)
+        stream = bool(body.stream)
+        return await self._gated(
+            stream, self.chat_events, self.complete, body, request_id, rollout_id
+        )
 
     async def _completions(self, request: Request) -> Response:
         body = await model_body(request, CompletionRequest)
@@ -445,13 +446,9 @@ class ModelServer(Server):
     async def _answer_completion(
         self, body: CompletionRequest, request_id: str | None, rollout_id: str | None
     ) -> Response:
-        if not self._gate.try_enter():
-            await self._gate.enter()
-        version = self.served_version()
-        if body.stream:
-            events = self.completion_events(body, request_id, rollout_id)
-            return await self._streamed(events, version)
-        return await self._timed_answer(self.complete_text(body, request_id, rollout_id), version)
+        stream = bool(body.stream)
+        events, answer = self.completion_events, self.complete_text
+        return await self._gated(stream, events, answer, body, request_id, rollout_id)
 
     async def _tokenize(self, body: Annotated[dict[str, Any], Body()]) -> Response:
         return await self._passing(self.tokenize("/tokenize", body))
@@ -484,12 +481,27 @@ class ModelServer(Server):
     async def _answer_responses(
         self, body: dict[str, Any], request_id: str | None, rollout_id: str | None
     ) -> Response:
+        stream = bool(body.get("stream"))
+        events, answer = self.response_events, self.respond
+        return await self._gated(stream, events, answer, body, request_id, rollout_id)
+
+    async def _gated(
+        self,
+        stream: bool,
+        events: Callable[[_Body, str | None, str | None], AsyncIterator[bytes]],
+        answer: Callable[[_Body, str | None, str | None], Awaitable[dict[str, Any]]],
+        body: _Body,
+        request_id: str | None,
+        rollout_id: str | None,
+    ) -> Response:
+        """One model call (chat, legacy completion or Responses) through the weight gate: the
+        served version read inside it, then ``events`` streamed or ``answer`` timed."""
         if not self._gate.try_enter():
             await self._gate.enter()
         version = self.served_version()
-        if body.get("stream"):
-            return await self._streamed(self.response_events(body, request_id, rollout_id), version)
-        return await self._timed_answer(self.respond(body, request_id, rollout_id), version)
+        if stream:
+            return await self._streamed(events(body, request_id, rollout_id), version)
+        return await self._timed_answer(answer(body, request_id, rollout_id), version)
 
     async def _streamed(
         self, events: AsyncIterator[bytes], version: PolicyVersion | None

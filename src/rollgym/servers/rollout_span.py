@@ -1,16 +1,22 @@
 """A rollout played under its ``gym.rollout`` span when the ``rollout`` group is on.
 
 Both places a server plays a whole rollout (an agent's ``/run``, an environment's episode)
-open the span the same way; with the group off the span module is never imported, so a
+read the driver's headers and open the span the same way (:func:`answer_rollout_route`); with the group off the span module is never imported, so a
 server with tracing off pays for one ``if``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
+from starlette.requests import Request
+from starlette.responses import Response
+
+from rollgym.http.server import OrjsonResponse
+from rollgym.policy_versions import FLOOR_HEADER
 from rollgym.telemetry.groups import gate
+from rollgym.trajectory.record import CAPTURE_HEADER
 
 _Answer = TypeVar("_Answer")
 
@@ -26,3 +32,21 @@ async def under_rollout_span(
 
     with spans.rollout_span(rollout_id, agent_name):
         return await play
+
+
+class RolloutPlay(Protocol):
+    """A whole rollout, given the driver's trajectory ``capture`` and policy ``floor``
+    headers (each None when the request has none)."""
+
+    def __call__(self, capture: str | None, floor: str | None) -> Awaitable[object]: ...
+
+
+async def answer_rollout_route(
+    request: Request, rollout_id: str | None, server_name: str, play: RolloutPlay
+) -> Response:
+    """A route that plays one whole rollout: ``play`` given the request's capture and floor
+    headers, awaited under the rollout span, its answer sent as JSON."""
+    capture = request.headers.get(CAPTURE_HEADER)
+    floor = request.headers.get(FLOOR_HEADER)
+    answer = await under_rollout_span(rollout_id, server_name, play(capture, floor))
+    return OrjsonResponse(answer)

@@ -6,6 +6,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from rollgym.builtins.envs.arithmetic import ArithmeticEnv
 from rollgym.builtins.envs.keychain import KeychainEnv, build_vault, followed
+from rollgym.servers import Verdict
 from rollgym.telemetry import names
 
 
@@ -178,3 +179,32 @@ async def test_tool_and_verify_spans_carry_the_sessions_rollout_id(serving, clie
         s.context.span_id for s in exporter.get_finished_spans() if s.name.startswith("POST /")
     }
     assert by_name[names.SPAN_ENV_TOOL].parent.span_id in servers
+
+
+class _SeenRollout(ArithmeticEnv):
+    """Arithmetic, keeping the rollout each seed was for (what seeding_rollout_id tells)."""
+
+    async def seed(self, task):
+        state = await super().seed(task)
+        state.data["seen_rollout"] = self.seeding_rollout_id()
+        return state
+
+    async def verify(self, state, answer):
+        return Verdict(reward=0.0, details={"seen_rollout": state.data["seen_rollout"]})
+
+
+async def test_seed_is_told_the_rollout_it_seeds_and_only_inside_seed(serving, client):
+    env = _SeenRollout.build("calc", {})
+    async with serving(env) as url:
+        seen = []
+        for body in (
+            {"rollout_id": "9-1", "task": {"question": "1+2"}},
+            {"task": {"question": "3*4"}},
+        ):
+            seeded = (await client.post_json("calc", url + "/seed_session", body)).data
+            verdict = await client.post_json(
+                "calc", url + "/verify", {"session_id": seeded["session_id"], "answer": "x"}
+            )
+            seen.append(verdict.data["details"]["seen_rollout"])
+    assert seen == ["9-1", None]
+    assert env.seeding_rollout_id() is None  # outside seed: no rollout is being seeded

@@ -28,31 +28,27 @@ import asyncio
 import time
 from typing import Any, ClassVar
 
-import aiohttp
 import orjson
 from pydantic import Field, model_validator
 
-from rollgym.builtins.envs.foreign import check_one_place, fetch_setup_json
+from rollgym.builtins.envs.foreign import (
+    ForeignSessionsEnvironment,
+    check_one_place,
+    fetch_setup_json,
+)
 from rollgym.builtins.envs.nemo_gym_host import ResourcesProcess, StartFailed, log_path_for
 from rollgym.builtins.envs.nemo_gym_wire import NemoGymError, ResourcesSession
 from rollgym.servers import (
     INVALID_ARGUMENTS,
-    UNKNOWN_TOOL,
-    Environment,
     EnvironmentOptions,
     HTTPError,
-    RolloutContext,
     ServerContext,
     ServerOptions,
     SessionState,
     SetupProblem,
     ToolAnswer,
-    ToolMistake,
     Verdict,
-    gate,
-    model_arguments,
     responses_api,
-    unknown_session,
 )
 
 PARAMS = "responses_create_params"
@@ -95,7 +91,7 @@ class NemoGymOptions(EnvironmentOptions):
         return self
 
 
-class NemoGymEnv(Environment):
+class NemoGymEnv(ForeignSessionsEnvironment[ResourcesSession]):
     """A NeMo Gym resource server's sessions as rollgym sessions (see the module docstring)."""
 
     Options: ClassVar[type[ServerOptions]] = NemoGymOptions
@@ -118,12 +114,8 @@ class NemoGymEnv(Environment):
         try:
             self._check_protocol()
         except SetupProblem:
-            self._stop_process()
+            self.stop_local_server()
             raise
-        self._http: aiohttp.ClientSession | None = None
-        #: The resource-server session of each live rollgym session: what must be closed.
-        self._wires: dict[str, ResourcesSession] = {}
-        self._closing: set[asyncio.Task[bool]] = set()
         #: Sessions closed, and closes the server refused (``aggregate_metrics``).
         self.closes = {"closed": 0, "refused": 0}
 
@@ -170,55 +162,24 @@ class NemoGymEnv(Environment):
                 f"{' and no '.join(missing)} route",
             )
 
-    def _stop_process(self) -> None:
+    def stop_local_server(self) -> None:
         if self._process is not None:
             self._process.stop()
-
-    async def on_startup(self) -> None:
-        await super().on_startup()
-        # One session's requests are sequential; rollouts in flight each need a connection.
-        self._http = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0), cookie_jar=aiohttp.DummyCookieJar()
-        )
-
-    async def on_shutdown(self) -> None:
-        try:
-            await super().on_shutdown()
-            for session_id in list(self._wires):
-                self._release(session_id)
-            if self._closing:
-                await asyncio.gather(*self._closing, return_exceptions=True)
-            if self._http is not None:
-                await self._http.close()
-        finally:
-            await asyncio.to_thread(self._stop_process)
 
     def aggregate_metrics(self) -> dict[str, object]:
         return {**super().aggregate_metrics(), "resources_sessions": dict(self.closes)}
 
     # --- sessions ---------------------------------------------------------------------------------
 
-    async def open_session(self, rollout_id: str | None, task: dict[str, Any]) -> dict[str, object]:
-        seeded = await super().open_session(rollout_id, task)
-        session_id = str(seeded["session_id"])
-        session = self.sessions.get(session_id)
-        assert session is not None  # created just now
-        session.state.data["session_id"] = session_id
-        self._wires[session_id] = session.state.data["wire"]
-        seeded["tools"] = session.state.data["tools"]
-        return seeded
-
     async def seed(self, task: dict[str, Any]) -> SessionState:
         chat = _chat_of(task)
-        if self._http is None:
-            raise HTTPError(503, f"environment {self.context.name!r} is not started")
-        wire = ResourcesSession(self._http, self._base_url, self.nemo_gym_options.answer_timeout_s)
+        wire = ResourcesSession(self.http(), self._base_url, self.nemo_gym_options.answer_timeout_s)
         try:
             await wire.seed(task)
         except NemoGymError as exc:
-            raise self._failed(exc) from None
+            raise self.failed(exc) from None
         except BaseException:
-            await asyncio.shield(self._close(wire, ""))
+            await asyncio.shield(self.close_wire(wire, ""))
             raise
         tools = chat.get("tools")
         tools = tools if isinstance(tools, list) else []
@@ -233,29 +194,8 @@ class NemoGymEnv(Environment):
         assert isinstance(messages, list)  # to_chat_request builds a list
         return SessionState(messages=messages, data=data)
 
-    def on_session_expired(self, state: SessionState) -> None:
-        self._release(state.data["session_id"])
-
-    async def play_episode(self, rollout: RolloutContext, task: dict[str, Any]) -> dict[str, Any]:
-        """The shared tool loop; the resource session closed however the episode ends."""
-        try:
-            return await super().play_episode(rollout, task)
-        finally:
-            session_id = getattr(rollout.env, "session_id", None)
-            if isinstance(session_id, str):
-                self._release(session_id)
-
-    def _release(self, session_id: str) -> None:
-        """Close the session in a task of its own: a cancelled episode's ``finally`` cannot
-        await, and the close must happen all the same."""
-        wire = self._wires.pop(session_id, None)
-        if wire is None or wire.closed:
-            return
-        task = asyncio.get_running_loop().create_task(self._close(wire, session_id))
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
-
-    async def _close(self, wire: ResourcesSession, session_id: str) -> bool:
+    async def close_wire(self, wire: ResourcesSession, session_id: str) -> bool:
+        """``/close_session``, counted as closed or refused (``aggregate_metrics``)."""
         if wire.closed:
             return True
         taken = await wire.close(session_id)
@@ -264,49 +204,12 @@ class NemoGymEnv(Environment):
 
     # --- tools ------------------------------------------------------------------------------------
 
-    async def run_tool(self, session_id: str, name: str, arguments: dict[str, Any]) -> str:
-        answer = await self.call_model_tool(session_id, name, arguments)
-        if answer.error == UNKNOWN_TOOL:
-            raise HTTPError(404, answer.output.removeprefix("error: "), field="tool")
-        if answer.error is not None:
-            raise HTTPError(400, answer.output.removeprefix("error: "), field="arguments")
-        return answer.output
-
-    async def call_model_tool(
-        self, session_id: str, name: str, arguments: object, call_id: str | None = None
+    async def foreign_step(
+        self, state: SessionState, name: str, args: dict[str, Any], call_id: str | None
     ) -> ToolAnswer:
-        session = self.sessions.get(session_id)
-        if session is None:
-            raise unknown_session(session_id)
-        if gate.env:
-            from rollgym.servers import spans
-
-            with spans.env_tool_span(session.rollout_id, name[:128], call_id) as span:
-                answer = await self._call(session_id, session.state, name, arguments, call_id)
-                if answer.error is not None:
-                    spans.record_tool_model_error(span, answer.error)
-                return answer
-        return await self._call(session_id, session.state, name, arguments, call_id)
-
-    async def _call(
-        self,
-        session_id: str,
-        state: SessionState,
-        name: str,
-        arguments: object,
-        call_id: str | None,
-    ) -> ToolAnswer:
-        tools: frozenset[str] = state.data["tool_names"]
-        if name not in tools:
-            self.aggregates.record_mistake()
-            return ToolAnswer(
-                f"error: unknown tool {name[:64]!r}; tools: {sorted(tools)}", UNKNOWN_TOOL
-            )
-        try:
-            args = model_arguments(name, arguments)
-        except ToolMistake as mistake:
-            self.aggregates.record_mistake()
-            return mistake.answer()
+        """``POST /<tool>`` with the session's cookie; the call and its output are kept for
+        ``/verify`` (as a Responses API answer's items)."""
+        session_id: str = state.data["session_id"]
         wire: ResourcesSession = state.data["wire"]
         try:
             answer = await wire.call(name, args)
@@ -314,8 +217,8 @@ class NemoGymEnv(Environment):
             self.aggregates.record_tool(name, ok=False)
             # The session is of no more use: end it now (an agent whose rollout fails here
             # never verifies it).
-            self._release(session_id)
-            raise self._failed(exc) from None
+            self.release_wire(session_id)
+            raise self.failed(exc) from None
         output: list[dict[str, Any]] = state.data["output"]
         call = call_id or f"call_{len(output) // 2}"
         output.append(
@@ -341,17 +244,17 @@ class NemoGymEnv(Environment):
         """``/verify`` with the episode as NeMo Gym's response; the session closed after."""
         wire: ResourcesSession = state.data["wire"]
         session_id: str = state.data["session_id"]
-        self._wires.pop(session_id, None)
+        self.forget_wire(session_id)
         task: dict[str, Any] = state.data["task"]
         try:
             verdict = await wire.verify({**task, "response": self._response(state, answer)})
         except NemoGymError as exc:
-            raise self._failed(exc) from None
+            raise self.failed(exc) from None
         finally:
-            await asyncio.shield(self._close(wire, session_id))
+            await asyncio.shield(self.close_wire(wire, session_id))
         reward = verdict["reward"]
         if isinstance(reward, bool) or not isinstance(reward, int | float):
-            raise self._failed(
+            raise self.failed(
                 NemoGymError("verify", f"answered off-protocol: a non-numeric reward {reward!r}")
             )
         details = {k: v for k, v in verdict.items() if k not in _ECHOED and k not in task}
@@ -384,9 +287,6 @@ class NemoGymEnv(Environment):
             "tool_choice": "auto",
             "tools": tools if isinstance(tools, list) else [],
         }
-
-    def _failed(self, exc: NemoGymError) -> HTTPError:
-        return HTTPError(exc.status, f"environment {self.context.name!r} ({self.where}): {exc}")
 
 
 def _chat_of(task: dict[str, Any]) -> dict[str, object]:

@@ -25,34 +25,28 @@ connections drop and OpenEnv ends their sessions.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import re
 from typing import Any, ClassVar, Literal
 
-import aiohttp
 import orjson
 from pydantic import Field, model_validator
 
-from rollgym.builtins.envs.foreign import check_one_place, fetch_setup_json
+from rollgym.builtins.envs.foreign import (
+    ForeignSessionsEnvironment,
+    check_one_place,
+    fetch_setup_json,
+)
 from rollgym.builtins.envs.openenv_host import HostedApp, app_of, load_object
 from rollgym.builtins.envs.openenv_wire import Observation, OpenEnvError, WireSession, ws_url
 from rollgym.servers import (
     INVALID_ARGUMENTS,
-    UNKNOWN_TOOL,
-    Environment,
     EnvironmentOptions,
-    HTTPError,
-    RolloutContext,
     ServerContext,
     ServerOptions,
     SessionState,
     SetupProblem,
     ToolAnswer,
-    ToolMistake,
     Verdict,
-    gate,
-    model_arguments,
-    unknown_session,
 )
 
 SYSTEM_PROMPT = (
@@ -63,10 +57,6 @@ SYSTEM_PROMPT = (
 #: The action classes of an MCP environment: its tools are listed and called through steps.
 MCP_ACTIONS = frozenset({"CallToolAction", "ListToolsAction"})
 _TOOL_NAME = re.compile(r"[^A-Za-z0-9_-]")
-#: The rollout id of the session being seeded (``seed`` passes it on as OpenEnv's episode id).
-_SEEDING: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "openenv_seeding", default=None
-)
 
 
 class OpenEnvOptions(EnvironmentOptions):
@@ -96,7 +86,7 @@ class OpenEnvOptions(EnvironmentOptions):
         return self
 
 
-class OpenEnvEnv(Environment):
+class OpenEnvEnv(ForeignSessionsEnvironment[WireSession]):
     """An OpenEnv environment's episodes as rollgym sessions (see the module docstring)."""
 
     Options: ClassVar[type[ServerOptions]] = OpenEnvOptions
@@ -120,11 +110,6 @@ class OpenEnvEnv(Environment):
         self._ws_url = ws_url(base_url)
         self._action_schema = self._fetch_action_schema(base_url)
         self._mcp = self._action_schema.get("title") in MCP_ACTIONS
-        self._http: aiohttp.ClientSession | None = None
-        #: The OpenEnv session of each live rollgym session, by session id: what this
-        #: environment must close.
-        self._wires: dict[str, WireSession] = {}
-        self._closing: set[asyncio.Task[None]] = set()
 
     @property
     def openenv_options(self) -> OpenEnvOptions:
@@ -145,60 +130,31 @@ class OpenEnvEnv(Environment):
             raise SetupProblem(key, f"{self.where}: GET /schema has no 'action' schema")
         return action
 
-    async def on_startup(self) -> None:
-        await super().on_startup()
-        # One connection per session, each held for a whole episode: no pool limit.
-        self._http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-
-    async def on_shutdown(self) -> None:
-        try:
-            await super().on_shutdown()
-            for session_id in list(self._wires):
-                self._release(session_id)
-            if self._closing:
-                await asyncio.gather(*self._closing, return_exceptions=True)
-            if self._http is not None:
-                await self._http.close()
-        finally:
-            if self._hosted is not None:
-                await asyncio.to_thread(self._hosted.stop)
+    def stop_local_server(self) -> None:
+        if self._hosted is not None:
+            self._hosted.stop()
 
     # --- sessions ---------------------------------------------------------------------------------
 
-    async def open_session(self, rollout_id: str | None, task: dict[str, Any]) -> dict[str, object]:
-        token = _SEEDING.set(rollout_id)
-        try:
-            seeded = await super().open_session(rollout_id, task)
-        finally:
-            _SEEDING.reset(token)
-        session_id = str(seeded["session_id"])
-        session = self.sessions.get(session_id)
-        assert session is not None  # created just now
-        session.state.data["session_id"] = session_id
-        self._wires[session_id] = session.state.data["wire"]
-        seeded["tools"] = session.state.data["tools"]
-        return seeded
-
     async def seed(self, task: dict[str, Any]) -> SessionState:
-        reset = _reset_data(task, _SEEDING.get())
-        if self._http is None:
-            raise HTTPError(503, f"environment {self.context.name!r} is not started")
+        reset = _reset_data(task, self.seeding_rollout_id())
+        http = self.http()
         options = self.openenv_options
         try:
             wire = await WireSession.open(
-                self._http,
+                http,
                 self._ws_url,
                 connect_timeout_s=options.connect_timeout_s,
                 answer_timeout_s=options.answer_timeout_s,
             )
         except OpenEnvError as exc:
-            raise self._failed(exc) from None
+            raise self.failed(exc) from None
         try:
             first = await wire.reset(reset)
             tools = await self._tools(wire)
         except OpenEnvError as exc:
             await wire.close()
-            raise self._failed(exc) from None
+            raise self.failed(exc) from None
         except BaseException:
             await asyncio.shield(wire.close())
             raise
@@ -229,69 +185,16 @@ class OpenEnvEnv(Environment):
             raise OpenEnvError("list_tools", "answered an observation without a 'tools' list")
         return [_mcp_tool(entry) for entry in tools]
 
-    def on_session_expired(self, state: SessionState) -> None:
-        self._release(state.data["session_id"])
-
-    async def play_episode(self, rollout: RolloutContext, task: dict[str, Any]) -> dict[str, Any]:
-        """The shared tool loop; the OpenEnv session closed however the episode ends."""
-        try:
-            return await super().play_episode(rollout, task)
-        finally:
-            session_id = getattr(rollout.env, "session_id", None)
-            if isinstance(session_id, str):
-                self._release(session_id)
-
-    def _release(self, session_id: str) -> None:
-        """Close the session's WebSocket, in a task of its own: a cancelled episode's
-        ``finally`` cannot await, and the close must happen all the same."""
-        wire = self._wires.pop(session_id, None)
-        if wire is None or wire.closed:
-            return
-        task = asyncio.get_running_loop().create_task(wire.close())
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+    async def close_wire(self, wire: WireSession, session_id: str) -> None:
+        await wire.close()
 
     # --- tools ------------------------------------------------------------------------------------
 
-    async def run_tool(self, session_id: str, name: str, arguments: dict[str, Any]) -> str:
-        answer = await self.call_model_tool(session_id, name, arguments)
-        if answer.error == UNKNOWN_TOOL:
-            raise HTTPError(404, answer.output.removeprefix("error: "), field="tool")
-        if answer.error is not None:
-            raise HTTPError(400, answer.output.removeprefix("error: "), field="arguments")
-        return answer.output
-
-    async def call_model_tool(
-        self, session_id: str, name: str, arguments: object, call_id: str | None = None
+    async def foreign_step(
+        self, state: SessionState, name: str, args: dict[str, Any], call_id: str | None
     ) -> ToolAnswer:
-        session = self.sessions.get(session_id)
-        if session is None:
-            raise unknown_session(session_id)
-        if gate.env:
-            from rollgym.servers import spans
-
-            with spans.env_tool_span(session.rollout_id, name[:128], call_id) as span:
-                answer = await self._step(session_id, session.state, name, arguments)
-                if answer.error is not None:
-                    spans.record_tool_model_error(span, answer.error)
-                spans.record_tool_call(span, arguments, answer.output)
-                return answer
-        return await self._step(session_id, session.state, name, arguments)
-
-    async def _step(
-        self, session_id: str, state: SessionState, name: str, arguments: object
-    ) -> ToolAnswer:
-        tools: frozenset[str] = state.data["tool_names"]
-        if name not in tools:
-            self.aggregates.record_mistake()
-            return ToolAnswer(
-                f"error: unknown tool {name[:64]!r}; tools: {sorted(tools)}", UNKNOWN_TOOL
-            )
-        try:
-            args = model_arguments(name, arguments)
-        except ToolMistake as mistake:
-            self.aggregates.record_mistake()
-            return mistake.answer()
+        """One ``call_tool`` step (an MCP environment) or one ``step`` with the action."""
+        session_id: str = state.data["session_id"]
         if state.data["done"]:
             return ToolAnswer("the episode is over: reply with your final answer")
         action = {"type": "call_tool", "tool_name": name, "arguments": args} if self._mcp else args
@@ -306,15 +209,15 @@ class OpenEnvEnv(Environment):
             # The OpenEnv session is of no more use: end it now, not when the rollout's
             # session expires (an agent whose rollout fails here never verifies it).
             state.data["done"] = True
-            self._release(session_id)
-            raise self._failed(exc) from None
+            self.release_wire(session_id)
+            raise self.failed(exc) from None
         self.aggregates.record_tool(name, ok=True)
         state.data["steps"] += 1
         if seen.reward is not None:
             state.data["rewards"].append(seen.reward)
         if seen.done:
             state.data["done"] = True
-            self._release(session_id)
+            self.release_wire(session_id)
         return ToolAnswer(_tool_output(seen, self._mcp))
 
     # --- verification -----------------------------------------------------------------------------
@@ -322,7 +225,7 @@ class OpenEnvEnv(Environment):
     async def verify(self, state: SessionState, answer: str | None) -> Verdict:
         """The reward the observations carried (none: 0.0); the session is closed first."""
         wire: WireSession = state.data["wire"]
-        self._wires.pop(state.data["session_id"], None)
+        self.forget_wire(state.data["session_id"])
         await wire.close()
         rewards: list[float] = state.data["rewards"]
         if self.openenv_options.reward == "sum":
@@ -331,9 +234,6 @@ class OpenEnvEnv(Environment):
             reward = rewards[-1] if rewards else 0.0
         details = {"done": state.data["done"], "steps": state.data["steps"], "rewards": rewards}
         return Verdict(reward=reward, details=details)
-
-    def _failed(self, exc: OpenEnvError) -> HTTPError:
-        return HTTPError(exc.status, f"environment {self.context.name!r} ({self.where}): {exc}")
 
 
 def _reset_data(task: dict[str, Any], rollout_id: str | None) -> dict[str, Any]:

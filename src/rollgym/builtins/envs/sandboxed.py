@@ -9,7 +9,6 @@ missing bubblewrap is a clear error naming what to install.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from contextvars import ContextVar
 from typing import Any
 
 from pydantic import Field
@@ -18,8 +17,6 @@ from rollgym.builtins.envs.tasksets import load_taskset
 from rollgym.sandbox import ExecResult, Sandbox, SandboxLimits, SandboxPool
 from rollgym.servers import Environment, EnvironmentOptions, SessionState
 
-#: The rollout whose session is being seeded (``seed`` is not told it; its sandbox spans are).
-_SEEDING_ROLLOUT: ContextVar[str | None] = ContextVar("rollgym_seeding_rollout", default=None)
 #: The most characters of a command's output a tool answer shows the model.
 SHOWN_OUTPUT_CHARS = 2000
 
@@ -61,16 +58,9 @@ class SandboxedEnv(Environment):
         finally:
             await self.pool.close()
 
-    async def open_session(self, rollout_id: str | None, task: dict[str, Any]) -> dict[str, object]:
-        token = _SEEDING_ROLLOUT.set(rollout_id)
-        try:
-            return await super().open_session(rollout_id, task)
-        finally:
-            _SEEDING_ROLLOUT.reset(token)
-
     async def new_sandbox(self, state_data: dict[str, Any]) -> Sandbox:
         """The seeding rollout's sandbox, kept in the session state until it is released."""
-        sandbox = await self.pool.acquire(_SEEDING_ROLLOUT.get())
+        sandbox = await self.pool.acquire(self.seeding_rollout_id())
         state_data["sandbox"] = sandbox
         return sandbox
 
