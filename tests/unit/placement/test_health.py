@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from aiohttp_loopback import serve_on_loopback
 from rollgym.errors import LaunchError
 from rollgym.placement.health import HealthSession, wait_healthy
 
@@ -28,11 +29,7 @@ async def session() -> AsyncIterator[HealthSession]:
 async def _serve(handler: Handler) -> tuple[web.AppRunner, str]:
     app = web.Application()
     app.router.add_get("/health", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await serve_on_loopback(app)
     return runner, f"http://127.0.0.1:{port}"
 
 

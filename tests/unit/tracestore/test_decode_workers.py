@@ -17,6 +17,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from rollgym.telemetry import names
 from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
+from waits import wait_until
 
 WAIT_S = 60.0
 
@@ -107,10 +108,11 @@ def test_decode_workers_die_with_a_killed_store(tmp_path: Path) -> None:
     finally:
         store.process.kill()
         store.process.wait()
-    deadline = time.monotonic() + WAIT_S
-    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(_alive(pid) for pid in workers)
+    wait_until(
+        lambda: not any(_alive(pid) for pid in workers),
+        "the decode workers to die with their store",
+        WAIT_S,
+    )
 
 
 def test_a_resource_keeps_one_row_across_a_restart(tmp_path: Path) -> None:
