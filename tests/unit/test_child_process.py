@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from procs import alive
 from rollgym.child_process import (
     describe_exit,
     log_tail,
@@ -63,15 +64,6 @@ def test_a_child_dies_with_its_parent(tmp_path: Path) -> None:
     grandchild = int(pid_file.read_text())
     parent.send_signal(signal.SIGKILL)
     parent.wait(timeout=30)
-    if not wait_for(lambda: _dead(grandchild), timeout=60):
+    if not wait_for(lambda: not alive(grandchild), timeout=60):
         os.kill(grandchild, signal.SIGKILL)
         raise AssertionError("the child outlived its killed parent")
-
-
-def _dead(pid: int) -> bool:
-    """Gone, or a zombie until init reaps it (which counts as dead): its /proc state says."""
-    try:
-        os.kill(pid, 0)
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
-    except (ProcessLookupError, OSError):
-        return True

@@ -15,6 +15,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from procs import alive as _alive
 from rollgym.telemetry import names
 from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
 from waits import wait_until
@@ -66,14 +67,6 @@ def _workers(store_pid: int) -> list[int]:
         if stat.rsplit(")", 1)[1].split()[1] == str(store_pid) and b"spawn_main" in cmdline:
             found.append(int(entry))
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def _spans(db: Path) -> int:
