@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import max_overlap
 from verifiers_support import (
     TracedVerifiersJob,
     VerifiersJob,
@@ -137,6 +136,17 @@ IN_FLIGHT = 1000
 #: Seconds each model turn is held: long enough that all 1,000 rollouts are admitted before
 #: the first finishes.
 SLOW_TURN_S = 8.0
+
+
+def max_overlap(records: list[dict[str, Any]]) -> int:
+    events = sorted(
+        [(r["started_at"], 1) for r in records] + [(r["finished_at"], -1) for r in records]
+    )
+    current = peak = 0
+    for _, step in events:
+        current += step
+        peak = max(peak, current)
+    return peak
 
 
 def test_1000_rollouts_in_flight_over_one_verifiers_environment(tmp_path: Path) -> None:
