@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from rollgym.http.client import HttpClient
 from rollgym.identity import episode_body
 from rollgym.placement import launcher
 from rollgym.placement.launcher import launch_servers
+from waits import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -229,10 +229,7 @@ def test_servers_die_with_a_killed_driver(tmp_path):
         assert len(running) == 1
         driver.send_signal(signal.SIGKILL)
         driver.wait()
-        deadline = time.monotonic() + 15
-        while any(alive(pid) for pid in running) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not any(alive(pid) for pid in running)
+        assert wait_for(lambda: not any(alive(pid) for pid in running), timeout=60)
     finally:
         if driver.poll() is None:
             driver.kill()
