@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from procs import each_process, parent_of
 from rollgym.config import JobConfig, validate_config
 from rollgym.errors import LaunchError
 from rollgym.http.client import HttpClient
@@ -83,19 +84,11 @@ def launched_pids(parent: int | None = None) -> list[int]:
     """PIDs of server processes (``-m rollgym.servers.server_process``) whose parent is ``parent``
     (default: this test process), from /proc (Linux)."""
     parent = os.getpid() if parent is None else parent
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == parent and b"rollgym.servers.server_process" in cmdline:
-            found.append(int(entry.name))
-    return found
+    return [
+        pid
+        for pid, (stat, cmdline) in each_process("stat", "cmdline")
+        if parent_of(stat) == parent and b"rollgym.servers.server_process" in cmdline
+    ]
 
 
 def row(task_index: int, **task) -> dict:
