@@ -150,6 +150,13 @@ class Job:
         path = self.out / name
         return path.read_bytes().count(b"\n") if path.exists() else 0
 
+    def wait_rollouts(self, n: int, timeout: float = 60) -> None:
+        """Block until the running job has written ``n`` rollouts; fails saying how many."""
+        written = lambda: self.line_count("rollouts.jsonl")  # noqa: E731
+        assert wait_for(lambda: written() >= n, timeout=timeout), (
+            f"{written()} of {n} rollouts written within {timeout:g} s"
+        )
+
 
 def agent(impl: str = "agents:EchoAgent", **options: Any) -> dict[str, Any]:
     return {"kind": "agent", "impl": impl, **options}
