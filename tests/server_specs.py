@@ -23,6 +23,11 @@ def simulated_model(latency_s: float = 0.0, accuracy: float = 1.0, **extra: Any)
     }
 
 
+def agent_spec(impl: str, environment: str, model: str = "policy", **extra: Any) -> Spec:
+    """An agent server of ``impl`` that plays ``environment`` with ``model``."""
+    return {"kind": "agent", "impl": impl, "model": model, "environment": environment, **extra}
+
+
 def quickstart_servers(
     *,
     model: Spec | None = None,
@@ -43,21 +48,18 @@ def quickstart_servers(
         "policy": model if model is not None else simulated_model(),
         "arith": {"kind": "environment", "impl": "arithmetic"},
         "keys": keys,
-        "solver": {
-            "kind": "agent",
-            "impl": "single_turn",
-            "model": "policy",
-            "environment": "arith",
-        },
-        "walker": {
-            "kind": "agent",
-            "impl": "tool_loop",
-            "model": "policy",
-            "environment": "keys",
-            "max_turns": 12,
-        },
+        "solver": agent_spec("single_turn", "arith"),
+        "walker": agent_spec("tool_loop", "keys", max_turns=12),
     }
     return _changed(servers, changes)
+
+
+def solver_servers(
+    *, model: Spec | None = None, **changes: Mapping[str, Any] | None
+) -> dict[str, Spec]:
+    """The quickstart's arithmetic alone: ``policy``, ``arith`` and the single-turn
+    ``solver``; ``model`` and ``changes`` as for :func:`quickstart_servers`."""
+    return quickstart_servers(model=model, keys=None, walker=None, **changes)
 
 
 def walker_servers(
@@ -76,6 +78,22 @@ def walker_servers(
     if episodes:
         servers["keys"]["max_turns"] = 8
     return _changed(servers, changes)
+
+
+def nemo_row_servers() -> dict[str, Spec]:
+    """NeMo Gym's row agent (``nemo``) over the quickstart's ``arith`` and ``keys`` (the
+    keychain not playing episodes itself), each under the NeMo Gym agent name rows carry."""
+    return quickstart_servers(
+        episodes=False,
+        solver=None,
+        walker=None,
+        nemo={
+            "kind": "agent",
+            "impl": "nemo_gym_row",
+            "model": "policy",
+            "environments": {"math_simple_agent": "arith", "vault_agent": "keys"},
+        },
+    )
 
 
 def _changed(

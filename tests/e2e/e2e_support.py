@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
-import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +20,8 @@ from typing import Any
 
 import orjson
 import yaml
+
+from waits import wait_for as wait_for  # the e2e tests import it from here
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -91,6 +94,18 @@ class Job:
             cwd=self.root,
         )
 
+    def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """``python -m rollgym <args>`` (any command: ``traces show``, ``export`` ...) in the
+        job folder, with this job's environment; its output captured."""
+        return subprocess.run(
+            [sys.executable, "-m", "rollgym", *args],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=self.root,
+        )
+
     def start(self, *overrides: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
             self.command(*overrides),
@@ -135,9 +150,28 @@ class Job:
         path = self.out / name
         return path.read_bytes().count(b"\n") if path.exists() else 0
 
+    def wait_rollouts(self, n: int, timeout: float = 60) -> None:
+        """Block until the running job has written ``n`` rollouts; fails saying how many."""
+        written = lambda: self.line_count("rollouts.jsonl")  # noqa: E731
+        assert wait_for(lambda: written() >= n, timeout=timeout), (
+            f"{written()} of {n} rollouts written within {timeout:g} s"
+        )
+
 
 def agent(impl: str = "agents:EchoAgent", **options: Any) -> dict[str, Any]:
     return {"kind": "agent", "impl": impl, **options}
+
+
+def assert_no_traceback(out: Path, *texts: str, except_logs: str = "") -> None:
+    """No Python traceback in ``texts`` (a run's console) nor in the logs of the run in
+    ``out``, but those whose name ends with ``except_logs`` (a foreign server's own log)."""
+    logs = [
+        p.read_text()
+        for p in (out / "logs").glob("*.log")
+        if not (except_logs and p.name.endswith(except_logs))
+    ]
+    for text in (*texts, *logs):
+        assert "Traceback" not in text, text[-3000:]
 
 
 def children_of(pid: int) -> list[int]:
@@ -204,13 +238,63 @@ def live_server_pid(run_dir: Path, instance: str) -> int | None:
     return None
 
 
-def wait_for(predicate: Any, timeout: float = 60.0, interval: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
+def max_overlap(records: list[dict[str, Any]]) -> int:
+    """Most rollouts whose [started_at, finished_at] intervals overlap at one instant: the
+    concurrency a run reached, measured from its records rather than assumed."""
+    events = sorted(
+        [(r["started_at"], 1) for r in records] + [(r["finished_at"], -1) for r in records]
+    )
+    current = peak = 0
+    for _, step in events:
+        current += step
+        peak = max(peak, current)
+    return peak
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def answers(url: str) -> bool:
+    """Whether ``url`` answers a GET at all (any status, within two seconds)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2):
             return True
-        time.sleep(interval)
-    return False
+    except OSError:
+        return False
+
+
+def get_json(url: str) -> Any:
+    """The JSON body of a GET of ``url``."""
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return orjson.loads(answer.read())
+
+
+@contextmanager
+def served_process(argv: list[str], log: Path, port: int, what: str, **popen: Any) -> Iterator[str]:
+    """A server started from ``argv`` (its output in ``log``) that listens on ``port``:
+    yields its base URL once ``/health`` answers; SIGTERM (then a kill) when the block ends.
+    ``what`` names the server in the error if it exits or never comes up."""
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, **popen)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        if not wait_for(lambda: answers(url + "/health") or proc.poll() is not None, 120):
+            raise RuntimeError(f"{what} did not start")
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited: {log.read_text()[-2000:]}")
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _no_leftover_servers(root: Path) -> Iterator[None]:

@@ -14,6 +14,8 @@ from typing import Any
 
 from aiohttp import web
 
+from aiohttp_loopback import serve_on_loopback
+
 
 class HostileAgent:
     def __init__(self, credentials: tuple[str, str] | None = None) -> None:
@@ -70,18 +72,11 @@ class HostileAgent:
         app = web.Application(client_max_size=1 << 30)
         app.router.add_get("/health", self._health)
         app.router.add_post("/run", self._run)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        quick = {"access_log": None, "shutdown_timeout": 0.1}
+        self._runner, self.port = await serve_on_loopback(app, **quick)
         other = web.Application()
         other.router.add_post("/run", self._elsewhere)
-        self._other = web.AppRunner(other, access_log=None, shutdown_timeout=0.1)
-        await self._other.setup()
-        other_site = web.TCPSite(self._other, "127.0.0.1", 0)
-        await other_site.start()
-        other_port = other_site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._other, other_port = await serve_on_loopback(other, **quick)
         self.elsewhere = f"http://127.0.0.1:{other_port}"
 
     def start(self) -> HostileAgent:

@@ -11,17 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import orjson
 import pytest
-from e2e_support import HERE, wait_for
-from openenv_support import free_port
+from e2e_support import HERE, free_port, get_json, served_process
 
 VENV = Path(
     os.environ.get("ROLLGYM_NEMOGYM_VENV", str(Path.home() / ".cache/rollgym-nemogym/venv"))
@@ -92,40 +87,12 @@ def notebook_server(log: Path, mode: str = "ok") -> Iterator[str]:
     """The notebook resource server in a process of its own; yields its base URL."""
     port = free_port()
     env = {**os.environ, **config_env("notebook", port), "NOTEBOOK_MODE": mode}
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [str(PYTHON), NOTEBOOK.name],
-            cwd=HERE,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        if not wait_for(lambda: _answers(url + "/health") or proc.poll() is not None, 120):
-            raise RuntimeError("the notebook resource server did not start")
-        if proc.poll() is not None:
-            raise RuntimeError(f"the notebook resource server exited: {log.read_text()[-2000:]}")
+    argv = [str(PYTHON), NOTEBOOK.name]
+    with served_process(argv, log, port, "the notebook resource server", cwd=HERE, env=env) as url:
         yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2):
-            return True
-    except OSError:
-        return False
 
 
 def session_counts(url: str) -> dict[str, int]:
     """``{"seeded", "closed", "verified", "open"}`` as the resource server counts them."""
-    with urllib.request.urlopen(url + "/test/sessions", timeout=10) as answer:
-        counts: dict[str, int] = orjson.loads(answer.read())
-        return counts
+    counts: dict[str, int] = get_json(url + "/test/sessions")
+    return counts

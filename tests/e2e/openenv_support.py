@@ -8,24 +8,14 @@ read how many sessions it opened and closed from its ``/test/sessions`` route.
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import orjson
-from e2e_support import HERE, wait_for
+from e2e_support import HERE, free_port, get_json, served_process
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+__all__ = ["free_port", "open_sessions", "openenv_server", "session_counts"]
 
 
 @contextmanager
@@ -34,46 +24,19 @@ def openenv_server(log: Path, mode: str = "ok", app: str = "openenv_guess:app") 
     base URL."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(HERE), "GUESS_MODE": mode}
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)]
-            + ["--log-level", "warning", "--backlog", "4096"]
-            # pings every second, each to be answered within a second (uvicorn's default is 20
-            # and 20): a client that leaves its connection unread between steps loses it
-            + ["--ws-ping-interval", "1", "--ws-ping-timeout", "1"],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        if not wait_for(lambda: _answers(url + "/health") or proc.poll() is not None, 120):
-            raise RuntimeError("the OpenEnv test server did not start")
-        if proc.poll() is not None:
-            raise RuntimeError(f"the OpenEnv test server exited: {log.read_text()[-2000:]}")
+    argv = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--log-level", "warning", "--backlog", "4096"]
+    # pings every second, each to be answered within a second (uvicorn's default is 20 and
+    # 20): a client that leaves its connection unread between steps loses it
+    argv += ["--ws-ping-interval", "1", "--ws-ping-timeout", "1"]
+    with served_process(argv, log, port, "the OpenEnv test server", env=env) as url:
         yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2):
-            return True
-    except OSError:
-        return False
 
 
 def session_counts(url: str) -> dict[str, int]:
     """``{"opened": n, "closed": m}``: environment instances the OpenEnv server made and ended."""
-    with urllib.request.urlopen(url + "/test/sessions", timeout=10) as answer:
-        counts: dict[str, int] = orjson.loads(answer.read())
-        return counts
+    counts: dict[str, int] = get_json(url + "/test/sessions")
+    return counts
 
 
 def open_sessions(url: str) -> int:

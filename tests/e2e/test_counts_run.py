@@ -9,7 +9,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from e2e_support import Job, agent, wait_for
+from e2e_support import Job, agent, killed_if_left_running
 from grpo_run import GOOD_LINES, REPEATS, bad_line_run
 
 from rollgym.reading.live import read_progress, run_going
@@ -35,13 +35,10 @@ def test_ctrl_c_cancelled_are_not_failed(tmp_path: Path) -> None:
     job = Job(tmp_path)
     job.write({"a": agent(delay_s=0.2)}, [{"q": i} for i in range(400)], agent="a", concurrency=16)
     proc = job.start()
-    try:
-        assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 20, timeout=60)
+    with killed_if_left_running(proc):
+        job.wait_rollouts(20)
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 130, output
     summary = job.summary
     cancelled = summary["failed_by_kind"]["cancelled"]

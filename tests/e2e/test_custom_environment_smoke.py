@@ -9,19 +9,15 @@ script, as a user would.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import orjson
 import pytest
 import yaml
+from console_script import require_script, rollouts, run_script, script_env
 
 pytestmark = pytest.mark.e2e
-
-SCRIPT = Path(sys.executable).parent / "rollgym"
 
 ECHO = textwrap.dedent(
     """
@@ -50,8 +46,7 @@ WORDS = ["hello", "rollgym", "tools", "zebra"]
 
 
 def test_a_custom_environment_plays_end_to_end_on_the_simulated_model(tmp_path: Path) -> None:
-    if not SCRIPT.exists():
-        pytest.skip(f"no rollgym console script at {SCRIPT} (rollgym is not installed)")
+    require_script()
     (tmp_path / "my_envs.py").write_text(ECHO)
     rows = [{"word": w} for w in WORDS] + [
         {"task_id": {"taskset": "echo_tasks", "task_id": w}, "word": w} for w in WORDS
@@ -77,20 +72,8 @@ def test_a_custom_environment_plays_end_to_end_on_the_simulated_model(tmp_path: 
         "telemetry": {"preset": "off", "exporter": "none"},
     }
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
-    src = Path(__file__).resolve().parents[2] / "src"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env.update(PYTHONPATH=str(src), OTEL_SDK_DISABLED="true")
-    proc = subprocess.run(
-        [str(SCRIPT), "run", "job.yaml", "--no-table"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = tmp_path / "out"
-    records = [orjson.loads(line) for line in (out / "rollouts.jsonl").read_bytes().splitlines()]
+    run_script(tmp_path, "run", "job.yaml", "--no-table", env=script_env(telemetry=False))
+    records = rollouts(tmp_path / "out")
     assert len(records) == 2 * len(WORDS)
     assert {r["dispatch_name"] for r in records} == {"walker", "echo"}
     assert all(r["reward"] == 1.0 for r in records), [r["result"] for r in records]

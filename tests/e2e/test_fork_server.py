@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from procs import alive
 from rollgym.config import JobConfig, validate_config, validate_read
 from rollgym.config_data import ConfigRead, read_config
 from rollgym.errors import LaunchError
@@ -51,14 +52,6 @@ def parent_of(pid: int) -> int:
 
 def cmdline(pid: int) -> str:
     return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def subreaper() -> int:

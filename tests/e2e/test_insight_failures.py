@@ -5,7 +5,6 @@ shown, and the terminal's hint right about trajectories (the run did record them
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import orjson
@@ -22,13 +21,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _rollgym(run: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rollgym", *args],
-        env=Job(run.parent).env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return Job(run.parent).cli(*args)
 
 
 def _failures(run: Path) -> dict[str, dict[str, object]]:

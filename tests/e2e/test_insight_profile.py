@@ -4,7 +4,6 @@ what to change, and the timeline its help promises."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import orjson
@@ -21,13 +20,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _profile(run: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rollgym", "traces", "profile", str(run), *args],
-        env=Job(run.parent).env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return Job(run.parent).cli("traces", "profile", str(run), *args)
 
 
 def test_http_phase_is_split_into_parts_that_sum_to_it(run: Path) -> None:

@@ -8,8 +8,6 @@ back and compared with the ids and log-probabilities the trajectory holds, recom
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from typing import Any
 
 import orjson
@@ -20,16 +18,6 @@ from rollgym.builtins.models import toy_tokenizer
 from server_specs import walker_servers
 
 pytestmark = pytest.mark.e2e
-
-
-def _rollgym(job: Job, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rollgym", *args],
-        env=job.env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def _model_turns(job: Job, rollout_id: str) -> list[dict[str, Any]]:
@@ -43,7 +31,7 @@ def test_tokens_of_each_turn_with_text_and_low_probability_marks(job: Job) -> No
     done = job.run(timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     turns = _model_turns(job, "1-0")
-    shown = _rollgym(job, "traces", "show", str(job.out), "1-0", "--conversation", "--tokens")
+    shown = job.cli("traces", "show", str(job.out), "1-0", "--conversation", "--tokens")
     assert shown.returncode == 0, shown.stderr
     out = shown.stdout
     # one token line per model call, with the threshold said
@@ -59,9 +47,7 @@ def test_tokens_of_each_turn_with_text_and_low_probability_marks(job: Job) -> No
     assert f"tokens: {len(first['completion_ids'])} generated, 0 with p < 0.1" in out
 
     # a higher threshold marks exactly the tokens under it, in the JSON and on screen
-    as_json = _rollgym(
-        job, "traces", "show", str(job.out), "1-0", "--tokens", "--low-p", "0.7", "--json"
-    )
+    as_json = job.cli("traces", "show", str(job.out), "1-0", "--tokens", "--low-p", "0.7", "--json")
     view = orjson.loads(as_json.stdout)
     answers = [e for e in view["conversation"] if e["kind"] == "answer"]
     assert len(answers) == len(turns)
@@ -72,10 +58,10 @@ def test_tokens_of_each_turn_with_text_and_low_probability_marks(job: Job) -> No
         assert [t["low"] for t in tokens] == [math.exp(lp) < 0.7 for lp in turn["logprobs"]]
     low = sum(t["low"] for a in answers for t in a["tokens"]["tokens"])
     assert low > 0
-    marked = _rollgym(job, "traces", "show", str(job.out), "1-0", "--tokens", "--low-p", "0.7")
+    marked = job.cli("traces", "show", str(job.out), "1-0", "--tokens", "--low-p", "0.7")
     assert marked.stdout.count("!") >= low
 
-    refused = _rollgym(job, "traces", "show", str(job.out), "1-0", "--tokens", "--low-p", "2")
+    refused = job.cli("traces", "show", str(job.out), "1-0", "--tokens", "--low-p", "2")
     assert refused.returncode == 2 and "not a probability" in refused.stderr
     assert "Traceback" not in refused.stderr
 
@@ -84,5 +70,5 @@ def test_tokens_asked_of_a_run_without_them_says_how_to_get_them(job: Job) -> No
     job.write(walker_servers(), [{"seed": 1, "hops": 1}], agent="walker", trajectories=True)
     done = job.run(timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
-    shown = _rollgym(job, "traces", "show", str(job.out), "0-0", "--conversation", "--tokens")
+    shown = job.cli("traces", "show", str(job.out), "0-0", "--conversation", "--tokens")
     assert shown.returncode == 0 and "run.capture_tokens=true" in shown.stdout

@@ -11,9 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from e2e_support import max_overlap
 from telemetry_helpers import TracedJob, simulated_model
 
 from rollgym.telemetry import names
+from server_specs import quickstart_servers
 
 pytestmark = pytest.mark.e2e
 
@@ -23,30 +25,9 @@ ROLLOUTS = 1500
 MODEL_LATENCY_S = 8.0
 
 
-def max_overlap(records: list[dict[str, float]]) -> int:
-    """Most rollouts whose [started_at, finished_at] intervals overlap at one instant."""
-    events = sorted(
-        [(r["started_at"], 1) for r in records] + [(r["finished_at"], -1) for r in records]
-    )
-    current = peak = 0
-    for _, step in events:
-        current += step
-        peak = max(peak, current)
-    return peak
-
-
 def test_isolation_holds_with_1000_rollouts_in_flight(tmp_path: Path) -> None:
     job = TracedJob(tmp_path)
-    servers = {
-        "policy": simulated_model(MODEL_LATENCY_S),
-        "arith": {"kind": "environment", "impl": "arithmetic"},
-        "solver": {
-            "kind": "agent",
-            "impl": "single_turn",
-            "model": "policy",
-            "environment": "arith",
-        },
-    }
+    servers = quickstart_servers(model=simulated_model(MODEL_LATENCY_S), keys=None, walker=None)
     rows = [{"question": f"{i} + {i % 97}"} for i in range(ROLLOUTS)]
     job.write(servers, rows, agent="solver", concurrency=IN_FLIGHT, timeout_s=120)
     proc = job.run(timeout=240)
@@ -93,16 +74,18 @@ def test_isolation_holds_with_1000_sdk_rollouts_in_flight(tmp_path: Path) -> Non
     one client per rollout over the process's shared pool): every rollout completes, each
     request id names its own rollout, and no span leaves its rollout's trace."""
     job = TracedJob(tmp_path)
-    servers = {
-        "policy": simulated_model(SDK_MODEL_LATENCY_S),
-        "arith": {"kind": "environment", "impl": "arithmetic"},
-        "sdk": {
+    servers = quickstart_servers(
+        model=simulated_model(SDK_MODEL_LATENCY_S),
+        keys=None,
+        walker=None,
+        solver=None,
+        sdk={
             "kind": "agent",
             "impl": "telemetry_agents:SdkAgent",
             "model": "policy",
             "environment": "arith",
         },
-    }
+    )
     rows = [{"question": f"{i} + {i % 97}"} for i in range(IN_FLIGHT)]
     job.write(servers, rows, agent="sdk", concurrency=IN_FLIGHT, timeout_s=120, max_attempts=1)
     proc = job.run(timeout=300)

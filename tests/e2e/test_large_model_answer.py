@@ -21,6 +21,8 @@ import pytest
 from aiohttp import web
 from e2e_support import Job
 
+from aiohttp_loopback import serve_on_loopback
+
 pytestmark = pytest.mark.e2e
 
 #: The upstream's answer text: 5 MB of ASCII lines (no escaping grows it in JSON but ``\n``).
@@ -56,12 +58,7 @@ def upstream() -> Iterator[str]:
     async def start() -> None:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", chat)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        holder["runner"] = runner
-        holder["port"] = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        holder["runner"], holder["port"] = await serve_on_loopback(app)
         ready.set()
 
     thread = threading.Thread(target=loop.run_forever, daemon=True)

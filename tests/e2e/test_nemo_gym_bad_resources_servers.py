@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 import pytest
-from e2e_support import Job, wait_for
+from e2e_support import Job, assert_no_traceback, free_port, wait_for
 from nemo_gym_support import (
     NOTEBOOK,
     PYTHON,
@@ -24,7 +24,6 @@ from nemo_gym_support import (
     notebook_server,
     session_counts,
 )
-from openenv_support import free_port
 from test_nemo_gym_resources_servers import servers
 
 pytestmark = [pytest.mark.e2e, needs_nemo_gym]
@@ -34,13 +33,7 @@ RUN: dict[str, Any] = {"agent": "player", "max_attempts": 1}
 
 def no_traceback(job: Job, *texts: str) -> None:
     """Not on the console, not in rollgym's logs (the resource server's own log is its own)."""
-    logs = [
-        p.read_text()
-        for p in (job.out / "logs").glob("*.log")
-        if not p.name.endswith(".nemo_gym.log")
-    ]
-    for text in (*texts, *logs):
-        assert "Traceback" not in text, text[-3000:]
+    assert_no_traceback(job.out, *texts, except_logs=".nemo_gym.log")
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 from e2e_support import Job
 
-pytestmark = pytest.mark.e2e
+from server_specs import nemo_row_servers
 
-FAST = {"kind": "fixed", "seconds": 0}
+pytestmark = pytest.mark.e2e
 
 
 def test_rows_with_an_empty_input_start_from_the_seeded_prompt(job: Job) -> None:
@@ -36,17 +36,7 @@ def test_rows_with_an_empty_input_start_from_the_seeded_prompt(job: Job) -> None
         }
         for a in range(3)
     ]
-    servers = {
-        "policy": {"kind": "model", "impl": "simulated", "accuracy": 1.0, "latency": FAST},
-        "arith": {"kind": "environment", "impl": "arithmetic"},
-        "keys": {"kind": "environment", "impl": "keychain"},
-        "nemo": {
-            "kind": "agent",
-            "impl": "nemo_gym_row",
-            "model": "policy",
-            "environments": {"math_simple_agent": "arith", "vault_agent": "keys"},
-        },
-    }
+    servers = nemo_row_servers()
     job.write(servers, rows, agent="nemo", trajectories=True)
     done = job.run()
     assert done.returncode == 0, done.stdout + done.stderr

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from e2e_support import Job
+from e2e_support import Job, assert_no_traceback
 from openenv_support import free_port, open_sessions, openenv_server
 from test_openenv_environment import rows, servers
 
@@ -28,16 +28,6 @@ RUN: dict[str, Any] = {
     "environment_routes": {"guesses": "guess"},
     "max_attempts": 1,
 }
-
-
-def no_traceback(job: Job, *texts: str) -> None:
-    logs = (
-        [p.read_text() for p in (job.out / "logs").glob("*.log")]
-        if (job.out / "logs").exists()
-        else []
-    )
-    for text in (*texts, *logs):
-        assert "Traceback" not in text, text[-3000:]
 
 
 @pytest.mark.parametrize(
@@ -61,7 +51,7 @@ def test_a_failing_openenv_environment_fails_its_rollouts_in_one_line(
             line = failure["message"]
             assert "\n" not in line
             assert "environment 'guess'" in line and f"{step}: " in line and says in line, line
-        no_traceback(job, proc.stdout, proc.stderr)
+        assert_no_traceback(job.out, proc.stdout, proc.stderr)
         # the sessions the failed rollouts opened are closed on the OpenEnv side too
         if mode != "refuse":
             from e2e_support import wait_for
@@ -78,7 +68,7 @@ def test_an_off_protocol_server_fails_its_rollouts_in_one_line(job: Job) -> None
         for failure in failures:
             line = failure["message"]
             assert "environment 'guess'" in line and "reset: answered off-protocol" in line, line
-        no_traceback(job, proc.stdout, proc.stderr)
+        assert_no_traceback(job.out, proc.stdout, proc.stderr)
 
 
 @pytest.mark.parametrize(
@@ -100,4 +90,4 @@ def test_an_openenv_environment_that_cannot_start_ends_the_run_in_one_line(
     proc = job.run(timeout=180)
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert says in proc.stderr, proc.stderr
-    no_traceback(job, proc.stdout, proc.stderr)
+    assert_no_traceback(job.out, proc.stdout, proc.stderr)

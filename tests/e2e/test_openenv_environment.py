@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import Job
+from e2e_support import Job, max_overlap
 from openenv_support import open_sessions, openenv_server, session_counts
 from telemetry_helpers import TracedJob
 
@@ -156,18 +156,6 @@ IN_FLIGHT = 1000
 #: Seconds each model turn is held: long enough that all 1,000 rollouts are admitted (each
 #: opening its OpenEnv session) before the first finishes.
 SLOW_TURN_S = 8.0
-
-
-def max_overlap(records: list[dict[str, Any]]) -> int:
-    """Most rollouts whose [started_at, finished_at] intervals overlap at one instant."""
-    events = sorted(
-        [(r["started_at"], 1) for r in records] + [(r["finished_at"], -1) for r in records]
-    )
-    current = peak = 0
-    for _, step in events:
-        current += step
-        peak = max(peak, current)
-    return peak
 
 
 def test_1000_rollouts_in_flight_over_one_openenv_server(job: Job) -> None:

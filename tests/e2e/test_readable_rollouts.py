@@ -7,8 +7,6 @@ trajectory lines the run wrote, rebuilt here independently of the code under tes
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 import orjson
@@ -38,16 +36,6 @@ def _rebuilt(trajectory: dict[str, Any]) -> list[dict[str, Any]]:
     return history
 
 
-def _rollgym(job: Job, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rollgym", *args],
-        env=job.env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 @pytest.fixture
 def finished(job: Job) -> Job:
     job.write(SERVERS, _rows(), agent="walker", trajectories=True, max_attempts=2)
@@ -59,7 +47,7 @@ def finished(job: Job) -> Job:
 def test_conversation_in_the_terminal(finished: Job) -> None:
     job = finished
     line = next(t for t in job.records("trajectories.jsonl") if t["task_index"] == 2)
-    shown = _rollgym(job, "traces", "show", str(job.out), "2-0", "--conversation")
+    shown = job.cli("traces", "show", str(job.out), "2-0", "--conversation")
     assert shown.returncode == 0, shown.stderr
     text = shown.stdout
     assert text.splitlines()[0].startswith("2-0 dispatch=walker outcome=ok reward=")
@@ -78,7 +66,7 @@ def test_conversation_in_the_terminal(finished: Job) -> None:
     verify = next(turn for turn in line["trajectory"]["turns"] if turn["type"] == "verify")
     assert f"reward={verify['reward']:.3f}" in text
 
-    as_json = _rollgym(job, "traces", "show", str(job.out), "2-0", "--conversation", "--json")
+    as_json = job.cli("traces", "show", str(job.out), "2-0", "--conversation", "--json")
     view = orjson.loads(as_json.stdout)
     kinds = [entry["kind"] for entry in view["conversation"]]
     assert kinds[:2] == ["message", "message"] and kinds[-1] == "verify"
@@ -88,7 +76,7 @@ def test_conversation_in_the_terminal(finished: Job) -> None:
 def test_a_failed_rollout_says_why_at_the_top(finished: Job) -> None:
     job = finished
     (failure,) = job.failures
-    shown = _rollgym(job, "traces", "show", str(job.out), "6-0", "--conversation")
+    shown = job.cli("traces", "show", str(job.out), "6-0", "--conversation")
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     assert lines[1] == f"failed: {failure['error_kind']}: {failure['message']}"
@@ -96,7 +84,7 @@ def test_a_failed_rollout_says_why_at_the_top(finished: Job) -> None:
     assert "no turn recorded for this rollout" in shown.stdout
     assert "the run records trajectories" in shown.stdout
     assert "run.trajectories=true" not in shown.stdout
-    missing = _rollgym(job, "traces", "show", str(job.out), "99-0", "--conversation")
+    missing = job.cli("traces", "show", str(job.out), "99-0", "--conversation")
     assert missing.returncode == 1
     assert missing.stderr.strip().endswith(
         "no rollout '99-0' in its rollouts.jsonl or failures.jsonl"
@@ -107,7 +95,7 @@ def test_export_carries_the_text(finished: Job) -> None:
     pq = pytest.importorskip("pyarrow.parquet")
     job = finished
     out = job.root / "table.parquet"
-    exported = _rollgym(job, "export", str(job.out), "-o", str(out))
+    exported = job.cli("export", str(job.out), "-o", str(out))
     assert exported.returncode == 0, exported.stderr
     rows = {row["rollout_id"]: row for row in pq.read_table(out).to_pylist()}
     lines = {line["rollout_id"]: line for line in job.records("trajectories.jsonl")}

@@ -18,6 +18,7 @@ from telemetry_helpers import launched_servers, quick_rows
 
 from rollgym import Collector, RolloutResult
 from rollgym.sandbox import unavailable_reason
+from server_specs import quickstart_servers, simulated_model
 
 pytestmark = pytest.mark.e2e
 
@@ -53,8 +54,8 @@ def _summed_per_dispatch_name(out: Path, rows: list[dict[str, Any]]) -> None:
             assert table["usage"].get(key, 0.0) == pytest.approx(expected, abs=1e-4), (name, key)
 
 
-def _parquet_columns(out: Path, rows: list[dict[str, Any]]) -> None:
-    """The export carries engine_s and sandbox_s, each row's as its rollouts.jsonl line says."""
+def _exported_parquet(out: Path) -> list[dict[str, Any]]:
+    """``rollgym export <out> --format parquet`` (skips without pyarrow): its rows."""
     pq = pytest.importorskip("pyarrow.parquet")
     env = {**os.environ, "PYTHONPATH": pythonpath()}
     done = subprocess.run(
@@ -65,7 +66,13 @@ def _parquet_columns(out: Path, rows: list[dict[str, Any]]) -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    table = pq.read_table(out / "trajectories.parquet").to_pylist()
+    rows: list[dict[str, Any]] = pq.read_table(out / "trajectories.parquet").to_pylist()
+    return rows
+
+
+def _parquet_columns(out: Path, rows: list[dict[str, Any]]) -> None:
+    """The export carries engine_s and sandbox_s, each row's as its rollouts.jsonl line says."""
+    table = _exported_parquet(out)
     assert len(table) == len(rows)
     by_id = {r["rollout_id"]: r["usage"] for r in rows}
     for row in table:
@@ -126,22 +133,7 @@ def test_sandbox_seconds_of_code_and_terminal_rollouts(tmp_path: Path) -> None:
 
 async def test_the_library_results_carry_engine_seconds(tmp_path: Path) -> None:
     """The Collector's results (no CLI, no files, tracing off) hold the same usage."""
-    servers = {
-        "policy": {
-            "kind": "model",
-            "impl": "simulated",
-            "latency": {"kind": "fixed", "seconds": 0.01},
-        },
-        "arith": {"kind": "environment", "impl": "arithmetic"},
-        "keys": {"kind": "environment", "impl": "keychain", "model": "policy"},
-        "solver": {
-            "kind": "agent",
-            "impl": "single_turn",
-            "model": "policy",
-            "environment": "arith",
-        },
-        "walker": {"kind": "agent", "impl": "tool_loop", "model": "policy", "environment": "keys"},
-    }
+    servers = quickstart_servers(model=simulated_model(0.01, accuracy=0.8))
     async with (
         launched_servers(servers, tmp_path, traces_to=None) as urls,
         Collector(
@@ -200,16 +192,7 @@ def test_sdk_rollouts_count_their_model_seconds_and_record_every_call(tmp_path: 
         assert turn["request_id"] == line["rollout_id"] + ".0"
         assert turn["finish_reason"] == "stop" and "incomplete" not in turn
         assert turn["usage"]["completion_tokens"] > 0 and turn["response_id"]
-    pq = pytest.importorskip("pyarrow.parquet")
-    env = {**os.environ, "PYTHONPATH": pythonpath()}
-    done = subprocess.run(
-        [sys.executable, "-m", "rollgym", "export", str(out), "--format", "parquet"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
+    table = _exported_parquet(out)
     by_id = {r["rollout_id"]: r["usage"]["model_s"] for r in records}
-    for row in pq.read_table(out / "trajectories.parquet").to_pylist():
+    for row in table:
         assert row["model_s"] == pytest.approx(by_id[row["rollout_id"]]) and row["model_s"] > 0

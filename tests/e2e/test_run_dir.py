@@ -11,7 +11,7 @@ import sys
 
 import orjson
 import pytest
-from e2e_support import Job, agent, wait_for
+from e2e_support import Job, agent
 
 pytestmark = pytest.mark.e2e
 
@@ -42,7 +42,7 @@ def test_a_second_run_on_a_busy_output_dir_is_refused_naming_the_first(
     _slow_job(job)
     first = job.start()
     try:
-        assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 10, timeout=60)
+        job.wait_rollouts(10)
         second = job.run(timeout=60)
         assert second.returncode == 1, second.stdout + second.stderr
         lines = second.stderr.strip().splitlines()
@@ -121,7 +121,7 @@ def test_ctrl_c_of_the_terminal_says_how_to_resume_and_no_store_death(job: Job) 
         start_new_session=True,  # its own group, like a shell's foreground job
     )
     try:
-        assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 10, timeout=120)
+        job.wait_rollouts(10, timeout=120)
         os.killpg(proc.pid, signal.SIGINT)
         output, _ = proc.communicate(timeout=90)
     finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 
 import pytest
-from e2e_support import Job, agent, children_of, server_pids_alive, wait_for
+from e2e_support import Job, agent, children_of, killed_if_left_running, server_pids_alive, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -29,15 +29,12 @@ def _every_rollout_exactly_once(job: Job) -> None:
 def test_resume_after_kill_9(job: Job, no_leftover_servers: None) -> None:
     _slow_job(job)
     proc = job.start()
-    try:
-        assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 40, timeout=60)
+    with killed_if_left_running(proc):
+        job.wait_rollouts(40)
         servers = set(server_pids_alive(under=str(job.root)))
         assert servers, "the launcher started no server process"
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     first_session = job.line_count("rollouts.jsonl")
     assert first_session < ROWS
     assert wait_for(lambda: not (servers & set(server_pids_alive())), timeout=15), "orphan servers"
@@ -53,14 +50,11 @@ def test_ctrl_c_records_cancelled_then_resume_completes(
 ) -> None:
     _slow_job(job)
     proc = job.start()
-    try:
-        assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 40, timeout=60)
+    with killed_if_left_running(proc):
+        job.wait_rollouts(40)
         servers = children_of(proc.pid)
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 130, output
     assert servers and not (set(servers) & set(server_pids_alive())), "Ctrl-C left a server behind"
     summary = job.summary

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from e2e_support import Job, agent
 
+from server_specs import quickstart_servers
+
 pytestmark = pytest.mark.e2e
 
 
@@ -50,21 +52,7 @@ def test_agent_rows_are_stamped_and_recorded(job: Job, no_leftover_servers: None
 
 
 def test_episode_rows_go_to_the_environment(job: Job, no_leftover_servers: None) -> None:
-    servers = {
-        "policy": {
-            "kind": "model",
-            "impl": "simulated",
-            "accuracy": 1.0,
-            "latency": {"kind": "fixed", "seconds": 0.0},
-        },
-        "arith": {"kind": "environment", "impl": "arithmetic", "model": "policy"},
-        "solver": {
-            "kind": "agent",
-            "impl": "single_turn",
-            "model": "policy",
-            "environment": "arith",
-        },
-    }
+    servers = quickstart_servers(arith={"model": "policy"}, keys=None, walker=None)
     rows = [
         {"task_id": {"taskset": "math", "task_id": 1}, "question": "2 + 3"},
         {"question": "4 * 5"},

@@ -7,7 +7,7 @@ import signal
 import time
 
 import pytest
-from e2e_support import Job, agent, killed_if_left_running, wait_for
+from e2e_support import Job, agent, killed_if_left_running
 
 from rollgym.session_records import read_sessions
 
@@ -27,7 +27,7 @@ def test_the_run_ends_like_one_ctrl_c(
     job.write({"a": agent(delay_s=0.2)}, [{"q": i} for i in range(ROWS)], agent="a", concurrency=8)
     proc = job.start()
     with killed_if_left_running(proc):
-        assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 16, timeout=60)
+        job.wait_rollouts(16)
         for sig in signals:
             proc.send_signal(sig)
             time.sleep(0.02)

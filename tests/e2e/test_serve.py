@@ -14,21 +14,13 @@ import urllib.request
 import openai
 import orjson
 import pytest
-from e2e_support import Job, agent, server_pids_alive, wait_for
+from e2e_support import Job, server_pids_alive, wait_for
+
+from server_specs import quickstart_servers
 
 pytestmark = pytest.mark.e2e
 
-SERVERS = {
-    "policy": {
-        "kind": "model",
-        "impl": "simulated",
-        "accuracy": 1.0,
-        "latency": {"kind": "fixed", "seconds": 0},
-    },
-    "arith": {"kind": "environment", "impl": "arithmetic"},
-    "keys": {"kind": "environment", "impl": "keychain"},
-    "solver": agent("single_turn", model="policy", environment="arith"),
-}
+SERVERS = quickstart_servers(episodes=False, walker=None)
 
 
 def serve(job: Job, *args: str) -> subprocess.Popen[str]:

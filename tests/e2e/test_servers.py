@@ -9,17 +9,18 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
+from procs import each_process, parent_of
 from rollgym.config import JobConfig, validate_config
 from rollgym.errors import LaunchError
 from rollgym.http.client import HttpClient
 from rollgym.identity import episode_body
 from rollgym.placement import launcher
 from rollgym.placement.launcher import launch_servers
+from waits import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -83,19 +84,11 @@ def launched_pids(parent: int | None = None) -> list[int]:
     """PIDs of server processes (``-m rollgym.servers.server_process``) whose parent is ``parent``
     (default: this test process), from /proc (Linux)."""
     parent = os.getpid() if parent is None else parent
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == parent and b"rollgym.servers.server_process" in cmdline:
-            found.append(int(entry.name))
-    return found
+    return [
+        pid
+        for pid, (stat, cmdline) in each_process("stat", "cmdline")
+        if parent_of(stat) == parent and b"rollgym.servers.server_process" in cmdline
+    ]
 
 
 def row(task_index: int, **task) -> dict:
@@ -229,10 +222,7 @@ def test_servers_die_with_a_killed_driver(tmp_path):
         assert len(running) == 1
         driver.send_signal(signal.SIGKILL)
         driver.wait()
-        deadline = time.monotonic() + 15
-        while any(alive(pid) for pid in running) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not any(alive(pid) for pid in running)
+        assert wait_for(lambda: not any(alive(pid) for pid in running), timeout=60)
     finally:
         if driver.poll() is None:
             driver.kill()

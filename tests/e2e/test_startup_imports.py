@@ -16,20 +16,11 @@ from pathlib import Path
 import pytest
 from e2e_support import Job, children_of, server_pids_alive, wait_for
 
+from server_specs import quickstart_servers
+
 pytestmark = pytest.mark.e2e
 
-SERVERS = {
-    "policy": {
-        "kind": "model",
-        "impl": "simulated",
-        "accuracy": 1.0,
-        "latency": {"kind": "fixed", "seconds": 0},
-    },
-    "arith": {"kind": "environment", "impl": "arithmetic"},
-    "keys": {"kind": "environment", "impl": "keychain", "model": "policy"},
-    "solver": {"kind": "agent", "impl": "single_turn", "model": "policy", "environment": "arith"},
-    "walker": {"kind": "agent", "impl": "tool_loop", "model": "policy", "environment": "keys"},
-}
+SERVERS = quickstart_servers()
 
 
 def mapped_packages(pid: int) -> set[str]:

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from procs import alive as _alive
 from rollgym.tracestore.store_process import start_trace_store
+from waits import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -24,17 +24,6 @@ time.sleep(60)
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead for our purpose
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def test_store_dies_with_its_parent(tmp_path: Path) -> None:
     parent = subprocess.Popen(
         [sys.executable, "-c", _PARENT, str(tmp_path / "traces.db"), str(tmp_path / "log")],
@@ -45,10 +34,7 @@ def test_store_dies_with_its_parent(tmp_path: Path) -> None:
         assert _alive(child)
         parent.send_signal(signal.SIGKILL)
         parent.wait()
-        deadline = time.monotonic() + 10
-        while _alive(child) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _alive(child)
+        assert wait_for(lambda: not _alive(child), timeout=60)
     finally:
         parent.kill()
 

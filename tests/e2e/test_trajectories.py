@@ -18,7 +18,7 @@ from e2e_support import Job, server_pids_alive, wait_for
 
 from rollgym.builtins.models import toy_tokenizer
 from rollgym.trajectory.tokens import token_sequence
-from server_specs import simulated_model, walker_servers
+from server_specs import nemo_row_servers, simulated_model, walker_servers
 
 pytestmark = pytest.mark.e2e
 
@@ -322,17 +322,7 @@ def _nemo_rows() -> list[dict[str, Any]]:
 
 
 def test_nemo_gym_rows_run_unchanged(job: Job) -> None:
-    servers = {
-        "policy": {"kind": "model", "impl": "simulated", "accuracy": 1.0, "latency": FAST},
-        "arith": {"kind": "environment", "impl": "arithmetic"},
-        "keys": {"kind": "environment", "impl": "keychain"},
-        "nemo": {
-            "kind": "agent",
-            "impl": "nemo_gym_row",
-            "model": "policy",
-            "environments": {"math_simple_agent": "arith", "vault_agent": "keys"},
-        },
-    }
+    servers = nemo_row_servers()
     job.write(servers, _nemo_rows(), agent="nemo", capture_tokens=True)
     done = job.run()
     assert done.returncode == 0, done.stdout + done.stderr

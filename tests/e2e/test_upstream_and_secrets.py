@@ -12,9 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from telemetry_helpers import TracedJob, simulated_model
+from telemetry_helpers import TracedJob
 
 from rollgym.telemetry import names
+from server_specs import simulated_model, solver_servers
 
 pytestmark = pytest.mark.e2e
 
@@ -28,20 +29,15 @@ def proxied_run(tmp_path_factory: pytest.TempPathFactory) -> TracedJob:
     job.write(
         {
             "engine": simulated_model(latency_s=0.01, accuracy=1.0),
-            "policy": {
-                "kind": "model",
-                "impl": "openai",
-                "upstream": "engine",
-                "model": "engine-model",
-                "api_key_env": "ROLLGYM_TEST_UPSTREAM_KEY",
-            },
-            "arith": {"kind": "environment", "impl": "arithmetic"},
-            "solver": {
-                "kind": "agent",
-                "impl": "single_turn",
-                "model": "policy",
-                "environment": "arith",
-            },
+            **solver_servers(
+                model={
+                    "kind": "model",
+                    "impl": "openai",
+                    "upstream": "engine",
+                    "model": "engine-model",
+                    "api_key_env": "ROLLGYM_TEST_UPSTREAM_KEY",
+                }
+            ),
         },
         ROWS,
         agent="solver",

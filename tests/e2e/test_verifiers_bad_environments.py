@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from e2e_support import assert_no_traceback
 from verifiers_support import VerifiersJob, require_verifiers, routed, verifiers_env
 
 from server_specs import simulated_model
@@ -19,16 +20,6 @@ from server_specs import simulated_model
 require_verifiers()
 
 pytestmark = pytest.mark.e2e
-
-
-def no_traceback(job: VerifiersJob, *texts: str) -> None:
-    logs = (
-        [p.read_text() for p in (job.out / "logs").glob("*.log")]
-        if (job.out / "logs").exists()
-        else []
-    )
-    for text in (*texts, *logs):
-        assert "Traceback" not in text, text[-3000:]
 
 
 @pytest.mark.parametrize(
@@ -58,7 +49,7 @@ def test_an_environment_that_does_not_load_is_one_line(
     lines = [line for line in proc.stderr.splitlines() if "config error" in line]
     assert len(lines) == 1 and "servers.bad.verifiers_environment: " in lines[0], proc.stderr
     assert says in lines[0], lines[0]
-    no_traceback(job, proc.stdout, proc.stderr)
+    assert_no_traceback(job.out, proc.stdout, proc.stderr)
 
 
 @pytest.mark.parametrize(
@@ -90,4 +81,4 @@ def test_an_environment_failing_in_its_rollout_fails_it_in_one_line(
         line = failure["message"]
         assert "\n" not in line
         assert "environment 'bad' (verifiers environment " in line and says in line, line
-    no_traceback(job, proc.stdout, proc.stderr)
+    assert_no_traceback(job.out, proc.stdout, proc.stderr)

@@ -7,21 +7,17 @@ working directory holding the module, with nothing but rollgym's sources on PYTH
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
-import orjson
 import pytest
 import yaml
+from console_script import require_script, rollouts, run_script, script_env
 from e2e_support import server_pids_alive, wait_for
 
 pytestmark = pytest.mark.e2e
-
-SCRIPT = Path(sys.executable).parent / "rollgym"
 
 MODULE = textwrap.dedent(
     """
@@ -36,11 +32,7 @@ MODULE = textwrap.dedent(
 
 
 def _env() -> dict[str, str]:
-    src = Path(__file__).resolve().parents[2] / "src"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env["PYTHONPATH"] = str(src)  # not tests/e2e: the module is found only in the cwd
-    env["OTEL_SDK_DISABLED"] = "true"
-    return env
+    return script_env(telemetry=False)  # not tests/e2e: the module is found only in the cwd
 
 
 def _job(root: Path) -> Path:
@@ -58,26 +50,13 @@ def _job(root: Path) -> Path:
 
 @pytest.fixture
 def script() -> Path:
-    if not SCRIPT.exists():
-        pytest.skip(f"no rollgym console script at {SCRIPT} (rollgym is not installed)")
-    return SCRIPT
+    return require_script()
 
 
 def test_run_imports_a_module_of_the_working_directory(tmp_path: Path, script: Path) -> None:
     config = _job(tmp_path)
-    proc = subprocess.run(
-        [str(script), "run", config.name, "--no-table"],
-        cwd=tmp_path,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    records = [
-        orjson.loads(line)
-        for line in (tmp_path / "out" / "rollouts.jsonl").read_bytes().splitlines()
-    ]
+    run_script(tmp_path, "run", config.name, "--no-table", env=_env(), timeout=120)
+    records = rollouts(tmp_path / "out")
     assert sorted(r["result"]["echo"] for r in records) == ["hi", "there"]
 
 

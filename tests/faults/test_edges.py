@@ -9,6 +9,8 @@ import pytest
 from e2e_support import Job, agent
 from faults_support import assert_exact_accounting
 
+from server_specs import solver_servers
+
 pytestmark = pytest.mark.e2e
 
 
@@ -17,20 +19,15 @@ def test_an_upstream_401_is_a_permanent_authentication_failure_naming_the_key(
 ) -> None:
     servers = {
         "engine": {"kind": "model", "impl": "fault_parts:KeyRefusingModel"},
-        "policy": {
-            "kind": "model",
-            "impl": "openai",
-            "upstream": "engine",
-            "model": "m",
-            "api_key_env": "ROLLGYM_FAULT_KEY",
-        },
-        "arith": {"kind": "environment", "impl": "arithmetic"},
-        "solver": {
-            "kind": "agent",
-            "impl": "single_turn",
-            "model": "policy",
-            "environment": "arith",
-        },
+        **solver_servers(
+            model={
+                "kind": "model",
+                "impl": "openai",
+                "upstream": "engine",
+                "model": "m",
+                "api_key_env": "ROLLGYM_FAULT_KEY",
+            }
+        ),
     }
     job.write(servers, [{"question": f"{i} + 1"} for i in range(4)], agent="solver", max_attempts=3)
     env = {**job.env(), "ROLLGYM_FAULT_KEY": "sk-wrong"}

@@ -27,20 +27,14 @@ from e2e_support import children_of, killed_if_left_running, wait_for
 from otlp_sink import OtlpSink
 from telemetry_helpers import TracedJob, quick_rows, quick_servers
 
+from procs import alive as _alive
+
 pytestmark = pytest.mark.e2e
 
 #: "Within seconds": an exporter whose parent died posts what is left for 3 s at most.
 GONE_WITHIN_S = 10.0
 #: The backend's request timeout (30 s, in milliseconds): far beyond GONE_WITHIN_S, so waiting one out fails the test.
 EXPORT_TIMEOUT_MS = "30000"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def _tracebacks(text: str) -> list[str]:

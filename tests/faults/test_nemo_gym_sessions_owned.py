@@ -6,7 +6,6 @@ twice)."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import urllib.request
 from pathlib import Path
@@ -24,6 +23,7 @@ from nemo_gym_support import (
     session_counts,
 )
 
+from procs import alive as _alive
 from server_specs import simulated_model
 
 pytestmark = [pytest.mark.e2e, needs_nemo_gym]
@@ -53,15 +53,6 @@ def _counts(path: Path) -> dict[str, int]:
     except (OSError, ValueError):
         return {"seeded": 0, "closed": 0, "verified": 0, "open": 0}
     return counts
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")
 
 
 def test_no_session_outlives_kill_9_and_the_resume_is_exact(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,17 +20,6 @@ def _one_line(proc: subprocess.CompletedProcess[str], code: int) -> str:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     return lines[0]
-
-
-def _rollgym(job: Job, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rollgym", *args],
-        env=job.env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=job.root,
-    )
 
 
 def test_an_output_dir_that_cannot_be_made_is_one_line(job: Job) -> None:
@@ -61,16 +49,16 @@ def test_reading_commands_on_a_corrupt_or_missing_store_are_one_line(job: Job) -
     run_dir.mkdir()
     (run_dir / "traces.db").write_bytes(b"this is not sqlite" * 100)
     for command in ("ls", "check", "slowest"):
-        line = _one_line(_rollgym(job, "traces", command, str(run_dir)), 2)
+        line = _one_line(job.cli("traces", command, str(run_dir), timeout=60), 2)
         assert line.startswith(f"rollgym traces {command}: {run_dir / 'traces.db'}: "), line
     missing = job.root / "nowhere"
-    line = _one_line(_rollgym(job, "traces", "ls", str(missing)), 2)
+    line = _one_line(job.cli("traces", "ls", str(missing), timeout=60), 2)
     assert f"{missing}: no such run directory" in line
     empty = job.root / "empty"
     empty.mkdir()
-    line = _one_line(_rollgym(job, "traces", "show", str(empty), "0-0"), 2)
+    line = _one_line(job.cli("traces", "show", str(empty), "0-0", timeout=60), 2)
     assert f"{empty / 'traces.db'}: no trace store here" in line
-    line = _one_line(_rollgym(job, "export", str(missing)), 2)
+    line = _one_line(job.cli("export", str(missing), timeout=60), 2)
     assert line == f"rollgym export: {missing}: no such run directory"
 
 
@@ -80,7 +68,9 @@ def test_traces_serve_on_a_port_in_use_is_one_line_naming_it(job: Job) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = _rollgym(job, "traces", "serve", "--db", str(job.root / "t.db"), "--port", str(port))
+        proc = job.cli(
+            "traces", "serve", "--db", str(job.root / "t.db"), "--port", str(port), timeout=60
+        )
     line = _one_line(proc, 2)
     assert f"cannot listen on 127.0.0.1:{port}: the port is in use" in line
 

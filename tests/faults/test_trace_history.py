@@ -20,6 +20,8 @@ import pytest
 from e2e_support import Job, killed_if_left_running, server_pids_alive, wait_for
 from faults_support import assert_exact_accounting
 
+from server_specs import solver_servers
+
 pytestmark = pytest.mark.e2e
 
 ROWS = 150
@@ -27,22 +29,12 @@ TELEMETRY = {"preset": "default", "exporter": "auto"}
 
 
 def _write(job: Job, **servers: Any) -> None:
-    config: dict[str, Any] = {
-        "policy": {
-            "kind": "model",
-            "impl": "simulated",
-            "latency": {"kind": "lognormal", "seconds": 0.15, "sigma": 0.3},
-        },
-        "arith": {"kind": "environment", "impl": "arithmetic"},
-        "solver": {
-            "kind": "agent",
-            "impl": "single_turn",
-            "model": "policy",
-            "environment": "arith",
-        },
+    model = {
+        "kind": "model",
+        "impl": "simulated",
+        "latency": {"kind": "lognormal", "seconds": 0.15, "sigma": 0.3},
     }
-    for name, extra in servers.items():
-        config[name] = {**config[name], **extra}
+    config = solver_servers(model=model, **servers)
     rows = [{"question": f"{i} + {i % 7}"} for i in range(ROWS)]
     job.write(config, rows, agent="solver", concurrency=16, max_attempts=3, telemetry=TELEMETRY)
 

@@ -6,15 +6,16 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+from procs import alive
 from rollgym.child_process import (
     describe_exit,
     log_tail,
     read_ready_file,
     spawn_child,
 )
+from waits import wait_for, wait_until
 
 
 def test_exits_are_described_by_status_or_signal() -> None:
@@ -59,24 +60,10 @@ def test_a_child_dies_with_its_parent(tmp_path: Path) -> None:
         "time.sleep(120)\n"
     )
     parent = subprocess.Popen([sys.executable, "-c", middle], env=dict(os.environ))
-    deadline = time.monotonic() + 60
-    while not pid_file.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(pid_file.exists, "the middle process to write its child's pid")
     grandchild = int(pid_file.read_text())
     parent.send_signal(signal.SIGKILL)
     parent.wait(timeout=30)
-    while time.monotonic() < deadline:
-        try:
-            os.kill(grandchild, 0)
-        except ProcessLookupError:
-            return
-        # a zombie until init reaps it counts as dead: look at its state
-        try:
-            state = Path(f"/proc/{grandchild}/stat").read_text().split()[2]
-        except OSError:
-            return
-        if state == "Z":
-            return
-        time.sleep(0.05)
-    os.kill(grandchild, signal.SIGKILL)
-    raise AssertionError("the child outlived its killed parent")
+    if not wait_for(lambda: not alive(grandchild), timeout=60):
+        os.kill(grandchild, signal.SIGKILL)
+        raise AssertionError("the child outlived its killed parent")

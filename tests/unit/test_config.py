@@ -10,6 +10,7 @@ import yaml
 
 from rollgym.config import load_config, parse_override, redacted
 from rollgym.errors import ConfigError
+from server_specs import agent_spec
 
 
 def _config(tmp_path: Path, data: dict[str, Any]) -> Path:
@@ -24,12 +25,7 @@ def _base(**run: Any) -> dict[str, Any]:
         "servers": {
             "policy": {"kind": "model", "impl": "simulated"},
             "arith": {"kind": "environment", "impl": "arithmetic"},
-            "solver": {
-                "kind": "agent",
-                "impl": "single_turn",
-                "model": "policy",
-                "environment": "arith",
-            },
+            "solver": agent_spec("single_turn", "arith"),
         },
     }
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 import orjson
 import pydantic
 import pytest
+from tool_arguments import played_arguments as _arguments
 
 from rollgym.builtins.envs.nemo_gym import (
     NemoGymOptions,
     _chat_of,
 )
 from rollgym.builtins.envs.nemo_gym_host import config_dict
-from rollgym.servers import ToolAnswer, ToolMistake, model_arguments
+from rollgym.servers import ToolAnswer
 from rollgym.servers.tools import INVALID_JSON, NOT_AN_OBJECT
 
 ROW = {
@@ -33,15 +34,6 @@ ROW = {
     },
     "expected": "cold",
 }
-
-
-def _arguments(name: str, written: object) -> object:
-    """What the environment does with a tool call's arguments: the object, or the answer
-    that tells the model what was wrong (the one shared rule, rollgym.servers.model_arguments)."""
-    try:
-        return model_arguments(name, written)
-    except ToolMistake as mistake:
-        return mistake.answer()
 
 
 def test_the_rows_request_is_the_prompt_and_the_tools() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pydantic
 import pytest
+from tool_arguments import played_arguments as _arguments
 
 from rollgym.builtins.envs.openenv import (
     OpenEnvOptions,
@@ -24,7 +25,7 @@ from rollgym.builtins.envs.openenv_wire import (
     _observation,
     ws_url,
 )
-from rollgym.servers import ToolAnswer, ToolMistake, model_arguments
+from rollgym.servers import ToolAnswer
 from rollgym.servers.tools import INVALID_JSON, NOT_AN_OBJECT
 
 GUESS_SCHEMA = {
@@ -38,15 +39,6 @@ GUESS_SCHEMA = {
     },
     "required": ["guess"],
 }
-
-
-def _arguments(name: str, written: object) -> object:
-    """What the environment does with a tool call's arguments: the object, or the answer
-    that tells the model what was wrong (the one shared rule, rollgym.servers.model_arguments)."""
-    try:
-        return model_arguments(name, written)
-    except ToolMistake as mistake:
-        return mistake.answer()
 
 
 def test_reset_gets_the_seed_the_rollout_id_and_the_tasks_reset_arguments() -> None:

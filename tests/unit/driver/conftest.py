@@ -8,17 +8,13 @@ import pytest
 from loopback import LoopbackAgent
 
 
-@pytest.fixture
-async def agent() -> AsyncIterator[LoopbackAgent]:
+async def _running() -> AsyncIterator[LoopbackAgent]:
+    """A started loopback agent, stopped when the test ends."""
     server = LoopbackAgent()
     await server.start()
     yield server
     await server.stop()
 
 
-@pytest.fixture
-async def second_agent() -> AsyncIterator[LoopbackAgent]:
-    server = LoopbackAgent()
-    await server.start()
-    yield server
-    await server.stop()
+agent = pytest.fixture(_running, name="agent")
+second_agent = pytest.fixture(_running, name="second_agent")

@@ -12,6 +12,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from aiohttp_loopback import serve_on_loopback
+
 Handler = Callable[[dict[str, Any]], Awaitable[tuple[int, Any]]]
 
 
@@ -49,11 +51,7 @@ class LoopbackAgent:
         app = web.Application()
         app.router.add_post("/run", self._run)
         # handlers still sleeping at teardown are cancelled at once, not awaited
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, port = await serve_on_loopback(app, access_log=None, shutdown_timeout=0.1)
         self.url = f"http://127.0.0.1:{port}"
 
     async def stop(self) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 from loopback import LoopbackAgent, collect_all
 
 from rollgym import Collector, RolloutFailure, RolloutResult
+from waits import until
 
 
 def _by_id(outcomes: list[Any]) -> dict[str, Any]:
@@ -158,8 +159,7 @@ async def test_interrupt_records_in_flight_as_cancelled(agent: LoopbackAgent) ->
         async for outcome in collector.stream([{"q": i} for i in range(100)]):
             outcomes.append(outcome)
             if len(outcomes) == 1:
-                while len(collector.in_flight) < 4:
-                    await asyncio.sleep(0.01)
+                await until(lambda: len(collector.in_flight) >= 4, "four rollouts in flight")
                 collector.interrupt()
     kinds = sorted(getattr(o, "error_kind", "ok") for o in outcomes)
     assert kinds == ["cancelled"] * 4 + ["ok"]

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from aiohttp_loopback import serve_on_loopback
 from rollgym.driver.dispatch import AttemptOutcome
 from rollgym.driver.groups import GroupBuffer
 from rollgym.driver.outcomes import Outcome, RolloutFailure, RolloutResult
@@ -24,6 +25,7 @@ from rollgym.policy_versions import (
     supersedes,
     version_range,
 )
+from waits import until
 
 
 def test_lag_of_ints_and_labels() -> None:
@@ -172,10 +174,7 @@ def test_version_file_is_read_at_start_and_on_change(tmp_path: Path) -> None:
             tmp = tmp_path / "version.tmp"
             tmp.write_text("step-4")
             tmp.replace(path)  # the trainer's atomic rewrite
-            for _ in range(100):
-                if len(target.versions) == 2:
-                    break
-                await asyncio.sleep(0.05)
+            await until(lambda: len(target.versions) == 2, "the rewritten version to be read")
 
     asyncio.run(main())
     assert target.versions == [3, "step-4"]
@@ -202,11 +201,7 @@ class _VersionSink:
 
         app = web.Application()
         app.router.add_post("/policy_version", handle)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, port = await serve_on_loopback(app)
         self.url = f"http://127.0.0.1:{port}"
 
     async def stop(self) -> None:

@@ -6,13 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from rollgym.driver.run_lock import LOCK_FILE, RunLock
 from rollgym.errors import ConfigError, RunDirBusy
+from waits import wait_until
 
 HOLD = """
 import sys, time
@@ -49,15 +49,17 @@ def test_kill_9_of_the_holder_leaves_no_stuck_lock(tmp_path: Path) -> None:
         if holder.poll() is None:
             holder.kill()
             holder.wait()
-    deadline = time.monotonic() + 5
-    while True:
-        try:
-            RunLock(tmp_path).acquire().release()
-            break
-        except RunDirBusy:
-            assert time.monotonic() < deadline, "the lock outlived its holder"
-            time.sleep(0.05)
+    wait_until(lambda: _free(tmp_path), "the lock to be free once its holder is killed")
     assert (tmp_path / LOCK_FILE).exists()
+
+
+def _free(run_dir: Path) -> bool:
+    """Whether the run lock of ``run_dir`` can be taken (it is released at once)."""
+    try:
+        RunLock(run_dir).acquire().release()
+    except RunDirBusy:
+        return False
+    return True
 
 
 def test_an_output_dir_that_cannot_exist_is_one_line_naming_it(tmp_path: Path) -> None:

@@ -12,13 +12,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
 from rollgym import Collector
 from rollgym.builtins.models.simulated import SimulatedModel
@@ -27,25 +25,11 @@ from rollgym.driver.weight_probe import Probe, ProbeGap, ProbeLog, gap, prompt_l
 from rollgym.errors import ServerCallError
 from rollgym.http.server import create_app
 from rollgym.servers.base import Server
-from rollgym.servers.server_process import bind_loopback
+from uvicorn_thread import uvicorn_in_loop
 
 
-@asynccontextmanager
-async def _serving(server: Server) -> AsyncIterator[str]:
-    sock = bind_loopback()
-    config = uvicorn.Config(create_app(server), log_level="warning", lifespan="on")
-    uv = uvicorn.Server(config)
-    task = asyncio.create_task(uv._serve(sockets=[sock]))
-    try:
-        for _ in range(500):
-            if uv.started or task.done():
-                break
-            await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        uv.should_exit = True
-        await asyncio.wait_for(task, 10)
-        sock.close()
+def _serving(server: Server) -> AbstractAsyncContextManager[str]:
+    return uvicorn_in_loop(create_app(server), lifespan="on")
 
 
 def _vllm_answer(entries: list[Any]) -> dict[str, Any]:

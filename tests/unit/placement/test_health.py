@@ -9,10 +9,12 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
 
+from aiohttp_loopback import serve_on_loopback
 from rollgym.errors import LaunchError
 from rollgym.placement.health import HealthSession, wait_healthy
 
@@ -28,16 +30,22 @@ async def session() -> AsyncIterator[HealthSession]:
 async def _serve(handler: Handler) -> tuple[web.AppRunner, str]:
     app = web.Application()
     app.router.add_get("/health", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await serve_on_loopback(app)
     return runner, f"http://127.0.0.1:{port}"
 
 
 def _failure(problem: str) -> LaunchError:
     return LaunchError(problem, server="x")
+
+
+async def _healthy(
+    url: str | None, session: HealthSession, within_s: float = 20.0, **options: Any
+) -> str:
+    """``wait_healthy`` of ``url`` given ``within_s`` seconds (a generous 20 unless the test
+    is about running out of time), failures named for server ``x``."""
+    return await wait_healthy(
+        url, session=session, deadline=time.monotonic() + within_s, failure=_failure, **options
+    )
 
 
 def _free_port() -> int:
@@ -52,9 +60,7 @@ async def test_a_healthy_server_answers_with_its_url(session: HealthSession) -> 
 
     runner, url = await _serve(ok)
     try:
-        got = await wait_healthy(
-            url, session=session, deadline=time.monotonic() + 20, failure=_failure
-        )
+        got = await _healthy(url, session)
     finally:
         await runner.cleanup()
     assert got == url
@@ -69,13 +75,7 @@ async def test_the_url_can_come_from_a_ready_file(session: HealthSession, tmp_pa
     port = url.rsplit(":", 1)[1]
     asyncio.get_running_loop().call_later(0.2, ready.write_text, port)
     try:
-        got = await wait_healthy(
-            None,
-            session=session,
-            deadline=time.monotonic() + 20,
-            ready_file=ready,
-            failure=_failure,
-        )
+        got = await _healthy(None, session, ready_file=ready)
     finally:
         await runner.cleanup()
     assert got == f"http://127.0.0.1:{port}"
@@ -90,13 +90,9 @@ async def test_a_wrong_answer_is_named_when_time_runs_out(
     runner, url = await _serve(starting)
     try:
         with pytest.raises(LaunchError, match="not healthy in time .*'starting'"):
-            await wait_healthy(
-                url, session=session, deadline=time.monotonic() + 0.5, failure=_failure
-            )
+            await _healthy(url, session, 0.5)
         # a server given by url: only has to answer below 500
-        got = await wait_healthy(
-            url, session=session, deadline=time.monotonic() + 20, failure=_failure, strict=False
-        )
+        got = await _healthy(url, session, strict=False)
         assert got == url
     finally:
         await runner.cleanup()
@@ -111,13 +107,7 @@ async def test_an_error_status_is_not_healthy_even_when_lenient(
     runner, url = await _serve(broken)
     try:
         with pytest.raises(LaunchError, match="HTTP 503"):
-            await wait_healthy(
-                url,
-                session=session,
-                deadline=time.monotonic() + 0.5,
-                failure=_failure,
-                strict=False,
-            )
+            await _healthy(url, session, 0.5, strict=False)
     finally:
         await runner.cleanup()
 
@@ -140,14 +130,7 @@ async def test_a_child_that_exits_first_is_a_failure_naming_its_exit(
     child = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     child.wait(timeout=60)
     with pytest.raises(LaunchError, match=r"exited \(exit status 3\) before it was healthy"):
-        await wait_healthy(
-            None,
-            session=session,
-            deadline=time.monotonic() + 20,
-            ready_file=tmp_path / "never",
-            process=child,
-            failure=_failure,
-        )
+        await _healthy(None, session, ready_file=tmp_path / "never", process=child)
 
 
 async def test_credentials_in_a_url_are_sent_and_an_answer_not_json_is_named(
@@ -166,21 +149,10 @@ async def test_credentials_in_a_url_are_sent_and_an_answer_not_json_is_named(
     runner, url = await _serve(guarded)
     with_credentials = url.replace("http://", "http://user:secret@")
     try:
-        got = await wait_healthy(
-            with_credentials,
-            session=session,
-            deadline=time.monotonic() + 20,
-            failure=_failure,
-            strict=False,
-        )
+        got = await _healthy(with_credentials, session, strict=False)
         assert got == with_credentials
         assert seen and seen[-1] is not None and seen[-1].startswith("Basic ")
         with pytest.raises(LaunchError, match="not healthy in time .*JSONDecodeError"):
-            await wait_healthy(
-                with_credentials,
-                session=session,
-                deadline=time.monotonic() + 0.5,
-                failure=_failure,
-            )
+            await _healthy(with_credentials, session, 0.5)
     finally:
         await runner.cleanup()

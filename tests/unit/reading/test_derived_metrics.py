@@ -14,6 +14,7 @@ from aiohttp import web
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from aiohttp_loopback import serve_on_loopback
 from rollgym.http.client import HttpClient
 from rollgym.identity import base_rollout_id, make_rollout_id
 from rollgym.reading.derived_metrics import DERIVED, NOT_DERIVED, derive_metrics
@@ -58,11 +59,8 @@ async def test_http_metrics_match_the_instruments(store: TraceStoreProcess) -> N
 
     app = web.Application()
     app.router.add_post("/run", run)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/run"  # type: ignore[union-attr]
+    runner, port = await serve_on_loopback(app)
+    url = f"http://127.0.0.1:{port}/run"
     reader = InMemoryMetricReader()
     handle = setup_telemetry(
         TelemetrySettings(groups=PRESETS["minimal"], traces_exporter="otlp"),

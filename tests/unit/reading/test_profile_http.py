@@ -3,8 +3,6 @@ time the attribution gives ``http``, split by where it lies against the server's
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 
 from rollgym.reading.profile_http import PARTS, HttpTotals, http_parts
@@ -12,23 +10,10 @@ from rollgym.reading.profile_phases import PHASE_INDEX, SpanRecord, attribute_di
 from rollgym.reading.profile_timeline import spark, timeline_lines
 from rollgym.telemetry import names
 
-MS = 1_000_000
+from .span_builder import MS
+from .span_builder import span as _span
+
 CLIENT, SERVER = 3, 2
-_ids = itertools.count(1)
-
-
-def _span(
-    name: str, start_ms: float, end_ms: float, parent: SpanRecord | None, kind: int = 1, **kw
-) -> SpanRecord:
-    return SpanRecord(
-        span_id=next(_ids).to_bytes(8, "big"),
-        parent_id=None if parent is None else parent.span_id,
-        name=name,
-        kind=kind,
-        start_ns=int(start_ms * MS),
-        end_ns=int(end_ms * MS),
-        **kw,
-    )
 
 
 def _parts(root: SpanRecord, spans: list[SpanRecord]) -> dict[str, float]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 
 from rollgym.reading.profile_phases import (
@@ -15,22 +13,8 @@ from rollgym.reading.profile_phases import (
 )
 from rollgym.telemetry import names
 
-MS = 1_000_000
-_ids = itertools.count(1)
-
-
-def _span(
-    name: str, start_ms: float, end_ms: float, parent: SpanRecord | None, kind: int = 1, **kw
-) -> SpanRecord:
-    return SpanRecord(
-        span_id=next(_ids).to_bytes(8, "big"),
-        parent_id=None if parent is None else parent.span_id,
-        name=name,
-        kind=kind,
-        start_ns=int(start_ms * MS),
-        end_ns=int(end_ms * MS),
-        **kw,
-    )
+from .span_builder import MS
+from .span_builder import span as _span
 
 
 def _hand_built() -> tuple[SpanRecord, list[SpanRecord]]:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from procs import each_process
 from rollgym.sandbox import SandboxLimits, unavailable_reason
 
 #: Small limits so every abuse ends quickly, even on a saturated machine.
@@ -20,14 +19,4 @@ requires_sandbox = pytest.mark.skipif(
 def processes_of(sandbox_id: str) -> list[int]:
     """Live processes started in a sandbox (they carry its id in their environment)."""
     marker = f"_ROLLGYM_SANDBOX_ID={sandbox_id}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if marker in environ.split(b"\0"):
-            found.append(int(entry.name))
-    return found
+    return [pid for pid, (environ,) in each_process("environ") if marker in environ.split(b"\0")]

@@ -7,6 +7,7 @@ import asyncio
 from sandbox_support import requires_sandbox
 
 from rollgym.sandbox import SandboxLimits, SandboxPool
+from waits import until
 
 pytestmark = requires_sandbox
 
@@ -17,10 +18,7 @@ async def test_pool_accounting_is_exact_and_waiters_are_counted() -> None:
     first = await pool.acquire("a")
     second = await pool.acquire("b")
     third = asyncio.ensure_future(pool.acquire("c"))
-    for _ in range(100):
-        await asyncio.sleep(0.01)
-        if pool.waiting:
-            break
+    await until(lambda: pool.waiting, "the third acquire to wait for a sandbox")
     assert pool.waiting == 1 and not third.done()
     await pool.release(first)
     got = await asyncio.wait_for(third, 30)

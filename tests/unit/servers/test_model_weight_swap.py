@@ -21,6 +21,7 @@ from rollgym.builtins.models.openai_upstream import OpenAIUpstream
 from rollgym.builtins.models.simulated import SimulatedModel
 from rollgym.http.server import OrjsonResponse
 from rollgym.servers import ModelServer
+from waits import until
 
 ASK = {"messages": [{"role": "user", "content": "Compute: 1 + 2\nReply with 'Answer: <n>'."}]}
 SLOW = {"latency": {"kind": "fixed", "seconds": 0.5}, "prefill_share": 0.0}
@@ -51,7 +52,7 @@ async def test_in_flight_calls_keep_the_old_stamp_and_late_ones_wait(
         await client.post_json("policy", url + "/policy_version", {"version": 1})
         before = asyncio.ensure_future(client.post_json("policy", chat, ASK))
         streamed = asyncio.ensure_future(client.post_json("policy", chat, {**ASK, "stream": True}))
-        await asyncio.sleep(0.2)  # both are generating
+        await until(lambda: model._gate.calls == 2, "both calls to be generating")
         swap = asyncio.ensure_future(
             client.post_json(
                 "policy", url + "/policy_version", {"version": 2, "weights": str(tmp_path)}

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import orjson
 import pytest
-import uvicorn
 from fastapi import FastAPI, Request
 from starlette.responses import Response, StreamingResponse
 from test_openai_upstream import ARITH, FAST, UuidOnlyUpstream
@@ -34,36 +33,15 @@ from rollgym.http.client import HttpClient
 from rollgym.http.server import OrjsonResponse, create_app
 from rollgym.servers.base import Server
 from rollgym.servers.request_ids import is_uuid
-from rollgym.servers.server_process import bind_loopback
+from uvicorn_thread import uvicorn_in_loop
 
 #: How long a test waits for something that should happen: generous for a loaded machine.
 PATIENCE_S = 30.0
 
 
-@asynccontextmanager
-async def _served(server: Server) -> AsyncIterator[str]:
+def _served(server: Server) -> AbstractAsyncContextManager[str]:
     """``server``'s app under uvicorn with rollgym's own protocol (what its processes run)."""
-    sock = bind_loopback()
-    config = uvicorn.Config(
-        create_app(server),
-        http=bounded_protocol(),
-        log_level="warning",
-        access_log=False,
-        lifespan="on",
-    )
-    uv = uvicorn.Server(config)
-    task = asyncio.create_task(uv._serve(sockets=[sock]))
-    try:
-        for _ in range(1000):
-            if uv.started or task.done():
-                break
-            await asyncio.sleep(0.01)
-        assert uv.started, "the server did not start"
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        uv.should_exit = True
-        await asyncio.wait_for(task, PATIENCE_S)
-        sock.close()
+    return uvicorn_in_loop(create_app(server), PATIENCE_S, http=bounded_protocol(), lifespan="on")
 
 
 class StallingUpstream:

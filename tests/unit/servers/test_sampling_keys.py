@@ -23,6 +23,7 @@ from rollgym.builtins.models.simulated import SimulatedModel
 from rollgym.config import load_config
 from rollgym.errors import ConfigError
 from rollgym.identity import episode_body
+from server_specs import agent_spec
 
 FAST = {"kind": "fixed", "seconds": 0.0}
 
@@ -164,13 +165,7 @@ def test_a_configs_bad_sampling_is_one_line_naming_the_key(tmp_path: Path, sampl
         "servers": {
             "policy": {"kind": "model", "impl": "simulated"},
             "keys": {"kind": "environment", "impl": "keychain"},
-            "walker": {
-                "kind": "agent",
-                "impl": "tool_loop",
-                "model": "policy",
-                "environment": "keys",
-                "sampling": sampling,
-            },
+            "walker": agent_spec("tool_loop", "keys", sampling=sampling),
         },
     }
     path = tmp_path / "job.yaml"

@@ -11,12 +11,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import orjson
 import pytest
-import uvicorn
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from starlette.applications import Starlette
@@ -26,12 +25,12 @@ from starlette.routing import Route
 
 from rollgym.builtins.models.simulated import SimulatedModel
 from rollgym.servers.rollout_context import ModelClient, RolloutContext
-from rollgym.servers.server_process import bind_loopback
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import configure_gate
 from rollgym.telemetry.setup import install_for_tests
 from rollgym.trajectory.conversation import conversation, full_messages
 from rollgym.trajectory.record import TrajectoryRecorder
+from uvicorn_thread import uvicorn_in_loop
 
 FAST = {"accuracy": 1.0, "latency": {"kind": "fixed", "seconds": 0}, "model_name": "sim"}
 ARITH = [{"role": "user", "content": "Compute: 12 + 7 * 3\nReply with 'Answer: <number>'."}]
@@ -256,24 +255,11 @@ async def _answer(request: Request) -> Response:
     return StreamingResponse(CUTS[kind](request), media_type="text/event-stream")
 
 
-@asynccontextmanager
-async def loopback_upstream() -> AsyncIterator[str]:
+def loopback_upstream() -> AbstractAsyncContextManager[str]:
     """An OpenAI-compatible upstream on loopback that answers as header ``x-cut`` says: a
     stream cut short one way or another, or two different choices."""
     app = Starlette(routes=[Route("/{path:path}", _answer, methods=["POST"])])
-    sock = bind_loopback()
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    task = asyncio.create_task(server._serve(sockets=[sock]))
-    try:
-        for _ in range(500):
-            if server.started:
-                break
-            await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
-        sock.close()
+    return uvicorn_in_loop(app, lifespan="off")
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,6 @@ test, so only the resend stands between the call and "server disconnected".
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -24,20 +23,12 @@ from rollgym.servers.base import Server
 from rollgym.servers.rollout_context import ModelClient, RolloutContext
 from rollgym.servers.server_process import bind_loopback
 from uvicorn_thread import uvicorn_in_thread
+from waits import wait_until
 
 FAST = {"accuracy": 1.0, "latency": {"kind": "fixed", "seconds": 0.0}}
 ARITH = [{"role": "user", "content": "Compute: 2 + 3\nReply with 'Answer: <number>'."}]
 #: Generous: a loaded machine may take seconds to start a server or close a connection.
 DEADLINE_S = 60.0
-
-
-def _until(condition: Callable[[], bool], what: str) -> None:
-    """Block this thread (and so the test's event loop) until ``condition()`` holds."""
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.005)
 
 
 @contextmanager
@@ -77,7 +68,7 @@ async def test_a_connection_closed_while_idle_is_resent_once_on_a_fresh_one(
         sdk = rollout.async_openai()
         first = await sdk.chat.completions.create(model="sim", messages=ARITH)
         pool = sdk_pool.async_pool()
-        _until(_server_closed_all(uv), "the server to close the idle connection")
+        wait_until(_server_closed_all(uv), "the server to close the idle connection", DEADLINE_S)
         second = await sdk.chat.completions.create(model="sim", messages=ARITH)
         resent = pool.resent
         # a connection that is fine is not resent
@@ -106,7 +97,7 @@ async def test_without_the_resend_the_stale_connection_fails_the_call(
 
         sdk = AsyncOpenAI(base_url=url + "/r/c-0/v1", api_key="k", http_client=bare, max_retries=0)
         await sdk.chat.completions.create(model="sim", messages=ARITH)
-        _until(_server_closed_all(uv), "the server to close the idle connection")
+        wait_until(_server_closed_all(uv), "the server to close the idle connection", DEADLINE_S)
         with pytest.raises(APIConnectionError):
             await sdk.chat.completions.create(model="sim", messages=ARITH)
         await sdk_pool.aclose_async_pool()

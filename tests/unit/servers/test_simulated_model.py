@@ -133,20 +133,24 @@ async def test_latency_is_slept_not_burnt(serving, client):
     assert time.process_time() - cpu < 5.0
 
 
-async def test_engine_span_names_the_rollout(serving, client):
+async def _one_chat_traced(serving, client, path: str, request_id: str) -> list:
+    """The finished spans of one chat call to a fresh simulated model at ``path`` with header
+    ``X-Request-Id: request_id``, caught by an in-memory exporter."""
     from rollgym.telemetry.setup import install_for_tests
 
     exporter = InMemorySpanExporter()
     install_for_tests(exporter)
     async with serving(SimulatedModel.build("policy", fast_model_options())) as url:
         await client.post_json(
-            "policy",
-            url + "/r/9-0/v1/chat/completions",
-            {"messages": ARITH},
-            headers={"X-Request-Id": "9-0.3"},
+            "policy", url + path, {"messages": ARITH}, headers={"X-Request-Id": request_id}
         )
-    engine = [s for s in exporter.get_finished_spans() if s.name == names.SPAN_ENGINE_REQUEST]
-    server = [s for s in exporter.get_finished_spans() if s.name.startswith("POST /r/")]
+    return list(exporter.get_finished_spans())
+
+
+async def test_engine_span_names_the_rollout(serving, client):
+    spans = await _one_chat_traced(serving, client, "/r/9-0/v1/chat/completions", "9-0.3")
+    engine = [s for s in spans if s.name == names.SPAN_ENGINE_REQUEST]
+    server = [s for s in spans if s.name.startswith("POST /r/")]
     assert engine and engine[0].attributes[names.ROLLOUT_ID] == "9-0"
     assert server[0].name == "POST /r/{rollout_id}/v1/chat/completions"
     assert engine[0].parent.span_id == server[0].context.span_id
@@ -208,16 +212,6 @@ async def test_engine_span_reports_queue_first_token_and_e2e_latency(serving, cl
 async def test_a_non_ascii_request_id_names_its_rollout(serving, client, header):
     """rollgym sends a non-ASCII id percent-encoded; a client sending raw UTF-8 is read as
     UTF-8, not as the Latin-1 an ASGI server hands over."""
-    from rollgym.telemetry.setup import install_for_tests
-
-    exporter = InMemorySpanExporter()
-    install_for_tests(exporter)
-    async with serving(SimulatedModel.build("policy", fast_model_options())) as url:
-        await client.post_json(
-            "policy",
-            url + "/v1/chat/completions",
-            {"messages": ARITH},
-            headers={"X-Request-Id": header},
-        )
-    engine = [s for s in exporter.get_finished_spans() if s.name == names.SPAN_ENGINE_REQUEST]
+    spans = await _one_chat_traced(serving, client, "/v1/chat/completions", header)
+    engine = [s for s in spans if s.name == names.SPAN_ENGINE_REQUEST]
     assert engine and engine[0].attributes[names.ROLLOUT_ID] == "tâche-1"

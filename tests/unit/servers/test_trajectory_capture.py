@@ -75,14 +75,22 @@ class SdkAgent(Agent):
         return {"reward": verdict["reward"]}
 
 
-async def test_sdk_calls_are_recorded_with_the_engine_tokens(serving: Any) -> None:
+async def _sdk_outcomes(serving: Any, agent_class: Any, n: int) -> list[Any]:
+    """``n`` arithmetic rows played by an ``agent_class`` agent named ``sdk`` over the
+    quickstart stack, tokens captured: the Collector's outcomes."""
     exits, urls = await stack(serving)
     async with exits:
-        agent = SdkAgent.build("sdk", {"model": "policy", "environment": "arith"}, urls=dict(urls))
+        agent = agent_class.build(
+            "sdk", {"model": "policy", "environment": "arith"}, urls=dict(urls)
+        )
         async with serving(agent) as url:
-            rows = [{"question": f"{i} + 3"} for i in range(3)]
+            rows = [{"question": f"{i} + 3"} for i in range(n)]
             async with Collector({"sdk": url}, agent="sdk", capture_tokens=True) as collector:
-                outcomes = [o async for o in collector.stream(rows)]
+                return [o async for o in collector.stream(rows)]
+
+
+async def test_sdk_calls_are_recorded_with_the_engine_tokens(serving: Any) -> None:
+    outcomes = await _sdk_outcomes(serving, SdkAgent, 3)
     for outcome in outcomes:
         assert isinstance(outcome, RolloutResult) and outcome.trajectory is not None
         model, verify = outcome.trajectory["turns"]
@@ -113,15 +121,7 @@ class BlockingStreamAgent(Agent):
 
 
 async def test_blocking_sdk_streams_are_recorded_whole(serving: Any) -> None:
-    exits, urls = await stack(serving)
-    async with exits:
-        agent = BlockingStreamAgent.build(
-            "sdk", {"model": "policy", "environment": "arith"}, urls=dict(urls)
-        )
-        async with serving(agent) as url:
-            rows = [{"question": f"{i} + 3"} for i in range(2)]
-            async with Collector({"sdk": url}, agent="sdk", capture_tokens=True) as collector:
-                outcomes = [o async for o in collector.stream(rows)]
+    outcomes = await _sdk_outcomes(serving, BlockingStreamAgent, 2)
     for outcome in outcomes:
         assert isinstance(outcome, RolloutResult) and outcome.trajectory is not None
         model = outcome.trajectory["turns"][0]

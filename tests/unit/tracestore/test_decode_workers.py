@@ -15,8 +15,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from procs import alive as _alive
 from rollgym.telemetry import names
 from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
+from waits import wait_until
 
 WAIT_S = 60.0
 
@@ -67,14 +69,6 @@ def _workers(store_pid: int) -> list[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def _spans(db: Path) -> int:
     with sqlite3.connect(db) as conn:
         return int(conn.execute("SELECT COUNT(*) FROM spans").fetchone()[0])
@@ -107,10 +101,11 @@ def test_decode_workers_die_with_a_killed_store(tmp_path: Path) -> None:
     finally:
         store.process.kill()
         store.process.wait()
-    deadline = time.monotonic() + WAIT_S
-    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(_alive(pid) for pid in workers)
+    wait_until(
+        lambda: not any(_alive(pid) for pid in workers),
+        "the decode workers to die with their store",
+        WAIT_S,
+    )
 
 
 def test_a_resource_keeps_one_row_across_a_restart(tmp_path: Path) -> None:
