@@ -11,17 +11,14 @@ file ``ORS_SESSIONS`` names: the sessions the server made and tore down, counted
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import HERE, Job, wait_for
-from openenv_support import free_port
+from e2e_support import HERE, Job, free_port, served_process
 
 from rollgym.builtins.envs.ors_host import default_python
 from server_specs import simulated_model
@@ -79,35 +76,9 @@ def ors_server(log: Path, sessions: Path, mode: str = "ok") -> Iterator[str]:
     Python on a loopback port, its output in ``log``; yields its base URL."""
     port = free_port()
     env = {**os.environ, **child_env(sessions, mode), "PYTHONPATH": str(ENVS)}
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [PYTHON, str(ENVS / "ors_guess.py"), str(port)],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        if not wait_for(lambda: _answers(url + "/health") or proc.poll() is not None, 120):
-            raise RuntimeError("the ORS test server did not start")
-        if proc.poll() is not None:
-            raise RuntimeError(f"the ORS test server exited: {log.read_text()[-2000:]}")
+    argv = [PYTHON, str(ENVS / "ors_guess.py"), str(port)]
+    with served_process(argv, log, port, "the ORS test server", env=env) as url:
         yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2):
-            return True
-    except OSError:
-        return False
 
 
 def session_counts(sessions: Path) -> dict[str, int]:

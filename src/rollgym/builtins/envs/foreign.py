@@ -64,6 +64,17 @@ def fetch_setup_json(base_url: str, path: str, timeout_s: float, where: str, key
         raise SetupProblem(key, f"{what} answered something not JSON") from None
 
 
+def refused_over_http(answer: ToolAnswer) -> str:
+    """A tool call made over HTTP (``POST /tools/{name}``) has a caller, not a model, to tell
+    of a mistake: an unknown tool is its 404, arguments the tool refuses its 400; else the
+    tool's output."""
+    if answer.error == UNKNOWN_TOOL:
+        raise HTTPError(404, answer.output.removeprefix("error: "), field="tool")
+    if answer.error is not None:
+        raise HTTPError(400, answer.output.removeprefix("error: "), field="arguments")
+    return answer.output
+
+
 class ForeignSession(Protocol):
     """One session on the foreign server, as the environment holds it."""
 
@@ -188,13 +199,7 @@ class ForeignSessionsEnvironment(Environment, Generic[Wire]):
     # --- tools ----------------------------------------------------------------------------------
 
     async def run_tool(self, session_id: str, name: str, arguments: dict[str, Any]) -> str:
-        """A tool call over HTTP: the model's mistakes are the caller's (404 or 400)."""
-        answer = await self.call_model_tool(session_id, name, arguments)
-        if answer.error == UNKNOWN_TOOL:
-            raise HTTPError(404, answer.output.removeprefix("error: "), field="tool")
-        if answer.error is not None:
-            raise HTTPError(400, answer.output.removeprefix("error: "), field="arguments")
-        return answer.output
+        return refused_over_http(await self.call_model_tool(session_id, name, arguments))
 
     async def answer_tool_call(
         self, state: SessionState, name: str, arguments: object, call_id: str | None

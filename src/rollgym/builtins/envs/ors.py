@@ -32,7 +32,11 @@ from typing import Any, ClassVar, Literal
 import aiohttp
 from pydantic import Field, model_validator
 
-from rollgym.builtins.envs.foreign import check_one_place, fetch_setup_json
+from rollgym.builtins.envs.foreign import (
+    check_one_place,
+    fetch_setup_json,
+    refused_over_http,
+)
 from rollgym.builtins.envs.ors_host import OrsProcess, StartFailed, default_python
 from rollgym.builtins.envs.ors_wire import CallResult, OrsError, OrsSession
 from rollgym.servers import (
@@ -287,12 +291,7 @@ class OrsEnv(Environment):
     # --- tools ------------------------------------------------------------------------------------
 
     async def run_tool(self, session_id: str, name: str, arguments: dict[str, Any]) -> str:
-        answer = await self.call_model_tool(session_id, name, arguments)
-        if answer.error == UNKNOWN_TOOL:
-            raise HTTPError(404, answer.output.removeprefix("error: "), field="tool")
-        if answer.error is not None:
-            raise HTTPError(400, answer.output.removeprefix("error: "), field="arguments")
-        return answer.output
+        return refused_over_http(await self.call_model_tool(session_id, name, arguments))
 
     async def call_model_tool(
         self, session_id: str, name: str, arguments: object, call_id: str | None = None
