@@ -18,7 +18,7 @@ _EXPORTS = {
     "ConfigError": "rollgym.errors",
     "DispatchError": "rollgym.errors",
     "InputError": "rollgym.errors",
-    "JobConfig": "rollgym.config",
+    "JobConfig": "rollgym.config.model",
     "LaunchError": "rollgym.errors",
     "PermanentDispatchError": "rollgym.errors",
     "Probe": "rollgym.driver.weight_probe",
@@ -27,7 +27,7 @@ _EXPORTS = {
     "RolloutResult": "rollgym.driver.outcomes",
     "Summary": "rollgym.driver.summary",
     "TransientDispatchError": "rollgym.errors",
-    "load_config": "rollgym.config",
+    "load_config": "rollgym.config.loading",
     "run_job": "rollgym.driver.job",
 }
 

@@ -14,7 +14,7 @@ import yaml
 
 from procs import alive
 from rollgym.config import JobConfig, validate_config, validate_read
-from rollgym.config_data import ConfigRead, read_config
+from rollgym.config.data import ConfigRead, read_config
 from rollgym.errors import LaunchError
 from rollgym.placement import forked
 from rollgym.placement.forked import ENV_FORK_SERVER

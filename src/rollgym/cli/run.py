@@ -54,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def handle(args: argparse.Namespace) -> int:
     """Run the job; exit 0 when it finished, 130 when interrupted, 2 for a bad config."""
-    from rollgym.config_data import read_config
+    from rollgym.config.data import read_config
     from rollgym.errors import ConfigError, RollgymError
     from rollgym.placement.forked import discard_early, start_early, start_early_from
 

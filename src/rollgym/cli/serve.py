@@ -75,7 +75,7 @@ async def _serve(config: Any, names: list[str]) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     """Serve; exit 0 after a clean stop, 2 for a bad config, 1 when a server did not start."""
-    from rollgym.config_data import read_config
+    from rollgym.config.data import read_config
     from rollgym.errors import ConfigError, RollgymError
     from rollgym.placement.forked import discard_early, start_early, start_early_from
 

@@ -33,7 +33,7 @@ from collections.abc import (
 )
 from typing import TYPE_CHECKING, Any, Literal
 
-from rollgym.collector_options import DEFAULTS, CollectorOptions
+from rollgym.config.collector_options import DEFAULTS, CollectorOptions
 from rollgym.driver.admission import SharedSource, WorkerPool
 from rollgym.driver.dispatch import Dispatcher, Rotation
 from rollgym.driver.dispatch_window import DispatchWindows
@@ -112,7 +112,7 @@ class Collector:
     while attempts remain, else it is a ``stale`` failure.
 
     The settings may come as one typed value instead, ``options=``
-    :class:`~rollgym.collector_options.CollectorOptions` (what ``RunConfig.collector_options()``
+    :class:`~rollgym.config.collector_options.CollectorOptions` (what ``RunConfig.collector_options()``
     builds from a job config); then none of the keywords it holds may be given too. Either way
     the value is :attr:`options`.
 

@@ -45,7 +45,7 @@ from rollgym.servers.spec import ServeSpec
 
 if TYPE_CHECKING:
     from rollgym.config import JobConfig
-    from rollgym.config_data import ConfigRead
+    from rollgym.config.data import ConfigRead
 
 ENV_FORK_SERVER_LOGS = ROLLGYM_FORK_SERVER_LOGS
 _PR_SET_CHILD_SUBREAPER = 36

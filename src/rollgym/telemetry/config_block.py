@@ -1,7 +1,7 @@
 """The ``telemetry:`` block of a job config, in the room that resolves it.
 
 :class:`TelemetryConfig` is what a user writes; :mod:`rollgym.telemetry.settings` resolves it
-against the ``OTEL_*`` environment. It lives here, below ``config.py`` (which embeds it in
+against the ``OTEL_*`` environment. It lives here, below ``config/model.py`` (which embeds it in
 ``JobConfig`` and re-exports it as ``rollgym.config.TelemetryConfig``), so telemetry never
 imports the job config above it.
 """

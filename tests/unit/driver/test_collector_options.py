@@ -11,8 +11,8 @@ import pytest
 from loopback import LoopbackAgent, collect_all
 
 from rollgym import Collector, RolloutFailure, RolloutResult
-from rollgym.collector_options import DEFAULTS, CollectorOptions
 from rollgym.config import RunConfig, validate_config
+from rollgym.config.collector_options import DEFAULTS, CollectorOptions
 from rollgym.telemetry.config_block import TelemetryConfig
 from rollgym.telemetry.pipeline.in_process import InProcessExport
 from rollgym.telemetry.pipeline.shipper import SpanShipper

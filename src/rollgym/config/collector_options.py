@@ -4,8 +4,8 @@
 timeouts, trajectories, size limits) and, in its field defaults, the one source of their
 defaults: the Collector's keyword arguments default to them, and the ``run:`` block of a job
 config (``rollgym.config.RunConfig``) takes its defaults from them too, then builds the value
-with ``RunConfig.collector_options()``. It lives on the ground floor (stdlib only) so both the
-config and the driver import it.
+with ``RunConfig.collector_options()``. It is stdlib only, so the driver imports it without
+pydantic or the config's models.
 
 What the Collector is *given* to work with rather than told (the metrics recorders, the
 supervisor's rotation, the replica URLs, the agent names the config knows) stays a keyword of

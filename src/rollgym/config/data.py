@@ -1,9 +1,9 @@
 """A job config as read, before it is validated: the YAML file, the dotted overrides applied
 and relative paths resolved (:func:`read_config`).
 
-Apart from :mod:`rollgym.config` because it needs only YAML, not pydantic and the config's
-models (about 0.25 s of import and validation on the development machine): the CLI reads the
-run's folder and server classes from it and starts the servers' fork server
+Apart from :mod:`rollgym.config.model` because it needs only YAML, not pydantic and the
+config's models (about 0.25 s of import and validation on the development machine): the CLI
+reads the run's folder and server classes from it and starts the servers' fork server
 (:func:`rollgym.placement.forked.start_early_from`) before it validates.
 """
 
@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from rollgym.config_yaml import load_yaml
+from rollgym.config.yaml_reading import load_yaml
 from rollgym.errors import ConfigError
 
 
