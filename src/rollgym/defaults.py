@@ -15,6 +15,11 @@ MAX_REQUEST_BYTES: Final = 16 * 1024 * 1024
 #: Largest answer the driver reads from an agent (``run.max_response_bytes``).
 MAX_RESPONSE_BYTES: Final = 16 * 1024 * 1024
 
+#: The reward at or above which a rollout counts as passed: pass@k in summary.json
+#: (``run.pass_threshold``) and an environment's ``pass_rate`` (its ``pass_threshold``, which
+#: follows the run's in a job).
+PASS_THRESHOLD: Final = 1.0
+
 #: Spans buffered per process before dropping (``telemetry.max_queue_size``).
 SPAN_QUEUE_SIZE: Final = 65536
 #: Spans per export request (``telemetry.max_export_batch_size``).

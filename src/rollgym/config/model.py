@@ -14,6 +14,7 @@ validates against telemetry's span groups, and telemetry resolves it without imp
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import secrets as _secrets
 import time
@@ -24,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from rollgym.config.collector_options import DEFAULTS as _RUN
 from rollgym.config.collector_options import CollectorOptions
-from rollgym.defaults import MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES
+from rollgym.defaults import MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES, PASS_THRESHOLD
 from rollgym.server_options import ServerKind
 from rollgym.server_options import (
     ServerOptions as ServerOptions,  # public: implementations import it from here
@@ -76,7 +77,9 @@ class RunConfig(BaseModel):
         _RUN.retry_backoff_max_s, ge=0, description="Ceiling of the retry delay."
     )
     pass_threshold: float = Field(
-        1.0, description="A rollout passes (for pass@k) when reward >= this."
+        PASS_THRESHOLD,
+        description="The reward at or above which a rollout counts as passed: pass@k in "
+        "summary.json, and the pass_rate of every launched environment that sets none.",
     )
     retry_failed: bool = Field(
         False, description="On resume, run again the rollouts recorded as failed."
@@ -131,23 +134,16 @@ class RunConfig(BaseModel):
     )
 
     def collector_options(self) -> CollectorOptions:
-        """What this block tells the job's :class:`~rollgym.driver.collector.Collector`."""
+        """What this block tells the job's :class:`~rollgym.driver.collector.Collector`.
+
+        Every field of :class:`CollectorOptions` is a field of this block by the same name
+        (``tests/unit/driver/test_collector_options.py`` holds their defaults alike), so the
+        value is built by name rather than restated field by field."""
         return CollectorOptions(
-            agent=self.agent,
-            environment_routes=self.environment_routes,
-            concurrency=self.concurrency,
-            max_attempts=self.max_attempts,
-            timeout_s=self.timeout_s,
-            retry_backoff_s=self.retry_backoff_s,
-            retry_backoff_max_s=self.retry_backoff_max_s,
-            repeats=self.repeats,
-            trajectories=self.trajectories,
-            capture_tokens=self.capture_tokens,
-            max_request_bytes=self.max_request_bytes,
-            max_response_bytes=self.max_response_bytes,
-            max_staleness=self.max_staleness,
-            adaptive_window=self.adaptive_window,
-            incomplete_model_calls=self.incomplete_model_calls,
+            **{
+                field.name: getattr(self, field.name)
+                for field in dataclasses.fields(CollectorOptions)
+            }
         )
 
 
@@ -264,8 +260,41 @@ class JobConfig(BaseModel):
     servers: dict[str, ServerConfig] = Field(default_factory=dict)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_pass_threshold(cls, data: Any) -> Any:
+        """``run.pass_threshold``, when set, is each launched environment's too (unless the
+        environment sets its own), so summary.json's pass@k and the environments'
+        ``pass_rate`` beside it count the same rollouts as passed."""
+        if not isinstance(data, dict):
+            return data
+        run, servers = data.get("run"), data.get("servers")
+        if not (isinstance(run, dict) and "pass_threshold" in run and isinstance(servers, dict)):
+            return data
+        return {
+            **data,
+            "servers": {
+                name: _with_pass_threshold(entry, run["pass_threshold"])
+                for name, entry in servers.items()
+            },
+        }
+
     def servers_of_kind(self, kind: ServerKind) -> list[str]:
         return [name for name, server in self.servers.items() if server.kind == kind]
+
+
+def _with_pass_threshold(entry: object, threshold: object) -> object:
+    """A ``servers:`` entry as written, plus ``pass_threshold`` when it is a launched
+    environment that sets none (every environment's options have it: EnvironmentOptions)."""
+    if (
+        isinstance(entry, dict)
+        and entry.get("kind") == "environment"
+        and "impl" in entry
+        and "url" not in entry
+        and "pass_threshold" not in entry
+    ):
+        return {**entry, "pass_threshold": threshold}
+    return entry
 
 
 def new_run_id() -> str:

@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from rollgym.defaults import PASS_THRESHOLD
 from rollgym.driver.output import FAILURES, ROLLOUTS
 from rollgym.driver.summary import pass_at_k
 from rollgym.errors import CompareError as CompareError
@@ -39,7 +40,7 @@ from rollgym.reading.config_diff import config_differences, flat_config
 from rollgym.reading.run_reader import read_lines, recorded_run_id
 
 #: The pass threshold of a run whose ``config.yaml`` does not say (the config's default).
-DEFAULT_PASS_THRESHOLD = 1.0
+DEFAULT_PASS_THRESHOLD = PASS_THRESHOLD
 
 
 @dataclass

@@ -9,12 +9,14 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from rollgym.defaults import PASS_THRESHOLD
+
 
 @dataclass
 class EnvAggregates:
     """Counts of verifications, rewards, passes and tool calls since the server started."""
 
-    pass_threshold: float = 1.0
+    pass_threshold: float = PASS_THRESHOLD
     verified: int = 0
     reward_sum: float = 0.0
     passed: int = 0

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
+from rollgym.defaults import PASS_THRESHOLD
 from rollgym.server_options import ServerKind
 from rollgym.servers.rollout_options import RolloutOptions
 
@@ -25,4 +26,8 @@ class EnvironmentOptions(RolloutOptions):
     session_ttl_s: float = Field(
         600.0, gt=0, description="Idle seconds before a session is dropped."
     )
-    pass_threshold: float = Field(1.0, description="A verification passes when reward >= this.")
+    pass_threshold: float = Field(
+        PASS_THRESHOLD,
+        description="The reward at or above which a rollout counts as passed, for this "
+        "environment's pass_rate; in a job it follows run.pass_threshold unless set here.",
+    )

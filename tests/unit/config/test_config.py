@@ -185,3 +185,27 @@ def test_a_mapping_of_server_references_is_checked(tmp_path: Path) -> None:
     data["servers"]["nemo"]["environments"]["vault_agent"] = "arith"
     config = load_config(_config(tmp_path, data), ["run.capture_tokens=true"])
     assert config.run.capture_tokens is True and config.run.trajectories is False
+
+
+def test_run_pass_threshold_is_each_launched_environments_unless_it_sets_its_own(
+    tmp_path: Path,
+) -> None:
+    """One meaning of ``pass_threshold`` per job: summary.json's pass@k and an environment's
+    ``pass_rate`` count the same rollouts as passed, unless the environment says otherwise."""
+    data = _base()
+    data["servers"]["strict"] = {"kind": "environment", "impl": "arithmetic", "pass_threshold": 1}
+    data["servers"]["remote"] = {"kind": "environment", "url": "http://127.0.0.1:9"}
+    config = load_config(_config(tmp_path, data), ["run.pass_threshold=0.5"])
+    assert config.run.pass_threshold == 0.5
+    arith = config.servers["arith"]
+    assert arith.options == {"pass_threshold": 0.5}  # what the launcher hands the server
+    assert arith.validated_options().pass_threshold == 0.5  # type: ignore[attr-defined]
+    assert config.servers["strict"].options == {"pass_threshold": 1}
+    assert config.servers["remote"].options == {}  # not launched: it takes no options
+    assert config.servers["policy"].options == {}  # a model has no pass threshold
+
+
+def test_without_run_pass_threshold_environments_keep_their_default(tmp_path: Path) -> None:
+    config = load_config(_config(tmp_path, _base()))
+    assert config.servers["arith"].options == {}
+    assert config.servers["arith"].validated_options().pass_threshold == 1.0  # type: ignore[attr-defined]
