@@ -17,11 +17,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import foreign_support
 import pytest
 from e2e_support import HERE, Job, free_port, served_process
 
 from rollgym.builtins.envs.ors_host import default_python
-from server_specs import simulated_model
 
 ENVS = HERE / "ors_envs"
 #: The Python the environments run in: scripts/test.sh's openreward venv (where it was made).
@@ -95,17 +95,9 @@ def open_sessions(sessions: Path) -> int:
 def servers(**where: Any) -> dict[str, Any]:
     """The simulated model, the ORS environment (with its episode ``/run``) and a
     ``tool_loop`` agent on it."""
-    return {
-        "policy": simulated_model(),
-        "guess": {"kind": "environment", "impl": "ors", "model": "policy", **where},
-        "player": {"kind": "agent", "impl": "tool_loop", "model": "policy", "environment": "guess"},
-    }
+    return foreign_support.servers("ors", **where)
 
 
 def rows(n: int) -> list[dict[str, Any]]:
     """Half for the ``tool_loop`` agent, half routed to the environment's own episodes."""
-    half = [{"index": i} for i in range(n // 2)]
-    return half + [
-        {"task_id": {"taskset": "guesses", "task_id": str(i)}, "index": i}
-        for i in range(n - n // 2)
-    ]
+    return foreign_support.half_routed("index", n)

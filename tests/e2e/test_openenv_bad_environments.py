@@ -10,12 +10,16 @@ line. No traceback anywhere: not on the console, not in the environment server's
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
-from e2e_support import Job, assert_no_traceback
+from e2e_support import Job, assert_no_traceback, wait_for
 from openenv_support import free_port, open_sessions, openenv_server
 from test_openenv_environment import rows, servers
+
+from rollgym.builtins.envs.openenv import OpenEnvEnv
+from rollgym.servers import SetupProblem
 
 pytest.importorskip(
     "openenv.core", reason="openenv-core is not installed: pip install 'rollgym[openenv]'"
@@ -91,3 +95,18 @@ def test_an_openenv_environment_that_cannot_start_ends_the_run_in_one_line(
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert says in proc.stderr, proc.stderr
     assert_no_traceback(job.out, proc.stdout, proc.stderr)
+
+
+def _hosted_apps() -> set[int | None]:
+    return {t.ident for t in threading.enumerate() if t.name == "openenv-app"}
+
+
+def test_an_app_served_here_that_is_not_openenv_is_stopped_at_once() -> None:
+    """An app rollgym serves itself whose ``/schema`` is missing: the start-up fails in one
+    line naming the request, and the app's server (a thread of this process) is stopped then,
+    not left serving until the process ends."""
+    before = _hosted_apps()
+    with pytest.raises(SetupProblem, match="GET /schema answered HTTP 404") as refused:
+        OpenEnvEnv.build("guess", {"openenv_app": "openenv_offprotocol:no_schema_app"})
+    assert refused.value.key == "openenv_app", refused.value
+    assert wait_for(lambda: not _hosted_apps() - before, timeout=30), "the app still serves"
