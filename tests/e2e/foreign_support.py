@@ -103,8 +103,17 @@ def _post(url: str, body: dict[str, Any], timeout: float) -> int:
         return status
 
 
-def abandon_runs(runs: list[tuple[str, dict[str, Any]]]) -> None:
-    """``POST <base>/run`` for each ``(base, body)``, its caller giving up mid-rollout."""
+def abandon_rollouts(
+    urls: dict[str, str], tasks: list[dict[str, Any]], *, agent: bool = True
+) -> None:
+    """Start a rollout per task on the agent ``player`` (unless not ``agent``) and one on the
+    environment's own episode ``/run`` (rollout ``e-<i>``), each caller giving up mid-rollout."""
+    runs = [(urls["guess"], {"task": task, "rollout_id": f"e-{i}"}) for i, task in enumerate(tasks)]
+    if agent:
+        runs[:0] = [
+            (urls["player"], {**task, "task_index": i, "rollout_index": 0, "attempt": 0})
+            for i, task in enumerate(tasks)
+        ]
     for base, body in runs:
         with pytest.raises(TimeoutError):
             _post(base + "/run", body, timeout=0.3)
@@ -135,3 +144,16 @@ def shut_down_mid_seed(
             await asyncio.gather(seed, return_exceptions=True)
 
     asyncio.run(play())
+
+
+def assert_each_failed_in_one_line(
+    job: Job, proc: subprocess.CompletedProcess[str], n: int, *says: str
+) -> None:
+    """The run ended (status 0 or 1) with its ``n`` rollouts each failed, nothing played: each
+    failure one line saying all of ``says`` (the environment, the protocol step, the why)."""
+    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
+    failures = job.failures
+    assert len(failures) == n and not job.rollouts, failures
+    for failure in failures:
+        line = failure["message"]
+        assert "\n" not in line and all(part in line for part in says), line

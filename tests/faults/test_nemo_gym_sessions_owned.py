@@ -14,7 +14,7 @@ from e2e_support import Job, server_pids_alive, wait_for
 from faults_support import assert_exact_accounting
 from foreign_support import (
     RUN,
-    abandon_runs,
+    abandon_rollouts,
     alternately_routed,
     seed_unverified,
     served_urls,
@@ -99,12 +99,7 @@ def test_an_abandoned_episode_closes_its_session_at_once(
         proc = job.serve()
         try:
             urls = served_urls(proc)
-            abandon_runs(
-                [
-                    (urls["guess"], {"task": row, "rollout_id": f"e-{i}"})
-                    for i, row in enumerate(notebook_rows(4))
-                ]
-            )
+            abandon_rollouts(urls, notebook_rows(4), agent=False)
             assert wait_for(lambda: session_counts(url)["seeded"] == 4, timeout=60)
             assert wait_for(lambda: session_counts(url)["open"] == 0, timeout=60)
             assert session_counts(url)["closed"] == 4 and session_counts(url)["verified"] == 0

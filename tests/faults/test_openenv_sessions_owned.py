@@ -12,7 +12,7 @@ from e2e_support import Job, server_pids_alive, wait_for
 from faults_support import assert_exact_accounting
 from foreign_support import (
     RUN,
-    abandon_runs,
+    abandon_rollouts,
     alternately_routed,
     seed_unverified,
     served_urls,
@@ -44,14 +44,7 @@ def test_sessions_of_abandoned_rollouts_close_while_the_servers_run(
         proc = job.serve()
         try:
             urls = served_urls(proc)
-            runs = [
-                (urls["player"], {"seed": i, "task_index": i, "rollout_index": 0, "attempt": 0})
-                for i in range(4)
-            ]
-            runs += [
-                (urls["guess"], {"task": {"seed": i}, "rollout_id": f"e-{i}"}) for i in range(4)
-            ]
-            abandon_runs(runs)
+            abandon_rollouts(urls, [{"seed": i} for i in range(4)])
             assert wait_for(lambda: session_counts(url)["opened"] == 8, timeout=60)
             assert wait_for(lambda: open_sessions(url) == 0, timeout=60), session_counts(url)
             assert len(server_pids_alive(under=str(job.root))) == 3

@@ -13,7 +13,7 @@ from e2e_support import server_pids_alive, wait_for
 from faults_support import assert_exact_accounting
 from foreign_support import (
     RUN,
-    abandon_runs,
+    abandon_rollouts,
     alternately_routed,
     seed_unverified,
     served_urls,
@@ -85,14 +85,7 @@ def test_sessions_of_abandoned_rollouts_close_while_the_servers_run(
         proc = job.serve()
         try:
             urls = served_urls(proc)
-            runs = [
-                (urls["player"], {"index": i, "task_index": i, "rollout_index": 0, "attempt": 0})
-                for i in range(4)
-            ]
-            runs += [
-                (urls["guess"], {"task": {"index": i}, "rollout_id": f"e-{i}"}) for i in range(4)
-            ]
-            abandon_runs(runs)
+            abandon_rollouts(urls, [{"index": i} for i in range(4)])
             seed_unverified(urls["guess"], [{"index": i} for i in range(3)])
             assert wait_for(lambda: session_counts(job.sessions)["opened"] == 11, timeout=60)
             assert wait_for(lambda: open_sessions(job.sessions) == 0, timeout=60), session_counts(

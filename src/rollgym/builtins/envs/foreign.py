@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 import aiohttp
 import orjson
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from rollgym.builtins.envs.foreign_wire import ForeignError
 from rollgym.builtins.envs.nemo_gym_host import StartFailed
@@ -111,6 +111,13 @@ class ForeignOptions(EnvironmentOptions):
 
     #: The option naming a server the user runs, and the one naming what rollgym starts.
     place_options: ClassVar[tuple[str, str]]
+
+    answer_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="Time for one exchange with the server (a session's start, a step or tool "
+        "call, a verification) to answer.",
+    )
 
     @model_validator(mode="after")
     def _one_place(self) -> ForeignOptions:

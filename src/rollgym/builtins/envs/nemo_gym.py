@@ -79,9 +79,6 @@ class NemoGymOptions(ForeignOptions):
     start_timeout_s: float = Field(
         120.0, gt=0, description="Time for a started resource server to answer."
     )
-    answer_timeout_s: float = Field(
-        60.0, gt=0, description="Time for one seed, tool call or verify to answer."
-    )
 
 
 class NemoGymEnv(ForeignSessionsEnvironment[ResourcesSession]):

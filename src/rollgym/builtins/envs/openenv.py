@@ -79,7 +79,6 @@ class OpenEnvOptions(ForeignOptions):
         4096, ge=1, description="Sessions an Environment class served here allows at once."
     )
     connect_timeout_s: float = Field(10.0, gt=0, description="Time to open a session.")
-    answer_timeout_s: float = Field(60.0, gt=0, description="Time for one reset or step.")
 
 
 class OpenEnvEnv(ForeignSessionsEnvironment[WireSession]):

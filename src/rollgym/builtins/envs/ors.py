@@ -90,9 +90,6 @@ class OrsOptions(ForeignOptions):
     start_timeout_s: float = Field(
         60.0, gt=0, description="Time for a served environment to answer."
     )
-    answer_timeout_s: float = Field(
-        60.0, gt=0, description="Time for one session start, prompt or tool call to answer."
-    )
 
 
 class OrsEnv(ForeignSessionsEnvironment[OrsSession]):
