@@ -9,7 +9,6 @@ import signal
 
 import pytest
 from e2e_support import Job, server_pids_alive, wait_for
-from faults_support import assert_exact_accounting
 from foreign_support import (
     RUN,
     abandon_rollouts,
@@ -20,6 +19,7 @@ from foreign_support import (
     shut_down_mid_seed,
 )
 from openenv_support import open_sessions, openenv_server, session_counts
+from sessions_owned_support import kill_9_mid_run_and_resume
 
 from rollgym.builtins.envs.openenv import OpenEnvEnv
 
@@ -61,29 +61,7 @@ def test_no_session_leaks_after_kill_9_and_resume(job: Job, no_leftover_servers:
             **RUN,
             concurrency=8,
         )
-        proc = job.start()
-        try:
-            # killed with rollouts (and so OpenEnv sessions) in flight
-            assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 30, timeout=120)
-            # sessions end with their rollouts, not at shutdown: at most one per rollout in
-            # flight is open, though many more were opened
-            assert open_sessions(url) <= 8 and session_counts(url)["opened"] >= 30
-            assert wait_for(lambda: open_sessions(url) > 0, timeout=60)
-        finally:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-        assert job.line_count("rollouts.jsonl") < ROWS
-        assert wait_for(lambda: not server_pids_alive(under=str(job.root)), timeout=60)
-        # the environment server died with the driver: its connections dropped, and OpenEnv
-        # ended every session they held
-        assert wait_for(lambda: open_sessions(url) == 0, timeout=60), session_counts(url)
-
-        resumed = job.run(timeout=300)
-        assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-        assert_exact_accounting(job, ROWS)
-        assert job.summary["failed"] == 0
-        counts = session_counts(url)
-        assert counts["opened"] >= ROWS and open_sessions(url) == 0, counts
+        kill_9_mid_run_and_resume(job, ROWS, lambda: session_counts(url))
 
 
 def test_a_session_nobody_verifies_is_closed_when_it_expires(

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from e2e_support import server_pids_alive, wait_for
-from faults_support import assert_exact_accounting
 from foreign_support import (
     RUN,
     abandon_rollouts,
@@ -20,6 +19,7 @@ from foreign_support import (
     servers,
 )
 from ors_support import OrsJob, open_sessions, ors_server, require_openreward, session_counts
+from sessions_owned_support import kill_9_mid_run_and_resume
 
 require_openreward()
 
@@ -44,32 +44,7 @@ def test_no_session_leaks_after_kill_9_and_resume(
             **RUN,
             concurrency=8,
         )
-        proc = job.start()
-        try:
-            # killed with rollouts (and so ORS sessions) in flight
-            assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 30, timeout=180)
-            # sessions end with their rollouts, not at shutdown: at most one per rollout in
-            # flight is open, though many more were opened
-            counts = session_counts(job.sessions)
-            assert open_sessions(job.sessions) <= 8 and counts["opened"] >= 30, counts
-            assert wait_for(lambda: open_sessions(job.sessions) > 0, timeout=60)
-        finally:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-        assert job.line_count("rollouts.jsonl") < ROWS
-        assert wait_for(lambda: not server_pids_alive(under=str(job.root)), timeout=60)
-        # the environment server died with the driver and closed the sessions it held, those
-        # it was still creating included
-        assert wait_for(lambda: open_sessions(job.sessions) == 0, timeout=60), session_counts(
-            job.sessions
-        )
-
-        resumed = job.run(timeout=300)
-        assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-        assert_exact_accounting(job, ROWS)
-        assert job.summary["failed"] == 0
-        counts = session_counts(job.sessions)
-        assert counts["opened"] >= ROWS and open_sessions(job.sessions) == 0, counts
+        kill_9_mid_run_and_resume(job, ROWS, lambda: session_counts(job.sessions))
 
 
 def test_sessions_of_abandoned_rollouts_close_while_the_servers_run(
