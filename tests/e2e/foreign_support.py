@@ -29,6 +29,17 @@ from waits import until
 RUN: dict[str, Any] = {"agent": "player", "environment_routes": {"guesses": "guess"}}
 
 
+def require_python_with(python: str, statement: str, package: str) -> None:
+    """Skip the module, saying why, unless ``python`` runs ``statement`` (imports
+    ``package``): for a package kept in a venv of its own, which scripts/test.sh makes."""
+    probe = subprocess.run([python, "-c", statement], capture_output=True, timeout=120)
+    if probe.returncode != 0:
+        pytest.skip(
+            f"{package} is not installed for {python}: run scripts/test.sh (its venv)",
+            allow_module_level=True,
+        )
+
+
 def servers(impl: str, latency_s: float = 0.0, **environment: object) -> dict[str, Any]:
     """The simulated model, the ``impl`` environment (with its episode ``/run``) and a
     ``tool_loop`` agent on it."""

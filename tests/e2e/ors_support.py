@@ -11,14 +11,12 @@ file ``ORS_SESSIONS`` names: the sessions the server made and tore down, counted
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import foreign_support
-import pytest
 from e2e_support import HERE, Job, free_port, served_process
 
 from rollgym.builtins.envs.ors_host import default_python
@@ -30,14 +28,7 @@ PYTHON = default_python()
 
 def require_openreward() -> None:
     """Skip, saying why, where no Python here has openreward (scripts/test.sh makes one)."""
-    probe = subprocess.run(
-        [PYTHON, "-c", "import openreward.environments"], capture_output=True, timeout=120
-    )
-    if probe.returncode != 0:
-        pytest.skip(
-            f"openreward is not installed for {PYTHON}: run scripts/test.sh (its venv)",
-            allow_module_level=True,
-        )
+    foreign_support.require_python_with(PYTHON, "import openreward.environments", "openreward")
 
 
 def child_env(sessions: Path, mode: str = "ok") -> dict[str, str]:
