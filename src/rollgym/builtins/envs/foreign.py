@@ -20,7 +20,7 @@ import contextlib
 import re
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
@@ -180,9 +180,10 @@ class ForeignSessionsEnvironment(Environment, Generic[Wire]):
         #: The foreign session of each live rollgym session, by session id.
         self._wires: dict[str, Wire] = {}
         #: Every foreign session not closed yet, from the moment its creation began: what a
-        #: shutdown closes. Each with the event its seeding sets when it has ended.
+        #: shutdown closes. Each with the event set once its creation has ended.
         self._unclosed: dict[Wire, asyncio.Event] = {}
-        self._closing: set[asyncio.Task[None]] = set()
+        #: The task closing each foreign session being closed (one per session).
+        self._closing: dict[Wire, asyncio.Task[None]] = {}
         self._http: aiohttp.ClientSession | None = None
         #: Sessions closed, and closes the server refused (``aggregate_metrics``).
         self.closes = {"closed": 0, "refused": 0}
@@ -258,9 +259,11 @@ class ForeignSessionsEnvironment(Environment, Generic[Wire]):
             session_of = {wire: session_id for session_id, wire in self._wires.items()}
             self._wires.clear()
             for wire in list(self._unclosed):
-                self._close_later(wire, session_of.get(wire, ""))
+                self.closing(wire, session_of.get(wire, ""))
             if self._closing:
-                await asyncio.gather(*self._closing, return_exceptions=True)
+                # shielded: a shutdown cut short (an orphaned server's) lets them run on
+                closes = [asyncio.shield(task) for task in self._closing.values()]
+                await asyncio.gather(*closes, return_exceptions=True)
             if self._http is not None:
                 await self._http.close()
         finally:
@@ -281,25 +284,26 @@ class ForeignSessionsEnvironment(Environment, Generic[Wire]):
     # --- sessions -------------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def seeding(self, wire: Wire) -> AsyncIterator[Wire]:
+    async def seeding(self, wire: Wire) -> AsyncIterator[Callable[[], None]]:
         """The block that creates ``wire``'s foreign session and reads what its episode starts
-        with. ``wire`` is owned from the block's first line: a shutdown meanwhile closes it once
-        the block has ended; a block that fails closes it, a foreign failure told as this
-        environment's (HTTPError)."""
-        seeded = asyncio.Event()
-        self._unclosed[wire] = seeded
+        with; it calls what it is given once the creation itself has ended (else the block's
+        end counts). ``wire`` is owned from the block's first line: a shutdown meanwhile closes
+        it once its creation has ended, so the close never overtakes the creation it undoes; a
+        block that fails closes it, a foreign failure told as this environment's (HTTPError)."""
+        created = asyncio.Event()
+        self._unclosed[wire] = created
         try:
-            yield wire
+            yield created.set
         except ForeignError as exc:
-            seeded.set()
-            await asyncio.shield(self.end_wire(wire, ""))
+            created.set()
+            await asyncio.shield(self.closing(wire, ""))
             raise self.failed(exc) from None
         except BaseException:
-            seeded.set()
-            await asyncio.shield(self.end_wire(wire, ""))
+            created.set()
+            await asyncio.shield(self.closing(wire, ""))
             raise
         finally:
-            seeded.set()
+            created.set()
 
     async def open_session(self, rollout_id: str | None, task: dict[str, Any]) -> dict[str, object]:
         """The rollgym session, its own tools offered."""
@@ -329,7 +333,7 @@ class ForeignSessionsEnvironment(Environment, Generic[Wire]):
         ``finally`` cannot await, and the close must happen all the same."""
         wire = self._wires.pop(session_id, None)
         if wire is not None:
-            self._close_later(wire, session_id)
+            self.closing(wire, session_id)
 
     def end_episode(self, state: SessionState) -> None:
         """The episode is over (the foreign server said so, or failed): later tool calls are
@@ -338,21 +342,24 @@ class ForeignSessionsEnvironment(Environment, Generic[Wire]):
         state.data["over"] = True
         self.release_wire(state.data["session_id"])
 
-    def _close_later(self, wire: Wire, session_id: str) -> None:
-        if wire.closed:
-            return
-        task = asyncio.get_running_loop().create_task(self.end_wire(wire, session_id))
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+    def closing(self, wire: Wire, session_id: str) -> asyncio.Task[None]:
+        """The task closing ``wire`` (started now, or the one already under way): one per
+        foreign session, awaited by a shutdown however it was started."""
+        task = self._closing.get(wire)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._end(wire, session_id))
+            self._closing[wire] = task
+            task.add_done_callback(lambda _: self._closing.pop(wire, None))
+        return task
 
-    async def end_wire(self, wire: Wire, session_id: str) -> None:
-        """Close ``wire`` now, once its seeding (if under way) has ended; owned no more."""
-        seeded = self._unclosed.get(wire)
+    async def _end(self, wire: Wire, session_id: str) -> None:
+        """Close ``wire`` once its creation (if under way) has ended; owned no more."""
+        created = self._unclosed.get(wire)
         try:
-            if seeded is not None and not seeded.is_set():
+            if created is not None and not created.is_set():
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(SEEDING_WAIT_S):
-                        await seeded.wait()
+                        await created.wait()
             if not wire.closed:
                 taken = await self.close_wire(wire, session_id)
                 if taken is not None:
@@ -373,7 +380,7 @@ class ForeignSessionsEnvironment(Environment, Generic[Wire]):
         except ForeignError as exc:
             raise self.failed(exc) from None
         finally:
-            await asyncio.shield(self.end_wire(wire, session_id))
+            await asyncio.shield(self.closing(wire, session_id))
 
     # --- tools ----------------------------------------------------------------------------------
 

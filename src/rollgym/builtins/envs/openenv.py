@@ -128,8 +128,9 @@ class OpenEnvEnv(ForeignSessionsEnvironment[WireSession]):
             connect_timeout_s=options.connect_timeout_s,
             answer_timeout_s=options.answer_timeout_s,
         )
-        async with self.seeding(wire):
-            await wire.connect()
+        async with self.seeding(wire) as created:
+            await wire.connect()  # the server makes the session for the connection
+            created()
             first = await wire.reset(reset)
             tools = await self._tools(wire)
         prompt = str(task.get("prompt") or "The environment's first observation:")
@@ -146,7 +147,7 @@ class OpenEnvEnv(ForeignSessionsEnvironment[WireSession]):
             "over": first.done,
         }
         if first.done:
-            await self.end_wire(wire, "")
+            await self.closing(wire, "")
         return SessionState(messages=messages, data=data)
 
     async def _tools(self, wire: WireSession) -> list[dict[str, Any]]:

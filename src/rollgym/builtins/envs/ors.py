@@ -149,13 +149,15 @@ class OrsEnv(ForeignSessionsEnvironment[OrsSession]):
         wire = OrsSession(
             self.http(), self.base_url, self._env_name, self.ors_options.answer_timeout_s
         )
-        async with self.seeding(wire):
+        async with self.seeding(wire) as created:
             try:
                 await wire.open(chosen)
             except OrsError as exc:
                 if exc.step == "create" and exc.answered in (400, 422):
                     raise ValueError(f"the ORS server refused it: {exc}") from None
                 raise
+            created()
+            await wire.read_tools()
             prompt = await wire.prompt()
         tools = [_function(entry) for entry in wire.tools]
         messages = [

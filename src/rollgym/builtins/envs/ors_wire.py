@@ -139,7 +139,7 @@ class OrsSession:
     # --- one session --------------------------------------------------------------------------
 
     async def open(self, task: dict[str, Any]) -> None:
-        """``/create_session`` then ``/create`` with the task; the session's tools read."""
+        """``/create_session`` then ``/create`` with the task: the session made."""
         task_id, _ = await self._sse("create_session", "/create_session", {})
         if not task_id:
             raise OrsError("create_session", "answered off-protocol: no session id (task_id)")
@@ -149,6 +149,9 @@ class OrsSession:
         if not isinstance(answer, dict) or answer.get("sid") != self.sid:
             raise OrsError("create", f"answered off-protocol: {quoted(str(answer))}")
         self.created = True
+
+    async def read_tools(self) -> None:
+        """The session's tools (``task_tools``), and its terminal tool if it has one."""
         listed = await self._json("task_tools", "GET", f"/{self.env_name}/task_tools")
         tools = listed.get("tools") if isinstance(listed, dict) else None
         if not isinstance(tools, list) or not all(
