@@ -8,7 +8,8 @@ secret (read from NeMo Gym's ``response`` body). ``GET /test/sessions`` counts s
 closed and verified, and every change is also written to ``NOTEBOOK_COUNTS`` (a file) when set,
 so the tests count them from outside, even after the server died. ``NOTEBOOK_MODE`` makes it
 misbehave: ``seed_fails`` (seeding raises), ``verify_off`` (verify answers no reward),
-``tool_hangs`` (a tool never answers), ``no_start`` (it exits before serving).
+``tool_hangs`` (a tool never answers), ``no_start`` (it exits before serving); ``slow_seed``
+answers a seed two seconds after it made the session (a client shut down meanwhile).
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ class NotebookResourcesServer(SimpleResourcesServer):
             raise RuntimeError("the notebook is locked")
         self.secrets[request.session[SESSION_ID_KEY]] = body.secret
         self._count("seeded")
+        if MODE == "slow_seed":
+            await asyncio.sleep(2)
         return BaseSeedSessionResponse()
 
     async def close_resources_session(

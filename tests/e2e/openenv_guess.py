@@ -8,7 +8,8 @@ reward (1.0 when correct, else 0.0) and ``done`` once correct or after 3 guesses
 route of this test's own, ``/test/sessions``: how many environment instances the server
 created and closed, which the tests read from outside to count leaked sessions (OpenEnv makes
 one instance per WebSocket session and closes it when the session ends; ``/schema`` makes
-none). ``GUESS_MODE`` picks a misbehaving variant for the bad-environment tests.
+none). ``GUESS_MODE`` picks a misbehaving variant for the bad-environment tests, or
+``slow_reset``: a reset that answers after two seconds (a client shut down meanwhile).
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ class GuessEnvironment(Environment[GuessAction, GuessObservation, State]):
     def reset(
         self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any
     ) -> GuessObservation:
+        if MODE == "slow_reset":
+            time.sleep(2)
         self._secret = random.Random(seed).randrange(10)
         self._left = MAX_GUESSES
         self._state = State(episode_id=episode_id, step_count=0)

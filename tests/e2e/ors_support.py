@@ -11,17 +11,15 @@ file ``ORS_SESSIONS`` names: the sessions the server made and tore down, counted
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
+import foreign_support
 from e2e_support import HERE, Job, free_port, served_process
 
 from rollgym.builtins.envs.ors_host import default_python
-from server_specs import simulated_model
 
 ENVS = HERE / "ors_envs"
 #: The Python the environments run in: scripts/test.sh's openreward venv (where it was made).
@@ -30,14 +28,7 @@ PYTHON = default_python()
 
 def require_openreward() -> None:
     """Skip, saying why, where no Python here has openreward (scripts/test.sh makes one)."""
-    probe = subprocess.run(
-        [PYTHON, "-c", "import openreward.environments"], capture_output=True, timeout=120
-    )
-    if probe.returncode != 0:
-        pytest.skip(
-            f"openreward is not installed for {PYTHON}: run scripts/test.sh (its venv)",
-            allow_module_level=True,
-        )
+    foreign_support.require_python_with(PYTHON, "import openreward.environments", "openreward")
 
 
 def child_env(sessions: Path, mode: str = "ok") -> dict[str, str]:
@@ -95,17 +86,9 @@ def open_sessions(sessions: Path) -> int:
 def servers(**where: Any) -> dict[str, Any]:
     """The simulated model, the ORS environment (with its episode ``/run``) and a
     ``tool_loop`` agent on it."""
-    return {
-        "policy": simulated_model(),
-        "guess": {"kind": "environment", "impl": "ors", "model": "policy", **where},
-        "player": {"kind": "agent", "impl": "tool_loop", "model": "policy", "environment": "guess"},
-    }
+    return foreign_support.servers("ors", **where)
 
 
 def rows(n: int) -> list[dict[str, Any]]:
     """Half for the ``tool_loop`` agent, half routed to the environment's own episodes."""
-    half = [{"index": i} for i in range(n // 2)]
-    return half + [
-        {"task_id": {"taskset": "guesses", "task_id": str(i)}, "index": i}
-        for i in range(n - n // 2)
-    ]
+    return foreign_support.half_routed("index", n)

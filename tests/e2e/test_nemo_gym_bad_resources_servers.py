@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from e2e_support import Job, assert_no_traceback, free_port, wait_for
+from foreign_support import assert_each_failed_in_one_line
 from nemo_gym_support import (
     NOTEBOOK,
     PYTHON,
@@ -50,13 +51,7 @@ def test_a_failing_resource_server_fails_its_rollouts_in_one_line(
     with notebook_server(job.root / "notebook.log", mode=mode) as url:
         job.write(servers(resources_url=url, answer_timeout_s=2), notebook_rows(4), **RUN)
         proc = job.run(timeout=180)
-        assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
-        failures = job.failures
-        assert len(failures) == 4 and not job.rollouts, failures
-        for failure in failures:
-            line = failure["message"]
-            assert "\n" not in line
-            assert "environment 'nemo'" in line and url in line and says in line, line
+        assert_each_failed_in_one_line(job, proc, 4, "environment 'nemo'", url, says)
         no_traceback(job, proc.stdout, proc.stderr)
         # every session the failed rollouts seeded is closed on the resource server too
         assert wait_for(lambda: session_counts(url)["open"] == 0, timeout=60), session_counts(url)

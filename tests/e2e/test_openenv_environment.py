@@ -12,12 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import foreign_support
 import pytest
 from e2e_support import Job, max_overlap
+from foreign_support import RUN, assert_traced
 from openenv_support import open_sessions, openenv_server, session_counts
 from telemetry_helpers import TracedJob
 
-from rollgym.telemetry import names
 from server_specs import simulated_model
 
 pytest.importorskip(
@@ -32,30 +33,17 @@ ROWS = 12
 def servers(**where: Any) -> dict[str, Any]:
     """The simulated model, the OpenEnv environment (with its episode ``/run``) and a
     ``tool_loop`` agent on it."""
-    return {
-        "policy": simulated_model(),
-        "guess": {"kind": "environment", "impl": "openenv", "model": "policy", **where},
-        "player": {"kind": "agent", "impl": "tool_loop", "model": "policy", "environment": "guess"},
-    }
+    return foreign_support.servers("openenv", **where)
 
 
 def rows(n: int = ROWS) -> list[dict[str, Any]]:
     """Half for the ``tool_loop`` agent, half routed to the environment's own episodes."""
-    half = [{"seed": i} for i in range(n // 2)]
-    return half + [
-        {"task_id": {"taskset": "guesses", "task_id": str(i)}, "seed": i} for i in range(n // 2)
-    ]
+    return foreign_support.half_routed("seed", n)
 
 
 def assert_played(job: Job, n: int = ROWS) -> None:
-    records = job.rollouts
-    assert len(records) == n and job.summary["failed"] == 0, job.failures
-    assert {r["dispatch_name"] for r in records} == {"player", "guess"}
-    for record in records:
-        details = record["result"]["details"]
-        # the simulated model made one schema-valid guess; the reward is the observation's
-        assert details["steps"] == 1 and len(details["rewards"]) == 1, details
-        assert record["reward"] == details["rewards"][0] in (0.0, 1.0)
+    """Each rollout made one schema-valid guess (one step), the reward the observation's."""
+    foreign_support.assert_played(job, n, "steps")
 
 
 def test_an_openenv_server_by_url_plays_end_to_end(job: Job) -> None:
@@ -63,8 +51,7 @@ def test_an_openenv_server_by_url_plays_end_to_end(job: Job) -> None:
         job.write(
             servers(openenv_url=url),
             rows(),
-            agent="player",
-            environment_routes={"guesses": "guess"},
+            **RUN,
         )
         proc = job.run(timeout=180)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -78,7 +65,7 @@ def test_a_session_outlives_slow_model_turns(job: Job) -> None:
     client does not answer: a session idle for a whole model turn (3 s) stays open."""
     with openenv_server(job.root / "openenv.log") as url:
         slow = {**servers(openenv_url=url), "policy": simulated_model(3.0)}
-        job.write(slow, rows(4), agent="player", environment_routes={"guesses": "guess"})
+        job.write(slow, rows(4), **RUN)
         proc = job.run(timeout=180)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert_played(job, 4)
@@ -87,9 +74,7 @@ def test_a_session_outlives_slow_model_turns(job: Job) -> None:
 
 @pytest.mark.parametrize("target", ["openenv_guess:app", "openenv_guess:GuessEnvironment"])
 def test_an_openenv_app_by_module_object_plays_end_to_end(job: Job, target: str) -> None:
-    job.write(
-        servers(openenv_app=target), rows(), agent="player", environment_routes={"guesses": "guess"}
-    )
+    job.write(servers(openenv_app=target), rows(), **RUN)
     proc = job.run(timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert_played(job)
@@ -101,8 +86,7 @@ def test_an_mcp_openenv_environment_offers_its_own_tools(job: Job) -> None:
     job.write(
         servers(openenv_app="openenv_tools:app"),
         rows(),
-        agent="player",
-        environment_routes={"guesses": "guess"},
+        **RUN,
     )
     proc = job.run(timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -124,32 +108,14 @@ def test_an_openenv_episode_is_traced_and_the_traces_check(tmp_path: Path) -> No
     job.write(
         servers(openenv_app="openenv_guess:app"),
         rows(),
-        agent="player",
-        environment_routes={"guesses": "guess"},
+        **RUN,
         trajectories=True,
         capture_tokens=True,
     )
     proc = job.run(timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert_played(job)
-    spans = job.spans()
-    rollout_ids = {r["rollout_id"] for r in job.rollouts}
-    for name in (names.SPAN_ENV_SEED, names.SPAN_ENV_TOOL, names.SPAN_VERIFY):
-        assert {s.rollout_id for s in spans.named(name)} == rollout_ids, name
-    assert {s.attributes[names.ENV_TOOL_NAME] for s in spans.named(names.SPAN_ENV_TOOL)} == {
-        "GuessAction"
-    }
-    # the model calls went through rollgym's model server: token-captured turns, the step
-    # between them as a tool turn with the environment's own name
-    lines = job.records("trajectories.jsonl")
-    assert {t["rollout_id"] for t in lines} == rollout_ids
-    for line in lines:
-        turns = line["trajectory"]["turns"]
-        assert [t["type"] for t in turns if t["type"] != "verify"] == ["model", "tool", "model"]
-        assert turns[1]["name"] == "GuessAction" and "guess" in turns[1]["arguments"]
-        assert line["trajectory"]["capture"] == "tokens"
-    check = job.traces_check()
-    assert check.returncode == 0, check.stdout + check.stderr
+    assert_traced(job, "GuessAction", "guess")
 
 
 IN_FLIGHT = 1000
@@ -164,8 +130,7 @@ def test_1000_rollouts_in_flight_over_one_openenv_server(job: Job) -> None:
         job.write(
             many,
             rows(IN_FLIGHT),
-            agent="player",
-            environment_routes={"guesses": "guess"},
+            **RUN,
             concurrency=IN_FLIGHT,
             timeout_s=300,
         )

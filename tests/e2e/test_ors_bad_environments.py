@@ -16,6 +16,7 @@ import sys
 
 import pytest
 from e2e_support import Job, wait_for
+from foreign_support import assert_each_failed_in_one_line
 from openenv_support import free_port
 from ors_support import (
     ENVS,
@@ -59,13 +60,7 @@ def test_a_failing_ors_environment_fails_its_rollouts_in_one_line(
     with ors_server(job.root / "ors.log", job.sessions, mode=mode) as url:
         job.write(servers(ors_url=url, answer_timeout_s=2), rows(4), **RUN)
         proc = job.run(timeout=240)
-        assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
-        failures = job.failures
-        assert len(failures) == 4 and not job.rollouts
-        for failure in failures:
-            line = failure["message"]
-            assert "\n" not in line
-            assert "environment 'guess'" in line and step in line and says in line, line
+        assert_each_failed_in_one_line(job, proc, 4, "environment 'guess'", step, says)
         no_traceback(job, proc.stdout, proc.stderr)
         # the sessions the failed rollouts opened are closed on the environment's side too
         assert wait_for(lambda: open_sessions(job.sessions) == 0, timeout=60), job.sessions
@@ -87,12 +82,13 @@ def test_an_off_protocol_server_fails_its_rollouts_in_one_line(job: Job) -> None
     finally:
         server.terminate()
         server.wait(timeout=20)
-    failures = job.failures
-    assert len(failures) == 4, proc.stdout[-3000:] + proc.stderr[-3000:]
-    for failure in failures:
-        line = failure["message"]
-        assert "environment 'guess'" in line, line
-        assert "create_session: answered off-protocol: application/json" in line, line
+    assert_each_failed_in_one_line(
+        job,
+        proc,
+        4,
+        "environment 'guess'",
+        "create_session: answered off-protocol: application/json",
+    )
     no_traceback(job, proc.stdout, proc.stderr)
 
 

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import foreign_support
 import pytest
-from e2e_support import Job, wait_for
+from e2e_support import Job, max_overlap, wait_for
+from foreign_support import RUN, assert_traced
 from ors_support import (
     OrsJob,
     open_sessions,
@@ -27,9 +29,7 @@ from ors_support import (
     session_counts,
 )
 from telemetry_helpers import TracedJob
-from test_openenv_environment import max_overlap
 
-from rollgym.telemetry import names
 from server_specs import simulated_model
 
 require_openreward()
@@ -37,7 +37,6 @@ require_openreward()
 pytestmark = pytest.mark.e2e
 
 ROWS = 12
-RUN = {"agent": "player", "environment_routes": {"guesses": "guess"}}
 
 
 @pytest.fixture
@@ -46,15 +45,8 @@ def ors_job(tmp_path_factory: pytest.TempPathFactory) -> OrsJob:
 
 
 def assert_played(job: Job, n: int = ROWS) -> None:
-    records = job.rollouts
-    assert len(records) == n and job.summary["failed"] == 0, job.failures
-    assert {r["dispatch_name"] for r in records} == {"player", "guess"}
-    for record in records:
-        details = record["result"]["details"]
-        # the simulated model made one schema-valid guess; the reward is the tool's
-        assert details["tool_calls"] == 1 and len(details["rewards"]) == 1, details
-        assert details["finished"] is True
-        assert record["reward"] == details["rewards"][0] in (0.0, 1.0)
+    """Each rollout made one schema-valid guess, the episode finished, the reward the tool's."""
+    foreign_support.assert_played(job, n, "tool_calls", finished=True)
 
 
 def test_an_ors_server_by_url_plays_end_to_end(ors_job: OrsJob) -> None:
@@ -102,21 +94,7 @@ def test_an_ors_episode_is_traced_and_the_traces_check(tmp_path: Path) -> None:
         proc = job.run(timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert_played(job)
-    spans = job.spans()
-    rollout_ids = {r["rollout_id"] for r in job.rollouts}
-    for name in (names.SPAN_ENV_SEED, names.SPAN_ENV_TOOL, names.SPAN_VERIFY):
-        assert {s.rollout_id for s in spans.named(name)} == rollout_ids, name
-    tools = {s.attributes[names.ENV_TOOL_NAME] for s in spans.named(names.SPAN_ENV_TOOL)}
-    assert tools == {"guess"}
-    lines = job.records("trajectories.jsonl")
-    assert {t["rollout_id"] for t in lines} == rollout_ids
-    for line in lines:
-        turns = line["trajectory"]["turns"]
-        assert [t["type"] for t in turns if t["type"] != "verify"] == ["model", "tool", "model"]
-        assert turns[1]["name"] == "guess" and "number" in turns[1]["arguments"]
-        assert line["trajectory"]["capture"] == "tokens"
-    check = job.traces_check()
-    assert check.returncode == 0, check.stdout + check.stderr
+    assert_traced(job, "guess", "number")
 
 
 IN_FLIGHT = 1000

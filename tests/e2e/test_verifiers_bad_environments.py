@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from e2e_support import assert_no_traceback
+from foreign_support import assert_each_failed_in_one_line
 from verifiers_support import VerifiersJob, require_verifiers, routed, verifiers_env
 
 from server_specs import simulated_model
@@ -74,11 +75,5 @@ def test_an_environment_failing_in_its_rollout_fails_it_in_one_line(
         max_attempts=1,
     )
     proc = job.run(timeout=180)
-    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
-    failures = job.failures
-    assert len(failures) == 3 and not job.rollouts, failures
-    for failure in failures:
-        line = failure["message"]
-        assert "\n" not in line
-        assert "environment 'bad' (verifiers environment " in line and says in line, line
+    assert_each_failed_in_one_line(job, proc, 3, "environment 'bad' (verifiers environment ", says)
     assert_no_traceback(job.out, proc.stdout, proc.stderr)

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import pytest
 from e2e_support import HERE, Job
+from foreign_support import require_python_with
 from telemetry_helpers import TracedJob
 
 from rollgym.builtins.envs.verifiers_env import default_python
@@ -25,16 +25,7 @@ PYTHON = default_python()
 
 def require_verifiers() -> None:
     """Skip, saying why, where no Python here has verifiers (scripts/test.sh makes one)."""
-    import subprocess
-
-    probe = subprocess.run(
-        [PYTHON, "-c", "import verifiers; verifiers.ToolEnv"], capture_output=True, timeout=120
-    )
-    if probe.returncode != 0:
-        pytest.skip(
-            f"verifiers is not installed for {PYTHON}: run scripts/test.sh (its venv)",
-            allow_module_level=True,
-        )
+    require_python_with(PYTHON, "import verifiers; verifiers.ToolEnv", "verifiers")
 
 
 def _path(pythonpath: str) -> str:

@@ -1,19 +1,26 @@
 """Every NeMo Gym resource-server session a rollout seeded is closed (``/close_session``),
-counted from the resource server's side: a session nobody verifies when it expires, and after
-``kill -9`` of the driver and a resume (the resumed run exact: nothing lost, nothing run
-twice)."""
+counted from the resource server's side: a session nobody verifies when it expires, one still
+being seeded when its environment shuts down, and after ``kill -9`` of the driver and a resume
+(the resumed run exact: nothing lost, nothing run twice)."""
 
 from __future__ import annotations
 
 import json
 import signal
-import urllib.request
 from pathlib import Path
 
-import orjson
 import pytest
 from e2e_support import Job, server_pids_alive, wait_for
 from faults_support import assert_exact_accounting
+from foreign_support import (
+    RUN,
+    abandon_rollouts,
+    alternately_routed,
+    seed_unverified,
+    served_urls,
+    servers,
+    shut_down_mid_seed,
+)
 from nemo_gym_support import (
     NOTEBOOK,
     PYTHON,
@@ -24,27 +31,11 @@ from nemo_gym_support import (
 )
 
 from procs import alive as _alive
-from server_specs import simulated_model
+from rollgym.builtins.envs.nemo_gym import NemoGymEnv
 
 pytestmark = [pytest.mark.e2e, needs_nemo_gym]
 
 ROWS = 60
-
-
-def _servers(latency_s: float, **environment: object) -> dict[str, object]:
-    return {
-        "policy": simulated_model(latency_s),
-        "nemo": {"kind": "environment", "impl": "nemo_gym", "model": "policy", **environment},
-        "player": {"kind": "agent", "impl": "tool_loop", "model": "policy", "environment": "nemo"},
-    }
-
-
-def _rows(n: int) -> list[dict[str, object]]:
-    """Every other row is played by the environment's own episode, the rest by the agent."""
-    return [
-        {**row, **({"task_id": {"taskset": "nemo", "task_id": str(i)}} if i % 2 else {})}
-        for i, row in enumerate(notebook_rows(n))
-    ]
 
 
 def _counts(path: Path) -> dict[str, int]:
@@ -64,10 +55,9 @@ def test_no_session_outlives_kill_9_and_the_resume_is_exact(
     first = job.root / "counts-1.json"
     monkeypatch.setenv("NOTEBOOK_COUNTS", str(first))
     job.write(
-        _servers(0.3, resources_server=str(NOTEBOOK), python=str(PYTHON)),
-        _rows(ROWS),
-        agent="player",
-        environment_routes={"nemo": "nemo"},
+        servers("nemo_gym", 0.3, resources_server=str(NOTEBOOK), python=str(PYTHON)),
+        alternately_routed(notebook_rows(ROWS)),
+        **RUN,
         concurrency=8,
     )
     proc = job.start()
@@ -105,19 +95,11 @@ def test_an_abandoned_episode_closes_its_session_at_once(
     its handler is cancelled and closes the resource session then, the servers still running
     (no expiry here: a long ``session_ttl_s``)."""
     with notebook_server(job.root / "notebook.log") as url:
-        job.write(_servers(2.0, resources_url=url, session_ttl_s=600), [])
+        job.write(servers("nemo_gym", 2.0, resources_url=url, session_ttl_s=600), [])
         proc = job.serve()
         try:
-            assert proc.stdout is not None
-            urls = dict(proc.stdout.readline().split() for _ in range(3))
-            for i, row in enumerate(notebook_rows(4)):
-                request = urllib.request.Request(
-                    urls["nemo"] + "/run",
-                    data=orjson.dumps({"task": row, "rollout_id": f"e-{i}"}),
-                    headers={"Content-Type": "application/json"},
-                )
-                with pytest.raises(TimeoutError):
-                    urllib.request.urlopen(request, timeout=0.3)  # abandoned mid-rollout
+            urls = served_urls(proc)
+            abandon_rollouts(urls, notebook_rows(4), agent=False)
             assert wait_for(lambda: session_counts(url)["seeded"] == 4, timeout=60)
             assert wait_for(lambda: session_counts(url)["open"] == 0, timeout=60)
             assert session_counts(url)["closed"] == 4 and session_counts(url)["verified"] == 0
@@ -133,19 +115,10 @@ def test_a_session_nobody_verifies_is_closed_when_it_expires(
     """An agent that seeds a session and goes away: the resource session is closed when the
     rollgym session expires, the servers still running."""
     with notebook_server(job.root / "notebook.log") as url:
-        job.write(_servers(0.0, resources_url=url, session_ttl_s=2), [])
+        job.write(servers("nemo_gym", resources_url=url, session_ttl_s=2), [])
         proc = job.serve()
         try:
-            assert proc.stdout is not None
-            urls = dict(proc.stdout.readline().split() for _ in range(3))
-            for i, row in enumerate(notebook_rows(3)):
-                request = urllib.request.Request(
-                    urls["nemo"] + "/seed_session",
-                    data=orjson.dumps({"rollout_id": f"gone-{i}", "task": row}),
-                    headers={"Content-Type": "application/json"},
-                )
-                with urllib.request.urlopen(request, timeout=30) as answer:
-                    assert answer.status == 200
+            seed_unverified(served_urls(proc)["guess"], notebook_rows(3))
             assert session_counts(url)["open"] == 3
             assert wait_for(lambda: session_counts(url)["open"] == 0, timeout=60)
             assert session_counts(url)["closed"] == 3
@@ -153,3 +126,17 @@ def test_a_session_nobody_verifies_is_closed_when_it_expires(
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
+
+
+def test_a_session_still_being_seeded_at_shutdown_is_closed(job: Job) -> None:
+    """The environment shuts down while ``/seed_session`` is still under way (the resource
+    server made the session and has not answered its cookie yet): the close waits for the
+    seed, then closes the session with its cookie."""
+    with notebook_server(job.root / "notebook.log", mode="slow_seed") as url:
+        environment = NemoGymEnv.build("nemo", {"resources_url": url})
+        assert isinstance(environment, NemoGymEnv)
+        shut_down_mid_seed(
+            environment, notebook_rows(1)[0], lambda: session_counts(url)["seeded"] == 1
+        )
+        counts = session_counts(url)
+        assert counts["closed"] == 1 and counts["open"] == 0, counts

@@ -1,19 +1,27 @@
 """Every OpenEnv session a rollout opened is closed, counted from the OpenEnv server's side:
-as each rollout ends, for rollouts whose caller gave up, and after ``kill -9`` of the driver
-and a resume (the resumed run exact: nothing lost, nothing run twice)."""
+as each rollout ends, for rollouts whose caller gave up, for a session nobody verifies, for one
+still being made when its environment shuts down, and after ``kill -9`` of the driver and a
+resume (the resumed run exact: nothing lost, nothing run twice)."""
 
 from __future__ import annotations
 
 import signal
-import urllib.request
 
-import orjson
 import pytest
 from e2e_support import Job, server_pids_alive, wait_for
-from faults_support import assert_exact_accounting
+from foreign_support import (
+    RUN,
+    abandon_rollouts,
+    alternately_routed,
+    seed_unverified,
+    served_urls,
+    servers,
+    shut_down_mid_seed,
+)
 from openenv_support import open_sessions, openenv_server, session_counts
+from sessions_owned_support import kill_9_mid_run_and_resume
 
-from server_specs import simulated_model
+from rollgym.builtins.envs.openenv import OpenEnvEnv
 
 pytest.importorskip(
     "openenv.core", reason="openenv-core is not installed: pip install 'rollgym[openenv]'"
@@ -24,28 +32,6 @@ pytestmark = pytest.mark.e2e
 ROWS = 80
 
 
-def _servers(url: str, latency_s: float, **environment: object) -> dict[str, object]:
-    return {
-        "policy": simulated_model(latency_s),
-        "guess": {
-            "kind": "environment",
-            "impl": "openenv",
-            "model": "policy",
-            "openenv_url": url,
-            **environment,
-        },
-        "player": {"kind": "agent", "impl": "tool_loop", "model": "policy", "environment": "guess"},
-    }
-
-
-def _rows(n: int) -> list[dict[str, object]]:
-    """Every other row is played by the environment's own episode, the rest by the agent."""
-    return [
-        {"seed": i, **({"task_id": {"taskset": "guesses", "task_id": str(i)}} if i % 2 else {})}
-        for i in range(n)
-    ]
-
-
 def test_sessions_of_abandoned_rollouts_close_while_the_servers_run(
     job: Job, no_leftover_servers: None
 ) -> None:
@@ -54,26 +40,11 @@ def test_sessions_of_abandoned_rollouts_close_while_the_servers_run(
     cancelled and closes it), an agent's by the session's expiry (the agent is cancelled
     with its caller and never verifies; a short ``session_ttl_s`` here)."""
     with openenv_server(job.root / "openenv.log") as url:
-        job.write(_servers(url, latency_s=2.0, session_ttl_s=4.0), [])
+        job.write(servers("openenv", 2.0, openenv_url=url, session_ttl_s=4.0), [])
         proc = job.serve()
         try:
-            assert proc.stdout is not None
-            urls = dict(proc.stdout.readline().split() for _ in range(3))
-            bodies = [
-                (urls["player"], {"seed": i, "task_index": i, "rollout_index": 0, "attempt": 0})
-                for i in range(4)
-            ]
-            bodies += [
-                (urls["guess"], {"task": {"seed": i}, "rollout_id": f"e-{i}"}) for i in range(4)
-            ]
-            for base, body in bodies:
-                request = urllib.request.Request(
-                    base + "/run",
-                    data=orjson.dumps(body),
-                    headers={"Content-Type": "application/json"},
-                )
-                with pytest.raises(TimeoutError):
-                    urllib.request.urlopen(request, timeout=0.3)  # abandoned mid-rollout
+            urls = served_urls(proc)
+            abandon_rollouts(urls, [{"seed": i} for i in range(4)])
             assert wait_for(lambda: session_counts(url)["opened"] == 8, timeout=60)
             assert wait_for(lambda: open_sessions(url) == 0, timeout=60), session_counts(url)
             assert len(server_pids_alive(under=str(job.root))) == 3
@@ -85,35 +56,12 @@ def test_sessions_of_abandoned_rollouts_close_while_the_servers_run(
 def test_no_session_leaks_after_kill_9_and_resume(job: Job, no_leftover_servers: None) -> None:
     with openenv_server(job.root / "openenv.log") as url:
         job.write(
-            _servers(url, latency_s=0.3),
-            _rows(ROWS),
-            agent="player",
-            environment_routes={"guesses": "guess"},
+            servers("openenv", 0.3, openenv_url=url),
+            alternately_routed([{"seed": i} for i in range(ROWS)]),
+            **RUN,
             concurrency=8,
         )
-        proc = job.start()
-        try:
-            # killed with rollouts (and so OpenEnv sessions) in flight
-            assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 30, timeout=120)
-            # sessions end with their rollouts, not at shutdown: at most one per rollout in
-            # flight is open, though many more were opened
-            assert open_sessions(url) <= 8 and session_counts(url)["opened"] >= 30
-            assert wait_for(lambda: open_sessions(url) > 0, timeout=60)
-        finally:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-        assert job.line_count("rollouts.jsonl") < ROWS
-        assert wait_for(lambda: not server_pids_alive(under=str(job.root)), timeout=60)
-        # the environment server died with the driver: its connections dropped, and OpenEnv
-        # ended every session they held
-        assert wait_for(lambda: open_sessions(url) == 0, timeout=60), session_counts(url)
-
-        resumed = job.run(timeout=300)
-        assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-        assert_exact_accounting(job, ROWS)
-        assert job.summary["failed"] == 0
-        counts = session_counts(url)
-        assert counts["opened"] >= ROWS and open_sessions(url) == 0, counts
+        kill_9_mid_run_and_resume(job, ROWS, lambda: session_counts(url))
 
 
 def test_a_session_nobody_verifies_is_closed_when_it_expires(
@@ -122,24 +70,27 @@ def test_a_session_nobody_verifies_is_closed_when_it_expires(
     """An agent that seeds a session and goes away (its rollout failed before verifying):
     the OpenEnv session ends when the rollgym session expires, the servers still running."""
     with openenv_server(job.root / "openenv.log") as url:
-        servers = _servers(url, latency_s=0.0)
-        servers["guess"] = {**servers["guess"], "session_ttl_s": 2}  # type: ignore[dict-item]
-        job.write(servers, [])
+        job.write(servers("openenv", openenv_url=url, session_ttl_s=2), [])
         proc = job.serve()
         try:
-            assert proc.stdout is not None
-            urls = dict(proc.stdout.readline().split() for _ in range(3))
-            for i in range(3):
-                request = urllib.request.Request(
-                    urls["guess"] + "/seed_session",
-                    data=orjson.dumps({"rollout_id": f"gone-{i}", "task": {"seed": i}}),
-                    headers={"Content-Type": "application/json"},
-                )
-                with urllib.request.urlopen(request, timeout=30) as answer:
-                    assert answer.status == 200
+            urls = served_urls(proc)
+            seed_unverified(urls["guess"], [{"seed": i} for i in range(3)])
             assert open_sessions(url) == 3
             assert wait_for(lambda: open_sessions(url) == 0, timeout=60), session_counts(url)
             assert len(server_pids_alive(under=str(job.root))) == 3
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
+
+
+def test_a_session_still_being_made_at_shutdown_is_closed(job: Job) -> None:
+    """The environment shuts down while a session's ``reset`` is still under way on the
+    OpenEnv server: the session is closed (its connection made, the close waits for nothing
+    more). A connection dropped would end it too: what this shows is that the shutdown owns
+    it, as the NeMo Gym and ORS ones, whose servers end nothing by themselves."""
+    with openenv_server(job.root / "openenv.log", mode="slow_reset") as url:
+        environment = OpenEnvEnv.build("guess", {"openenv_url": url})
+        assert isinstance(environment, OpenEnvEnv)
+        shut_down_mid_seed(environment, {"seed": 1}, lambda: session_counts(url)["opened"] == 1)
+        # the server counts a session closed once it has ended it, just after the connection
+        assert wait_for(lambda: session_counts(url) == {"opened": 1, "closed": 1}, timeout=30)

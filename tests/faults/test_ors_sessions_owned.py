@@ -6,16 +6,20 @@ exact: nothing lost, nothing run twice)."""
 from __future__ import annotations
 
 import signal
-import urllib.request
 from pathlib import Path
 
-import orjson
 import pytest
 from e2e_support import server_pids_alive, wait_for
-from faults_support import assert_exact_accounting
+from foreign_support import (
+    RUN,
+    abandon_rollouts,
+    alternately_routed,
+    seed_unverified,
+    served_urls,
+    servers,
+)
 from ors_support import OrsJob, open_sessions, ors_server, require_openreward, session_counts
-
-from server_specs import simulated_model
+from sessions_owned_support import kill_9_mid_run_and_resume
 
 require_openreward()
 
@@ -29,65 +33,18 @@ def ors_job(tmp_path: Path) -> OrsJob:
     return OrsJob(tmp_path)
 
 
-def _servers(url: str, latency_s: float, **environment: object) -> dict[str, object]:
-    return {
-        "policy": simulated_model(latency_s),
-        "guess": {
-            "kind": "environment",
-            "impl": "ors",
-            "model": "policy",
-            "ors_url": url,
-            **environment,
-        },
-        "player": {"kind": "agent", "impl": "tool_loop", "model": "policy", "environment": "guess"},
-    }
-
-
-def _rows(n: int) -> list[dict[str, object]]:
-    """Every other row is played by the environment's own episode, the rest by the agent."""
-    return [
-        {"index": i, **({"task_id": {"taskset": "guesses", "task_id": str(i)}} if i % 2 else {})}
-        for i in range(n)
-    ]
-
-
 def test_no_session_leaks_after_kill_9_and_resume(
     ors_job: OrsJob, no_leftover_servers: None
 ) -> None:
     job = ors_job
     with ors_server(job.root / "ors.log", job.sessions) as url:
         job.write(
-            _servers(url, latency_s=0.3),
-            _rows(ROWS),
-            agent="player",
-            environment_routes={"guesses": "guess"},
+            servers("ors", 0.3, ors_url=url),
+            alternately_routed([{"index": i} for i in range(ROWS)]),
+            **RUN,
             concurrency=8,
         )
-        proc = job.start()
-        try:
-            # killed with rollouts (and so ORS sessions) in flight
-            assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 30, timeout=180)
-            # sessions end with their rollouts, not at shutdown: at most one per rollout in
-            # flight is open, though many more were opened
-            counts = session_counts(job.sessions)
-            assert open_sessions(job.sessions) <= 8 and counts["opened"] >= 30, counts
-            assert wait_for(lambda: open_sessions(job.sessions) > 0, timeout=60)
-        finally:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-        assert job.line_count("rollouts.jsonl") < ROWS
-        assert wait_for(lambda: not server_pids_alive(under=str(job.root)), timeout=60)
-        # the environment server died with the driver and closed the sessions it held
-        assert wait_for(lambda: open_sessions(job.sessions) == 0, timeout=60), session_counts(
-            job.sessions
-        )
-
-        resumed = job.run(timeout=300)
-        assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-        assert_exact_accounting(job, ROWS)
-        assert job.summary["failed"] == 0
-        counts = session_counts(job.sessions)
-        assert counts["opened"] >= ROWS and open_sessions(job.sessions) == 0, counts
+        kill_9_mid_run_and_resume(job, ROWS, lambda: session_counts(job.sessions))
 
 
 def test_sessions_of_abandoned_rollouts_close_while_the_servers_run(
@@ -99,34 +56,12 @@ def test_sessions_of_abandoned_rollouts_close_while_the_servers_run(
     and a session seeded and never verified is closed when it expires."""
     job = ors_job
     with ors_server(job.root / "ors.log", job.sessions) as url:
-        job.write(_servers(url, latency_s=2.0, session_ttl_s=4.0), [])
+        job.write(servers("ors", 2.0, ors_url=url, session_ttl_s=4.0), [])
         proc = job.serve()
         try:
-            assert proc.stdout is not None
-            urls = dict(proc.stdout.readline().split() for _ in range(3))
-            bodies = [
-                (urls["player"], {"index": i, "task_index": i, "rollout_index": 0, "attempt": 0})
-                for i in range(4)
-            ]
-            bodies += [
-                (urls["guess"], {"task": {"index": i}, "rollout_id": f"e-{i}"}) for i in range(4)
-            ]
-            for base, body in bodies:
-                request = urllib.request.Request(
-                    base + "/run",
-                    data=orjson.dumps(body),
-                    headers={"Content-Type": "application/json"},
-                )
-                with pytest.raises(TimeoutError):
-                    urllib.request.urlopen(request, timeout=0.3)  # abandoned mid-rollout
-            for i in range(3):
-                request = urllib.request.Request(
-                    urls["guess"] + "/seed_session",
-                    data=orjson.dumps({"rollout_id": f"gone-{i}", "task": {"index": i}}),
-                    headers={"Content-Type": "application/json"},
-                )
-                with urllib.request.urlopen(request, timeout=30) as answer:
-                    assert answer.status == 200
+            urls = served_urls(proc)
+            abandon_rollouts(urls, [{"index": i} for i in range(4)])
+            seed_unverified(urls["guess"], [{"index": i} for i in range(3)])
             assert wait_for(lambda: session_counts(job.sessions)["opened"] == 11, timeout=60)
             assert wait_for(lambda: open_sessions(job.sessions) == 0, timeout=60), session_counts(
                 job.sessions

@@ -19,30 +19,28 @@ simulated model play it like any environment:
   the rollout's, its other fields the verdict's details;
 - the session is closed with ``/close_session`` when the rollout is verified, when its
   episode ``/run`` ends however it ends, when a tool call fails, when the rollgym session
-  expires unused, and at shutdown.
+  expires unused, and at shutdown, one still being seeded then included (its close waits for
+  the ``/seed_session`` that gives it its cookie).
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any, ClassVar
 
 import orjson
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from rollgym.builtins.envs.foreign import (
+    ForeignOptions,
     ForeignSessionsEnvironment,
-    check_one_place,
     fetch_setup_json,
 )
-from rollgym.builtins.envs.nemo_gym_host import ResourcesProcess, StartFailed, log_path_for
+from rollgym.builtins.envs.nemo_gym_host import ResourcesProcess, log_path_for
 from rollgym.builtins.envs.nemo_gym_wire import NemoGymError, ResourcesSession
 from rollgym.servers import (
     INVALID_ARGUMENTS,
-    EnvironmentOptions,
     HTTPError,
-    ServerContext,
     ServerOptions,
     SessionState,
     SetupProblem,
@@ -58,8 +56,10 @@ _ECHOED = frozenset((PARAMS, "response", "reward"))
 _PROTOCOL_ROUTES = ("/seed_session", "/verify")
 
 
-class NemoGymOptions(EnvironmentOptions):
+class NemoGymOptions(ForeignOptions):
     """Where the resource server is, or how rollgym starts it."""
+
+    place_options: ClassVar[tuple[str, str]] = ("resources_url", "resources_server")
 
     resources_url: str | None = Field(
         None, description="Base URL of a NeMo Gym resource server you run (http://host:port)."
@@ -79,108 +79,63 @@ class NemoGymOptions(EnvironmentOptions):
     start_timeout_s: float = Field(
         120.0, gt=0, description="Time for a started resource server to answer."
     )
-    answer_timeout_s: float = Field(
-        60.0, gt=0, description="Time for one seed, tool call or verify to answer."
-    )
-
-    @model_validator(mode="after")
-    def _one_place(self) -> NemoGymOptions:
-        check_one_place(
-            self.resources_url, "resources_url", self.resources_server, "resources_server"
-        )
-        return self
 
 
 class NemoGymEnv(ForeignSessionsEnvironment[ResourcesSession]):
     """A NeMo Gym resource server's sessions as rollgym sessions (see the module docstring)."""
 
     Options: ClassVar[type[ServerOptions]] = NemoGymOptions
-
-    def __init__(self, context: ServerContext) -> None:
-        super().__init__(context)
-        options = self.nemo_gym_options
-        self._process: ResourcesProcess | None = None
-        if options.resources_server is not None:
-            target = options.resources_server
-            self._key = "resources_server"
-            self.where = f"NeMo Gym resource server {target!r}"
-            self._process = self._start(target)
-            self._base_url = self._process.url
-        else:
-            assert options.resources_url is not None
-            self._key = "resources_url"
-            self._base_url = options.resources_url.rstrip("/")
-            self.where = f"NeMo Gym resource server {self._base_url}"
-        try:
-            self._check_protocol()
-        except SetupProblem:
-            self.stop_local_server()
-            raise
-        #: Sessions closed, and closes the server refused (``aggregate_metrics``).
-        self.closes = {"closed": 0, "refused": 0}
+    url_what = "NeMo Gym resource server"
+    local_what = "NeMo Gym resource server"
+    closes_metric = "resources_sessions"
 
     @property
     def nemo_gym_options(self) -> NemoGymOptions:
         assert isinstance(self.options, NemoGymOptions)
         return self.options
 
-    # --- start-up and shutdown ------------------------------------------------------------------
+    # --- start-up -------------------------------------------------------------------------------
 
-    def _start(self, target: str) -> ResourcesProcess:
+    def start_local(self, target: str) -> ResourcesProcess:
         options = self.nemo_gym_options
-        try:
-            process = ResourcesProcess(
-                self.context.name,
-                target,
-                options.python,
-                options.server_config,
-                log_path_for(self.context.name),
-            )
-            process.wait_ready(options.start_timeout_s)
-        except StartFailed as exc:
-            raise SetupProblem(self._key, f"{self.where}: {exc}") from None
+        process = ResourcesProcess(
+            self.context.name,
+            target,
+            options.python,
+            options.server_config,
+            log_path_for(self.context.name),
+        )
+        process.wait_ready(options.start_timeout_s)
         return process
 
-    def _check_protocol(self) -> None:
+    def check_protocol(self) -> None:
         """The server's routes (FastAPI's ``/openapi.json``), read once at start-up: a server
         without ``/seed_session`` and ``/verify`` is not a resource server, said before the
         first rollout."""
         # FastAPI builds the schema on the first ask: seconds for NeMo Gym's large bodies.
         body = fetch_setup_json(
-            self._base_url,
+            self.base_url,
             "/openapi.json",
             self.nemo_gym_options.start_timeout_s,
             self.where,
-            self._key,
+            self.key,
         )
         paths = body.get("paths") if isinstance(body, dict) else None
         missing = [p for p in _PROTOCOL_ROUTES if not isinstance(paths, dict) or p not in paths]
         if missing:
             raise SetupProblem(
-                self._key,
+                self.key,
                 f"{self.where}: not a NeMo Gym resource server: it has no "
                 f"{' and no '.join(missing)} route",
             )
-
-    def stop_local_server(self) -> None:
-        if self._process is not None:
-            self._process.stop()
-
-    def aggregate_metrics(self) -> dict[str, object]:
-        return {**super().aggregate_metrics(), "resources_sessions": dict(self.closes)}
 
     # --- sessions ---------------------------------------------------------------------------------
 
     async def seed(self, task: dict[str, Any]) -> SessionState:
         chat = _chat_of(task)
-        wire = ResourcesSession(self.http(), self._base_url, self.nemo_gym_options.answer_timeout_s)
-        try:
+        wire = ResourcesSession(self.http(), self.base_url, self.nemo_gym_options.answer_timeout_s)
+        async with self.seeding(wire):
             await wire.seed(task)
-        except NemoGymError as exc:
-            raise self.failed(exc) from None
-        except BaseException:
-            await asyncio.shield(self.close_wire(wire, ""))
-            raise
         tools = chat.get("tools")
         tools = tools if isinstance(tools, list) else []
         data: dict[str, Any] = {
@@ -196,11 +151,7 @@ class NemoGymEnv(ForeignSessionsEnvironment[ResourcesSession]):
 
     async def close_wire(self, wire: ResourcesSession, session_id: str) -> bool:
         """``/close_session``, counted as closed or refused (``aggregate_metrics``)."""
-        if wire.closed:
-            return True
-        taken = await wire.close(session_id)
-        self.closes["closed" if taken else "refused"] += 1
-        return taken
+        return await wire.close(session_id)
 
     # --- tools ------------------------------------------------------------------------------------
 
@@ -209,16 +160,8 @@ class NemoGymEnv(ForeignSessionsEnvironment[ResourcesSession]):
     ) -> ToolAnswer:
         """``POST /<tool>`` with the session's cookie; the call and its output are kept for
         ``/verify`` (as a Responses API answer's items)."""
-        session_id: str = state.data["session_id"]
         wire: ResourcesSession = state.data["wire"]
-        try:
-            answer = await wire.call(name, args)
-        except NemoGymError as exc:
-            self.aggregates.record_tool(name, ok=False)
-            # The session is of no more use: end it now (an agent whose rollout fails here
-            # never verifies it).
-            self.release_wire(session_id)
-            raise self.failed(exc) from None
+        answer = await wire.call(name, args)
         output: list[dict[str, Any]] = state.data["output"]
         call = call_id or f"call_{len(output) // 2}"
         output.append(
@@ -242,21 +185,14 @@ class NemoGymEnv(ForeignSessionsEnvironment[ResourcesSession]):
 
     async def verify(self, state: SessionState, answer: str | None) -> Verdict:
         """``/verify`` with the episode as NeMo Gym's response; the session closed after."""
-        wire: ResourcesSession = state.data["wire"]
-        session_id: str = state.data["session_id"]
-        self.forget_wire(session_id)
         task: dict[str, Any] = state.data["task"]
-        try:
+        async with self.verifying(state) as wire:
             verdict = await wire.verify({**task, "response": self._response(state, answer)})
-        except NemoGymError as exc:
-            raise self.failed(exc) from None
-        finally:
-            await asyncio.shield(self.close_wire(wire, session_id))
-        reward = verdict["reward"]
-        if isinstance(reward, bool) or not isinstance(reward, int | float):
-            raise self.failed(
-                NemoGymError("verify", f"answered off-protocol: a non-numeric reward {reward!r}")
-            )
+            reward = verdict["reward"]
+            if isinstance(reward, bool) or not isinstance(reward, int | float):
+                raise NemoGymError(
+                    "verify", f"answered off-protocol: a non-numeric reward {reward!r}"
+                )
         details = {k: v for k, v in verdict.items() if k not in _ECHOED and k not in task}
         details["tool_calls"] = len(state.data["output"]) // 2
         return Verdict(reward=float(reward), details=details)

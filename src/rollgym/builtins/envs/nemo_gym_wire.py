@@ -20,6 +20,7 @@ protocol step (seed_session, the tool's name, verify, close_session) and what we
 from __future__ import annotations
 
 import asyncio
+import uuid
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
 from typing import Any
@@ -27,23 +28,16 @@ from typing import Any
 import aiohttp
 import orjson
 
+from rollgym.builtins.envs.foreign_wire import ForeignError, bounded_exchange, quoted
+
 #: How long closing a session may wait for the server.
 CLOSE_TIMEOUT_S = 5.0
 #: The most of an off-protocol answer quoted in an error line.
 _QUOTED = 120
 
 
-class NemoGymError(Exception):
-    """A resource-server exchange failed at ``step``.
-
-    ``status`` is the HTTP status rollgym answers for it: 502 (the resource server failed or
-    answered off-protocol), 503 (it could not be reached), 504 (no answer in time).
-    """
-
-    def __init__(self, step: str, message: str, *, status: int = 502) -> None:
-        super().__init__(f"{step}: {message}")
-        self.step = step
-        self.status = status
+class NemoGymError(ForeignError):
+    """A resource-server exchange failed at ``step`` (``status``: what rollgym answers)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,11 +53,10 @@ class Answer:
 
 
 def _quoted(text: str) -> str:
-    one_line = " ".join(text.split())
-    return one_line[:_QUOTED] + ("..." if len(one_line) > _QUOTED else "")
+    return quoted(text, _QUOTED)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # eq=False: hashed by identity, owned in a dict
 class ResourcesSession:
     """One rollout's session on a resource server: its cookies, carried request to request."""
 
@@ -78,23 +71,18 @@ class ResourcesSession:
         headers = {"Content-Type": "application/json"}
         if self.cookies:
             headers["Cookie"] = "; ".join(f"{k}={v}" for k, v in self.cookies.items())
-        try:
-            async with asyncio.timeout(self.answer_timeout_s):
-                async with self.http.post(
-                    self.base_url + path, data=orjson.dumps(body), headers=headers
-                ) as response:
-                    text = (await response.read()).decode("utf-8", "replace")
-                    for value in response.headers.getall("Set-Cookie", []):
-                        jar: SimpleCookie = SimpleCookie()
-                        jar.load(value)
-                        self.cookies.update({k: m.value for k, m in jar.items()})
-                    return Answer(response.status, text)
-        except TimeoutError:
-            raise NemoGymError(
-                step, f"no answer within {self.answer_timeout_s:g} s", status=504
-            ) from None
-        except aiohttp.ClientError as exc:
-            raise NemoGymError(step, f"POST {path} failed: {exc}", status=503) from None
+        async with (
+            bounded_exchange(NemoGymError, step, f"POST {path}", self.answer_timeout_s),
+            self.http.post(
+                self.base_url + path, data=orjson.dumps(body), headers=headers
+            ) as response,
+        ):
+            text = (await response.read()).decode("utf-8", "replace")
+            for value in response.headers.getall("Set-Cookie", []):
+                jar: SimpleCookie = SimpleCookie()
+                jar.load(value)
+                self.cookies.update({k: m.value for k, m in jar.items()})
+            return Answer(response.status, text)
 
     async def seed(self, row: dict[str, Any]) -> None:
         answer = await self.exchange("seed_session", "/seed_session", row)
@@ -132,6 +120,11 @@ class ResourcesSession:
         if self.closed:
             return True
         self.closed = True
+        if not self.cookies:  # never seeded: the server holds no session of it
+            return True
+        # One closed before rollgym named it (mid-seed) is named here: the protocol wants an
+        # id, the server finds the session by its cookie.
+        session_id = session_id or uuid.uuid4().hex
         body = {"resources_session_id": session_id, "episode_id": {"rollout_id": session_id}}
         try:
             async with asyncio.timeout(CLOSE_TIMEOUT_S):

@@ -24,24 +24,23 @@ connections drop and OpenEnv ends their sessions.
 
 from __future__ import annotations
 
-import asyncio
 import re
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import orjson
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from rollgym.builtins.envs.foreign import (
+    ForeignOptions,
     ForeignSessionsEnvironment,
-    check_one_place,
+    RewardOf,
+    episode_reward,
     fetch_setup_json,
 )
 from rollgym.builtins.envs.openenv_host import HostedApp, app_of, load_object
 from rollgym.builtins.envs.openenv_wire import Observation, OpenEnvError, WireSession, ws_url
 from rollgym.servers import (
     INVALID_ARGUMENTS,
-    EnvironmentOptions,
-    ServerContext,
     ServerOptions,
     SessionState,
     SetupProblem,
@@ -59,8 +58,10 @@ MCP_ACTIONS = frozenset({"CallToolAction", "ListToolsAction"})
 _TOOL_NAME = re.compile(r"[^A-Za-z0-9_-]")
 
 
-class OpenEnvOptions(EnvironmentOptions):
+class OpenEnvOptions(ForeignOptions):
     """Where the OpenEnv environment is, and how its episode maps onto rollgym's."""
+
+    place_options: ClassVar[tuple[str, str]] = ("openenv_url", "openenv_app")
 
     openenv_url: str | None = Field(
         None, description="Base URL of an OpenEnv server you run (http://host:port)."
@@ -70,7 +71,7 @@ class OpenEnvOptions(EnvironmentOptions):
         description="'module:object': the OpenEnv app (create_app(...)) or Environment class "
         "to serve here, importable from the working directory.",
     )
-    reward: Literal["last", "sum"] = Field(
+    reward: RewardOf = Field(
         "last", description="The episode's reward: the last reward observed, or their sum."
     )
     system_prompt: str = Field(SYSTEM_PROMPT, description="The system message of each episode.")
@@ -78,86 +79,60 @@ class OpenEnvOptions(EnvironmentOptions):
         4096, ge=1, description="Sessions an Environment class served here allows at once."
     )
     connect_timeout_s: float = Field(10.0, gt=0, description="Time to open a session.")
-    answer_timeout_s: float = Field(60.0, gt=0, description="Time for one reset or step.")
-
-    @model_validator(mode="after")
-    def _one_place(self) -> OpenEnvOptions:
-        check_one_place(self.openenv_url, "openenv_url", self.openenv_app, "openenv_app")
-        return self
 
 
 class OpenEnvEnv(ForeignSessionsEnvironment[WireSession]):
     """An OpenEnv environment's episodes as rollgym sessions (see the module docstring)."""
 
     Options: ClassVar[type[ServerOptions]] = OpenEnvOptions
-
-    def __init__(self, context: ServerContext) -> None:
-        super().__init__(context)
-        options = self.openenv_options
-        self._hosted: HostedApp | None = None
-        if options.openenv_app is not None:
-            target = options.openenv_app
-            self._hosted = HostedApp(
-                target, app_of(target, load_object(target), options.max_sessions)
-            )
-            self._hosted.start()
-            self.where = f"OpenEnv app {target!r}"
-            base_url = self._hosted.url
-        else:
-            assert options.openenv_url is not None
-            base_url = options.openenv_url.rstrip("/")
-            self.where = f"OpenEnv server {base_url}"
-        self._ws_url = ws_url(base_url)
-        self._action_schema = self._fetch_action_schema(base_url)
-        self._mcp = self._action_schema.get("title") in MCP_ACTIONS
+    url_what = "OpenEnv server"
+    local_what = "OpenEnv app"
+    #: The action class's JSON schema (from ``/schema``) and whether it is an MCP one.
+    _action_schema: dict[str, Any]
+    _mcp: bool
 
     @property
     def openenv_options(self) -> OpenEnvOptions:
         assert isinstance(self.options, OpenEnvOptions)
         return self.options
 
-    # --- start-up and shutdown ------------------------------------------------------------------
+    # --- start-up -------------------------------------------------------------------------------
 
-    def _fetch_action_schema(self, base_url: str) -> dict[str, Any]:
+    def start_local(self, target: str) -> HostedApp:
+        """The app served here, in a thread of this process (it lives and dies with it)."""
+        app = app_of(target, load_object(target), self.openenv_options.max_sessions)
+        hosted = HostedApp(target, app)
+        hosted.start()
+        return hosted
+
+    def check_protocol(self) -> None:
         """The action class's JSON schema (``GET /schema``), read once at start-up: a server
         that does not answer it is not an OpenEnv server, said before the first rollout."""
-        key = "openenv_app" if self._hosted is not None else "openenv_url"
         body = fetch_setup_json(
-            base_url, "/schema", self.openenv_options.connect_timeout_s, self.where, key
+            self.base_url, "/schema", self.openenv_options.connect_timeout_s, self.where, self.key
         )
         action = body.get("action") if isinstance(body, dict) else None
         if not isinstance(action, dict):
-            raise SetupProblem(key, f"{self.where}: GET /schema has no 'action' schema")
-        return action
-
-    def stop_local_server(self) -> None:
-        if self._hosted is not None:
-            self._hosted.stop()
+            raise SetupProblem(self.key, f"{self.where}: GET /schema has no 'action' schema")
+        self._action_schema = action
+        self._mcp = action.get("title") in MCP_ACTIONS
 
     # --- sessions ---------------------------------------------------------------------------------
 
     async def seed(self, task: dict[str, Any]) -> SessionState:
         reset = _reset_data(task, self.seeding_rollout_id())
-        http = self.http()
         options = self.openenv_options
-        try:
-            wire = await WireSession.open(
-                http,
-                self._ws_url,
-                connect_timeout_s=options.connect_timeout_s,
-                answer_timeout_s=options.answer_timeout_s,
-            )
-        except OpenEnvError as exc:
-            raise self.failed(exc) from None
-        try:
+        wire = WireSession(
+            self.http(),
+            ws_url(self.base_url),
+            connect_timeout_s=options.connect_timeout_s,
+            answer_timeout_s=options.answer_timeout_s,
+        )
+        async with self.seeding(wire) as created:
+            await wire.connect()  # the server makes the session for the connection
+            created()
             first = await wire.reset(reset)
             tools = await self._tools(wire)
-        except OpenEnvError as exc:
-            await wire.close()
-            raise self.failed(exc) from None
-        except BaseException:
-            await asyncio.shield(wire.close())
-            raise
         prompt = str(task.get("prompt") or "The environment's first observation:")
         messages = [
             {"role": "system", "content": options.system_prompt},
@@ -169,10 +144,10 @@ class OpenEnvEnv(ForeignSessionsEnvironment[WireSession]):
             "tool_names": frozenset(str(t["function"]["name"]) for t in tools),
             "rewards": [] if first.reward is None else [first.reward],
             "steps": 0,
-            "done": first.done,
+            "over": first.done,
         }
         if first.done:
-            await wire.close()
+            await self.closing(wire, "")
         return SessionState(messages=messages, data=data)
 
     async def _tools(self, wire: WireSession) -> list[dict[str, Any]]:
@@ -194,45 +169,31 @@ class OpenEnvEnv(ForeignSessionsEnvironment[WireSession]):
         self, state: SessionState, name: str, args: dict[str, Any], call_id: str | None
     ) -> ToolAnswer:
         """One ``call_tool`` step (an MCP environment) or one ``step`` with the action."""
-        session_id: str = state.data["session_id"]
-        if state.data["done"]:
-            return ToolAnswer("the episode is over: reply with your final answer")
         action = {"type": "call_tool", "tool_name": name, "arguments": args} if self._mcp else args
         wire: WireSession = state.data["wire"]
         try:
             seen = await wire.step(action)
         except OpenEnvError as exc:
-            if exc.model_mistake:
-                self.aggregates.record_mistake()
-                return ToolAnswer(f"error: {exc}", INVALID_ARGUMENTS)
-            self.aggregates.record_tool(name, ok=False)
-            # The OpenEnv session is of no more use: end it now, not when the rollout's
-            # session expires (an agent whose rollout fails here never verifies it).
-            state.data["done"] = True
-            self.release_wire(session_id)
-            raise self.failed(exc) from None
+            if not exc.model_mistake:
+                raise
+            self.aggregates.record_mistake()
+            return ToolAnswer(f"error: {exc}", INVALID_ARGUMENTS)
         self.aggregates.record_tool(name, ok=True)
         state.data["steps"] += 1
         if seen.reward is not None:
             state.data["rewards"].append(seen.reward)
         if seen.done:
-            state.data["done"] = True
-            self.release_wire(session_id)
+            self.end_episode(state)
         return ToolAnswer(_tool_output(seen, self._mcp))
 
     # --- verification -----------------------------------------------------------------------------
 
     async def verify(self, state: SessionState, answer: str | None) -> Verdict:
-        """The reward the observations carried (none: 0.0); the session is closed first."""
-        wire: WireSession = state.data["wire"]
-        self.forget_wire(state.data["session_id"])
-        await wire.close()
-        rewards: list[float] = state.data["rewards"]
-        if self.openenv_options.reward == "sum":
-            reward = sum(rewards)
-        else:
-            reward = rewards[-1] if rewards else 0.0
-        details = {"done": state.data["done"], "steps": state.data["steps"], "rewards": rewards}
+        """The reward the observations carried (none: 0.0); the session closed."""
+        async with self.verifying(state):
+            rewards: list[float] = state.data["rewards"]
+            reward = episode_reward(rewards, self.openenv_options.reward)
+        details = {"done": state.data["over"], "steps": state.data["steps"], "rewards": rewards}
         return Verdict(reward=reward, details=details)
 
 

@@ -26,6 +26,8 @@ from typing import Any
 import aiohttp
 import orjson
 
+from rollgym.builtins.envs.foreign_wire import ForeignError
+
 #: The error code OpenEnv answers when an action does not fit the action class.
 VALIDATION_ERROR = "VALIDATION_ERROR"
 #: The error code of a server that holds as many sessions as it allows.
@@ -38,21 +40,18 @@ OPEN_SESSION = "open session"
 CLOSE_TIMEOUT_S = 5.0
 
 
-class OpenEnvError(Exception):
+class OpenEnvError(ForeignError):
     """An OpenEnv session failed at ``step`` (open session, reset, step, list_tools).
 
-    ``status`` is the HTTP status rollgym answers for it: 502 (the environment raised or
-    answered off-protocol), 503 (no session to be had: refused, at capacity), 504 (no answer in
-    time). ``model_mistake`` marks an action that does not fit the action class: the model's
-    mistake, told to the model rather than failing the rollout.
+    ``status``: what rollgym answers for it (503 also when the server has no session to give:
+    refused, at capacity). ``model_mistake`` marks an action that does not fit the action
+    class: the model's mistake, told to the model rather than failing the rollout.
     """
 
     def __init__(
         self, step: str, message: str, *, status: int = 502, model_mistake: bool = False
     ) -> None:
-        super().__init__(f"{step}: {message}")
-        self.step = step
-        self.status = status
+        super().__init__(step, message, status=status)
         self.model_mistake = model_mistake
 
 
@@ -74,7 +73,7 @@ def ws_url(base_url: str) -> str:
 
 
 class WireSession:
-    """One open OpenEnv session: one exchange at a time, each bounded by ``answer_timeout_s``.
+    """One OpenEnv session (made by :meth:`connect`): one exchange at a time, each bounded by ``answer_timeout_s``.
 
     A reader task reads the connection all the time, not only while an answer is awaited: the
     server pings its sessions (uvicorn: every 20 s) and drops one whose pings go unanswered,
@@ -82,32 +81,36 @@ class WireSession:
     whole model turn, which can be minutes.
     """
 
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse, answer_timeout_s: float) -> None:
-        self._ws = ws
-        self._answer_timeout_s = answer_timeout_s
-        self._lock = asyncio.Lock()
-        self._answers: asyncio.Queue[aiohttp.WSMessage] = asyncio.Queue()
-        self._reader = asyncio.get_running_loop().create_task(self._read())
-        #: Why no exchange can be trusted any more (an answer that never came may come late).
-        self._broken: str | None = None
-        self.closed = False
-
-    @classmethod
-    async def open(
-        cls,
+    def __init__(
+        self,
         http: aiohttp.ClientSession,
         url: str,
         *,
         connect_timeout_s: float,
         answer_timeout_s: float,
-    ) -> WireSession:
-        """Connect to ``url`` (``ws://host:port/ws``): the server opens a session for it."""
+    ) -> None:
+        self._http = http
+        self._url = url
+        self._connect_timeout_s = connect_timeout_s
+        self._answer_timeout_s = answer_timeout_s
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        self._answers: asyncio.Queue[aiohttp.WSMessage] = asyncio.Queue()
+        #: Why no exchange can be trusted any more (an answer that never came may come late).
+        self._broken: str | None = None
+        self.closed = False
+
+    async def connect(self) -> None:
+        """Connect to the session endpoint (``ws://host:port/ws``): the server opens a session
+        for the connection. One closed while it connected is ended at once."""
+        url, timeout_s = self._url, self._connect_timeout_s
         try:
-            async with asyncio.timeout(connect_timeout_s):
-                ws = await http.ws_connect(url, autoping=True, max_msg_size=0)
+            async with asyncio.timeout(timeout_s):
+                self._ws = await self._http.ws_connect(url, autoping=True, max_msg_size=0)
         except TimeoutError:
             raise OpenEnvError(
-                OPEN_SESSION, f"no session from {url} within {connect_timeout_s:g} s", status=504
+                OPEN_SESSION, f"no session from {url} within {timeout_s:g} s", status=504
             ) from None
         except aiohttp.WSServerHandshakeError as exc:
             raise OpenEnvError(
@@ -117,7 +120,9 @@ class WireSession:
             raise OpenEnvError(
                 OPEN_SESSION, f"cannot reach {url}: {type(exc).__name__}: {exc}", status=503
             ) from None
-        return cls(ws, answer_timeout_s)
+        self._reader = asyncio.get_running_loop().create_task(self._read(self._ws))
+        if self.closed:  # closed while connecting (a shutdown that could wait no longer)
+            await self._end(self._ws, self._reader)
 
     async def reset(self, data: dict[str, Any]) -> Observation:
         return _observation("reset", await self._exchange("reset", {"type": "reset", "data": data}))
@@ -131,28 +136,33 @@ class WireSession:
         if self.closed:
             return
         self.closed = True
+        if self._ws is not None and self._reader is not None:  # else no session to end yet
+            await self._end(self._ws, self._reader)
+
+    @staticmethod
+    async def _end(ws: aiohttp.ClientWebSocketResponse, reader: asyncio.Task[None]) -> None:
         try:
             async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                if not self._ws.closed:
-                    await self._ws.send_str('{"type": "close"}')
+                if not ws.closed:
+                    await ws.send_str('{"type": "close"}')
                     # The server ends the session, then closes the connection: wait for that
                     # (the reader sees it), so it does not close one this side already dropped.
-                    await asyncio.shield(self._reader)
+                    await asyncio.shield(reader)
         except (TimeoutError, aiohttp.ClientError, OSError, RuntimeError):
             pass
         finally:
-            self._reader.cancel()
+            reader.cancel()
             try:
                 async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                    await self._ws.close()
+                    await ws.close()
             except (TimeoutError, aiohttp.ClientError, OSError, RuntimeError):
                 pass
 
-    async def _read(self) -> None:
+    async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         """Every message, in order, until the connection ends (its last message says how)."""
         while True:
             try:
-                message = await self._ws.receive()
+                message = await ws.receive()
             except (aiohttp.ClientError, OSError, RuntimeError) as exc:
                 message = aiohttp.WSMessage(aiohttp.WSMsgType.ERROR, exc, None)
             self._answers.put_nowait(message)
@@ -160,14 +170,15 @@ class WireSession:
                 return
 
     async def _exchange(self, step: str, message: dict[str, Any]) -> dict[str, Any]:
-        if self.closed:
+        ws = self._ws
+        if self.closed or ws is None:
             raise OpenEnvError(step, "the session is closed")
         if self._broken is not None:
             raise OpenEnvError(step, self._broken)
         async with self._lock:
             try:
                 async with asyncio.timeout(self._answer_timeout_s):
-                    await self._ws.send_str(orjson.dumps(message).decode())
+                    await ws.send_str(orjson.dumps(message).decode())
                     answer = await self._answers.get()
             except TimeoutError:
                 self._broken = f"an earlier answer never came ({step})"

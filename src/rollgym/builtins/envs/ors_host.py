@@ -20,10 +20,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from rollgym.builtins.envs.foreign import venv_python
 from rollgym.builtins.envs.nemo_gym_host import ChildServer, StartFailed, free_port, log_path_for
-
-#: Where scripts/test.sh makes openreward's Python (the default of ``python``).
-DEFAULT_VENV_PYTHON = Path.home() / ".cache" / "rollgym-openreward" / "venv" / "bin" / "python"
 
 #: The child's program: import the object, make its Server, serve it. It runs in openreward's
 #: interpreter, so it imports nothing of rollgym; what it prints last is what a failure says.
@@ -68,7 +66,7 @@ uvicorn.run(server.app, host="127.0.0.1", port=port, log_level="warning", access
 
 def default_python() -> str:
     """openreward's own venv where scripts/test.sh made it, else ``python3``."""
-    return str(DEFAULT_VENV_PYTHON) if DEFAULT_VENV_PYTHON.exists() else "python3"
+    return venv_python("openreward", "python3")
 
 
 class OrsProcess(ChildServer):
@@ -91,4 +89,4 @@ class OrsProcess(ChildServer):
         )
 
 
-__all__ = ["DEFAULT_VENV_PYTHON", "OrsProcess", "StartFailed", "default_python"]
+__all__ = ["OrsProcess", "StartFailed", "default_python"]

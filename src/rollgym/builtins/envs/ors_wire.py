@@ -34,33 +34,21 @@ from typing import Any
 import aiohttp
 import orjson
 
+from rollgym.builtins.envs.foreign_wire import ForeignError, bounded_exchange, quoted
+
 #: How long closing a session may wait for the server.
 CLOSE_TIMEOUT_S = 10.0
-#: The most of an off-protocol answer quoted in an error line.
-_QUOTED = 160
 
 
-class OrsError(Exception):
-    """An ORS exchange failed at ``step``.
-
-    ``status`` is the HTTP status rollgym answers for it: 502 (the server failed or answered
-    off-protocol), 503 (it could not be reached), 504 (no answer in time).
-    """
+class OrsError(ForeignError):
+    """An ORS exchange failed at ``step`` (``status``: what rollgym answers for it)."""
 
     def __init__(
         self, step: str, message: str, *, status: int = 502, answered: int | None = None
     ) -> None:
-        super().__init__(f"{step}: {message}")
-        self.step = step
-        self.status = status
+        super().__init__(step, message, status=status)
         #: The HTTP status the server answered, where it answered one.
         self.answered = answered
-
-
-def quoted(text: str) -> str:
-    """``text`` on one line, cut short."""
-    one_line = " ".join(text.split())
-    return one_line[:_QUOTED] + ("..." if len(one_line) > _QUOTED else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +75,6 @@ class OrsSession:
     closed: bool = False
     tools: list[dict[str, Any]] = field(default_factory=list)
     terminal: dict[str, Any] | None = None
-    #: Held while the session is being created: a close waits for it, so its ``/delete``
-    #: never overtakes the ``/create`` it must undo.
-    _opening: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     # --- the exchanges ------------------------------------------------------------------------
 
@@ -104,24 +89,15 @@ class OrsSession:
     async def _json(self, step: str, method: str, path: str, body: object = None) -> Any:
         """One plain request; its JSON answer."""
         data = None if body is None else orjson.dumps(body)
-        try:
-            async with asyncio.timeout(self.answer_timeout_s):
-                async with self.http.request(
-                    method, self.base_url + path, data=data, headers=self._headers()
-                ) as response:
-                    text = (await response.read()).decode("utf-8", "replace")
-                    if response.status >= 400:
-                        raise OrsError(
-                            step,
-                            f"answered HTTP {response.status}: {_detail(text)}",
-                            answered=response.status,
-                        )
-        except TimeoutError:
-            raise OrsError(
-                step, f"no answer within {self.answer_timeout_s:g} s", status=504
-            ) from None
-        except aiohttp.ClientError as exc:
-            raise OrsError(step, f"{method} {path} failed: {exc}", status=503) from None
+        async with (
+            bounded_exchange(OrsError, step, f"{method} {path}", self.answer_timeout_s),
+            self.http.request(
+                method, self.base_url + path, data=data, headers=self._headers()
+            ) as response,
+        ):
+            text = (await response.read()).decode("utf-8", "replace")
+            if response.status >= 400:
+                raise _refused(step, response.status, text)
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:
@@ -132,57 +108,50 @@ class OrsSession:
         ``task_id`` event's data and the ``chunk``...``end`` events' data joined."""
         task_id: str | None = None
         chunks: list[str] = []
-        try:
-            async with asyncio.timeout(self.answer_timeout_s):
-                async with self.http.post(
-                    self.base_url + path, data=orjson.dumps(body), headers=self._headers(True)
-                ) as response:
-                    if response.status >= 400:
-                        text = (await response.read()).decode("utf-8", "replace")
-                        raise OrsError(
-                            step,
-                            f"answered HTTP {response.status}: {_detail(text)}",
-                            answered=response.status,
-                        )
-                    if not response.content_type.startswith("text/event-stream"):
-                        text = (await response.read()).decode("utf-8", "replace")
-                        raise OrsError(
-                            step,
-                            f"answered off-protocol: {response.content_type} "
-                            f"{quoted(text)!r}, not an event stream",
-                        )
-                    async for event, data in _events(response.content):
-                        if event == "task_id":
-                            task_id = data.strip()
-                        elif event == "chunk":
-                            chunks.append(data)
-                        elif event == "end":
-                            chunks.append(data)
-                            return task_id, "".join(chunks)
-                        elif event == "error":
-                            raise OrsError(step, f"raised: {quoted(data) or 'an unknown error'}")
-        except TimeoutError:
-            raise OrsError(
-                step, f"no answer within {self.answer_timeout_s:g} s", status=504
-            ) from None
-        except aiohttp.ClientError as exc:
-            raise OrsError(step, f"POST {path} failed: {exc}", status=503) from None
+        async with (
+            bounded_exchange(OrsError, step, f"POST {path}", self.answer_timeout_s),
+            self.http.post(
+                self.base_url + path, data=orjson.dumps(body), headers=self._headers(True)
+            ) as response,
+        ):
+            if response.status >= 400:
+                text = (await response.read()).decode("utf-8", "replace")
+                raise _refused(step, response.status, text)
+            if not response.content_type.startswith("text/event-stream"):
+                text = (await response.read()).decode("utf-8", "replace")
+                raise OrsError(
+                    step,
+                    f"answered off-protocol: {response.content_type} "
+                    f"{quoted(text)!r}, not an event stream",
+                )
+            async for event, data in _events(response.content):
+                if event == "task_id":
+                    task_id = data.strip()
+                elif event == "chunk":
+                    chunks.append(data)
+                elif event == "end":
+                    chunks.append(data)
+                    return task_id, "".join(chunks)
+                elif event == "error":
+                    raise OrsError(step, f"raised: {quoted(data) or 'an unknown error'}")
         raise OrsError(step, "answered off-protocol: the event stream ended without an 'end' event")
 
     # --- one session --------------------------------------------------------------------------
 
     async def open(self, task: dict[str, Any]) -> None:
-        """``/create_session`` then ``/create`` with the task; the session's tools read."""
-        async with self._opening:
-            task_id, _ = await self._sse("create_session", "/create_session", {})
-            if not task_id:
-                raise OrsError("create_session", "answered off-protocol: no session id (task_id)")
-            self.sid = task_id
-            body = {"env_name": self.env_name, **task}
-            answer = await self._json("create", "POST", "/create", body)
-            if not isinstance(answer, dict) or answer.get("sid") != self.sid:
-                raise OrsError("create", f"answered off-protocol: {quoted(str(answer))}")
-            self.created = True
+        """``/create_session`` then ``/create`` with the task: the session made."""
+        task_id, _ = await self._sse("create_session", "/create_session", {})
+        if not task_id:
+            raise OrsError("create_session", "answered off-protocol: no session id (task_id)")
+        self.sid = task_id
+        body = {"env_name": self.env_name, **task}
+        answer = await self._json("create", "POST", "/create", body)
+        if not isinstance(answer, dict) or answer.get("sid") != self.sid:
+            raise OrsError("create", f"answered off-protocol: {quoted(str(answer))}")
+        self.created = True
+
+    async def read_tools(self) -> None:
+        """The session's tools (``task_tools``), and its terminal tool if it has one."""
         listed = await self._json("task_tools", "GET", f"/{self.env_name}/task_tools")
         tools = listed.get("tools") if isinstance(listed, dict) else None
         if not isinstance(tools, list) or not all(
@@ -229,23 +198,22 @@ class OrsSession:
     async def close(self) -> bool:
         """``/delete`` (the environment's teardown) then ``/delete_session``, as openreward's
         client ends a session; whether the server took it. Never raises: a close that fails
-        leaves the session to the server's reaper."""
+        leaves the session to the server's reaper. (The environment calls it once the session's
+        creation has ended, so ``/delete`` never overtakes the ``/create`` it undoes.)"""
         if self.closed:
             return True
         self.closed = True
-        taken = True
+        if self.sid is None:
+            return True
         try:
             async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                async with self._opening:
-                    if self.sid is None:
-                        return True
-                    # also when /create did not answer: it may have made the environment
-                    # all the same (the server answers /delete of an unknown session too)
-                    await self._json("delete", "POST", "/delete")
-                    await self._json("delete_session", "POST", "/delete_session")
+                # also when /create did not answer: it may have made the environment all the
+                # same (the server answers /delete of an unknown session too)
+                await self._json("delete", "POST", "/delete")
+                await self._json("delete_session", "POST", "/delete_session")
         except (OrsError, TimeoutError):
-            taken = False
-        return taken
+            return False
+        return True
 
 
 def blocks_text(step: str, blocks: list[Any]) -> str:
@@ -265,6 +233,11 @@ def blocks_text(step: str, blocks: list[Any]) -> str:
                 step, f"answered off-protocol: a block without text {quoted(str(block))}"
             )
     return "\n".join(parts)
+
+
+def _refused(step: str, status: int, text: str) -> OrsError:
+    """An HTTP error answer (``status`` >= 400) as the step's failure."""
+    return OrsError(step, f"answered HTTP {status}: {_detail(text)}", answered=status)
 
 
 def _detail(text: str) -> str:

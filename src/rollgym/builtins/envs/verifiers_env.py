@@ -30,12 +30,12 @@ import os
 import sys
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 from opentelemetry.trace import Span
 from pydantic import Field, model_validator
 
+from rollgym.builtins.envs.foreign import venv_python
 from rollgym.builtins.envs.verifiers_channel import WorkerChannel, start_worker
 from rollgym.servers import (
     Environment,
@@ -52,8 +52,6 @@ from rollgym.servers import (
 
 #: A verifiers input's own fields: what a row given inline may carry to the environment.
 INPUT_FIELDS = ("prompt", "answer", "info", "task", "example_id")
-#: Where scripts/test.sh makes verifiers' Python (the default of ``verifiers_python``).
-DEFAULT_VENV_PYTHON = Path.home() / ".cache" / "rollgym-verifiers" / "venv" / "bin" / "python"
 #: An event of the worker, as json.loads reads it (its fields: verifiers_worker.py's protocol).
 WorkerEvent = dict[str, Any]
 #: What stands in the trajectory and the spans for a MultiTurnEnv's environment turn.
@@ -64,7 +62,7 @@ INVALID_ARGUMENTS = "invalid_arguments"
 
 def default_python() -> str:
     """verifiers' own venv where scripts/test.sh made it, else this Python."""
-    return str(DEFAULT_VENV_PYTHON) if DEFAULT_VENV_PYTHON.exists() else sys.executable
+    return venv_python("verifiers", sys.executable)
 
 
 class VerifiersOptions(EnvironmentOptions):
