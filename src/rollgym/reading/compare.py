@@ -88,14 +88,21 @@ def _task_index(record: Mapping[str, object]) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def read_run(run_dir: Path) -> RunRecords:
-    """One run's finished rollouts and failures, grouped by dispatch name and task."""
+def check_run_dir(run_dir: Path) -> None:
+    """Refuse, in one line, a path that is not a run's output directory (no such directory,
+    or one holding neither ``rollouts.jsonl`` nor ``failures.jsonl``): every way of
+    comparing runs reads them only after this."""
     if not run_dir.is_dir():
         raise CompareError(f"{run_dir}: no such run directory")
     if not (run_dir / ROLLOUTS).exists() and not (run_dir / FAILURES).exists():
         raise CompareError(
             f"{run_dir}: holds no {ROLLOUTS} or {FAILURES}; is it a run's output_dir?"
         )
+
+
+def read_run(run_dir: Path) -> RunRecords:
+    """One run's finished rollouts and failures, grouped by dispatch name and task."""
+    check_run_dir(run_dir)
     run_id, threshold = _run_config(run_dir)
     by_dispatch: dict[str, dict[int, TaskSamples]] = {}
 
