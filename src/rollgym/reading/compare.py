@@ -30,12 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rollgym.driver.output import FAILURES, ROLLOUTS
 from rollgym.driver.summary import pass_at_k
 from rollgym.errors import CompareError as CompareError
-from rollgym.reading.config_diff import config_differences, flat_config
+from rollgym.reading.config_diff import config_differences, flat_config, read_config
 from rollgym.reading.run_reader import read_lines, recorded_run_id
 
 #: The pass threshold of a run whose ``config.yaml`` does not say (the config's default).
@@ -71,11 +69,7 @@ class RunRecords:
 def _run_config(run_dir: Path) -> tuple[str | None, float]:
     """The run id and pass threshold a run recorded (``run.json``, ``config.yaml``)."""
     threshold = DEFAULT_PASS_THRESHOLD
-    try:
-        config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        config = None
-    run = config.get("run") if isinstance(config, dict) else None
+    run = read_config(run_dir).get("run")
     if isinstance(run, dict):
         value = run.get("pass_threshold")
         if isinstance(value, int | float) and not isinstance(value, bool):
