@@ -21,6 +21,7 @@ import orjson
 
 from rollgym.driver.group_spread import GroupSpread
 from rollgym.files import write_atomically
+from rollgym.records import fields_record
 from rollgym.telemetry.span_counts import empty_record
 
 #: The failure kind of a rollout an interruption (Ctrl-C, SIGTERM) cancelled: not a failure
@@ -281,29 +282,19 @@ class Summary:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "status": self.status,
-            "requested": self.requested,
-            "completed": self.completed,
-            "failed": self.failed,
-            "failed_by_kind": self.failed_by_kind,
-            "by_dispatch_name": self.by_dispatch_name,
-            "environments": self.environments,
-            "telemetry": self.telemetry,
-            "duration_s": self.duration_s,
-            "rollouts_per_s": self.rollouts_per_s,
-            "servers": self.servers,
-            "warnings": self.warnings,
-            **({"staleness": self.staleness} if self.staleness else {}),
-            **({"probes": self.probes} if self.probes else {}),
-            **(
-                {"incomplete_model_calls": self.incomplete_model_calls}
-                if self.incomplete_model_calls
-                else {}
-            ),
-            **({"groups": self.groups} if self.groups else {}),
-        }
+        """``summary.json``: every field in order but ``output_dir`` (the file sits in it),
+        then the sections a run may not have, each only when it has something to say."""
+        record = fields_record(self, leave_out=_NOT_ALWAYS_WRITTEN)
+        for name in _WRITTEN_WHEN_SET:
+            value = getattr(self, name)
+            if value:
+                record[name] = value
+        return record
+
+
+#: ``summary.json``'s sections written only when not empty, in the order they are written.
+_WRITTEN_WHEN_SET = ("staleness", "probes", "incomplete_model_calls", "groups")
+_NOT_ALWAYS_WRITTEN = frozenset({"output_dir", *_WRITTEN_WHEN_SET})
 
 
 #: Aggregates that are means over ``count``: merged across replicas weighted by each one's count.

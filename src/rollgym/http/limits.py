@@ -76,11 +76,10 @@ class ExchangeLimits:
         """Refuse a URL with a control character in it (module doc), naming where it is."""
         where = _control_character(url)
         if where is not None:
-            raise ExchangeRefused(
+            raise _invalid_url(
+                server,
                 f"the URL of a request to {server!r} ({method}) has {where}: "
                 f"{redact_url(url)!r}; not sent",
-                server=server,
-                kind="invalid_url",
             )
 
     def too_large(self, server: str, method: str, path: str, size: str) -> ExchangeRefused:
@@ -119,6 +118,11 @@ def _control_character(url: str) -> str | None:
     return f"a control character {found.group()!r} at position {found.start()}"
 
 
+def _invalid_url(server: str, message: str) -> ExchangeRefused:
+    """The refusal of a URL with a control character in it, the request's or a redirect's."""
+    return ExchangeRefused(message, server=server, kind="invalid_url")
+
+
 def _origin(url: str) -> tuple[str, str, int | None]:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
@@ -139,11 +143,10 @@ def redirect_target(server: str, status: int, url: str, headers: Mapping[str, st
         return None
     where = _control_character(location)
     if where is not None:
-        raise ExchangeRefused(
-            f"{server!r} answered HTTP {status} redirecting {redact_url(url)} to a Location "
-            f"with {where}: {redact_url(location)!r}; not followed",
-            server=server,
-            kind="invalid_url",
+        raise _invalid_url(
+            server,
+            f"{server!r} answered HTTP {status} redirecting {redact_url(url)} to a "
+            f"Location with {where}: {redact_url(location)!r}; not followed",
         )
     return urljoin(url, location)
 

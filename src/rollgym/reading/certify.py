@@ -28,6 +28,7 @@ from rollgym.policy_versions import ANSWER_KEY, is_version
 from rollgym.reading.engine_calls import EngineCall, engine_calls
 from rollgym.reading.engine_ids import sent_request_id
 from rollgym.reading.run_reader import committed_trajectories, read_lines
+from rollgym.records import fields_record
 from rollgym.servers.request_ids import upstream_uuid
 
 Rule = Literal[
@@ -58,12 +59,7 @@ class Violation:
         return f"{self.rollout_id} {where}: {self.rule}: {self.message}"
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "rollout_id": self.rollout_id,
-            "turn": self.turn,
-            "rule": self.rule,
-            "message": self.message,
-        }
+        return fields_record(self)
 
 
 @dataclass

@@ -30,13 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rollgym.defaults import PASS_THRESHOLD
 from rollgym.driver.output import FAILURES, ROLLOUTS
 from rollgym.driver.summary import pass_at_k
 from rollgym.errors import CompareError as CompareError
-from rollgym.reading.config_diff import config_differences, flat_config
+from rollgym.reading.config_diff import config_differences, flat_config, read_config
 from rollgym.reading.run_reader import read_lines, recorded_run_id
 
 #: The pass threshold of a run whose ``config.yaml`` does not say (the config's default).
@@ -72,11 +70,7 @@ class RunRecords:
 def _run_config(run_dir: Path) -> tuple[str | None, float]:
     """The run id and pass threshold a run recorded (``run.json``, ``config.yaml``)."""
     threshold = DEFAULT_PASS_THRESHOLD
-    try:
-        config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        config = None
-    run = config.get("run") if isinstance(config, dict) else None
+    run = read_config(run_dir).get("run")
     if isinstance(run, dict):
         value = run.get("pass_threshold")
         if isinstance(value, int | float) and not isinstance(value, bool):
@@ -89,14 +83,21 @@ def _task_index(record: Mapping[str, object]) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def read_run(run_dir: Path) -> RunRecords:
-    """One run's finished rollouts and failures, grouped by dispatch name and task."""
+def check_run_dir(run_dir: Path) -> None:
+    """Refuse, in one line, a path that is not a run's output directory (no such directory,
+    or one holding neither ``rollouts.jsonl`` nor ``failures.jsonl``): every way of
+    comparing runs reads them only after this."""
     if not run_dir.is_dir():
         raise CompareError(f"{run_dir}: no such run directory")
     if not (run_dir / ROLLOUTS).exists() and not (run_dir / FAILURES).exists():
         raise CompareError(
             f"{run_dir}: holds no {ROLLOUTS} or {FAILURES}; is it a run's output_dir?"
         )
+
+
+def read_run(run_dir: Path) -> RunRecords:
+    """One run's finished rollouts and failures, grouped by dispatch name and task."""
+    check_run_dir(run_dir)
     run_id, threshold = _run_config(run_dir)
     by_dispatch: dict[str, dict[int, TaskSamples]] = {}
 

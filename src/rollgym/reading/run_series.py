@@ -42,6 +42,7 @@ from rollgym.reading.compare import (
     BootstrapSettings,
     CompareError,
     TaskSamples,
+    check_run_dir,
     check_settings,
     percentile_interval,
 )
@@ -112,12 +113,7 @@ def _first_version(record: Mapping[str, object]) -> int | str | None:
 
 def read_run_facts(run_dir: Path) -> RunFacts:
     """One run's config, step, finished rollouts and failures (files only read, never fixed)."""
-    if not run_dir.is_dir():
-        raise CompareError(f"{run_dir}: no such run directory")
-    if not (run_dir / ROLLOUTS).exists() and not (run_dir / FAILURES).exists():
-        raise CompareError(
-            f"{run_dir}: holds no {ROLLOUTS} or {FAILURES}; is it a run's output_dir?"
-        )
+    check_run_dir(run_dir)
     config = read_config(run_dir)
     run = config.get("run")
     run_block = run if isinstance(run, dict) else {}

@@ -6,7 +6,7 @@ from math import comb
 
 import pytest
 
-from rollgym.driver.summary import Aggregator, merge_replicas, pass_at_k
+from rollgym.driver.summary import Aggregator, Summary, merge_replicas, pass_at_k
 
 
 @pytest.mark.parametrize(
@@ -103,3 +103,30 @@ def test_usage_is_summed_per_dispatch_name_live_and_on_resume() -> None:
         "output_tokens": 4,
     }
     assert "usage" not in table["b"]
+
+
+def test_summary_json_keeps_its_keys_in_order_and_says_an_empty_section_by_leaving_it_out() -> None:
+    summary = Summary("r", "ok", 1, 1, 0, {}, {}, output_dir="runs/r")
+    always = [
+        "run_id",
+        "status",
+        "requested",
+        "completed",
+        "failed",
+        "failed_by_kind",
+        "by_dispatch_name",
+        "environments",
+        "telemetry",
+        "duration_s",
+        "rollouts_per_s",
+        "servers",
+        "warnings",
+    ]
+    assert list(summary.to_json()) == always  # never output_dir: the file sits in it
+    summary.groups = {"count": 1}
+    summary.staleness = {"max_lag": 0}
+    summary.incomplete_model_calls = {"cut": 1}
+    summary.probes = {"1": 0.0}
+    written = summary.to_json()
+    assert list(written) == [*always, "staleness", "probes", "incomplete_model_calls", "groups"]
+    assert written["probes"] == {"1": 0.0} and written["groups"] == {"count": 1}

@@ -184,3 +184,40 @@ def test_a_short_group_is_refused_with_its_failure() -> None:
     )
     with pytest.raises(RuntimeError, match="row 3: 1 of 2 .*invalid_row: row.sampling: n"):
         _whole([unreadable], 2)
+
+
+def test_a_batch_record_names_each_field_and_the_probe_gap_without_its_replica() -> None:
+    from rollgym.driver.weight_probe import ProbeGap
+    from rollgym.integrations.trl.probe import SampleGap
+    from rollgym.integrations.trl.rollouts import Batch
+
+    probe = ProbeGap(3, "policy", "http://127.0.0.1:1", 0.01, 0.02, 0.5)
+    gap = SampleGap(version=3, samples=2, tokens=9, mean_abs_diff=0.1, max_abs_diff=0.3)
+    batch = Batch(3, ["0-0"], [[3]], [1.0], 0, [5], [2], probe=probe, sample_gap=gap)
+    record = batch.as_dict()
+    assert list(record) == [
+        "step",
+        "rollout_ids",
+        "policy_versions",
+        "rewards",
+        "failures",
+        "model_tokens",
+        "env_tokens",
+        "probe",
+        "sample_gap",
+    ]
+    assert record["probe"] == {
+        "version": 3,
+        "mean_abs_diff": 0.01,
+        "max_abs_diff": 0.02,
+        "bound": 0.5,
+        "error": None,
+    }
+    assert record["sample_gap"] == {
+        "version": 3,
+        "samples": 2,
+        "tokens": 9,
+        "mean_abs_diff": 0.1,
+        "max_abs_diff": 0.3,
+    }
+    assert Batch(1, [], [], [], 0, [], []).as_dict()["probe"] is None

@@ -116,6 +116,16 @@ def test_each_run_counts_passes_at_its_own_threshold(tmp_path: Path) -> None:
     assert row["reward_diff"] == 0.0
 
 
+def test_a_config_yaml_that_is_not_text_leaves_the_default_threshold(tmp_path: Path) -> None:
+    rewards = {0: [1.0, 1.0], 1: [0.5, 0.5]}
+    a = write_run(tmp_path / "a", rewards, pass_threshold=0.5)
+    b = write_run(tmp_path / "b", rewards)
+    (b / "config.yaml").write_bytes(b"run:\n  pass_threshold: 0.5 \xff\xfe\n")
+    row = only_row(compare_runs(a, b, FAST))
+    passes = row["pass_at_k"]["1"]
+    assert (passes["a"], passes["b"]) == (1.0, 0.5)  # b's passes at the default of 1.0
+
+
 def test_tasks_failures_and_run_ids_are_reported(tmp_path: Path) -> None:
     a = write_run(tmp_path / "a", {0: [1.0, 1.0], 1: [0.0]}, failures={1: 1}, run_id="run-a")
     b = write_run(tmp_path / "b", {0: [0.0, 0.0], 1: [1.0, 1.0]}, run_id="run-b")

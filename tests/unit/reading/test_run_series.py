@@ -192,6 +192,9 @@ def test_a_run_named_twice_or_missing_is_one_line(tmp_path: Path) -> None:
         compare_many([first, second, first], FAST)
     with pytest.raises(CompareError, match="no such run directory"):
         runs_over([first, tmp_path / "nope"], "step")
+    (tmp_path / "not_a_run").mkdir()
+    with pytest.raises(CompareError, match="holds no rollouts.jsonl or failures.jsonl"):
+        runs_over([first, tmp_path / "not_a_run"], "step")
 
 
 def test_the_command_takes_many_runs_and_says_what_is_wrong(

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rollgym.integrations.trl.samples import Columns
+from rollgym.records import fields_record
 
 
 class Parameter(Protocol):
@@ -65,13 +66,7 @@ class SampleGap:
     max_abs_diff: float
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "version": self.version,
-            "samples": self.samples,
-            "tokens": self.tokens,
-            "mean_abs_diff": self.mean_abs_diff,
-            "max_abs_diff": self.max_abs_diff,
-        }
+        return fields_record(self)
 
 
 def sample_gap(model: ForwardModel, version: int, columns: Columns) -> SampleGap | None:

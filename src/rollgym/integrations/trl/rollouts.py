@@ -37,6 +37,7 @@ from rollgym.integrations.trl.callback import TrainedModel, TrainerState, versio
 from rollgym.integrations.trl.probe import SampleGap, sample_gap, trainer_logprobs
 from rollgym.integrations.trl.samples import Columns
 from rollgym.policy_versions import PolicyVersion
+from rollgym.records import fields_record
 
 if TYPE_CHECKING:
     from rollgym.driver.collector import Collector
@@ -92,26 +93,16 @@ class Batch:
     sample_gap: SampleGap | None = None
 
     def as_dict(self) -> dict[str, object]:
-        probe = self.probe
-        return {
-            "step": self.step,
-            "rollout_ids": self.rollout_ids,
-            "policy_versions": self.policy_versions,
-            "rewards": self.rewards,
-            "failures": self.failures,
-            "model_tokens": self.model_tokens,
-            "env_tokens": self.env_tokens,
-            "probe": None
-            if probe is None
-            else {
-                "version": probe.version,
-                "mean_abs_diff": probe.mean_abs_diff,
-                "max_abs_diff": probe.max_abs_diff,
-                "bound": probe.bound,
-                "error": probe.error,
-            },
-            "sample_gap": None if self.sample_gap is None else self.sample_gap.as_dict(),
-        }
+        """Every field in order; the probe's gap without its replica's name and URL."""
+        probe, gap = self.probe, self.sample_gap
+        record = fields_record(self)
+        record["probe"] = None if probe is None else fields_record(probe, leave_out=_REPLICA)
+        record["sample_gap"] = None if gap is None else gap.as_dict()
+        return record
+
+
+#: A probe gap's fields a batch leaves out: which replica answered, not what it answered.
+_REPLICA = ("server", "url")
 
 
 class RollgymRollouts:
