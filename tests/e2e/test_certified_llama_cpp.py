@@ -21,6 +21,8 @@ from engine_support import llama_server
 from telemetry_helpers import TracedJob
 from tiny_gguf import write_tiny_llama
 
+from server_specs import proxied_servers
+
 pytest.importorskip(
     "llama_cpp.server.app", reason="llama-cpp-python[server] is not installed (scripts/test.sh)"
 )
@@ -34,18 +36,7 @@ def test_a_clean_llama_cpp_run_is_certified(tmp_path: Path) -> None:
     with llama_server(folder, write_tiny_llama(folder / "tiny.gguf")) as url:
         job = TracedJob(tmp_path / "job")
         job.write(
-            {
-                "engine": {"kind": "model", "url": url},
-                "policy": {"kind": "model", "impl": "openai", "upstream": "engine", "model": "t"},
-                "arith": {"kind": "environment", "impl": "arithmetic"},
-                "solver": {
-                    "kind": "agent",
-                    "impl": "single_turn",
-                    "model": "policy",
-                    "environment": "arith",
-                    "sampling": {"max_tokens": 8},
-                },
-            },
+            proxied_servers(url, "t", solver={"sampling": {"max_tokens": 8}}),
             [{"question": f"{i} + 2"} for i in range(4)],
             agent="solver",
             repeats=2,
