@@ -264,6 +264,25 @@ def quick_rows(n_arith: int, n_keys: int, n_episodes: int) -> list[dict[str, Any
     return arith[:n_arith] + keys[:n_keys] + episodes[:n_episodes]
 
 
+def quickstart_job(
+    root: Path, *, flush_timeout_s: float, repeats: int, latency_s: float = 0.0
+) -> TracedJob:
+    """A traced job of the quickstart's 40 rows (20 arithmetic, 10 walks, 10 episodes) played
+    ``repeats`` times at concurrency 32, telemetry at its default preset with
+    ``flush_timeout_s``: many spans from every kind of server, for the export fault tests."""
+    job = TracedJob(root)
+    job.write(
+        quick_servers(latency_s),
+        quick_rows(20, 10, 10),
+        telemetry={"preset": "default", "flush_timeout_s": flush_timeout_s},
+        agent="solver",
+        environment_routes={"keychain_episodes": "keys"},
+        repeats=repeats,
+        concurrency=32,
+    )
+    return job
+
+
 # --- loopback endpoints --------------------------------------------------------------------------
 def closed_port() -> int:
     """A loopback port nothing listens on (bound, then closed: connections are refused)."""

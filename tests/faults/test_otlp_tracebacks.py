@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from e2e_support import Job
 from faults_support import output_on_tmpfs
-from telemetry_helpers import TracedJob, closed_port, failing_endpoint, quick_rows, quick_servers
+from telemetry_helpers import TracedJob, closed_port, failing_endpoint, quickstart_job
 
 pytestmark = pytest.mark.e2e
 
@@ -33,16 +33,7 @@ def _logs_quiet(out: Path) -> None:
 
 
 def _traced(root: Path, url: str) -> TracedJob:
-    job = TracedJob(root)
-    job.write(
-        quick_servers(0.0),
-        quick_rows(20, 10, 10),
-        telemetry={"preset": "default", "flush_timeout_s": 5.0},
-        agent="solver",
-        environment_routes={"keychain_episodes": "keys"},
-        repeats=3,
-        concurrency=32,
-    )
+    job = quickstart_job(root, flush_timeout_s=5.0, repeats=3)
     otlp = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_METRICS_EXPORTER": "otlp"}
     proc = job.run(env={**otlp, "OTEL_EXPORTER_OTLP_ENDPOINT": url}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
