@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -106,12 +106,22 @@ class Job:
             cwd=self.root,
         )
 
-    def start(self, *overrides: str) -> subprocess.Popen[str]:
+    def start(
+        self,
+        *overrides: str,
+        telemetry: bool = False,
+        env: Mapping[str, str] | None = None,
+        stdout: int = subprocess.PIPE,
+        stderr: int = subprocess.STDOUT,
+    ) -> subprocess.Popen[str]:
+        """``rollgym run`` of this job in the background, its output and errors on one pipe
+        (``stdout`` / ``stderr`` say otherwise: ``subprocess.PIPE`` apart, ``DEVNULL``); the
+        job's environment (with telemetry if asked) unless ``env`` is given."""
         return subprocess.Popen(
             self.command(*overrides),
-            env=self.env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            env=dict(env) if env is not None else self.env(telemetry),
+            stdout=stdout,
+            stderr=stderr,
             text=True,
             cwd=self.root,
         )

@@ -78,14 +78,8 @@ def test_driver_killed_two_seconds_into_a_cold_start_keeps_every_recorded_rollou
         concurrency=16,
         telemetry={"preset": "default", "exporter": "auto"},
     )
-    proc = subprocess.Popen(
-        job.command(),
-        env=_cold_env(job, tmp_path),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        cwd=job.root,
-        text=True,
-    )
+    env = _cold_env(job, tmp_path)
+    proc = job.start(env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with killed_if_left_running(proc):
         assert wait_for(lambda: job.line_count("rollouts.jsonl") > 0, timeout=180)
         time.sleep(2.0)
@@ -137,14 +131,7 @@ def test_the_trace_store_stopped_then_continued_leaves_a_run_the_check_passes(
 ) -> None:
     repeats = 30
     rows = _quickstart(job, repeats=repeats, concurrency=32)
-    proc = subprocess.Popen(
-        job.command(),
-        env=job.env(telemetry=True),
-        cwd=job.root,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    proc = job.start(telemetry=True, stderr=subprocess.PIPE)
     with killed_if_left_running(proc):
         assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 300, timeout=180)
         pid = store_pid(job)
@@ -195,14 +182,7 @@ def test_a_disk_filled_by_another_writer_then_freed_resumes_to_a_run_the_check_p
 ) -> None:
     repeats = 10  # the resume's traces fit the 64 MiB disk with room to spare
     rows = _quickstart(job, repeats=repeats, concurrency=32)
-    proc = subprocess.Popen(
-        job.command(),
-        env=job.env(telemetry=True),
-        cwd=job.root,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    proc = job.start(telemetry=True, stderr=subprocess.PIPE)
     filler = small_disk / "filler"
     with killed_if_left_running(proc):
         assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 300, timeout=180)
