@@ -9,6 +9,7 @@ group at the end.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -19,6 +20,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 #: MLflow's venv and the stamp ``scripts/test.sh`` leaves when the install succeeded.
 MLFLOW_VERSION = "3.17.2"
@@ -27,6 +29,8 @@ MLFLOW_VENV = Path(
 )
 MLFLOW_PYTHON = MLFLOW_VENV / "bin" / "python"
 MLFLOW_OK = MLFLOW_VENV / f"rollgym-mlflow-{MLFLOW_VERSION}.ok"
+#: Reads an MLflow experiment's traces with MLflow's own client (in MLflow's venv).
+MLFLOW_READ = Path(__file__).resolve().parent / "e2e" / "mlflow_read.py"
 
 
 def free_port() -> int:
@@ -108,3 +112,17 @@ def mlflow_server(work: Path) -> Iterator[str]:
     base = f"http://127.0.0.1:{port}"
     with _serving(command, env, work, base + "/health"):
         yield base
+
+
+def mlflow_traces(base: str, experiment_id: str = "0") -> list[dict[str, Any]]:
+    """The traces of experiment ``experiment_id`` in the MLflow at ``base``, as MLflow's own
+    client reads them (each with its ``trace_id`` and ``spans``)."""
+    proc = subprocess.run(
+        [str(MLFLOW_PYTHON), str(MLFLOW_READ), base, experiment_id],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    traces: list[dict[str, Any]] = json.loads(proc.stdout)
+    return traces
