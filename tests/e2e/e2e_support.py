@@ -261,6 +261,20 @@ def max_overlap(records: list[dict[str, Any]]) -> int:
     return peak
 
 
+def traces_check(
+    out: Path, *options: str, env: Mapping[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """``rollgym traces check [options] OUT`` (``--data``, ``--json`` ...) in a child process
+    with ``env`` (default: this process's); its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "rollgym", "traces", "check", *options, str(out)],
+        env=None if env is None else dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def free_port() -> int:
     """A loopback port nobody listens on right now."""
     with socket.socket() as sock:

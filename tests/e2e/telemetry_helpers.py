@@ -14,7 +14,6 @@ import os
 import socket
 import sqlite3
 import subprocess
-import sys
 import threading
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from e2e_support import Job, pythonpath
+from e2e_support import Job, pythonpath, traces_check
 
 from rollgym.telemetry import names
 from server_specs import quickstart_servers, simulated_model
@@ -234,13 +233,7 @@ class TracedJob(Job):
         return Spans(read_store(self.db))
 
     def traces_check(self) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "rollgym", "traces", "check", str(self.out)],
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        return traces_check(self.out, env=self.env())
 
 
 # --- server sets ---------------------------------------------------------------------------------

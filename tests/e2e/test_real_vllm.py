@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 import pytest
-from e2e_support import REPO, wait_for
+from e2e_support import REPO, traces_check, wait_for
 from engine_support import (
     VLLM_PYTHON,
     VLLM_VERSION,
@@ -455,13 +455,7 @@ def test_traces_check_data_certifies_the_run(vllm_run: TracedJob) -> None:
     """``rollgym traces check --data``: every turn of every trajectory against vLLM's own
     ``llm_request`` span (its token counts), its answered usage and the data invariants
     (prompts extend, log-probabilities cover, a finish reason on every call): 0 violations."""
-    check = subprocess.run(
-        [sys.executable, "-m", "rollgym", "traces", "check", "--data", "--json", str(vllm_run.out)],
-        env=vllm_run.env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    check = traces_check(vllm_run.out, "--data", "--json", env=vllm_run.env())
     report = orjson.loads(check.stdout)
     assert check.returncode == 0, report["violations"][:20]
     calls = sum(line["trajectory"]["model_calls"] for line in _trajectories(vllm_run).values())

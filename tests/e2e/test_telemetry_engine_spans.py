@@ -15,7 +15,6 @@ slow to start loses no span.
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -24,7 +23,7 @@ from typing import Any
 
 import orjson
 import pytest
-from e2e_support import wait_for
+from e2e_support import traces_check, wait_for
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.propagate import extract
 from opentelemetry.sdk.trace import TracerProvider
@@ -77,13 +76,7 @@ def _traced_job(root: Path, **telemetry: Any) -> TracedJob:
 
 
 def _check(job: TracedJob) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "rollgym", "traces", "check", str(job.out), "--json"],
-        env=job.env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = traces_check(job.out, "--json", env=job.env())
     report: dict[str, Any] = orjson.loads(proc.stdout)
     assert (proc.returncode == 0) == report["ok"], proc.stderr[-2000:]
     return report

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from e2e_support import REPO
+from e2e_support import REPO, traces_check
 from engine_support import (
     VLLM_INSTALLED,
     VLLM_MISSING,
@@ -112,13 +111,7 @@ def check_run(steps: list[dict[str, Any]], out: Path) -> dict[str, dict[str, Any
 
 def certify(out: Path) -> None:
     """``rollgym traces check OUT --data`` passes on every rollout of the run."""
-    checked = subprocess.run(
-        [sys.executable, "-m", "rollgym", "traces", "check", str(out), "--data"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
-    )
+    checked = traces_check(out, "--data", env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert f"0 violations: {4 * STEPS} rollouts certified" in checked.stdout
     assert "policy versions required on every call" in checked.stdout
