@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 import yaml
 
+from procs import each_process, parent_of, zombie
 from waits import wait_for as wait_for  # the e2e tests import it from here
 
 HERE = Path(__file__).resolve().parent
@@ -186,17 +187,9 @@ def assert_no_traceback(out: Path, *texts: str, except_logs: str = "") -> None:
 
 def children_of(pid: int) -> list[int]:
     """Live descendants of ``pid`` (a /proc scan; servers run in their own sessions)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] != "Z":
-            parents[int(entry.name)] = int(fields[1])
+    parents = {
+        child: parent_of(stat) for child, (stat,) in each_process("stat") if not zombie(stat)
+    }
     found, frontier = [], [pid]
     while frontier:
         parent = frontier.pop()
@@ -211,25 +204,14 @@ def server_pids_alive(
 ) -> list[int]:
     """PIDs of server processes still running; with ``under``, only those whose environment
     mentions that folder (their spec names the run's output directory)."""
-    alive = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if spec_marker not in cmdline or state == "Z":
-            continue
-        if under is not None:
-            try:
-                if under.encode() not in (entry / "environ").read_bytes():
-                    continue
-            except OSError:
-                continue
-        alive.append(int(entry.name))
-    return alive
+    marker = spec_marker.encode()
+    return [
+        pid
+        for pid, (cmdline, stat, environ) in each_process("cmdline", "stat", "environ")
+        if marker in cmdline.replace(b"\0", b" ")
+        and not zombie(stat)
+        and (under is None or under.encode() in environ)
+    ]
 
 
 def live_server_pid(run_dir: Path, instance: str) -> int | None:

@@ -3,7 +3,6 @@ gap counted; an OTLP endpoint that is closed, failing or slow loses spans, count
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import sqlite3
@@ -11,8 +10,8 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-from e2e_support import Job, killed_if_left_running, wait_for
-from faults_support import assert_exact_accounting, fault_agent, store_pid
+from e2e_support import Job, killed_if_left_running
+from faults_support import assert_exact_accounting, fault_agent, signal_store_once
 from telemetry_helpers import closed_port, failing_endpoint
 
 pytestmark = pytest.mark.e2e
@@ -32,10 +31,7 @@ def test_the_trace_store_killed_mid_run_is_restarted_and_the_gap_counted(
     )
     proc = job.start(telemetry=True, stderr=subprocess.PIPE)
     with killed_if_left_running(proc):
-        assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 20, timeout=120)
-        pid = store_pid(job)
-        assert pid is not None
-        os.kill(pid, signal.SIGKILL)
+        signal_store_once(job, 20, signal.SIGKILL)
         out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, out + err
     assert "the trace store died (exit status -9)" in err
