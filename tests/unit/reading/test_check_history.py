@@ -13,6 +13,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -72,6 +73,20 @@ def _under(parent: trace.Span | SpanContext) -> trace.Context:
     return trace.set_span_in_context(NonRecordingSpan(context))
 
 
+def _ended(
+    tracer: trace.Tracer,
+    name: str,
+    parent: trace.Span | SpanContext,
+    start: float,
+    end: float,
+    attributes: dict[str, Any] | None = None,
+) -> None:
+    """A span ``name`` under ``parent``, from ``start`` to ``end`` (seconds since the epoch)."""
+    tracer.start_span(
+        name, context=_under(parent), start_time=_ns(start), attributes=attributes
+    ).end(_ns(end))
+
+
 def _lost_parent(of: trace.Span) -> SpanContext:
     """A parent in ``of``'s trace that no process exported."""
     trace_id = of.get_span_context().trace_id
@@ -123,38 +138,21 @@ def test_a_killed_session_excuses_lost_spans_but_never_a_leak(
     def plant(tracer: trace.Tracer) -> None:
         # session 0 (killed): 1-0's dispatch was exported, its agent's spans were not
         home = _dispatch(tracer, "1-0", 0, T0 + 1)
-        tracer.start_span(
-            "POST /verify", context=_under(_lost_parent(home)), start_time=_ns(T0 + 2)
-        ).end(_ns(T0 + 3))
+        _ended(tracer, "POST /verify", _lost_parent(home), T0 + 2, T0 + 3)
         # 2-0's dispatch died queued in the driver: its model span and engine span are homeless
         homeless = SpanContext(int.from_bytes(os.urandom(16)), 7, True, TraceFlags(1))
-        tracer.start_span(
-            names.SPAN_MODEL_CHAT,
-            context=_under(homeless),
-            start_time=_ns(T0 + 4),
-            attributes={names.ROLLOUT_ID: "2-0"},
-        ).end(_ns(T0 + 5))
-        tracer.start_span(
-            names.SPAN_ENGINE_REQUEST,
-            context=_under(homeless),
-            start_time=_ns(T0 + 4),
-            attributes={names.GEN_AI_REQUEST_ID: "chatcmpl-2-0.0"},
-        ).end(_ns(T0 + 5))
+        model = {names.ROLLOUT_ID: "2-0"}
+        _ended(tracer, names.SPAN_MODEL_CHAT, homeless, T0 + 4, T0 + 5, model)
+        engine = {names.GEN_AI_REQUEST_ID: "chatcmpl-2-0.0"}
+        _ended(tracer, names.SPAN_ENGINE_REQUEST, homeless, T0 + 4, T0 + 5, engine)
         # a real leak in the killed session: a span of 1-0 inside 5-0's dispatch trace
         other = _dispatch(tracer, "5-0", 0, T0 + 6)
-        tracer.start_span(
-            names.SPAN_MODEL_CHAT,
-            context=_under(other),
-            start_time=_ns(T0 + 7),
-            attributes={names.ROLLOUT_ID: "1-0"},
-        ).end(_ns(T0 + 8))
+        _ended(tracer, names.SPAN_MODEL_CHAT, other, T0 + 7, T0 + 8, {names.ROLLOUT_ID: "1-0"})
         other.end(_ns(T0 + 9))
         home.end(_ns(T0 + 10))
         # session 1 (clean): an orphan with no dead process behind it
         clean = _dispatch(tracer, "7-0", 1, T0 + 51)
-        tracer.start_span(
-            "orphan", context=_under(_lost_parent(clean)), start_time=_ns(T0 + 52)
-        ).end(_ns(T0 + 53))
+        _ended(tracer, "orphan", _lost_parent(clean), T0 + 52, T0 + 53)
         clean.end(_ns(T0 + 54))
 
     _planted(tmp_path, plant)
@@ -200,9 +198,7 @@ def test_a_dead_process_excuses_only_the_traces_that_reached_it(
         ).end(_ns(at + 1))
 
     def orphan(tracer: trace.Tracer, of: trace.Span, at: float) -> None:
-        tracer.start_span(
-            "POST /v1/chat/completions", context=_under(_lost_parent(of)), start_time=_ns(at)
-        ).end(_ns(at + 0.5))
+        _ended(tracer, "POST /v1/chat/completions", _lost_parent(of), at, at + 0.5)
 
     def plant(tracer: trace.Tracer) -> None:
         reached = _dispatch(tracer, "1-0", 0, T0 + 1)
