@@ -18,14 +18,11 @@ from typing import Any
 import orjson
 import pytest
 from opentelemetry import trace
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 
 from rollgym.cli import traces as traces_cli
 from rollgym.telemetry import names
-from rollgym.tracestore.store_process import start_trace_store
+from synthetic_run import planting_spans
 
 Plant = Callable[[trace.Tracer], None]
 T0 = time.time() - 100.0  # session 0 starts here; session 1 at T0 + 50
@@ -36,16 +33,8 @@ def _ns(seconds: float) -> int:
 
 
 def _planted(tmp_path: Path, plant: Plant) -> None:
-    store = start_trace_store(tmp_path / "traces.db", tmp_path / "store.log")
-    try:
-        provider = TracerProvider()
-        provider.add_span_processor(
-            SimpleSpanProcessor(OTLPSpanExporter(endpoint=store.traces_endpoint))
-        )
-        plant(provider.get_tracer("planted"))
-        provider.shutdown()
-    finally:
-        store.stop()
+    with planting_spans(tmp_path) as tracer:
+        plant(tracer)
 
 
 def _sessions(tmp_path: Path, *statuses: str) -> None:
