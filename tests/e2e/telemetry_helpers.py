@@ -258,20 +258,25 @@ def quick_rows(n_arith: int, n_keys: int, n_episodes: int) -> list[dict[str, Any
 
 
 def quickstart_job(
-    root: Path, *, flush_timeout_s: float, repeats: int, latency_s: float = 0.0
+    root: Path,
+    rows: list[dict[str, Any]] | None = None,
+    *,
+    latency_s: float = 0.0,
+    telemetry: Mapping[str, Any] | None = None,
+    **run: Any,
 ) -> TracedJob:
-    """A traced job of the quickstart's 40 rows (20 arithmetic, 10 walks, 10 episodes) played
-    ``repeats`` times at concurrency 32, telemetry at its default preset with
-    ``flush_timeout_s``: many spans from every kind of server, for the export fault tests."""
+    """A traced job of the quickstart's servers (:func:`quick_servers`, the model answering
+    after ``latency_s``) and ``rows`` (default: 20 arithmetic, 10 walks, 10 episodes), played
+    by the ``solver`` with keychain episodes routed to ``keys``; telemetry at the default
+    preset with the keys of ``telemetry``; ``run`` the rest of the ``run:`` block."""
     job = TracedJob(root)
     job.write(
         quick_servers(latency_s),
-        quick_rows(20, 10, 10),
-        telemetry={"preset": "default", "flush_timeout_s": flush_timeout_s},
+        rows if rows is not None else quick_rows(20, 10, 10),
+        telemetry={"preset": "default", **(telemetry or {})},
         agent="solver",
         environment_routes={"keychain_episodes": "keys"},
-        repeats=repeats,
-        concurrency=32,
+        **run,
     )
     return job
 

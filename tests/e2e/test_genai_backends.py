@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from telemetry_helpers import TracedJob, quick_rows, quick_servers
+from telemetry_helpers import TracedJob, quick_rows, quickstart_job
 
 from backends import mlflow_traces
 from rollgym.telemetry import names
@@ -36,13 +36,7 @@ AGENTS = {"solver", "walker", "keys"}
 
 def _run(root: Path, endpoint: str, headers: str | None = None) -> TracedJob:
     """The real CLI, its spans sent over OTLP/HTTP to ``endpoint`` (no local store)."""
-    job = TracedJob(root)
-    job.write(
-        quick_servers(0.0),
-        quick_rows(*ROWS),
-        agent="solver",
-        environment_routes={"keychain_episodes": "keys"},
-    )
+    job = quickstart_job(root, quick_rows(*ROWS))
     env = {
         "OTEL_TRACES_EXPORTER": "otlp",
         "OTEL_METRICS_EXPORTER": "none",

@@ -35,7 +35,7 @@ from telemetry_helpers import (
     TracedJob,
     closed_port,
     quick_rows,
-    quick_servers,
+    quickstart_job,
     read_store,
 )
 
@@ -64,15 +64,7 @@ VLLM_ATTRIBUTES: dict[str, Any] = {
 
 
 def _traced_job(root: Path, **telemetry: Any) -> TracedJob:
-    job = TracedJob(root)
-    job.write(
-        quick_servers(0.0),
-        quick_rows(3, 2, 1),
-        telemetry={"preset": "default", **telemetry},
-        agent="solver",
-        environment_routes={"keychain_episodes": "keys"},
-    )
-    return job
+    return quickstart_job(root, quick_rows(3, 2, 1), telemetry=telemetry)
 
 
 def _check(job: TracedJob) -> dict[str, Any]:

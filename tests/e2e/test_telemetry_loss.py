@@ -23,7 +23,9 @@ FLUSH_S = 5.0
 
 
 def _run(root: Path, env: dict[str, str]) -> tuple[float, TracedJob]:
-    job = quickstart_job(root, flush_timeout_s=FLUSH_S, repeats=3, latency_s=0.01)
+    job = quickstart_job(
+        root, telemetry={"flush_timeout_s": FLUSH_S}, repeats=3, concurrency=32, latency_s=0.01
+    )
     start = time.monotonic()
     proc = job.run(env=env)
     wall = time.monotonic() - start

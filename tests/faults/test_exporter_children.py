@@ -49,7 +49,7 @@ def _tracebacks(text: str) -> list[str]:
 def test_children_die_with_a_killed_driver_within_seconds_without_a_traceback(
     tmp_path: Path, fork: str
 ) -> None:
-    job = quickstart_job(tmp_path, flush_timeout_s=30.0, repeats=200)
+    job = quickstart_job(tmp_path, telemetry={"flush_timeout_s": 30.0}, repeats=200, concurrency=32)
     with OtlpSink("slow", answer_after_s=120.0) as sink:
         env = job.env(
             {

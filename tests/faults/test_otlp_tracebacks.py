@@ -35,7 +35,7 @@ def _logs_quiet(out: Path) -> None:
 
 
 def _traced(root: Path, url: str) -> TracedJob:
-    job = quickstart_job(root, flush_timeout_s=5.0, repeats=3)
+    job = quickstart_job(root, telemetry={"flush_timeout_s": 5.0}, repeats=3, concurrency=32)
     otlp = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_METRICS_EXPORTER": "otlp"}
     proc = job.run(env={**otlp, "OTEL_EXPORTER_OTLP_ENDPOINT": url}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

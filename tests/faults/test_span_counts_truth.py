@@ -61,7 +61,7 @@ def _settled(sink: OtlpSink, quiet_s: float = 2.0, limit_s: float = 60.0) -> int
 
 
 def _run(root: Path, mode: str) -> Outcome:
-    job = quickstart_job(root, flush_timeout_s=FLUSH_S, repeats=20)
+    job = quickstart_job(root, telemetry={"flush_timeout_s": FLUSH_S}, repeats=20, concurrency=32)
     with OtlpSink(mode, answer_after_s=60.0, read_bytes_per_s=100_000) as sink:
         proc = job.run(
             env={
