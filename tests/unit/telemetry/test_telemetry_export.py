@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from aiohttp_loopback import serve_on_loopback
 from rollgym.telemetry import spans
 from rollgym.telemetry.groups import PRESETS
 from rollgym.telemetry.settings import TelemetrySettings
@@ -217,11 +218,7 @@ async def _receiver(status: int) -> tuple[web.AppRunner, str, list[ExportTraceSe
 
     app = web.Application()
     app.router.add_post("/v1/traces", traces)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await serve_on_loopback(app)
     return runner, f"http://127.0.0.1:{port}", received
 
 
