@@ -42,6 +42,14 @@ def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, sour
     return {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
 
 
+def with_arith(**user_environments: str) -> dict:
+    """The arithmetic environment, beside a user environment of each ``name=impl``."""
+    extra = {
+        name: {"kind": "environment", "impl": impl} for name, impl in user_environments.items()
+    }
+    return {"arith": {"kind": "environment", "impl": "arithmetic"}, **extra}
+
+
 def config(tmp_path: Path, server_map: dict) -> JobConfig:
     return validate_config({"run": {"input": str(tmp_path / "rows.jsonl")}, "servers": server_map})
 
@@ -96,7 +104,7 @@ async def test_servers_are_forked_adopted_by_the_driver_and_stopped(tmp_path, mo
 async def test_without_the_fork_server_each_server_is_spawned(tmp_path, monkeypatch):
     monkeypatch.setenv(ENV_FORK_SERVER, "0")
     out = tmp_path / "out"
-    server_map = {"arith": {"kind": "environment", "impl": "arithmetic"}}
+    server_map = with_arith()
     async with launch_servers(
         config(tmp_path, server_map), run_id="s", output_dir=out, env={}
     ) as urls:
@@ -118,10 +126,7 @@ async def test_a_forked_server_that_cannot_start_names_itself_and_its_log(tmp_pa
         "    def __init__(self, context):\n"
         "        raise RuntimeError('broken refuses to start: no vault')\n",
     )
-    server_map = {
-        "arith": {"kind": "environment", "impl": "arithmetic"},
-        "broken": {"kind": "environment", "impl": "broken_servers:Broken"},
-    }
+    server_map = with_arith(broken="broken_servers:Broken")
     out = tmp_path / "out"
     with pytest.raises(LaunchError) as caught:
         async with launch_servers(
@@ -155,7 +160,7 @@ async def test_a_fork_server_started_ahead_is_the_one_that_forks(tmp_path, monke
     start); the launch takes that one over instead of starting another."""
     monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
     out = tmp_path / "out"
-    job = config(tmp_path, {"arith": {"kind": "environment", "impl": "arithmetic"}})
+    job = config(tmp_path, with_arith())
     forked.prestart_for(job, out)
     ahead = forked._prestarted[out / "logs"].process.pid
     try:
@@ -172,7 +177,7 @@ async def test_a_fork_server_started_ahead_is_the_one_that_forks(tmp_path, monke
 async def test_a_fork_server_no_launch_took_is_let_go(tmp_path, monkeypatch):
     monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
     out = tmp_path / "out"
-    job = config(tmp_path, {"arith": {"kind": "environment", "impl": "arithmetic"}})
+    job = config(tmp_path, with_arith())
     forked.prestart_for(job, out)
     process = forked._prestarted[out / "logs"].process
     forked.discard_for(out)
@@ -196,10 +201,7 @@ async def test_a_server_class_that_starts_a_thread_at_import_is_spawned(tmp_path
         "class Threaded(Environment):\n"
         "    pass\n",
     )
-    server_map = {
-        "arith": {"kind": "environment", "impl": "arithmetic"},
-        "zthreaded": {"kind": "environment", "impl": "threaded_servers:Threaded"},
-    }
+    server_map = with_arith(zthreaded="threaded_servers:Threaded")
     out = tmp_path / "out"
     job = config(tmp_path, server_map)
     async with launch_servers(job, run_id="t", output_dir=out, env=env) as urls:
@@ -219,7 +221,7 @@ async def test_a_fork_server_started_before_the_run_folder_is_bound_to_it(tmp_pa
     and that one forks the run's servers."""
     monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
     out = tmp_path / "out"
-    job = in_folder(config(tmp_path, {"arith": {"kind": "environment", "impl": "arithmetic"}}), out)
+    job = in_folder(config(tmp_path, with_arith()), out)
     forked.start_early(job)
     early = forked._early
     assert early is not None and early.early
@@ -244,7 +246,7 @@ async def test_a_fork_server_started_before_the_run_folder_is_bound_to_it(tmp_pa
 
 async def test_an_early_fork_server_no_run_took_is_let_go(tmp_path, monkeypatch):
     monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
-    job = config(tmp_path, {"arith": {"kind": "environment", "impl": "arithmetic"}})
+    job = config(tmp_path, with_arith())
     forked.start_early(job)
     assert forked._early is None  # no run.output_dir: the folder is named later
     forked.start_early(in_folder(job, tmp_path / "out"))
