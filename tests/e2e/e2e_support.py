@@ -295,12 +295,18 @@ def served_process(argv: list[str], log: Path, port: int, what: str, **popen: An
             raise RuntimeError(f"{what} exited: {log.read_text()[-2000:]}")
         yield url
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout=20)
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float) -> None:
+    """SIGTERM ``proc`` and reap it (reading what it still writes to its pipes); SIGKILL it
+    if it is not gone within ``timeout`` seconds."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate(timeout=30)
 
 
 def _no_leftover_servers(root: Path) -> Iterator[None]:

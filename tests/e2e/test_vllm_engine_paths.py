@@ -21,8 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import signal
-import subprocess
 import threading
 import time
 import urllib.request
@@ -31,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import Job, agent, wait_for
+from e2e_support import Job, agent, stop_process, wait_for
 from engine_support import skip_without_vllm, tiny_hf_model, vllm_env, vllm_server, vllm_servers
 
 from rollgym.errors import RequestTimeout
@@ -122,12 +120,7 @@ def served(engine: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
             urls[name] = url
         yield urls
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate(timeout=30)
+        stop_process(proc, timeout=60)
 
 
 async def _give_up_on(url: str) -> list[BaseException | object]:
