@@ -15,12 +15,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from waits import wait_for
 
 #: MLflow's venv and the stamp ``scripts/test.sh`` leaves when the install succeeded.
 MLFLOW_VERSION = "3.17.2"
@@ -45,6 +46,15 @@ def _clean_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+def _answers(url: str) -> bool:
+    """Whether ``url`` answers 200 now."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
+
+
 @contextmanager
 def _serving(command: list[str], env: dict[str, str], work: Path, health: str) -> Iterator[None]:
     log_path = work / "server.log"
@@ -53,19 +63,11 @@ def _serving(command: list[str], env: dict[str, str], work: Path, health: str) -
             command, env=env, stdout=log, stderr=log, cwd=work, start_new_session=True
         )
         try:
-            deadline = time.monotonic() + 180
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(f"{command[2]} exited: {log_path.read_text()[-2000:]}")
-                try:
-                    with urllib.request.urlopen(health, timeout=2) as answer:
-                        if answer.status == 200:
-                            break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{health} did not answer in 180 s")
-                time.sleep(0.5)
+            up = wait_for(lambda: _answers(health) or process.poll() is not None, 180, 0.5)
+            if process.poll() is not None:
+                raise RuntimeError(f"{command[2]} exited: {log_path.read_text()[-2000:]}")
+            if not up:
+                raise RuntimeError(f"{health} did not answer in 180 s")
             yield
         finally:
             try:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+
+from waits import wait_for
 
 from .conftest import BROWSER_MARKS, doc_shot, e2e_run_builder
 
@@ -50,10 +51,7 @@ def viewer(runs: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Iterat
     command += ["--runs", str(folder), "--port", "0", "--ready-file", str(ready)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        for _ in range(600):
-            if ready.exists() or process.poll() is not None:
-                break
-            time.sleep(0.1)
+        wait_for(lambda: ready.exists() or process.poll() is not None, timeout=60, interval=0.1)
         assert ready.exists(), process.stdout.read().decode() if process.stdout else ""
         yield orjson.loads(ready.read_bytes())["endpoint"]
     finally:
