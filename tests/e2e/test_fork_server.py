@@ -7,6 +7,7 @@ import ctypes.util
 import os
 import signal
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,18 @@ def with_arith(**user_environments: str) -> dict:
         name: {"kind": "environment", "impl": impl} for name, impl in user_environments.items()
     }
     return {"arith": {"kind": "environment", "impl": "arithmetic"}, **extra}
+
+
+async def arith_served(job: JobConfig, out: Path, run_id: str, holds: Callable[[], bool]) -> str:
+    """Launch ``job``'s arithmetic environment into ``out``; while it answers, ``holds`` must
+    be true; then stop it and let the fork server go. The fork server's log."""
+    try:
+        async with launch_servers(job, run_id=run_id, output_dir=out, env={}) as urls:
+            assert reply(urls["arith"]) == 200
+            assert holds()
+    finally:
+        forked.discard_for(out)
+    return (out / "logs" / "fork-server.log").read_text()
 
 
 def config(tmp_path: Path, server_map: dict) -> JobConfig:
@@ -163,13 +176,8 @@ async def test_a_fork_server_started_ahead_is_the_one_that_forks(tmp_path, monke
     job = config(tmp_path, with_arith())
     forked.prestart_for(job, out)
     ahead = forked._prestarted[out / "logs"].process.pid
-    try:
-        async with launch_servers(job, run_id="p", output_dir=out, env={}) as urls:
-            assert reply(urls["arith"]) == 200
-            assert out / "logs" not in forked._prestarted  # taken over
-    finally:
-        forked.discard_for(out)
-    log = (out / "logs" / "fork-server.log").read_text()
+    # taken over: no longer waiting among the started-ahead ones
+    log = await arith_served(job, out, "p", lambda: out / "logs" not in forked._prestarted)
     assert f"fork server {ahead}: forked arith as pid" in log, log
     assert log.count("fork server ") == 1, log
 
@@ -234,13 +242,8 @@ async def test_a_fork_server_started_before_the_run_folder_is_bound_to_it(tmp_pa
     forked.prestart_for(job, out)
     assert forked._early is None and forked._prestarted[out / "logs"] is early
     assert early.log_path == out / "logs" / "fork-server.log"
-    try:
-        async with launch_servers(job, run_id="e", output_dir=out, env={}) as urls:
-            assert reply(urls["arith"]) == 200
-            assert not temporary.exists()  # its lines moved to the run's log before it forked
-    finally:
-        forked.discard_for(out)
-    log = (out / "logs" / "fork-server.log").read_text()
+    # its lines moved to the run's log before it forked
+    log = await arith_served(job, out, "e", lambda: not temporary.exists())
     assert f"fork server {early.process.pid}: forked arith as pid" in log, log
 
 
@@ -337,12 +340,7 @@ async def test_a_fork_server_starts_from_the_config_as_read_before_validation(
     assert forked._early is early
     out = tmp_path / "out"
     forked.prestart_for(job, out)
-    try:
-        async with launch_servers(job, run_id="r", output_dir=out, env={}) as urls:
-            assert reply(urls["arith"]) == 200
-    finally:
-        forked.discard_for(out)
-    log = (out / "logs" / "fork-server.log").read_text()
+    log = await arith_served(job, out, "r", lambda: True)
     assert f"fork server {early.process.pid}: forked arith as pid" in log, log
 
 
