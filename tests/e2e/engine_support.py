@@ -138,6 +138,11 @@ def vllm_command(model: Path, port: int, *extra: str, max_model_len: int = 2048)
     ]  # fmt: skip
 
 
+#: The marks of every vLLM test module: vLLM's start-up (minutes on a loaded 2-core machine)
+#: counts against the first test that uses it.
+VLLM_MARKS = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.timeout(1500)]
+
+
 def skip_without_vllm() -> None:
     """Skip the calling test module, saying why, where vLLM's CPU build is not installed."""
     if not VLLM_INSTALLED.exists():

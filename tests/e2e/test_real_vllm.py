@@ -37,6 +37,7 @@ import orjson
 import pytest
 from e2e_support import REPO, traces_check, wait_for
 from engine_support import (
+    VLLM_MARKS,
     VLLM_PYTHON,
     VLLM_VERSION,
     free_port,
@@ -72,8 +73,7 @@ TERMINAL_TASKS = 16
 
 skip_without_vllm()
 
-#: vLLM start-up (minutes on a loaded 2-core machine) counts against the first test using it
-pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.timeout(1500)]
+pytestmark = VLLM_MARKS
 
 
 @dataclass(frozen=True)

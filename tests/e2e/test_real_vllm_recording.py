@@ -13,8 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-from engine_support import skip_without_vllm, vllm_servers
+from engine_support import VLLM_MARKS, skip_without_vllm, vllm_servers
 from telemetry_helpers import TracedJob, quick_rows
 from test_real_vllm import MAX_TOKENS, Engine, engine  # noqa: F401
 
@@ -22,7 +21,7 @@ from server_specs import agent_spec
 
 skip_without_vllm()
 
-pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.timeout(1500)]
+pytestmark = VLLM_MARKS
 
 
 def _servers(engine_url: str) -> dict[str, Any]:

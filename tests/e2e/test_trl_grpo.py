@@ -30,6 +30,7 @@ import pytest
 from e2e_support import REPO, traces_check
 from engine_support import (
     VLLM_INSTALLED,
+    VLLM_MARKS,
     VLLM_MISSING,
     VLLM_PYTHON,
     VLLM_VENV,
@@ -60,7 +61,7 @@ if not TRL_INSTALLED.exists():
         allow_module_level=True,
     )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.timeout(1500)]
+pytestmark = VLLM_MARKS
 
 
 def train(model: Path, out: Path, *extra: str) -> list[dict[str, Any]]:

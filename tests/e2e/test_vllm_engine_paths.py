@@ -30,7 +30,14 @@ from typing import Any
 
 import pytest
 from e2e_support import Job, agent, stop_process, wait_for
-from engine_support import skip_without_vllm, tiny_hf_model, vllm_env, vllm_server, vllm_servers
+from engine_support import (
+    VLLM_MARKS,
+    skip_without_vllm,
+    tiny_hf_model,
+    vllm_env,
+    vllm_server,
+    vllm_servers,
+)
 
 from rollgym.errors import RequestTimeout
 from rollgym.http.client import HttpClient
@@ -47,7 +54,7 @@ IDLE_WITHIN_S = 60.0
 
 skip_without_vllm()
 
-pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.timeout(1500)]
+pytestmark = VLLM_MARKS
 
 _RUNNING = re.compile(r"^vllm:num_requests_running(?:\{[^}]*\})? ([0-9.eE+-]+)$", re.M)
 

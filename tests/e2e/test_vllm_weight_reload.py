@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from e2e_support import HERE, Job
 from engine_support import (
+    VLLM_MARKS,
     VLLM_PYTHON,
     skip_without_vllm,
     tiny_hf_model,
@@ -50,7 +51,7 @@ TOLERANCE = 1e-3
 
 skip_without_vllm()
 
-pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.timeout(1500)]
+pytestmark = VLLM_MARKS
 
 
 @dataclass(frozen=True)
