@@ -89,7 +89,8 @@ def proxied_servers(
     ``changes`` as for :func:`quickstart_servers` (``solver={"sampling": ...}`` and the like)."""
     proxy: Spec = {"kind": "model", "impl": "openai", "upstream": "engine", "model": served_model}
     upstream = {"kind": "model", "url": engine} if isinstance(engine, str) else engine
-    return solver_servers(model=proxy, **{"engine": upstream, **changes})
+    servers = {"keys": None, "walker": None, "engine": upstream, **changes}
+    return quickstart_servers(model=proxy, **servers)
 
 
 def nemo_row_servers() -> dict[str, Spec]:
