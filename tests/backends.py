@@ -9,16 +9,19 @@ group at the end.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+from waits import wait_for
 
 #: MLflow's venv and the stamp ``scripts/test.sh`` leaves when the install succeeded.
 MLFLOW_VERSION = "3.17.2"
@@ -27,6 +30,8 @@ MLFLOW_VENV = Path(
 )
 MLFLOW_PYTHON = MLFLOW_VENV / "bin" / "python"
 MLFLOW_OK = MLFLOW_VENV / f"rollgym-mlflow-{MLFLOW_VERSION}.ok"
+#: Reads an MLflow experiment's traces with MLflow's own client (in MLflow's venv).
+MLFLOW_READ = Path(__file__).resolve().parent / "e2e" / "mlflow_read.py"
 
 
 def free_port() -> int:
@@ -41,6 +46,15 @@ def _clean_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+def _answers(url: str) -> bool:
+    """Whether ``url`` answers 200 now."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
+
+
 @contextmanager
 def _serving(command: list[str], env: dict[str, str], work: Path, health: str) -> Iterator[None]:
     log_path = work / "server.log"
@@ -49,19 +63,11 @@ def _serving(command: list[str], env: dict[str, str], work: Path, health: str) -
             command, env=env, stdout=log, stderr=log, cwd=work, start_new_session=True
         )
         try:
-            deadline = time.monotonic() + 180
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(f"{command[2]} exited: {log_path.read_text()[-2000:]}")
-                try:
-                    with urllib.request.urlopen(health, timeout=2) as answer:
-                        if answer.status == 200:
-                            break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{health} did not answer in 180 s")
-                time.sleep(0.5)
+            up = wait_for(lambda: _answers(health) or process.poll() is not None, 180, 0.5)
+            if process.poll() is not None:
+                raise RuntimeError(f"{command[2]} exited: {log_path.read_text()[-2000:]}")
+            if not up:
+                raise RuntimeError(f"{health} did not answer in 180 s")
             yield
         finally:
             try:
@@ -108,3 +114,17 @@ def mlflow_server(work: Path) -> Iterator[str]:
     base = f"http://127.0.0.1:{port}"
     with _serving(command, env, work, base + "/health"):
         yield base
+
+
+def mlflow_traces(base: str, experiment_id: str = "0") -> list[dict[str, Any]]:
+    """The traces of experiment ``experiment_id`` in the MLflow at ``base``, as MLflow's own
+    client reads them (each with its ``trace_id`` and ``spans``)."""
+    proc = subprocess.run(
+        [str(MLFLOW_PYTHON), str(MLFLOW_READ), base, experiment_id],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    traces: list[dict[str, Any]] = json.loads(proc.stdout)
+    return traces

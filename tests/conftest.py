@@ -14,6 +14,8 @@ Nothing here skips a test: markers only select.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 SLOW_FOLDERS = frozenset({"e2e", "faults", "browser"})
@@ -55,3 +57,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             wanted.add("slow")
         for name in sorted(wanted - present):
             item.add_marker(getattr(pytest.mark, name))
+
+
+# --- real trace backends on loopback (tests/backends.py), one per test module ---------------------
+@pytest.fixture(scope="module")
+def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Arize Phoenix's base URL (skipped without the ``phoenix`` extra)."""
+    pytest.importorskip("phoenix", reason="the 'phoenix' extra is not installed")
+    from backends import phoenix_server
+
+    with phoenix_server(tmp_path_factory.mktemp("phoenix")) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def mlflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """An MLflow tracking server's base URL (skipped where scripts/test.sh did not install
+    MLflow's venv)."""
+    from backends import MLFLOW_OK, MLFLOW_VENV, mlflow_server
+
+    if not MLFLOW_OK.exists():
+        pytest.skip(f"MLflow is not installed in {MLFLOW_VENV} (scripts/test.sh)")
+    with mlflow_server(tmp_path_factory.mktemp("mlflow")) as base:
+        yield base

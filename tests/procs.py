@@ -33,6 +33,11 @@ def each_process(*files: str) -> Iterator[tuple[int, list[bytes]]]:
             continue
 
 
+def zombie(stat: bytes) -> bool:
+    """Whether the process of a ``/proc/<pid>/stat`` is a zombie (state ``Z``)."""
+    return stat.rsplit(b")", 1)[1].split()[0] == b"Z"
+
+
 def parent_of(stat: bytes) -> int:
     """The parent pid in a ``/proc/<pid>/stat`` (after the command name, which may hold
     spaces and parentheses)."""

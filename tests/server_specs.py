@@ -80,6 +80,19 @@ def walker_servers(
     return _changed(servers, changes)
 
 
+def proxied_servers(
+    engine: str | Spec, served_model: str, **changes: Mapping[str, Any] | None
+) -> dict[str, Spec]:
+    """The quickstart's arithmetic played through the ``openai`` proxy: ``engine`` (a URL of a
+    real engine, or a model spec such as :func:`simulated_model`), ``policy`` (the proxy,
+    asking the engine for ``served_model``), ``arith`` and the single-turn ``solver``;
+    ``changes`` as for :func:`quickstart_servers` (``solver={"sampling": ...}`` and the like)."""
+    proxy: Spec = {"kind": "model", "impl": "openai", "upstream": "engine", "model": served_model}
+    upstream = {"kind": "model", "url": engine} if isinstance(engine, str) else engine
+    servers = {"keys": None, "walker": None, "engine": upstream, **changes}
+    return quickstart_servers(model=proxy, **servers)
+
+
 def nemo_row_servers() -> dict[str, Spec]:
     """NeMo Gym's row agent (``nemo``) over the quickstart's ``arith`` and ``keys`` (the
     keychain not playing episodes itself), each under the NeMo Gym agent name rows carry."""

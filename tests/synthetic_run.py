@@ -11,19 +11,22 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from rollgym.telemetry import names
+from rollgym.tracestore.store_process import start_trace_store
 
 MS = 1_000_000
 
@@ -70,6 +73,24 @@ class _Processes:
         for provider in self.providers.values():
             provider.force_flush()
             provider.shutdown()
+
+
+@contextmanager
+def planting_spans(run_dir: Path, name: str = "planted") -> Iterator[trace.Tracer]:
+    """A real trace store on ``run_dir/traces.db`` and a tracer whose every span goes to it
+    over OTLP as the span ends, for a test that plants spans by hand; at the end the spans
+    are flushed and the store stopped (it must exit cleanly)."""
+    store = start_trace_store(run_dir / "traces.db", run_dir / "store.log")
+    try:
+        provider = TracerProvider()
+        exporter = OTLPSpanExporter(endpoint=store.traces_endpoint)
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        yield provider.get_tracer(name)
+        provider.shutdown()
+    except BaseException:
+        store.stop()
+        raise
+    assert store.stop() == 0, "the trace store did not exit cleanly"
 
 
 def emit_run(

@@ -7,8 +7,10 @@ Never a downloaded browser: Debian's ``/usr/bin/chromium`` with the flags this m
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,10 @@ IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 #: tests/e2e, where the run builders the browser tests share with the e2e tests live.
 E2E = Path(__file__).resolve().parents[1] / "e2e"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+#: Whether the browser tests save their pictures for the docs in docs/images/ (never in CI:
+#: the tree stays clean).
+SHOTS = os.environ.get("ROLLGYM_SCREENSHOTS") == "1"
 
 #: Marks for every browser test module: the marker, and a clean skip without Chromium.
 BROWSER_MARKS = [
@@ -60,3 +66,50 @@ def store(run: Path) -> Iterator[TraceStoreProcess]:
         yield process
     finally:
         process.stop()
+
+
+def doc_shot(page: Any, name: str, selector: str | None = None) -> None:
+    """Where :data:`SHOTS`: the whole page, or the first ``selector`` on it, as the docs
+    image ``docs/images/<name>``."""
+    if not SHOTS:
+        return
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    if selector is None:
+        page.screenshot(path=str(IMAGES / name), full_page=True)
+    else:
+        page.locator(selector).first.screenshot(path=str(IMAGES / name))
+
+
+def waterfall_of(page: Any, rollout_id: str) -> list[str]:
+    """Search the viewer on ``page`` for ``rollout_id``; the span names of its first
+    attempt's waterfall, top to bottom."""
+    page.fill("#search", rollout_id)
+    page.click("#search-form button")
+    page.wait_for_selector(".waterfall .span-row")
+    shown = page.locator(".waterfall").first.locator(".span-row")
+    span_names: list[str] = shown.evaluate_all("rows => rows.map(r => r.dataset.name)")
+    return span_names
+
+
+def span_details(page: Any, span_name: str) -> str:
+    """Click the first span named ``span_name`` in the waterfall on ``page``; the text of the
+    details (its attributes) the viewer opens."""
+    page.locator(f".span-row[data-name='{span_name}']").first.click()
+    details: str = page.locator(".details").first.inner_text()
+    return details
+
+
+@contextmanager
+def synthetic_viewer(folder: Path, rollouts: int) -> Iterator[tuple[TraceStoreProcess, Any]]:
+    """A trace store (and its viewer) in ``folder`` holding a synthetic run of ``rollouts``
+    rollouts sent over OTLP (:func:`synthetic_run.emit_run`): the store and the run."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    from synthetic_run import emit_run
+
+    store = start_trace_store(folder / "traces.db", folder / "store.log", run_dir=folder)
+    try:
+        exporter = lambda: OTLPSpanExporter(endpoint=store.traces_endpoint)  # noqa: E731
+        yield store, emit_run(exporter, rollouts=rollouts)
+    finally:
+        store.stop()

@@ -7,31 +7,21 @@ tools, its model calls LLMs. ``ROLLGYM_SCREENSHOTS=1`` saves the pictures in doc
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from backends import MLFLOW_OK, MLFLOW_PYTHON, mlflow_server, phoenix_server
+from backends import mlflow_traces
 from rollgym.telemetry import names
+from waits import wait_for
 
-from .conftest import BROWSER_MARKS, IMAGES
+from .conftest import BROWSER_MARKS, IMAGES, SHOTS
 
 E2E = Path(__file__).resolve().parents[1] / "e2e"
 pytestmark = [*BROWSER_MARKS, pytest.mark.e2e]
-
-
-@pytest.fixture(scope="module")
-def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    pytest.importorskip("phoenix", reason="the 'phoenix' extra is not installed")
-    with phoenix_server(tmp_path_factory.mktemp("phoenix")) as base:
-        yield base
 
 
 def _run_into(root: Path, endpoint: str, headers: str | None = None) -> list[dict[str, Any]]:
@@ -58,16 +48,20 @@ def _run_into(root: Path, endpoint: str, headers: str | None = None) -> list[dic
 
 def _spans_of(base: str, rollout_id: str) -> dict[str, dict[str, Any]]:
     """The spans of ``rollout_id`` by name, once Phoenix has its rollout and verify spans."""
-    deadline = time.monotonic() + 60
-    while True:
+    mine: dict[str, dict[str, Any]] = {}
+
+    def shown() -> bool:
         url = f"{base}/v1/projects/default/spans?limit=1000"
         with urllib.request.urlopen(url, timeout=10) as answer:
             spans = json.load(answer)["data"]
-        mine = {s["name"]: s for s in spans if s["attributes"].get(names.ROLLOUT_ID) == rollout_id}
-        if names.SPAN_ROLLOUT in mine and names.SPAN_VERIFY in mine:
-            return mine
-        assert time.monotonic() < deadline, "Phoenix did not show the rollout in 60 s"
-        time.sleep(0.5)
+        mine.clear()
+        mine.update(
+            {s["name"]: s for s in spans if s["attributes"].get(names.ROLLOUT_ID) == rollout_id}
+        )
+        return names.SPAN_ROLLOUT in mine and names.SPAN_VERIFY in mine
+
+    assert wait_for(shown, timeout=60, interval=0.5), "Phoenix did not show the rollout in 60 s"
+    return mine
 
 
 @pytest.mark.phoenix
@@ -86,48 +80,35 @@ def test_phoenix_shows_a_rollout_as_an_agent_with_tools_llm_calls_and_reward(
     for name in (names.SPAN_ROLLOUT, names.SPAN_MODEL_CHAT, names.SPAN_ENV_TOOL):
         assert name in body
     assert "AGENT" in body and walk["rollout_id"] in body  # the kind, the session id
-    shots = os.environ.get("ROLLGYM_SCREENSHOTS") == "1"
-    if shots:
+    if SHOTS:
         page.screenshot(path=str(IMAGES / "phoenix-rollout.png"))
     page.screenshot(path=str(tmp_path / "phoenix-rollout.png"))
     # the reward, on the verify span
     page.goto(f"{phoenix}/redirects/spans/{spans[names.SPAN_VERIFY]['context']['span_id']}")
     page.wait_for_selector("text=gen_ai.evaluation.score.value", timeout=60_000)
     assert "gen_ai.evaluation.score.value" in page.inner_text("body")
-    if shots:
+    if SHOTS:
         page.screenshot(path=str(IMAGES / "phoenix-reward.png"))
     page.screenshot(path=str(tmp_path / "phoenix-reward.png"))
 
 
-@pytest.fixture(scope="module")
-def mlflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if not MLFLOW_OK.exists():
-        pytest.skip(f"MLflow is not installed in {MLFLOW_PYTHON.parent.parent} (scripts/test.sh)")
-    with mlflow_server(tmp_path_factory.mktemp("mlflow")) as base:
-        yield base
-
-
 def _mlflow_trace_of(base: str, rollout_id: str) -> str:
     """MLflow's id of the trace of ``rollout_id``, once MLflow has its verify span."""
-    deadline = time.monotonic() + 60
-    while True:
-        proc = subprocess.run(
-            [str(MLFLOW_PYTHON), str(E2E / "mlflow_read.py"), base, "0"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        for trace in json.loads(proc.stdout):
-            spans = trace["spans"]
+    found: list[str] = []
+
+    def shown() -> bool:
+        for trace in mlflow_traces(base):
             if any(
                 s["name"] == names.SPAN_VERIFY
                 and s["attributes"].get(names.ROLLOUT_ID) == rollout_id
-                for s in spans
+                for s in trace["spans"]
             ):
-                return str(trace["trace_id"])
-        assert time.monotonic() < deadline, "MLflow did not show the rollout in 60 s"
-        time.sleep(1.0)
+                found.append(str(trace["trace_id"]))
+                return True
+        return False
+
+    assert wait_for(shown, timeout=60, interval=1.0), "MLflow did not show the rollout in 60 s"
+    return found[0]
 
 
 def test_mlflow_shows_a_rollout_as_an_agent_with_tools_and_llm_calls(
@@ -149,6 +130,6 @@ def test_mlflow_shows_a_rollout_as_an_agent_with_tools_and_llm_calls(
     ):
         assert name in body
     assert "tokens" in body and walk["rollout_id"] in body  # the trace's usage, its session
-    if os.environ.get("ROLLGYM_SCREENSHOTS") == "1":
+    if SHOTS:
         page.screenshot(path=str(IMAGES / "mlflow-rollout.png"))
     page.screenshot(path=str(tmp_path / "mlflow-rollout.png"))

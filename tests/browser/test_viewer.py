@@ -7,17 +7,15 @@ ROLLGYM_SCREENSHOTS=1, so CI never dirties the tree.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 
 import pytest
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
 from rollgym.telemetry import names
-from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
-from synthetic_run import SyntheticRun, emit_run
+from rollgym.tracestore.store_process import TraceStoreProcess
+from synthetic_run import SyntheticRun
 
-from .conftest import BROWSER_MARKS, IMAGES
+from .conftest import BROWSER_MARKS, doc_shot, span_details, synthetic_viewer
 
 pytestmark = BROWSER_MARKS
 
@@ -27,9 +25,7 @@ def viewer(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[TraceStoreProcess, SyntheticRun]]:
     run_dir = tmp_path_factory.mktemp("run")
-    store = start_trace_store(run_dir / "traces.db", run_dir / "store.log", run_dir=run_dir)
-    try:
-        run = emit_run(lambda: OTLPSpanExporter(endpoint=store.traces_endpoint), rollouts=60)
+    with synthetic_viewer(run_dir, rollouts=60) as (store, run):
         (run_dir / "summary.json").write_text(
             json.dumps(
                 {
@@ -41,14 +37,6 @@ def viewer(
             )
         )
         yield store, run
-    finally:
-        store.stop()
-
-
-def _shot(page, name: str) -> None:
-    if os.environ.get("ROLLGYM_SCREENSHOTS") == "1":
-        IMAGES.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(IMAGES / name), full_page=True)
 
 
 def test_overview_table_filter_and_paging(viewer, page) -> None:
@@ -61,7 +49,7 @@ def test_overview_table_filter_and_paging(viewer, page) -> None:
     assert axes == ["dispatch duration (ms)", "dispatches"]  # the histogram's axes are named
     assert page.locator("#roots a").count() == 2  # job and startup traces
     assert page.locator("#rollout-table tr.row").count() == 25
-    _shot(page, "viewer-overview.png")
+    doc_shot(page, "viewer-overview.png")
     page.select_option("#filters select[name=outcome]", "error")
     page.click("#filters button[type=submit]")
     page.wait_for_function(
@@ -95,11 +83,10 @@ def test_open_rollout_see_spans_click_attributes(viewer, page) -> None:
         names.SPAN_VERIFY,
     ):
         assert expected in names_shown
-    page.locator(f".span-row[data-name='{names.SPAN_MODEL_CHAT}']").first.click()
-    details = page.locator(".details").first.inner_text()
+    details = span_details(page, names.SPAN_MODEL_CHAT)
     assert names.GEN_AI_USAGE_OUTPUT_TOKENS in details and "4-0" in details
-    _shot(page, "viewer-rollout.png")
+    doc_shot(page, "viewer-rollout.png")
     page.locator(".job-link").first.click()
     page.wait_for_selector(f".span-row[data-name='{names.SPAN_JOB}']")
     assert page.locator(".span-row").count() == 3  # job + aggregate_metrics + finalize
-    _shot(page, "viewer-job-trace.png")
+    doc_shot(page, "viewer-job-trace.png")

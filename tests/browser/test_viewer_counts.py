@@ -4,7 +4,6 @@ by its input line, not "None"."""
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 
 from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
 
-from .conftest import BROWSER_MARKS, IMAGES
+from .conftest import BROWSER_MARKS, doc_shot
 
 E2E = Path(__file__).resolve().parents[1] / "e2e"
 pytestmark = [*BROWSER_MARKS, pytest.mark.e2e]
@@ -53,5 +52,4 @@ def test_the_finished_run_is_not_refreshed_and_its_bad_line_is_named(
     final = page.inner_text(".failure-groups.final")
     assert f"input line {BAD_LINE}" in final and "None" not in final
     assert page.locator(".failure-groups.final a.rollout-link").count() == 0  # nothing to open
-    if os.environ.get("ROLLGYM_SCREENSHOTS") == "1":
-        page.locator("#failures").screenshot(path=str(IMAGES / "viewer-failures-bad-line.png"))
+    doc_shot(page, "viewer-failures-bad-line.png", "#failures")

@@ -4,7 +4,6 @@ failed. Over a real run (``tests/e2e/insight_run.py``), checked against failures
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +11,9 @@ import pytest
 
 from rollgym.tracestore.store_process import TraceStoreProcess
 
-from .conftest import BROWSER_MARKS, E2E, IMAGES, e2e_run_builder
+from .conftest import BROWSER_MARKS, E2E, doc_shot, e2e_run_builder
 
 pytestmark = [*BROWSER_MARKS, pytest.mark.e2e]
-SHOTS = os.environ.get("ROLLGYM_SCREENSHOTS") == "1"
 
 
 @pytest.fixture(scope="module")
@@ -41,5 +39,4 @@ def test_failed_rollout_page_shows_the_authors_frames_log_and_partial_turns(
     assert "2 + 2" in entries.nth(0).inner_text()
     assert page.locator("#conversation .entry.answer").count() == 1
     assert page.locator("#conversation-hint").count() == 0
-    if SHOTS:
-        page.locator("#conversation").screenshot(path=str(IMAGES / "viewer-failure-frames.png"))
+    doc_shot(page, "viewer-failure-frames.png", "#conversation")

@@ -6,7 +6,6 @@ the page shows is checked against ``rollouts.jsonl`` and ``trajectories.jsonl`` 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +14,9 @@ import pytest
 
 from rollgym.tracestore.store_process import TraceStoreProcess
 
-from .conftest import BROWSER_MARKS, IMAGES, e2e_run_builder
+from .conftest import BROWSER_MARKS, doc_shot, e2e_run_builder
 
 pytestmark = [*BROWSER_MARKS, pytest.mark.e2e]
-SHOTS = os.environ.get("ROLLGYM_SCREENSHOTS") == "1"
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +57,7 @@ def test_group_view_marks_the_zero_variance_groups(
         assert members.count() == len(values)
         shown = sorted(float(t.split()[-1]) for t in members.all_inner_texts())
         assert shown == sorted(values)
-    if SHOTS:
-        page.screenshot(path=str(IMAGES / "viewer-groups.png"), full_page=True)
+    doc_shot(page, "viewer-groups.png")
     page.click("#zero-toggle")
     page.wait_for_function(
         f"document.querySelectorAll('#group-table tr.group').length === {len(zero)}"
@@ -86,5 +83,4 @@ def test_rollout_page_shows_why_the_reward(run: Path, store: TraceStoreProcess, 
     assert "why this reward" in shown
     for key, value in verify["details"].items():
         assert key in shown and str(value).lower() in shown.lower()
-    if SHOTS:
-        page.locator("#conversation").screenshot(path=str(IMAGES / "viewer-reward-details.png"))
+    doc_shot(page, "viewer-reward-details.png", "#conversation")

@@ -7,19 +7,16 @@ Screenshots go to docs/images/ when ROLLGYM_SCREENSHOTS=1 (as for the other view
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
 from rollgym.reading.profile_phases import PHASES
-from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
-from synthetic_run import emit_run
+from rollgym.tracestore.store_process import TraceStoreProcess
 
-from .conftest import BROWSER_MARKS, IMAGES
+from .conftest import BROWSER_MARKS, doc_shot, synthetic_viewer
 
 pytestmark = BROWSER_MARKS
 #: The stall limit the page is opened with (seconds without a finished span).
@@ -50,21 +47,11 @@ def _progress(
 @pytest.fixture(scope="module")
 def live_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TraceStoreProcess, Path]]:
     run_dir = tmp_path_factory.mktemp("run")
-    store = start_trace_store(run_dir / "traces.db", run_dir / "store.log", run_dir=run_dir)
-    try:
-        emit_run(lambda: OTLPSpanExporter(endpoint=store.traces_endpoint), rollouts=40)
+    with synthetic_viewer(run_dir, rollouts=40) as (store, _run):
         # "3-0" must look stalled (no span finished for STALL_S): its spans end as they are
         # emitted, so let that much time pass, whatever ran before this test
         time.sleep(STALL_S + 1.0)
         yield store, run_dir
-    finally:
-        store.stop()
-
-
-def _shot(page, name: str) -> None:
-    if os.environ.get("ROLLGYM_SCREENSHOTS") == "1":
-        IMAGES.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(IMAGES / name), full_page=True)
 
 
 def test_profile_page_live_then_finished(live_run, page) -> None:
@@ -92,14 +79,14 @@ def test_profile_page_live_then_finished(live_run, page) -> None:
     assert "reward" in page.locator("#reward-histogram text.axis-label").all_text_contents()
     assert page.locator("#reward-histogram rect.hbar").count() == 10
     assert page.locator("#timeline path.line-flight").count() == 1
-    _shot(page, "viewer-profile-live.png")
+    doc_shot(page, "viewer-profile-live.png")
     # The run finishes: the page notices by itself (no reload), then stops refreshing.
     _progress(run_dir, 40, 40, [])
     page.wait_for_function(
         "document.getElementById('refresh')?.textContent.includes('run finished')", timeout=15000
     )
     assert "none in flight" in page.inner_text("#live")
-    _shot(page, "viewer-profile.png")
+    doc_shot(page, "viewer-profile.png")
     # A straggler opens its waterfall.
     first = page.locator("#stragglers a").first
     rollout_id = first.inner_text()

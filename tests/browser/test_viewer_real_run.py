@@ -19,7 +19,7 @@ import pytest
 from rollgym.telemetry import names
 from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
 
-from .conftest import BROWSER_MARKS, IMAGES
+from .conftest import BROWSER_MARKS, doc_shot, span_details, waterfall_of
 
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[2]
@@ -74,13 +74,8 @@ def test_open_a_real_rollout_and_see_every_process(store: TraceStoreProcess, pag
     body = page.inner_text("body")
     for dispatch_name in ("solver", "walker", "keys"):  # both routing kinds
         assert dispatch_name in body
-    if os.environ.get("ROLLGYM_SCREENSHOTS") == "1":
-        page.screenshot(path=str(IMAGES / "viewer-real-overview.png"), full_page=True)
-    page.fill("#search", "50-0")  # the first keychain row: a multi-turn tool rollout
-    page.click("#search-form button")
-    page.wait_for_selector(".waterfall .span-row")
-    shown = page.locator(".waterfall").first.locator(".span-row")
-    span_names = shown.evaluate_all("rows => rows.map(r => r.dataset.name)")
+    doc_shot(page, "viewer-real-overview.png")
+    span_names = waterfall_of(page, "50-0")  # the first keychain row: a multi-turn tool rollout
     for expected in (
         names.SPAN_DISPATCH,
         names.SPAN_ROLLOUT,
@@ -90,11 +85,9 @@ def test_open_a_real_rollout_and_see_every_process(store: TraceStoreProcess, pag
         names.SPAN_VERIFY,
     ):
         assert expected in span_names, (expected, span_names)
-    page.locator(f".span-row[data-name='{names.SPAN_ENGINE_REQUEST}']").first.click()
-    details = page.locator(".details").first.inner_text()
+    details = span_details(page, names.SPAN_ENGINE_REQUEST)
     assert "chatcmpl-50-0.0" in details
-    if os.environ.get("ROLLGYM_SCREENSHOTS") == "1":
-        page.screenshot(path=str(IMAGES / "viewer-real-rollout.png"), full_page=True)
+    doc_shot(page, "viewer-real-rollout.png")
 
 
 def test_a_sandboxed_rollout_shows_its_sandbox_spans(
@@ -108,21 +101,15 @@ def test_a_sandboxed_rollout_shows_its_sandbox_spans(
     try:
         page.goto(process.endpoint + "/")
         page.wait_for_selector("#rollout-table tr.row")
-        page.fill("#search", "0-0")  # the first code row: run_public_tests, then verify
-        page.click("#search-form button")
-        page.wait_for_selector(".waterfall .span-row")
-        shown = page.locator(".waterfall").first.locator(".span-row")
-        span_names = shown.evaluate_all("rows => rows.map(r => r.dataset.name)")
+        span_names = waterfall_of(page, "0-0")  # the first code row: public tests, then verify
         for expected in (
             names.SPAN_SANDBOX_CREATE,
             names.SPAN_SANDBOX_EXEC,
             names.SPAN_SANDBOX_DESTROY,
         ):
             assert expected in span_names, (expected, span_names)
-        page.locator(f".span-row[data-name='{names.SPAN_SANDBOX_EXEC}']").first.click()
-        details = page.locator(".details").first.inner_text()
+        details = span_details(page, names.SPAN_SANDBOX_EXEC)
         assert names.SANDBOX_EXIT_CODE in details and names.SANDBOX_WALL_TIME in details
-        if os.environ.get("ROLLGYM_SCREENSHOTS") == "1":
-            page.screenshot(path=str(IMAGES / "viewer-sandbox-rollout.png"), full_page=True)
+        doc_shot(page, "viewer-sandbox-rollout.png")
     finally:
         process.stop()

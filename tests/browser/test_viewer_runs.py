@@ -9,7 +9,6 @@ checked against the files the runs wrote, read here independently of the viewer'
 
 from __future__ import annotations
 
-import os
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ import pytest
 from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
 from server_specs import walker_servers
 
-from .conftest import BROWSER_MARKS, IMAGES
+from .conftest import BROWSER_MARKS, doc_shot
 
 E2E = Path(__file__).resolve().parents[1] / "e2e"
 pytestmark = [*BROWSER_MARKS, pytest.mark.e2e]
@@ -94,16 +93,6 @@ def store(runs: tuple[Path, Path]) -> Iterator[TraceStoreProcess]:
         process.stop()
 
 
-def _shot(page: Any, name: str, selector: str | None = None) -> None:
-    """A docs image of the page, or of one part of it (each stays small)."""
-    if os.environ.get("ROLLGYM_SCREENSHOTS") != "1":
-        return
-    if selector is None:
-        page.screenshot(path=str(IMAGES / name), full_page=True)
-    else:
-        page.locator(selector).first.screenshot(path=str(IMAGES / name))
-
-
 def test_conversation_of_a_tool_rollout(
     store: TraceStoreProcess, runs: tuple[Path, Path], page: Any
 ) -> None:
@@ -151,8 +140,8 @@ def test_conversation_of_a_tool_rollout(
         "bars => [...new Set(bars.map(b => getComputedStyle(b).backgroundColor))]"
     )
     assert len(colours) >= 5, colours
-    _shot(page, "viewer-conversation.png", "#conversation")
-    _shot(page, "viewer-span-kinds.png", "section:has(.waterfall)")
+    doc_shot(page, "viewer-conversation.png", "#conversation")
+    doc_shot(page, "viewer-span-kinds.png", "section:has(.waterfall)")
 
 
 def test_failed_rollout_says_why_at_the_top(
@@ -194,7 +183,7 @@ def test_failures_panel_and_filters_in_the_url(
         assert "this agent always fails" in row.inner_text()
     attempts_text = page.locator(".failure-groups.attempt").inner_text()
     assert "first attempts always fail here" in attempts_text  # a recovered rollout's attempt
-    _shot(page, "viewer-failures.png", "#failures")
+    doc_shot(page, "viewer-failures.png", "#failures")
 
     # rollout level: the filter goes into the URL, and the URL alone reopens the same rows
     page.select_option("#failed-filter", "final")
@@ -267,7 +256,7 @@ def test_comparison_of_the_two_runs(
     flagged = [r["dispatch_name"] for r in expected["by_dispatch"] if r["significant"]]
     verdict = page.inner_text("#compare-verdict")
     assert verdict.endswith(", ".join(flagged) if flagged else "none")
-    _shot(page, "viewer-compare.png")
+    doc_shot(page, "viewer-compare.png")
 
 
 def test_a_run_without_trajectories_says_how_to_keep_them(
@@ -326,7 +315,7 @@ def test_search_finds_tool_calls_errors_and_message_text(
     hits = page.locator("#search-hits tr.hit")
     found = hits.evaluate_all("rows => rows.map(r => [r.dataset.rollout, r.dataset.where])")
     assert {rid for rid, where in found if where == "tool call"} == with_tools
-    _shot(page, "viewer-search.png")
+    doc_shot(page, "viewer-search.png")
     # an error message: the always-failing agent's, as failures.jsonl and its spans hold it
     failed = {f["rollout_id"] for f in _records(run_a / "failures.jsonl")}
     page.fill("#search", "this agent always fails")

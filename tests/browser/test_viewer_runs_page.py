@@ -8,10 +8,8 @@ figures and staleness) is checked against the runs' own files, read here without
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,10 +17,11 @@ from typing import Any
 import orjson
 import pytest
 
-from .conftest import BROWSER_MARKS, IMAGES, e2e_run_builder
+from waits import wait_for
+
+from .conftest import BROWSER_MARKS, doc_shot, e2e_run_builder
 
 pytestmark = [*BROWSER_MARKS, pytest.mark.e2e]
-SHOTS = os.environ.get("ROLLGYM_SCREENSHOTS") == "1"
 
 
 def _summary(run: Path) -> dict[str, Any]:
@@ -52,10 +51,7 @@ def viewer(runs: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Iterat
     command += ["--runs", str(folder), "--port", "0", "--ready-file", str(ready)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        for _ in range(600):
-            if ready.exists() or process.poll() is not None:
-                break
-            time.sleep(0.1)
+        wait_for(lambda: ready.exists() or process.poll() is not None, timeout=60, interval=0.1)
         assert ready.exists(), process.stdout.read().decode() if process.stdout else ""
         yield orjson.loads(ready.read_bytes())["endpoint"]
     finally:
@@ -102,8 +98,7 @@ def test_runs_page_shows_differences_reward_over_version_and_staleness(
         assert parts == list(summary["staleness"]["results_by_lag"])
         assert cells[-2] == str(summary["staleness"]["stale_failures"])
     assert rows.nth(0).locator("td").nth(5).inner_text() == "baseline"
-    if SHOTS:
-        page.screenshot(path=str(IMAGES / "viewer-runs.png"), full_page=True)
+    doc_shot(page, "viewer-runs.png")
 
 
 def test_runs_page_over_step_and_a_smaller_pick(page: Any, viewer: str, runs: list[Path]) -> None:
@@ -131,5 +126,4 @@ def test_runs_page_over_step_and_a_smaller_pick(page: Any, viewer: str, runs: li
     assert rewards == [
         f"{_summary(run)['by_dispatch_name']['walker']['mean_reward']:.3f}" for run in picked
     ]
-    if SHOTS:
-        page.locator("#runs-series").screenshot(path=str(IMAGES / "viewer-runs-step.png"))
+    doc_shot(page, "viewer-runs-step.png", "#runs-series")

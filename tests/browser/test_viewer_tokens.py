@@ -6,7 +6,6 @@ under a threshold the page states and lets you change. Checked against trajector
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +14,9 @@ import pytest
 
 from rollgym.tracestore.store_process import TraceStoreProcess
 
-from .conftest import BROWSER_MARKS, IMAGES, e2e_run_builder
+from .conftest import BROWSER_MARKS, doc_shot, e2e_run_builder
 
 pytestmark = [*BROWSER_MARKS, pytest.mark.e2e]
-SHOTS = os.environ.get("ROLLGYM_SCREENSHOTS") == "1"
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +57,7 @@ def test_rollout_page_shows_each_calls_tokens_and_marks_unlikely_ones(
     assert expected > 0 and page.locator(".token.low").count() == expected
     low_first = sum(math.exp(lp) < 0.7 for lp in turns[0]["logprobs"])
     assert f"{low_first} with p < 0.7" in first.locator("summary").inner_text()
-    if SHOTS:
-        page.locator("#conversation").screenshot(path=str(IMAGES / "viewer-tokens.png"))
+    doc_shot(page, "viewer-tokens.png", "#conversation")
 
 
 def test_profile_page_says_what_http_covers(run: Path, store: TraceStoreProcess, page: Any) -> None:

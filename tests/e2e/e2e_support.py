@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 import yaml
 
+from procs import each_process, parent_of, zombie
 from waits import wait_for as wait_for  # the e2e tests import it from here
 
 HERE = Path(__file__).resolve().parent
@@ -106,12 +107,22 @@ class Job:
             cwd=self.root,
         )
 
-    def start(self, *overrides: str) -> subprocess.Popen[str]:
+    def start(
+        self,
+        *overrides: str,
+        telemetry: bool = False,
+        env: Mapping[str, str] | None = None,
+        stdout: int = subprocess.PIPE,
+        stderr: int = subprocess.STDOUT,
+    ) -> subprocess.Popen[str]:
+        """``rollgym run`` of this job in the background, its output and errors on one pipe
+        (``stdout`` / ``stderr`` say otherwise: ``subprocess.PIPE`` apart, ``DEVNULL``); the
+        job's environment (with telemetry if asked) unless ``env`` is given."""
         return subprocess.Popen(
             self.command(*overrides),
-            env=self.env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            env=dict(env) if env is not None else self.env(telemetry),
+            stdout=stdout,
+            stderr=stderr,
             text=True,
             cwd=self.root,
         )
@@ -176,17 +187,9 @@ def assert_no_traceback(out: Path, *texts: str, except_logs: str = "") -> None:
 
 def children_of(pid: int) -> list[int]:
     """Live descendants of ``pid`` (a /proc scan; servers run in their own sessions)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] != "Z":
-            parents[int(entry.name)] = int(fields[1])
+    parents = {
+        child: parent_of(stat) for child, (stat,) in each_process("stat") if not zombie(stat)
+    }
     found, frontier = [], [pid]
     while frontier:
         parent = frontier.pop()
@@ -201,25 +204,14 @@ def server_pids_alive(
 ) -> list[int]:
     """PIDs of server processes still running; with ``under``, only those whose environment
     mentions that folder (their spec names the run's output directory)."""
-    alive = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if spec_marker not in cmdline or state == "Z":
-            continue
-        if under is not None:
-            try:
-                if under.encode() not in (entry / "environ").read_bytes():
-                    continue
-            except OSError:
-                continue
-        alive.append(int(entry.name))
-    return alive
+    marker = spec_marker.encode()
+    return [
+        pid
+        for pid, (cmdline, stat, environ) in each_process("cmdline", "stat", "environ")
+        if marker in cmdline.replace(b"\0", b" ")
+        and not zombie(stat)
+        and (under is None or under.encode() in environ)
+    ]
 
 
 def live_server_pid(run_dir: Path, instance: str) -> int | None:
@@ -249,6 +241,20 @@ def max_overlap(records: list[dict[str, Any]]) -> int:
         current += step
         peak = max(peak, current)
     return peak
+
+
+def traces_check(
+    out: Path, *options: str, env: Mapping[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """``rollgym traces check [options] OUT`` (``--data``, ``--json`` ...) in a child process
+    with ``env`` (default: this process's); its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "rollgym", "traces", "check", *options, str(out)],
+        env=None if env is None else dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def free_port() -> int:
@@ -289,12 +295,18 @@ def served_process(argv: list[str], log: Path, port: int, what: str, **popen: An
             raise RuntimeError(f"{what} exited: {log.read_text()[-2000:]}")
         yield url
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout=20)
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float) -> None:
+    """SIGTERM ``proc`` and reap it (reading what it still writes to its pipes); SIGKILL it
+    if it is not gone within ``timeout`` seconds."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate(timeout=30)
 
 
 def _no_leftover_servers(root: Path) -> Iterator[None]:

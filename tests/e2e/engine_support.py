@@ -1,8 +1,11 @@
 """Start-up of a real OpenAI-compatible engine (llama.cpp, vLLM) for the engine tests: a free
-port, one process, ready when ``/v1/models`` answers, stopped (then killed) at the end."""
+port, one process, ready when ``/v1/models`` answers, stopped (then killed) at the end; for
+vLLM also where its venv is, the tiny model it serves and the command line every vLLM test
+starts from."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -11,8 +14,26 @@ import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-from e2e_support import wait_for
+import pytest
+from e2e_support import HERE, wait_for
+
+from server_specs import Spec, proxied_servers
+
+#: vLLM's CPU build has a venv of its own (its pins clash with the project's); scripts/test.sh
+#: makes it and writes :data:`VLLM_INSTALLED` once vLLM works there.
+VLLM_VERSION = "0.32.0"
+VLLM_VENV = Path(
+    os.environ.get("ROLLGYM_VLLM_VENV") or Path.home() / ".cache" / "rollgym-vllm" / "venv"
+)
+VLLM_PYTHON = VLLM_VENV / "bin" / "python"
+VLLM_INSTALLED = VLLM_VENV / f"rollgym-vllm-{VLLM_VERSION}.ok"
+#: Why a vLLM test skips where :data:`VLLM_INSTALLED` is missing.
+VLLM_MISSING = (
+    f"vLLM's CPU build is not installed in {VLLM_VENV} (scripts/test.sh installs it; "
+    "ROLLGYM_SKIP_VLLM=1 skips that step)"
+)
 
 
 def free_port() -> int:
@@ -83,3 +104,80 @@ def llama_server(folder: Path, model: Path, *extra: str) -> Iterator[str]:
     log = folder / "engine.log"
     with serving("llama.cpp server", command, url, log, start_timeout_s=180, poll_s=0.1):
         yield url
+
+
+def tiny_hf_model(out: Path, vocab_size: int = 0) -> Path:
+    """The tiny random Llama of ``tiny_hf_llama.py`` written to ``out`` (by vLLM's Python: it
+    has transformers; nothing is downloaded); ``vocab_size`` 0 keeps its own small vocabulary."""
+    written = subprocess.run(
+        [str(VLLM_PYTHON), str(HERE / "tiny_hf_llama.py"), str(out), str(vocab_size)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert written.returncode == 0, written.stderr
+    return out
+
+
+def vllm_env(**extra: str) -> dict[str, str]:
+    """This process's environment for vLLM: no ``OTEL_*`` or ``PYTHON*`` variables of ours
+    (the test sets its own), a 1 GiB KV cache (the CPU build's default takes far more), and
+    ``extra``."""
+    kept = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTHON"))}
+    return {**kept, "VLLM_CPU_KVCACHE_SPACE": "1", **extra}
+
+
+def vllm_command(model: Path, port: int, *extra: str, max_model_len: int = 2048) -> list[str]:
+    """vLLM's OpenAI server on 127.0.0.1:``port`` serving ``model`` as ``tiny``, eager (no
+    torch.compile warm-up: most of a start-up on a CPU), with ``extra`` options."""
+    return [
+        str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model), "--served-model-name", "tiny",
+        "--host", "127.0.0.1", "--port", str(port), "--max-model-len", str(max_model_len),
+        "--enforce-eager", *extra,
+    ]  # fmt: skip
+
+
+#: The marks of every vLLM test module: vLLM's start-up (minutes on a loaded 2-core machine)
+#: counts against the first test that uses it.
+VLLM_MARKS = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.timeout(1500)]
+
+
+def skip_without_vllm() -> None:
+    """Skip the calling test module, saying why, where vLLM's CPU build is not installed."""
+    if not VLLM_INSTALLED.exists():
+        pytest.skip(VLLM_MISSING, allow_module_level=True)
+
+
+@contextmanager
+def vllm_server(
+    folder: Path, model: Path, *extra: str, env: Mapping[str, str], max_model_len: int = 2048
+) -> Iterator[str]:
+    """vLLM (:func:`vllm_command`) serving ``model`` with ``extra`` options and ``env``
+    (:func:`vllm_env`), its log in ``folder``, warmed up with a chat call; its URL."""
+    port = free_port()
+    command = vllm_command(model, port, *extra, max_model_len=max_model_len)
+    url = f"http://127.0.0.1:{port}"
+    with serving("vLLM", command, url, folder / "vllm.log", start_timeout_s=900, env=env):
+        chat_warm_up(url)
+        yield url
+
+
+def vllm_servers(engine_url: str, **changes: Mapping[str, Any] | None) -> dict[str, Spec]:
+    """:func:`server_specs.proxied_servers` in front of vLLM serving ``tiny``, the proxy
+    sending each call's request id as ``X-Request-Id`` (vLLM takes it as its own id)."""
+    return proxied_servers(engine_url, "tiny", **{"policy": {"request_id": "header"}, **changes})
+
+
+def chat_warm_up(url: str) -> None:
+    """One two-token chat call to the engine at ``url``. vLLM's CPU build lost its worker
+    process (and then stopped) when its very first request was a 4-token completion prompt
+    (twice, in tests/e2e/test_vllm_engine_paths.py); a chat call first, as every rollout
+    makes, and it serves everything after."""
+    warm_up = urllib.request.Request(
+        url + "/v1/chat/completions",
+        data=b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}',
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(warm_up, timeout=300) as answer:
+        assert answer.status == 200

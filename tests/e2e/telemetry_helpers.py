@@ -14,7 +14,6 @@ import os
 import socket
 import sqlite3
 import subprocess
-import sys
 import threading
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from e2e_support import Job, pythonpath
+from e2e_support import Job, pythonpath, traces_check
 
 from rollgym.telemetry import names
 from server_specs import quickstart_servers, simulated_model
@@ -234,13 +233,7 @@ class TracedJob(Job):
         return Spans(read_store(self.db))
 
     def traces_check(self) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "rollgym", "traces", "check", str(self.out)],
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        return traces_check(self.out, env=self.env())
 
 
 # --- server sets ---------------------------------------------------------------------------------
@@ -262,6 +255,30 @@ def quick_rows(n_arith: int, n_keys: int, n_episodes: int) -> list[dict[str, Any
     episodes = [r for r in source if isinstance(r.get("task_id"), dict)]
     assert len(arith) >= n_arith and len(keys) >= n_keys and len(episodes) >= n_episodes
     return arith[:n_arith] + keys[:n_keys] + episodes[:n_episodes]
+
+
+def quickstart_job(
+    root: Path,
+    rows: list[dict[str, Any]] | None = None,
+    *,
+    latency_s: float = 0.0,
+    telemetry: Mapping[str, Any] | None = None,
+    **run: Any,
+) -> TracedJob:
+    """A traced job of the quickstart's servers (:func:`quick_servers`, the model answering
+    after ``latency_s``) and ``rows`` (default: 20 arithmetic, 10 walks, 10 episodes), played
+    by the ``solver`` with keychain episodes routed to ``keys``; telemetry at the default
+    preset with the keys of ``telemetry``; ``run`` the rest of the ``run:`` block."""
+    job = TracedJob(root)
+    job.write(
+        quick_servers(latency_s),
+        rows if rows is not None else quick_rows(20, 10, 10),
+        telemetry={"preset": "default", **(telemetry or {})},
+        agent="solver",
+        environment_routes={"keychain_episodes": "keys"},
+        **run,
+    )
+    return job
 
 
 # --- loopback endpoints --------------------------------------------------------------------------

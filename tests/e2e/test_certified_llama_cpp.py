@@ -11,15 +11,16 @@ caches it); without it this test is skipped, saying so.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import orjson
 import pytest
+from e2e_support import traces_check
 from engine_support import llama_server
 from telemetry_helpers import TracedJob
 from tiny_gguf import write_tiny_llama
+
+from server_specs import proxied_servers
 
 pytest.importorskip(
     "llama_cpp.server.app", reason="llama-cpp-python[server] is not installed (scripts/test.sh)"
@@ -34,18 +35,7 @@ def test_a_clean_llama_cpp_run_is_certified(tmp_path: Path) -> None:
     with llama_server(folder, write_tiny_llama(folder / "tiny.gguf")) as url:
         job = TracedJob(tmp_path / "job")
         job.write(
-            {
-                "engine": {"kind": "model", "url": url},
-                "policy": {"kind": "model", "impl": "openai", "upstream": "engine", "model": "t"},
-                "arith": {"kind": "environment", "impl": "arithmetic"},
-                "solver": {
-                    "kind": "agent",
-                    "impl": "single_turn",
-                    "model": "policy",
-                    "environment": "arith",
-                    "sampling": {"max_tokens": 8},
-                },
-            },
+            proxied_servers(url, "t", solver={"sampling": {"max_tokens": 8}}),
             [{"question": f"{i} + 2"} for i in range(4)],
             agent="solver",
             repeats=2,
@@ -56,13 +46,7 @@ def test_a_clean_llama_cpp_run_is_certified(tmp_path: Path) -> None:
         done = job.run(timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert job.summary["completed"] == 8, job.failures
-    check = subprocess.run(
-        [sys.executable, "-m", "rollgym", "traces", "check", "--data", "--json", str(job.out)],
-        env=job.env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    check = traces_check(job.out, "--data", "--json", env=job.env())
     report = orjson.loads(check.stdout)
     assert check.returncode == 0, report["violations"]
     assert report["rollouts"] == 8 and report["model_calls"] == 8

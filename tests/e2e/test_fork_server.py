@@ -7,6 +7,7 @@ import ctypes.util
 import os
 import signal
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,26 @@ def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, sour
     (tmp_path / f"{name}.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))
     return {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+
+
+def with_arith(**user_environments: str) -> dict:
+    """The arithmetic environment, beside a user environment of each ``name=impl``."""
+    extra = {
+        name: {"kind": "environment", "impl": impl} for name, impl in user_environments.items()
+    }
+    return {"arith": {"kind": "environment", "impl": "arithmetic"}, **extra}
+
+
+async def arith_served(job: JobConfig, out: Path, run_id: str, holds: Callable[[], bool]) -> str:
+    """Launch ``job``'s arithmetic environment into ``out``; while it answers, ``holds`` must
+    be true; then stop it and let the fork server go. The fork server's log."""
+    try:
+        async with launch_servers(job, run_id=run_id, output_dir=out, env={}) as urls:
+            assert reply(urls["arith"]) == 200
+            assert holds()
+    finally:
+        forked.discard_for(out)
+    return (out / "logs" / "fork-server.log").read_text()
 
 
 def config(tmp_path: Path, server_map: dict) -> JobConfig:
@@ -96,7 +117,7 @@ async def test_servers_are_forked_adopted_by_the_driver_and_stopped(tmp_path, mo
 async def test_without_the_fork_server_each_server_is_spawned(tmp_path, monkeypatch):
     monkeypatch.setenv(ENV_FORK_SERVER, "0")
     out = tmp_path / "out"
-    server_map = {"arith": {"kind": "environment", "impl": "arithmetic"}}
+    server_map = with_arith()
     async with launch_servers(
         config(tmp_path, server_map), run_id="s", output_dir=out, env={}
     ) as urls:
@@ -118,10 +139,7 @@ async def test_a_forked_server_that_cannot_start_names_itself_and_its_log(tmp_pa
         "    def __init__(self, context):\n"
         "        raise RuntimeError('broken refuses to start: no vault')\n",
     )
-    server_map = {
-        "arith": {"kind": "environment", "impl": "arithmetic"},
-        "broken": {"kind": "environment", "impl": "broken_servers:Broken"},
-    }
+    server_map = with_arith(broken="broken_servers:Broken")
     out = tmp_path / "out"
     with pytest.raises(LaunchError) as caught:
         async with launch_servers(
@@ -155,16 +173,11 @@ async def test_a_fork_server_started_ahead_is_the_one_that_forks(tmp_path, monke
     start); the launch takes that one over instead of starting another."""
     monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
     out = tmp_path / "out"
-    job = config(tmp_path, {"arith": {"kind": "environment", "impl": "arithmetic"}})
+    job = config(tmp_path, with_arith())
     forked.prestart_for(job, out)
     ahead = forked._prestarted[out / "logs"].process.pid
-    try:
-        async with launch_servers(job, run_id="p", output_dir=out, env={}) as urls:
-            assert reply(urls["arith"]) == 200
-            assert out / "logs" not in forked._prestarted  # taken over
-    finally:
-        forked.discard_for(out)
-    log = (out / "logs" / "fork-server.log").read_text()
+    # taken over: no longer waiting among the started-ahead ones
+    log = await arith_served(job, out, "p", lambda: out / "logs" not in forked._prestarted)
     assert f"fork server {ahead}: forked arith as pid" in log, log
     assert log.count("fork server ") == 1, log
 
@@ -172,7 +185,7 @@ async def test_a_fork_server_started_ahead_is_the_one_that_forks(tmp_path, monke
 async def test_a_fork_server_no_launch_took_is_let_go(tmp_path, monkeypatch):
     monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
     out = tmp_path / "out"
-    job = config(tmp_path, {"arith": {"kind": "environment", "impl": "arithmetic"}})
+    job = config(tmp_path, with_arith())
     forked.prestart_for(job, out)
     process = forked._prestarted[out / "logs"].process
     forked.discard_for(out)
@@ -196,10 +209,7 @@ async def test_a_server_class_that_starts_a_thread_at_import_is_spawned(tmp_path
         "class Threaded(Environment):\n"
         "    pass\n",
     )
-    server_map = {
-        "arith": {"kind": "environment", "impl": "arithmetic"},
-        "zthreaded": {"kind": "environment", "impl": "threaded_servers:Threaded"},
-    }
+    server_map = with_arith(zthreaded="threaded_servers:Threaded")
     out = tmp_path / "out"
     job = config(tmp_path, server_map)
     async with launch_servers(job, run_id="t", output_dir=out, env=env) as urls:
@@ -219,7 +229,7 @@ async def test_a_fork_server_started_before_the_run_folder_is_bound_to_it(tmp_pa
     and that one forks the run's servers."""
     monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
     out = tmp_path / "out"
-    job = in_folder(config(tmp_path, {"arith": {"kind": "environment", "impl": "arithmetic"}}), out)
+    job = in_folder(config(tmp_path, with_arith()), out)
     forked.start_early(job)
     early = forked._early
     assert early is not None and early.early
@@ -232,19 +242,14 @@ async def test_a_fork_server_started_before_the_run_folder_is_bound_to_it(tmp_pa
     forked.prestart_for(job, out)
     assert forked._early is None and forked._prestarted[out / "logs"] is early
     assert early.log_path == out / "logs" / "fork-server.log"
-    try:
-        async with launch_servers(job, run_id="e", output_dir=out, env={}) as urls:
-            assert reply(urls["arith"]) == 200
-            assert not temporary.exists()  # its lines moved to the run's log before it forked
-    finally:
-        forked.discard_for(out)
-    log = (out / "logs" / "fork-server.log").read_text()
+    # its lines moved to the run's log before it forked
+    log = await arith_served(job, out, "e", lambda: not temporary.exists())
     assert f"fork server {early.process.pid}: forked arith as pid" in log, log
 
 
 async def test_an_early_fork_server_no_run_took_is_let_go(tmp_path, monkeypatch):
     monkeypatch.delenv(ENV_FORK_SERVER, raising=False)
-    job = config(tmp_path, {"arith": {"kind": "environment", "impl": "arithmetic"}})
+    job = config(tmp_path, with_arith())
     forked.start_early(job)
     assert forked._early is None  # no run.output_dir: the folder is named later
     forked.start_early(in_folder(job, tmp_path / "out"))
@@ -335,12 +340,7 @@ async def test_a_fork_server_starts_from_the_config_as_read_before_validation(
     assert forked._early is early
     out = tmp_path / "out"
     forked.prestart_for(job, out)
-    try:
-        async with launch_servers(job, run_id="r", output_dir=out, env={}) as urls:
-            assert reply(urls["arith"]) == 200
-    finally:
-        forked.discard_for(out)
-    log = (out / "logs" / "fork-server.log").read_text()
+    log = await arith_served(job, out, "r", lambda: True)
     assert f"fork server {early.process.pid}: forked arith as pid" in log, log
 
 

@@ -12,18 +12,17 @@ keeps span links, each rollout's link to the job).
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from telemetry_helpers import TracedJob, quick_rows, quick_servers
+from telemetry_helpers import TracedJob, quick_rows, quickstart_job
 
-from backends import MLFLOW_OK, MLFLOW_PYTHON, mlflow_server, phoenix_server
+from backends import mlflow_traces
 from rollgym.telemetry import names
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -37,13 +36,7 @@ AGENTS = {"solver", "walker", "keys"}
 
 def _run(root: Path, endpoint: str, headers: str | None = None) -> TracedJob:
     """The real CLI, its spans sent over OTLP/HTTP to ``endpoint`` (no local store)."""
-    job = TracedJob(root)
-    job.write(
-        quick_servers(0.0),
-        quick_rows(*ROWS),
-        agent="solver",
-        environment_routes={"keychain_episodes": "keys"},
-    )
+    job = quickstart_job(root, quick_rows(*ROWS))
     env = {
         "OTEL_TRACES_EXPORTER": "otlp",
         "OTEL_METRICS_EXPORTER": "none",
@@ -102,13 +95,6 @@ def _settled(read: Callable[[], list[dict[str, Any]]], ready: Callable[[list], b
 
 
 # --- Phoenix --------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    pytest.importorskip("phoenix", reason="the 'phoenix' extra is not installed")
-    with phoenix_server(tmp_path_factory.mktemp("phoenix")) as base:
-        yield base
-
-
 def _phoenix_spans(base: str) -> list[dict[str, Any]]:
     spans: list[dict[str, Any]] = []
     cursor = ""
@@ -206,26 +192,6 @@ def test_a_run_in_phoenix_is_agents_with_tools_llm_calls_and_rewards(
 
 
 # --- MLflow ---------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def mlflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if not MLFLOW_OK.exists():
-        pytest.skip(f"MLflow is not installed in {MLFLOW_PYTHON.parent.parent} (scripts/test.sh)")
-    with mlflow_server(tmp_path_factory.mktemp("mlflow")) as base:
-        yield base
-
-
-def _mlflow_traces(base: str) -> list[dict[str, Any]]:
-    proc = subprocess.run(
-        [str(MLFLOW_PYTHON), str(HERE / "mlflow_read.py"), base, "0"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    traces: list[dict[str, Any]] = json.loads(proc.stdout)
-    return traces
-
-
 def test_a_run_in_mlflow_is_agents_with_tools_llm_calls_and_rewards(
     mlflow: str, tmp_path: Path
 ) -> None:
@@ -237,7 +203,7 @@ def test_a_run_in_mlflow_is_agents_with_tools_llm_calls_and_rewards(
         verified = [s for t in traces for s in t["spans"] if s["name"] == names.SPAN_VERIFY]
         return len(verified) == len(rewards)
 
-    traces = _settled(lambda: _mlflow_traces(mlflow), ready)
+    traces = _settled(lambda: mlflow_traces(mlflow), ready)
     rollout_traces = {
         s["attributes"][names.ROLLOUT_ID]: t
         for t in traces

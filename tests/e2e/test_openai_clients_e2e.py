@@ -10,9 +10,10 @@ proxy's server span carries ``gym.rollout.id``, and ``rollgym traces check`` pas
 from __future__ import annotations
 
 import pytest
-from telemetry_helpers import TracedJob, simulated_model
+from telemetry_helpers import TracedJob
 
 from rollgym.telemetry import names
+from server_specs import agent_spec, proxied_servers, simulated_model
 
 pytestmark = pytest.mark.e2e
 
@@ -23,23 +24,13 @@ ROWS = [{"question": f"{i} * 3", "agent": agent} for i in range(6) for agent in 
 def run(tmp_path_factory: pytest.TempPathFactory) -> TracedJob:
     job = TracedJob(tmp_path_factory.mktemp("openai_clients"))
     job.write(
-        {
-            "engine": simulated_model(latency_s=0.01, accuracy=1.0),
-            "policy": {"kind": "model", "impl": "openai", "upstream": "engine", "model": "m"},
-            "arith": {"kind": "environment", "impl": "arithmetic"},
-            "sdk": {
-                "kind": "agent",
-                "impl": "telemetry_agents:SdkAgent",
-                "model": "policy",
-                "environment": "arith",
-            },
-            "bare": {
-                "kind": "agent",
-                "impl": "telemetry_agents:HeaderlessAgent",
-                "model": "policy",
-                "environment": "arith",
-            },
-        },
+        proxied_servers(
+            simulated_model(latency_s=0.01, accuracy=1.0),
+            "m",
+            solver=None,
+            sdk=agent_spec("telemetry_agents:SdkAgent", "arith"),
+            bare=agent_spec("telemetry_agents:HeaderlessAgent", "arith"),
+        ),
         ROWS,
         repeats=2,
     )

@@ -27,7 +27,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from e2e_support import killed_if_left_running, pythonpath, wait_for  # noqa: E402
+from e2e_support import killed_if_left_running, pythonpath, traces_check, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -178,13 +178,7 @@ def test_replicas_land_on_both_nodes_and_traces_check(tmp_path: Path, cluster: C
         arith["seeded"]
         == arith["replicas"]["arith"]["seeded"] + arith["replicas"]["arith@1"]["seeded"]
     )
-    check = subprocess.run(
-        [sys.executable, "-m", "rollgym", "traces", "check", str(out)],
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    check = traces_check(out, env=_env())
     assert check.returncode == 0, check.stdout + check.stderr
 
 
@@ -276,12 +270,6 @@ def test_a_ray_replica_killed_mid_run_is_replaced(
     if restarted:  # a new actor (a new process) took the replica's place
         pids = _serving_pids(log)
         assert len(pids) == 2 and pids[0] == pid and pids[1] != pid, log.read_text()
-    check = subprocess.run(
-        [sys.executable, "-m", "rollgym", "traces", "check", str(out)],
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    check = traces_check(out, env=_env())
     assert check.returncode == 0, check.stdout + check.stderr
     assert f"server processes that died mid-run: {server}@1 pid {pid}" in check.stdout

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import sqlite3
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from e2e_support import traces_check  # noqa: E402
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 
 from rollgym.config import JobConfig, load_config  # noqa: E402
@@ -116,12 +116,7 @@ def assert_run_ok(out: Path) -> None:
     assert set(urls) == SERVERS
     assert all(urlsplit(url).hostname == "127.0.0.1" for url in urls.values()), urls
     assert not [url for url in urls.values() if accepts(url)], "a server still listens"
-    check = subprocess.run(
-        [sys.executable, "-m", "rollgym", "traces", "check", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    check = traces_check(out)
     assert check.returncode == 0, check.stdout + check.stderr
 
 

@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -27,6 +28,7 @@ from tiny_gguf import write_tiny_llama
 
 from rollgym.servers.request_ids import is_uuid, upstream_uuid
 from rollgym.telemetry import names
+from server_specs import Spec, agent_spec, proxied_servers
 
 pytest.importorskip(
     "llama_cpp.server.app", reason="llama-cpp-python[server] is not installed (scripts/test.sh)"
@@ -45,24 +47,10 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
-def servers(engine_url: str) -> dict[str, object]:
-    return {
-        "engine": {"kind": "model", "url": engine_url},
-        "policy": {"kind": "model", "impl": "openai", "upstream": "engine", "model": "tiny"},
-        "arith": {"kind": "environment", "impl": "arithmetic"},
-        "solver": {
-            "kind": "agent",
-            "impl": "single_turn",
-            "model": "policy",
-            "environment": "arith",
-        },
-        "sdk": {
-            "kind": "agent",
-            "impl": "telemetry_agents:SdkAgent",
-            "model": "policy",
-            "environment": "arith",
-        },
-    }
+def servers(engine_url: str, **changes: dict[str, Any]) -> dict[str, Spec]:
+    """The proxy over the engine, its ``solver`` and the SDK agent ``sdk``."""
+    sdk = agent_spec("telemetry_agents:SdkAgent", "arith")
+    return proxied_servers(engine_url, "tiny", sdk=sdk, **changes)
 
 
 def test_the_engine_refuses_request_ids_that_are_not_uuids(engine: str) -> None:
@@ -161,10 +149,11 @@ def test_a_refusing_engine_fails_rollouts_once_with_its_reason(engine: str, tmp_
     """``request_id: header`` against this engine: the issue's original failure, now a
     permanent failure per rollout (not retried) whose message says what the engine did."""
     job = TracedJob(tmp_path)
-    config = servers(engine)
-    config["policy"] = {**config["policy"], "request_id": "header"}  # type: ignore[dict-item]
     job.write(
-        config, [{"question": "1 + 1"}, {"question": "2 + 2"}], agent="solver", max_attempts=3
+        servers(engine, policy={"request_id": "header"}),
+        [{"question": "1 + 1"}, {"question": "2 + 2"}],
+        agent="solver",
+        max_attempts=3,
     )
     result = job.run(timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -27,38 +27,19 @@ from e2e_support import Job
 from engine_support import llama_server
 from tiny_gguf import write_tiny_llama
 
+from chat_shapes import READ_KEY, read_key_answered
+
 pytest.importorskip(
     "llama_cpp.server.app", reason="llama-cpp-python[server] is not installed (scripts/test.sh)"
 )
 
 pytestmark = pytest.mark.e2e
 
-TOOL = {
-    "type": "function",
-    "function": {
-        "name": "read_key",
-        "parameters": {
-            "type": "object",
-            "properties": {"key": {"type": "string"}},
-            "required": ["key"],
-        },
-    },
-}
+TOOL = READ_KEY
 #: A tool loop's second turn: the model's tool call echoed as it answered it (content null).
 SECOND_TURN = [
     {"role": "user", "content": "Start key: k-00ab\nFind the secret."},
-    {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": "call-1",
-                "type": "function",
-                "function": {"name": "read_key", "arguments": '{"key": "k-00ab"}'},
-            }
-        ],
-    },
-    {"role": "tool", "tool_call_id": "call-1", "content": "secret: S-1234"},
+    *read_key_answered("k-00ab", "secret: S-1234", "call-1"),
 ]
 
 

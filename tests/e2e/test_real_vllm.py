@@ -35,8 +35,19 @@ from typing import Any
 
 import orjson
 import pytest
-from e2e_support import HERE, REPO, wait_for
-from engine_support import free_port, serving
+from e2e_support import REPO, traces_check, wait_for
+from engine_support import (
+    VLLM_MARKS,
+    VLLM_PYTHON,
+    VLLM_VERSION,
+    free_port,
+    serving,
+    skip_without_vllm,
+    tiny_hf_model,
+    vllm_command,
+    vllm_env,
+    vllm_servers,
+)
 from telemetry_helpers import SpanRecord, TracedJob, quick_rows, read_store
 
 from rollgym.identity import wire_id
@@ -44,16 +55,13 @@ from rollgym.reading.engine_ids import rollout_of_engine_id
 from rollgym.sandbox import unavailable_reason
 from rollgym.telemetry import names
 from rollgym.tracestore.store_process import start_trace_store
+from server_specs import agent_spec
 
 # the shape helpers and the committed record live beside the unit test that holds the
 # simulated engine to the same record
 sys.path.insert(0, str(REPO / "tests" / "unit" / "servers"))
 import engine_shape  # noqa: E402
 
-VLLM_VERSION = "0.32.0"
-VENV = Path(os.environ.get("ROLLGYM_VLLM_VENV") or Path.home() / ".cache" / "rollgym-vllm" / "venv")
-VLLM_PYTHON = VENV / "bin" / "python"
-INSTALLED = VENV / f"rollgym-vllm-{VLLM_VERSION}.ok"  # written by scripts/test.sh once it works
 #: Set to rewrite ``vllm_shape.json`` from the live engine (after a deliberate vLLM upgrade).
 RECORD_SHAPE = os.environ.get("ROLLGYM_RECORD_VLLM_SHAPE") == "1"
 MODEL = "tiny"
@@ -63,15 +71,9 @@ START_TIMEOUT_S = 600
 NO_SANDBOX = unavailable_reason()
 TERMINAL_TASKS = 16
 
-if not INSTALLED.exists():
-    pytest.skip(
-        f"vLLM's CPU build is not installed in {VENV} (scripts/test.sh installs it; "
-        "ROLLGYM_SKIP_VLLM=1 skips that step)",
-        allow_module_level=True,
-    )
+skip_without_vllm()
 
-#: vLLM start-up (minutes on a loaded 2-core machine) counts against the first test using it
-pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.timeout(1500)]
+pytestmark = VLLM_MARKS
 
 
 @dataclass(frozen=True)
@@ -92,34 +94,23 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     given = os.environ.get("ROLLGYM_VLLM_MODEL")  # scripts/gpu_vllm_check.sh: a real small model
     model_dir = Path(given) if given else folder / "model"
     if not given:
-        written = subprocess.run(
-            [str(VLLM_PYTHON), str(HERE / "tiny_hf_llama.py"), str(model_dir)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert written.returncode == 0, written.stderr
+        tiny_hf_model(model_dir)
     port, store_port = free_port(), free_port()
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTHON"))},
-        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",  # vLLM's default is gRPC
-        "OTEL_SERVICE_NAME": "vllm",
-        "OTEL_BSP_SCHEDULE_DELAY": "100",  # ms: spans reach the store before a run ends
-        "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB
+    env = vllm_env(
+        OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="http/protobuf",  # vLLM's default is gRPC
+        OTEL_SERVICE_NAME="vllm",
+        OTEL_BSP_SCHEDULE_DELAY="100",  # ms: spans reach the store before a run ends
         # the RL routes (/weight_info, /update_weight_version, /abort_requests) exist only so
-        "VLLM_SERVER_DEV_MODE": "1",
-    }
-    command = [
-        str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model_dir), "--served-model-name", MODEL,
-        "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048",
+        VLLM_SERVER_DEV_MODE="1",
+    )
+    command = vllm_command(
+        model_dir, port,
         "--enable-request-id-headers",
         "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
         "--otlp-traces-endpoint", f"http://127.0.0.1:{store_port}/v1/traces",
         "--collect-detailed-traces", "all",
-        "--enforce-eager",  # no torch.compile warm-up (132 s of a 300 s start-up, measured here)
         *shlex.split(os.environ.get("ROLLGYM_VLLM_ARGS", "")),  # e.g. --dtype on a GPU
-    ]  # fmt: skip
+    )  # fmt: skip
     # vLLM exports spans of its own start-up (EngineCoreProc init, ...) from several processes;
     # a store of their own catches them all, or late ones would land in the first run's store
     # with their parent lost (``traces check``: missing_parent)
@@ -149,55 +140,22 @@ def servers(engine_url: str) -> dict[str, Any]:
     """The quickstart's servers, a streaming SDK agent and the sandboxed terminal environment,
     all on the ``openai`` proxy in front of vLLM."""
     sampling = {"max_tokens": MAX_TOKENS}
-    launched: dict[str, Any] = {
-        "engine": {"kind": "model", "url": engine_url},
-        "policy": {
-            "kind": "model",
-            "impl": "openai",
-            "upstream": "engine",
-            "model": MODEL,
-            "request_id": "header",  # vLLM takes X-Request-Id as its own id
-        },
-        "arith": {"kind": "environment", "impl": "arithmetic"},
-        "keys": {
+    launched = vllm_servers(
+        engine_url,
+        solver={"sampling": sampling},
+        keys={
             "kind": "environment",
             "impl": "keychain",
             "model": "policy",
             "max_turns": 4,
             "sampling": sampling,
         },
-        "solver": {
-            "kind": "agent",
-            "impl": "single_turn",
-            "model": "policy",
-            "environment": "arith",
-            "sampling": sampling,
-        },
-        "walker": {
-            "kind": "agent",
-            "impl": "tool_loop",
-            "model": "policy",
-            "environment": "keys",
-            "max_turns": 4,
-            "sampling": sampling,
-        },
-        "streamer": {
-            "kind": "agent",
-            "impl": "sdk_agents:StreamingToolAgent",
-            "model": "policy",
-            "environment": "keys",
-        },
-    }
+        walker=agent_spec("tool_loop", "keys", max_turns=4, sampling=sampling),
+        streamer=agent_spec("sdk_agents:StreamingToolAgent", "keys"),
+    )
     if NO_SANDBOX is None:
         launched["terminal"] = {"kind": "environment", "impl": "terminal", "warm_sandboxes": 4}
-        launched["sheller"] = {
-            "kind": "agent",
-            "impl": "tool_loop",
-            "model": "policy",
-            "environment": "terminal",
-            "max_turns": 4,
-            "sampling": sampling,
-        }
+        launched["sheller"] = agent_spec("tool_loop", "terminal", max_turns=4, sampling=sampling)
     return launched
 
 
@@ -497,13 +455,7 @@ def test_traces_check_data_certifies_the_run(vllm_run: TracedJob) -> None:
     """``rollgym traces check --data``: every turn of every trajectory against vLLM's own
     ``llm_request`` span (its token counts), its answered usage and the data invariants
     (prompts extend, log-probabilities cover, a finish reason on every call): 0 violations."""
-    check = subprocess.run(
-        [sys.executable, "-m", "rollgym", "traces", "check", "--data", "--json", str(vllm_run.out)],
-        env=vllm_run.env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    check = traces_check(vllm_run.out, "--data", "--json", env=vllm_run.env())
     report = orjson.loads(check.stdout)
     assert check.returncode == 0, report["violations"][:20]
     calls = sum(line["trajectory"]["model_calls"] for line in _trajectories(vllm_run).values())

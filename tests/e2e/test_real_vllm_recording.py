@@ -13,34 +13,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
+from engine_support import VLLM_MARKS, skip_without_vllm, vllm_servers
 from telemetry_helpers import TracedJob, quick_rows
-from test_real_vllm import INSTALLED, MAX_TOKENS, MODEL, Engine, engine  # noqa: F401
+from test_real_vllm import MAX_TOKENS, Engine, engine  # noqa: F401
 
-if not INSTALLED.exists():  # pragma: no cover - test_real_vllm skips the module first
-    pytest.skip("vLLM's CPU build is not installed", allow_module_level=True)
+from server_specs import agent_spec
 
-pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.timeout(1500)]
+skip_without_vllm()
+
+pytestmark = VLLM_MARKS
 
 
 def _servers(engine_url: str) -> dict[str, Any]:
-    agent = {"kind": "agent", "model": "policy", "environment": "arith"}
-    return {
-        "engine": {"kind": "model", "url": engine_url},
-        "policy": {
-            "kind": "model",
-            "impl": "openai",
-            "upstream": "engine",
-            "model": MODEL,
-            "request_id": "header",
-        },
-        "arith": {"kind": "environment", "impl": "arithmetic"},
-        "keys": {"kind": "environment", "impl": "keychain", "model": "policy", "max_turns": 4},
-        "streamer": {**agent, "impl": "sdk_agents:StreamingToolAgent", "environment": "keys"},
-        "chooser": {**agent, "impl": "sdk_agents:SecondChoiceAgent"},
-        "responder": {**agent, "impl": "sdk_agents:ResponsesAgent"},
-        "blocking": {**agent, "impl": "sdk_agents:BlockingResponsesAgent"},
-    }
+    return vllm_servers(
+        engine_url,
+        solver=None,
+        keys={"kind": "environment", "impl": "keychain", "model": "policy", "max_turns": 4},
+        streamer=agent_spec("sdk_agents:StreamingToolAgent", "keys"),
+        chooser=agent_spec("sdk_agents:SecondChoiceAgent", "arith"),
+        responder=agent_spec("sdk_agents:ResponsesAgent", "arith"),
+        blocking=agent_spec("sdk_agents:BlockingResponsesAgent", "arith"),
+    )
 
 
 def _rows() -> list[dict[str, Any]]:

@@ -36,14 +36,7 @@ def test_run_follows_the_version_file_and_exports_versions(job: Job, tmp_path: P
         policy_version_file=str(version_file),
         telemetry={"preset": "default"},
     )
-    proc = subprocess.Popen(
-        job.command(),
-        env=job.env(telemetry=True),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=job.root,
-    )
+    proc = job.start(telemetry=True)
     with killed_if_left_running(proc):
         assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 2, timeout=300)
         fresh = tmp_path / "policy_version.tmp"

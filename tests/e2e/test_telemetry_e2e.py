@@ -12,7 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from telemetry_helpers import SpanRecord, Spans, TracedJob, quick_rows, quick_servers
+from telemetry_helpers import (
+    SpanRecord,
+    Spans,
+    TracedJob,
+    quick_rows,
+    quick_servers,
+    quickstart_job,
+)
 
 from rollgym.telemetry import names
 
@@ -256,14 +263,8 @@ def test_model_call_without_headers_is_attributed_by_the_scoped_url(
 
 # --- the job group off -------------------------------------------------------------------------------
 def test_per_rollout_preset_keeps_one_unlinked_trace_per_rollout(tmp_path: Path) -> None:
-    job = TracedJob(tmp_path)
-    job.write(
-        quick_servers(0.0),
-        quick_rows(2, 2, 2),
-        agent="solver",
-        environment_routes={"keychain_episodes": "keys"},
-        repeats=2,
-        telemetry={"preset": "per_rollout"},
+    job = quickstart_job(
+        tmp_path, quick_rows(2, 2, 2), telemetry={"preset": "per_rollout"}, repeats=2
     )
     proc = job.run()
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -347,14 +348,7 @@ def test_ratio_sampler_decides_each_rollout_trace_on_its_own(tmp_path: Path) -> 
 
 
 def test_single_trace_mode_puts_every_root_in_one_trace(tmp_path: Path) -> None:
-    job = TracedJob(tmp_path)
-    job.write(
-        quick_servers(0.0),
-        quick_rows(2, 1, 1),
-        agent="solver",
-        environment_routes={"keychain_episodes": "keys"},
-        telemetry={"preset": "default", "single_trace": True},
-    )
+    job = quickstart_job(tmp_path, quick_rows(2, 1, 1), telemetry={"single_trace": True})
     proc = job.run()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     spans = job.spans()

@@ -15,7 +15,6 @@ slow to start loses no span.
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -24,7 +23,7 @@ from typing import Any
 
 import orjson
 import pytest
-from e2e_support import wait_for
+from e2e_support import traces_check, wait_for
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.propagate import extract
 from opentelemetry.sdk.trace import TracerProvider
@@ -36,7 +35,7 @@ from telemetry_helpers import (
     TracedJob,
     closed_port,
     quick_rows,
-    quick_servers,
+    quickstart_job,
     read_store,
 )
 
@@ -65,25 +64,11 @@ VLLM_ATTRIBUTES: dict[str, Any] = {
 
 
 def _traced_job(root: Path, **telemetry: Any) -> TracedJob:
-    job = TracedJob(root)
-    job.write(
-        quick_servers(0.0),
-        quick_rows(3, 2, 1),
-        telemetry={"preset": "default", **telemetry},
-        agent="solver",
-        environment_routes={"keychain_episodes": "keys"},
-    )
-    return job
+    return quickstart_job(root, quick_rows(3, 2, 1), telemetry=telemetry)
 
 
 def _check(job: TracedJob) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "rollgym", "traces", "check", str(job.out), "--json"],
-        env=job.env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = traces_check(job.out, "--json", env=job.env())
     report: dict[str, Any] = orjson.loads(proc.stdout)
     assert (proc.returncode == 0) == report["ok"], proc.stderr[-2000:]
     return report

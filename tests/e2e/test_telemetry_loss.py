@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from telemetry_helpers import TracedJob, closed_port, failing_endpoint, quick_rows, quick_servers
+from telemetry_helpers import TracedJob, closed_port, failing_endpoint, quickstart_job
 
 pytestmark = pytest.mark.e2e
 
@@ -23,15 +23,8 @@ FLUSH_S = 5.0
 
 
 def _run(root: Path, env: dict[str, str]) -> tuple[float, TracedJob]:
-    job = TracedJob(root)
-    job.write(
-        quick_servers(0.01),
-        quick_rows(20, 10, 10),
-        telemetry={"preset": "default", "flush_timeout_s": FLUSH_S},
-        agent="solver",
-        environment_routes={"keychain_episodes": "keys"},
-        repeats=3,
-        concurrency=32,
+    job = quickstart_job(
+        root, telemetry={"flush_timeout_s": FLUSH_S}, repeats=3, concurrency=32, latency_s=0.01
     )
     start = time.monotonic()
     proc = job.run(env=env)

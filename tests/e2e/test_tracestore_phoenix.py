@@ -9,14 +9,7 @@ ids and GenAI attributes survive; span links do not (Phoenix's span model has no
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,9 +17,11 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 
 from rollgym.telemetry import names
 from synthetic_run import emit_run
+from waits import wait_for
 
 pytestmark = [pytest.mark.phoenix, pytest.mark.e2e]
 pytest.importorskip("phoenix")
+# the ``phoenix`` fixture (tests/conftest.py) starts Phoenix on loopback
 
 
 @pytest.fixture(autouse=True)
@@ -35,65 +30,19 @@ def _sdk_enabled(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    work = tmp_path_factory.mktemp("phoenix")
-    port = _free_port()
-    env = {
-        **os.environ,
-        "PHOENIX_HOST": "127.0.0.1",
-        "PHOENIX_PORT": str(port),
-        "PHOENIX_GRPC_PORT": str(_free_port()),
-        "PHOENIX_WORKING_DIR": str(work),
-        "PHOENIX_TELEMETRY_ENABLED": "false",
-    }
-    for key in [k for k in env if k.startswith("OTEL_")]:
-        del env[key]
-    log = (work / "phoenix.log").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "phoenix.server.main", "serve"], env=env, stdout=log, stderr=log
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"phoenix exited: {(work / 'phoenix.log').read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(base + "/healthz", timeout=2) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("phoenix did not become healthy in 120 s")
-            time.sleep(0.5)
-        yield base
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
-
-
 def _spans(base: str, expected: int) -> list[dict]:
-    deadline = time.monotonic() + 30
-    while True:  # Phoenix ingests asynchronously
+    """What Phoenix shows once it holds ``expected`` spans (it ingests asynchronously), or
+    after 30 s whatever it holds then."""
+    data: list[dict] = []
+
+    def holds_all() -> bool:
         url = base + "/v1/projects/default/spans?limit=1000"
         with urllib.request.urlopen(url, timeout=10) as answer:
-            data = json.load(answer)["data"]
-        if len(data) >= expected or time.monotonic() > deadline:
-            return data
-        time.sleep(0.5)
+            data[:] = json.load(answer)["data"]
+        return len(data) >= expected
+
+    wait_for(holds_all, timeout=30, interval=0.5)
+    return data
 
 
 def test_phoenix_keeps_structure_ids_genai_but_drops_links(phoenix: str, tmp_path: Path) -> None:

@@ -21,23 +21,26 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from e2e_support import HERE, REPO
-from engine_support import free_port, serving
+from e2e_support import REPO, traces_check
+from engine_support import (
+    VLLM_INSTALLED,
+    VLLM_MARKS,
+    VLLM_MISSING,
+    VLLM_PYTHON,
+    VLLM_VENV,
+    tiny_hf_model,
+    vllm_env,
+    vllm_server,
+)
 
-VLLM_VERSION = "0.32.0"
 TRL_VERSION = "1.16.0"
-VENV = Path(os.environ.get("ROLLGYM_VLLM_VENV") or Path.home() / ".cache" / "rollgym-vllm" / "venv")
-PYTHON = VENV / "bin" / "python"
-VLLM_INSTALLED = VENV / f"rollgym-vllm-{VLLM_VERSION}.ok"
-TRL_INSTALLED = VENV / f"rollgym-trl-{TRL_VERSION}.ok"  # written by scripts/test.sh
+TRL_INSTALLED = VLLM_VENV / f"rollgym-trl-{TRL_VERSION}.ok"  # written by scripts/test.sh
 STEPS = 5
 #: The simulated model's ids are hashes below this (builtins/models/toy_tokenizer.py).
 TOY_VOCAB = 50_000
@@ -53,24 +56,12 @@ REWARD_IDS = "30:100"
 
 if not TRL_INSTALLED.exists():
     pytest.skip(
-        f"TRL is not installed in vLLM's venv {VENV} (scripts/test.sh installs it there; "
+        f"TRL is not installed in vLLM's venv {VLLM_VENV} (scripts/test.sh installs it there; "
         "ROLLGYM_SKIP_VLLM=1 or ROLLGYM_SKIP_TRL=1 skip that step)",
         allow_module_level=True,
     )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.timeout(1500)]
-
-
-def tiny_model(folder: Path, vocab_size: int = 0) -> Path:
-    out = folder / "model"
-    written = subprocess.run(
-        [str(PYTHON), str(HERE / "tiny_hf_llama.py"), str(out), str(vocab_size)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert written.returncode == 0, written.stderr
-    return out
+pytestmark = VLLM_MARKS
 
 
 def train(model: Path, out: Path, *extra: str) -> list[dict[str, Any]]:
@@ -82,7 +73,7 @@ def train(model: Path, out: Path, *extra: str) -> list[dict[str, Any]]:
         "OTEL_SDK_DISABLED": "true",
     }
     command = [
-        str(PYTHON), str(REPO / "examples" / "trl_grpo.py"), "--model", str(model),
+        str(VLLM_PYTHON), str(REPO / "examples" / "trl_grpo.py"), "--model", str(model),
         "--output-dir", str(out), "--steps", str(STEPS), "--tasks-per-step", "2",
         "--generations", "2", *extra,
     ]  # fmt: skip
@@ -121,20 +112,14 @@ def check_run(steps: list[dict[str, Any]], out: Path) -> dict[str, dict[str, Any
 
 def certify(out: Path) -> None:
     """``rollgym traces check OUT --data`` passes on every rollout of the run."""
-    checked = subprocess.run(
-        [sys.executable, "-m", "rollgym", "traces", "check", str(out), "--data"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
-    )
+    checked = traces_check(out, "--data", env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert f"0 violations: {4 * STEPS} rollouts certified" in checked.stdout
     assert "policy versions required on every call" in checked.stdout
 
 
 def test_grpo_trains_on_simulated_multi_turn_tool_rollouts(tmp_path: Path) -> None:
-    model = tiny_model(tmp_path, TOY_VOCAB)
+    model = tiny_hf_model(tmp_path / "model", TOY_VOCAB)
     out = tmp_path / "run"
     weights = tmp_path / "weights"
     steps = train(model, out, "--max-tokens", "64", "--weights-dir", str(weights))
@@ -155,7 +140,7 @@ def test_grpo_collects_one_batch_ahead(tmp_path: Path) -> None:
     """``--ahead``: each batch is collected while the trainer computes the step before, so its
     samples ran under that step's version or the one before, never older (max_staleness 1),
     and none had to be dropped."""
-    model = tiny_model(tmp_path, TOY_VOCAB)
+    model = tiny_hf_model(tmp_path / "model", TOY_VOCAB)
     out = tmp_path / "run"
     steps = train(model, out, "--max-tokens", "64", "--ahead")
     assert [step["step"] for step in steps] == list(range(STEPS))
@@ -177,35 +162,16 @@ def test_grpo_collects_one_batch_ahead(tmp_path: Path) -> None:
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """vLLM's OpenAI server serving the tiny model the trainer trains: its URL and the model."""
     if not VLLM_INSTALLED.exists():
-        pytest.skip(f"vLLM's CPU build is not installed in {VENV} (scripts/test.sh installs it)")
+        pytest.skip(VLLM_MISSING)
     folder = tmp_path_factory.mktemp("vllm")
-    model = tiny_model(folder)
-    port = free_port()
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTHON"))},
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_SERVER_DEV_MODE": "1",  # /collective_rpc reload_weights: the trainer's weights
-    }
-    command = [
-        str(PYTHON), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model), "--served-model-name", "tiny",
-        "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048",
+    model = tiny_hf_model(folder / "model")
+    extra = (
         "--dtype", "float32",  # the trainer's dtype: the probe can be held to TOLERANCE
-        "--enable-request-id-headers", "--enforce-eager",
+        "--enable-request-id-headers",
         "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
-    ]  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    with serving("vLLM", command, url, folder / "vllm.log", start_timeout_s=900, env=env):
-        # a chat call first: vLLM's CPU build lost its worker when its first request was not
-        # one (tests/e2e/test_vllm_engine_paths.py)
-        warm_up = urllib.request.Request(
-            url + "/v1/chat/completions",
-            data=b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], '
-            b'"max_tokens": 2}',
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(warm_up, timeout=300) as answer:
-            assert answer.status == 200
+    )  # fmt: skip
+    # VLLM_SERVER_DEV_MODE: /collective_rpc reload_weights, the trainer's weights
+    with vllm_server(folder, model, *extra, env=vllm_env(VLLM_SERVER_DEV_MODE="1")) as url:
         yield url, model
 
 

@@ -20,27 +20,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
-import signal
-import subprocess
 import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from e2e_support import HERE, Job, agent, wait_for
-from engine_support import free_port, serving
+from e2e_support import Job, agent, stop_process, wait_for
+from engine_support import (
+    VLLM_MARKS,
+    skip_without_vllm,
+    tiny_hf_model,
+    vllm_env,
+    vllm_server,
+    vllm_servers,
+)
 
 from rollgym.errors import RequestTimeout
 from rollgym.http.client import HttpClient
 
-VLLM_VERSION = "0.32.0"
-VENV = Path(os.environ.get("ROLLGYM_VLLM_VENV") or Path.home() / ".cache" / "rollgym-vllm" / "venv")
-VLLM_PYTHON = VENV / "bin" / "python"
-INSTALLED = VENV / f"rollgym-vllm-{VLLM_VERSION}.ok"
 MODEL = "tiny"
 #: The rollouts' time limit: far shorter than a generation of 1,800 tokens on a CPU.
 GIVE_UP_S = 3.0
@@ -51,13 +52,9 @@ ABORT_WITHIN_S = 6.0
 #: How long a test waits for vLLM to be idle before it starts.
 IDLE_WITHIN_S = 60.0
 
-if not INSTALLED.exists():
-    pytest.skip(
-        f"vLLM's CPU build is not installed in {VENV} (scripts/test.sh installs it)",
-        allow_module_level=True,
-    )
+skip_without_vllm()
 
-pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.timeout(1500)]
+pytestmark = VLLM_MARKS
 
 _RUNNING = re.compile(r"^vllm:num_requests_running(?:\{[^}]*\})? ([0-9.eE+-]+)$", re.M)
 
@@ -97,57 +94,22 @@ class RunningWatch:
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """vLLM's OpenAI server on 127.0.0.1 serving the tiny model (no tracing)."""
     folder = tmp_path_factory.mktemp("vllm")
-    model_dir = folder / "model"
-    written = subprocess.run(
-        [str(VLLM_PYTHON), str(HERE / "tiny_hf_llama.py"), str(model_dir)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert written.returncode == 0, written.stderr
-    port = free_port()
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTHON"))},
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-    }
-    command = [
-        str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model_dir), "--served-model-name", MODEL,
-        "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048",
-        "--enable-request-id-headers", "--enforce-eager",
-    ]  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    with serving("vLLM", command, url, folder / "vllm.log", start_timeout_s=900, env=env):
-        # vLLM's CPU build lost its worker process (and then stopped) when its very first
-        # request was a 4-token completion prompt (twice, here); a chat call first, as every
-        # rollout makes, and it serves everything after
-        warm_up = urllib.request.Request(
-            url + "/v1/chat/completions",
-            data=b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}], '
-            b'"max_tokens": 2}',
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(warm_up, timeout=300) as answer:
-            assert answer.status == 200
+    model = tiny_hf_model(folder / "model")
+    with vllm_server(folder, model, "--enable-request-id-headers", env=vllm_env()) as url:
         yield url
 
 
-def _servers(engine_url: str) -> dict[str, object]:
-    return {
-        "engine": {"kind": "model", "url": engine_url},
-        "policy": {
-            "kind": "model",
-            "impl": "openai",
-            "upstream": "engine",
-            "model": MODEL,
-            "request_id": "header",
-        },
-        "sim": {"kind": "model", "impl": "simulated", "latency": {"kind": "fixed", "seconds": 0}},
-        "long": agent("long_generation_agents:LongGenerationAgent", model="policy"),
-        "long_stream": agent(
+def _servers(engine_url: str) -> dict[str, Any]:
+    return vllm_servers(
+        engine_url,
+        arith=None,
+        solver=None,
+        sim={"kind": "model", "impl": "simulated", "latency": {"kind": "fixed", "seconds": 0}},
+        long=agent("long_generation_agents:LongGenerationAgent", model="policy"),
+        long_stream=agent(
             "long_generation_agents:LongGenerationAgent", model="policy", stream=True
         ),
-    }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -165,12 +127,7 @@ def served(engine: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
             urls[name] = url
         yield urls
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate(timeout=30)
+        stop_process(proc, timeout=60)
 
 
 async def _give_up_on(url: str) -> list[BaseException | object]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -28,16 +27,21 @@ from typing import Any
 
 import pytest
 from e2e_support import HERE, Job
-from engine_support import free_port, serving
+from engine_support import (
+    VLLM_MARKS,
+    VLLM_PYTHON,
+    skip_without_vllm,
+    tiny_hf_model,
+    vllm_env,
+    vllm_server,
+)
 
 from rollgym import Collector
 from rollgym.driver.weight_probe import Probe, check
 from rollgym.errors import ServerCallError
 from rollgym.http.client import HttpClient
+from server_specs import proxied_servers
 
-VENV = Path(os.environ.get("ROLLGYM_VLLM_VENV") or Path.home() / ".cache" / "rollgym-vllm" / "venv")
-VLLM_PYTHON = VENV / "bin" / "python"
-INSTALLED = VENV / "rollgym-vllm-0.32.0.ok"  # written by scripts/test.sh once it works
 MODEL = "tiny"
 #: A fixed probe: token ids of the tiny model's vocabulary (445 ids: its BPE trains on little).
 PROBE_IDS = [1, 40, 41, 100, 200, 300, 400, 440, 42, 7]
@@ -45,14 +49,9 @@ PROBE_IDS = [1, 40, 41, 100, 200, 300, 400, 440, 42, 7]
 #: gaps are below 1e-5; the two checkpoints differ by 1 to 10 per token.
 TOLERANCE = 1e-3
 
-if not INSTALLED.exists():
-    pytest.skip(
-        f"vLLM's CPU build is not installed in {VENV} (scripts/test.sh installs it; "
-        "ROLLGYM_SKIP_VLLM=1 skips that step)",
-        allow_module_level=True,
-    )
+skip_without_vllm()
 
-pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.timeout(1500)]
+pytestmark = VLLM_MARKS
 
 
 @dataclass(frozen=True)
@@ -69,13 +68,7 @@ class Checkpoints:
 def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Checkpoints:
     folder = tmp_path_factory.mktemp("checkpoints")
     base, step = folder / "base", folder / "step-2"
-    made = subprocess.run(
-        [str(VLLM_PYTHON), str(HERE / "tiny_hf_llama.py"), str(base)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert made.returncode == 0, made.stderr
+    tiny_hf_model(base)
     trained = subprocess.run(
         [str(VLLM_PYTHON), str(HERE / "tiny_checkpoint.py"), str(base), str(step)]
         + [json.dumps(PROBE_IDS)],
@@ -92,36 +85,15 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Checkpoints:
 def engine(checkpoints: Checkpoints, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """vLLM's OpenAI server with its dev-mode routes, serving the base checkpoint."""
     folder = tmp_path_factory.mktemp("vllm")
-    port = free_port()
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTHON"))},
-        "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB
-        "VLLM_SERVER_DEV_MODE": "1",  # /collective_rpc and /reset_prefix_cache
-    }
-    command = [
-        str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(checkpoints.base), "--served-model-name", MODEL,
-        "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "512",
-        "--dtype", "float32", "--enforce-eager",
-    ]  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    with serving("vLLM", command, url, folder / "vllm.log", start_timeout_s=900, env=env):
+    env = vllm_env(VLLM_SERVER_DEV_MODE="1")  # /collective_rpc and /reset_prefix_cache
+    with vllm_server(
+        folder, checkpoints.base, "--dtype", "float32", env=env, max_model_len=512
+    ) as url:
         yield url
 
 
 def _servers(engine_url: str) -> dict[str, Any]:
-    return {
-        "engine": {"kind": "model", "url": engine_url},
-        "policy": {"kind": "model", "impl": "openai", "upstream": "engine", "model": MODEL},
-        "arith": {"kind": "environment", "impl": "arithmetic"},
-        "solver": {
-            "kind": "agent",
-            "impl": "single_turn",
-            "model": "policy",
-            "environment": "arith",
-            "sampling": {"max_tokens": 4},
-        },
-    }
+    return proxied_servers(engine_url, MODEL, solver={"sampling": {"max_tokens": 4}})
 
 
 @pytest.fixture(scope="module")

@@ -32,3 +32,13 @@ def job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Job:
 def no_leftover_servers(job: Job) -> Iterator[None]:
     """Fails a test that leaves a server process of its job behind."""
     yield from _no_leftover_servers(job.root)
+
+
+@pytest.fixture
+def small_disk(job: Job, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """The run's output directory on a tmpfs of the test module's ``DISK_SIZE`` (``mount -o
+    size=``; skipped, saying why, where it cannot be mounted): a disk the run fills."""
+    from faults_support import output_on_tmpfs
+
+    with output_on_tmpfs(job, request.module.DISK_SIZE) as out:
+        yield out

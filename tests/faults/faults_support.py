@@ -10,7 +10,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from e2e_support import Job
+from e2e_support import Job, wait_for
+
+from procs import each_process
 
 
 def fault_agent(**options: object) -> dict[str, object]:
@@ -21,16 +23,20 @@ def fault_agent(**options: object) -> dict[str, object]:
 def store_pid(job: Job) -> int | None:
     """The run's trace store process (its command line names the run's traces.db)."""
     db = str(job.out / "traces.db").encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
+    for pid, (cmdline,) in each_process("cmdline"):
         if b"rollgym.cli.traces" in cmdline and db in cmdline:
-            return int(entry.name)
+            return pid
     return None
+
+
+def signal_store_once(job: Job, rollouts: int, sig: int, timeout: float = 180) -> int:
+    """Once the running ``job`` has ``rollouts`` rollouts, send ``sig`` to its trace store;
+    the store's pid."""
+    assert wait_for(lambda: job.line_count("rollouts.jsonl") >= rollouts, timeout=timeout)
+    pid = store_pid(job)
+    assert pid is not None, "the run has no trace store process"
+    os.kill(pid, sig)
+    return pid
 
 
 def assert_exact_accounting(job: Job, rows: int, repeats: int = 1) -> None:

@@ -34,14 +34,7 @@ def test_servers_stop_at_once_without_flushing_to_the_dead_store(
         timeout_s=600,
         telemetry={"preset": "default", "exporter": "auto"},
     )
-    proc = subprocess.Popen(
-        job.command(),
-        env=job.env(telemetry=True),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        cwd=job.root,
-        text=True,
-    )
+    proc = job.start(telemetry=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         assert wait_for(lambda: (job.out / "logs" / "a.ready").exists(), timeout=120)
         assert wait_for(lambda: _progress(job).get("in_flight") == 8, timeout=120)
@@ -105,13 +98,7 @@ def test_traces_check_passes_on_a_run_resumed_after_kill_9(
         concurrency=8,
         telemetry={"preset": "default", "exporter": "auto"},
     )
-    proc = subprocess.Popen(
-        job.command(),
-        env=job.env(telemetry=True),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        cwd=job.root,
-    )
+    proc = job.start(telemetry=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 40, timeout=120)
     finally:

@@ -25,7 +25,7 @@ from typing import IO
 import pytest
 from e2e_support import children_of, killed_if_left_running, wait_for
 from otlp_sink import OtlpSink
-from telemetry_helpers import TracedJob, quick_rows, quick_servers
+from telemetry_helpers import quickstart_job
 
 from procs import alive as _alive
 
@@ -49,16 +49,7 @@ def _tracebacks(text: str) -> list[str]:
 def test_children_die_with_a_killed_driver_within_seconds_without_a_traceback(
     tmp_path: Path, fork: str
 ) -> None:
-    job = TracedJob(tmp_path)
-    job.write(
-        quick_servers(0.0),
-        quick_rows(20, 10, 10),
-        telemetry={"preset": "default", "flush_timeout_s": 30.0},
-        agent="solver",
-        environment_routes={"keychain_episodes": "keys"},
-        repeats=200,
-        concurrency=32,
-    )
+    job = quickstart_job(tmp_path, telemetry={"flush_timeout_s": 30.0}, repeats=200, concurrency=32)
     with OtlpSink("slow", answer_after_s=120.0) as sink:
         env = job.env(
             {

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from e2e_support import Job
-from faults_support import assert_exact_accounting, output_on_tmpfs
+from faults_support import assert_exact_accounting, fault_agent
 
 pytestmark = [
     pytest.mark.e2e,
@@ -23,12 +22,8 @@ pytestmark = [
 ]
 
 ROWS = 400
-
-
-@pytest.fixture
-def small_disk(job: Job) -> Iterator[Path]:
-    with output_on_tmpfs(job, "48k") as out:
-        yield out
+#: The tmpfs the run's output is put on (the ``small_disk`` fixture).
+DISK_SIZE = "48k"
 
 
 def test_a_full_disk_stops_the_run_clearly_and_a_resume_is_exact(
@@ -36,7 +31,7 @@ def test_a_full_disk_stops_the_run_clearly_and_a_resume_is_exact(
 ) -> None:
     rows = [{"q": i, "padding": "x" * 200} for i in range(ROWS)]
     job.write(
-        {"a": {"kind": "agent", "impl": "fault_parts:FaultAgent", "delay_s": 0.0}},
+        {"a": fault_agent(delay_s=0.0)},
         rows,
         agent="a",
         concurrency=8,

@@ -9,15 +9,17 @@ closed in the child), on the console and in the servers' logs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from e2e_support import Job
-from faults_support import output_on_tmpfs
-from telemetry_helpers import TracedJob, closed_port, failing_endpoint, quick_rows, quick_servers
+from faults_support import fault_agent
+from telemetry_helpers import TracedJob, closed_port, failing_endpoint, quickstart_job
 
 pytestmark = pytest.mark.e2e
+
+#: The tmpfs the run's output is put on (the ``small_disk`` fixture).
+DISK_SIZE = "300k"
 
 _NOT_WANTED = ("Traceback", "Exception ignored", "Bad file descriptor")
 
@@ -33,16 +35,7 @@ def _logs_quiet(out: Path) -> None:
 
 
 def _traced(root: Path, url: str) -> TracedJob:
-    job = TracedJob(root)
-    job.write(
-        quick_servers(0.0),
-        quick_rows(20, 10, 10),
-        telemetry={"preset": "default", "flush_timeout_s": 5.0},
-        agent="solver",
-        environment_routes={"keychain_episodes": "keys"},
-        repeats=3,
-        concurrency=32,
-    )
+    job = quickstart_job(root, telemetry={"flush_timeout_s": 5.0}, repeats=3, concurrency=32)
     otlp = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_METRICS_EXPORTER": "otlp"}
     proc = job.run(env={**otlp, "OTEL_EXPORTER_OTLP_ENDPOINT": url}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -62,17 +55,11 @@ def test_an_endpoint_answering_500_is_reported_without_a_traceback(tmp_path: Pat
     _logs_quiet(job.out)
 
 
-@pytest.fixture
-def small_disk(job: Job) -> Iterator[Path]:
-    with output_on_tmpfs(job, "300k") as out:
-        yield out
-
-
 def test_a_full_disk_under_the_trace_store_ends_in_one_line_without_a_traceback(
     job: Job, small_disk: Path, no_leftover_servers: None
 ) -> None:
     job.write(
-        {"a": {"kind": "agent", "impl": "fault_parts:FaultAgent", "delay_s": 0.0}},
+        {"a": fault_agent(delay_s=0.0)},
         [{"q": i, "padding": "x" * 200} for i in range(3000)],
         agent="a",
         concurrency=8,

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 import pytest
 from otlp_sink import OtlpSink
-from telemetry_helpers import TracedJob, quick_rows, quick_servers
+from telemetry_helpers import TracedJob, quickstart_job
 
 pytestmark = pytest.mark.e2e
 
@@ -61,16 +61,7 @@ def _settled(sink: OtlpSink, quiet_s: float = 2.0, limit_s: float = 60.0) -> int
 
 
 def _run(root: Path, mode: str) -> Outcome:
-    job = TracedJob(root)
-    job.write(
-        quick_servers(0.0),
-        quick_rows(20, 10, 10),
-        telemetry={"preset": "default", "flush_timeout_s": FLUSH_S},
-        agent="solver",
-        environment_routes={"keychain_episodes": "keys"},
-        repeats=20,
-        concurrency=32,
-    )
+    job = quickstart_job(root, telemetry={"flush_timeout_s": FLUSH_S}, repeats=20, concurrency=32)
     with OtlpSink(mode, answer_after_s=60.0, read_bytes_per_s=100_000) as sink:
         proc = job.run(
             env={

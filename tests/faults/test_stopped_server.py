@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from collections.abc import Callable
 
 import pytest
 from e2e_support import Job, killed_if_left_running, live_server_pid, wait_for
@@ -24,6 +25,40 @@ pytestmark = pytest.mark.e2e
 ROWS = 300
 #: Long enough that the run would still be waiting on the stopped replica if it froze.
 TIMEOUT_S = 30.0
+
+
+def run_with_one_stopped(
+    job: Job, instance: str, goes_on_to: Callable[[int], int], *, resume: bool
+) -> None:
+    """Run ``job``; once 20 rollouts are in, SIGSTOP server ``instance`` and require the run
+    to reach ``goes_on_to(rollouts at the stop)`` rollouts well before any rollout sent there
+    could time out (the run is not frozen). With ``resume`` the server is continued then,
+    else once the run has ended. The run must end cleanly."""
+    proc = job.start()
+    stopped: int | None = None
+    try:
+        with killed_if_left_running(proc):
+            assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 20, timeout=120)
+            stopped = live_server_pid(job.out, instance)
+            assert stopped is not None
+            os.kill(stopped, signal.SIGSTOP)
+            at_stop = job.line_count("rollouts.jsonl")
+            went_on = wait_for(
+                lambda: job.line_count("rollouts.jsonl") >= goes_on_to(at_stop),
+                timeout=TIMEOUT_S * 0.8,
+            )
+            done_while_stopped = job.line_count("rollouts.jsonl") - at_stop
+            if resume:
+                os.kill(stopped, signal.SIGCONT)
+            assert went_on, (
+                f"only {done_while_stopped} rollout(s) completed while {instance} was stopped"
+            )
+            out, _ = proc.communicate(timeout=TIMEOUT_S * 4 + 120)
+    finally:
+        if stopped is not None:
+            with contextlib.suppress(ProcessLookupError):  # the driver's stop killed it
+                os.kill(stopped, signal.SIGCONT)
+    assert proc.returncode == 0, out
 
 
 def test_a_stopped_replica_delays_only_its_own_rollouts(
@@ -38,29 +73,8 @@ def test_a_stopped_replica_delays_only_its_own_rollouts(
         timeout_s=TIMEOUT_S,
         max_attempts=3,
     )
-    proc = job.start()
-    stopped: int | None = None
-    try:
-        with killed_if_left_running(proc):
-            assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 20, timeout=120)
-            stopped = live_server_pid(job.out, "a@1")
-            assert stopped is not None
-            os.kill(stopped, signal.SIGSTOP)
-            at_stop = job.line_count("rollouts.jsonl")
-            # The other replica keeps completing rollouts while a@1 is stopped, well before
-            # any rollout sent to a@1 could have timed out: the run is not frozen.
-            went_on = wait_for(
-                lambda: job.line_count("rollouts.jsonl") >= min(ROWS - 8, at_stop + 100),
-                timeout=TIMEOUT_S * 0.8,
-            )
-            done_while_stopped = job.line_count("rollouts.jsonl") - at_stop
-            assert went_on, f"only {done_while_stopped} rollout(s) completed while a@1 was stopped"
-            out, _ = proc.communicate(timeout=TIMEOUT_S * 4 + 120)
-    finally:
-        if stopped is not None:
-            with contextlib.suppress(ProcessLookupError):  # the driver's stop killed it
-                os.kill(stopped, signal.SIGCONT)
-    assert proc.returncode == 0, out
+    # the other replica keeps completing rollouts while a@1 is stopped
+    run_with_one_stopped(job, "a@1", lambda at_stop: min(ROWS - 8, at_stop + 100), resume=False)
     # what was sent to the stopped replica timed out once and was retried on the other (not
     # sent back to it): none lost, none failed, no rollout needed a third attempt
     assert_exact_accounting(job, ROWS)
@@ -82,26 +96,5 @@ def test_a_stopped_agent_does_not_freeze_the_rollouts_of_another(
         timeout_s=TIMEOUT_S,
         max_attempts=3,
     )
-    proc = job.start()
-    stopped: int | None = None
-    try:
-        with killed_if_left_running(proc):
-            assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 20, timeout=120)
-            stopped = live_server_pid(job.out, "b")
-            assert stopped is not None
-            os.kill(stopped, signal.SIGSTOP)
-            at_stop = job.line_count("rollouts.jsonl")
-            went_on = wait_for(
-                lambda: job.line_count("rollouts.jsonl") >= at_stop + 100,
-                timeout=TIMEOUT_S * 0.8,
-            )
-            done_while_stopped = job.line_count("rollouts.jsonl") - at_stop
-            os.kill(stopped, signal.SIGCONT)
-            assert went_on, f"only {done_while_stopped} rollout(s) completed while b was stopped"
-            out, _ = proc.communicate(timeout=TIMEOUT_S * 4 + 120)
-    finally:
-        if stopped is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(stopped, signal.SIGCONT)
-    assert proc.returncode == 0, out
+    run_with_one_stopped(job, "b", lambda at_stop: at_stop + 100, resume=True)
     assert_exact_accounting(job, ROWS)

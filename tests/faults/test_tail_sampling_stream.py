@@ -44,13 +44,8 @@ def _write(job: TracedJob) -> None:
 
 
 def _start(job: TracedJob, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [*job.command(), "--no-table"],
-        env=job.env(env),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=job.root,
+    return job.start(
+        "--no-table", env=job.env(env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
 
 

@@ -3,18 +3,16 @@ gap counted; an OTLP endpoint that is closed, failing or slow loses spans, count
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import sqlite3
 import subprocess
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from e2e_support import Job, killed_if_left_running, wait_for
-from faults_support import assert_exact_accounting, fault_agent, store_pid
+from e2e_support import Job, killed_if_left_running
+from faults_support import assert_exact_accounting, fault_agent, signal_store_once
+from telemetry_helpers import closed_port, failing_endpoint
 
 pytestmark = pytest.mark.e2e
 
@@ -31,19 +29,9 @@ def test_the_trace_store_killed_mid_run_is_restarted_and_the_gap_counted(
         concurrency=4,
         telemetry={"preset": "default", "exporter": "auto", "schedule_delay_ms": 100},
     )
-    proc = subprocess.Popen(
-        job.command(),
-        env=job.env(telemetry=True),
-        cwd=job.root,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    proc = job.start(telemetry=True, stderr=subprocess.PIPE)
     with killed_if_left_running(proc):
-        assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 20, timeout=120)
-        pid = store_pid(job)
-        assert pid is not None
-        os.kill(pid, signal.SIGKILL)
+        signal_store_once(job, 20, signal.SIGKILL)
         out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, out + err
     assert "the trace store died (exit status -9)" in err
@@ -59,29 +47,11 @@ def test_the_trace_store_killed_mid_run_is_restarted_and_the_gap_counted(
     assert spans > 0  # the store took spans again after its restart
 
 
-class _Failing(BaseHTTPRequestHandler):
-    """An OTLP endpoint answering 500 to every export (and reading nothing it need not)."""
-
-    def do_POST(self) -> None:  # noqa: N802
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self.send_response(500)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
-def failing_endpoint() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Failing)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+def answering_500() -> Iterator[str]:
+    """An OTLP endpoint answering 500 to every export."""
+    with failing_endpoint() as (url, _handler):
+        yield url
 
 
 @pytest.fixture
@@ -94,9 +64,7 @@ def tarpit_endpoint() -> Iterator[str]:
 
 
 def _closed_endpoint() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+    return f"http://127.0.0.1:{closed_port()}"
 
 
 @pytest.mark.parametrize("endpoint_kind", ["closed", "500", "tarpit"])
@@ -108,7 +76,7 @@ def test_an_unusable_otlp_endpoint_loses_spans_counted_and_warned_never_rollouts
 ) -> None:
     endpoint = {
         "closed": _closed_endpoint,
-        "500": lambda: request.getfixturevalue("failing_endpoint"),
+        "500": lambda: request.getfixturevalue("answering_500"),
         "tarpit": lambda: request.getfixturevalue("tarpit_endpoint"),
     }[endpoint_kind]()
     job.write(

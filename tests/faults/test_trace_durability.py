@@ -17,18 +17,20 @@ import signal
 import sqlite3
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from e2e_support import Job, killed_if_left_running, server_pids_alive, wait_for
-from faults_support import assert_exact_accounting, fault_agent, output_on_tmpfs, store_pid
+from faults_support import assert_exact_accounting, fault_agent, signal_store_once
 
 from server_specs import quickstart_servers, simulated_model
 
 pytestmark = pytest.mark.e2e
+
+#: The tmpfs the run's output is put on (the ``small_disk`` fixture).
+DISK_SIZE = "64m"
 
 QUICKSTART_ROWS = Path(__file__).resolve().parents[2] / "examples" / "quickstart.jsonl"
 #: How long the store is stopped (the held-out matrix stopped it for 30 s).
@@ -78,14 +80,8 @@ def test_driver_killed_two_seconds_into_a_cold_start_keeps_every_recorded_rollou
         concurrency=16,
         telemetry={"preset": "default", "exporter": "auto"},
     )
-    proc = subprocess.Popen(
-        job.command(),
-        env=_cold_env(job, tmp_path),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        cwd=job.root,
-        text=True,
-    )
+    env = _cold_env(job, tmp_path)
+    proc = job.start(env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with killed_if_left_running(proc):
         assert wait_for(lambda: job.line_count("rollouts.jsonl") > 0, timeout=180)
         time.sleep(2.0)
@@ -137,19 +133,9 @@ def test_the_trace_store_stopped_then_continued_leaves_a_run_the_check_passes(
 ) -> None:
     repeats = 30
     rows = _quickstart(job, repeats=repeats, concurrency=32)
-    proc = subprocess.Popen(
-        job.command(),
-        env=job.env(telemetry=True),
-        cwd=job.root,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    proc = job.start(telemetry=True, stderr=subprocess.PIPE)
     with killed_if_left_running(proc):
-        assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 300, timeout=180)
-        pid = store_pid(job)
-        assert pid is not None
-        os.kill(pid, signal.SIGSTOP)
+        pid = signal_store_once(job, 300, signal.SIGSTOP)
         try:
             time.sleep(stop_s)
         finally:
@@ -174,13 +160,6 @@ def test_the_trace_store_stopped_then_continued_leaves_a_run_the_check_passes(
         assert sum(excused["spans_counted_lost"].values()) == lost
 
 
-@pytest.fixture
-def small_disk(job: Job) -> Iterator[Path]:
-    """The run's output directory on a 64 MiB tmpfs (mounting needs root)."""
-    with output_on_tmpfs(job, "64m") as out:
-        yield out
-
-
 def _fill(path: Path) -> None:
     """Another writer fills the disk under ``path`` until it is full."""
     chunk = b"\0" * (1 << 20)
@@ -195,14 +174,7 @@ def test_a_disk_filled_by_another_writer_then_freed_resumes_to_a_run_the_check_p
 ) -> None:
     repeats = 10  # the resume's traces fit the 64 MiB disk with room to spare
     rows = _quickstart(job, repeats=repeats, concurrency=32)
-    proc = subprocess.Popen(
-        job.command(),
-        env=job.env(telemetry=True),
-        cwd=job.root,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    proc = job.start(telemetry=True, stderr=subprocess.PIPE)
     filler = small_disk / "filler"
     with killed_if_left_running(proc):
         assert wait_for(lambda: job.line_count("rollouts.jsonl") >= 300, timeout=180)

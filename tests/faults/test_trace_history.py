@@ -40,14 +40,7 @@ def _write(job: Job, **servers: Any) -> None:
 
 
 def _start(job: Job) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        job.command(),
-        env=job.env(telemetry=True),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        cwd=job.root,
-        text=True,
-    )
+    return job.start(telemetry=True)
 
 
 def _check(job: Job) -> tuple[int, dict[str, Any], str]:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from aiohttp_loopback import serve_on_loopback
 from rollgym.errors import ExchangeRefused
 from rollgym.http.client import HttpClient
 from rollgym.http.limits import ExchangeLimits
@@ -34,11 +35,7 @@ class Site:
     async def start(self) -> Site:
         app = web.Application(client_max_size=1 << 30)
         app.router.add_route("*", "/{tail:.*}", self._any)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, port = await serve_on_loopback(app, access_log=None, shutdown_timeout=0.1)
         self.url = f"http://127.0.0.1:{port}"
         return self
 

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
+from aiohttp_loopback import serve_on_loopback
 from rollgym.errors import ConnectionRefused, RequestTimeout
 from rollgym.http import replicas as replicas_module
 from rollgym.http.client import HttpClient
@@ -53,11 +54,7 @@ class Replica:
         app = web.Application()
         app.router.add_post("/stream", self.handle_stream)
         app.router.add_post("/{tail:.*}", self.handle)
-        self.runner = web.AppRunner(app)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.runner, port = await serve_on_loopback(app)
         self.url = f"http://127.0.0.1:{port}"
 
     async def stop(self) -> None:

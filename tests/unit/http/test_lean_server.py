@@ -33,6 +33,7 @@ from rollgym.http.client import HttpClient
 from rollgym.http.lean_server import LeanHttpToolsProtocol
 from rollgym.http.server import create_app
 from uvicorn_thread import uvicorn_in_thread
+from waits import wait_for
 
 #: The lean cycle is used, and so tested, only under a uvicorn it was written against.
 pytestmark = pytest.mark.skipif(
@@ -328,9 +329,8 @@ def test_shutdown_finishes_the_answer_in_flight_and_closes() -> None:
         socket.create_connection(("127.0.0.1", port), timeout=PATIENCE_S) as conn,
     ):
         conn.sendall(_post("/slow", b""))
-        deadline = time.monotonic() + PATIENCE_S
-        while not server.server_state.tasks and time.monotonic() < deadline:
-            time.sleep(0.005)  # until the request is in the handler's hands
+        # until the request is in the handler's hands
+        assert wait_for(lambda: server.server_state.tasks, timeout=PATIENCE_S, interval=0.005)
         server.should_exit = True
         answer = b""
         while chunk := conn.recv(4096):

@@ -18,7 +18,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 from rollgym.cli import traces as traces_cli
 from rollgym.telemetry import names
 from rollgym.tracestore.store_process import start_trace_store
-from synthetic_run import emit_run, write_outputs
+from synthetic_run import emit_run, planting_spans, write_outputs
 
 
 def _check(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:
@@ -64,13 +64,7 @@ def test_planted_violations_are_listed(finished_run, tmp_path: Path, capsys) -> 
     with open(tmp_path / "rollouts.jsonl", "a") as out:
         out.write(json.dumps({"rollout_id": "ghost", "trace_id": "ab" * 16}) + "\n")
     victim = run.rollouts[1]  # its trace receives a span of another rollout
-    store = start_trace_store(tmp_path / "traces.db", tmp_path / "store.log")
-    try:
-        provider = TracerProvider()
-        provider.add_span_processor(
-            SimpleSpanProcessor(OTLPSpanExporter(endpoint=store.traces_endpoint))
-        )
-        tracer = provider.get_tracer("planted")
+    with planting_spans(tmp_path) as tracer:
         some_span = os.urandom(8).hex()
         tracer.start_span(
             names.SPAN_MODEL_CHAT,
@@ -86,9 +80,6 @@ def test_planted_violations_are_listed(finished_run, tmp_path: Path, capsys) -> 
             links=[Link(job_context), Link(job_context)],
             attributes={names.ROLLOUT_ID: "planted-0"},
         ).end()
-        provider.shutdown()
-    finally:
-        store.stop()
     code, report = _check(tmp_path, capsys)
     assert code == 1
     counts = report["violation_counts"]

@@ -13,18 +13,16 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 from opentelemetry import trace
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 
 from rollgym.cli import traces as traces_cli
 from rollgym.telemetry import names
-from rollgym.tracestore.store_process import start_trace_store
+from synthetic_run import planting_spans
 
 Plant = Callable[[trace.Tracer], None]
 T0 = time.time() - 100.0  # session 0 starts here; session 1 at T0 + 50
@@ -35,16 +33,8 @@ def _ns(seconds: float) -> int:
 
 
 def _planted(tmp_path: Path, plant: Plant) -> None:
-    store = start_trace_store(tmp_path / "traces.db", tmp_path / "store.log")
-    try:
-        provider = TracerProvider()
-        provider.add_span_processor(
-            SimpleSpanProcessor(OTLPSpanExporter(endpoint=store.traces_endpoint))
-        )
-        plant(provider.get_tracer("planted"))
-        provider.shutdown()
-    finally:
-        store.stop()
+    with planting_spans(tmp_path) as tracer:
+        plant(tracer)
 
 
 def _sessions(tmp_path: Path, *statuses: str) -> None:
@@ -70,6 +60,20 @@ def _dispatch(tracer: trace.Tracer, rollout_id: str, session: int, at: float) ->
 def _under(parent: trace.Span | SpanContext) -> trace.Context:
     context = parent if isinstance(parent, SpanContext) else parent.get_span_context()
     return trace.set_span_in_context(NonRecordingSpan(context))
+
+
+def _ended(
+    tracer: trace.Tracer,
+    name: str,
+    parent: trace.Span | SpanContext,
+    start: float,
+    end: float,
+    attributes: dict[str, Any] | None = None,
+) -> None:
+    """A span ``name`` under ``parent``, from ``start`` to ``end`` (seconds since the epoch)."""
+    tracer.start_span(
+        name, context=_under(parent), start_time=_ns(start), attributes=attributes
+    ).end(_ns(end))
 
 
 def _lost_parent(of: trace.Span) -> SpanContext:
@@ -123,38 +127,21 @@ def test_a_killed_session_excuses_lost_spans_but_never_a_leak(
     def plant(tracer: trace.Tracer) -> None:
         # session 0 (killed): 1-0's dispatch was exported, its agent's spans were not
         home = _dispatch(tracer, "1-0", 0, T0 + 1)
-        tracer.start_span(
-            "POST /verify", context=_under(_lost_parent(home)), start_time=_ns(T0 + 2)
-        ).end(_ns(T0 + 3))
+        _ended(tracer, "POST /verify", _lost_parent(home), T0 + 2, T0 + 3)
         # 2-0's dispatch died queued in the driver: its model span and engine span are homeless
         homeless = SpanContext(int.from_bytes(os.urandom(16)), 7, True, TraceFlags(1))
-        tracer.start_span(
-            names.SPAN_MODEL_CHAT,
-            context=_under(homeless),
-            start_time=_ns(T0 + 4),
-            attributes={names.ROLLOUT_ID: "2-0"},
-        ).end(_ns(T0 + 5))
-        tracer.start_span(
-            names.SPAN_ENGINE_REQUEST,
-            context=_under(homeless),
-            start_time=_ns(T0 + 4),
-            attributes={names.GEN_AI_REQUEST_ID: "chatcmpl-2-0.0"},
-        ).end(_ns(T0 + 5))
+        model = {names.ROLLOUT_ID: "2-0"}
+        _ended(tracer, names.SPAN_MODEL_CHAT, homeless, T0 + 4, T0 + 5, model)
+        engine = {names.GEN_AI_REQUEST_ID: "chatcmpl-2-0.0"}
+        _ended(tracer, names.SPAN_ENGINE_REQUEST, homeless, T0 + 4, T0 + 5, engine)
         # a real leak in the killed session: a span of 1-0 inside 5-0's dispatch trace
         other = _dispatch(tracer, "5-0", 0, T0 + 6)
-        tracer.start_span(
-            names.SPAN_MODEL_CHAT,
-            context=_under(other),
-            start_time=_ns(T0 + 7),
-            attributes={names.ROLLOUT_ID: "1-0"},
-        ).end(_ns(T0 + 8))
+        _ended(tracer, names.SPAN_MODEL_CHAT, other, T0 + 7, T0 + 8, {names.ROLLOUT_ID: "1-0"})
         other.end(_ns(T0 + 9))
         home.end(_ns(T0 + 10))
         # session 1 (clean): an orphan with no dead process behind it
         clean = _dispatch(tracer, "7-0", 1, T0 + 51)
-        tracer.start_span(
-            "orphan", context=_under(_lost_parent(clean)), start_time=_ns(T0 + 52)
-        ).end(_ns(T0 + 53))
+        _ended(tracer, "orphan", _lost_parent(clean), T0 + 52, T0 + 53)
         clean.end(_ns(T0 + 54))
 
     _planted(tmp_path, plant)
@@ -200,9 +187,7 @@ def test_a_dead_process_excuses_only_the_traces_that_reached_it(
         ).end(_ns(at + 1))
 
     def orphan(tracer: trace.Tracer, of: trace.Span, at: float) -> None:
-        tracer.start_span(
-            "POST /v1/chat/completions", context=_under(_lost_parent(of)), start_time=_ns(at)
-        ).end(_ns(at + 0.5))
+        _ended(tracer, "POST /v1/chat/completions", _lost_parent(of), at, at + 0.5)
 
     def plant(tracer: trace.Tracer) -> None:
         reached = _dispatch(tracer, "1-0", 0, T0 + 1)

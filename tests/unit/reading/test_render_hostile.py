@@ -6,13 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from rollgym.cli import traces as traces_cli
 from rollgym.telemetry import names
-from rollgym.tracestore.store_process import start_trace_store
+from synthetic_run import planting_spans
 
 HOSTILE = [
     "a[/]b",  # a closing tag with nothing open: rich raises MarkupError
@@ -26,13 +23,7 @@ HOSTILE = [
 @pytest.fixture(scope="module")
 def hostile_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("hostile")
-    process = start_trace_store(run_dir / "traces.db", run_dir / "store.log")
-    try:
-        provider = TracerProvider()
-        provider.add_span_processor(
-            SimpleSpanProcessor(OTLPSpanExporter(endpoint=process.traces_endpoint))
-        )
-        tracer = provider.get_tracer("test")
+    with planting_spans(run_dir, "test") as tracer:
         for rollout_id in HOSTILE:
             with (
                 tracer.start_as_current_span(
@@ -46,9 +37,6 @@ def hostile_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 tracer.start_as_current_span("[/]child\x1b[1m"),
             ):
                 pass
-        provider.shutdown()
-    finally:
-        assert process.stop() == 0
     return run_dir
 
 

@@ -17,6 +17,7 @@ import orjson
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from chat_shapes import READ_KEY
 from rollgym.builtins.models import toy_tokenizer
 from rollgym.builtins.models.openai_upstream import OpenAIUpstream
 from rollgym.builtins.models.simulated import SimulatedModel
@@ -27,17 +28,6 @@ from rollgym.telemetry.setup import install_for_tests
 
 FAST = {"accuracy": 1.0, "latency": {"kind": "fixed", "seconds": 0}}
 ARITH = [{"role": "user", "content": "Compute: 12 + 7 * 3\nReply with 'Answer: <number>'."}]
-READ_KEY = {
-    "type": "function",
-    "function": {
-        "name": "read_key",
-        "parameters": {
-            "type": "object",
-            "properties": {"key": {"type": "string"}},
-            "required": ["key"],
-        },
-    },
-}
 SUBMIT = {
     "type": "function",
     "function": {

@@ -27,14 +27,23 @@ SPANS = 1_500
 # The recording process: a shipper to the sink, SPANS spans, shutdown; then how its child was
 # started (its command line: a forked child keeps this script's) and the shipper's counts.
 RECORDER = """
-import json, os, sys, threading
+import json, os, sys, threading, time
 from rollgym.telemetry.pipeline.shipper import SpanShipper
 threads_before = threading.active_count()
 shipper = SpanShipper(url=sys.argv[1], headers=None, resource={"service.name": "t"},
                       timeout_s=5.0, schedule_delay_ms=10, max_export_batch_size=200)
 with open(f"/proc/{shipper.child_pid}/cmdline", "rb") as f:
     child_cmdline = f.read().split(b"\\0")[:-1]
-child_fds = sorted(int(fd) for fd in os.listdir(f"/proc/{shipper.child_pid}/fd"))
+spawned = b"rollgym.telemetry.pipeline.child" in child_cmdline
+def listed_fds():
+    return sorted(int(fd) for fd in os.listdir(f"/proc/{shipper.child_pid}/fd"))
+# a forked child closes the parent's descriptors as it starts: wait for that (30 s at most)
+# rather than list them in the moment between the fork and the closes
+deadline = time.monotonic() + 30.0
+child_fds = listed_fds()
+while not spawned and child_fds != [0, 1, 2] and time.monotonic() < deadline:
+    time.sleep(0.01)
+    child_fds = listed_fds()
 T0 = 1_700_000_000_000_000_000
 for i in range(int(sys.argv[2])):
     shipper.on_end((1, i + 1, 0, False, "s", 0, T0, T0 + 1, {"i": i}, None, None, 0, None,
@@ -43,7 +52,7 @@ shipper.shutdown(timeout_s=30.0)
 shipper.counts.close()
 counts = shipper.counts.snapshot()
 print(json.dumps({"threads_before": threads_before,
-                  "spawned": b"rollgym.telemetry.pipeline.child" in child_cmdline,
+                  "spawned": spawned,
                   "child_fds": child_fds,
                   "exported": counts["spans_exported"], "dropped": counts["spans_dropped"]}))
 """

@@ -19,6 +19,7 @@ import pytest
 from aiohttp import web
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from aiohttp_loopback import serve_on_loopback
 from rollgym.telemetry.loss_report import loss_line, loss_warnings
 from rollgym.telemetry.pipeline import child
 from rollgym.telemetry.pipeline.shipper import SpanShipper
@@ -50,11 +51,8 @@ class SlowReceiver:
     async def _start(self) -> None:
         app = web.Application(client_max_size=1 << 26)
         app.router.add_post("/v1/traces", self._traces)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        self._runner, port = await serve_on_loopback(app, access_log=None, shutdown_timeout=0.1)
+        self.url = f"http://127.0.0.1:{port}"
 
     def __enter__(self) -> SlowReceiver:
         self._thread.start()

@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from aiohttp_loopback import serve_on_loopback
 from rollgym.telemetry import spans
 from rollgym.telemetry.groups import PRESETS
 from rollgym.telemetry.settings import TelemetrySettings
@@ -44,6 +45,14 @@ def _settings(**kw: object) -> TelemetrySettings:
     return TelemetrySettings(**{**base, **kw})  # type: ignore[arg-type]
 
 
+def _telemetry(exporter: InMemorySpanExporter | None = None, **settings: object) -> TelemetryHandle:
+    """Telemetry of service ``t``, run ``r``, the default groups and ``settings``, exporting
+    to ``exporter`` where given (else over OTLP to the settings' endpoint)."""
+    return setup_telemetry(
+        _settings(**settings), service_name="t", run_id="r", span_exporter=exporter
+    )
+
+
 def _end_spans(n: int) -> float:
     """End ``n`` spans; return the slowest single span's start+end time in seconds."""
     worst = 0.0
@@ -57,11 +66,8 @@ def _end_spans(n: int) -> float:
 
 def test_full_queue_drops_are_counted_exactly():
     exporter = _BlockingExporter()
-    handle = setup_telemetry(
-        _settings(max_queue_size=4, max_export_batch_size=4, schedule_delay_ms=60_000),
-        service_name="t",
-        run_id="r",
-        span_exporter=exporter,
+    handle = _telemetry(
+        exporter, max_queue_size=4, max_export_batch_size=4, schedule_delay_ms=60_000
     )
     _end_spans(4)  # a full batch wakes the worker, which takes it and stalls in export
     assert exporter.entered.wait(5)
@@ -78,12 +84,7 @@ def test_slow_exporter_never_slows_the_caller_and_loss_is_counted():
     """2,000 spans end while the exporter is stuck in its first export: had ending a span
     waited on the exporter, the thread ending them would still be stuck when released."""
     exporter = _BlockingExporter()
-    handle = setup_telemetry(
-        _settings(max_queue_size=64, max_export_batch_size=16, schedule_delay_ms=5),
-        service_name="t",
-        run_id="r",
-        span_exporter=exporter,
-    )
+    handle = _telemetry(exporter, max_queue_size=64, max_export_batch_size=16, schedule_delay_ms=5)
     ending = threading.Thread(target=_end_spans, args=(2000,))
     ending.start()
     ending.join(120)  # a liveness bound, not a speed figure
@@ -116,15 +117,11 @@ def _settle(handle: TelemetryHandle, timeout_s: float) -> bool:
 def test_dead_endpoint_never_blocks_or_raises():
     """Nothing listens: ending spans raises nothing, shutdown returns, every span is counted
     as dropped with its reason."""
-    handle = setup_telemetry(
-        _settings(
-            endpoint=f"http://127.0.0.1:{_closed_port()}",
-            export_timeout_s=1.0,
-            max_export_batch_size=8,
-            schedule_delay_ms=10,
-        ),
-        service_name="t",
-        run_id="r",
+    handle = _telemetry(
+        endpoint=f"http://127.0.0.1:{_closed_port()}",
+        export_timeout_s=1.0,
+        max_export_batch_size=8,
+        schedule_delay_ms=10,
     )
     _end_spans(50)
     assert _settle(handle, 8.0), "shutdown hung on a dead endpoint"
@@ -172,16 +169,12 @@ def test_an_endpoint_that_never_answers_never_holds_the_caller():
     span waited on the export, the thread ending them would still be stuck when released."""
     endpoint = _SilentEndpoint()
     try:
-        handle = setup_telemetry(
-            _settings(
-                endpoint=endpoint.url,
-                export_timeout_s=60.0,
-                max_queue_size=64,
-                max_export_batch_size=8,
-                schedule_delay_ms=5,
-            ),
-            service_name="t",
-            run_id="r",
+        handle = _telemetry(
+            endpoint=endpoint.url,
+            export_timeout_s=60.0,
+            max_queue_size=64,
+            max_export_batch_size=8,
+            schedule_delay_ms=5,
         )
         _end_spans(8)  # a full batch: the exporter posts it and waits for an answer
         assert endpoint.connected.wait(60), "the exporter never reached the endpoint"
@@ -217,22 +210,14 @@ async def _receiver(status: int) -> tuple[web.AppRunner, str, list[ExportTraceSe
 
     app = web.Application()
     app.router.add_post("/v1/traces", traces)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await serve_on_loopback(app)
     return runner, f"http://127.0.0.1:{port}", received
 
 
 async def test_endpoint_answering_500_never_blocks_or_raises():
     runner, endpoint, _ = await _receiver(500)
     try:
-        handle = setup_telemetry(
-            _settings(endpoint=endpoint, export_timeout_s=2.0, schedule_delay_ms=10),
-            service_name="t",
-            run_id="r",
-        )
+        handle = _telemetry(endpoint=endpoint, export_timeout_s=2.0, schedule_delay_ms=10)
         worst = _end_spans(30)
         assert worst < 0.5
         await asyncio.to_thread(handle.shutdown, 8.0)

@@ -8,6 +8,7 @@ from aiohttp import web
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from aiohttp_loopback import serve_on_loopback
 from rollgym.http.client import HttpClient
 from rollgym.telemetry import spans
 from rollgym.telemetry.groups import PRESETS
@@ -23,11 +24,7 @@ async def _server(seen: list[dict[str, str]]) -> tuple[web.AppRunner, str]:
 
     app = web.Application()
     app.router.add_post("/run", run)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, port = await serve_on_loopback(app)
     return runner, f"http://127.0.0.1:{port}/run"
 
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from chat_shapes import read_key_answered
 from rollgym.config import TelemetryConfig
 from rollgym.environment_variables import OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT
 from rollgym.telemetry import names, spans
@@ -93,18 +94,7 @@ def test_the_switch_resolves_the_standard_variable_over_the_config(
 CONVERSATION = [
     {"role": "system", "content": "Walk the chain."},
     {"role": "user", "content": "Start at k1."},
-    {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": "c0",
-                "type": "function",
-                "function": {"name": "read_key", "arguments": '{"key": "k1"}'},
-            }
-        ],
-    },
-    {"role": "tool", "tool_call_id": "c0", "content": "next key: k2"},
+    *read_key_answered("k1", "next key: k2", "c0"),
 ]
 ANSWER = {"choices": [{"finish_reason": "stop", "message": {"role": "assistant", "content": "k2"}}]}
 
