@@ -101,6 +101,7 @@ class SpanShipper:
         schedule_delay_ms: float = SPAN_SCHEDULE_DELAY_MS,
         command: list[str] | None = None,
         idempotent: bool = False,
+        records: bool = False,
         grpc: Mapping[str, Any] | None = None,
     ) -> None:
         #: Packed records (:func:`~rollgym.telemetry.pipeline.frames.pack_record`), oldest first.
@@ -138,6 +139,8 @@ class SpanShipper:
             "resource": dict(resource),
             "batch": self._batch,
             "idempotent": idempotent,
+            # the run's own trace store: records as they are, no OTLP (``child`` docstring)
+            "records": records,
             # OTLP/gRPC instead of OTLP/HTTP: the SDK gRPC exporter's keywords (``url`` is
             # then only where a shutdown probes whether anything listens)
             "grpc": None if grpc is None else dict(grpc),
