@@ -31,6 +31,7 @@ from rollgym.telemetry.pipeline import wire
 from rollgym.telemetry.pipeline.frames import RECORDS_FORMAT, RECORDS_TYPE
 from rollgym.tracestore.decode import PayloadError, ResourceIds, SpanBatch
 from rollgym.tracestore.native import add_span
+from rollgym.tracestore.span_rows import LinkParts
 
 __all__ = ["RECORDS_TYPE", "rows_from_records"]
 
@@ -61,39 +62,15 @@ def _rows(resource: bytes, packed: list[bytes], resource_id: ResourceIds) -> Spa
     batch = SpanBatch()
     res_id, run_id, resource_row = _resource(resource, resource_id)
     batch.resources.append(resource_row)
-    loads = marshal.loads
-    by_scope: dict[tuple[str, str | None, str | None], list[tuple[Any, ...]]] = {}
-    for raw in packed:  # OTLP groups a request's spans by scope, first seen first
-        record = loads(raw)
-        scope = record[13]
-        group = by_scope.get(scope)
-        if group is None:
-            group = by_scope[scope] = []
-        group.append(record)
-    for (scope_name, _version, _schema), records in by_scope.items():
-        origin = (res_id, scope_name or None, run_id)
+    records = [marshal.loads(raw) for raw in packed]
+    scopes = {record[13] for record in records}
+    if len(scopes) > 1:  # OTLP groups a request's spans by scope, first seen first
+        by_scope: dict[tuple[str, str | None, str | None], list[tuple[Any, ...]]] = {}
         for record in records:
-            _add(batch, record, origin)
-    return batch
-
-
-def _resource(raw: bytes, resource_id: ResourceIds) -> tuple[int, str | None, tuple[object, ...]]:
-    """The resource's (row id, run id, row), as the OTLP path gets them: from the ``Resource``
-    message the exporter would have encoded (so the fingerprint, hence the id, is the same)."""
-    known = _resources.get(raw)
-    if known is None:
-        attrs = marshal.loads(raw)
-        message = Resource.FromString(b"".join(wire.attributes(b"\x0a", attrs)))
-        if len(_resources) >= _RESOURCES_MAX:
-            _resources.clear()
-        known = _resources[raw] = resource_id(message)
-    return known
-
-
-def _add(
-    batch: SpanBatch, record: tuple[Any, ...], origin: tuple[int, str | None, str | None]
-) -> None:
-    (
+            by_scope.setdefault(record[13], []).append(record)
+        records = [record for group in by_scope.values() for record in group]
+    to_bytes = int.to_bytes
+    for (
         trace_id,
         span_id,
         parent_id,
@@ -107,43 +84,54 @@ def _add(
         links,
         status_code,
         status_message,
-        _scope,
+        scope,
         _trace_state,
-    ) = record
-    name.encode()  # not valid text: refused, as the OTLP path's parse refuses it
-    identity = (
-        trace_id.to_bytes(16, "big"),
-        span_id.to_bytes(8, "big"),
-        parent_id.to_bytes(8, "big") if parent_id else b"",
-        name,
-        kind + 1,  # the API's SpanKind starts at INTERNAL = 0, OTLP's at 1
-    )
-    span_events = (
-        [
-            {"name": e_name, "time_ns": when, "attributes": _carried(e_attrs)}
-            for e_name, when, e_attrs in events
-        ]
-        if events
-        else []
-    )
-    span_links = (
-        [
-            (l_trace.to_bytes(16, "big"), l_span.to_bytes(8, "big"), _carried(l_attrs) or None)
-            for l_trace, l_span, _remote, l_attrs in links
-        ]
-        if links
-        else []
-    )
-    add_span(
-        batch,
-        identity,
-        (start, end),
-        (status_code, status_message or ""),
-        origin,
-        _carried(attrs),
-        span_events,
-        span_links,
-    )
+    ) in records:  # the hot loop: one span a turn, no call but add_span's when it can
+        name.encode()  # not valid text: refused, as the OTLP path's parse refuses it
+        add_span(
+            batch,
+            (
+                to_bytes(trace_id, 16, "big"),
+                to_bytes(span_id, 8, "big"),
+                to_bytes(parent_id, 8, "big") if parent_id else b"",
+                name,
+                kind + 1,  # the API's SpanKind starts at INTERNAL = 0, OTLP's at 1
+            ),
+            (start, end),
+            (status_code, status_message or ""),
+            (res_id, scope[0] or None, run_id),
+            _carried(attrs),
+            _events(events) if events else [],
+            _links(links) if links else [],
+        )
+    return batch
+
+
+def _events(events: list[tuple[str, int, dict[str, Any] | None]]) -> list[dict[str, object]]:
+    return [
+        {"name": name, "time_ns": when, "attributes": _carried(attrs)}
+        for name, when, attrs in events
+    ]
+
+
+def _links(links: list[tuple[int, int, bool, dict[str, Any] | None]]) -> list[LinkParts]:
+    return [
+        (trace_id.to_bytes(16, "big"), span_id.to_bytes(8, "big"), _carried(attrs) or None)
+        for trace_id, span_id, _remote, attrs in links
+    ]
+
+
+def _resource(raw: bytes, resource_id: ResourceIds) -> tuple[int, str | None, tuple[object, ...]]:
+    """The resource's (row id, run id, row), as the OTLP path gets them: from the ``Resource``
+    message the exporter would have encoded (so the fingerprint, hence the id, is the same)."""
+    known = _resources.get(raw)
+    if known is None:
+        attrs = marshal.loads(raw)
+        message = Resource.FromString(b"".join(wire.attributes(b"\x0a", attrs)))
+        if len(_resources) >= _RESOURCES_MAX:
+            _resources.clear()
+        known = _resources[raw] = resource_id(message)
+    return known
 
 
 def _carried(attrs: dict[str, Any] | None) -> dict[str, Any]:
