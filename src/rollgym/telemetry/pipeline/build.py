@@ -83,14 +83,7 @@ def build_process_pipeline(
         records=posts_records(settings),
         grpc=grpc,
     )
-    provider = RecordingTracerProvider(
-        shipper.on_end,
-        sampler=sampler,
-        id_generator=id_generator,
-        on_shutdown=shipper.shutdown,
-        on_flush=shipper.flush,
-    )
-    return provider, shipper
+    return _provider(shipper, sampler, id_generator), shipper
 
 
 def build_in_process_pipeline(
@@ -113,11 +106,17 @@ def build_in_process_pipeline(
         schedule_delay_ms=settings.schedule_delay_ms,
         patience_s=settings.flush_timeout_s,
     )
-    provider = RecordingTracerProvider(
-        export.on_end,
+    return _provider(export, sampler, id_generator), export
+
+
+def _provider(
+    side: SpanShipper | InProcessExport, sampler: Sampler | None, id_generator: IdGenerator | None
+) -> RecordingTracerProvider:
+    """The one provider, its records going to ``side`` (either exporter side)."""
+    return RecordingTracerProvider(
+        side.on_end,
         sampler=sampler,
         id_generator=id_generator,
-        on_shutdown=export.shutdown,
-        on_flush=export.flush,
+        on_shutdown=side.shutdown,
+        on_flush=side.flush,
     )
-    return provider, export
