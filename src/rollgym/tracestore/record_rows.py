@@ -13,7 +13,9 @@ whichever path it took (``tests/unit/tracestore/test_record_rows.py`` compares t
 an attribute value OTLP cannot carry (an int beyond 64 bits, a mapping, bytes, a sequence
 holding one) is left out, sequences become lists, a kind is OTLP's (the API's plus one),
 spans are grouped by scope in first-seen order, and a name or value that is not valid text
-refuses the whole body, as the store's protobuf parse refuses it.
+refuses the whole body, as the store's protobuf parse refuses it. One difference is left: an
+attribute *key* that is not valid text (a lone surrogate) refuses the body here, where the
+OTLP encoder leaves that one attribute out.
 
 The body is ``marshal`` data from the run's own exporter child, the same interpreter build.
 Anything that is not a well-formed body of records is refused as a bad payload (HTTP 400):

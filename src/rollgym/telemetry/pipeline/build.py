@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import Sampler
 
+import rollgym.environment_variables as env
 from rollgym.telemetry.exporters import (
     OtlpOptions,
     otlp_grpc_traces_target,
@@ -34,7 +35,7 @@ __all__ = [
 ]
 
 #: Set to ``1`` to send OTLP to the run's own trace store too (the fallback from records).
-STORE_OTLP_ENV = "ROLLGYM_STORE_OTLP"
+STORE_OTLP_ENV = env.ROLLGYM_STORE_OTLP
 
 
 def uses_exporter_child(settings: TelemetrySettings) -> bool:
