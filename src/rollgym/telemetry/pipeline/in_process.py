@@ -68,15 +68,13 @@ class InProcessExport(PackedQueue):
         self._exporter = exporter
         self._resource = resource
         self._synchronous = synchronous
-        super().__init__(max_queue_size, max_export_batch_size)
-        self._delay_s = max(schedule_delay_ms, 1) / 1000
+        super().__init__(max_queue_size, max_export_batch_size, schedule_delay_ms)
         self._patience_s = patience_s
         #: Monotonic time after which no failed batch is tried again (the flush limit).
         self._deadline: float | None = None
         #: Nothing here gives up on an endpoint early (the shipper's probe does, for OTLP/HTTP).
         self.gave_up_on_endpoint = False
         self._failure_logged = False
-        self._stopping = False
         self._stop_retrying = threading.Event()
         self._worker: threading.Thread | None = None
         if not synchronous:
@@ -105,13 +103,7 @@ class InProcessExport(PackedQueue):
 
     # --- export thread ------------------------------------------------------------------------
     def _export_loop(self) -> None:
-        while True:
-            self._wake.wait(self._delay_s)
-            self._wake.clear()
-            stopping = self._stopping
-            self._export_queued()
-            if stopping:
-                return
+        self._drain(self._export_queued)
 
     def _export_queued(self) -> None:
         queue, popleft, counts = self._queue, self._queue.popleft, self.counts

@@ -36,7 +36,7 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import IO, Any
 
 from rollgym.defaults import SPAN_EXPORT_BATCH_SIZE, SPAN_QUEUE_SIZE, SPAN_SCHEDULE_DELAY_MS
@@ -94,14 +94,30 @@ class PackedQueue:
     SDK exporter; each counts into its own :attr:`counts`.
     """
 
-    def __init__(self, max_queue_size: int, max_export_batch_size: int) -> None:
+    def __init__(
+        self, max_queue_size: int, max_export_batch_size: int, schedule_delay_ms: float
+    ) -> None:
         #: Packed records (:func:`~rollgym.telemetry.pipeline.frames.pack_record`), oldest first.
         self._queue: deque[bytes] = deque()
         self.counts = SpanCounts(self._queue)
         self._max_queue = max_queue_size
         self._batch = max(1, min(max_export_batch_size, max_queue_size))
         self._wake = threading.Event()
+        self._delay_s = max(schedule_delay_ms, 1) / 1000
         self._closed = False
+        #: Set when the side shuts down: its worker ships what is queued once more and ends.
+        self._stopping = False
+
+    def _drain(self, ship: Callable[[], None]) -> None:
+        """The worker thread's loop: woken by a full batch or every ``schedule_delay_ms``,
+        ``ship`` what is queued, until the side is stopping (then once more)."""
+        while True:
+            self._wake.wait(self._delay_s)
+            self._wake.clear()
+            stopping = self._stopping
+            ship()
+            if stopping:
+                return
 
     def on_end(self, record: SpanRecord) -> None:
         """Queue one finished span, or count it dropped; never blocks."""
@@ -139,8 +155,7 @@ class SpanShipper(PackedQueue):
         records: bool = False,
         grpc: Mapping[str, Any] | None = None,
     ) -> None:
-        super().__init__(max_queue_size, max_export_batch_size)
-        self._delay_s = max(schedule_delay_ms, 1) / 1000
+        super().__init__(max_queue_size, max_export_batch_size, schedule_delay_ms)
         self._timeout_s = timeout_s
         self._patience_s = patience_s
         self._url = url
@@ -150,7 +165,6 @@ class SpanShipper(PackedQueue):
         #: Set at shutdown when nothing accepted a connection through the grace: the process's
         #: other exporters (metrics) to that endpoint need not retry either.
         self.gave_up_on_endpoint = False
-        self._stopping = False
         self._io_lock = threading.Lock()
         self._dead = False
         #: Set when this process ends the child (:meth:`stop_now`): what it never sent is then
@@ -189,13 +203,7 @@ class SpanShipper(PackedQueue):
 
     # --- writer thread ------------------------------------------------------------------------
     def _write_loop(self) -> None:
-        while True:
-            self._wake.wait(self._delay_s)
-            self._wake.clear()
-            stopping = self._stopping
-            self._ship_queued()
-            if stopping:
-                break
+        self._drain(self._ship_queued)
         with contextlib.suppress(OSError):  # end of input: the child finishes and exits
             self._stdin.close()
 
