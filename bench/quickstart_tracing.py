@@ -10,14 +10,18 @@ CPU a span costs on this path, all processes together: each run's CPU (user + sy
 whole process tree, read with ``RUSAGE_CHILDREN`` around it: the driver, its servers, their
 span exporter children and the trace store) traced minus off, divided by the spans exported.
 Start-up and shutdown are in both and cancel out but for what tracing adds to them.
+``--with-otlp`` adds a third run to each round: the default preset with
+``ROLLGYM_STORE_OTLP=1``, every process's exporter child posting OTLP to the store instead of
+span records (the fallback), so the two store paths are compared in one session.
 
-    python bench/quickstart_tracing.py [--rounds 3] [--repeats 8]
+    python bench/quickstart_tracing.py [--rounds 3] [--repeats 8] [--with-otlp]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -35,7 +39,7 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_once(preset: str, repeats: int, out: Path) -> dict:
+def run_once(preset: str, repeats: int, out: Path, store_otlp: bool = False) -> dict:
     command = [
         sys.executable,
         "-m",
@@ -47,7 +51,10 @@ def run_once(preset: str, repeats: int, out: Path) -> dict:
         f"telemetry.preset={preset}",
     ]
     cpu = _children_cpu_s()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, "ROLLGYM_STORE_OTLP": "1" if store_otlp else "0"}
+    subprocess.run(
+        command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
     summary = json.loads((out / "summary.json").read_text())
     summary["bench_cpu_s"] = _children_cpu_s() - cpu
     if summary["completed"] != summary["requested"]:
@@ -59,41 +66,46 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=8)
+    parser.add_argument(
+        "--with-otlp", action="store_true", help="also run the default preset posting OTLP"
+    )
     args = parser.parse_args()
-    rates: dict[str, list[float]] = {"off": [], "default": []}
-    cpu: dict[str, list[float]] = {"off": [], "default": []}
-    spans: list[dict] = []
+    ways = ("off", "default", "otlp") if args.with_otlp else ("off", "default")
+    rates: dict[str, list[float]] = {way: [] for way in ways}
+    cpu: dict[str, list[float]] = {way: [] for way in ways}
+    spans: dict[str, list[dict]] = {way: [] for way in ways}
     with tempfile.TemporaryDirectory(prefix="rollgym-quickstart-") as tmp:
         for i in range(args.rounds):
-            for preset in ("off", "default"):
-                summary = run_once(preset, args.repeats, Path(tmp) / f"{preset}-{i}")
-                rates[preset].append(summary["rollouts_per_s"])
-                cpu[preset].append(summary["bench_cpu_s"])
-                if preset == "default":
-                    spans.append(summary["telemetry"])
+            for way in ways:
+                preset = "off" if way == "off" else "default"
+                out = Path(tmp) / f"{way}-{i}"
+                summary = run_once(preset, args.repeats, out, store_otlp=way == "otlp")
+                rates[way].append(summary["rollouts_per_s"])
+                cpu[way].append(summary["bench_cpu_s"])
+                spans[way].append(summary["telemetry"])
     print(f"quickstart, run.repeats={args.repeats}, {args.rounds} rounds (alternating)")
-    for preset, values in rates.items():
+    print("default: span records to the run's store; otlp: ROLLGYM_STORE_OTLP=1 (OTLP to it)")
+    for way, values in rates.items():
         listed = " ".join(f"{v:,.0f}" for v in values)
+        print(f"{way:<8} {listed} rollouts/s (median {statistics.median(values):,.0f})")
+    cpu_off = statistics.median(cpu["off"])
+    for way in ways[1:]:
+        pairs = [d / o for d, o in zip(rates[way], rates["off"], strict=True)]
+        ratio = statistics.median(rates[way]) / statistics.median(rates["off"])
         print(
-            f"telemetry.preset={preset:<8} {listed} rollouts/s "
-            f"(median {statistics.median(values):,.0f})"
+            f"{way}: ratio {way} / off: {ratio:.2f} of medians, pairs "
+            f"{min(pairs):.2f}-{max(pairs):.2f} (target >= {TARGET})"
         )
-    pairs = [d / o for d, o in zip(rates["default"], rates["off"], strict=True)]
-    ratio = statistics.median(rates["default"]) / statistics.median(rates["off"])
-    print(
-        f"ratio default / off: {ratio:.2f} of medians, pairs {min(pairs):.2f}-{max(pairs):.2f} "
-        f"(target >= {TARGET})"
-    )
-    exported = sum(s.get("spans_exported", 0) for s in spans)
-    dropped = sum(s.get("spans_dropped", 0) for s in spans)
-    print(f"spans (default rounds, all processes): {exported:,} exported, {dropped:,} dropped")
-    cpu_off, cpu_on = statistics.median(cpu["off"]), statistics.median(cpu["default"])
-    per_run = exported / max(1, len(spans))
-    print(
-        f"CPU of a run, all processes: off {cpu_off:.2f} s, default {cpu_on:.2f} s (medians); "
-        f"CPU per span: {(cpu_on - cpu_off) / max(1.0, per_run) * 1e6:.1f} us "
-        f"({per_run:,.0f} spans a run; goal <= 10 us)"
-    )
+        exported = sum(s.get("spans_exported", 0) for s in spans[way])
+        dropped = sum(s.get("spans_dropped", 0) for s in spans[way])
+        print(f"  spans (all processes): {exported:,} exported, {dropped:,} dropped")
+        cpu_on = statistics.median(cpu[way])
+        per_run = exported / max(1, len(spans[way]))
+        print(
+            f"  CPU of a run, all processes: off {cpu_off:.2f} s, {way} {cpu_on:.2f} s "
+            f"(medians); CPU per span: {(cpu_on - cpu_off) / max(1.0, per_run) * 1e6:.1f} us "
+            f"({per_run:,.0f} spans a run; goal <= 10 us)"
+        )
 
 
 if __name__ == "__main__":

@@ -8,15 +8,18 @@ process: ``rollgym.tracestore.store_process.start_trace_store``), exactly as ``r
 a shared machine affects both. The export backlog is flushed after each traced round's clock
 stops, and its spans counted: exported + dropped must equal what the round produced.
 
-Each round runs three ways: tracing off, traced through rollgym's span pipeline as a run uses
-it (``process``: records shipped to an exporter child that encodes and posts them), and traced
+Each round runs four ways: tracing off, traced through rollgym's span pipeline as a run uses
+it (``process``: records shipped to an exporter child that posts them as span records to the
+run's own store), the same child posting OTLP instead (``process-otlp``: what it sends every
+other backend, and the fallback ``ROLLGYM_STORE_OTLP=1``), and traced
 through the same provider with the in-process exporter side (``in-process``: the records
 turned into ``ReadableSpan`` s for the SDK's OTLP/HTTP exporter on a thread of the driver, what
 a process whose child cannot start does, and what gRPC and the console use).
 Prints the rates, each traced/off ratio (target >= 0.7, goal 0.9), the driver's CPU per
 rollout, its garbage collections (count and collector time, ``gc.callbacks``), the CPU per
 rollout of the other processes (the agent, the span exporter child, the trace store: on a
-2-core machine they share the core the driver does not use), the CPU per span of all of them
+2-core machine they share the core the driver does not use; the store's split into its event
+loop, decoders and writer), the CPU per span of all of them
 (traced minus off, divided by the two spans a rollout makes) and the span counts.
 
     python bench/tracing_overhead.py [--quick] [-n 10000] [--rounds 4] [--child-only]
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import statistics
 import sys
 import tempfile
@@ -45,11 +49,13 @@ from rollgym import (
     event_loop,  # noqa: E402
 )
 from rollgym.telemetry.groups import ALL_GROUPS, configure_gate  # noqa: E402
+from rollgym.telemetry.pipeline.build import STORE_OTLP_ENV  # noqa: E402
 from rollgym.telemetry.pipeline.exporter_process import CHILD_MODULE  # noqa: E402
 from rollgym.telemetry.pipeline.shipper import SpanShipper  # noqa: E402
 from rollgym.telemetry.settings import TelemetrySettings  # noqa: E402
 from rollgym.telemetry.setup import setup_telemetry  # noqa: E402
 from rollgym.tracestore.store_process import start_trace_store  # noqa: E402
+from rollgym.tracestore.store_workers import DECODER_NAME, WRITER_NAME  # noqa: E402
 
 CONCURRENCY = 64
 #: Spans a traced rollout makes in the driver: its dispatch span and its HTTP client span.
@@ -66,27 +72,53 @@ last_gc: list[float] = [0, 0.0]
 
 
 class _OtherProcesses:
-    """CPU seconds (user + system) of the agent and the trace store, and of a round's span
-    exporter child, per rollout of the round: where the traced rounds' extra work lands
-    besides the driver."""
+    """CPU seconds (user + system) of the agent and the trace store (its own process plus its
+    decoder and writer processes, which do most of its work), and of a round's span exporter
+    child, per rollout of the round: where the traced rounds' extra work lands besides the
+    driver."""
 
     def __init__(self, agent_pid: int, store_pid: int) -> None:
         self.agent = psutil.Process(agent_pid)
         self.store = psutil.Process(store_pid)
         self._began = (0.0, 0.0)
+        #: The store's CPU of the last round by process: loop, decoders, writer (seconds).
+        self.store_parts: tuple[float, float, float] = (0.0, 0.0, 0.0)
+        self._store_began = (0.0, 0.0, 0.0)
 
     @staticmethod
     def cpu(process: psutil.Process) -> float:
         times = process.cpu_times()
         return float(times.user + times.system)
 
+    def _store_cpu(self) -> tuple[float, float, float]:
+        """(the store's own process, its decoders, its writer): CPU seconds so far."""
+        decoders = writer = 0.0
+        for child in self.store.children(recursive=True):
+            try:
+                name, seconds = child.name(), self.cpu(child)
+            except psutil.Error:  # a worker that ended meanwhile
+                continue
+            if name == WRITER_NAME:
+                writer += seconds
+            elif name == DECODER_NAME:
+                decoders += seconds
+        return self.cpu(self.store), decoders, writer
+
     def start(self) -> None:
-        self._began = (self.cpu(self.agent), self.cpu(self.store))
+        self._store_began = self._store_cpu()
+        self._began = (self.cpu(self.agent), sum(self._store_began))
 
     def per_rollout(self, n: int, child_s: float) -> tuple[float, float, float]:
-        """(agent, exporter child, store) seconds per rollout since :meth:`start`."""
+        """(agent, exporter child, store with its workers) seconds per rollout since
+        :meth:`start`."""
         agent = (self.cpu(self.agent) - self._began[0]) / n
-        store = (self.cpu(self.store) - self._began[1]) / n
+        now = self._store_cpu()
+        self.store_parts = (
+            (now[0] - self._store_began[0]) / n,
+            (now[1] - self._store_began[1]) / n,
+            (now[2] - self._store_began[2]) / n,
+        )
+        store = (sum(now) - self._began[1]) / n
         return agent, child_s / n, store
 
 
@@ -140,12 +172,22 @@ async def traced_round(
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     settings = TelemetrySettings(
-        groups=ALL_GROUPS, traces_exporter="otlp", endpoint=endpoint, run_id="bench"
+        groups=ALL_GROUPS,
+        traces_exporter="otlp",
+        endpoint=endpoint,
+        run_id="bench",
+        to_local_store=True,  # as ``rollgym run``'s processes: the run's own store
     )
-    exporter = None if pipeline == "process" else OTLPSpanExporter(f"{endpoint}/v1/traces")
-    handle = setup_telemetry(
-        settings, service_name="rollgym-bench", run_id="bench", span_exporter=exporter
-    )
+    exporter = None if pipeline.startswith("process") else OTLPSpanExporter(f"{endpoint}/v1/traces")
+    # ``process-otlp``: the same child, posting OTLP to the store (the fallback) instead of
+    # the span records it posts to the run's own store by default
+    os.environ[STORE_OTLP_ENV] = "1" if pipeline == "process-otlp" else "0"
+    try:
+        handle = setup_telemetry(
+            settings, service_name="rollgym-bench", run_id="bench", span_exporter=exporter
+        )
+    finally:
+        os.environ.pop(STORE_OTLP_ENV, None)
     child_s = 0.0
     try:
         shipper = handle.processor
@@ -210,6 +252,7 @@ async def measure(
         out[f"cpu {pipeline}"] = []
         out[f"gc {pipeline}"] = []
         out[f"others {pipeline}"] = []
+        out[f"store parts {pipeline}"] = []
     for _ in range(rounds):
         configure_gate((), tracing_active=False)
         others.start()
@@ -221,6 +264,7 @@ async def measure(
             others.start()
             rate, counts, child_s = await traced_round(url, n, endpoint, pipeline)
             out[f"others {pipeline}"].append(others.per_rollout(n, child_s))
+            out[f"store parts {pipeline}"].append(others.store_parts)
             out[pipeline].append(rate)
             out[f"cpu {pipeline}"].append(last_cpu_per_rollout[0])
             out[f"gc {pipeline}"].append(tuple(last_gc))
@@ -257,7 +301,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     n, rounds = (3_000, 3) if args.quick else (args.n, args.rounds)
-    pipelines = ("process",) if args.child_only else ("process", "in-process")
+    pipelines: tuple[str, ...] = ("process", "process-otlp")
+    if not args.child_only:
+        pipelines += ("in-process",)
     with tempfile.TemporaryDirectory(prefix="rollgym-bench-") as tmp:
         store = start_trace_store(Path(tmp) / "traces.db", Path(tmp) / "tracestore.log")
         try:
@@ -284,7 +330,7 @@ def main() -> None:
     for pipeline in pipelines:
         traced = result[pipeline]
         pairwise = [t / o for t, o in zip(traced, off, strict=True)]
-        print(f"traced ({pipeline + '):':8} {_rates(traced)}")
+        print(f"traced ({pipeline + '):':14} {_rates(traced)}")
         print(
             f"  ratio traced/off: {statistics.median(traced) / statistics.median(off):.2f} of "
             f"medians, {statistics.median(pairwise):.2f} median of adjacent pairs "
@@ -297,6 +343,14 @@ def main() -> None:
         )
         print(f"  {_collections(result[f'gc {pipeline}'])}")
         print(f"  {_others(result[f'others {pipeline}'])}")
+        loop, decoders, writer = (
+            statistics.median(r[i] for r in result[f"store parts {pipeline}"]) * 1e6
+            for i in range(3)
+        )
+        print(
+            f"    of the trace store's: its event loop {loop:.1f} us, decoders {decoders:.1f} us, "
+            f"writer {writer:.1f} us"
+        )
         others = sum(
             statistics.median(r[i] for r in result[f"others {pipeline}"]) for i in range(3)
         )

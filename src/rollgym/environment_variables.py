@@ -62,6 +62,8 @@ ROLLGYM_TRACE_STORE_TOKEN: Final = "ROLLGYM_TRACE_STORE_TOKEN"
 ROLLGYM_FORK_SERVER: Final = "ROLLGYM_FORK_SERVER"
 #: ``1`` imports the pure-Python twins of the compiled modules (wire codecs, row decoders).
 ROLLGYM_PURE_PYTHON: Final = "ROLLGYM_PURE_PYTHON"
+#: ``1``: span exporters post OTLP to the run's own trace store instead of span records.
+ROLLGYM_STORE_OTLP: Final = "ROLLGYM_STORE_OTLP"
 #: ``aiohttp`` sends every outgoing exchange through aiohttp instead of the lean client.
 ROLLGYM_HTTP_CLIENT: Final = "ROLLGYM_HTTP_CLIENT"
 #: ``uvicorn``: servers keep uvicorn's own request cycle on httptools, not the lean one.

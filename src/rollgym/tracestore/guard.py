@@ -9,7 +9,8 @@ browser attacks reach such a port from any web page the user visits:
 - **Cross-site writes**: a page may POST a "simple" request (``text/plain``, no preflight)
   to ``http://127.0.0.1:4318/v1/traces``. Browsers mark every such request with ``Origin``;
   OTel exporters never send one. OTLP routes refuse any request with an ``Origin`` header
-  and any body that is not ``application/x-protobuf`` or ``application/json``.
+  and any body that is not ``application/x-protobuf``, ``application/json`` or the span
+  records of the run's own exporter children (a type no page can send without a preflight).
 
 So the viewer's port serves OTLP only to exporters, never to a browser.
 """
@@ -21,6 +22,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from rollgym.telemetry.pipeline.frames import RECORDS_TYPE
 from rollgym.tracestore.decode import JSON_TYPE, PROTOBUF_TYPE
 
 OTLP_PATHS = frozenset(("/v1/traces", "/v1/metrics"))
@@ -70,6 +72,7 @@ def guard_middleware(hosts: frozenset[str] | None) -> Middleware:
             if request.method == "POST" and request.content_type.lower() not in (
                 PROTOBUF_TYPE,
                 JSON_TYPE,
+                RECORDS_TYPE,  # the run's own exporter children (a page cannot send it simply)
             ):
                 return web.json_response(
                     {

@@ -54,6 +54,8 @@ def choose_readers() -> tuple[ModuleType, ModuleType]:
 _rows, _wire = choose_readers()
 #: ``to_rows`` of the chosen readers (see :func:`rollgym.tracestore.span_rows.to_rows`).
 to_rows = _rows.to_rows
+#: ``add_span`` of the chosen readers (see :func:`rollgym.tracestore.span_rows.add_span`).
+add_span = _rows.add_span
 #: ``rows_from_protobuf`` of the chosen readers (see :mod:`rollgym.tracestore.wire_rows`).
 rows_from_protobuf = _wire.rows_from_protobuf
 #: True when the store decodes with the compiled readers (``bench/ingest.py`` says which).

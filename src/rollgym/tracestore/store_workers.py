@@ -50,6 +50,7 @@ import apsw
 from rollgym.child_process import die_with_parent
 from rollgym.tracestore.decode import PROTOBUF_MEDIA_TYPES, SpanBatch, media_type, parse_traces
 from rollgym.tracestore.native import rows_from_protobuf, to_rows
+from rollgym.tracestore.record_rows import RECORDS_TYPE, rows_from_records
 from rollgym.tracestore.store import ResourceRegistry, TraceStore
 
 log = logging.getLogger(__name__)
@@ -247,8 +248,11 @@ def _started() -> bool:
 def _decode(body: bytes, content_type: str) -> bytes:
     """One request's rows, packed for the writer (PayloadError for a bad payload)."""
     assert _resources is not None
-    if media_type(content_type) in PROTOBUF_MEDIA_TYPES:
+    mime = media_type(content_type)
+    if mime in PROTOBUF_MEDIA_TYPES:
         batch = rows_from_protobuf(body, _resources)
+    elif mime == RECORDS_TYPE:  # the run's own exporter children: no OTLP in between
+        batch = rows_from_records(body, _resources)
     else:
         batch = to_rows(parse_traces(body, content_type), _resources)
     return marshal.dumps((batch.resources, batch.spans, batch.links, batch.dispatches))

@@ -8,11 +8,14 @@ exporter passed in, OTLP when the child cannot start).
 
 from __future__ import annotations
 
+import os
+
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import Sampler
 
+import rollgym.environment_variables as env
 from rollgym.telemetry.exporters import (
     OtlpOptions,
     otlp_grpc_traces_target,
@@ -23,12 +26,31 @@ from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
 from rollgym.telemetry.pipeline.shipper import SpanShipper
 from rollgym.telemetry.settings import TelemetrySettings
 
-__all__ = ["build_in_process_pipeline", "build_process_pipeline", "uses_exporter_child"]
+__all__ = [
+    "STORE_OTLP_ENV",
+    "build_in_process_pipeline",
+    "build_process_pipeline",
+    "posts_records",
+    "uses_exporter_child",
+]
+
+#: Set to ``1`` to send OTLP to the run's own trace store too (the fallback from records).
+STORE_OTLP_ENV = env.ROLLGYM_STORE_OTLP
 
 
 def uses_exporter_child(settings: TelemetrySettings) -> bool:
     """Whether this process's spans go to the exporter child (OTLP, HTTP or gRPC)."""
     return settings.traces_exporter == "otlp" and settings.protocol in ("http/protobuf", "grpc")
+
+
+def posts_records(settings: TelemetrySettings) -> bool:
+    """Whether the exporter child posts span records rather than OTLP: to the run's own trace
+    store over HTTP only (``docs/design/span-pipeline.md``), unless :data:`STORE_OTLP_ENV`."""
+    return (
+        settings.to_local_store
+        and settings.protocol == "http/protobuf"
+        and os.environ.get(STORE_OTLP_ENV) != "1"
+    )
 
 
 def build_process_pipeline(
@@ -59,16 +81,10 @@ def build_process_pipeline(
         # the run's own trace store keeps each span once: a batch whose connection broke
         # after it went out is sent again there instead of counted unknown
         idempotent=settings.to_local_store,
+        records=posts_records(settings),
         grpc=grpc,
     )
-    provider = RecordingTracerProvider(
-        shipper.on_end,
-        sampler=sampler,
-        id_generator=id_generator,
-        on_shutdown=shipper.shutdown,
-        on_flush=shipper.flush,
-    )
-    return provider, shipper
+    return _provider(shipper, sampler, id_generator), shipper
 
 
 def build_in_process_pipeline(
@@ -91,11 +107,17 @@ def build_in_process_pipeline(
         schedule_delay_ms=settings.schedule_delay_ms,
         patience_s=settings.flush_timeout_s,
     )
-    provider = RecordingTracerProvider(
-        export.on_end,
+    return _provider(export, sampler, id_generator), export
+
+
+def _provider(
+    side: SpanShipper | InProcessExport, sampler: Sampler | None, id_generator: IdGenerator | None
+) -> RecordingTracerProvider:
+    """The one provider, its records going to ``side`` (either exporter side)."""
+    return RecordingTracerProvider(
+        side.on_end,
         sampler=sampler,
         id_generator=id_generator,
-        on_shutdown=export.shutdown,
-        on_flush=export.flush,
+        on_shutdown=side.shutdown,
+        on_flush=side.flush,
     )
-    return provider, export

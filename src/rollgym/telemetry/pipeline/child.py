@@ -20,6 +20,9 @@ Protocol (all frames are a 4-byte big-endian length, then :mod:`marshal` bytes):
 - every later frame: a list of span records, each marshalled on its own as its span ended
   (:func:`~rollgym.telemetry.pipeline.frames.unpack_frame`), posted as
   ``ExportTraceServiceRequest`` s of at most the current batch size (:class:`BatchSize`);
+  to the run's own trace store (config key ``records``) the packed records are posted as
+  they came, never unpacked (:data:`~rollgym.telemetry.pipeline.frames.RECORDS_TYPE`): the
+  store turns records into rows itself, so neither side pays for OTLP;
 - for each request it writes lines to stdout: ``sending <n>`` as each attempt starts to go
   out (from then on the backend may get it), ``retrying <n>`` when that attempt failed without
   the backend storing anything (nothing went whole, or an error answer), and one verdict:
@@ -67,7 +70,14 @@ from typing import Any, BinaryIO
 
 from rollgym.child_process import libc
 from rollgym.defaults import SPAN_EXPORT_BATCH_SIZE
-from rollgym.telemetry.pipeline.frames import STOP_NOW, STOP_RETRYING, read_frame, unpack_frame
+from rollgym.telemetry.pipeline.frames import (
+    RECORDS_TYPE,
+    STOP_NOW,
+    STOP_RETRYING,
+    pack_records,
+    read_frame,
+    unpack_frame,
+)
 from rollgym.telemetry.pipeline.native import encode_request
 from rollgym.telemetry.pipeline.transport import NoAnswer, NotSent, transport_for
 from rollgym.urls import redact_url
@@ -214,13 +224,14 @@ class Poster:
         compression: str | None,
         patience_s: float = 0.0,
         idempotent: bool = False,
+        content_type: str = "application/x-protobuf",
     ) -> None:
         self._url = url
         #: The backend keeps a span once however often it is sent (the run's own trace store:
         #: ``INSERT OR IGNORE`` on trace and span id), so a request whose connection broke
         #: after it went out is sent again rather than left unknown.
         self._idempotent = idempotent
-        self._headers = {"Content-Type": "application/x-protobuf", **headers}
+        self._headers = {"Content-Type": content_type, **headers}
         if compression == "gzip":
             self._headers["Content-Encoding"] = "gzip"
         self._gzip = compression == "gzip"
@@ -385,6 +396,8 @@ def _serve(inp: BinaryIO, answers: Answers) -> None:
     if config.get("grpc") is not None:
         _serve_grpc(inp, answers, resource, config["grpc"], config.get("batch", 0))
         return
+    #: The run's own trace store: the records go as they came, no OTLP (module docstring).
+    records = bool(config.get("records", False))
     poster = Poster(
         config["url"],
         config["headers"],
@@ -392,23 +405,25 @@ def _serve(inp: BinaryIO, answers: Answers) -> None:
         config.get("compression"),
         config.get("patience_s", 0.0),
         config.get("idempotent", False),
+        RECORDS_TYPE if records else "application/x-protobuf",
     )
     _life.poster = poster
     size = BatchSize(config.get("batch", SPAN_EXPORT_BATCH_SIZE), config["timeout_s"])
+    encode = _records_encoder(resource) if records else _otlp_encoder(resource)
     while not _ended():
         frame = _read_next(inp)
         if frame is None:
             return
-        records = unpack_frame(frame)
+        batch = marshal.loads(frame) if records else unpack_frame(frame)
         start = 0
-        while start < len(records):
+        while start < len(batch):
             if _ended():
-                answers.say(UNSENT, len(records) - start)
+                answers.say(UNSENT, len(batch) - start)
                 return
-            part = records[start : start + size.spans]
+            part = batch[start : start + size.spans]
             start += len(part)
             try:
-                body = encode_request(resource, part)
+                body = encode(part)
             except Exception:  # an encoding bug loses this batch (counted), not the exporter
                 _log.exception("encoding a batch of %d spans failed", len(part))
                 answers.say(FAIL, len(part))
@@ -417,6 +432,17 @@ def _serve(inp: BinaryIO, answers: Answers) -> None:
             if verdict == UNKNOWN and poster.timed_out and _life.drain_until is None:
                 size.timed_out(len(part))
             answers.say(verdict, len(part))
+
+
+def _otlp_encoder(resource: dict[str, Any]) -> Callable[[list[Any]], bytes]:
+    """Unpacked records -> an OTLP ``ExportTraceServiceRequest``."""
+    return lambda part: encode_request(resource, part)
+
+
+def _records_encoder(resource: dict[str, Any]) -> Callable[[list[Any]], bytes]:
+    """Packed records (never unpacked here) -> a records body for the run's own store."""
+    packed_resource = marshal.dumps(resource)
+    return lambda part: pack_records(packed_resource, part)
 
 
 def _serve_grpc(

@@ -15,6 +15,14 @@ import struct
 from typing import Any, BinaryIO
 
 HEADER = struct.Struct(">I")
+#: Content-Type of a request body of span records, posted by the exporter child to the run's
+#: own trace store only (``tracestore.record_rows`` turns them into rows there): the records
+#: skip OTLP's encoding here and its decoding in the store. Every other destination, and
+#: every foreign sender to the store (engines), speaks OTLP.
+RECORDS_TYPE = "application/x-rollgym-span-records"
+#: The layout of such a body: ``marshal`` of (this number, the resource's marshal bytes, a
+#: list of packed records); a store that reads another number refuses the body (400).
+RECORDS_FORMAT = 1
 #: Sent by the parent near its flush limit: from then on the child tries every batch once.
 STOP_RETRYING = signal.SIGUSR1
 #: Sent by the parent at its flush limit: the child breaks off the post in progress, says
@@ -39,6 +47,12 @@ def read_frame(stream: BinaryIO) -> bytes | None:
 
 #: One span record as bytes (raises ValueError for a value marshal cannot write).
 pack_record = marshal.dumps
+
+
+def pack_records(resource: bytes, packed: list[bytes]) -> bytes:
+    """A :data:`RECORDS_TYPE` body: ``resource`` is the resource's marshal bytes, ``packed``
+    the records as :func:`pack_record` made them (never unpacked on the way)."""
+    return marshal.dumps((RECORDS_FORMAT, resource, packed))
 
 
 def unpack_frame(frame: bytes) -> list[tuple[Any, ...]]:

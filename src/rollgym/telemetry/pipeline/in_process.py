@@ -29,7 +29,6 @@ import logging
 import marshal
 import threading
 import time
-from collections import deque
 from collections.abc import Sequence
 
 from opentelemetry.sdk.resources import Resource
@@ -37,15 +36,12 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from rollgym.defaults import SPAN_EXPORT_BATCH_SIZE, SPAN_QUEUE_SIZE, SPAN_SCHEDULE_DELAY_MS
-from rollgym.telemetry.pipeline.frames import pack_record
 from rollgym.telemetry.pipeline.readable import readable_span
 from rollgym.telemetry.pipeline.records import SpanRecord
-from rollgym.telemetry.pipeline.shipper import clean_record
+from rollgym.telemetry.pipeline.shipper import PackedQueue
 from rollgym.telemetry.span_counts import (
     REASON_EXPORT_FAILED,
-    REASON_QUEUE_FULL,
     REASON_SHUTDOWN,
-    SpanCounts,
 )
 
 __all__ = ["InProcessExport"]
@@ -55,7 +51,7 @@ _FIRST_RETRY_S = 0.5
 _MAX_RETRY_S = 5.0
 
 
-class InProcessExport:
+class InProcessExport(PackedQueue):
     """Records -> ``ReadableSpan`` s -> ``exporter``, in this process; see the module docstring."""
 
     def __init__(
@@ -72,22 +68,14 @@ class InProcessExport:
         self._exporter = exporter
         self._resource = resource
         self._synchronous = synchronous
-        #: Packed records (:func:`~rollgym.telemetry.pipeline.frames.pack_record`), oldest first.
-        self._queue: deque[bytes] = deque()
-        self.counts = SpanCounts(self._queue)
-        self._max_queue = max_queue_size
-        self._batch = max(1, min(max_export_batch_size, max_queue_size))
-        self._delay_s = max(schedule_delay_ms, 1) / 1000
+        super().__init__(max_queue_size, max_export_batch_size, schedule_delay_ms)
         self._patience_s = patience_s
         #: Monotonic time after which no failed batch is tried again (the flush limit).
         self._deadline: float | None = None
         #: Nothing here gives up on an endpoint early (the shipper's probe does, for OTLP/HTTP).
         self.gave_up_on_endpoint = False
         self._failure_logged = False
-        self._closed = False
-        self._stopping = False
         self._stop_retrying = threading.Event()
-        self._wake = threading.Event()
         self._worker: threading.Thread | None = None
         if not synchronous:
             self._worker = threading.Thread(
@@ -100,19 +88,8 @@ class InProcessExport:
         """Queue one finished span (or, synchronous, export it now); never raises."""
         if self._synchronous:
             self._export_now(record)
-            return
-        queue = self._queue
-        size = len(queue)
-        if size >= self._max_queue or self._closed:
-            self.counts.drop(REASON_SHUTDOWN if self._closed else REASON_QUEUE_FULL)
-            return
-        try:
-            packed = pack_record(record)
-        except ValueError:  # a value of a type the API does not allow: clean, then pack
-            packed = pack_record(clean_record(record))
-        queue.append(packed)
-        if size + 1 == self._batch:
-            self._wake.set()
+        else:
+            PackedQueue.on_end(self, record)
 
     def _export_now(self, record: SpanRecord) -> None:
         counts = self.counts
@@ -126,13 +103,7 @@ class InProcessExport:
 
     # --- export thread ------------------------------------------------------------------------
     def _export_loop(self) -> None:
-        while True:
-            self._wake.wait(self._delay_s)
-            self._wake.clear()
-            stopping = self._stopping
-            self._export_queued()
-            if stopping:
-                return
+        self._drain(self._export_queued)
 
     def _export_queued(self) -> None:
         queue, popleft, counts = self._queue, self._queue.popleft, self.counts

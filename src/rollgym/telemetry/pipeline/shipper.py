@@ -36,7 +36,7 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import IO, Any
 
 from rollgym.defaults import SPAN_EXPORT_BATCH_SIZE, SPAN_QUEUE_SIZE, SPAN_SCHEDULE_DELAY_MS
@@ -84,7 +84,58 @@ SHUTDOWN_PROBE_S = 8.0
 STOP_NOW_S = 1.0
 
 
-class SpanShipper:
+class PackedQueue:
+    """The hot path both exporter sides share: a bounded queue of packed records.
+
+    :meth:`on_end` (called by ``RecordingSpan.end``): a length check, the record ``marshal`` ed
+    to bytes, a ``deque.append`` (atomic under the GIL, no lock) and once per batch an
+    ``Event.set`` that wakes the side's worker thread. :class:`SpanShipper` ships the queue to
+    its exporter child, :class:`~rollgym.telemetry.pipeline.in_process.InProcessExport` to an
+    SDK exporter; each counts into its own :attr:`counts`.
+    """
+
+    def __init__(
+        self, max_queue_size: int, max_export_batch_size: int, schedule_delay_ms: float
+    ) -> None:
+        #: Packed records (:func:`~rollgym.telemetry.pipeline.frames.pack_record`), oldest first.
+        self._queue: deque[bytes] = deque()
+        self.counts = SpanCounts(self._queue)
+        self._max_queue = max_queue_size
+        self._batch = max(1, min(max_export_batch_size, max_queue_size))
+        self._wake = threading.Event()
+        self._delay_s = max(schedule_delay_ms, 1) / 1000
+        self._closed = False
+        #: Set when the side shuts down: its worker ships what is queued once more and ends.
+        self._stopping = False
+
+    def _drain(self, ship: Callable[[], None]) -> None:
+        """The worker thread's loop: woken by a full batch or every ``schedule_delay_ms``,
+        ``ship`` what is queued, until the side is stopping (then once more)."""
+        while True:
+            self._wake.wait(self._delay_s)
+            self._wake.clear()
+            stopping = self._stopping
+            ship()
+            if stopping:
+                return
+
+    def on_end(self, record: SpanRecord) -> None:
+        """Queue one finished span, or count it dropped; never blocks."""
+        queue = self._queue
+        size = len(queue)
+        if size >= self._max_queue or self._closed:
+            self.counts.drop(REASON_SHUTDOWN if self._closed else REASON_QUEUE_FULL)
+            return
+        try:
+            packed = pack_record(record)
+        except ValueError:  # a value of a type the API does not allow: clean, then pack
+            packed = pack_record(clean_record(record))
+        queue.append(packed)
+        if size + 1 == self._batch:
+            self._wake.set()
+
+
+class SpanShipper(PackedQueue):
     """Queue + exporter child for one process; see the module docstring."""
 
     def __init__(
@@ -101,14 +152,10 @@ class SpanShipper:
         schedule_delay_ms: float = SPAN_SCHEDULE_DELAY_MS,
         command: list[str] | None = None,
         idempotent: bool = False,
+        records: bool = False,
         grpc: Mapping[str, Any] | None = None,
     ) -> None:
-        #: Packed records (:func:`~rollgym.telemetry.pipeline.frames.pack_record`), oldest first.
-        self._queue: deque[bytes] = deque()
-        self.counts = SpanCounts(self._queue)
-        self._max_queue = max_queue_size
-        self._batch = max(1, min(max_export_batch_size, max_queue_size))
-        self._delay_s = max(schedule_delay_ms, 1) / 1000
+        super().__init__(max_queue_size, max_export_batch_size, schedule_delay_ms)
         self._timeout_s = timeout_s
         self._patience_s = patience_s
         self._url = url
@@ -118,9 +165,6 @@ class SpanShipper:
         #: Set at shutdown when nothing accepted a connection through the grace: the process's
         #: other exporters (metrics) to that endpoint need not retry either.
         self.gave_up_on_endpoint = False
-        self._wake = threading.Event()
-        self._stopping = False
-        self._closed = False
         self._io_lock = threading.Lock()
         self._dead = False
         #: Set when this process ends the child (:meth:`stop_now`): what it never sent is then
@@ -138,6 +182,8 @@ class SpanShipper:
             "resource": dict(resource),
             "batch": self._batch,
             "idempotent": idempotent,
+            # the run's own trace store: records as they are, no OTLP (``child`` docstring)
+            "records": records,
             # OTLP/gRPC instead of OTLP/HTTP: the SDK gRPC exporter's keywords (``url`` is
             # then only where a shutdown probes whether anything listens)
             "grpc": None if grpc is None else dict(grpc),
@@ -155,31 +201,9 @@ class SpanShipper:
         self._writer.start()
         self._reader.start()
 
-    # --- hot path -----------------------------------------------------------------------------
-    def on_end(self, record: SpanRecord) -> None:
-        """Queue one finished span, or count it dropped; never blocks."""
-        queue = self._queue
-        size = len(queue)
-        if size >= self._max_queue or self._closed:
-            self.counts.drop(REASON_SHUTDOWN if self._closed else REASON_QUEUE_FULL)
-            return
-        try:
-            packed = pack_record(record)
-        except ValueError:  # a value of a type the API does not allow: clean, then pack
-            packed = pack_record(clean_record(record))
-        queue.append(packed)
-        if size + 1 == self._batch:
-            self._wake.set()
-
     # --- writer thread ------------------------------------------------------------------------
     def _write_loop(self) -> None:
-        while True:
-            self._wake.wait(self._delay_s)
-            self._wake.clear()
-            stopping = self._stopping
-            self._ship_queued()
-            if stopping:
-                break
+        self._drain(self._ship_queued)
         with contextlib.suppress(OSError):  # end of input: the child finishes and exits
             self._stdin.close()
 

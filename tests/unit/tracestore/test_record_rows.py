@@ -1,0 +1,205 @@
+"""Span records posted by rollgym's own exporter children become exactly the rows the same
+records give through OTLP (encoded by the child's wire encoder, read by the store's wire
+reader), or the same refusal; and through a real store and exporter child, the same spans
+stored either way give the same database rows."""
+
+from __future__ import annotations
+
+import marshal
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollgym.telemetry import names
+from rollgym.telemetry.pipeline.frames import pack_records
+from rollgym.telemetry.pipeline.shipper import SpanShipper
+from rollgym.telemetry.pipeline.wire import encode_request
+from rollgym.tracestore.decode import PayloadError, SpanBatch
+from rollgym.tracestore.native import rows_from_protobuf
+from rollgym.tracestore.record_rows import rows_from_records
+from rollgym.tracestore.store import SCHEMA, ResourceRegistry
+from rollgym.tracestore.store_process import start_trace_store
+
+RESOURCE = {"service.name": "rollgym-driver", names.RUN_ID: "run-r", "host.cores": 2}
+SCOPE = ("rollgym", "1.0", None)
+OTHER_SCOPE = ("rollgym.http", None, "https://schema")
+
+
+def _record(n: int, **fields: Any) -> tuple[Any, ...]:
+    record: dict[str, Any] = {
+        "trace_id": (0xABC << 64) + n,
+        "span_id": 0x1000 + n,
+        "parent_span_id": 0,
+        "parent_is_remote": False,
+        "name": names.SPAN_DISPATCH,
+        "kind": 0,
+        "start": 1_700_000_000_000_000_000 + n,
+        "end": 1_700_000_000_000_500_000 + n,
+        "attributes": {names.ROLLOUT_ID: f"r{n}", names.DISPATCH_NAME: "agent"},
+        "events": None,
+        "links": None,
+        "status_code": 0,
+        "status_message": None,
+        "scope": SCOPE,
+        "trace_state": None,
+    }
+    record.update(fields)
+    return tuple(record.values())
+
+
+def _records() -> list[tuple[Any, ...]]:
+    """Every shape the driver and servers record, and the values OTLP cannot carry."""
+    return [
+        _record(1),
+        _record(
+            2,
+            parent_span_id=0x77,
+            parent_is_remote=True,
+            name="POST /rollout",
+            kind=2,
+            attributes={
+                "http.status_code": 200,
+                "ok": True,
+                "ratio": 0.25,
+                "nan": float("nan"),
+                "tags": ("a", "b"),
+                "nested": [1, (2, 3)],
+                "huge": 1 << 70,  # beyond 64 bits: OTLP leaves it out
+                "mapping": {"no": 1},  # not an attribute value: left out
+                "raw": b"bytes",
+                "mixed": (1, b"x"),  # one item it cannot carry: the whole value left out
+                "negative": -5,
+            },
+            status_code=2,
+            status_message="boom",
+            scope=OTHER_SCOPE,
+        ),
+        _record(
+            3,
+            attributes={
+                names.ROLLOUT_REWARD: 1,
+                names.ROLLOUT_ATTEMPT: 2,
+                names.ROLLOUT_OUTCOME: "ok",
+                names.ROLLOUT_ID: ("tuple", "id"),
+            },
+            events=[
+                ("exception", 5, {"exception.type": "ValueError", "x": 1 << 80}),
+                ("e", 6, None),
+            ],
+            links=[(0xDEF, 0x42, True, {"link.kind": "job"}), (0xDEF, 0x43, False, None)],
+            trace_state=(("k", "v"),),
+            status_code=1,
+        ),
+        _record(4, scope=("", None, None), attributes={}),
+        _record(5, kind=4, name=names.SPAN_DISPATCH, attributes={names.ROLLOUT_REWARD: True}),
+    ]
+
+
+def _registry() -> ResourceRegistry:
+    conn = sqlite3.connect(":memory:")
+    conn.executescript(SCHEMA)
+    return ResourceRegistry(conn)
+
+
+def _via_otlp(records: list[tuple[Any, ...]]) -> SpanBatch | str:
+    try:
+        return rows_from_protobuf(encode_request(RESOURCE, records), _registry())
+    except (PayloadError, ValueError, TypeError) as exc:  # the child or the store refuses
+        return f"refused: {type(exc).__name__}"
+
+
+def _records_body(records: list[tuple[Any, ...]]) -> bytes:
+    return pack_records(marshal.dumps(RESOURCE), [marshal.dumps(r) for r in records])
+
+
+def _via_records(records: list[tuple[Any, ...]]) -> SpanBatch | str:
+    try:
+        return rows_from_records(_records_body(records), _registry())
+    except PayloadError as exc:
+        return f"refused: {type(exc).__name__}"
+
+
+def _rows(batch: SpanBatch | str) -> object:
+    if isinstance(batch, str):
+        return batch
+    return (batch.resources, batch.spans, batch.links, batch.dispatches)
+
+
+def test_records_give_the_rows_otlp_gives() -> None:
+    records = _records()
+    by_otlp = _via_otlp(records)
+    assert not isinstance(by_otlp, str), by_otlp
+    assert len(by_otlp.spans) == len(records) and by_otlp.links and by_otlp.dispatches
+    assert _rows(_via_records(records)) == _rows(by_otlp)
+
+
+@pytest.mark.parametrize("n", range(1, 6))
+def test_each_record_alone_gives_the_rows_otlp_gives(n: int) -> None:
+    record = _records()[n - 1]
+    assert _rows(_via_records([record])) == _rows(_via_otlp([record]))
+
+
+def test_a_value_that_is_not_text_is_refused_on_both_paths() -> None:
+    bad = _record(9, attributes={"text": "lone \ud800 surrogate"})
+    assert isinstance(_via_otlp([bad]), str)
+    assert isinstance(_via_records([bad]), str)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"not marshal",
+        marshal.dumps((2, marshal.dumps(RESOURCE), [])),  # another format
+        marshal.dumps((1, marshal.dumps(RESOURCE), [marshal.dumps(("short",))])),
+        marshal.dumps((1, marshal.dumps(RESOURCE), [b"\x00garbage"])),
+        marshal.dumps((1, marshal.dumps(RESOURCE), [marshal.dumps(_record(1, trace_id="x"))])),
+        marshal.dumps((1, marshal.dumps(RESOURCE), [marshal.dumps(_record(1, trace_id=1 << 200))])),
+    ],
+)
+def test_a_malformed_records_body_is_a_bad_payload(body: bytes) -> None:
+    with pytest.raises(PayloadError):
+        rows_from_records(body, _registry())
+
+
+def _stored(db: Path) -> dict[str, list[tuple[Any, ...]]]:
+    with sqlite3.connect(db) as conn:
+        return {
+            table: sorted(conn.execute(f"SELECT * FROM {table}").fetchall(), key=repr)
+            for table in ("resources", "spans", "links", "dispatches")
+        }
+
+
+def _ship(endpoint: str, records: list[tuple[Any, ...]], *, as_records: bool) -> dict[str, int]:
+    shipper = SpanShipper(
+        url=f"{endpoint}/v1/traces",
+        headers=None,
+        resource=RESOURCE,
+        timeout_s=10.0,
+        patience_s=30.0,
+        idempotent=True,
+        records=as_records,
+    )
+    for record in records:
+        shipper.on_end(record)
+    assert shipper.flush(60.0)
+    shipper.shutdown(30.0)
+    return shipper.counts.snapshot()
+
+
+def test_a_store_stores_the_same_rows_from_records_as_from_otlp(tmp_path: Path) -> None:
+    records = [r for r in _records() if r[0] != 0]
+    stored = {}
+    for as_records in (False, True):
+        folder = tmp_path / ("records" if as_records else "otlp")
+        store = start_trace_store(folder / "traces.db", folder / "store.log")
+        try:
+            counts = _ship(store.endpoint, records, as_records=as_records)
+        finally:
+            store.stop()
+        assert counts["spans_exported"] == len(records), counts
+        assert counts["spans_dropped"] == 0, counts
+        stored[as_records] = _stored(folder / "traces.db")
+    assert stored[True]["spans"] and stored[True] == stored[False]
