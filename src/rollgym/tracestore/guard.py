@@ -11,6 +11,9 @@ browser attacks reach such a port from any web page the user visits:
   OTel exporters never send one. OTLP routes refuse any request with an ``Origin`` header
   and any body that is not ``application/x-protobuf``, ``application/json`` or the span
   records of the run's own exporter children (a type no page can send without a preflight).
+- **Span records from elsewhere**: records are ``marshal`` data, which Python does not
+  promise to read safely when crafted; they are taken from loopback peers only (the run's
+  own exporter children), so a host holding the store's token still speaks OTLP.
 
 So the viewer's port serves OTLP only to exporters, never to a browser.
 """
@@ -23,6 +26,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from rollgym.telemetry.pipeline.frames import RECORDS_TYPE
+from rollgym.tracestore.access import is_loopback
 from rollgym.tracestore.decode import JSON_TYPE, PROTOBUF_TYPE
 
 OTLP_PATHS = frozenset(("/v1/traces", "/v1/metrics"))
@@ -80,6 +84,18 @@ def guard_middleware(hosts: frozenset[str] | None) -> Middleware:
                         f"got {request.content_type!r}"
                     },
                     status=415,
+                )
+            if request.content_type.lower() == RECORDS_TYPE and not is_loopback(
+                request.remote or ""
+            ):
+                # Span records are marshal data, read only from this machine's own processes
+                # (the run's exporter children); a sender elsewhere, token or not, sends OTLP.
+                return web.json_response(
+                    {
+                        "error": f"{RECORDS_TYPE} is taken from this machine only; "
+                        f"send {PROTOBUF_TYPE} from elsewhere"
+                    },
+                    status=403,
                 )
         return await handler(request)
 

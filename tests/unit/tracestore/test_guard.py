@@ -5,14 +5,17 @@ Requests go to a real store process on 127.0.0.1 with the headers a browser woul
 
 from __future__ import annotations
 
+import marshal
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from rollgym.tracestore.guard import allowed_hosts, host_name
-from rollgym.tracestore.store_process import TraceStoreProcess
+from rollgym.telemetry.pipeline.frames import RECORDS_TYPE, pack_records
+from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
 
 EMPTY_EXPORT = ExportTraceServiceRequest().SerializeToString()
 
@@ -66,3 +69,42 @@ def test_allowed_hosts_add_the_bound_address_and_extras_never_any() -> None:
     assert "10.0.0.5" in allowed_hosts("10.0.0.5")
     assert "0.0.0.0" not in allowed_hosts("0.0.0.0")
     assert "box.lan" in allowed_hosts("0.0.0.0", ["Box.lan"])
+
+
+def _this_machines_other_address() -> str | None:
+    """An address of this machine that is not loopback, or None where it has none."""
+    import socket
+
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("192.0.2.1", 9))  # no packet is sent: this only picks a source address
+        address = str(probe.getsockname()[0])
+    except OSError:
+        return None
+    finally:
+        probe.close()
+    return None if address.startswith("127.") else address
+
+
+def test_span_records_are_taken_from_this_machine_only(tmp_path: Path) -> None:
+    """Records are marshal data: a peer beyond loopback, even with the token, must send OTLP."""
+    address = _this_machines_other_address()
+    if address is None:
+        pytest.skip("this machine has no address beyond loopback to send from")
+    token = "t" * 40
+    store = start_trace_store(
+        tmp_path / "traces.db", tmp_path / "store.log", host="0.0.0.0", token=token
+    )
+    try:
+        port = store.endpoint.rsplit(":", 1)[1]
+        body = pack_records(marshal.dumps({"service.name": "guard-test"}), [])
+        auth = {"Authorization": f"Bearer {token}"}
+        records = {**auth, "Content-Type": RECORDS_TYPE}
+        protobuf = {**auth, "Content-Type": "application/x-protobuf"}
+        remote = f"http://{address}:{port}/v1/traces"
+        assert _status(remote, data=EMPTY_EXPORT, headers=protobuf) == 200
+        assert _status(remote, data=body, headers=records) == 403
+        local = f"http://127.0.0.1:{port}/v1/traces"
+        assert _status(local, data=body, headers=records) == 200
+    finally:
+        store.stop()
