@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from rollgym.tracestore.guard import allowed_hosts, host_name
 from rollgym.telemetry.pipeline.frames import RECORDS_TYPE, pack_records
+from rollgym.tracestore.guard import allowed_hosts, host_name
 from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
 
 EMPTY_EXPORT = ExportTraceServiceRequest().SerializeToString()
