@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from rollgym.printable import printable
+
+if TYPE_CHECKING:
+    from rollgym.config import JobConfig
 
 EXIT_ERROR = 1
 EXIT_CONFIG = 2
@@ -31,6 +35,22 @@ def add_job_command(
         "config", metavar="CONFIG", help="job config file (YAML): run:, servers:, telemetry:"
     )
     return parser
+
+
+def load_starting_early(path: str, overrides: list[str]) -> JobConfig:
+    """The job config at ``path`` with ``overrides``, its local servers' fork server started
+    as soon as the file is read (their imports then overlap the driver's own and the
+    validation); raises :class:`~rollgym.errors.ConfigError`. The caller lets an unused fork
+    server go with :func:`~rollgym.placement.forked.discard_early` whatever happens next."""
+    from rollgym.config import validate_read
+    from rollgym.config.data import read_config
+    from rollgym.placement.forked import start_early, start_early_from
+
+    read = read_config(path, overrides)
+    start_early_from(read)
+    config = validate_read(read)
+    start_early(config)  # where the raw config did not say enough to start it
+    return config
 
 
 def config_error(exc: Exception) -> int:

@@ -17,6 +17,7 @@ from rollgym.cli.job_command import (
     EXIT_INTERRUPTED,
     add_job_command,
     config_error,
+    load_starting_early,
     rollgym_error,
 )
 
@@ -54,20 +55,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def handle(args: argparse.Namespace) -> int:
     """Run the job; exit 0 when it finished, 130 when interrupted, 2 for a bad config."""
-    from rollgym.config.data import read_config
     from rollgym.errors import ConfigError, RollgymError
-    from rollgym.placement.forked import discard_early, start_early, start_early_from
+    from rollgym.placement.forked import discard_early
 
     try:
-        read = read_config(args.config, args.overrides)
-        start_early_from(read)  # the servers' imports overlap the driver's own from here on
-        from rollgym.config import validate_read
-
-        config = validate_read(read)
+        config = load_starting_early(args.config, args.overrides)
     except ConfigError as exc:
         discard_early()
         return config_error(exc)
-    start_early(config)  # where the raw config did not say enough to start it
     if config.run.output_dir is not None:
         from rollgym.driver.run_lock import check_usable
 

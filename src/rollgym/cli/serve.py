@@ -17,6 +17,7 @@ from rollgym.cli.job_command import (
     EXIT_ERROR,
     add_job_command,
     config_error,
+    load_starting_early,
     rollgym_error,
 )
 
@@ -75,19 +76,13 @@ async def _serve(config: Any, names: list[str]) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     """Serve; exit 0 after a clean stop, 2 for a bad config, 1 when a server did not start."""
-    from rollgym.config.data import read_config
     from rollgym.errors import ConfigError, RollgymError
-    from rollgym.placement.forked import discard_early, start_early, start_early_from
+    from rollgym.placement.forked import discard_early
 
     try:
         overrides = [item for item in args.names if "=" in item]
         names = [item for item in args.names if "=" not in item]
-        read = read_config(args.config, overrides)
-        start_early_from(read)  # the servers' imports overlap the driver's own from here on
-        from rollgym.config import validate_read
-
-        config = validate_read(read)
-        start_early(config)  # where the raw config did not say enough to start it
+        config = load_starting_early(args.config, overrides)
         from rollgym.event_loop import loop_factory
 
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
