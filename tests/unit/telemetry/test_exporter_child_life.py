@@ -27,6 +27,8 @@ sys.path.insert(0, str(ROOT / "tests" / "faults"))
 
 from otlp_sink import OtlpSink  # noqa: E402
 
+from waits import wait_for  # noqa: E402
+
 T0 = 1_700_000_000_000_000_000
 #: The recording processes started here import the rollgym this test imported.
 ENV = {**os.environ, "PYTHONPATH": str(Path(rollgym.__file__).resolve().parents[1])}
@@ -36,15 +38,6 @@ def _record(i: int, pad: int = 0) -> tuple[Any, ...]:
     attributes = {"i": i, "pad": "x" * pad} if pad else {"i": i}
     return (1, i + 1, 0, False, "s", 0, T0, T0 + 1, attributes, None, None, 0, None,
             ("rollgym", None, None), None)  # fmt: skip
-
-
-def _wait(predicate: Any, timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 @pytest.fixture
@@ -76,7 +69,7 @@ def test_stopped_while_awaiting_an_answer_the_batch_is_unknown_not_dropped(
     shipper = _shipper(slow.url)
     for i in range(300):
         shipper.on_end(_record(i))
-    assert _wait(lambda: len(slow.span_ids()) == 100)  # the first batch is out, unanswered
+    assert wait_for(lambda: len(slow.span_ids()) == 100)  # the first batch is out, unanswered
     shipper.shutdown(timeout_s=1.0)  # the flush limit: the child is stopped mid-request
     shipper.counts.close()
     counts = shipper.counts.snapshot()
@@ -92,7 +85,7 @@ def test_stopped_while_half_sent_to_a_tarpit_nothing_it_got_is_called_dropped(
     shipper = _shipper(tarpit.url, batch=50)
     for i in range(150):
         shipper.on_end(_record(i, pad=2000))  # ~100 kB a request: seconds at 20 kB/s
-    assert _wait(lambda: shipper.counts.in_flight > 0)  # a request is going out
+    assert wait_for(lambda: shipper.counts.in_flight > 0)  # a request is going out
     shipper.shutdown(timeout_s=1.0)
     shipper.counts.close()
     time.sleep(1.0)  # what the kernel still had buffered arrives (or not) after the stop
@@ -167,11 +160,11 @@ def test_the_child_dies_within_seconds_of_a_killed_parent_without_a_traceback(
     try:
         assert parent.stdout is not None
         child = int(parent.stdout.readline())
-        assert _wait(lambda: slow.requests >= 1)  # the child waits on the slow backend
+        assert wait_for(lambda: slow.requests >= 1)  # the child waits on the slow backend
         parent.send_signal(signal.SIGKILL)
         parent.wait()
         # the request timeout is 60 s: a child waiting it out fails here
-        gone = _wait(lambda: not _alive(child), timeout=10.0)
+        gone = wait_for(lambda: not _alive(child), timeout=10.0)
     finally:
         if parent.poll() is None:
             parent.kill()
@@ -236,7 +229,7 @@ def test_exported_in_process_too_the_batch_in_its_request_at_the_limit_is_unknow
     for i in range(20):
         with spans.rollout_span(str(i)):
             pass
-    assert _wait(lambda: len(slow.span_ids()) == 8)  # the first request is out, unanswered
+    assert wait_for(lambda: len(slow.span_ids()) == 8)  # the first request is out, unanswered
     handle.shutdown(1.0)
     counts = handle.counts()
     assert counts["spans_unknown"] == 8 == len(slow.span_ids())

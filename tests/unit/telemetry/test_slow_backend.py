@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +22,7 @@ from aiohttp_loopback import serve_on_loopback
 from rollgym.telemetry.loss_report import loss_line, loss_warnings
 from rollgym.telemetry.pipeline import child
 from rollgym.telemetry.pipeline.shipper import SpanShipper
+from waits import wait_for
 
 FAST_UP_TO = 64
 TIMEOUT_S = 0.5
@@ -92,13 +92,6 @@ def _record(i: int) -> tuple[Any, ...]:
     )
 
 
-def _wait(predicate: Any, timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not predicate():
-        time.sleep(0.02)
-    return predicate()
-
-
 def test_timed_out_batches_are_unknown_and_later_ones_smaller(receiver: SlowReceiver) -> None:
     shipper = SpanShipper(
         url=receiver.url + "/v1/traces",
@@ -121,7 +114,7 @@ def test_timed_out_batches_are_unknown_and_later_ones_smaller(receiver: SlowRece
     assert counts["spans_exported"] == 600 - 384
     assert receiver.sizes[:3] == [256, 128, 64] and max(receiver.sizes[2:]) <= 64
     # the receiver did store the timed-out batches: "unknown" was the honest word
-    assert _wait(lambda: receiver.stored == 600), receiver.stored
+    assert wait_for(lambda: receiver.stored == 600), receiver.stored
     line = loss_line(counts)
     assert line is not None and "216 of 600 span(s) delivered" in line and "384 unknown" in line
     (warning,) = loss_warnings(counts)

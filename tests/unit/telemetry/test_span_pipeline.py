@@ -50,6 +50,7 @@ from rollgym.telemetry.sampling import SingleTraceIdGenerator
 from rollgym.telemetry.settings import TelemetrySettings
 from rollgym.telemetry.setup import setup_telemetry
 from rollgym.tracestore.store_process import start_trace_store
+from waits import wait_for
 
 RESOURCE = {"service.name": "rollgym-test", "gym.run.id": "run-1"}
 #: The context key the API keeps the current span under (read through the API, as the code does).
@@ -408,15 +409,6 @@ def _record(i: int) -> R.SpanRecord:
     )
 
 
-def _wait(predicate: Callable[[], bool], timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
-
-
 def test_a_stalled_child_fills_the_queue_and_drops_are_counted_without_blocking() -> None:
     stalled = [sys.executable, "-c", "import time; time.sleep(120)"]  # never reads its input
     shipper = _shipper(command=stalled, max_queue_size=50, max_export_batch_size=10)
@@ -476,7 +468,7 @@ def test_in_process_a_stalled_exporter_fills_the_queue_and_everything_is_counted
 def test_a_dead_child_drops_and_counts_and_never_blocks() -> None:
     shipper = _shipper()
     os.kill(shipper.child_pid, signal.SIGKILL)
-    assert _wait(lambda: shipper._dead)
+    assert wait_for(lambda: shipper._dead)
     for i in range(300):
         shipper.on_end(_record(i))
     shipper.shutdown(timeout_s=10.0)
