@@ -217,9 +217,8 @@ def _action_tool(schema: dict[str, Any]) -> dict[str, Any]:
     parameters["properties"] = properties
     if isinstance(parameters.get("required"), list):
         parameters["required"] = [r for r in parameters["required"] if r != "metadata"]
-    return function_tool(
-        name, str(schema.get("description") or f"Take one step: a {title}."), parameters
-    )
+    description = str(schema.get("description") or f"Take one step: a {title}.")
+    return function_tool(name, description, parameters)
 
 
 def _mcp_tool(entry: object) -> dict[str, Any]:
