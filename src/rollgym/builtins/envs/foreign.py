@@ -48,6 +48,8 @@ from rollgym.servers import (
 RewardOf = Literal["last", "sum"]
 #: What a tool call after the episode's end is told.
 EPISODE_OVER = "the episode is over: reply with your final answer"
+#: What the output of the step that ends the episode says after it.
+OVER_NOTE = "\n(the episode is over)"
 #: How long closing a foreign session waits for its creation, if that is under way.
 SEEDING_WAIT_S = 10.0
 
@@ -76,22 +78,12 @@ def check_one_place(url: str | None, url_key: str, local: str | None, local_key:
         raise ValueError(f"'{url_key}' must be an http(s) URL, got {url!r}")
 
 
-def fetch_setup_json(base_url: str, path: str, timeout_s: float, where: str, key: str) -> object:
-    """``GET base_url + path`` as JSON, or a :class:`SetupProblem` naming ``where``, the
-    request and what went wrong (``key``: the option that named the server)."""
-    what = f"{where}: GET {path}"
-    try:
-        with urllib.request.urlopen(  # noqa: S310 (an http(s) URL, checked by the options)
-            base_url + path, timeout=timeout_s
-        ) as answer:
-            return orjson.loads(answer.read())
-    except urllib.error.HTTPError as exc:
-        raise SetupProblem(key, f"{what} answered HTTP {exc.code}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise SetupProblem(key, f"{what} failed: {reason}") from None
-    except orjson.JSONDecodeError:
-        raise SetupProblem(key, f"{what} answered something not JSON") from None
+def function_tool(name: str, description: str, parameters: object) -> dict[str, Any]:
+    """A foreign tool as the model is offered it: an OpenAI chat ``tools`` entry."""
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
 
 
 def refused_over_http(answer: ToolAnswer) -> str:
@@ -153,8 +145,8 @@ class ForeignSessionsEnvironment(Environment, Generic[Wire]):
     started here is stopped if that fails, and at shutdown.
 
     Sessions: a subclass's :meth:`seed` makes its foreign session (a ``Wire``) inside
-    :meth:`seeding` and puts it in ``state.data["wire"]``, the session's tools (OpenAI
-    function schemas) in ``state.data["tools"]``/``["tool_names"]``; it writes
+    :meth:`seeding` and answers :meth:`seeded` with it and the session's tools (OpenAI
+    function schemas); it writes
     :meth:`close_wire` (how to end one) and :meth:`foreign_step` (one tool call there, the
     arguments already checked). This class keeps each foreign session owned from the moment
     its creation begins: it is closed, in a task of its own, when its episode ``/run`` ends
@@ -240,6 +232,24 @@ class ForeignSessionsEnvironment(Environment, Generic[Wire]):
             self.stop_local_server()
             raise
 
+    def setup_json(self, path: str, timeout_s: float) -> object:
+        """``GET path`` on the server as JSON (what :meth:`check_protocol` reads), or a
+        :class:`SetupProblem` naming the option that named the server, the request and what
+        went wrong."""
+        what = f"{self.where}: GET {path}"
+        try:
+            with urllib.request.urlopen(  # noqa: S310 (an http(s) URL, checked by the options)
+                self.base_url + path, timeout=timeout_s
+            ) as answer:
+                return orjson.loads(answer.read())
+        except urllib.error.HTTPError as exc:
+            raise SetupProblem(self.key, f"{what} answered HTTP {exc.code}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise SetupProblem(self.key, f"{what} failed: {reason}") from None
+        except orjson.JSONDecodeError:
+            raise SetupProblem(self.key, f"{what} answered something not JSON") from None
+
     def stop_local_server(self) -> None:
         """Stop the server rollgym started for this environment, if any (blocking)."""
         if self._local is not None:
@@ -304,6 +314,24 @@ class ForeignSessionsEnvironment(Environment, Generic[Wire]):
             raise
         finally:
             created.set()
+
+    def seeded(
+        self,
+        wire: Wire,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        **episode: object,
+    ) -> SessionState:
+        """What :meth:`seed` answers: the session's state with ``wire`` and its ``tools``
+        (OpenAI function entries) where this class reads them, and the subclass's own
+        ``episode`` keys beside them."""
+        data: dict[str, Any] = {
+            "wire": wire,
+            "tools": tools,
+            "tool_names": frozenset(str(t["function"]["name"]) for t in tools),
+            **episode,
+        }
+        return SessionState(messages=messages, data=data)
 
     async def open_session(self, rollout_id: str | None, task: dict[str, Any]) -> dict[str, object]:
         """The rollgym session, its own tools offered."""

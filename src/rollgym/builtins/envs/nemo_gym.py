@@ -34,7 +34,6 @@ from pydantic import Field
 from rollgym.builtins.envs.foreign import (
     ForeignOptions,
     ForeignSessionsEnvironment,
-    fetch_setup_json,
 )
 from rollgym.builtins.envs.nemo_gym_host import ResourcesProcess, log_path_for
 from rollgym.builtins.envs.nemo_gym_wire import NemoGymError, ResourcesSession
@@ -113,13 +112,7 @@ class NemoGymEnv(ForeignSessionsEnvironment[ResourcesSession]):
         without ``/seed_session`` and ``/verify`` is not a resource server, said before the
         first rollout."""
         # FastAPI builds the schema on the first ask: seconds for NeMo Gym's large bodies.
-        body = fetch_setup_json(
-            self.base_url,
-            "/openapi.json",
-            self.nemo_gym_options.start_timeout_s,
-            self.where,
-            self.key,
-        )
+        body = self.setup_json("/openapi.json", self.nemo_gym_options.start_timeout_s)
         paths = body.get("paths") if isinstance(body, dict) else None
         missing = [p for p in _PROTOCOL_ROUTES if not isinstance(paths, dict) or p not in paths]
         if missing:
@@ -138,16 +131,9 @@ class NemoGymEnv(ForeignSessionsEnvironment[ResourcesSession]):
             await wire.seed(task)
         tools = chat.get("tools")
         tools = tools if isinstance(tools, list) else []
-        data: dict[str, Any] = {
-            "wire": wire,
-            "task": task,
-            "tools": tools,
-            "tool_names": frozenset(str(t["function"]["name"]) for t in tools),
-            "output": [],
-        }
         messages = chat["messages"]
         assert isinstance(messages, list)  # to_chat_request builds a list
-        return SessionState(messages=messages, data=data)
+        return self.seeded(wire, messages, tools, task=task, output=[])
 
     async def close_wire(self, wire: ResourcesSession, session_id: str) -> bool:
         """``/close_session``, counted as closed or refused (``aggregate_metrics``)."""

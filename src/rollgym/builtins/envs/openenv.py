@@ -31,11 +31,12 @@ import orjson
 from pydantic import Field
 
 from rollgym.builtins.envs.foreign import (
+    OVER_NOTE,
     ForeignOptions,
     ForeignSessionsEnvironment,
     RewardOf,
     episode_reward,
-    fetch_setup_json,
+    function_tool,
 )
 from rollgym.builtins.envs.openenv_host import HostedApp, app_of, load_object
 from rollgym.builtins.envs.openenv_wire import Observation, OpenEnvError, WireSession, ws_url
@@ -108,9 +109,7 @@ class OpenEnvEnv(ForeignSessionsEnvironment[WireSession]):
     def check_protocol(self) -> None:
         """The action class's JSON schema (``GET /schema``), read once at start-up: a server
         that does not answer it is not an OpenEnv server, said before the first rollout."""
-        body = fetch_setup_json(
-            self.base_url, "/schema", self.openenv_options.connect_timeout_s, self.where, self.key
-        )
+        body = self.setup_json("/schema", self.openenv_options.connect_timeout_s)
         action = body.get("action") if isinstance(body, dict) else None
         if not isinstance(action, dict):
             raise SetupProblem(self.key, f"{self.where}: GET /schema has no 'action' schema")
@@ -138,17 +137,10 @@ class OpenEnvEnv(ForeignSessionsEnvironment[WireSession]):
             {"role": "system", "content": options.system_prompt},
             {"role": "user", "content": f"{prompt}\n\n{_shown(first.fields)}"},
         ]
-        data: dict[str, Any] = {
-            "wire": wire,
-            "tools": tools,
-            "tool_names": frozenset(str(t["function"]["name"]) for t in tools),
-            "rewards": [] if first.reward is None else [first.reward],
-            "steps": 0,
-            "over": first.done,
-        }
         if first.done:
             await self.closing(wire, "")
-        return SessionState(messages=messages, data=data)
+        rewards = [] if first.reward is None else [first.reward]
+        return self.seeded(wire, messages, tools, rewards=rewards, steps=0, over=first.done)
 
     async def _tools(self, wire: WireSession) -> list[dict[str, Any]]:
         """The tools of this session: the MCP environment's own, else its one action."""
@@ -226,24 +218,14 @@ def _action_tool(schema: dict[str, Any]) -> dict[str, Any]:
     if isinstance(parameters.get("required"), list):
         parameters["required"] = [r for r in parameters["required"] if r != "metadata"]
     description = str(schema.get("description") or f"Take one step: a {title}.")
-    return {
-        "type": "function",
-        "function": {"name": name, "description": description, "parameters": parameters},
-    }
+    return function_tool(name, description, parameters)
 
 
 def _mcp_tool(entry: object) -> dict[str, Any]:
     if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
         raise OpenEnvError("list_tools", f"answered a tool without a name: {entry!r:.200}")
     parameters = entry.get("input_schema") or entry.get("inputSchema") or {"type": "object"}
-    return {
-        "type": "function",
-        "function": {
-            "name": entry["name"],
-            "description": str(entry.get("description") or ""),
-            "parameters": parameters,
-        },
-    }
+    return function_tool(entry["name"], str(entry.get("description") or ""), parameters)
 
 
 def _tool_output(seen: Observation, mcp: bool) -> str:
@@ -255,7 +237,7 @@ def _tool_output(seen: Observation, mcp: bool) -> str:
         if isinstance(error, dict) and error:
             return f"error: {error.get('message') or _shown(error)}"
         shown = _result_text(seen.fields.get("result"))
-    return shown + ("\n(the episode is over)" if seen.done else "")
+    return shown + (OVER_NOTE if seen.done else "")
 
 
 def _result_text(result: object) -> str:

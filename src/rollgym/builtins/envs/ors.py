@@ -34,11 +34,12 @@ from pydantic import Field
 
 from rollgym.builtins.envs.foreign import (
     EPISODE_OVER,
+    OVER_NOTE,
     ForeignOptions,
     ForeignSessionsEnvironment,
     RewardOf,
     episode_reward,
-    fetch_setup_json,
+    function_tool,
 )
 from rollgym.builtins.envs.ors_host import OrsProcess, default_python
 from rollgym.builtins.envs.ors_wire import CallResult, OrsError, OrsSession
@@ -117,13 +118,7 @@ class OrsEnv(ForeignSessionsEnvironment[OrsSession]):
     def check_protocol(self) -> None:
         """The server's environments (``/list_environments``), read once at start-up: a
         server that does not answer it is not an ORS server, said before the first rollout."""
-        listed = fetch_setup_json(
-            self.base_url,
-            "/list_environments",
-            self.ors_options.start_timeout_s,
-            self.where,
-            self.key,
-        )
+        listed = self.setup_json("/list_environments", self.ors_options.start_timeout_s)
         if (
             not isinstance(listed, list)
             or not listed
@@ -164,15 +159,7 @@ class OrsEnv(ForeignSessionsEnvironment[OrsSession]):
             {"role": "system", "content": self.ors_options.system_prompt},
             {"role": "user", "content": prompt},
         ]
-        data: dict[str, Any] = {
-            "wire": wire,
-            "tools": tools,
-            "tool_names": frozenset(str(t["name"]) for t in wire.tools),
-            "rewards": [],
-            "calls": 0,
-            "over": False,
-        }
-        return SessionState(messages=messages, data=data)
+        return self.seeded(wire, messages, tools, rewards=[], calls=0, over=False)
 
     async def close_wire(self, wire: OrsSession, session_id: str) -> bool:
         """``/delete`` and ``/delete_session``, counted as closed or refused."""
@@ -196,7 +183,7 @@ class OrsEnv(ForeignSessionsEnvironment[OrsSession]):
         self.aggregates.record_tool(name, ok=True)
         if result.finished:
             self.end_episode(state)
-        return ToolAnswer(result.text + ("\n(the episode is over)" if result.finished else ""))
+        return ToolAnswer(result.text + (OVER_NOTE if result.finished else ""))
 
     async def _tool_call(self, state: SessionState, name: str, args: dict[str, Any]) -> CallResult:
         """One ``/call``, its reward and finished flag kept in the session's state."""
@@ -255,11 +242,4 @@ def _function(entry: dict[str, Any]) -> dict[str, Any]:
     """An ORS tool (``ToolSpec``) as an OpenAI function: its input schema as the parameters."""
     schema = entry.get("input_schema")
     parameters = schema if isinstance(schema, dict) and schema else _EMPTY_SCHEMA
-    return {
-        "type": "function",
-        "function": {
-            "name": entry["name"],
-            "description": str(entry.get("description") or ""),
-            "parameters": parameters,
-        },
-    }
+    return function_tool(entry["name"], str(entry.get("description") or ""), parameters)
