@@ -99,9 +99,9 @@ def test_a_broken_connection_after_the_request_went_out_is_unknown_not_sent_agai
     from rollgym.telemetry.pipeline.transport import NoAnswer, PlainHttp
 
     with OtlpSink("hangup") as sink:  # reads each request whole, then hangs up unanswered
-        transport = PlainHttp(sink.url + "/v1/traces")
+        transport = PlainHttp(sink.url + "/v1/traces", {"Content-Type": "x"})
         with pytest.raises(NoAnswer):
-            transport.post(_request_body(10), {"Content-Type": "x"}, (2.0, 30.0))
+            transport.post(_request_body(10), (2.0, 30.0))
         assert len(sink.span_ids()) == 10  # it has them: calling them lost would be a lie
         assert sink.requests == 1  # and they are not sent again (stored twice)
 

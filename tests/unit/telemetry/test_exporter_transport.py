@@ -78,9 +78,9 @@ def server() -> Iterator[_Server]:
 
 
 def test_posts_go_out_whole_on_one_kept_alive_connection(server: _Server) -> None:
-    transport = PlainHttp(server.url)
+    transport = PlainHttp(server.url, HEADERS)
     for n in range(3):
-        assert transport.post(b"body-%d" % n, HEADERS, TIMEOUT) == 200
+        assert transport.post(b"body-%d" % n, TIMEOUT) == 200
     assert [b for _, _, b in server.bodies] == [b"body-0", b"body-1", b"body-2"]
     assert {(path, kind) for path, kind, _ in server.bodies} == {
         ("/v1/traces", "application/x-protobuf")
@@ -90,30 +90,30 @@ def test_posts_go_out_whole_on_one_kept_alive_connection(server: _Server) -> Non
 
 def test_a_connection_the_backend_closed_is_opened_again(server: _Server) -> None:
     server.close_after = True
-    transport = PlainHttp(server.url)
-    assert [transport.post(b"x", HEADERS, TIMEOUT) for _ in range(3)] == [200, 200, 200]
+    transport = PlainHttp(server.url, HEADERS)
+    assert [transport.post(b"x", TIMEOUT) for _ in range(3)] == [200, 200, 200]
     assert len(server.bodies) == 3
 
 
 def test_a_stale_kept_alive_connection_is_resent_once_at_once(server: _Server) -> None:
-    transport = PlainHttp(server.url)
-    assert transport.post(b"first", HEADERS, TIMEOUT) == 200
+    transport = PlainHttp(server.url, HEADERS)
+    assert transport.post(b"first", TIMEOUT) == 200
     connection = transport._connection
     assert connection is not None and connection.sock is not None
     connection.sock.shutdown(socket.SHUT_RDWR)  # what an idle timeout on the backend leaves
-    assert transport.post(b"second", HEADERS, TIMEOUT) == 200
+    assert transport.post(b"second", TIMEOUT) == 200
     assert [b for _, _, b in server.bodies] == [b"first", b"second"]
 
 
 def test_the_status_is_the_backends(server: _Server) -> None:
     server.status = 503
-    assert PlainHttp(server.url).post(b"x", HEADERS, TIMEOUT) == 503
+    assert PlainHttp(server.url, HEADERS).post(b"x", TIMEOUT) == 503
 
 
 def test_no_answer_in_time_is_no_answer_not_a_failure(server: _Server) -> None:
     server.delay_s = 1.0
     with pytest.raises(NoAnswer):
-        PlainHttp(server.url).post(b"x", HEADERS, (1.0, 0.2))
+        PlainHttp(server.url, HEADERS).post(b"x", (1.0, 0.2))
     assert server.bodies  # it arrived: the backend may store it
 
 
@@ -122,7 +122,7 @@ def test_a_port_nobody_listens_on_is_not_sent() -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with pytest.raises(NotSent):
-        PlainHttp(f"http://127.0.0.1:{port}/v1/traces").post(b"x", HEADERS, (0.5, 0.5))
+        PlainHttp(f"http://127.0.0.1:{port}/v1/traces", HEADERS).post(b"x", (0.5, 0.5))
 
 
 def test_the_poster_retries_a_5xx_then_delivers(server: _Server) -> None:
@@ -141,9 +141,14 @@ def no_netrc(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return tmp_path
 
 
+def test_requests_sends_the_endpoints_headers_too(server: _Server, no_netrc: Path) -> None:
+    assert RequestsHttp(server.url, HEADERS).post(b"x", TIMEOUT) == 200
+    assert server.bodies == [("/v1/traces", "application/x-protobuf", b"x")]
+
+
 def test_plain_http_with_nothing_else_set_takes_the_plain_path(no_netrc: Path) -> None:
     assert plain_http_will_do("http://127.0.0.1:4318/v1/traces")
-    assert isinstance(transport_for("http://127.0.0.1:4318/v1/traces"), PlainHttp)
+    assert isinstance(transport_for("http://127.0.0.1:4318/v1/traces", HEADERS), PlainHttp)
 
 
 @pytest.mark.parametrize(
@@ -161,7 +166,7 @@ def test_tls_proxies_and_url_credentials_stay_with_requests(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert not plain_http_will_do(url)
-    assert isinstance(transport_for(url), RequestsHttp)
+    assert isinstance(transport_for(url, HEADERS), RequestsHttp)
 
 
 def test_a_netrc_file_stays_with_requests(no_netrc: Path, monkeypatch: pytest.MonkeyPatch) -> None:

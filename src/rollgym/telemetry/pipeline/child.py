@@ -231,13 +231,13 @@ class Poster:
         #: ``INSERT OR IGNORE`` on trace and span id), so a request whose connection broke
         #: after it went out is sent again rather than left unknown.
         self._idempotent = idempotent
-        self._headers = {"Content-Type": content_type, **headers}
+        headers = {"Content-Type": content_type, **headers}
         if compression == "gzip":
-            self._headers["Content-Encoding"] = "gzip"
+            headers["Content-Encoding"] = "gzip"
         self._gzip = compression == "gzip"
         self._timeout = timeout_s
         self._patience = patience_s
-        self._transport = transport_for(url)
+        self._transport = transport_for(url, headers)
         self._failure_logged = False
         #: True while a request is out whole and its answer awaited (read by signal handlers).
         self.awaiting_answer = False
@@ -304,7 +304,7 @@ class Poster:
     def _send(self, body: bytes, timeout: tuple[float, float]) -> int:
         self.awaiting_answer = False
         try:
-            return self._transport.post(body, self._headers, timeout, self._sent)
+            return self._transport.post(body, timeout, self._sent)
         finally:
             self.awaiting_answer = False
 

@@ -173,19 +173,8 @@ class InProcessExport(PackedQueue):
             )
 
     # --- lifecycle ----------------------------------------------------------------------------
-    def flush(self, timeout_s: float) -> bool:
-        """Export everything queued now and wait (bounded) until every span has an outcome."""
-        deadline = time.monotonic() + timeout_s
-        counts = self.counts
-        while True:
-            with counts.lock:
-                done = not self._queue and counts.settled_short_of(counts.accepted) <= 0
-            if done or self._worker is None:
-                return done
-            if time.monotonic() >= deadline:
-                return False
-            self._wake.set()
-            time.sleep(0.01)
+    def _worker_gone(self) -> bool:
+        return self._worker is None
 
     def stop_retrying_at(self, deadline: float, *, rollouts_ended_at: float | None = None) -> None:
         """No failed batch is tried again after ``deadline`` (monotonic): the flush limit."""

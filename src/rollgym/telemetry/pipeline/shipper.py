@@ -134,6 +134,30 @@ class PackedQueue:
         if size + 1 == self._batch:
             self._wake.set()
 
+    def flush(self, timeout_s: float) -> bool:
+        """Ship everything queued now and wait (bounded) until the side answered for all of it.
+
+        True when every span accepted so far has an outcome (exported or counted dropped).
+        Returns at once with what holds when the side's worker is gone (or there never was
+        one): nothing else would settle the rest.
+        """
+        deadline = time.monotonic() + timeout_s
+        counts = self.counts
+        while True:
+            self._wake.set()
+            with counts.lock:
+                unsettled = counts.settled_short_of(counts.accepted)
+                done = not self._queue and counts.handed == counts.accepted and unsettled <= 0
+            if done or self._worker_gone():
+                return done
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+
+    def _worker_gone(self) -> bool:
+        """Whether nothing works through the queue any more (each side says how it knows)."""
+        raise NotImplementedError
+
 
 class SpanShipper(PackedQueue):
     """Queue + exporter child for one process; see the module docstring."""
@@ -286,24 +310,8 @@ class SpanShipper(PackedQueue):
                 counts.drop_accepted(self._lost_reason(), unresolved)
 
     # --- lifecycle ----------------------------------------------------------------------------
-    def flush(self, timeout_s: float) -> bool:
-        """Ship everything queued now and wait (bounded) until the child answered for all of it.
-
-        True when every span accepted so far has an outcome (exported or counted dropped).
-        """
-        deadline = time.monotonic() + timeout_s
-        self._wake.set()
-        counts = self.counts
-        while True:
-            with counts.lock:
-                unsettled = counts.settled_short_of(counts.accepted)
-                done = not self._queue and counts.handed == counts.accepted and unsettled <= 0
-            if done or self._dead:
-                return done
-            if time.monotonic() >= deadline:
-                return False
-            self._wake.set()
-            time.sleep(0.01)
+    def _worker_gone(self) -> bool:
+        return self._dead
 
     def stop_retrying_at(self, deadline: float, *, rollouts_ended_at: float | None = None) -> None:
         """The flush limit (monotonic): :meth:`shutdown` stops the child then, retrying or not.

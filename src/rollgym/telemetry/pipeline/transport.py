@@ -32,7 +32,7 @@ import os
 import select
 import socket
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -70,14 +70,11 @@ def _nothing() -> None:
 
 
 class Transport(Protocol):
-    """One POST of an encoded request; see the module docstring for the answers."""
+    """POSTs of encoded requests to one endpoint, each with the headers it was made with (the
+    endpoint's: content type, encoding, credentials); see the module docstring for the answers."""
 
     def post(
-        self,
-        body: bytes,
-        headers: dict[str, str],
-        timeout: tuple[float, float],
-        on_sent: Callable[[], None] = _nothing,
+        self, body: bytes, timeout: tuple[float, float], on_sent: Callable[[], None] = _nothing
     ) -> int:
         """The answer's status; raises :class:`NoAnswer` or :class:`NotSent`. ``on_sent`` is
         called once the whole request went out, before the answer is awaited."""
@@ -92,27 +89,24 @@ class PlainHttp:
     """``http.client`` on one connection, kept alive between posts and opened again after a
     failure; ``timeout`` is (connect, read) seconds, as requests takes it."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, headers: Mapping[str, str]) -> None:
         parts = urllib.parse.urlsplit(url)
         self._host = parts.hostname or "127.0.0.1"
         self._port = parts.port or 80
         self._target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self._headers = dict(headers)
         self._connection: http.client.HTTPConnection | None = None
         #: Set by :meth:`abort`: the post in progress is not tried again on a new connection.
         self._aborted = False
 
     def post(
-        self,
-        body: bytes,
-        headers: dict[str, str],
-        timeout: tuple[float, float],
-        on_sent: Callable[[], None] = _nothing,
+        self, body: bytes, timeout: tuple[float, float], on_sent: Callable[[], None] = _nothing
     ) -> int:
         connection = self._connection
         reused = connection is not None and connection.sock is not None
         self._aborted = False
         try:
-            return self._exchange(body, headers, timeout, on_sent)
+            return self._exchange(body, timeout, on_sent)
         except (NotSent, _ClosedWithoutAnswer):
             if not reused or self._aborted:
                 raise
@@ -120,14 +114,10 @@ class PlainHttp:
         # answer: the backend had closed it while it was idle (its close crossed our request),
         # so it never read this request, which goes again at once on a new connection, as
         # every HTTP client does. On a new connection the same is an unknown.
-        return self._exchange(body, headers, timeout, on_sent)
+        return self._exchange(body, timeout, on_sent)
 
     def _exchange(
-        self,
-        body: bytes,
-        headers: dict[str, str],
-        timeout: tuple[float, float],
-        on_sent: Callable[[], None],
+        self, body: bytes, timeout: tuple[float, float], on_sent: Callable[[], None]
     ) -> int:
         connect_s, read_s = timeout
         connection = self._connection
@@ -146,7 +136,7 @@ class PlainHttp:
                 connection.connect()
             if connection.sock is not None:  # connected just now or kept alive
                 connection.sock.settimeout(read_s)
-            connection.request("POST", self._target, body=body, headers=headers)
+            connection.request("POST", self._target, body=body, headers=self._headers)
         except (OSError, http.client.HTTPException) as exc:
             self.close()
             raise NotSent(type(exc).__name__) from None
@@ -194,24 +184,23 @@ def _closed_by_peer(sock: socket.socket) -> bool:
 class RequestsHttp:
     """requests' session for everything :class:`PlainHttp` does not do (TLS, proxies, netrc)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, headers: Mapping[str, str]) -> None:
         import requests  # only here: most children never need it (module docstring)
 
         self._requests = requests
         self._url = url
+        self._headers = dict(headers)
         self._session = requests_session(url)
 
     def post(
-        self,
-        body: bytes,
-        headers: dict[str, str],
-        timeout: tuple[float, float],
-        on_sent: Callable[[], None] = _nothing,
+        self, body: bytes, timeout: tuple[float, float], on_sent: Callable[[], None] = _nothing
     ) -> int:
         requests = self._requests
         on_sent()  # requests does not say when the body went out: from the start, then
         try:
-            answer = self._session.post(self._url, data=body, headers=headers, timeout=timeout)
+            answer = self._session.post(
+                self._url, data=body, headers=self._headers, timeout=timeout
+            )
         except requests.ReadTimeout:
             raise NoAnswer(timed_out=True) from None
         except requests.RequestException as exc:
@@ -261,6 +250,7 @@ def plain_http_will_do(url: str, environ: os._Environ[str] | dict[str, str] | No
     return not any((home / name).exists() for name in (".netrc", "_netrc"))
 
 
-def transport_for(url: str) -> Transport:
-    """:class:`PlainHttp` where it sends as requests would, else :class:`RequestsHttp`."""
-    return PlainHttp(url) if plain_http_will_do(url) else RequestsHttp(url)
+def transport_for(url: str, headers: Mapping[str, str]) -> Transport:
+    """:class:`PlainHttp` where it sends as requests would, else :class:`RequestsHttp`; each
+    post to ``url`` carries ``headers``."""
+    return PlainHttp(url, headers) if plain_http_will_do(url) else RequestsHttp(url, headers)
