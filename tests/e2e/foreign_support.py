@@ -157,6 +157,31 @@ def shut_down_mid_seed(
     asyncio.run(play())
 
 
+def give_up_mid_seed(
+    environment: Environment,
+    task: dict[str, Any],
+    seeding: Callable[[], bool],
+    closed: Callable[[], bool],
+) -> None:
+    """Start ``environment`` in this process, seed one session and cancel the seed (its caller
+    gave up) while the foreign server is still making it (``seeding`` says when it has begun
+    there); ``closed`` must then come to hold while the environment still runs."""
+
+    async def play() -> None:
+        await environment.on_startup()
+        try:
+            seed = asyncio.create_task(environment.open_session("given-up", task))
+            await until(seeding, "the foreign server to begin the session", 60, interval=0.05)
+            assert not seed.done()
+            seed.cancel()
+            await asyncio.gather(seed, return_exceptions=True)
+            await until(closed, "the session made to be closed", 30, interval=0.05)
+        finally:
+            await environment.on_shutdown()
+
+    asyncio.run(play())
+
+
 def assert_each_failed_in_one_line(
     job: Job, proc: subprocess.CompletedProcess[str], n: int, *says: str
 ) -> None:

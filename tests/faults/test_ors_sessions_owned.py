@@ -14,12 +14,15 @@ from foreign_support import (
     RUN,
     abandon_rollouts,
     alternately_routed,
+    give_up_mid_seed,
     seed_unverified,
     served_urls,
     servers,
 )
 from ors_support import OrsJob, open_sessions, ors_server, require_openreward, session_counts
 from sessions_owned_support import kill_9_mid_run_and_resume
+
+from rollgym.builtins.envs.ors import OrsEnv
 
 require_openreward()
 
@@ -70,3 +73,20 @@ def test_sessions_of_abandoned_rollouts_close_while_the_servers_run(
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
+
+
+def test_a_session_whose_rollout_gave_up_while_it_was_made_is_closed(ors_job: OrsJob) -> None:
+    """The seed is cancelled (its caller gave up) while openreward is still making the session
+    (a constructor that takes 2 s): openreward's ``/delete`` of a session still in ``/create``
+    does nothing, so the close waits for ``/create``'s answer and the instance it made is torn
+    down, the environment still running."""
+    job = ors_job
+    with ors_server(job.root / "ors.log", job.sessions, mode="slow_create") as url:
+        environment = OrsEnv.build("guess", {"ors_url": url})
+        assert isinstance(environment, OrsEnv)
+        give_up_mid_seed(
+            environment,
+            {"index": 1},
+            lambda: session_counts(job.sessions)["opened"] == 1,
+            lambda: session_counts(job.sessions) == {"opened": 1, "closed": 1},
+        )

@@ -5,7 +5,8 @@ The tests serve it with openreward's own ``Server`` (``python ors_guess.py <port
 environment instance (one per ORS session) appends a line to the file ``ORS_SESSIONS`` names
 when it is created and when it is torn down, so a test counts from outside the sessions the
 server opened and closed. ``GUESS_MODE`` makes it misbehave for the bad-environment tests:
-``raise`` (the tool raises), ``hang`` (the tool never answers), ``refuse`` (setup() raises).
+``raise`` (the tool raises), ``hang`` (the tool never answers), ``refuse`` (setup() raises),
+``slow_create`` (each instance takes 2 s to make, as a dataset load would).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 
 from openreward.environments import (
     Environment,
@@ -47,6 +49,8 @@ class Game(Environment):
         super().__init__(task_spec)
         self.secret = int(task_spec["secret"])  # type: ignore[arg-type]
         _count("opened")
+        if MODE == "slow_create":
+            time.sleep(2.0)  # openreward runs the constructor in a thread: /create answers late
 
     def setup(self) -> None:
         if MODE == "refuse":

@@ -20,7 +20,7 @@ import contextlib
 import re
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
@@ -135,6 +135,48 @@ class LocalServer(Protocol):
 
 
 Wire = TypeVar("Wire", bound=ForeignSession)
+
+
+class Creation:
+    """The creation of one foreign session, as :meth:`ForeignSessionsEnvironment.seeding`
+    follows it: ended (:attr:`ended` set) once its request has its answer or failed.
+
+    The request goes through :meth:`of`, which waits for its answer even when the rollout
+    that asked is cancelled meanwhile (its caller gave up): the foreign server goes on creating
+    the session whether anyone waits or not, and a close sent before the creation has ended
+    finds nothing to close there (openreward's ``/delete`` of a session still in ``/create``
+    does nothing, and the instance ``/create`` then makes is left open). So the close waits
+    for the answer, which also carries what it needs (the session's id, its cookie)."""
+
+    __slots__ = ("_pending", "ended")
+
+    def __init__(self) -> None:
+        #: Set once the creation has ended, however: what a close waits for.
+        self.ended = asyncio.Event()
+        self._pending: asyncio.Future[None] | None = None
+
+    def __call__(self) -> None:
+        """The creation has ended (for a subclass that makes it without :meth:`of`)."""
+        self.ended.set()
+
+    async def of(self, request: Awaitable[None]) -> None:
+        """Await ``request`` (the creation's exchange) to its end, even past a cancellation of
+        the caller (which is raised here at once, the request going on)."""
+        pending = asyncio.ensure_future(request)
+        pending.add_done_callback(self._done)
+        self._pending = pending
+        await asyncio.shield(pending)
+
+    def _done(self, pending: asyncio.Future[None]) -> None:
+        if not pending.cancelled():
+            pending.exception()  # retrieved: a caller that gave up is not told of it
+        self.ended.set()
+
+    def settle(self) -> None:
+        """The seeding block has ended: so has the creation, unless its request is still
+        going (its answer then ends it)."""
+        if self._pending is None or self._pending.done():
+            self.ended.set()
 
 
 class ForeignSessionsEnvironment(Environment, Generic[Wire]):
@@ -294,26 +336,28 @@ class ForeignSessionsEnvironment(Environment, Generic[Wire]):
     # --- sessions -------------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def seeding(self, wire: Wire) -> AsyncIterator[Callable[[], None]]:
+    async def seeding(self, wire: Wire) -> AsyncIterator[Creation]:
         """The block that creates ``wire``'s foreign session and reads what its episode starts
-        with; it calls what it is given once the creation itself has ended (else the block's
-        end counts). ``wire`` is owned from the block's first line: a shutdown meanwhile closes
-        it once its creation has ended, so the close never overtakes the creation it undoes; a
-        block that fails closes it, a foreign failure told as this environment's (HTTPError)."""
-        created = asyncio.Event()
-        self._unclosed[wire] = created
+        with; it makes the creation's request through what it is given (``await
+        creation.of(wire.open(...))``), or calls that once the creation has ended (else the
+        block's end counts). ``wire`` is owned from the block's first line: a shutdown
+        meanwhile closes it once its creation has ended, so the close never overtakes the
+        creation it undoes; a block that fails or is cancelled closes it the same way, a
+        foreign failure told as this environment's (HTTPError)."""
+        creation = Creation()
+        self._unclosed[wire] = creation.ended
         try:
-            yield created.set
+            yield creation
         except ForeignError as exc:
-            created.set()
+            creation.settle()
             await asyncio.shield(self.closing(wire, ""))
             raise self.failed(exc) from None
         except BaseException:
-            created.set()
+            creation.settle()
             await asyncio.shield(self.closing(wire, ""))
             raise
         finally:
-            created.set()
+            creation.settle()
 
     def seeded(
         self,

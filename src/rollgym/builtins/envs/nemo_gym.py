@@ -127,8 +127,8 @@ class NemoGymEnv(ForeignSessionsEnvironment[ResourcesSession]):
     async def seed(self, task: dict[str, Any]) -> SessionState:
         chat = _chat_of(task)
         wire = ResourcesSession(self.http(), self.base_url, self.nemo_gym_options.answer_timeout_s)
-        async with self.seeding(wire):
-            await wire.seed(task)
+        async with self.seeding(wire) as creation:
+            await creation.of(wire.seed(task))
         tools = chat.get("tools")
         tools = tools if isinstance(tools, list) else []
         messages = chat["messages"]

@@ -127,9 +127,8 @@ class OpenEnvEnv(ForeignSessionsEnvironment[WireSession]):
             connect_timeout_s=options.connect_timeout_s,
             answer_timeout_s=options.answer_timeout_s,
         )
-        async with self.seeding(wire) as created:
-            await wire.connect()  # the server makes the session for the connection
-            created()
+        async with self.seeding(wire) as creation:
+            await creation.of(wire.connect())  # the server makes the session for the connection
             first = await wire.reset(reset)
             tools = await self._tools(wire)
         prompt = str(task.get("prompt") or "The environment's first observation:")

@@ -144,14 +144,13 @@ class OrsEnv(ForeignSessionsEnvironment[OrsSession]):
         wire = OrsSession(
             self.http(), self.base_url, self._env_name, self.ors_options.answer_timeout_s
         )
-        async with self.seeding(wire) as created:
+        async with self.seeding(wire) as creation:
             try:
-                await wire.open(chosen)
+                await creation.of(wire.open(chosen))
             except OrsError as exc:
                 if exc.step == "create" and exc.answered in (400, 422):
                     raise ValueError(f"the ORS server refused it: {exc}") from None
                 raise
-            created()
             await wire.read_tools()
             prompt = await wire.prompt()
         tools = [_function(entry) for entry in wire.tools]
