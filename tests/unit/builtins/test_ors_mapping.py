@@ -68,3 +68,22 @@ def test_exactly_one_place_for_the_environment() -> None:
     with pytest.raises(pydantic.ValidationError, match="must be an http"):
         OrsOptions(ors_url="localhost:8080")
     assert OrsOptions(ors_environment="m:Env").split == "train"
+
+
+def test_a_session_never_begun_is_not_counted_closed() -> None:
+    """A seed that failed before the server named a session (no ``/create_session`` answer,
+    no ``/seed_session`` cookie) has nothing to close: neither close is sent nor counted (the
+    environment counts a close only when it answers True or False)."""
+    from rollgym.builtins.envs.nemo_gym_wire import ResourcesSession
+    from rollgym.builtins.envs.ors_wire import OrsSession
+
+    async def closes() -> tuple[bool | None, bool | None]:
+        import aiohttp
+
+        async with aiohttp.ClientSession() as http:
+            # a port nothing listens on: a close that went out would answer False, not None
+            ors = OrsSession(http, "http://127.0.0.1:9", "guess", 5.0)
+            resources = ResourcesSession(http, "http://127.0.0.1:9", 5.0)
+            return await ors.close(), await resources.close("")
+
+    assert asyncio.run(closes()) == (None, None)

@@ -135,7 +135,7 @@ class NemoGymEnv(ForeignSessionsEnvironment[ResourcesSession]):
         assert isinstance(messages, list)  # to_chat_request builds a list
         return self.seeded(wire, messages, tools, task=task, output=[])
 
-    async def close_wire(self, wire: ResourcesSession, session_id: str) -> bool:
+    async def close_wire(self, wire: ResourcesSession, session_id: str) -> bool | None:
         """``/close_session``, counted as closed or refused (``aggregate_metrics``)."""
         return await wire.close(session_id)
 

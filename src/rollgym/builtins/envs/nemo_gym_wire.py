@@ -114,14 +114,15 @@ class ResourcesSession:
             )
         return verdict
 
-    async def close(self, session_id: str) -> bool:
-        """``/close_session`` with the session's cookie; whether the server took it. Never
-        raises: a close that fails leaves the session to the server's own end."""
+    async def close(self, session_id: str) -> bool | None:
+        """``/close_session`` with the session's cookie; whether the server took it (None:
+        never seeded, nothing to close). Never raises: a close that fails leaves the session
+        to the server's own end."""
         if self.closed:
             return True
         self.closed = True
         if not self.cookies:  # never seeded: the server holds no session of it
-            return True
+            return None
         # One closed before rollgym named it (mid-seed) is named here: the protocol wants an
         # id, the server finds the session by its cookie.
         session_id = session_id or uuid.uuid4().hex

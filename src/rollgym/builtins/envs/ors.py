@@ -160,7 +160,7 @@ class OrsEnv(ForeignSessionsEnvironment[OrsSession]):
         ]
         return self.seeded(wire, messages, tools, rewards=[], calls=0, over=False)
 
-    async def close_wire(self, wire: OrsSession, session_id: str) -> bool:
+    async def close_wire(self, wire: OrsSession, session_id: str) -> bool | None:
         """``/delete`` and ``/delete_session``, counted as closed or refused."""
         return await wire.close()
 

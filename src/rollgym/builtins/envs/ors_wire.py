@@ -195,16 +195,17 @@ class OrsSession:
             output.get("finished") is True,
         )
 
-    async def close(self) -> bool:
+    async def close(self) -> bool | None:
         """``/delete`` (the environment's teardown) then ``/delete_session``, as openreward's
-        client ends a session; whether the server took it. Never raises: a close that fails
+        client ends a session; whether the server took it (None: no session was begun, nothing
+        to close). Never raises: a close that fails
         leaves the session to the server's reaper. (The environment calls it once the session's
         creation has ended, so ``/delete`` never overtakes the ``/create`` it undoes.)"""
         if self.closed:
             return True
         self.closed = True
         if self.sid is None:
-            return True
+            return None
         try:
             async with asyncio.timeout(CLOSE_TIMEOUT_S):
                 # also when /create did not answer: it may have made the environment all the
