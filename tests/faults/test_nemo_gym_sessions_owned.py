@@ -1,6 +1,6 @@
 """Every NeMo Gym resource-server session a rollout seeded is closed (``/close_session``),
 counted from the resource server's side: a session nobody verifies when it expires, one still
-being seeded when its environment shuts down, and after ``kill -9`` of the driver and a resume
+being seeded when its environment shuts down or its rollout is given up, and after ``kill -9`` of the driver and a resume
 (the resumed run exact: nothing lost, nothing run twice)."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from foreign_support import (
     RUN,
     abandon_rollouts,
     alternately_routed,
+    give_up_mid_seed,
     seed_unverified,
     served_urls,
     servers,
@@ -140,3 +141,18 @@ def test_a_session_still_being_seeded_at_shutdown_is_closed(job: Job) -> None:
         )
         counts = session_counts(url)
         assert counts["closed"] == 1 and counts["open"] == 0, counts
+
+
+def test_a_session_whose_rollout_gave_up_while_it_was_seeded_is_closed(job: Job) -> None:
+    """The seed is cancelled (its caller gave up) while ``/seed_session`` is still under way:
+    the cookie only comes with its answer, so the close waits for it, then closes the session
+    the resource server made, the environment still running."""
+    with notebook_server(job.root / "notebook.log", mode="slow_seed") as url:
+        environment = NemoGymEnv.build("nemo", {"resources_url": url})
+        assert isinstance(environment, NemoGymEnv)
+        give_up_mid_seed(
+            environment,
+            notebook_rows(1)[0],
+            lambda: session_counts(url)["seeded"] == 1,
+            lambda: session_counts(url)["closed"] == 1 and session_counts(url)["open"] == 0,
+        )
