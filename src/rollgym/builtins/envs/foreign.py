@@ -155,10 +155,6 @@ class Creation:
         self.ended = asyncio.Event()
         self._pending: asyncio.Future[None] | None = None
 
-    def __call__(self) -> None:
-        """The creation has ended (for a subclass that makes it without :meth:`of`)."""
-        self.ended.set()
-
     async def of(self, request: Awaitable[None]) -> None:
         """Await ``request`` (the creation's exchange) to its end, even past a cancellation of
         the caller (which is raised here at once, the request going on)."""
@@ -339,8 +335,8 @@ class ForeignSessionsEnvironment(Environment, Generic[Wire]):
     async def seeding(self, wire: Wire) -> AsyncIterator[Creation]:
         """The block that creates ``wire``'s foreign session and reads what its episode starts
         with; it makes the creation's request through what it is given (``await
-        creation.of(wire.open(...))``), or calls that once the creation has ended (else the
-        block's end counts). ``wire`` is owned from the block's first line: a shutdown
+        creation.of(wire.open(...))``; without one, the block's end counts as the creation's).
+        ``wire`` is owned from the block's first line: a shutdown
         meanwhile closes it once its creation has ended, so the close never overtakes the
         creation it undoes; a block that fails or is cancelled closes it the same way, a
         foreign failure told as this environment's (HTTPError)."""

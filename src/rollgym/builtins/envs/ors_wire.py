@@ -198,9 +198,9 @@ class OrsSession:
     async def close(self) -> bool | None:
         """``/delete`` (the environment's teardown) then ``/delete_session``, as openreward's
         client ends a session; whether the server took it (None: no session was begun, nothing
-        to close). Never raises: a close that fails
-        leaves the session to the server's reaper. (The environment calls it once the session's
-        creation has ended, so ``/delete`` never overtakes the ``/create`` it undoes.)"""
+        to close). Never raises: a close that fails leaves the session to the server's reaper.
+        (The environment calls it once the session's creation has ended, so ``/delete`` never
+        overtakes the ``/create`` it undoes.)"""
         if self.closed:
             return True
         self.closed = True
