@@ -64,7 +64,7 @@ def servers(engine: str | None, served_model_name: str, max_tokens: int) -> dict
                 "kind": "model",
                 "impl": "openai",
                 "upstream": "engine",
-                "model": served_model_name,
+                "model_name": served_model_name,
                 "request_id": "header",
             },
         }

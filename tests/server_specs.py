@@ -87,7 +87,12 @@ def proxied_servers(
     real engine, or a model spec such as :func:`simulated_model`), ``policy`` (the proxy,
     asking the engine for ``served_model``), ``arith`` and the single-turn ``solver``;
     ``changes`` as for :func:`quickstart_servers` (``solver={"sampling": ...}`` and the like)."""
-    proxy: Spec = {"kind": "model", "impl": "openai", "upstream": "engine", "model": served_model}
+    proxy: Spec = {
+        "kind": "model",
+        "impl": "openai",
+        "upstream": "engine",
+        "model_name": served_model,
+    }
     upstream = {"kind": "model", "url": engine} if isinstance(engine, str) else engine
     servers = {"keys": None, "walker": None, "engine": upstream, **changes}
     return quickstart_servers(model=proxy, **servers)

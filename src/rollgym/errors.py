@@ -104,6 +104,19 @@ class ConfigError(RollgymError):
         super().__init__(f"{where}: {message}" if where else message)
 
 
+class RenamedOptionWarning(FutureWarning):
+    """A job config names a server option by its old name: it still works, under the new
+    name. Said once per key when the config is validated; ``rollgym run`` and ``serve`` print
+    it as one line on stderr, a library caller sees it as Python's ``FutureWarning``."""
+
+    def __init__(self, *, source: str, key_path: str, new_name: str) -> None:
+        self.source = source
+        self.key_path = key_path
+        self.new_name = new_name
+        where = ": ".join(part for part in (source, key_path) if part)
+        super().__init__(f"{where}: now called '{new_name}'; the old name still works")
+
+
 class InputError(RollgymError):
     """An input line that cannot become a rollout: malformed JSON, not an object, a bad field."""
 

@@ -8,9 +8,9 @@ subclass) import this, so neither imports the other: imports run downwards.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 ServerKind = Literal["agent", "environment", "model"]
 
@@ -20,10 +20,37 @@ class ServerOptions(BaseModel):
 
     ``server_refs`` maps an option field to the server kind it must name; the config loader
     checks those references across the whole ``servers:`` block.
+
+    ``renamed`` maps an option's old name to its new one: a config written with the old name
+    keeps working (the config loader says once that the key was renamed), so a word can be
+    given one meaning across all servers without breaking the configs users already have.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     server_refs: ClassVar[dict[str, ServerKind]] = {}
+    renamed: ClassVar[dict[str, str]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:
+        """The options as written, each old name (``renamed``) read as its new one."""
+        if not (cls.renamed and isinstance(data, dict)):
+            return data
+        old_keys = [old for old in cls.renamed if old in data]
+        if not old_keys:
+            return data
+        data = dict(data)
+        for old in old_keys:
+            new = cls.renamed[old]
+            if new in data:
+                raise ValueError(f"give '{new}' only: '{old}' is its old name")
+            data[new] = data.pop(old)
+        return data
+
+    @classmethod
+    def old_names_in(cls, written: dict[str, Any]) -> list[tuple[str, str]]:
+        """(old name, new name) of each renamed option ``written`` still uses."""
+        return [(old, new) for old, new in cls.renamed.items() if old in written]
 
     def references(self) -> Iterator[tuple[str, str, ServerKind]]:
         """(key path, server name, kind) of every server these options name: a

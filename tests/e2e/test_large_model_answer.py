@@ -81,7 +81,7 @@ def test_a_5_mb_model_answer_comes_back_about_5_mb(
     job: Job, upstream: str, trajectories: bool
 ) -> None:
     servers = {
-        "policy": {"kind": "model", "impl": "openai", "base_url": upstream, "model": "m"},
+        "policy": {"kind": "model", "impl": "openai", "base_url": upstream, "model_name": "m"},
         "arith": {"kind": "environment", "impl": "arithmetic"},
         "a": {"kind": "agent", "impl": "single_turn", "model": "policy", "environment": "arith"},
     }

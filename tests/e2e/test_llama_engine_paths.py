@@ -46,7 +46,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @asynccontextmanager
 async def _proxy(engine: str) -> AsyncIterator[tuple[str, OpenAIUpstream, list[str | None]]]:
     """The proxy served by rollgym's protocol; the request ids of every call it sent."""
-    proxy = OpenAIUpstream.build("proxy", {"base_url": engine + "/v1", "model": "tiny"})
+    proxy = OpenAIUpstream.build("proxy", {"base_url": engine + "/v1", "model_name": "tiny"})
     assert isinstance(proxy, OpenAIUpstream)
     sent: list[str | None] = []
     sock = bind_loopback()

@@ -170,7 +170,7 @@ async def test_a_broken_setup_in_an_actor_is_the_start_checks_one_line(
                         "kind": "model",
                         "impl": "openai",
                         "base_url": "http://127.0.0.1:9/v1",
-                        "model": "upstream-model",
+                        "model_name": "upstream-model",
                         "api_key_env": "ROLLGYM_TEST_UNSET_KEY",
                     },
                     "arith": {"kind": "environment", "impl": "arithmetic"},

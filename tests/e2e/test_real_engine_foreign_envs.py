@@ -79,7 +79,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def model_servers(engine: str) -> dict[str, Any]:
     return {
         "engine": {"kind": "model", "url": engine},
-        "policy": {"kind": "model", "impl": "openai", "upstream": "engine", "model": "tiny"},
+        "policy": {"kind": "model", "impl": "openai", "upstream": "engine", "model_name": "tiny"},
     }
 
 

@@ -79,7 +79,12 @@ def _job(root: Path, engine: str, servers: dict[str, object], rows: list[dict[st
     job.write(
         {
             "engine": {"kind": "model", "url": engine},
-            "policy": {"kind": "model", "impl": "openai", "upstream": "engine", "model": "tiny"},
+            "policy": {
+                "kind": "model",
+                "impl": "openai",
+                "upstream": "engine",
+                "model_name": "tiny",
+            },
             **servers,
         },
         rows,

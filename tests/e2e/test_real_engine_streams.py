@@ -33,7 +33,7 @@ ROWS = [{"question": "Count from one to twenty in words."}]
 def _servers(engine_url: str) -> dict[str, object]:
     return {
         "engine": {"kind": "model", "url": engine_url},
-        "policy": {"kind": "model", "impl": "openai", "upstream": "engine", "model": "tiny"},
+        "policy": {"kind": "model", "impl": "openai", "upstream": "engine", "model_name": "tiny"},
         "sdk": {"kind": "agent", "impl": "sdk_agents:OverlappingStreamsAgent", "model": "policy"},
     }
 

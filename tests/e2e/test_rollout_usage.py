@@ -165,7 +165,7 @@ def test_sdk_rollouts_count_their_model_seconds_and_record_every_call(tmp_path: 
     agent = {"kind": "agent", "model": "policy", "environment": "arith"}
     servers = {
         "engine": {"kind": "model", "impl": "simulated", "accuracy": 1.0},
-        "policy": {"kind": "model", "impl": "openai", "upstream": "engine", "model": "m"},
+        "policy": {"kind": "model", "impl": "openai", "upstream": "engine", "model_name": "m"},
         "arith": {"kind": "environment", "impl": "arithmetic"},
         "plain": {**agent, "impl": "telemetry_agents:SdkAgent"},
         "streamed": {**agent, "impl": "sdk_agents:StreamingToolAgent"},

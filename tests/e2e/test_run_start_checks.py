@@ -139,7 +139,7 @@ def test_an_api_key_variable_that_is_not_set(job: Job, no_leftover_servers: None
         "kind": "model",
         "impl": "openai",
         "base_url": "http://127.0.0.1:9/v1",
-        "model": "upstream-model",
+        "model_name": "upstream-model",
         "api_key_env": "ROLLGYM_TEST_UNSET_KEY",
     }
     job.write(quickstart_servers(model=upstream, walker=None, keys=None), ROWS)

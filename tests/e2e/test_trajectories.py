@@ -349,7 +349,12 @@ def test_token_fields_pass_through_the_openai_upstream_proxy(job: Job) -> None:
     front of the simulated engine, as it would be in front of vLLM)."""
     servers = _servers()
     servers["engine"] = servers.pop("policy")
-    servers["policy"] = {"kind": "model", "impl": "openai", "upstream": "engine", "model": "toy"}
+    servers["policy"] = {
+        "kind": "model",
+        "impl": "openai",
+        "upstream": "engine",
+        "model_name": "toy",
+    }
     servers["keys"]["model"] = "engine"
     job.write(servers, _keychain_rows(4), agent="walker", capture_tokens=True)
     done = job.run()
@@ -377,7 +382,12 @@ def test_streamed_sdk_answers_are_recorded_like_plain_ones(job: Job, through: st
     }
     if through == "proxy":
         servers["engine"] = servers.pop("policy")
-        servers["policy"] = {"kind": "model", "impl": "openai", "upstream": "engine", "model": "m"}
+        servers["policy"] = {
+            "kind": "model",
+            "impl": "openai",
+            "upstream": "engine",
+            "model_name": "m",
+        }
         servers["keys"]["model"] = servers["walker"]["model"] = "engine"
     rows = _keychain_rows(6)
     for row in rows[::2]:

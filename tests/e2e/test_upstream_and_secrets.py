@@ -34,7 +34,7 @@ def proxied_run(tmp_path_factory: pytest.TempPathFactory) -> TracedJob:
                     "kind": "model",
                     "impl": "openai",
                     "upstream": "engine",
-                    "model": "engine-model",
+                    "model_name": "engine-model",
                     "api_key_env": "ROLLGYM_TEST_UPSTREAM_KEY",
                 }
             ),

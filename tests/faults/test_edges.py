@@ -24,7 +24,7 @@ def test_an_upstream_401_is_a_permanent_authentication_failure_naming_the_key(
                 "kind": "model",
                 "impl": "openai",
                 "upstream": "engine",
-                "model": "m",
+                "model_name": "m",
                 "api_key_env": "ROLLGYM_FAULT_KEY",
             }
         ),

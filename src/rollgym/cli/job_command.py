@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from typing import TYPE_CHECKING
 
 from rollgym.printable import printable
@@ -48,9 +49,28 @@ def load_starting_early(path: str, overrides: list[str]) -> JobConfig:
 
     read = read_config(path, overrides)
     start_early_from(read)
-    config = validate_read(read)
+    from rollgym.errors import RenamedOptionWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RenamedOptionWarning)
+        config = validate_read(read)
+    say_config_warnings(caught)
     start_early(config)  # where the raw config did not say enough to start it
     return config
+
+
+def say_config_warnings(caught: list[warnings.WarningMessage]) -> None:
+    """A renamed option as one line on stderr (not Python's two-line warning, which names
+    rollgym's source); any other warning passed on as it came."""
+    from rollgym.errors import RenamedOptionWarning
+
+    for warning in caught:
+        if isinstance(warning.message, RenamedOptionWarning):
+            print(f"rollgym: config: {printable(warning.message)}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
 
 
 def config_error(exc: Exception) -> int:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from rollgym.config.data import ConfigRead, read_config
 from rollgym.config.model import JobConfig, RunConfig, TelemetryConfig
-from rollgym.errors import ConfigError
+from rollgym.errors import ConfigError, RenamedOptionWarning
 from rollgym.json_types import JsonValue
 from rollgym.server_options import ServerKind
 from rollgym.urls import redact_text
@@ -90,6 +91,8 @@ def _describe(exc: ValidationError) -> tuple[str, str]:
     for error in exc.errors():
         key_path = ".".join(str(part) for part in error["loc"])
         message = error["msg"]
+        if error["type"] == "value_error":  # a validator's own words, without pydantic's prefix
+            message = message.removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             message = "unknown key"
         elif error["type"] == "missing":
@@ -130,9 +133,15 @@ def _check_servers(config: JobConfig, source: str) -> None:
             options = server.validated_options()
         except ValidationError as exc:
             key_path, message = _describe(exc)
-            raise ConfigError(message, source=source, key_path=f"{base}.{key_path}") from None
+            where = f"{base}.{key_path}" if key_path else base  # a check of several keys
+            raise ConfigError(message, source=source, key_path=where) from None
         for field, target, kind in options.references():
             _check_reference(config, source, f"{base}.{field}", target, kind)
+        for old, new in type(options).old_names_in(server.options):
+            warnings.warn(
+                RenamedOptionWarning(source=source, key_path=f"{base}.{old}", new_name=new),
+                stacklevel=2,
+            )
 
 
 def _check_reference(

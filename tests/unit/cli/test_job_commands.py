@@ -111,3 +111,26 @@ def test_an_unusable_output_dir_is_refused_before_the_driver_is_imported(tmp_pat
     assert done.stdout.split() == ["2", "False", "False"], done.stdout + done.stderr
     assert done.stderr.count("\n") == 1 and "cannot write the output directory" in done.stderr
     assert str(out) in done.stderr
+
+
+def test_an_options_old_name_is_one_line_on_stderr_and_the_config_loads(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from rollgym.cli.job_command import load_starting_early
+    from rollgym.placement.forked import discard_early
+
+    path = tmp_path / "job.yaml"
+    upstream = (
+        "  upstream: {kind: model, impl: openai, base_url: 'http://127.0.0.1:9/v1', model: m}"
+    )
+    path.write_text(EXAMPLE.read_text().replace("\nservers:\n", f"\nservers:\n{upstream}\n", 1))
+    try:
+        config = load_starting_early(str(path), [])
+    finally:
+        discard_early()
+    assert config.servers["upstream"].validated_options().model_name == "m"  # type: ignore[attr-defined]
+    line = _one_line(capsys)
+    assert line == (
+        f"rollgym: config: {path}: servers.upstream.model: now called 'model_name'; "
+        "the old name still works"
+    )

@@ -100,3 +100,51 @@ def test_an_override_that_is_not_yaml_is_one_line_naming_it(
     key, _, raw = override.partition("=")
     assert message == f"override {override}: {key}: the value {raw!r} is not valid YAML: {problem}"
     assert "<unicode string>" not in message
+
+
+UPSTREAM = GOOD.replace(
+    "  m: {kind: model, impl: simulated}\n",
+    "  m: {kind: model, impl: openai, base_url: 'http://127.0.0.1:9/v1', model: served,"
+    " timeout_s: 30}\n",
+)
+
+
+def test_an_options_old_name_still_works_and_is_said_once_per_key(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(UPSTREAM)
+    with pytest.warns(FutureWarning) as said:
+        config = load_config(path)
+    options = config.servers["m"].validated_options()
+    assert (options.model_name, options.request_timeout_s) == ("served", 30.0)  # type: ignore[attr-defined]
+    assert sorted(str(w.message) for w in said) == [
+        f"{path}: servers.m.model: now called 'model_name'; the old name still works",
+        f"{path}: servers.m.timeout_s: now called 'request_timeout_s'; the old name still works",
+    ]
+
+
+def test_an_options_new_names_say_nothing(tmp_path: Path, recwarn: pytest.WarningsRecorder) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        UPSTREAM.replace("model: served", "model_name: served").replace(
+            "timeout_s: 30", "request_timeout_s: 30"
+        )
+    )
+    options = load_config(path).servers["m"].validated_options()
+    assert options.model_name == "served"  # type: ignore[attr-defined]
+    assert not [w for w in recwarn if issubclass(w.category, FutureWarning)]
+
+
+def test_an_option_given_by_both_names_is_refused_naming_the_server(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(UPSTREAM)
+    error = _error(path, ("servers.m.model_name=other",))
+    assert str(error) == f"{path}: servers.m: give 'model_name' only: 'model' is its old name"
+
+
+def test_a_check_of_several_options_names_the_server_without_a_trailing_dot(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(UPSTREAM)
+    error = _error(path, ("servers.m.upstream=a",))
+    assert str(error) == f"{path}: servers.m: give exactly one of 'base_url' or 'upstream'"

@@ -142,7 +142,7 @@ async def test_the_openai_proxy_reloads_vllm_from_disk(serving, client, tmp_path
     empty.mkdir()
     engine = _DevModeEngine.build("engine", {})
     async with serving(engine) as engine_url:
-        proxy = OpenAIUpstream.build("proxy", {"base_url": engine_url + "/v1", "model": "m"})
+        proxy = OpenAIUpstream.build("proxy", {"base_url": engine_url + "/v1", "model_name": "m"})
         async with serving(proxy) as url:
             route = url + "/policy_version"
             loaded = await client.post_json(
@@ -168,7 +168,9 @@ async def test_the_openai_proxy_reloads_vllm_from_disk(serving, client, tmp_path
             assert (await client.get_json("proxy", route)).data["version"] == 2
         plain = SimulatedModel.build("plain", {})
         async with serving(plain) as plain_url:
-            proxy = OpenAIUpstream.build("proxy", {"base_url": plain_url + "/v1", "model": "m"})
+            proxy = OpenAIUpstream.build(
+                "proxy", {"base_url": plain_url + "/v1", "model_name": "m"}
+            )
             async with serving(proxy) as url:
                 no_dev = await client.post_json(
                     "proxy", url + "/policy_version", {"version": 2, "weights": str(checkpoint)}

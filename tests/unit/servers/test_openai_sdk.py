@@ -57,7 +57,7 @@ def model_url(
             if request.param == "simulated":
                 yield url
                 return
-            proxy = OpenAIUpstream.build("proxy", {"base_url": url + "/v1", "model": "sim"})
+            proxy = OpenAIUpstream.build("proxy", {"base_url": url + "/v1", "model_name": "sim"})
             async with serving(proxy) as proxy_url:
                 yield proxy_url
 

@@ -45,7 +45,7 @@ async def test_forwards_model_and_request_id(serving, client, monkeypatch):
             "proxy",
             {
                 "base_url": upstream_url + "/v1",
-                "model": "served-model",
+                "model_name": "served-model",
                 "api_key_env": "UPSTREAM_KEY",
             },
         )
@@ -65,7 +65,8 @@ async def test_upstream_errors_never_show_the_key(serving, client, monkeypatch):
     monkeypatch.setenv("UPSTREAM_KEY", KEY)
     async with serving(LeakyUpstream.build("engine", {})) as upstream_url:
         proxy = OpenAIUpstream.build(
-            "proxy", {"base_url": upstream_url + "/v1", "model": "m", "api_key_env": "UPSTREAM_KEY"}
+            "proxy",
+            {"base_url": upstream_url + "/v1", "model_name": "m", "api_key_env": "UPSTREAM_KEY"},
         )
         async with serving(proxy) as url:
             answer = await client.post_json(
@@ -83,7 +84,7 @@ async def test_missing_key_variable_fails_start_naming_the_variable(monkeypatch)
     monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
     proxy = OpenAIUpstream.build(
         "proxy",
-        {"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": "NO_SUCH_KEY_VAR"},
+        {"base_url": "http://127.0.0.1:9/v1", "model_name": "m", "api_key_env": "NO_SUCH_KEY_VAR"},
     )
     with pytest.raises(RuntimeError, match="NO_SUCH_KEY_VAR"):
         await proxy.start()
@@ -91,7 +92,7 @@ async def test_missing_key_variable_fails_start_naming_the_variable(monkeypatch)
 
 
 async def test_unreachable_upstream_is_502(serving, client):
-    proxy = OpenAIUpstream.build("proxy", {"base_url": "http://127.0.0.1:9/v1", "model": "m"})
+    proxy = OpenAIUpstream.build("proxy", {"base_url": "http://127.0.0.1:9/v1", "model_name": "m"})
     async with serving(proxy) as url:
         answer = await client.post_json("proxy", url + "/v1/chat/completions", {"messages": ARITH})
     assert answer.status == 502 and "cannot reach 'upstream'" in answer.data["error"]["message"]
@@ -130,7 +131,7 @@ async def test_auto_policy_switches_to_uuid_once_and_records_the_mapping(serving
     install_for_tests(exporter)
     upstream = UuidOnlyUpstream.build("engine", FAST)
     async with serving(upstream) as upstream_url:
-        proxy = OpenAIUpstream.build("proxy", {"base_url": upstream_url + "/v1", "model": "m"})
+        proxy = OpenAIUpstream.build("proxy", {"base_url": upstream_url + "/v1", "model_name": "m"})
         async with serving(proxy) as url:
             first = await client.post_json(
                 "proxy", url + "/r/3-0/v1/chat/completions", {"messages": ARITH}
@@ -163,7 +164,7 @@ async def test_auto_policy_switches_to_uuid_once_and_records_the_mapping(serving
 async def test_header_policy_refusal_is_passed_on_not_retried(serving, client):
     upstream = UuidOnlyUpstream.build("engine", FAST)
     async with serving(upstream) as upstream_url:
-        options = {"base_url": upstream_url + "/v1", "model": "m", "request_id": "header"}
+        options = {"base_url": upstream_url + "/v1", "model_name": "m", "request_id": "header"}
         async with serving(OpenAIUpstream.build("proxy", options)) as url:
             refused = await client.post_json(
                 "proxy", url + "/r/3-0/v1/chat/completions", {"messages": ARITH}
@@ -182,7 +183,7 @@ async def test_header_policy_refusal_is_passed_on_not_retried(serving, client):
 async def test_responses_are_translated_when_the_upstream_has_no_route(serving, client):
     upstream = ChatOnlyUpstream.build("engine", FAST)
     async with serving(upstream) as upstream_url:
-        proxy = OpenAIUpstream.build("proxy", {"base_url": upstream_url + "/v1", "model": "m"})
+        proxy = OpenAIUpstream.build("proxy", {"base_url": upstream_url + "/v1", "model_name": "m"})
         async with serving(proxy) as url:
             answers = [
                 await client.post_json(
@@ -198,7 +199,7 @@ async def test_responses_are_translated_when_the_upstream_has_no_route(serving, 
 
 
 async def test_a_stream_that_cannot_start_is_a_plain_error_answer(serving, client):
-    proxy = OpenAIUpstream.build("proxy", {"base_url": "http://127.0.0.1:9/v1", "model": "m"})
+    proxy = OpenAIUpstream.build("proxy", {"base_url": "http://127.0.0.1:9/v1", "model_name": "m"})
     async with serving(proxy) as url:
         answer = await client.post_json(
             "proxy", url + "/v1/chat/completions", {"messages": ARITH, "stream": True}

@@ -102,7 +102,7 @@ async def test_an_abandoned_call_closes_its_upstream_connection(stream: bool, ap
     upstream = StallingUpstream()
     async with upstream as upstream_url:
         proxy = OpenAIUpstream.build(
-            "proxy", {"base_url": upstream_url + "/v1", "model": "m", "request_id": "header"}
+            "proxy", {"base_url": upstream_url + "/v1", "model_name": "m", "request_id": "header"}
         )
         async with _served(proxy) as url, HttpClient() as client:
             route, body = (
@@ -127,7 +127,7 @@ async def test_a_timed_out_caller_closes_the_upstream_connection() -> None:
     """The same through a time limit (the driver's ``run.timeout_s`` is one)."""
     upstream = StallingUpstream()
     async with upstream as upstream_url:
-        proxy = OpenAIUpstream.build("proxy", {"base_url": upstream_url + "/v1", "model": "m"})
+        proxy = OpenAIUpstream.build("proxy", {"base_url": upstream_url + "/v1", "model_name": "m"})
         async with _served(proxy) as url, HttpClient() as client:
             with pytest.raises(RequestTimeout):
                 await client.post_json(
@@ -139,7 +139,7 @@ async def test_a_timed_out_caller_closes_the_upstream_connection() -> None:
 async def test_auto_request_ids_are_decided_by_the_first_call() -> None:
     upstream = UuidOnlyUpstream.build("engine", FAST)
     async with _served(upstream) as upstream_url:
-        proxy = OpenAIUpstream.build("proxy", {"base_url": upstream_url + "/v1", "model": "m"})
+        proxy = OpenAIUpstream.build("proxy", {"base_url": upstream_url + "/v1", "model_name": "m"})
         async with _served(proxy) as url, HttpClient() as client:
             answers = await asyncio.gather(
                 *(
@@ -230,7 +230,8 @@ async def test_completions_are_forwarded_attributed_stamped_with_the_engines_hea
     upstream = CompletionsUpstream.build("engine", {})
     async with _served(upstream) as upstream_url:
         proxy = OpenAIUpstream.build(
-            "proxy", {"base_url": upstream_url + "/v1", "model": "served", "request_id": "header"}
+            "proxy",
+            {"base_url": upstream_url + "/v1", "model_name": "served", "request_id": "header"},
         )
         async with _served(proxy) as url, HttpClient() as client:
             await client.post_json("proxy", url + "/policy_version", {"version": 7})
@@ -273,7 +274,7 @@ async def test_completions_are_forwarded_attributed_stamped_with_the_engines_hea
 async def test_tokenize_is_passed_on_and_a_missing_route_is_one_line() -> None:
     upstream = CompletionsUpstream.build("engine", {})
     async with _served(upstream) as upstream_url:
-        proxy = OpenAIUpstream.build("proxy", {"base_url": upstream_url + "/v1", "model": "m"})
+        proxy = OpenAIUpstream.build("proxy", {"base_url": upstream_url + "/v1", "model_name": "m"})
         async with _served(proxy) as url, HttpClient() as client:
             tokens = await client.post_json("proxy", url + "/tokenize", {"prompt": "hi"})
             missing = await client.post_json("proxy", url + "/detokenize", {"tokens": [1]})
@@ -291,7 +292,7 @@ async def test_a_responses_call_carries_its_id_in_the_body_unless_refused(stream
     async with _served(takes) as takes_url, _served(refuses) as refuses_url:
         results = []
         for upstream_url in (takes_url, refuses_url):
-            options = {"base_url": upstream_url + "/v1", "model": "m", "request_id": "header"}
+            options = {"base_url": upstream_url + "/v1", "model_name": "m", "request_id": "header"}
             proxy = OpenAIUpstream.build("proxy", options)
             async with _served(proxy) as url, HttpClient() as client:
                 for _ in range(2):

@@ -344,7 +344,11 @@ class RecordingUpstream(Server):
 
 
 def proxy_of(upstream_url: str) -> Server:
-    options = {"base_url": upstream_url + "/v1", "model": "served", "api_key_env": "UPSTREAM_KEY"}
+    options = {
+        "base_url": upstream_url + "/v1",
+        "model_name": "served",
+        "api_key_env": "UPSTREAM_KEY",
+    }
     return OpenAIUpstream.build("proxy", options)
 
 

@@ -100,7 +100,7 @@ class LlamaCppLike(Server):
 
 async def _proxied_engine_seconds(serving, client, upstream: Server) -> float | None:
     async with serving(upstream) as upstream_url:
-        proxy = OpenAIUpstream.build("proxy", {"base_url": upstream_url + "/v1", "model": "m"})
+        proxy = OpenAIUpstream.build("proxy", {"base_url": upstream_url + "/v1", "model_name": "m"})
         async with serving(proxy) as url:
             body = {"messages": [{"role": "user", "content": "Compute: 2 + 2"}]}
             with server_timing.collecting() as timings:

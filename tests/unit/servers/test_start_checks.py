@@ -76,7 +76,7 @@ def test_every_option_ending_in_env_names_a_variable_that_must_be_set(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     options = OpenAIUpstream.Options.model_validate(
-        {"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": "START_CHECK_KEY"}
+        {"base_url": "http://127.0.0.1:9/v1", "model_name": "m", "api_key_env": "START_CHECK_KEY"}
     )
     assert named_variables(options) == {"api_key_env": "START_CHECK_KEY"}
     monkeypatch.delenv("START_CHECK_KEY", raising=False)

@@ -112,7 +112,12 @@ RequestIdPolicy = Literal["auto", "header", "uuid", "none"]
 
 
 class OpenAIUpstreamOptions(ServerOptions):
+    """Where the upstream is and how to call it. ``model_name`` and ``request_timeout_s``
+    were ``model`` and ``timeout_s``: elsewhere in a config ``model`` names a model server and
+    ``timeout_s`` limits a whole attempt; the old names still work, with a note saying so."""
+
     server_refs: ClassVar[dict[str, Any]] = {"upstream": "model"}
+    renamed: ClassVar[dict[str, str]] = {"model": "model_name", "timeout_s": "request_timeout_s"}
 
     base_url: str | None = Field(
         None, description="Upstream base URL including /v1, e.g. http://host:8000/v1."
@@ -122,9 +127,9 @@ class OpenAIUpstreamOptions(ServerOptions):
         description="Instead of base_url: another model server of the job (e.g. a vLLM given "
         "by url:), reached at <its URL>/v1.",
     )
-    model: str = Field(description="The model name sent upstream (replaces the request's).")
+    model_name: str = Field(description="The model name sent upstream (replaces the request's).")
     api_key_env: str | None = Field(None, description="Environment variable holding the API key.")
-    timeout_s: float = Field(600.0, gt=0, description="Time limit of one upstream request.")
+    request_timeout_s: float = Field(600.0, gt=0, description="Time limit of one upstream request.")
     request_id: RequestIdPolicy = Field(
         "auto",
         description="How the request id goes upstream: 'header' (X-Request-Id: <rollout>.<turn>), "
@@ -172,7 +177,7 @@ class OpenAIUpstream(ModelServer):
             self._key = key
 
     def model_names(self) -> list[str]:
-        return [self.upstream.model]
+        return [self.upstream.model_name]
 
     def scrub(self, text: str) -> str:
         """``text`` without the API key or anything that looks like one."""
@@ -256,8 +261,8 @@ class OpenAIUpstream(ModelServer):
             response = await self.client.post_json(
                 destination,
                 root + route,
-                {**body, "model": self.upstream.model},
-                timeout=self.upstream.timeout_s,
+                {**body, "model": self.upstream.model_name},
+                timeout=self.upstream.request_timeout_s,
                 headers=self._headers(None),
                 route=route,
             )
@@ -297,7 +302,7 @@ class OpenAIUpstream(ModelServer):
                 destination,
                 base.removesuffix("/v1") + route,
                 body,
-                timeout=self.upstream.timeout_s,
+                timeout=self.upstream.request_timeout_s,
                 headers=self._headers(None),
                 route=route,
             )
@@ -380,7 +385,7 @@ class OpenAIUpstream(ModelServer):
     def _sending(self, route: str, sent_id: str | None) -> _Sending:
         """How one upstream call is sent, alike for an answer and a stream."""
         return {
-            "timeout": self.upstream.timeout_s,
+            "timeout": self.upstream.request_timeout_s,
             "headers": self._headers(sent_id),
             "route": "/v1" + route,
         }
@@ -403,8 +408,8 @@ class OpenAIUpstream(ModelServer):
         id_in_body: bool = False,
     ) -> dict[str, object]:
         """POST ``body`` (its ``model`` replaced) to the upstream's ``route``; its answer."""
-        body = {**body, "model": self.upstream.model}
-        with _model_span(rollout_id, self.upstream.model) as span:
+        body = {**body, "model": self.upstream.model_name}
+        with _model_span(rollout_id, self.upstream.model_name) as span:
             destination, base = self._target()
             decision = await self._decision(request_id)
             try:
@@ -444,8 +449,8 @@ class OpenAIUpstream(ModelServer):
     ) -> AsyncIterator[bytes]:
         """The upstream's event stream, line by line as it arrives. Leaving it early (the
         caller gone) closes the upstream connection: the engine aborts the generation."""
-        body = {**body, "model": self.upstream.model, "stream": True}
-        with _model_span(rollout_id, self.upstream.model) as span:
+        body = {**body, "model": self.upstream.model_name, "stream": True}
+        with _model_span(rollout_id, self.upstream.model_name) as span:
             destination, base = self._target()
             decision = await self._decision(request_id)
             try:
