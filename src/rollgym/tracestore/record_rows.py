@@ -12,10 +12,10 @@ What OTLP would have done to a record is done here too, so a span is stored the 
 whichever path it took (``tests/unit/tracestore/test_record_rows.py`` compares the two):
 an attribute value OTLP cannot carry (an int beyond 64 bits, a mapping, bytes, a sequence
 holding one) is left out, sequences become lists, a kind is OTLP's (the API's plus one),
-spans are grouped by scope in first-seen order, and a name or value that is not valid text
-refuses the whole body, as the store's protobuf parse refuses it. One difference is left: an
-attribute *key* that is not valid text (a lone surrogate) refuses the body here, where the
-OTLP encoder leaves that one attribute out.
+spans are grouped by scope in first-seen order. A text that is not valid Unicode (a lone
+surrogate, which user code can put in a span) has each such character replaced by U+FFFD, as
+the OTLP encoder does (:func:`~rollgym.telemetry.pipeline.records.valid_record`): one bad text
+never costs the other spans of its batch.
 
 The body is ``marshal`` data from the run's own exporter child, the same interpreter build.
 Anything that is not a well-formed body of records is refused as a bad payload (HTTP 400):
@@ -31,6 +31,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from rollgym.telemetry.pipeline import wire
 from rollgym.telemetry.pipeline.frames import RECORDS_FORMAT, RECORDS_TYPE
+from rollgym.telemetry.pipeline.records import has_invalid_text, valid_record
 from rollgym.tracestore.decode import PayloadError, ResourceIds, SpanBatch
 from rollgym.tracestore.native import add_span
 from rollgym.tracestore.span_rows import LinkParts
@@ -53,19 +54,29 @@ def rows_from_records(body: bytes, resource_id: ResourceIds) -> SpanBatch:
     if version != RECORDS_FORMAT:
         raise PayloadError(f"span records of format {version!r}; this store reads {RECORDS_FORMAT}")
     try:
-        return _rows(resource, packed, resource_id)
+        records = [marshal.loads(raw) for raw in packed]
+        try:
+            return _rows(resource, records, resource_id)
+        except Exception:
+            if not has_invalid_text(records):
+                raise
+        # A lone surrogate somewhere (user code put it in a span): the batch again, each such
+        # text made valid, rather than refusing every other rollout's span beside it.
+        return _rows(resource, valid_record(records), resource_id)
     except PayloadError:
         raise
     except Exception as exc:  # a record of the wrong shape or types
         raise PayloadError(f"invalid span record: {type(exc).__name__}: {exc}") from None
 
 
-def _rows(resource: bytes, packed: list[bytes], resource_id: ResourceIds) -> SpanBatch:
+def _rows(resource: bytes, records: list[tuple[Any, ...]], resource_id: ResourceIds) -> SpanBatch:
     batch = SpanBatch()
     res_id, run_id, resource_row = _resource(resource, resource_id)
     batch.resources.append(resource_row)
-    records = [marshal.loads(raw) for raw in packed]
     scopes = {record[13] for record in records}
+    for scope_name, _version, _schema in scopes:
+        if scope_name:
+            scope_name.encode()  # not valid text: SQLite could not store it (see the caller)
     if len(scopes) > 1:  # OTLP groups a request's spans by scope, first seen first
         by_scope: dict[tuple[str, str | None, str | None], list[tuple[Any, ...]]] = {}
         for record in records:
@@ -89,7 +100,9 @@ def _rows(resource: bytes, packed: list[bytes], resource_id: ResourceIds) -> Spa
         scope,
         _trace_state,
     ) in records:  # the hot loop: one span a turn, no call but add_span's when it can
-        name.encode()  # not valid text: refused, as the OTLP path's parse refuses it
+        name.encode()  # not valid text: SQLite could not store it (see the caller)
+        if status_message:  # only an error's
+            status_message.encode()
         add_span(
             batch,
             (

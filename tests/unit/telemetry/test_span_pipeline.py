@@ -465,6 +465,41 @@ def test_in_process_a_stalled_exporter_fills_the_queue_and_everything_is_counted
     assert spans_out[0].resource.attributes["gym.run.id"] == "run-1"
 
 
+class _OtlpBodies(InMemorySpanExporter):
+    """An SDK exporter that encodes each batch as the SDK's OTLP exporters do (protobuf, which
+    refuses a text that is not valid Unicode) and keeps the bodies."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bodies: list[bytes] = []
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.bodies.append(encode_spans(spans).SerializeToString())
+        return SpanExportResult.SUCCESS
+
+
+@pytest.mark.parametrize("synchronous", [True, False])
+def test_in_process_a_lone_surrogate_is_sent_made_valid(synchronous: bool) -> None:
+    """Batched or synchronous, a span holding lone surrogates (user code can set them) is
+    exported with U+FFFD in their place, and the span beside it in the batch too."""
+    exporter = _OtlpBodies()
+    export = InProcessExport(exporter, Resource(RESOURCE), synchronous=synchronous)
+    tracer = RecordingTracerProvider(export.on_end).get_tracer("rollgym")
+    tracer.start_span("fine").end()
+    tracer.start_span("tool\ud800", attributes={"answer": "a\udc00b"}).end()
+    assert export.flush(30.0)
+    export.shutdown()
+    request = ExportTraceServiceRequest()
+    spans_out = []
+    for body in exporter.bodies:
+        request.ParseFromString(body)
+        spans_out += list(request.resource_spans[0].scope_spans[0].spans)
+    assert sorted(span.name for span in spans_out) == ["fine", "tool\ufffd"]
+    (bad,) = [span for span in spans_out if span.name != "fine"]
+    assert [(kv.key, kv.value.string_value) for kv in bad.attributes] == [("answer", "a\ufffdb")]
+    assert export.counts.snapshot()["spans_exported"] == 2
+
+
 def test_a_dead_child_drops_and_counts_and_never_blocks() -> None:
     shipper = _shipper()
     os.kill(shipper.child_pid, signal.SIGKILL)

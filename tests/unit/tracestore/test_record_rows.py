@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from rollgym.telemetry import names
+from rollgym.telemetry.pipeline.child import otlp_encoder
 from rollgym.telemetry.pipeline.frames import pack_records
 from rollgym.telemetry.pipeline.shipper import SpanShipper
 from rollgym.telemetry.pipeline.wire import encode_request
@@ -141,10 +142,37 @@ def test_each_record_alone_gives_the_rows_otlp_gives(n: int) -> None:
     assert _rows(_via_records([record])) == _rows(_via_otlp([record]))
 
 
-def test_a_value_that_is_not_text_is_refused_on_both_paths() -> None:
-    bad = _record(9, attributes={"text": "lone \ud800 surrogate"})
-    assert isinstance(_via_otlp([bad]), str)
-    assert isinstance(_via_records([bad]), str)
+#: A text no UTF-8 carries (lone surrogates: user code gets them from Python's own ``json``),
+#: in each place of a record a text can be.
+HOSTILE = {
+    "name": {"name": "execute_tool read\ud800"},
+    "status_message": {"status_code": 2, "status_message": "unknown tool 'x\udc00'"},
+    "attribute value": {"attributes": {names.ROLLOUT_ID: "r9", "gen_ai.tool.name": "a\ud800"}},
+    "attribute key": {"attributes": {names.ROLLOUT_ID: "r9", "k\ud800": 1}},
+    "rollout id": {"attributes": {names.ROLLOUT_ID: "r\ud8009"}},
+    "event": {"events": [("exception\ud800", 5, {"exception.message": "\udfff"})]},
+    "link": {"links": [(0xDEF, 0x55, False, {"why": "x\ud800"})]},
+    "scope": {"scope": ("rollgym\ud800", None, None)},
+}
+
+
+@pytest.mark.parametrize("place", sorted(HOSTILE))
+def test_a_text_that_is_not_valid_unicode_costs_only_its_characters(place: str) -> None:
+    batch = [_record(1), _record(9, **HOSTILE[place]), _record(2)]
+    by_records = _via_records(batch)
+    by_otlp = rows_from_protobuf(otlp_encoder(RESOURCE)(batch), _registry())
+    assert not isinstance(by_records, str), by_records
+    assert _rows(by_records) == _rows(by_otlp)
+    assert len(by_records.spans) == 3  # the spans beside it are kept
+    assert "\ufffd" in repr(_rows(by_records))  # each bad character replaced, no more
+    assert "\ud800" not in repr(_rows(by_records)) and "\udc00" not in repr(_rows(by_records))
+
+
+def test_a_valid_pair_of_surrogates_becomes_its_character() -> None:
+    batch = [_record(9, attributes={names.ROLLOUT_ID: "r9", "emoji": "\ud83d\ude00"})]
+    by_records = _via_records(batch)
+    assert not isinstance(by_records, str)
+    assert "\U0001f600" in by_records.spans[0][13] or "😀" in by_records.spans[0][13]
 
 
 @pytest.mark.parametrize(
@@ -203,3 +231,23 @@ def test_a_store_stores_the_same_rows_from_records_as_from_otlp(tmp_path: Path) 
         assert counts["spans_dropped"] == 0, counts
         stored[as_records] = _stored(folder / "traces.db")
     assert stored[True]["spans"] and stored[True] == stored[False]
+
+
+def test_a_lone_surrogate_through_a_real_store_loses_no_span(tmp_path: Path) -> None:
+    """Through a real shipper, exporter child and store: every span of a batch that holds
+    lone surrogates everywhere is stored, both ways, with the same rows."""
+    hostile = [_record(10 + i, **fields) for i, fields in enumerate(HOSTILE.values())]
+    records = [_record(1), *hostile, _record(2)]
+    stored = {}
+    for as_records in (False, True):
+        folder = tmp_path / ("records" if as_records else "otlp")
+        store = start_trace_store(folder / "traces.db", folder / "store.log")
+        try:
+            counts = _ship(store.endpoint, records, as_records=as_records)
+        finally:
+            store.stop()
+        assert (counts["spans_exported"], counts["spans_dropped"]) == (len(records), 0), counts
+        stored[as_records] = _stored(folder / "traces.db")
+    assert len(stored[True]["spans"]) == len(records)
+    assert stored[True] == stored[False]
+    assert "\ufffd" in repr(stored[True]["spans"])

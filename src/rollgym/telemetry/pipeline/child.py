@@ -79,6 +79,7 @@ from rollgym.telemetry.pipeline.frames import (
     unpack_frame,
 )
 from rollgym.telemetry.pipeline.native import encode_request
+from rollgym.telemetry.pipeline.records import valid_record
 from rollgym.telemetry.pipeline.transport import NoAnswer, NotSent, transport_for
 from rollgym.urls import redact_url
 
@@ -409,7 +410,7 @@ def _serve(inp: BinaryIO, answers: Answers) -> None:
     )
     _life.poster = poster
     size = BatchSize(config.get("batch", SPAN_EXPORT_BATCH_SIZE), config["timeout_s"])
-    encode = _records_encoder(resource) if records else _otlp_encoder(resource)
+    encode = records_encoder(resource) if records else otlp_encoder(resource)
     while not _ended():
         frame = _read_next(inp)
         if frame is None:
@@ -434,12 +435,22 @@ def _serve(inp: BinaryIO, answers: Answers) -> None:
             answers.say(verdict, len(part))
 
 
-def _otlp_encoder(resource: dict[str, Any]) -> Callable[[list[Any]], bytes]:
-    """Unpacked records -> an OTLP ``ExportTraceServiceRequest``."""
-    return lambda part: encode_request(resource, part)
+def otlp_encoder(resource: dict[str, Any]) -> Callable[[list[Any]], bytes]:
+    """Unpacked records -> an OTLP ``ExportTraceServiceRequest``. A record holding a text that
+    is not valid Unicode (a lone surrogate, from user code) is sent with each such character
+    replaced by U+FFFD rather than costing the whole batch (:func:`.records.valid_record`)."""
+
+    def encode(part: list[Any]) -> bytes:
+        try:
+            body: bytes = encode_request(resource, part)
+        except UnicodeEncodeError:
+            body = encode_request(resource, valid_record(part))
+        return body
+
+    return encode
 
 
-def _records_encoder(resource: dict[str, Any]) -> Callable[[list[Any]], bytes]:
+def records_encoder(resource: dict[str, Any]) -> Callable[[list[Any]], bytes]:
     """Packed records (never unpacked here) -> a records body for the run's own store."""
     packed_resource = marshal.dumps(resource)
     return lambda part: pack_records(packed_resource, part)
@@ -461,7 +472,7 @@ def _serve_grpc(
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace.export import SpanExportResult
 
-    from rollgym.telemetry.pipeline.readable import readable_span
+    from rollgym.telemetry.pipeline.readable import export_spans, readable_span
 
     exporter = OTLPSpanExporter(**options)
     identity = Resource(resource)
@@ -485,7 +496,8 @@ def _serve_grpc(
                     continue
                 answers.say(SENDING, len(part))
                 try:
-                    delivered = exporter.export(spans) is SpanExportResult.SUCCESS
+                    result = export_spans(exporter, spans, part, identity)
+                    delivered = result is SpanExportResult.SUCCESS
                 except Exception:
                     _log.exception("the gRPC span exporter failed")
                     delivered = False

@@ -36,7 +36,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from rollgym.defaults import SPAN_EXPORT_BATCH_SIZE, SPAN_QUEUE_SIZE, SPAN_SCHEDULE_DELAY_MS
-from rollgym.telemetry.pipeline.readable import readable_span
+from rollgym.telemetry.pipeline.readable import export_spans, readable_span
 from rollgym.telemetry.pipeline.records import SpanRecord
 from rollgym.telemetry.pipeline.shipper import PackedQueue
 from rollgym.telemetry.span_counts import (
@@ -99,7 +99,7 @@ class InProcessExport(PackedQueue):
                 return
             counts.accepted += 1
             counts.handed += 1
-        self._deliver([readable_span(record, self._resource)])
+        self._deliver([readable_span(record, self._resource)], [record])
 
     # --- export thread ------------------------------------------------------------------------
     def _export_loop(self) -> None:
@@ -115,18 +115,19 @@ class InProcessExport(PackedQueue):
                 counts.accepted += n
                 counts.handed += n
             try:
-                spans = [readable_span(loads(p), self._resource) for p in packed]
+                records = [loads(p) for p in packed]
+                spans = [readable_span(record, self._resource) for record in records]
             except Exception:  # a conversion bug loses this batch (counted), not the thread
                 _log.exception("converting a batch of %d spans failed", n)
                 with counts.lock:
                     counts.drop_accepted(REASON_EXPORT_FAILED, n)
                 continue
-            self._deliver(spans)
+            self._deliver(spans, records)
 
-    def _deliver(self, spans: Sequence[ReadableSpan]) -> None:
+    def _deliver(self, spans: Sequence[ReadableSpan], records: Sequence[SpanRecord]) -> None:
         """Export one batch patiently and count its outcome."""
         n = len(spans)
-        result = self._export_patiently(spans)
+        result = self._export_patiently(spans, records)
         counts = self.counts
         with counts.lock:
             if result is SpanExportResult.SUCCESS:
@@ -137,12 +138,14 @@ class InProcessExport(PackedQueue):
         if result is not SpanExportResult.SUCCESS:
             self._log_failure("the exporter reported failure")
 
-    def _export_patiently(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def _export_patiently(
+        self, spans: Sequence[ReadableSpan], records: Sequence[SpanRecord]
+    ) -> SpanExportResult:
         """One batch, tried again with backoff until ``patience_s`` or the deadline runs out."""
         give_up_at = time.monotonic() + self._patience_s
         backoff = _FIRST_RETRY_S
         while True:
-            result = self._attempt(spans)
+            result = self._attempt(spans, records)
             if result is SpanExportResult.SUCCESS:
                 return result
             limit = give_up_at if self._deadline is None else min(give_up_at, self._deadline)
@@ -150,12 +153,14 @@ class InProcessExport(PackedQueue):
                 return result
             backoff = min(2 * backoff, _MAX_RETRY_S)
 
-    def _attempt(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def _attempt(
+        self, spans: Sequence[ReadableSpan], records: Sequence[SpanRecord]
+    ) -> SpanExportResult:
         counts = self.counts
         with counts.lock:
             counts.in_flight = len(spans)  # if the tallies close now, the backend may have them
         try:
-            return self._exporter.export(spans)
+            return export_spans(self._exporter, spans, records, self._resource)
         except Exception as exc:  # an exporter bug must not kill the export thread
             self._log_failure(f"{type(exc).__name__}: {exc}")
             return SpanExportResult.FAILURE

@@ -12,19 +12,20 @@ differential test holds the two to each other.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.span import TraceState
 
-from rollgym.telemetry.pipeline.records import SpanRecord
+from rollgym.telemetry.pipeline.records import SpanRecord, valid_record
 
-__all__ = ["readable_span"]
+__all__ = ["export_spans", "readable_span"]
 
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NO_STATE = TraceState()
@@ -84,3 +85,19 @@ def readable_span(record: SpanRecord, resource: Resource) -> ReadableSpan:
         end_time=end,
         instrumentation_scope=InstrumentationScope(scope_name, scope_version, schema_url),
     )
+
+
+def export_spans(
+    exporter: SpanExporter,
+    spans: Sequence[ReadableSpan],
+    records: Sequence[SpanRecord],
+    resource: Resource,
+) -> SpanExportResult:
+    """``exporter.export(spans)`` (``spans`` made from ``records``). An OTLP exporter cannot
+    encode a text that is not valid Unicode (a lone surrogate, which user code can put in a
+    span): the batch goes again with each such character replaced by U+FFFD, as the
+    exporter child does, so one bad text never costs the other spans beside it."""
+    try:
+        return exporter.export(spans)
+    except UnicodeEncodeError:
+        return exporter.export([readable_span(valid_record(r), resource) for r in records])

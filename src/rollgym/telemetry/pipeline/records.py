@@ -46,3 +46,35 @@ STATUS_CODE = 11
 STATUS_MESSAGE = 12
 SCOPE = 13
 TRACE_STATE = 14
+
+
+def has_invalid_text(value: object) -> bool:
+    """Whether ``value`` (a record, or any part of one) holds a text that is not valid
+    Unicode: a lone surrogate, which user code can put in a span (Python's own ``json``
+    parses ``"\\ud800"`` into one) and which neither UTF-8 nor OTLP can carry."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, tuple | list):
+        return any(has_invalid_text(item) for item in value)
+    if isinstance(value, dict):
+        return any(has_invalid_text(k) or has_invalid_text(v) for k, v in value.items())
+    return False
+
+
+def valid_record(value: Any) -> Any:
+    """``value`` (a record, or any part of one) with each lone surrogate in its texts, keys
+    included, replaced by U+FFFD: one bad text costs its own characters, never the batch of
+    other rollouts' spans it travels in. Called only once a batch was refused for it."""
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, tuple):
+        return tuple(valid_record(item) for item in value)
+    if isinstance(value, list):
+        return [valid_record(item) for item in value]
+    if isinstance(value, dict):
+        return {valid_record(k): valid_record(v) for k, v in value.items()}
+    return value

@@ -57,13 +57,14 @@ def _ld(tag: bytes, payload: bytes) -> bytes:
 
 
 def any_value(value: Any) -> bytes:
-    """The body of an ``AnyValue`` (common.proto); raises for what it cannot carry."""
+    """The body of an ``AnyValue`` (common.proto); raises for what it cannot carry
+    (``UnicodeEncodeError`` for a text that is not valid Unicode)."""
     if value is True:
         return b"\x10\x01"
     if value is False:
         return b"\x10\x00"
     if isinstance(value, str):
-        return _ld(b"\x0a", value.encode("utf-8", "surrogatepass"))
+        return _ld(b"\x0a", value.encode())
     if isinstance(value, int):
         if not _INT64_MIN <= value <= _INT64_MAX:
             raise ValueError("int beyond 64 bits")
@@ -82,9 +83,12 @@ def key_value(key: str, value: Any) -> bytes:
 
 
 def _field(tag: bytes, key: str, value: Any) -> bytes:
-    """One ``tag``-numbered KeyValue field, or b"" for a value that cannot be carried."""
+    """One ``tag``-numbered KeyValue field, or b"" for a value that cannot be carried. A text
+    that is not valid Unicode raises: the caller sends the batch again with it made valid."""
     try:
         return _ld(tag, key_value(key, value))
+    except UnicodeEncodeError:
+        raise
     except (TypeError, ValueError):
         return b""
 
