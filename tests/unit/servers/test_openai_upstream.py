@@ -98,6 +98,43 @@ async def test_unreachable_upstream_is_502(serving, client):
     assert answer.status == 502 and "cannot reach 'upstream'" in answer.data["error"]["message"]
 
 
+#: Bodies an upstream has answered with HTTP 200 that are not a JSON object: a gateway's HTML
+#: page, a cut body, and JSON holding a lone surrogate (Python's own ``json`` writes one for
+#: a model's ``"\\ud800"``; no strict parser takes it).
+UNREADABLE_200 = {
+    "html": b"<html><body>upstream connect error</body></html>",
+    "cut": b'{"id": "chatcmpl-1", "choices": [{"index": 0, "mess',
+    "lone surrogate": b'{"id": "c", "choices": [{"index": 0, "message": {"role": "assistant", '
+    b'"content": "4 \\ud800"}, "finish_reason": "stop"}]}',
+}
+
+
+class UnreadableUpstream(Server):
+    """An upstream that answers HTTP 200 with the body the request's message names."""
+
+    kind = "model"
+
+    def add_routes(self, app: FastAPI) -> None:
+        @app.post("/v1/chat/completions")
+        async def chat(request: Request) -> Response:
+            asked = await request.json()
+            body = UNREADABLE_200[asked["messages"][0]["content"]]
+            return Response(body, media_type="application/json")
+
+
+@pytest.mark.parametrize("kind", sorted(UNREADABLE_200))
+async def test_a_success_the_proxy_cannot_read_is_a_502_saying_so(serving, client, kind):
+    async with serving(UnreadableUpstream.build("engine", {})) as upstream_url:
+        proxy = OpenAIUpstream.build("proxy", {"base_url": upstream_url + "/v1", "model_name": "m"})
+        async with serving(proxy) as url:
+            asked = {"messages": [{"role": "user", "content": kind}]}
+            answer = await client.post_json("proxy", url + "/v1/chat/completions", asked)
+    assert answer.status == 502
+    message = answer.data["error"]["message"]
+    assert message.startswith("upstream answered HTTP 200 with a body that is not a JSON object: ")
+    assert UNREADABLE_200[kind].decode()[:20] in message
+
+
 class UuidOnlyUpstream(SimulatedModel):
     """An engine like llama.cpp's Python server: any X-Request-Id that is not a UUID is
     refused with an empty 400. Records the ids that reached it."""

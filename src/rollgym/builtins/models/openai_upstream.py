@@ -494,7 +494,9 @@ class OpenAIUpstream(ModelServer):
         return HTTPError(status, self.scrub(f"upstream model server: {exc}"))
 
     def _refusal(self, route: str, status: int, detail: object) -> Exception:
-        """The error to answer for an upstream's non-success answer (scrubbed of the key)."""
+        """The error to answer for an upstream's non-success answer, or a success whose body
+        is not a JSON object (HTML from a gateway, JSON no strict parser takes): scrubbed of
+        the key, a 502 unless the upstream's own status is an error."""
         if route == _RESPONSES and status in (404, 405):
             return _NoRoute()
         text = _detail_text(detail)
@@ -506,6 +508,10 @@ class OpenAIUpstream(ModelServer):
                 else "no api_key_env is configured for this upstream"
             )
             message = f"upstream refused authentication (HTTP {status}): {where}: {text}"
+        elif 200 <= status < 300:  # a success whose body cannot be read: the upstream's fault
+            message = (
+                f"upstream answered HTTP {status} with a body that is not a JSON object: {text}"
+            )
         else:
             message = f"upstream answered HTTP {status}: {text}"
         return HTTPError(status if 400 <= status < 600 else 502, self.scrub(message))
