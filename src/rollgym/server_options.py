@@ -7,12 +7,27 @@ subclass) import this, so neither imports the other: imports run downwards.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
 ServerKind = Literal["agent", "environment", "model"]
+
+
+def check_one_place(
+    url: str | None, url_key: str, other: object, other_key: str, other_means: str
+) -> None:
+    """Exactly one of ``url`` (a server the user runs: an http(s) URL) and ``other`` (what
+    ``other_means``: a server rollgym launches, another server of the job...). Every option
+    pair that says where a server is checks this one way: ``ValueError`` naming both keys."""
+    if (url is None) == (other is None):
+        raise ValueError(
+            f"give exactly one of '{url_key}' (a server you run) or '{other_key}' ({other_means})"
+        )
+    if url is not None and not re.match(r"^https?://[^/]+", url):
+        raise ValueError(f"'{url_key}' must be an http(s) URL, got {url!r}")
 
 
 class ServerOptions(BaseModel):

@@ -15,7 +15,6 @@ validates against telemetry's span groups, and telemetry resolves it without imp
 from __future__ import annotations
 
 import dataclasses
-import re
 import secrets as _secrets
 import time
 from pathlib import Path
@@ -26,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 from rollgym.config.collector_options import DEFAULTS as _RUN
 from rollgym.config.collector_options import CollectorOptions
 from rollgym.defaults import MAX_REQUEST_BYTES, MAX_RESPONSE_BYTES, PASS_THRESHOLD
-from rollgym.server_options import ServerKind
+from rollgym.server_options import ServerKind, check_one_place
 from rollgym.server_options import (
     ServerOptions as ServerOptions,  # public: implementations import it from here
 )
@@ -186,15 +185,10 @@ class ServerConfig(BaseModel):
 
     @model_validator(mode="after")
     def _impl_xor_url(self) -> ServerConfig:
-        if (self.impl is None) == (self.url is None):
-            raise ValueError(
-                "give exactly one of 'impl' (launch it) or 'url' (use a running server)"
-            )
+        check_one_place(self.url, "url", self.impl, "impl", "rollgym launches it")
         for key in ("restart", "replicas", "ray"):
             if self.url is not None and key in self.model_fields_set:
                 raise ValueError(f"'{key}' applies to launched servers ('impl'), not to a 'url'")
-        if self.url is not None and not re.match(r"^https?://[^/]+", self.url):
-            raise ValueError(f"'url' must be an http(s) URL, got {self.url!r}")
         return self
 
     #: The implementation class and its validated options, once :meth:`implementation` and

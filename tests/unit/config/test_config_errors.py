@@ -147,4 +147,15 @@ def test_a_check_of_several_options_names_the_server_without_a_trailing_dot(
     path = tmp_path / "job.yaml"
     path.write_text(UPSTREAM)
     error = _error(path, ("servers.m.upstream=a",))
-    assert str(error) == f"{path}: servers.m: give exactly one of 'base_url' or 'upstream'"
+    assert str(error) == (
+        f"{path}: servers.m: give exactly one of 'base_url' (a server you run) or 'upstream' "
+        "(another model server of the job)"
+    )
+
+
+def test_a_base_url_that_is_not_http_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(UPSTREAM)
+    error = _error(path, ("servers.m.base_url=gpu-box:8000/v1",))
+    assert "servers.m" in str(error)
+    assert "'base_url' must be an http(s) URL, got 'gpu-box:8000/v1'" in str(error)

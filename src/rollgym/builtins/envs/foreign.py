@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable
@@ -30,6 +29,7 @@ from pydantic import Field, model_validator
 
 from rollgym.builtins.envs.foreign_wire import ForeignError
 from rollgym.builtins.envs.nemo_gym_host import StartFailed
+from rollgym.server_options import check_one_place
 from rollgym.servers import (
     UNKNOWN_TOOL,
     Environment,
@@ -68,16 +68,6 @@ def episode_reward(rewards: list[float], how: RewardOf) -> float:
     return rewards[-1] if rewards else 0.0
 
 
-def check_one_place(url: str | None, url_key: str, local: str | None, local_key: str) -> None:
-    """Exactly one of ``url`` (a server the user runs) and ``local``; the URL an http(s) one.
-
-    Raises ``ValueError`` (the options' validation error, naming the keys)."""
-    if (url is None) == (local is None):
-        raise ValueError(f"give exactly one of '{url_key}' (a server you run) or '{local_key}'")
-    if url is not None and not re.match(r"^https?://[^/]+", url):
-        raise ValueError(f"'{url_key}' must be an http(s) URL, got {url!r}")
-
-
 def function_tool(name: str, description: str, parameters: object) -> dict[str, Any]:
     """A foreign tool as the model is offered it: an OpenAI chat ``tools`` entry."""
     return {
@@ -114,7 +104,8 @@ class ForeignOptions(EnvironmentOptions):
     @model_validator(mode="after")
     def _one_place(self) -> ForeignOptions:
         url_key, local_key = self.place_options
-        check_one_place(getattr(self, url_key), url_key, getattr(self, local_key), local_key)
+        local = getattr(self, local_key)
+        check_one_place(getattr(self, url_key), url_key, local, local_key, "rollgym starts it")
         return self
 
 

@@ -55,6 +55,7 @@ from typing import Any, ClassVar, Literal, TypedDict
 import orjson
 from pydantic import Field, model_validator
 
+from rollgym.server_options import check_one_place
 from rollgym.servers import (
     HEADER_REQUEST_ID,
     ChatRequest,
@@ -139,8 +140,9 @@ class OpenAIUpstreamOptions(ServerOptions):
 
     @model_validator(mode="after")
     def _one_upstream(self) -> OpenAIUpstreamOptions:
-        if (self.base_url is None) == (self.upstream is None):
-            raise ValueError("give exactly one of 'base_url' or 'upstream'")
+        check_one_place(
+            self.base_url, "base_url", self.upstream, "upstream", "another model server of the job"
+        )
         return self
 
 
