@@ -217,28 +217,10 @@ def _ship(endpoint: str, records: list[tuple[Any, ...]], *, as_records: bool) ->
     return shipper.counts.snapshot()
 
 
-def test_a_store_stores_the_same_rows_from_records_as_from_otlp(tmp_path: Path) -> None:
-    records = [r for r in _records() if r[0] != 0]
-    stored = {}
-    for as_records in (False, True):
-        folder = tmp_path / ("records" if as_records else "otlp")
-        store = start_trace_store(folder / "traces.db", folder / "store.log")
-        try:
-            counts = _ship(store.endpoint, records, as_records=as_records)
-        finally:
-            store.stop()
-        assert counts["spans_exported"] == len(records), counts
-        assert counts["spans_dropped"] == 0, counts
-        stored[as_records] = _stored(folder / "traces.db")
-    assert stored[True]["spans"] and stored[True] == stored[False]
-
-
-def test_a_lone_surrogate_through_a_real_store_loses_no_span(tmp_path: Path) -> None:
-    """Through a real shipper, exporter child and store: every span of a batch that holds
-    lone surrogates everywhere is stored, both ways, with the same rows."""
-    hostile = [_record(10 + i, **fields) for i, fields in enumerate(HOSTILE.values())]
-    records = [_record(1), *hostile, _record(2)]
-    stored = {}
+def _stored_both_ways(tmp_path: Path, records: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """The database rows of ``records`` shipped to a real store over OTLP, then as records;
+    every span exported, none dropped, either way."""
+    stored = []
     for as_records in (False, True):
         folder = tmp_path / ("records" if as_records else "otlp")
         store = start_trace_store(folder / "traces.db", folder / "store.log")
@@ -247,7 +229,21 @@ def test_a_lone_surrogate_through_a_real_store_loses_no_span(tmp_path: Path) -> 
         finally:
             store.stop()
         assert (counts["spans_exported"], counts["spans_dropped"]) == (len(records), 0), counts
-        stored[as_records] = _stored(folder / "traces.db")
-    assert len(stored[True]["spans"]) == len(records)
-    assert stored[True] == stored[False]
-    assert "\ufffd" in repr(stored[True]["spans"])
+        stored.append(_stored(folder / "traces.db"))
+    return stored
+
+
+def test_a_store_stores_the_same_rows_from_records_as_from_otlp(tmp_path: Path) -> None:
+    by_otlp, by_records = _stored_both_ways(tmp_path, [r for r in _records() if r[0] != 0])
+    assert by_records["spans"] and by_records == by_otlp
+
+
+def test_a_lone_surrogate_through_a_real_store_loses_no_span(tmp_path: Path) -> None:
+    """Through a real shipper, exporter child and store: every span of a batch that holds
+    lone surrogates everywhere is stored, both ways, with the same rows."""
+    hostile = [_record(10 + i, **fields) for i, fields in enumerate(HOSTILE.values())]
+    records = [_record(1), *hostile, _record(2)]
+    by_otlp, by_records = _stored_both_ways(tmp_path, records)
+    assert len(by_records["spans"]) == len(records)
+    assert by_records == by_otlp
+    assert "\ufffd" in repr(by_records["spans"])
