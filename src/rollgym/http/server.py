@@ -34,12 +34,17 @@ HEALTH_PATH = "/health"
 
 
 class OrjsonResponse(Response):
-    """A JSON response serialized by orjson: faster than the stdlib, and NaN-safe (null)."""
+    """A JSON response serialized by orjson: faster than the stdlib, and NaN-safe (null).
+    NumPy values (``float32`` scalars, arrays) are written as the numbers and lists they hold,
+    since an agent's or environment's result is often computed with NumPy."""
 
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
-        return orjson.dumps(content, option=orjson.OPT_NON_STR_KEYS)
+        return orjson.dumps(content, option=_OPTIONS)
+
+
+_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
 
 def error_body(message: str, field: str | None = None) -> dict[str, Any]:

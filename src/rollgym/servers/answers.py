@@ -26,6 +26,7 @@ from rollgym.errors import (
     ServerCallError,
     TransportError,
 )
+from rollgym.rewards import plain_number
 
 T = TypeVar("T")
 
@@ -47,12 +48,17 @@ def _session_lost(exc: ServerCallError) -> bool:
 
 
 def check_reward(answer: object, who: str) -> dict[str, object]:
-    """Return ``answer`` if it is an object with a finite numeric ``reward``; else HTTP 500."""
+    """Return ``answer`` if it is an object with a finite numeric ``reward``; else HTTP 500.
+
+    A reward of another real-number type (NumPy's ``float32``, ``int64``) is answered as the
+    Python number it equals (:func:`~rollgym.rewards.plain_number`); a bool is not a reward."""
     if not isinstance(answer, dict):
         raise HTTPError(
             500, f"{who} answered {type(answer).__name__}, not an object with a 'reward'"
         )
-    reward = answer.get("reward")
+    reward = plain_number(answer.get("reward"))
+    if reward is not answer.get("reward"):
+        answer = {**answer, "reward": reward}
     if isinstance(reward, bool) or not isinstance(reward, int | float):
         raise HTTPError(
             500, f"{who} answered without a numeric 'reward' (got {reward!r})", field="reward"

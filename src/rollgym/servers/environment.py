@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from fastapi import FastAPI, Request
@@ -45,7 +45,7 @@ from rollgym.http.model_body import model_body
 from rollgym.http.plain_routes import add_post
 from rollgym.http.server import OrjsonResponse
 from rollgym.identity import rollout_id_of_episode
-from rollgym.rewards import is_reward
+from rollgym.rewards import is_reward, plain_number
 from rollgym.server_options import ServerKind, ServerOptions
 from rollgym.servers.answers import SESSION_FIELD, check_reward, guarded, json_object
 from rollgym.servers.base import Server, ServerContext
@@ -327,7 +327,9 @@ class Environment(Server):
     async def _verdict(self, state: SessionState, answer: str | None) -> Verdict:
         result = await self.verify(state, answer)
         verdict = result if isinstance(result, Verdict) else Verdict(reward=result)
-        reward = verdict.reward
+        reward = plain_number(verdict.reward)
+        if reward is not verdict.reward:  # NumPy's float32...: the Python number it equals
+            verdict = replace(verdict, reward=reward)  # type: ignore[arg-type]
         if not is_reward(reward):
             raise HTTPError(
                 500,

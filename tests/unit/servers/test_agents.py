@@ -143,6 +143,24 @@ async def test_answers_without_a_finite_numeric_reward_are_clear_500s(serving, c
         assert text in answer.data["error"] and "agent 'odd'" in answer.data["error"]
 
 
+class NumpyAgent(Agent):
+    """A result computed with NumPy, as rewards and scores often are."""
+
+    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+        np = pytest.importorskip("numpy")
+        rewards = {0: np.float32(0.5), 1: np.int64(1), 2: np.bool_(True)}
+        return {"reward": rewards[row["q"]], "scores": np.array([0.25, 0.75]), "n": np.int32(2)}
+
+
+async def test_a_result_computed_with_numpy_is_answered_as_its_numbers(serving, client):
+    async with serving(NumpyAgent.build("np", {})) as url:
+        answers = [await client.post_json("np", url + "/run", {"q": q}) for q in range(3)]
+    assert [a.status for a in answers] == [200, 200, 500]
+    assert answers[0].data == {"reward": 0.5, "scores": [0.25, 0.75], "n": 2}
+    assert answers[1].data["reward"] == 1 and isinstance(answers[1].data["reward"], int)
+    assert "without a numeric 'reward'" in answers[2].data["error"]  # a bool is not a reward
+
+
 async def test_unreachable_model_is_a_502(serving, client):
     exits, urls = await stack(serving)
     async with exits:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from rollgym.builtins.envs.arithmetic import ArithmeticEnv
@@ -208,3 +209,22 @@ async def test_seed_is_told_the_rollout_it_seeds_and_only_inside_seed(serving, c
             seen.append(verdict.data["details"]["seen_rollout"])
     assert seen == ["9-1", None]
     assert env.seeding_rollout_id() is None  # outside seed: no rollout is being seeded
+
+
+class _NumpyVerdicts(ArithmeticEnv):
+    """Arithmetic whose verify computes its reward with NumPy (a float32) and its details too."""
+
+    async def verify(self, state, answer):
+        np = pytest.importorskip("numpy")
+        return Verdict(reward=np.float32(0.75), details={"scores": np.array([1, 0])})
+
+
+async def test_a_verdict_computed_with_numpy_is_answered_as_its_numbers(serving, client):
+    async with serving(_NumpyVerdicts.build("calc", {})) as url:
+        body = {"task": {"question": "1+2"}}
+        seeded = (await client.post_json("calc", url + "/seed_session", body)).data
+        verdict = await client.post_json(
+            "calc", url + "/verify", {"session_id": seeded["session_id"], "answer": "3"}
+        )
+    assert verdict.status == 200, verdict.data
+    assert verdict.data["reward"] == 0.75 and verdict.data["details"] == {"scores": [1, 0]}
