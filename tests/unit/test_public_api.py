@@ -89,6 +89,7 @@ SERVERS_DOOR = {
     "ToolAnswer",
     "TransportError",
     "Verdict",
+    "check_one_place",
     "content_text",
     "first_message",
     "gate",

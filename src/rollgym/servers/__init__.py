@@ -29,7 +29,7 @@ if TYPE_CHECKING:
         ServerCallError,
         TransportError,
     )
-    from rollgym.server_options import ServerKind, ServerOptions
+    from rollgym.server_options import ServerKind, ServerOptions, check_one_place
     from rollgym.servers import responses_api
     from rollgym.servers.agent import Agent, task_of
     from rollgym.servers.agent_options import AgentOptions
@@ -74,6 +74,7 @@ _EXPORTS = {
     "ServerContext": "rollgym.servers.base",
     "ServerKind": "rollgym.server_options",
     "ServerOptions": "rollgym.server_options",
+    "check_one_place": "rollgym.server_options",
     "SetupProblem": "rollgym.servers.start_checks",
     "SessionState": "rollgym.servers.environment",
     "INVALID_ARGUMENTS": "rollgym.servers.tools",
@@ -128,6 +129,7 @@ __all__ = [
     "ToolMistake",
     "TransportError",
     "Verdict",
+    "check_one_place",
     "content_text",
     "first_message",
     "gate",

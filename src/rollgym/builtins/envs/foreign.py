@@ -29,7 +29,6 @@ from pydantic import Field, model_validator
 
 from rollgym.builtins.envs.foreign_wire import ForeignError
 from rollgym.builtins.envs.nemo_gym_host import StartFailed
-from rollgym.server_options import check_one_place
 from rollgym.servers import (
     UNKNOWN_TOOL,
     Environment,
@@ -41,6 +40,7 @@ from rollgym.servers import (
     SetupProblem,
     ToolAnswer,
     ToolMistake,
+    check_one_place,
     model_arguments,
 )
 

@@ -55,7 +55,6 @@ from typing import Any, ClassVar, Literal, TypedDict
 import orjson
 from pydantic import Field, model_validator
 
-from rollgym.server_options import check_one_place
 from rollgym.servers import (
     HEADER_REQUEST_ID,
     ChatRequest,
@@ -65,6 +64,7 @@ from rollgym.servers import (
     RequestTimeout,
     ServerOptions,
     TransportError,
+    check_one_place,
     gate,
     is_uuid,
     pass_headers,
