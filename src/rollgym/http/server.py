@@ -41,10 +41,46 @@ class OrjsonResponse(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
-        return orjson.dumps(content, option=_OPTIONS)
+        try:
+            return orjson.dumps(content, option=_OPTIONS)
+        except orjson.JSONEncodeError as exc:
+            raise HTTPError(500, f"the answer {unwritable_part(content, exc)}") from None
 
 
 _OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+
+
+def unwritable_part(content: Any, exc: Exception) -> str:
+    """Where in ``content`` the value JSON cannot hold is, and what it is: ``holds a set at
+    info.steps[1] (Type is not JSON serializable: set)``. Walked only after orjson refused
+    ``content``, so a writable answer pays nothing for it."""
+    path, value = _first_unwritable(content, "")
+    where = f" at {path.lstrip('.')}" if path else ""
+    kind = type(value).__name__
+    article = "an" if kind[0] in "aeiou" else "a"
+    return f"holds {article} {kind}{where} that JSON cannot hold ({exc})"
+
+
+def _first_unwritable(value: Any, path: str) -> tuple[str, Any]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not _writable({key: None}):
+                return f"{path}.{key!r}", key
+            if not _writable(item):
+                return _first_unwritable(item, f"{path}.{key}")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            if not _writable(item):
+                return _first_unwritable(item, f"{path}[{index}]")
+    return path, value
+
+
+def _writable(value: Any) -> bool:
+    try:
+        orjson.dumps(value, option=_OPTIONS)
+    except orjson.JSONEncodeError:
+        return False
+    return True
 
 
 def error_body(message: str, field: str | None = None) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Protocol, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response
 
+from rollgym.errors import HTTPError
 from rollgym.http.server import OrjsonResponse
 from rollgym.policy_versions import FLOOR_HEADER
 from rollgym.telemetry.groups import gate
@@ -45,8 +46,16 @@ async def answer_rollout_route(
     request: Request, rollout_id: str | None, server_name: str, play: RolloutPlay
 ) -> Response:
     """A route that plays one whole rollout: ``play`` given the request's capture and floor
-    headers, awaited under the rollout span, its answer sent as JSON."""
+    headers, awaited under the rollout span, its answer sent as JSON (a 500 naming the part
+    JSON cannot hold, such as a set or a lone surrogate, when it has one)."""
     capture = request.headers.get(CAPTURE_HEADER)
     floor = request.headers.get(FLOOR_HEADER)
-    answer = await under_rollout_span(rollout_id, server_name, play(capture, floor))
-    return OrjsonResponse(answer)
+
+    async def answered() -> Response:
+        answer = await play(capture, floor)
+        try:  # written inside the span: an answer JSON cannot hold fails the rollout there too
+            return OrjsonResponse(answer)
+        except HTTPError as exc:
+            raise HTTPError(exc.status, f"{server_name!r}: {exc.message}") from None
+
+    return await under_rollout_span(rollout_id, server_name, answered())

@@ -161,6 +161,25 @@ async def test_a_result_computed_with_numpy_is_answered_as_its_numbers(serving, 
     assert "without a numeric 'reward'" in answers[2].data["error"]  # a bool is not a reward
 
 
+class UnwritableAgent(Agent):
+    """Results JSON cannot hold: a set, a lone surrogate (Python's json.loads makes one from
+    ``"\\ud800"``), an object."""
+
+    async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
+        odd = [{1, 2}, "cut \ud800", object()][row["q"]]
+        return {"reward": 1.0, "info": {"steps": [0, odd]}}
+
+
+async def test_a_result_json_cannot_hold_is_a_500_naming_where(serving, client):
+    async with serving(UnwritableAgent.build("odd", {})) as url:
+        answers = [await client.post_json("odd", url + "/run", {"q": q}) for q in range(3)]
+    assert [a.status for a in answers] == [500, 500, 500]
+    errors = [a.data["error"] for a in answers]
+    for error, what in zip(errors, ["a set", "a str", "an object"], strict=True):
+        assert "'odd'" in error and "info.steps[1]" in error and what in error, error
+    assert "set" in errors[0] and "surrogate" in errors[1] and "object" in errors[2]
+
+
 async def test_unreachable_model_is_a_502(serving, client):
     exits, urls = await stack(serving)
     async with exits:
