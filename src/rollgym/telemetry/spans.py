@@ -14,7 +14,7 @@ span, even a root; the job group off; a remote parent; a child of the job) it ne
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import Protocol
@@ -522,17 +522,15 @@ def env_tool_span(
 def record_tool_call(span: Span, arguments: object, result: object) -> None:
     """Set a tool span's ``gen_ai.tool.call.arguments`` and ``gen_ai.tool.call.result``, each
     cut to the capture limit, only when content capture is on (it may hold secrets)."""
-    if not capture.content:
-        return
-    try:
-        span.set_attributes(
-            {
+    if capture.content:
+        _set_content(
+            span,
+            lambda: {
                 names.GEN_AI_TOOL_CALL_ARGUMENTS: captured_text(arguments),
                 names.GEN_AI_TOOL_CALL_RESULT: captured_text(result),
-            }
+            },
+            "a tool call's arguments and result",
         )
-    except Exception:
-        warn_once("recording a tool call's arguments and result failed")
 
 
 def record_model_messages(
@@ -540,17 +538,26 @@ def record_model_messages(
 ) -> None:
     """Set a model span's ``gen_ai.input.messages`` and ``gen_ai.output.messages`` (each text
     cut to the capture limit), only when content capture is on."""
-    if not capture.content:
-        return
-    try:
-        span.set_attributes(
-            {
+    if capture.content:
+        _set_content(
+            span,
+            lambda: {
                 names.GEN_AI_INPUT_MESSAGES: input_messages(messages),
                 names.GEN_AI_OUTPUT_MESSAGES: output_messages(answer),
-            }
+            },
+            "a model call's messages",
         )
+
+
+def _set_content(
+    span: Span, content: Callable[[], Mapping[str, AttributeValue]], what: str
+) -> None:
+    """Set the captured ``content`` attributes: building them walks user values (messages,
+    tool results), so a failure there is warned once and never reaches the rollout."""
+    try:
+        span.set_attributes(content())
     except Exception:
-        warn_once("recording a model call's messages failed")
+        warn_once(f"recording {what} failed")
 
 
 def record_tool_model_error(span: Span, kind: str) -> None:
