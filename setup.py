@@ -33,7 +33,7 @@ ROOT = Path(__file__).parent
 #: extension group): the order is the one rollgym.tracestore.native and
 #: rollgym.telemetry.pipeline.native take the digest in.
 GROUPS = (
-    ("rollgym/tracestore", ("span_rows", "wire_rows"), "rollgym_tracestore_native"),
+    ("rollgym/tracestore", ("span_rows", "wire_rows", "record_rows"), "rollgym_tracestore_native"),
     ("rollgym/telemetry/pipeline", ("wire",), "rollgym_pipeline_native"),
 )
 #: Where the stamped copies are compiled from (``build/`` is git-ignored).

@@ -1,9 +1,12 @@
-"""Decode benchmark: the store's wire reader, compiled (mypyc) vs pure Python, same bodies.
+"""Decode benchmark: the store's two readers, compiled (mypyc) vs pure Python, same bodies.
 
-Turns the requests ``bench/ingest.py`` sends (512 rollgym-shaped spans each) into store rows
-with each reader in this one process, alternating rounds, and prints CPU per span (best of the
-rounds) and the ratio. The compiled reader is the one ``pip install -e .`` builds
-(``setup.py``); without it only the pure-Python figure is printed.
+Turns bodies into store rows with each reader in this one process, alternating rounds, and
+prints CPU per span (best of the rounds) and the ratio: the OTLP reader on the requests
+``bench/ingest.py`` sends (512 rollgym-shaped spans each), and the span-records reader on
+the bodies the run's own exporter children post (the driver's two spans a rollout, as in
+``bench/store_path_cpu.py``, 512 a body). The compiled readers are the ones
+``pip install -e .`` builds (``setup.py``); without them only the pure-Python figures are
+printed.
 
     python bench/decode.py [--spans 100000] [--rounds 5]
 """
@@ -11,6 +14,7 @@ rounds) and the ratio. The compiled reader is the one ``pip install -e .`` build
 from __future__ import annotations
 
 import argparse
+import marshal
 import sqlite3
 import sys
 import time
@@ -19,18 +23,30 @@ from types import ModuleType
 
 sys.path.insert(0, str(Path(__file__).parent))
 from ingest import encode_batches  # noqa: E402
+from store_path_cpu import RESOURCE, rollout  # noqa: E402
 
-from rollgym.tracestore import native, wire_rows  # noqa: E402
+from rollgym.telemetry.pipeline.frames import pack_record, pack_records  # noqa: E402
+from rollgym.tracestore import native, record_rows, wire_rows  # noqa: E402
 from rollgym.tracestore.store import SCHEMA, ResourceRegistry  # noqa: E402
 
 
-def _cpu_per_span(reader: ModuleType, bodies: list[bytes], spans: int) -> float:
+def _records_bodies(spans: int, per_body: int) -> list[bytes]:
+    resource = marshal.dumps(RESOURCE)
+    records = [pack_record(record) for n in range(spans // 2) for record in rollout(n)]
+    return [
+        pack_records(resource, records[at : at + per_body])
+        for at in range(0, len(records), per_body)
+    ]
+
+
+def _cpu_per_span(read: str, reader: ModuleType, bodies: list[bytes], spans: int) -> float:
     conn = sqlite3.connect(":memory:")
     conn.executescript(SCHEMA)
     registry = ResourceRegistry(conn)
+    rows_of = getattr(reader, read)
     start = time.thread_time()
     for body in bodies:
-        reader.rows_from_protobuf(body, registry)
+        rows_of(body, registry)
     return (time.thread_time() - start) / spans * 1e6
 
 
@@ -39,22 +55,26 @@ def main() -> None:
     parser.add_argument("--spans", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    bodies = encode_batches(args.spans, 512)
-    spans = len(bodies) * 512
-    readers = {"pure Python": wire_rows}
     compiled = native.compiled_readers()
-    if compiled is not None:
-        readers["compiled"] = compiled[1]
-    best = {name: float("inf") for name in readers}
-    for _ in range(args.rounds):
-        for name, reader in readers.items():
-            best[name] = min(best[name], _cpu_per_span(reader, bodies, spans))
-    for name, us in best.items():
-        print(f"{name:>12}: {us:.2f} us of CPU a span (best of {args.rounds} rounds)")
+    otlp = encode_batches(args.spans, 512)
+    records = _records_bodies(len(otlp) * 512, 512)
+    for title, read, bodies, pure, built in [
+        ("OTLP reader", "rows_from_protobuf", otlp, wire_rows, compiled and compiled[1]),
+        ("records reader", "rows_from_records", records, record_rows, compiled and compiled[2]),
+    ]:
+        readers = {"pure Python": pure, **({"compiled": built} if built else {})}
+        spans = len(bodies) * 512
+        best = {name: float("inf") for name in readers}
+        for _ in range(args.rounds):
+            for name, reader in readers.items():
+                best[name] = min(best[name], _cpu_per_span(read, reader, bodies, spans))
+        print(title)
+        for name, us in best.items():
+            print(f"{name:>14}: {us:.2f} us of CPU a span (best of {args.rounds} rounds)")
+        if "compiled" in best:
+            print(f"  compiled / pure Python: {best['compiled'] / best['pure Python']:.2f}")
     if compiled is None:
-        print("compiled reader: not built (pip install -e . builds it with mypyc)")
-    else:
-        print(f"compiled / pure Python: {best['compiled'] / best['pure Python']:.2f}")
+        print("compiled readers: not built (pip install -e . builds them with mypyc)")
 
 
 if __name__ == "__main__":

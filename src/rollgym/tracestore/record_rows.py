@@ -33,8 +33,7 @@ from rollgym.telemetry.pipeline import wire
 from rollgym.telemetry.pipeline.frames import RECORDS_FORMAT, RECORDS_TYPE
 from rollgym.telemetry.pipeline.records import has_invalid_text, valid_record
 from rollgym.tracestore.decode import PayloadError, ResourceIds, SpanBatch
-from rollgym.tracestore.native import add_span
-from rollgym.tracestore.span_rows import LinkParts
+from rollgym.tracestore.span_rows import LinkParts, add_span
 
 __all__ = ["RECORDS_TYPE", "rows_from_records"]
 

@@ -49,8 +49,8 @@ import apsw
 
 from rollgym.child_process import die_with_parent
 from rollgym.tracestore.decode import PROTOBUF_MEDIA_TYPES, SpanBatch, media_type, parse_traces
-from rollgym.tracestore.native import rows_from_protobuf, to_rows
-from rollgym.tracestore.record_rows import RECORDS_TYPE, rows_from_records
+from rollgym.tracestore.native import rows_from_protobuf, rows_from_records, to_rows
+from rollgym.tracestore.record_rows import RECORDS_TYPE
 from rollgym.tracestore.store import ResourceRegistry, TraceStore
 
 log = logging.getLogger(__name__)

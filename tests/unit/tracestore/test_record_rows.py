@@ -8,6 +8,7 @@ from __future__ import annotations
 import marshal
 import sqlite3
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -17,9 +18,9 @@ from rollgym.telemetry.pipeline.child import otlp_encoder
 from rollgym.telemetry.pipeline.frames import pack_records
 from rollgym.telemetry.pipeline.shipper import SpanShipper
 from rollgym.telemetry.pipeline.wire import encode_request
+from rollgym.tracestore import native, record_rows
 from rollgym.tracestore.decode import PayloadError, SpanBatch
 from rollgym.tracestore.native import rows_from_protobuf
-from rollgym.tracestore.record_rows import rows_from_records
 from rollgym.tracestore.store import SCHEMA, ResourceRegistry
 from rollgym.tracestore.store_process import start_trace_store
 
@@ -98,6 +99,17 @@ def _records() -> list[tuple[Any, ...]]:
     ]
 
 
+@pytest.fixture(params=["python", "compiled"])
+def reader(request: pytest.FixtureRequest) -> ModuleType:
+    """Each records reader: the pure-Python module, and the compiled copy when it is built."""
+    if request.param == "python":
+        return record_rows
+    compiled = native.compiled_readers()
+    if compiled is None:
+        pytest.skip("the compiled readers are not built (pip install -e . builds them)")
+    return compiled[2]
+
+
 def _registry() -> ResourceRegistry:
     conn = sqlite3.connect(":memory:")
     conn.executescript(SCHEMA)
@@ -115,9 +127,11 @@ def _records_body(records: list[tuple[Any, ...]]) -> bytes:
     return pack_records(marshal.dumps(RESOURCE), [marshal.dumps(r) for r in records])
 
 
-def _via_records(records: list[tuple[Any, ...]]) -> SpanBatch | str:
+def _via_records(
+    records: list[tuple[Any, ...]], reader: ModuleType = record_rows
+) -> SpanBatch | str:
     try:
-        return rows_from_records(_records_body(records), _registry())
+        return reader.rows_from_records(_records_body(records), _registry())
     except PayloadError as exc:
         return f"refused: {type(exc).__name__}"
 
@@ -128,18 +142,18 @@ def _rows(batch: SpanBatch | str) -> object:
     return (batch.resources, batch.spans, batch.links, batch.dispatches)
 
 
-def test_records_give_the_rows_otlp_gives() -> None:
+def test_records_give_the_rows_otlp_gives(reader: ModuleType) -> None:
     records = _records()
     by_otlp = _via_otlp(records)
     assert not isinstance(by_otlp, str), by_otlp
     assert len(by_otlp.spans) == len(records) and by_otlp.links and by_otlp.dispatches
-    assert _rows(_via_records(records)) == _rows(by_otlp)
+    assert _rows(_via_records(records, reader)) == _rows(by_otlp)
 
 
 @pytest.mark.parametrize("n", range(1, 6))
-def test_each_record_alone_gives_the_rows_otlp_gives(n: int) -> None:
+def test_each_record_alone_gives_the_rows_otlp_gives(n: int, reader: ModuleType) -> None:
     record = _records()[n - 1]
-    assert _rows(_via_records([record])) == _rows(_via_otlp([record]))
+    assert _rows(_via_records([record], reader)) == _rows(_via_otlp([record]))
 
 
 #: A text no UTF-8 carries (lone surrogates: user code gets them from Python's own ``json``),
@@ -157,9 +171,11 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize("place", sorted(HOSTILE))
-def test_a_text_that_is_not_valid_unicode_costs_only_its_characters(place: str) -> None:
+def test_a_text_that_is_not_valid_unicode_costs_only_its_characters(
+    place: str, reader: ModuleType
+) -> None:
     batch = [_record(1), _record(9, **HOSTILE[place]), _record(2)]
-    by_records = _via_records(batch)
+    by_records = _via_records(batch, reader)
     by_otlp = rows_from_protobuf(otlp_encoder(RESOURCE)(batch), _registry())
     assert not isinstance(by_records, str), by_records
     assert _rows(by_records) == _rows(by_otlp)
@@ -187,9 +203,9 @@ def test_a_valid_pair_of_surrogates_becomes_its_character() -> None:
         marshal.dumps((1, marshal.dumps(RESOURCE), [marshal.dumps(_record(1, trace_id=1 << 200))])),
     ],
 )
-def test_a_malformed_records_body_is_a_bad_payload(body: bytes) -> None:
+def test_a_malformed_records_body_is_a_bad_payload(body: bytes, reader: ModuleType) -> None:
     with pytest.raises(PayloadError):
-        rows_from_records(body, _registry())
+        reader.rows_from_records(body, _registry())
 
 
 def _stored(db: Path) -> dict[str, list[tuple[Any, ...]]]:

@@ -19,14 +19,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from rollgym.telemetry import names
-from rollgym.tracestore import native, span_rows, wire_rows
+from rollgym.tracestore import native, record_rows, span_rows, wire_rows
 from rollgym.tracestore.decode import PROTOBUF_TYPE, PayloadError, SpanBatch, parse_traces
 from rollgym.tracestore.span_rows import to_rows
 from rollgym.tracestore.store import SCHEMA, ResourceRegistry
 
 
-def _compiled_or_skip() -> tuple[ModuleType, ModuleType]:
-    """The compiled (span_rows, wire_rows); the test is skipped, saying why, when not built."""
+def _compiled_or_skip() -> tuple[ModuleType, ModuleType, ModuleType]:
+    """The compiled (span_rows, wire_rows, record_rows); the test is skipped, saying why, when not built."""
     compiled = native.compiled_readers()
     if compiled is None:
         pytest.skip("the compiled readers are not built (pip install -e . builds them)")
@@ -190,16 +190,16 @@ def test_the_store_decodes_with_the_compiled_readers_only_while_they_are_current
 ) -> None:
     compiled = _compiled_or_skip()
     monkeypatch.delenv(native.PURE_PYTHON_ENV, raising=False)  # however the suite was started
-    assert [module.SOURCE_DIGEST for module in compiled] == [native.source_digest()] * 2
+    assert [module.SOURCE_DIGEST for module in compiled] == [native.source_digest()] * 3
     assert native.choose_readers() == compiled
     # a source edited since the build: the stale binaries are refused, saying how to rebuild
     monkeypatch.setattr(native, "source_digest", lambda: "0" * 64)
     assert native.compiled_readers() is None
-    assert native.choose_readers() == (span_rows, wire_rows)
+    assert native.choose_readers() == (span_rows, wire_rows, record_rows)
     assert "pip install -e ." in caplog.text
     monkeypatch.setattr(native, "source_digest", lambda: compiled[1].SOURCE_DIGEST)
     monkeypatch.setenv(native.PURE_PYTHON_ENV, "1")
-    assert native.choose_readers() == (span_rows, wire_rows)
+    assert native.choose_readers() == (span_rows, wire_rows, record_rows)
 
 
 def test_the_compiled_message_path_gives_the_same_rows() -> None:
