@@ -8,6 +8,7 @@ from typing import Any
 import rollgym.policy_versions as policy_versions
 from rollgym.builtins.models.simulated import SimulatedModel
 from rollgym.trajectory.tokens import token_sequence
+from waits import until
 
 FAST = {"latency": {"kind": "fixed", "seconds": 0.0}}
 ASK = {"messages": [{"role": "user", "content": "Compute: 1 + 2\nReply with 'Answer: <n>'."}]}
@@ -45,10 +46,12 @@ async def test_simulated_trainer_bumps_on_arrival(serving, client) -> None:
 
 async def test_a_change_during_a_generation_is_placed_at_a_token(serving, client) -> None:
     slow = {"latency": {"kind": "fixed", "seconds": 0.6}, "prefill_share": 0.0}
-    async with serving(SimulatedModel.build("policy", slow)) as url:
+    model = SimulatedModel.build("policy", slow)
+    async with serving(model) as url:
         await client.post_json("policy", url + "/policy_version", {"version": 1})
         call = asyncio.ensure_future(client.post_json("policy", url + "/v1/chat/completions", ASK))
-        await asyncio.sleep(0.3)
+        # the call has read its version and is generating (0.6 s): however slow the machine
+        await until(lambda: model._gate.calls == 1, "the call to be generating")
         await client.post_json("policy", url + "/policy_version", {"version": 2})
         answer = (await call).data
     assert answer["policy_version"] == 1 and answer["policy_version_end"] == 2
