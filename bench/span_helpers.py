@@ -37,7 +37,8 @@ from rollgym.telemetry.groups import ALL_GROUPS, configure_gate
 from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
 from rollgym.telemetry.sampling import TimeOrderedIdGenerator
 
-ROW = {"task_index": 3, "rollout_index": 0, "q": 1}
+#: A collector row as the driver makes it (identity fields beside the task's own).
+ROW = {"q": 1, "task_index": 3, "rollout_index": 0, "attempt": 0}
 URL = "http://127.0.0.1:8000/run"
 
 
