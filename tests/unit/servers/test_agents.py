@@ -171,9 +171,15 @@ class UnwritableAgent(Agent):
 
 
 async def test_a_result_json_cannot_hold_is_a_500_naming_where(serving, client):
+    from rollgym.telemetry.setup import install_for_tests
+
+    exporter = InMemorySpanExporter()
+    install_for_tests(exporter)
     async with serving(UnwritableAgent.build("odd", {})) as url:
         answers = [await client.post_json("odd", url + "/run", {"q": q}) for q in range(3)]
     assert [a.status for a in answers] == [500, 500, 500]
+    rollouts = [s for s in exporter.get_finished_spans() if s.name == names.SPAN_ROLLOUT]
+    assert len(rollouts) == 3 and all(not s.status.is_ok for s in rollouts)  # failed there too
     errors = [a.data["error"] for a in answers]
     for error, what in zip(errors, ["a set", "a str", "an object"], strict=True):
         assert "'odd'" in error and "info.steps[1]" in error and what in error, error
