@@ -52,26 +52,45 @@ _OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
 def unwritable_part(content: Any, exc: Exception) -> str:
     """Where in ``content`` the value JSON cannot hold is, and what it is: ``holds a set at
-    info.steps[1] (Type is not JSON serializable: set)``. Walked only after orjson refused
-    ``content``, so a writable answer pays nothing for it."""
+    info.steps[1] that JSON cannot hold (Type is not JSON serializable: set)``. Walked only
+    after orjson refused ``content`` (``exc``), so a writable answer pays nothing for it."""
     path, value = _first_unwritable(content, "")
-    where = f" at {path.lstrip('.')}" if path else ""
+    path = path.lstrip(".")
+    if len(path) > _PATH_MOST:  # nested past orjson's depth limit: its start says enough
+        path = path[:_PATH_MOST] + "..."
+    where = f" at {path}" if path else ""
     kind = type(value).__name__
     article = "an" if kind[0] in "aeiou" else "a"
     return f"holds {article} {kind}{where} that JSON cannot hold ({exc})"
 
 
+#: Most characters of the path an error names.
+_PATH_MOST = 200
+#: Deepest the walk goes: past orjson's own limit (254 levels), so it finds what orjson refused.
+_DEPTH_MOST = 300
+
+
 def _first_unwritable(value: Any, path: str) -> tuple[str, Any]:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not _writable({key: None}):
-                return f"{path}.{key!r}", key
-            if not _writable(item):
-                return _first_unwritable(item, f"{path}.{key}")
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            if not _writable(item):
-                return _first_unwritable(item, f"{path}[{index}]")
+    """The path and value of the innermost part of ``value`` JSON cannot hold, going down the
+    first such part at each level (iteratively: a nesting deeper than Python's recursion
+    limit is an answer this must still describe)."""
+    for _ in range(_DEPTH_MOST):
+        found: tuple[str, Any] | None = None
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not _writable({key: None}):
+                    return f"{path}.{key!r}", key
+                if not _writable(item):
+                    found = (f"{path}.{key}", item)
+                    break
+        elif isinstance(value, list | tuple):
+            for index, item in enumerate(value):
+                if not _writable(item):
+                    found = (f"{path}[{index}]", item)
+                    break
+        if found is None:
+            return path, value
+        path, value = found
     return path, value
 
 
