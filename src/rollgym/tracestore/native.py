@@ -2,8 +2,9 @@
 
 ``setup.py`` compiles :mod:`rollgym.tracestore.span_rows`, :mod:`rollgym.tracestore.wire_rows`
 and :mod:`rollgym.tracestore.record_rows` with mypyc into ``*_native`` copies (C extensions:
-the same code, in well under half the time; see docs/design/compiled-twins.md), stamped with the SHA-256 of the sources they were built from. This
-module picks once, at import (through :mod:`rollgym.compiled`):
+the same code, in well under half the time; see docs/design/compiled-twins.md), stamped with
+the SHA-256 of the sources they were built from. This module picks once, at import (through
+:mod:`rollgym.compiled`):
 
 - the compiled copies, when they exist and their digest matches the ``.py`` files as they are
   now;
