@@ -60,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         choices=["start", "duration", "reward", "rollout_id", "outcome", "dispatch_name"],
         help="order of the rows (default: start time)",
     )
-    ls.add_argument("--desc", action="store_true", help="sort descending")
+    ls.add_argument("--desc", dest="descending", action="store_true", help="sort descending")
     ls.set_defaults(handler=_one_line(_ls))
 
     show = commands.add_parser("show", help="a rollout's trace tree, every attempt")
@@ -194,19 +194,8 @@ def _ls(args: argparse.Namespace) -> int:
     from rollgym.reading import queries, render
 
     with _open(args) as conn:
-        page = queries.list_rollouts(
-            conn,
-            limit=args.limit,
-            offset=args.offset,
-            outcome=args.outcome,
-            dispatch_name=args.dispatch_name,
-            min_reward=args.min_reward,
-            max_reward=args.max_reward,
-            min_duration_ms=args.min_duration_ms,
-            max_duration_ms=args.max_duration_ms,
-            sort=args.sort,
-            descending=args.desc,
-        )
+        # the options above are the query's keywords, by the same names
+        page = queries.list_rollouts(conn, **{key: getattr(args, key) for key in queries.PAGE_KEYS})
     _answer(args, page, render.rollouts_table)
     return 0
 

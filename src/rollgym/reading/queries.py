@@ -56,6 +56,21 @@ def base_rollout_id(rollout_id: str) -> str:
     return _ATTEMPT_SUFFIX.sub("", rollout_id)
 
 
+#: The keywords of :func:`list_rollouts` that choose its page: ``traces ls``'s options.
+PAGE_KEYS = (
+    "limit",
+    "offset",
+    "outcome",
+    "dispatch_name",
+    "min_reward",
+    "max_reward",
+    "min_duration_ms",
+    "max_duration_ms",
+    "sort",
+    "descending",
+)
+
+
 def list_rollouts(
     conn: sqlite3.Connection,
     *,

@@ -25,22 +25,30 @@ from rollgym.server_options import ServerOptions
 if TYPE_CHECKING:
     from rollgym.servers.base import Server
 
-#: Built-in implementations: name -> (kind, "module:Class").
-BUILTINS: dict[str, tuple[str, str]] = {
-    "simulated": ("model", "rollgym.builtins.models.simulated:SimulatedModel"),
-    "openai": ("model", "rollgym.builtins.models.openai_upstream:OpenAIUpstream"),
-    "arithmetic": ("environment", "rollgym.builtins.envs.arithmetic:ArithmeticEnv"),
-    "keychain": ("environment", "rollgym.builtins.envs.keychain:KeychainEnv"),
-    "code": ("environment", "rollgym.builtins.envs.code:CodeEnv"),
-    "terminal": ("environment", "rollgym.builtins.envs.terminal:TerminalEnv"),
-    "openenv": ("environment", "rollgym.builtins.envs.openenv:OpenEnvEnv"),
-    "nemo_gym": ("environment", "rollgym.builtins.envs.nemo_gym:NemoGymEnv"),
-    "verifiers": ("environment", "rollgym.builtins.envs.verifiers_env:VerifiersEnv"),
-    "ors": ("environment", "rollgym.builtins.envs.ors:OrsEnv"),
-    "single_turn": ("agent", "rollgym.builtins.agents.single_turn:SingleTurnAgent"),
-    "tool_loop": ("agent", "rollgym.builtins.agents.tool_loop:ToolLoopAgent"),
-    "nemo_gym_row": ("agent", "rollgym.builtins.agents.nemo_gym_row:NemoGymRowAgent"),
+#: Built-in implementations by kind: name -> "module:Class" (a name is unique across kinds).
+BUILTINS: dict[str, dict[str, str]] = {
+    "model": {
+        "simulated": "rollgym.builtins.models.simulated:SimulatedModel",
+        "openai": "rollgym.builtins.models.openai_upstream:OpenAIUpstream",
+    },
+    "environment": {
+        "arithmetic": "rollgym.builtins.envs.arithmetic:ArithmeticEnv",
+        "keychain": "rollgym.builtins.envs.keychain:KeychainEnv",
+        "code": "rollgym.builtins.envs.code:CodeEnv",
+        "terminal": "rollgym.builtins.envs.terminal:TerminalEnv",
+        "openenv": "rollgym.builtins.envs.openenv:OpenEnvEnv",
+        "nemo_gym": "rollgym.builtins.envs.nemo_gym:NemoGymEnv",
+        "verifiers": "rollgym.builtins.envs.verifiers_env:VerifiersEnv",
+        "ors": "rollgym.builtins.envs.ors:OrsEnv",
+    },
+    "agent": {
+        "single_turn": "rollgym.builtins.agents.single_turn:SingleTurnAgent",
+        "tool_loop": "rollgym.builtins.agents.tool_loop:ToolLoopAgent",
+        "nemo_gym_row": "rollgym.builtins.agents.nemo_gym_row:NemoGymRowAgent",
+    },
 }
+#: The kind of each built-in name.
+_KIND_OF = {name: kind for kind, named in BUILTINS.items() for name in named}
 
 
 #: The options of the built-ins that keep them in a module apart from the server (impl ->
@@ -82,18 +90,17 @@ def resolve_options(impl: str, kind: str) -> type[ServerOptions]:
 
 def _target(impl: str, kind: str) -> str:
     """The ``module:Class`` ``impl`` names, checked against the built-ins' kinds."""
-    builtin = BUILTINS.get(impl)
-    if builtin is not None:
-        builtin_kind, target = builtin
+    builtin_kind = _KIND_OF.get(impl)
+    if builtin_kind is not None:
         if builtin_kind != kind:
             raise TypeError(f"built-in {impl!r} is a {builtin_kind} implementation, not a {kind}")
-        return target
+        return BUILTINS[kind][impl]
     if ":" in impl:
         module_name, _, class_name = impl.partition(":")
         if not module_name or not class_name:
             raise ValueError(f"implementation {impl!r} must look like 'package.module:Class'")
         return impl
-    known = ", ".join(name for name, (k, _) in BUILTINS.items() if k == kind)
+    known = ", ".join(BUILTINS.get(kind, {}))
     raise ValueError(
         f"unknown implementation {impl!r}; built-in {kind}s: {known}; or give 'package.module:Class'"
     )
@@ -102,7 +109,7 @@ def _target(impl: str, kind: str) -> str:
 def _import_named(impl: str, target: str) -> object:
     """The object ``target`` (``module:Name``) names; errors name ``impl``."""
     module_name, _, class_name = target.partition(":")
-    if impl not in BUILTINS:
+    if impl not in _KIND_OF:
         _working_directory_importable()
     try:
         module = importlib.import_module(module_name)

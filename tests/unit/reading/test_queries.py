@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import orjson
@@ -81,6 +82,18 @@ def test_ls_cli_and_overview(finished_run, capsys) -> None:
     assert data["run_ids"] == [run.run_id]
     assert found == {"kind": "trace", "trace_id": run.rollouts[0]["trace_id"]}
     assert missing["kind"] == "none"
+
+
+def test_ls_options_are_the_page_keywords(finished_run, capsys) -> None:
+    signature = inspect.signature(queries.list_rollouts)
+    keywords = [p.name for p in signature.parameters.values() if p.kind is p.KEYWORD_ONLY]
+    assert list(queries.PAGE_KEYS) == keywords
+    run_dir, _ = finished_run
+    rows = _cli_json(capsys, "ls", str(run_dir), "--outcome", "ok", "--sort", "reward", "--desc")[
+        "rows"
+    ]
+    rewards = [row["reward"] for row in rows]
+    assert rewards == sorted(rewards, reverse=True) and len(set(rewards)) > 1
 
 
 def test_self_times_clip_overlapping_children() -> None:

@@ -13,9 +13,13 @@ from rollgym.builtins.agents.tool_loop import ToolLoopAgent
 from rollgym.builtins.models.simulated import SimulatedModel
 from rollgym.servers.registry import BUILTIN_OPTIONS, BUILTINS, resolve_impl, resolve_options
 
+#: Every built-in as (name, kind).
+NAMED = [(name, kind) for kind, named in BUILTINS.items() for name in named]
+
 
 def test_every_builtin_resolves_to_a_server_of_its_kind():
-    for name, (kind, _) in BUILTINS.items():
+    assert len({name for name, _ in NAMED}) == len(NAMED), "a built-in name is in two kinds"
+    for name, kind in NAMED:
         assert resolve_impl(name, kind).kind == kind
 
 
@@ -49,9 +53,9 @@ def test_clear_errors(impl, kind, error, text):
 
 
 def test_options_named_apart_are_the_classes_own_options():
-    for name, (kind, _) in BUILTINS.items():
+    for name, kind in NAMED:
         assert resolve_options(name, kind) is resolve_impl(name, kind).Options
-    assert set(BUILTIN_OPTIONS) <= set(BUILTINS)
+    assert set(BUILTIN_OPTIONS) <= {name for name, _ in NAMED}
 
 
 @pytest.mark.parametrize(
