@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 from rollgym.errors import InvariantBroken
@@ -77,6 +78,7 @@ class Holdback(Protocol[T]):
         ...
 
 
+@dataclass(eq=False)
 class WorkerPool(Generic[T]):
     """``size`` workers running ``work(item)`` for each item of ``source`` until it is empty.
 
@@ -85,28 +87,20 @@ class WorkerPool(Generic[T]):
     once, when the last worker has exited.
     """
 
-    def __init__(
-        self,
-        source: SharedSource[T],
-        work: Callable[[T], Awaitable[None]],
-        size: int,
-        on_idle: Callable[[], None],
-        holdback: Holdback[T] | None = None,
-    ) -> None:
-        self._source = source
-        self._work = work
-        self._size = size
-        self._on_idle = on_idle
-        self._holdback = holdback
-        self._tasks: list[asyncio.Task[None]] = []
-        self._alive = 0
-        #: Workers beyond ``size`` allowed now (see :meth:`set_spare`).
-        self._spare = 0
-        self.stopping = False
+    source: SharedSource[T]
+    work: Callable[[T], Awaitable[None]]
+    size: int
+    on_idle: Callable[[], None]
+    holdback: Holdback[T] | None = None
+    stopping: bool = field(default=False, init=False)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
+    _alive: int = field(default=0, init=False)
+    #: Workers beyond ``size`` allowed now (see :meth:`set_spare`).
+    _spare: int = field(default=0, init=False)
 
     def start(self) -> None:
-        self._alive = self._size
-        self._tasks = [asyncio.create_task(self._worker()) for _ in range(self._size)]
+        self._alive = self.size
+        self._tasks = [asyncio.create_task(self._worker()) for _ in range(self.size)]
 
     @property
     def alive(self) -> int:
@@ -118,18 +112,18 @@ class WorkerPool(Generic[T]):
         self._spare = spare
         if self.stopping or self._alive == 0:
             return
-        if self._alive >= self._size + spare:
+        if self._alive >= self.size + spare:
             return
         # spare workers come and go over a long run: forget the ones that ended cleanly
         self._tasks = [task for task in self._tasks if not _ended_cleanly(task)]
-        while self._alive < self._size + spare:
+        while self._alive < self.size + spare:
             self._alive += 1
             self._tasks.append(asyncio.create_task(self._worker()))
 
     async def _worker(self) -> None:
-        source = self._source
+        source = self.source
         sync = source.is_sync  # fixed for the source's life: read once, not per item
-        holdback = self._holdback
+        holdback = self.holdback
         try:
             while not self.stopping:
                 item = holdback.ready() if holdback is not None else None
@@ -141,13 +135,13 @@ class WorkerPool(Generic[T]):
                             break
                     elif holdback is not None and holdback.hold(item):
                         continue
-                await self._work(item)
-                if self._alive > self._size + self._spare:
+                await self.work(item)
+                if self._alive > self.size + self._spare:
                     break  # a spare worker no longer needed
         finally:
             self._alive -= 1
             if self._alive == 0:
-                self._on_idle()
+                self.on_idle()
 
     def stop(self) -> None:
         self.stopping = True

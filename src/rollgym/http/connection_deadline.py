@@ -16,6 +16,7 @@ so a deadline set is never a timer moved.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 
 from rollgym.http.read_deadline import close_too_slow
 
@@ -24,27 +25,19 @@ READING = "reading"  # the rest of a request: close and say so (a slow or stalle
 IDLE = "idle"  # a next request on a kept-alive connection: close quietly (uvicorn's keep-alive)
 
 
+@dataclass(slots=True, eq=False)
 class ConnectionDeadline:
     """The one deadline a connection has at a time, and the one timer that enforces it."""
 
-    __slots__ = ("_client", "_loop", "_timer", "_transport", "due", "keep_alive_s", "read_s", "why")
-
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        transport: asyncio.BaseTransport,
-        client: object,
-        read_s: float,
-        keep_alive_s: float,
-    ) -> None:
-        self._loop = loop
-        self._transport = transport
-        self._client = client
-        self.read_s = read_s
-        self.keep_alive_s = keep_alive_s
-        self._timer: asyncio.TimerHandle | None = None
-        self.due: float | None = None  # loop time the connection is closed at, unless cleared
-        self.why: str | None = None  # READING or IDLE while due is set
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.BaseTransport
+    client: object  # the peer, as the "too slow" log line names it
+    read_s: float
+    keep_alive_s: float
+    #: Loop time the connection is closed at, unless cleared.
+    due: float | None = field(default=None, init=False)
+    why: str | None = field(default=None, init=False)  # READING or IDLE while due is set
+    _timer: asyncio.TimerHandle | None = field(default=None, init=False)
 
     def reading(self) -> None:
         """A request began: it must be whole within ``read_s``."""
@@ -66,10 +59,10 @@ class ConnectionDeadline:
             self._timer = None
 
     def _set(self, why: str, seconds: float) -> None:
-        now = self._loop.time()
+        now = self.loop.time()
         self.due, self.why = now + seconds, why
         if self._timer is None:
-            self._timer = self._loop.call_at(self._next_wake(self.due, now), self._fired)
+            self._timer = self.loop.call_at(self._next_wake(self.due, now), self._fired)
 
     def _next_wake(self, due: float, now: float) -> float:
         return min(due, now + min(self.read_s, self.keep_alive_s))
@@ -79,15 +72,15 @@ class ConnectionDeadline:
         due = self.due
         if due is None:
             return  # cleared since: the next deadline set schedules the timer again
-        now = self._loop.time()
+        now = self.loop.time()
         if due > now:
-            self._timer = self._loop.call_at(self._next_wake(due, now), self._fired)
+            self._timer = self.loop.call_at(self._next_wake(due, now), self._fired)
             return
-        why, transport = self.why, self._transport
+        why, transport = self.why, self.transport
         self.due = self.why = None
         if transport.is_closing():
             return
         if why == READING:
-            close_too_slow(transport, self._client, self.read_s)
+            close_too_slow(transport, self.client, self.read_s)
         else:
             transport.close()

@@ -10,7 +10,8 @@ without a finite numeric ``reward`` with a clear 500, so the driver never record
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
+import functools
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from fastapi import FastAPI, Request
@@ -104,10 +105,7 @@ class Agent(Server):
     async def _handle_run(self, request: Request) -> Response:
         row = await json_object(request)
         rollout_id = rollout_id_of(row)
-
-        def play(capture: str | None, floor: str | None) -> Awaitable[object]:
-            return self._run_checked(row, rollout_id, capture, floor)
-
+        play = functools.partial(self._run_checked, row, rollout_id)
         return await answer_rollout_route(request, rollout_id, self.context.name, play)
 
     async def _run_checked(

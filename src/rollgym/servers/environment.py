@@ -30,7 +30,7 @@ tool's output (``error: ...``) and the episode goes on.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+import functools
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
@@ -398,10 +398,7 @@ class Environment(Server):
         if not isinstance(task, dict):
             raise HTTPError(400, "an episode body needs 'task', a JSON object", field="task")
         rollout_id = rollout_id_of_episode(body)
-
-        def play(capture: str | None, floor: str | None) -> Awaitable[object]:
-            return self._episode(rollout_id, task, capture, floor)
-
+        play = functools.partial(self._episode, rollout_id, task)
         return await answer_rollout_route(request, rollout_id, self.context.name, play)
 
     async def _episode(
