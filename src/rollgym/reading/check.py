@@ -9,10 +9,10 @@ millions. Each rule is one small SQL query; a violation names the span, trace an
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypedDict, TypeVar
+from typing import Any, TypedDict
 
 import orjson
 
@@ -27,7 +27,6 @@ from rollgym.telemetry import names
 from rollgym.tracestore.decode import hex_id
 
 _MAX_LISTED = 50  # per rule; the count is always exact
-T = TypeVar("T")
 
 
 class RunStory(TypedDict, total=False):
@@ -103,7 +102,7 @@ def check_run(run_dir: str | Path, conn: sqlite3.Connection) -> CheckReport:
         _check_isolation_without_dispatch(conn, report)
     has_dispatch = report.stats["dispatch_spans"] > 0
     _check_engine_spans(conn, report, history, losses, has_dispatch=has_dispatch)
-    _check_parents(conn, report, history, losses)
+    _check_parents(conn, history, losses)
     _check_outputs(
         Path(run_dir),
         conn,
@@ -329,13 +328,13 @@ _ORPHAN_SPANS = """SELECT s.trace_id, s.span_id, s.name, s.parent_span_id, s.sta
 
 
 def _unexcused(
-    rows: Iterable[tuple[bytes, bytes, str, T, int]], excused: Callable[[bytes, int], bool]
-) -> Iterator[tuple[bytes, dict[str, object], str, T]]:
-    """The spans of ``rows`` (trace id, span id, name, one more column, start) that the run's
-    history does not excuse (``excused(trace id, start)``: a killed session or a dead process
-    cut their trace short): the trace id, where each is as a violation names it, its name and
-    the column."""
-    for trace_id, span_id, name, column, start_ns in rows:
+    conn: sqlite3.Connection, query: str, excused: Callable[[bytes, int], bool]
+) -> Iterator[tuple[bytes, dict[str, object], str, Any]]:
+    """The spans ``query`` finds (trace id, span id, name, one more column, start) that the
+    run's history does not excuse (``excused(trace id, start)``: a killed session or a dead
+    process cut their trace short): the trace id, where each is as a violation names it, its
+    name and the column."""
+    for trace_id, span_id, name, column, start_ns in conn.execute(query):
         if not excused(trace_id, start_ns):
             where: dict[str, object] = {"trace_id": hex_id(trace_id), "span_id": hex_id(span_id)}
             yield trace_id, where, name, column
@@ -344,13 +343,31 @@ def _unexcused(
 def _check_isolation(
     conn: sqlite3.Connection, report: CheckReport, history: RunHistory, losses: CountedLosses
 ) -> None:
-    homeless = conn.execute(_HOMELESS_SPANS)
-    for trace_id, where, name, rollout_id in _unexcused(homeless, history.excuses_homeless):
+    homeless = _unexcused(conn, _HOMELESS_SPANS, history.excuses_homeless)
+    for trace_id, where, name, rollout_id in homeless:
         message = f"span {name!r} of rollout {rollout_id} is not in that rollout's dispatch trace"
-        if history.has_dispatch(trace_id):  # in another rollout's trace: never a loss
-            report.add("isolation", message, **where, rollout_id=rollout_id)
-        else:  # its trace lost its dispatch root: a loss, if the run counted one
-            losses.add("isolation", message, trace_id, {**where, "rollout_id": rollout_id})
+        where["rollout_id"] = rollout_id
+        # in another rollout's trace: never a loss; its trace lost its dispatch root: a loss
+        lost = not history.has_dispatch(trace_id)
+        _add_misplaced(report, losses, "isolation", message, trace_id, where, lost=lost)
+
+
+def _add_misplaced(
+    report: CheckReport,
+    losses: CountedLosses,
+    rule: str,
+    message: str,
+    trace_id: bytes,
+    where: Mapping[str, object],
+    *,
+    lost: bool,
+) -> None:
+    """A rollout's span outside that rollout's trace: a violation of ``rule``, or, when
+    ``lost`` (its trace lost its dispatch root), a loss if the run counted one."""
+    if lost:
+        losses.add(rule, message, trace_id, where)
+    else:
+        report.add(rule, message, **where)
 
 
 def _check_isolation_without_dispatch(conn: sqlite3.Connection, report: CheckReport) -> None:
@@ -422,23 +439,21 @@ def _check_engine_spans(
                 f"engine span {name!r} ({names.GEN_AI_REQUEST_ID} {engine_id!r}) names rollout "
                 f"{rollout_id}, but its trace is not that rollout's"
             )
-            where = {"trace_id": hex_id(trace_id), "span_id": hex_id(span_id)}
-            if has_dispatch and not history.has_dispatch(trace_id):  # a lost dispatch root
-                losses.add(
-                    "engine_isolation", message, trace_id, {**where, "rollout_id": rollout_id}
-                )
-            else:
-                report.add("engine_isolation", message, **where, rollout_id=rollout_id)
+            where = {
+                "trace_id": hex_id(trace_id),
+                "span_id": hex_id(span_id),
+                "rollout_id": rollout_id,
+            }
+            lost = has_dispatch and not history.has_dispatch(trace_id)
+            _add_misplaced(report, losses, "engine_isolation", message, trace_id, where, lost=lost)
     report.stats["engine_spans_attributed"] = attributed
     if unattributed:
         report.stats["engine_spans_unattributed"] = unattributed
 
 
-def _check_parents(
-    conn: sqlite3.Connection, report: CheckReport, history: RunHistory, losses: CountedLosses
-) -> None:
-    orphans = conn.execute(_ORPHAN_SPANS)
-    for trace_id, where, name, parent in _unexcused(orphans, history.excuses_missing_parent):
+def _check_parents(conn: sqlite3.Connection, history: RunHistory, losses: CountedLosses) -> None:
+    orphans = _unexcused(conn, _ORPHAN_SPANS, history.excuses_missing_parent)
+    for trace_id, where, name, parent in orphans:
         message = f"span {name!r} names parent {hex_id(parent)}, absent from its trace"
         losses.add("missing_parent", message, trace_id, where, absent_span=parent)
 

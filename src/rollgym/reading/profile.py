@@ -243,49 +243,52 @@ def profile_run(conn: apsw.Connection, *, stragglers: int = 10, bins: int = 60) 
     return _report(scan, stragglers, policy_staleness(conn))
 
 
+#: What :class:`_Accounting` sums, in the order the report lists them. A time is summed in
+#: ns (``<name>_ns``) and reported in seconds (``<name>_s``).
+_ACCOUNTED = (
+    "dispatches",
+    "input_tokens",
+    "output_tokens",
+    "model_calls",
+    "tool_calls",
+    "engine_ns",
+    "sandbox_ns",
+    "wall_ns",
+    "spans",
+)
+#: The sums a dispatch's profile holds under the same name.
+_PROFILE_SUMS = ("input_tokens", "output_tokens", "model_calls", "tool_calls", "wall_ns")
+
+
 @dataclass(slots=True)
 class _Accounting:
     """What the run's dispatches used, summed in whole numbers (times in ns), so the sums of
     disjoint trace-id ranges add up to exactly the one-pass answer."""
 
-    dispatches: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    model_calls: int = 0
-    tool_calls: int = 0
-    engine_ns: int = 0
-    sandbox_ns: int = 0
-    wall_ns: int = 0
-    spans: int = 0
+    sums: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_ACCOUNTED, 0))
 
     def add(self, profile: DispatchProfile) -> None:
-        self.dispatches += 1
-        self.input_tokens += profile.input_tokens
-        self.output_tokens += profile.output_tokens
-        self.model_calls += profile.model_calls
-        self.tool_calls += profile.tool_calls
+        sums = self.sums
+        sums["dispatches"] += 1
+        for name in _PROFILE_SUMS:
+            sums[name] += getattr(profile, name)
         phase_ns = profile.phase_ns
-        self.engine_ns += sum(phase_ns[i] for i in _ENGINE_INDEXES)
-        self.sandbox_ns += phase_ns[_SANDBOX_INDEX]
-        self.wall_ns += profile.wall_ns
+        sums["engine_ns"] += sum(phase_ns[i] for i in _ENGINE_INDEXES)
+        sums["sandbox_ns"] += phase_ns[_SANDBOX_INDEX]
 
     def merge(self, other: _Accounting) -> None:
-        for name in self.__slots__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name, value in other.sums.items():
+            self.sums[name] += value
 
     def report(self) -> dict[str, int | float]:
         """The report's ``accounting``: counts as counted, times in seconds."""
-        return {
-            "dispatches": self.dispatches,
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "model_calls": self.model_calls,
-            "tool_calls": self.tool_calls,
-            "engine_s": self.engine_ns / _SECOND,
-            "sandbox_s": self.sandbox_ns / _SECOND,
-            "wall_s": self.wall_ns / _SECOND,
-            "spans": self.spans,
-        }
+        report: dict[str, int | float] = {}
+        for name, value in self.sums.items():
+            if name.endswith("_ns"):
+                report[name.removesuffix("_ns") + "_s"] = value / _SECOND
+            else:
+                report[name] = value
+        return report
 
 
 #: (rollout wall ns, rollout id, dominant phase, dispatch name, trace id hex, outcome)
@@ -349,7 +352,7 @@ def _scan(
     accounting = _Accounting()
     dispatch_name = names.SPAN_DISPATCH
     for trace_spans in _traces(conn, server_kinds, where, params):
-        accounting.spans += len(trace_spans)
+        accounting.sums["spans"] += len(trace_spans)
         for span in trace_spans:
             if span.name != dispatch_name:
                 continue

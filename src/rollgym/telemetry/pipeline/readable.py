@@ -23,7 +23,25 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.span import TraceState
 
-from rollgym.telemetry.pipeline.records import SpanRecord, valid_record
+from rollgym.telemetry.pipeline.records import (
+    ATTRIBUTES,
+    END,
+    EVENTS,
+    KIND,
+    LINKS,
+    NAME,
+    PARENT_IS_REMOTE,
+    PARENT_SPAN_ID,
+    SCOPE,
+    SPAN_ID,
+    START,
+    STATUS_CODE,
+    STATUS_MESSAGE,
+    TRACE_ID,
+    TRACE_STATE,
+    SpanRecord,
+    valid_record,
+)
 
 __all__ = ["export_spans", "readable_span"]
 
@@ -43,47 +61,32 @@ def readable_span(record: SpanRecord, resource: Resource) -> ReadableSpan:
     A record keeps no trace flags beside its own (sampled: only sampled spans are recorded),
     so its parent's and its links' contexts are given the sampled flag.
     """
-    (
-        trace_id,
-        span_id,
-        parent_id,
-        parent_remote,
-        name,
-        kind,
-        start,
-        end,
-        attributes,
-        events,
-        links,
-        status_code,
-        status_message,
-        scope,
-        trace_state,
-    ) = record
+    trace_id = record[TRACE_ID]
+    parent_id = record[PARENT_SPAN_ID]
+    trace_state = record[TRACE_STATE]
     state = TraceState(list(trace_state)) if trace_state else _NO_STATE
-    code = _CODES[status_code]
-    scope_name, scope_version, schema_url = scope
+    code = _CODES[record[STATUS_CODE]]
     return ReadableSpan(
-        name=name,
-        context=SpanContext(trace_id, span_id, False, _SAMPLED, state),
-        parent=SpanContext(trace_id, parent_id, parent_remote, _SAMPLED, state)
+        name=record[NAME],
+        context=SpanContext(trace_id, record[SPAN_ID], False, _SAMPLED, state),
+        parent=SpanContext(trace_id, parent_id, record[PARENT_IS_REMOTE], _SAMPLED, state)
         if parent_id
         else None,
         resource=resource,
-        attributes=_attributes(attributes),
+        attributes=_attributes(record[ATTRIBUTES]),
         events=[
             Event(event_name, event_attributes or None, when)
-            for event_name, when, event_attributes in events or ()
+            for event_name, when, event_attributes in record[EVENTS] or ()
         ],
         links=[
             Link(SpanContext(l_trace, l_span, l_remote, _SAMPLED), _attributes(l_attributes))
-            for l_trace, l_span, l_remote, l_attributes in links or ()
+            for l_trace, l_span, l_remote, l_attributes in record[LINKS] or ()
         ],
-        kind=_KINDS[kind],
-        status=Status(code, status_message if code is StatusCode.ERROR else None),
-        start_time=start,
-        end_time=end,
-        instrumentation_scope=InstrumentationScope(scope_name, scope_version, schema_url),
+        kind=_KINDS[record[KIND]],
+        status=Status(code, record[STATUS_MESSAGE] if code is StatusCode.ERROR else None),
+        start_time=record[START],
+        end_time=record[END],
+        instrumentation_scope=InstrumentationScope(*record[SCOPE]),
     )
 
 
