@@ -21,7 +21,7 @@ import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
+from typing import Annotated, Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 import aiohttp
 import orjson
@@ -46,6 +46,14 @@ from rollgym.servers import (
 
 #: How an episode's rewards make its reward: the last one, or their sum.
 RewardOf = Literal["last", "sum"]
+#: The ``reward`` option of an environment whose steps carry the rewards (OpenEnv, ORS).
+EpisodeReward = Annotated[
+    RewardOf,
+    Field(description="The episode's reward: the last reward its steps carried, or their sum."),
+]
+#: The ``system_prompt`` option of an environment that writes the episode's prompt (each
+#: environment gives its own default).
+SystemPrompt = Annotated[str, Field(description="The system message of each episode.")]
 #: What a tool call after the episode's end is told.
 EPISODE_OVER = "the episode is over: reply with your final answer"
 #: What the output of the step that ends the episode says after it.
@@ -85,6 +93,19 @@ def refused_over_http(answer: ToolAnswer) -> str:
     if answer.error is not None:
         raise HTTPError(400, answer.output.removeprefix("error: "), field="arguments")
     return answer.output
+
+
+def server_url(server: str) -> Any:
+    """The option naming ``server`` (what it is, as the description says it) by the base URL
+    of one the user runs: the first of :attr:`ForeignOptions.place_options`."""
+    return Field(None, description=f"Base URL of {server} you run (http://host:port).")
+
+
+def local_target(description: str) -> Any:
+    """The option naming what rollgym starts instead (the ``target`` of
+    :meth:`ForeignSessionsEnvironment.start_local`): the second of
+    :attr:`ForeignOptions.place_options`."""
+    return Field(None, description=description)
 
 
 class ForeignOptions(EnvironmentOptions):

@@ -32,11 +32,14 @@ from pydantic import Field
 
 from rollgym.builtins.envs.foreign import (
     OVER_NOTE,
+    EpisodeReward,
     ForeignOptions,
     ForeignSessionsEnvironment,
-    RewardOf,
+    SystemPrompt,
     episode_reward,
     function_tool,
+    local_target,
+    server_url,
 )
 from rollgym.builtins.envs.openenv_host import HostedApp, app_of, load_object
 from rollgym.builtins.envs.openenv_wire import Observation, OpenEnvError, WireSession, ws_url
@@ -64,18 +67,13 @@ class OpenEnvOptions(ForeignOptions):
 
     place_options: ClassVar[tuple[str, str]] = ("openenv_url", "openenv_app")
 
-    openenv_url: str | None = Field(
-        None, description="Base URL of an OpenEnv server you run (http://host:port)."
+    openenv_url: str | None = server_url("an OpenEnv server")
+    openenv_app: str | None = local_target(
+        "'module:object': the OpenEnv app (create_app(...)) or Environment class "
+        "to serve here, importable from the working directory."
     )
-    openenv_app: str | None = Field(
-        None,
-        description="'module:object': the OpenEnv app (create_app(...)) or Environment class "
-        "to serve here, importable from the working directory.",
-    )
-    reward: RewardOf = Field(
-        "last", description="The episode's reward: the last reward observed, or their sum."
-    )
-    system_prompt: str = Field(SYSTEM_PROMPT, description="The system message of each episode.")
+    reward: EpisodeReward = "last"
+    system_prompt: SystemPrompt = SYSTEM_PROMPT
     max_sessions: int = Field(
         4096, ge=1, description="Sessions an Environment class served here allows at once."
     )

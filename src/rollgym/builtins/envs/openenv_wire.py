@@ -20,7 +20,7 @@ reset, step) and what went wrong, never a traceback.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import aiohttp
@@ -72,6 +72,7 @@ def ws_url(base_url: str) -> str:
     return "ws://" + base.removeprefix("http://") + "/ws"
 
 
+@dataclass(slots=True, eq=False)  # eq=False: hashed by identity, owned in a dict
 class WireSession:
     """One OpenEnv session (made by :meth:`connect`): one exchange at a time, each bounded by ``answer_timeout_s``.
 
@@ -81,33 +82,27 @@ class WireSession:
     whole model turn, which can be minutes.
     """
 
-    def __init__(
-        self,
-        http: aiohttp.ClientSession,
-        url: str,
-        *,
-        connect_timeout_s: float,
-        answer_timeout_s: float,
-    ) -> None:
-        self._http = http
-        self._url = url
-        self._connect_timeout_s = connect_timeout_s
-        self._answer_timeout_s = answer_timeout_s
-        self._ws: aiohttp.ClientWebSocketResponse | None = None
-        self._reader: asyncio.Task[None] | None = None
-        self._lock = asyncio.Lock()
-        self._answers: asyncio.Queue[aiohttp.WSMessage] = asyncio.Queue()
-        #: Why no exchange can be trusted any more (an answer that never came may come late).
-        self._broken: str | None = None
-        self.closed = False
+    http: aiohttp.ClientSession
+    #: The session endpoint (:func:`ws_url`).
+    url: str
+    _: KW_ONLY
+    connect_timeout_s: float
+    answer_timeout_s: float
+    _ws: aiohttp.ClientWebSocketResponse | None = field(default=None, init=False)
+    _reader: asyncio.Task[None] | None = field(default=None, init=False)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    _answers: asyncio.Queue[aiohttp.WSMessage] = field(default_factory=asyncio.Queue, init=False)
+    #: Why no exchange can be trusted any more (an answer that never came may come late).
+    _broken: str | None = field(default=None, init=False)
+    closed: bool = field(default=False, init=False)
 
     async def connect(self) -> None:
         """Connect to the session endpoint (``ws://host:port/ws``): the server opens a session
         for the connection. One closed while it connected is ended at once."""
-        url, timeout_s = self._url, self._connect_timeout_s
+        url, timeout_s = self.url, self.connect_timeout_s
         try:
             async with asyncio.timeout(timeout_s):
-                self._ws = await self._http.ws_connect(url, autoping=True, max_msg_size=0)
+                self._ws = await self.http.ws_connect(url, autoping=True, max_msg_size=0)
         except TimeoutError:
             raise OpenEnvError(
                 OPEN_SESSION, f"no session from {url} within {timeout_s:g} s", status=504
@@ -177,13 +172,13 @@ class WireSession:
             raise OpenEnvError(step, self._broken)
         async with self._lock:
             try:
-                async with asyncio.timeout(self._answer_timeout_s):
+                async with asyncio.timeout(self.answer_timeout_s):
                     await ws.send_str(orjson.dumps(message).decode())
                     answer = await self._answers.get()
             except TimeoutError:
                 self._broken = f"an earlier answer never came ({step})"
                 raise OpenEnvError(
-                    step, f"no answer within {self._answer_timeout_s:g} s", status=504
+                    step, f"no answer within {self.answer_timeout_s:g} s", status=504
                 ) from None
             except (aiohttp.ClientError, OSError, RuntimeError) as exc:
                 raise OpenEnvError(step, f"the connection failed: {exc}") from None

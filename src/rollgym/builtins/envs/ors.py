@@ -35,11 +35,14 @@ from pydantic import Field
 from rollgym.builtins.envs.foreign import (
     EPISODE_OVER,
     OVER_NOTE,
+    EpisodeReward,
     ForeignOptions,
     ForeignSessionsEnvironment,
-    RewardOf,
+    SystemPrompt,
     episode_reward,
     function_tool,
+    local_target,
+    server_url,
 )
 from rollgym.builtins.envs.ors_host import OrsProcess, default_python
 from rollgym.builtins.envs.ors_wire import CallResult, OrsError, OrsSession
@@ -67,13 +70,10 @@ class OrsOptions(ForeignOptions):
 
     place_options: ClassVar[tuple[str, str]] = ("ors_url", "ors_environment")
 
-    ors_url: str | None = Field(
-        None, description="Base URL of an ORS (openreward) environment server you run."
-    )
-    ors_environment: str | None = Field(
-        None,
-        description="'module:object': the openreward Environment class (or a list of them, or "
-        "a Server) rollgym serves itself, importable from the working directory.",
+    ors_url: str | None = server_url("an ORS (openreward) environment server")
+    ors_environment: str | None = local_target(
+        "'module:object': the openreward Environment class (or a list of them, or "
+        "a Server) rollgym serves itself, importable from the working directory."
     )
     python: str = Field(
         default_factory=default_python,
@@ -84,10 +84,8 @@ class OrsOptions(ForeignOptions):
         None, description="Which environment of the server (default: the first it lists)."
     )
     split: str = Field("train", description="The split of a row that gives only an 'index'.")
-    reward: RewardOf = Field(
-        "last", description="The episode's reward: the last reward a tool gave, or their sum."
-    )
-    system_prompt: str = Field(SYSTEM_PROMPT, description="The system message of each episode.")
+    reward: EpisodeReward = "last"
+    system_prompt: SystemPrompt = SYSTEM_PROMPT
     start_timeout_s: float = Field(
         60.0, gt=0, description="Time for a served environment to answer."
     )
