@@ -47,6 +47,7 @@ class Agent(Server):
 
     kind: ClassVar[ServerKind] = "agent"
     Options: ClassVar[type[ServerOptions]] = AgentOptions
+    options: AgentOptions
 
     async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
         """Perform one rollout of ``row``; answer an object with a numeric ``reward``."""
@@ -67,7 +68,6 @@ class Agent(Server):
         header; ``policy_floor``, the dispatch's ``X-Rollgym-Policy-Floor``, goes on with every
         model call (docs/policy-versions.md)."""
         options = self.options
-        assert isinstance(options, AgentOptions)
         row = row or {}
         sampling = options.sampling_for(self.row_sampling(row))
         environment = self.environment_for(row)
@@ -95,7 +95,6 @@ class Agent(Server):
 
     def environment_for(self, row: dict[str, Any]) -> str | None:
         """The environment server a row's rollout uses: the ``environment`` option."""
-        assert isinstance(self.options, AgentOptions)
         return self.options.environment
 
     def row_sampling(self, row: dict[str, Any]) -> Any:

@@ -51,13 +51,22 @@ class Server:
 
     Subclasses set ``kind`` and ``Options`` and override :meth:`add_routes`; they may override
     :meth:`on_startup` / :meth:`on_shutdown` for their own long-lived resources (created
-    there, outside any request, so no rollout's context is captured).
+    there, outside any request, so no rollout's context is captured). A subclass with its own
+    ``Options`` declares ``options`` as that class beside it (``options: MyOptions``), so
+    ``self.options`` is typed as it; ``__init__`` checks the instance is one.
     """
 
     kind: ClassVar[ServerKind]
     Options: ClassVar[type[ServerOptions]] = ServerOptions
+    options: ServerOptions
 
     def __init__(self, context: ServerContext) -> None:
+        expected = type(self).Options
+        if not isinstance(context.options, expected):
+            raise TypeError(
+                f"server {context.name!r} ({type(self).__name__}) was given options of class "
+                f"{type(context.options).__name__}, not {expected.__name__} (its Options)"
+            )
         self.context = context
         self.options = context.options
 

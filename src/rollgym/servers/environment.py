@@ -134,6 +134,7 @@ class Environment(Server):
 
     kind: ClassVar[ServerKind] = "environment"
     Options: ClassVar[type[ServerOptions]] = EnvironmentOptions
+    options: EnvironmentOptions
     #: The tools declared with ``@tool`` on this class, by name (filled per subclass).
     tools: ClassVar[dict[str, ToolSpec]] = {}
 
@@ -143,7 +144,7 @@ class Environment(Server):
 
     def __init__(self, context: ServerContext) -> None:
         super().__init__(context)
-        options = self.env_options
+        options = self.options
         self.sessions: SessionStore[SessionState] = SessionStore(
             options.session_ttl_s, on_expire=self.on_session_expired
         )
@@ -152,7 +153,7 @@ class Environment(Server):
 
     @property
     def env_options(self) -> EnvironmentOptions:
-        assert isinstance(self.options, EnvironmentOptions)
+        """``self.options``, typed as the base's options (kept for subclasses that call it)."""
         return self.options
 
     # --- what a subclass writes ---------------------------------------------------------------
@@ -170,7 +171,7 @@ class Environment(Server):
 
     async def play_episode(self, rollout: RolloutContext, task: dict[str, Any]) -> dict[str, Any]:
         """One episode for ``/run``; default: the shared multi-turn tool loop."""
-        return await play_tool_loop(rollout, task, max_turns=self.env_options.max_turns)
+        return await play_tool_loop(rollout, task, max_turns=self.options.max_turns)
 
     # --- the operations, shared by the HTTP routes and in-process episodes --------------------
 
@@ -354,7 +355,7 @@ class Environment(Server):
         add_post(app, "/model_tool_call", self._model_tool_route)
         add_post(app, "/verify", self._verify_route)
         app.post("/aggregate_metrics")(self._aggregate_route)
-        if self.env_options.model is not None:
+        if self.options.model is not None:
             add_post(app, "/run", self._episode_route)
 
     # Each session route answers with the sandbox seconds it spent (Server-Timing), which
@@ -408,7 +409,7 @@ class Environment(Server):
         capture: str | None,
         floor: str | None = None,
     ) -> object:
-        options = self.env_options
+        options = self.options
         model_server = options.model
         assert model_server is not None
         who = f"environment {self.context.name!r} episode"

@@ -1,4 +1,5 @@
-"""resolve_impl: built-in names, module:Class, and clear errors."""
+"""resolve_impl: built-in names, module:Class, and clear errors; each built-in's options
+typed as its own ``Options`` and checked at construction."""
 
 from __future__ import annotations
 
@@ -6,11 +7,16 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import get_type_hints
 
 import pytest
+from pydantic import ValidationError
 
 from rollgym.builtins.agents.tool_loop import ToolLoopAgent
+from rollgym.builtins.envs.options import ArithmeticOptions, KeychainOptions
+from rollgym.builtins.models.options import SimulatedOptions
 from rollgym.builtins.models.simulated import SimulatedModel
+from rollgym.servers.base import Server, ServerContext
 from rollgym.servers.registry import BUILTIN_OPTIONS, BUILTINS, resolve_impl, resolve_options
 
 #: Every built-in as (name, kind).
@@ -88,3 +94,43 @@ def test_reading_the_quickstart_config_imports_no_server_stack():
         check=True,
     )
     assert done.stdout.strip() == "[]"
+
+
+def _builtin_classes() -> list[type[Server]]:
+    return [resolve_impl(name, kind) for name, kind in NAMED]
+
+
+def test_every_builtin_types_its_options_as_its_own_options():
+    # `options: XOptions` beside `Options = XOptions`: self.options is typed as what it is
+    for cls in _builtin_classes():
+        assert get_type_hints(cls)["options"] is cls.Options, cls.__name__
+
+
+def test_every_builtin_that_needs_no_options_builds_with_its_own():
+    built = 0
+    for name, kind in NAMED:
+        cls = resolve_impl(name, kind)
+        try:
+            cls.Options.model_validate({})
+        except ValidationError:
+            continue  # required options (a model, a URL): the annotation test covers it
+        assert type(cls.build(name).options) is cls.Options
+        built += 1
+    assert built >= 5
+
+
+@pytest.mark.parametrize(("name", "kind"), NAMED)
+def test_a_builtin_given_another_servers_options_refuses_them_by_name(name, kind):
+    cls = resolve_impl(name, kind)
+    others = [ArithmeticOptions(), KeychainOptions(), SimulatedOptions()]
+    wrong = next(o for o in others if not isinstance(o, cls.Options))
+    expected = cls.Options.__name__
+    with pytest.raises(TypeError) as error:
+        cls(ServerContext(name=f"my-{name}", options=wrong))
+    message = str(error.value)
+    assert "\n" not in message
+    assert f"'my-{name}'" in message
+    assert type(wrong).__name__ in message and expected in message
+    # Server.build with an instance takes it as given, so it meets the same check
+    with pytest.raises(TypeError, match=f"my-{name}"):
+        cls.build(f"my-{name}", wrong)

@@ -121,25 +121,21 @@ class NemoGymRowAgent(Agent):
     """Play a NeMo Gym row's ``responses_create_params``; verify in its environment."""
 
     Options: ClassVar[type[ServerOptions]] = NemoGymRowOptions
-
-    @property
-    def row_options(self) -> NemoGymRowOptions:
-        assert isinstance(self.options, NemoGymRowOptions)
-        return self.options
+    options: NemoGymRowOptions
 
     def environment_for(self, row: Mapping[str, object]) -> str | None:
         ref = row.get(AGENT_REF)
         name = ref.get("name") if isinstance(ref, dict) else None
-        routes = self.row_options.environments
+        routes = self.options.environments
         if isinstance(name, str) and name in routes:
             return routes[name]
-        if self.row_options.environment is None:
+        if self.options.environment is None:
             raise _refuse(
                 f"names {name!r}, which no entry of 'environments' maps to "
                 f"(known: {sorted(routes)}) and this agent has no default 'environment'",
                 f"row.{AGENT_REF}.name",
             )
-        return self.row_options.environment
+        return self.options.environment
 
     def row_sampling(self, row: Mapping[str, object]) -> object:
         """The request's own parameters (temperature, max_output_tokens ...), then the row's
@@ -165,4 +161,4 @@ class NemoGymRowAgent(Agent):
                     f"{_ROW_PREFIX}.input",
                 )
             messages = [*messages, *prompt]
-        return await play_and_verify(rollout, messages, tools, self.row_options.max_turns)
+        return await play_and_verify(rollout, messages, tools, self.options.max_turns)

@@ -13,6 +13,7 @@ class SingleTurnAgent(Agent):
     """One model call per rollout; the reward is whatever the environment's verify says."""
 
     Options: ClassVar[type[ServerOptions]] = SingleTurnOptions
+    options: SingleTurnOptions
 
     async def run(self, row: Mapping[str, object], rollout: RolloutContext) -> dict[str, Any]:
         seeded = await rollout.env.seed(task_of(row))

@@ -23,7 +23,7 @@ class ToolLoopAgent(Agent):
     """Alternate model turns and tool calls, then verify the final answer."""
 
     Options: ClassVar[type[ServerOptions]] = ToolLoopOptions
+    options: ToolLoopOptions
 
     async def run(self, row: Mapping[str, object], rollout: RolloutContext) -> dict[str, Any]:
-        assert isinstance(self.options, ToolLoopOptions)
         return await play_tool_loop(rollout, task_of(row), max_turns=self.options.max_turns)

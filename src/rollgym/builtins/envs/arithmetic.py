@@ -41,10 +41,10 @@ class ArithmeticEnv(Environment):
     """Compute one expression in one turn."""
 
     Options: ClassVar[type[ServerOptions]] = ArithmeticOptions
+    options: ArithmeticOptions
 
     def __init__(self, context: ServerContext) -> None:
         super().__init__(context)
-        assert isinstance(self.options, ArithmeticOptions)
         #: The relative tolerance as an exact fraction, parsed once rather than per answer.
         self._tolerance = Fraction(str(self.options.tolerance))
 

@@ -119,6 +119,7 @@ class CodeEnv(SandboxedEnv):
     """Write a function; hidden tests decide."""
 
     Options: ClassVar[type[ServerOptions]] = CodeOptions
+    options: CodeOptions
 
     async def seed(self, task: Mapping[str, object]) -> SessionState:
         problem = check_problem(task_from_row(task, "code", "problem"))
@@ -162,7 +163,6 @@ class CodeEnv(SandboxedEnv):
             return Verdict(0.0, {"problem": problem["id"], "error": "no code in the answer"})
         report = await run_tests(state.data["sandbox"], code, tests)
         fraction = report.passed / report.total
-        assert isinstance(self.options, CodeOptions)
         reward = fraction if self.options.reward == "fraction" else float(fraction == 1.0)
         details = {
             "problem": problem["id"],

@@ -205,6 +205,8 @@ class ForeignSessionsEnvironment(Environment, Generic[Wire]):
     included: its close waits for the seeding, so it never overtakes the creation it undoes.
     """
 
+    #: A subclass's Options are ForeignOptions with its ``place_options``.
+    options: ForeignOptions
     #: How the foreign server is called in messages: a server by URL, one started here.
     url_what: ClassVar[str]
     local_what: ClassVar[str]
@@ -261,7 +263,6 @@ class ForeignSessionsEnvironment(Environment, Generic[Wire]):
 
     def _find_server(self) -> None:
         options = self.options
-        assert isinstance(options, ForeignOptions)
         url_key, local_key = options.place_options
         target: str | None = getattr(options, local_key)
         if target is not None:

@@ -79,10 +79,10 @@ class KeychainEnv(Environment):
     """Follow the key chain with read_key, answer the secret."""
 
     Options: ClassVar[type[ServerOptions]] = KeychainOptions
+    options: KeychainOptions
 
     async def seed(self, task: Mapping[str, object]) -> SessionState:
         options = self.options
-        assert isinstance(options, KeychainOptions)
         seed = _int_field(task, "seed")
         hops = _int_field(task, "hops", 3)
         if not 1 <= hops <= options.max_hops:

@@ -83,19 +83,15 @@ class NemoGymEnv(ForeignSessionsEnvironment[ResourcesSession]):
     """A NeMo Gym resource server's sessions as rollgym sessions (see the module docstring)."""
 
     Options: ClassVar[type[ServerOptions]] = NemoGymOptions
+    options: NemoGymOptions
     url_what = "NeMo Gym resource server"
     local_what = "NeMo Gym resource server"
     closes_metric = "resources_sessions"
 
-    @property
-    def nemo_gym_options(self) -> NemoGymOptions:
-        assert isinstance(self.options, NemoGymOptions)
-        return self.options
-
     # --- start-up -------------------------------------------------------------------------------
 
     def start_local(self, target: str) -> ResourcesProcess:
-        options = self.nemo_gym_options
+        options = self.options
         process = ResourcesProcess(
             self.context.name,
             target,
@@ -111,7 +107,7 @@ class NemoGymEnv(ForeignSessionsEnvironment[ResourcesSession]):
         without ``/seed_session`` and ``/verify`` is not a resource server, said before the
         first rollout."""
         # FastAPI builds the schema on the first ask: seconds for NeMo Gym's large bodies.
-        body = self.setup_json("/openapi.json", self.nemo_gym_options.start_timeout_s)
+        body = self.setup_json("/openapi.json", self.options.start_timeout_s)
         paths = body.get("paths") if isinstance(body, dict) else None
         missing = [p for p in _PROTOCOL_ROUTES if not isinstance(paths, dict) or p not in paths]
         if missing:
@@ -125,7 +121,7 @@ class NemoGymEnv(ForeignSessionsEnvironment[ResourcesSession]):
 
     async def seed(self, task: dict[str, Any]) -> SessionState:
         chat = _chat_of(task)
-        wire = ResourcesSession(self.http(), self.base_url, self.nemo_gym_options.answer_timeout_s)
+        wire = ResourcesSession(self.http(), self.base_url, self.options.answer_timeout_s)
         async with self.seeding(wire) as creation:
             await creation.of(wire.seed(task))
         tools = chat.get("tools")

@@ -84,22 +84,18 @@ class OpenEnvEnv(ForeignSessionsEnvironment[WireSession]):
     """An OpenEnv environment's episodes as rollgym sessions (see the module docstring)."""
 
     Options: ClassVar[type[ServerOptions]] = OpenEnvOptions
+    options: OpenEnvOptions
     url_what = "OpenEnv server"
     local_what = "OpenEnv app"
     #: The action class's JSON schema (from ``/schema``) and whether it is an MCP one.
     _action_schema: dict[str, Any]
     _mcp: bool
 
-    @property
-    def openenv_options(self) -> OpenEnvOptions:
-        assert isinstance(self.options, OpenEnvOptions)
-        return self.options
-
     # --- start-up -------------------------------------------------------------------------------
 
     def start_local(self, target: str) -> HostedApp:
         """The app served here, in a thread of this process (it lives and dies with it)."""
-        app = app_of(target, load_object(target), self.openenv_options.max_sessions)
+        app = app_of(target, load_object(target), self.options.max_sessions)
         hosted = HostedApp(target, app)
         hosted.start()
         return hosted
@@ -107,7 +103,7 @@ class OpenEnvEnv(ForeignSessionsEnvironment[WireSession]):
     def check_protocol(self) -> None:
         """The action class's JSON schema (``GET /schema``), read once at start-up: a server
         that does not answer it is not an OpenEnv server, said before the first rollout."""
-        body = self.setup_json("/schema", self.openenv_options.connect_timeout_s)
+        body = self.setup_json("/schema", self.options.connect_timeout_s)
         action = body.get("action") if isinstance(body, dict) else None
         if not isinstance(action, dict):
             raise SetupProblem(self.key, f"{self.where}: GET /schema has no 'action' schema")
@@ -118,7 +114,7 @@ class OpenEnvEnv(ForeignSessionsEnvironment[WireSession]):
 
     async def seed(self, task: dict[str, Any]) -> SessionState:
         reset = _reset_data(task, self.seeding_rollout_id())
-        options = self.openenv_options
+        options = self.options
         wire = WireSession(
             self.http(),
             ws_url(self.base_url),
@@ -181,7 +177,7 @@ class OpenEnvEnv(ForeignSessionsEnvironment[WireSession]):
         """The reward the observations carried (none: 0.0); the session closed."""
         async with self.verifying(state):
             rewards: list[float] = state.data["rewards"]
-            reward = episode_reward(rewards, self.openenv_options.reward)
+            reward = episode_reward(rewards, self.options.reward)
         details = {"done": state.data["over"], "steps": state.data["steps"], "rewards": rewards}
         return Verdict(reward=reward, details=details)
 

@@ -95,28 +95,24 @@ class OrsEnv(ForeignSessionsEnvironment[OrsSession]):
     """An ORS environment's sessions as rollgym sessions (see the module docstring)."""
 
     Options: ClassVar[type[ServerOptions]] = OrsOptions
+    options: OrsOptions
     url_what = "ORS server"
     local_what = "ORS environment"
     closes_metric = "ors_sessions"
     #: The server's environment the sessions play (``env_name``, else the first it lists).
     _env_name: str
 
-    @property
-    def ors_options(self) -> OrsOptions:
-        assert isinstance(self.options, OrsOptions)
-        return self.options
-
     # --- start-up -------------------------------------------------------------------------------
 
     def start_local(self, target: str) -> OrsProcess:
-        process = OrsProcess(self.context.name, target, self.ors_options.python)
-        process.wait_ready(self.ors_options.start_timeout_s)
+        process = OrsProcess(self.context.name, target, self.options.python)
+        process.wait_ready(self.options.start_timeout_s)
         return process
 
     def check_protocol(self) -> None:
         """The server's environments (``/list_environments``), read once at start-up: a
         server that does not answer it is not an ORS server, said before the first rollout."""
-        listed = self.setup_json("/list_environments", self.ors_options.start_timeout_s)
+        listed = self.setup_json("/list_environments", self.options.start_timeout_s)
         if (
             not isinstance(listed, list)
             or not listed
@@ -127,7 +123,7 @@ class OrsEnv(ForeignSessionsEnvironment[OrsSession]):
                 f"{self.where}: not an ORS server: GET /list_environments answered "
                 f"{str(listed)[:120]!r}, not a list of environment names",
             )
-        wanted = self.ors_options.env_name
+        wanted = self.options.env_name
         if wanted is None:
             self._env_name = str(listed[0])
         elif wanted.lower() in listed:
@@ -138,10 +134,8 @@ class OrsEnv(ForeignSessionsEnvironment[OrsSession]):
     # --- sessions ---------------------------------------------------------------------------------
 
     async def seed(self, task: dict[str, Any]) -> SessionState:
-        chosen = _task_of(task, self.ors_options.split)
-        wire = OrsSession(
-            self.http(), self.base_url, self._env_name, self.ors_options.answer_timeout_s
-        )
+        chosen = _task_of(task, self.options.split)
+        wire = OrsSession(self.http(), self.base_url, self._env_name, self.options.answer_timeout_s)
         async with self.seeding(wire) as creation:
             try:
                 await creation.of(wire.open(chosen))
@@ -153,7 +147,7 @@ class OrsEnv(ForeignSessionsEnvironment[OrsSession]):
             prompt = await wire.prompt()
         tools = [_function(entry) for entry in wire.tools]
         messages = [
-            {"role": "system", "content": self.ors_options.system_prompt},
+            {"role": "system", "content": self.options.system_prompt},
             {"role": "user", "content": prompt},
         ]
         return self.seeded(wire, messages, tools, rewards=[], calls=0, over=False)
@@ -215,7 +209,7 @@ class OrsEnv(ForeignSessionsEnvironment[OrsSession]):
             "tool_calls": state.data["calls"],
             "rewards": rewards,
         }
-        return Verdict(reward=episode_reward(rewards, self.ors_options.reward), details=details)
+        return Verdict(reward=episode_reward(rewards, self.options.reward), details=details)
 
 
 def _task_of(task: dict[str, Any], split: str) -> dict[str, Any]:

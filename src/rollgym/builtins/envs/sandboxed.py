@@ -9,13 +9,13 @@ missing bubblewrap is a clear error naming what to install.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
 from rollgym.builtins.envs.tasksets import load_taskset
 from rollgym.sandbox import ExecResult, Sandbox, SandboxLimits, SandboxPool
-from rollgym.servers import Environment, EnvironmentOptions, SessionState
+from rollgym.servers import Environment, EnvironmentOptions, ServerOptions, SessionState
 
 #: The most characters of a command's output a tool answer shows the model.
 SHOWN_OUTPUT_CHARS = 2000
@@ -34,15 +34,12 @@ class SandboxedOptions(EnvironmentOptions):
 class SandboxedEnv(Environment):
     """Base of environments that give each rollout a sandbox (``state.data["sandbox"]``)."""
 
+    Options: ClassVar[type[ServerOptions]] = SandboxedOptions
+    options: SandboxedOptions
     pool: SandboxPool
 
-    @property
-    def sandboxed_options(self) -> SandboxedOptions:
-        assert isinstance(self.options, SandboxedOptions)
-        return self.options
-
     async def on_startup(self) -> None:
-        options = self.sandboxed_options
+        options = self.options
         self.pool = SandboxPool(
             options.limits,
             warm=min(options.warm_sandboxes, options.max_sandboxes),

@@ -42,6 +42,7 @@ class TerminalEnv(SandboxedEnv):
     """Change the work directory with shell commands until the check passes."""
 
     Options: ClassVar[type[ServerOptions]] = TerminalOptions
+    options: TerminalOptions
 
     async def seed(self, task: Mapping[str, object]) -> SessionState:
         spec = check_task(task_from_row(task, "terminal", "task"))

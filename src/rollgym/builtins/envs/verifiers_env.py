@@ -115,11 +115,12 @@ class VerifiersEnv(Environment):
     """A verifiers environment's rollouts as rollgym episodes (see the module docstring)."""
 
     Options: ClassVar[type[ServerOptions]] = VerifiersOptions
+    options: VerifiersOptions
     uses_openai_sdk: ClassVar[bool] = True
 
     def __init__(self, context: ServerContext) -> None:
         super().__init__(context)
-        options = self.verifiers_options
+        options = self.options
         self.where = f"verifiers environment {options.verifiers_environment!r}"
         self._worker: WorkerChannel = start_worker(
             options.verifiers_python,
@@ -131,11 +132,6 @@ class VerifiersEnv(Environment):
         self._playing: dict[int, Live] = {}
         self._ids = itertools.count()
         self._reader: asyncio.Task[None] | None = None
-
-    @property
-    def verifiers_options(self) -> VerifiersOptions:
-        assert isinstance(self.options, VerifiersOptions)
-        return self.options
 
     async def on_startup(self) -> None:
         await super().on_startup()
@@ -167,7 +163,7 @@ class VerifiersEnv(Environment):
     async def play_episode(self, rollout: RolloutContext, task: dict[str, Any]) -> dict[str, Any]:
         """The environment's own rollout in the worker, bounded by ``rollout_timeout_s``;
         every failure an HTTPError of one line naming the step."""
-        options = self.verifiers_options
+        options = self.options
         if self._reader is None or self._reader.done():  # the worker is gone: fail at once
             raise self._failed(502, "worker", self._worker.why_gone())
         request: dict[str, object] = {
@@ -246,7 +242,7 @@ class VerifiersEnv(Environment):
         """The server's and the row's sampling (``sampling``), then what the trajectory's
         token capture asks of the engine; the environment's own sampling arguments lie
         beneath them (verifiers merges them in its client)."""
-        ours = self.verifiers_options.sampling_for(task.get("sampling"))
+        ours = self.options.sampling_for(task.get("sampling"))
         sampling: dict[str, object] = dict(ours)
         if rollout.trajectory is not None:
             sampling.update(rollout.trajectory.request_fields())

@@ -150,12 +150,13 @@ class OpenAIUpstream(ModelServer):
     """Forwards chat completions and responses to the upstream; answers what it answers."""
 
     Options: ClassVar[type[ServerOptions]] = OpenAIUpstreamOptions
+    options: OpenAIUpstreamOptions
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         self._key: str | None = None
         #: The request-id form in use; ``auto`` until the upstream has told.
-        self.id_policy: RequestIdPolicy = self.upstream.request_id
+        self.id_policy: RequestIdPolicy = self.options.request_id
         #: Whether the upstream has ``/v1/responses``; None until it has told.
         self.native_responses: bool | None = None
         #: Whether the upstream takes a Responses call's id in its body; None until it has told.
@@ -163,13 +164,8 @@ class OpenAIUpstream(ModelServer):
         #: Held by the one call that decides ``auto``; the others wait for its answer.
         self._deciding = asyncio.Lock()
 
-    @property
-    def upstream(self) -> OpenAIUpstreamOptions:
-        assert isinstance(self.options, OpenAIUpstreamOptions)
-        return self.options
-
     async def on_startup(self) -> None:
-        env_name = self.upstream.api_key_env
+        env_name = self.options.api_key_env
         if env_name is not None:
             key = os.environ.get(env_name)
             if not key:
@@ -179,7 +175,7 @@ class OpenAIUpstream(ModelServer):
             self._key = key
 
     def model_names(self) -> list[str]:
-        return [self.upstream.model_name]
+        return [self.options.model_name]
 
     def scrub(self, text: str) -> str:
         """``text`` without the API key or anything that looks like one."""
@@ -263,8 +259,8 @@ class OpenAIUpstream(ModelServer):
             response = await self.client.post_json(
                 destination,
                 root + route,
-                {**body, "model": self.upstream.model_name},
-                timeout=self.upstream.request_timeout_s,
+                {**body, "model": self.options.model_name},
+                timeout=self.options.request_timeout_s,
                 headers=self._headers(None),
                 route=route,
             )
@@ -304,7 +300,7 @@ class OpenAIUpstream(ModelServer):
                 destination,
                 base.removesuffix("/v1") + route,
                 body,
-                timeout=self.upstream.request_timeout_s,
+                timeout=self.options.request_timeout_s,
                 headers=self._headers(None),
                 route=route,
             )
@@ -331,7 +327,7 @@ class OpenAIUpstream(ModelServer):
 
     def _target(self) -> tuple[str, str]:
         """(destination server name, base URL) of the upstream."""
-        options = self.upstream
+        options = self.options
         if options.upstream is not None:
             return options.upstream, self.context.url_of(options.upstream) + "/v1"
         return "upstream", (options.base_url or "").rstrip("/")
@@ -387,7 +383,7 @@ class OpenAIUpstream(ModelServer):
     def _sending(self, route: str, sent_id: str | None) -> _Sending:
         """How one upstream call is sent, alike for an answer and a stream."""
         return {
-            "timeout": self.upstream.request_timeout_s,
+            "timeout": self.options.request_timeout_s,
             "headers": self._headers(sent_id),
             "route": "/v1" + route,
         }
@@ -410,8 +406,8 @@ class OpenAIUpstream(ModelServer):
         id_in_body: bool = False,
     ) -> dict[str, object]:
         """POST ``body`` (its ``model`` replaced) to the upstream's ``route``; its answer."""
-        body = {**body, "model": self.upstream.model_name}
-        with _model_span(rollout_id, self.upstream.model_name) as span:
+        body = {**body, "model": self.options.model_name}
+        with _model_span(rollout_id, self.options.model_name) as span:
             destination, base = self._target()
             decision = await self._decision(request_id)
             try:
@@ -451,8 +447,8 @@ class OpenAIUpstream(ModelServer):
     ) -> AsyncIterator[bytes]:
         """The upstream's event stream, line by line as it arrives. Leaving it early (the
         caller gone) closes the upstream connection: the engine aborts the generation."""
-        body = {**body, "model": self.upstream.model_name, "stream": True}
-        with _model_span(rollout_id, self.upstream.model_name) as span:
+        body = {**body, "model": self.options.model_name, "stream": True}
+        with _model_span(rollout_id, self.options.model_name) as span:
             destination, base = self._target()
             decision = await self._decision(request_id)
             try:
@@ -503,7 +499,7 @@ class OpenAIUpstream(ModelServer):
             return _NoRoute()
         text = _detail_text(detail)
         if status in (401, 403):
-            env_name = self.upstream.api_key_env
+            env_name = self.options.api_key_env
             where = (
                 f"check the key in environment variable {env_name!r} (api_key_env)"
                 if env_name

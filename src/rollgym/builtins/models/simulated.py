@@ -61,14 +61,15 @@ class SimulatedModel(ModelServer):
     """A deterministic fake policy behind the OpenAI chat completions API."""
 
     Options: ClassVar[type[ServerOptions]] = SimulatedOptions
+    options: SimulatedOptions
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
-        slots = self.sim_options.max_concurrent
+        slots = self.options.max_concurrent
         self._slots = asyncio.Semaphore(slots) if slots is not None else None
         self._arrivals = 0
-        self._bumps = frozenset(self.sim_options.bump_at)
-        if self.sim_options.bump_every is not None or self._bumps:
+        self._bumps = frozenset(self.options.bump_at)
+        if self.options.bump_every is not None or self._bumps:
             self.policy_version = 0
 
     def served_version(self) -> policy_versions.PolicyVersion | None:
@@ -76,7 +77,7 @@ class SimulatedModel(ModelServer):
         version on as requests arrive (a driver's version still replaces it when set)."""
         arrival = self._arrivals
         self._arrivals += 1
-        every = self.sim_options.bump_every
+        every = self.options.bump_every
         if (every is not None and arrival > 0 and arrival % every == 0) or arrival in self._bumps:
             current = self.policy_version
             self.policy_version = (current if isinstance(current, int) else 0) + 1
@@ -90,11 +91,6 @@ class SimulatedModel(ModelServer):
         if not Path(path).exists():
             raise HTTPError(422, f"no checkpoint at {path}")
 
-    @property
-    def sim_options(self) -> SimulatedOptions:
-        assert isinstance(self.options, SimulatedOptions)
-        return self.options
-
     async def complete(
         self, request: ChatRequest, request_id: str | None, rollout_id: str | None
     ) -> dict[str, object]:
@@ -102,9 +98,7 @@ class SimulatedModel(ModelServer):
         if gate.model:
             from rollgym.servers import spans
 
-            with spans.engine_request_span(
-                request_id, self.sim_options.model_name, rollout_id
-            ) as span:
+            with spans.engine_request_span(request_id, self.options.model_name, rollout_id) as span:
                 spans.record_engine_request(
                     span,
                     temperature=request.temperature,
@@ -144,7 +138,7 @@ class SimulatedModel(ModelServer):
         timings: EngineTimings,
         arrived: float,
     ) -> dict[str, object]:
-        options = self.sim_options
+        options = self.options
         started = time.perf_counter()
         timings.time_in_queue = started - arrived
         rng = random.Random(stable_seed(request_id))
@@ -260,7 +254,7 @@ class SimulatedModel(ModelServer):
         }
 
     def model_names(self) -> list[str]:
-        return [self.sim_options.model_name]
+        return [self.options.model_name]
 
 
 def _choice_rng(request_id: str, index: int) -> random.Random:
