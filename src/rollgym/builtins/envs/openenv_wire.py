@@ -164,6 +164,27 @@ class WireSession:
             if message.type in _ENDED:
                 return
 
+    async def _last_word(self) -> object | None:
+        """The ``data`` of an error the server sent before it closed the connection, if it
+        did. A server refusing the session (OpenEnv's factory error, its capacity) says so
+        and closes at once; on a loaded machine the close can reach the transport before
+        this side's first write, which then fails although the reason is already here or on
+        its way. The reader hands on what arrived until the end (bounded)."""
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                while True:
+                    message = await self._answers.get()
+                    if message.type in _ENDED:
+                        return None
+                    try:
+                        body = orjson.loads(message.data)
+                    except (orjson.JSONDecodeError, TypeError):
+                        continue
+                    if isinstance(body, dict) and body.get("type") == "error":
+                        return body.get("data")
+        except TimeoutError:
+            return None
+
     async def _exchange(self, step: str, message: dict[str, Any]) -> dict[str, Any]:
         ws = self._ws
         if self.closed or ws is None:
@@ -181,6 +202,10 @@ class WireSession:
                     step, f"no answer within {self.answer_timeout_s:g} s", status=504
                 ) from None
             except (aiohttp.ClientError, OSError, RuntimeError) as exc:
+                self._broken = f"the connection failed ({step})"
+                last_word = await self._last_word()
+                if last_word is not None:  # the server said why it closed: that, not the write
+                    raise _error(step, last_word) from None
                 raise OpenEnvError(step, f"the connection failed: {exc}") from None
         if answer.type in _ENDED:
             self._broken = "the server closed the session"
