@@ -101,13 +101,6 @@ def server_url(server: str) -> Any:
     return Field(None, description=f"Base URL of {server} you run (http://host:port).")
 
 
-def local_target(description: str) -> Any:
-    """The option naming what rollgym starts instead (the ``target`` of
-    :meth:`ForeignSessionsEnvironment.start_local`): the second of
-    :attr:`ForeignOptions.place_options`."""
-    return Field(None, description=description)
-
-
 class ForeignOptions(EnvironmentOptions):
     """What the options of an environment from another package's protocol share: exactly one
     place for its server, an http(s) URL the user runs or something rollgym starts."""

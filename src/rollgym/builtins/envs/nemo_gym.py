@@ -34,7 +34,6 @@ from pydantic import Field
 from rollgym.builtins.envs.foreign import (
     ForeignOptions,
     ForeignSessionsEnvironment,
-    local_target,
     server_url,
 )
 from rollgym.builtins.envs.nemo_gym_host import ResourcesProcess, log_path_for
@@ -63,9 +62,10 @@ class NemoGymOptions(ForeignOptions):
     place_options: ClassVar[tuple[str, str]] = ("resources_url", "resources_server")
 
     resources_url: str | None = server_url("a NeMo Gym resource server")
-    resources_server: str | None = local_target(
-        "The resource server rollgym starts: its app.py (a path) or module "
-        "(resources_servers.example_single_tool_call.app), run by 'python'."
+    resources_server: str | None = Field(
+        None,
+        description="The resource server rollgym starts: its app.py (a path) or module "
+        "(resources_servers.example_single_tool_call.app), run by 'python'.",
     )
     python: str = Field(
         "python3", description="The interpreter that has nemo-gym (for resources_server)."

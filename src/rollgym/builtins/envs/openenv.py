@@ -38,7 +38,6 @@ from rollgym.builtins.envs.foreign import (
     SystemPrompt,
     episode_reward,
     function_tool,
-    local_target,
     server_url,
 )
 from rollgym.builtins.envs.openenv_host import HostedApp, app_of, load_object
@@ -68,9 +67,10 @@ class OpenEnvOptions(ForeignOptions):
     place_options: ClassVar[tuple[str, str]] = ("openenv_url", "openenv_app")
 
     openenv_url: str | None = server_url("an OpenEnv server")
-    openenv_app: str | None = local_target(
-        "'module:object': the OpenEnv app (create_app(...)) or Environment class "
-        "to serve here, importable from the working directory."
+    openenv_app: str | None = Field(
+        None,
+        description="'module:object': the OpenEnv app (create_app(...)) or Environment class "
+        "to serve here, importable from the working directory.",
     )
     reward: EpisodeReward = "last"
     system_prompt: SystemPrompt = SYSTEM_PROMPT

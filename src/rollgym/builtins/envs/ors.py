@@ -41,7 +41,6 @@ from rollgym.builtins.envs.foreign import (
     SystemPrompt,
     episode_reward,
     function_tool,
-    local_target,
     server_url,
 )
 from rollgym.builtins.envs.ors_host import OrsProcess, default_python
@@ -71,9 +70,10 @@ class OrsOptions(ForeignOptions):
     place_options: ClassVar[tuple[str, str]] = ("ors_url", "ors_environment")
 
     ors_url: str | None = server_url("an ORS (openreward) environment server")
-    ors_environment: str | None = local_target(
-        "'module:object': the openreward Environment class (or a list of them, or "
-        "a Server) rollgym serves itself, importable from the working directory."
+    ors_environment: str | None = Field(
+        None,
+        description="'module:object': the openreward Environment class (or a list of them, or "
+        "a Server) rollgym serves itself, importable from the working directory.",
     )
     python: str = Field(
         default_factory=default_python,
