@@ -18,10 +18,10 @@ class SdkOptions(AgentOptions):
 
 class SdkSolver(Agent):
     Options = SdkOptions
+    options: SdkOptions
 
     async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
         options = self.options
-        assert isinstance(options, SdkOptions)
         seeded = await rollout.env.seed(task_of(row))
         client = rollout.async_openai()
         answer = None

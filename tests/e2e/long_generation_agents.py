@@ -20,10 +20,10 @@ class LongGenerationAgent(Agent):
     ``max_tokens`` (vLLM's keys), so the generation outlasts the rollout's time limit."""
 
     Options: ClassVar[type[ServerOptions]] = LongOptions
+    options: LongOptions
 
     async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
         options = self.options
-        assert isinstance(options, LongOptions)
         body = {
             "model": "tiny",
             "messages": [{"role": "user", "content": str(row.get("question", "count"))}],
@@ -33,8 +33,8 @@ class LongGenerationAgent(Agent):
         }
         url = rollout.model_base_url + "/chat/completions"
         if options.stream:
-            async with self.client.stream("policy", url, body) as answer:
-                async for _ in answer.content:
+            async with self.client.stream("policy", url, body) as streamed:
+                async for _ in streamed.content:
                     pass
             return {"reward": 1.0}
         answer = await self.client.post_json("policy", url, body, timeout=None)

@@ -14,7 +14,8 @@ import aiohttp
 from fastapi import Request
 from starlette.responses import Response
 
-from rollgym.servers.agent import Agent, AgentOptions, task_of
+from rollgym.servers import AgentOptions
+from rollgym.servers.agent import Agent, task_of
 from rollgym.servers.rollout_context import RolloutContext
 
 _HEADERS: ContextVar[dict[str, str] | None] = ContextVar("telemetry_agents_headers", default=None)
@@ -49,7 +50,7 @@ class BareModelAgent(Agent):
 
     async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
         options = self.options
-        assert isinstance(options, AgentOptions) and options.model is not None
+        assert options.model is not None
         assert rollout.rollout_id is not None
         base = self.context.url_of(options.model)
         url = f"{base}/r/{quote(rollout.rollout_id, safe='')}/v1/chat/completions"
@@ -84,7 +85,7 @@ class HeaderlessAgent(Agent):
 
     async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
         options = self.options
-        assert isinstance(options, AgentOptions) and options.model is not None
+        assert options.model is not None
         seeded = await rollout.env.seed(task_of(row))
         url = self.context.url_of(options.model) + f"/r/{quote(str(rollout.rollout_id))}/v1"
         ids = []

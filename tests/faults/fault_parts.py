@@ -26,8 +26,9 @@ from pydantic import Field
 
 from rollgym.errors import HTTPError
 from rollgym.server_options import ServerOptions
-from rollgym.servers.agent import Agent, AgentOptions
-from rollgym.servers.environment import Environment, EnvironmentOptions, SessionState
+from rollgym.servers import AgentOptions, EnvironmentOptions
+from rollgym.servers.agent import Agent
+from rollgym.servers.environment import Environment, SessionState
 from rollgym.servers.model import ChatRequest, ModelServer
 from rollgym.servers.rollout_context import RolloutContext
 
@@ -52,16 +53,15 @@ class FaultAgent(Agent):
     """Meets the fault its row names; with an ``environment``, seeds and verifies there."""
 
     Options: ClassVar[type[ServerOptions]] = FaultAgentOptions
+    options: FaultAgentOptions
 
     async def on_startup(self) -> None:
         await super().on_startup()
         options = self.options
-        assert isinstance(options, FaultAgentOptions)
         await asyncio.sleep(options.start_delay_s)
 
     async def run(self, row: dict[str, Any], rollout: RolloutContext) -> dict[str, Any]:
         options = self.options
-        assert isinstance(options, FaultAgentOptions)
         fault = _fault(row)
         if fault == "die":
             os._exit(9)
@@ -98,11 +98,11 @@ class FaultEnv(Environment):
     """Verifies every answer as correct, unless the task's fault is ``env_5xx``."""
 
     Options: ClassVar[type[ServerOptions]] = FaultEnvOptions
+    options: FaultEnvOptions
 
     async def on_startup(self) -> None:
         await super().on_startup()
         options = self.options
-        assert isinstance(options, FaultEnvOptions)
         if options.die_after_start_s is not None:
             asyncio.get_running_loop().call_later(options.die_after_start_s, os._exit, 7)
 
