@@ -5,10 +5,13 @@ starts from."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import socket
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
@@ -167,6 +170,55 @@ def vllm_servers(engine_url: str, **changes: Mapping[str, Any] | None) -> dict[s
     """:func:`server_specs.proxied_servers` in front of vLLM serving ``tiny``, the proxy
     sending each call's request id as ``X-Request-Id`` (vLLM takes it as its own id)."""
     return proxied_servers(engine_url, "tiny", **{"policy": {"request_id": "header"}, **changes})
+
+
+# --- vLLM's own record of what it runs (its /metrics) ----------------------------------------
+_RUNNING = re.compile(r"^vllm:num_requests_running(?:\{[^}]*\})? ([0-9.eE+-]+)$", re.M)
+_FINISHED = re.compile(
+    r'^vllm:request_success_total\{[^}]*finished_reason="(\w+)"[^}]*\} ([0-9.eE+-]+)$', re.M
+)
+
+
+def finished(url: str) -> dict[str, int]:
+    """vLLM's count of requests finished so far, by why (``length``, ``stop`` ...); a request
+    aborted because its client left is not counted."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    counts: dict[str, int] = {}
+    for reason, value in _FINISHED.findall(text):
+        counts[reason] = counts.get(reason, 0) + int(float(value))
+    return counts
+
+
+def running(url: str) -> int:
+    """vLLM's count of requests it is generating for now (its ``/metrics`` gauge)."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return int(sum(float(v) for v in _RUNNING.findall(text)))
+
+
+class RunningWatch:
+    """Polls vLLM's running count in a thread: the most it saw, and whether it saw any."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.most = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(OSError):
+                self.most = max(self.most, running(self.url))
+            self._stop.wait(0.05)
+
+    def __enter__(self) -> RunningWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
 
 
 def chat_warm_up(url: str) -> None:

@@ -20,11 +20,7 @@ simulated model's completions have the keys vLLM's have.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import re
-import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +29,9 @@ import pytest
 from e2e_support import Job, agent, stop_process, wait_for
 from engine_support import (
     VLLM_MARKS,
+    RunningWatch,
+    finished,
+    running,
     skip_without_vllm,
     tiny_hf_model,
     vllm_env,
@@ -58,53 +57,6 @@ IDLE_WITHIN_S = 60.0
 skip_without_vllm()
 
 pytestmark = VLLM_MARKS
-
-_RUNNING = re.compile(r"^vllm:num_requests_running(?:\{[^}]*\})? ([0-9.eE+-]+)$", re.M)
-_FINISHED = re.compile(
-    r'^vllm:request_success_total\{[^}]*finished_reason="(\w+)"[^}]*\} ([0-9.eE+-]+)$', re.M
-)
-
-
-def finished(url: str) -> dict[str, int]:
-    """vLLM's count of requests finished so far, by why (``length``, ``stop`` ...); a request
-    aborted because its client left is not counted."""
-    with urllib.request.urlopen(url + "/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    counts: dict[str, int] = {}
-    for reason, value in _FINISHED.findall(text):
-        counts[reason] = counts.get(reason, 0) + int(float(value))
-    return counts
-
-
-def running(url: str) -> int:
-    """vLLM's count of requests it is generating for now (its ``/metrics`` gauge)."""
-    with urllib.request.urlopen(url + "/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    return int(sum(float(v) for v in _RUNNING.findall(text)))
-
-
-class RunningWatch:
-    """Polls vLLM's running count in a thread: the most it saw, and whether it saw any."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.most = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-
-    def _poll(self) -> None:
-        while not self._stop.is_set():
-            with contextlib.suppress(OSError):
-                self.most = max(self.most, running(self.url))
-            self._stop.wait(0.05)
-
-    def __enter__(self) -> RunningWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
 
 
 @pytest.fixture(scope="module")

@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import HERE, Job
+from e2e_support import HERE, Job, wait_for
 from engine_support import (
     VLLM_MARKS,
     VLLM_PYTHON,
+    running,
     skip_without_vllm,
     tiny_hf_model,
     vllm_env,
@@ -119,7 +120,7 @@ def _gap(found: list[Any]) -> float:
 
 
 def test_weights_reload_into_vllm_and_the_probe_checks_them(
-    checkpoints: Checkpoints, served: dict[str, str], tmp_path: Path
+    checkpoints: Checkpoints, engine: str, served: dict[str, str], tmp_path: Path
 ) -> None:
     base = Probe(PROBE_IDS, checkpoints.base_logprobs, bound=TOLERANCE)
     step = Probe(PROBE_IDS, checkpoints.step_logprobs, bound=TOLERANCE)
@@ -148,7 +149,11 @@ def test_weights_reload_into_vllm_and_the_probe_checks_them(
                     "policy", served["policy"] + "/v1/chat/completions", long_call, timeout=300
                 )
             )
-            await asyncio.sleep(1.0)  # it is generating when the swap begins
+            # the swap begins while vLLM generates it (its own running count says so)
+            started = await asyncio.to_thread(
+                wait_for, lambda: in_flight.done() or running(engine) >= 1, timeout=120
+            )
+            seen["generating"] = started and not in_flight.done()
             await collector.set_policy_version(4, weights=checkpoints.base, probe=base)
             seen["in_flight"] = (await in_flight).data
             try:
@@ -172,6 +177,7 @@ def test_weights_reload_into_vllm_and_the_probe_checks_them(
     assert _gap([gaps[3]]) <= TOLERANCE  # reloaded: the trainer's step
     assert _gap([gaps[4]]) <= TOLERANCE  # and back
     assert seen["after_step"].data == {"version": 3, "weights": str(checkpoints.step)}
+    assert seen["generating"], "the long call was not running at vLLM when the swap began"
     # the call in flight finished under the weights it started with, stamped with them
     assert seen["in_flight"]["policy_version"] == 3
     assert "policy_version_end" not in seen["in_flight"]
