@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from rollgym.builtins.models.simulated import SimulatedModel
+from rollgym.servers import sdk_pool
 from rollgym.servers.rollout_context import ModelClient, RolloutContext
 from rollgym.telemetry import names
 from rollgym.telemetry.groups import configure_gate
@@ -35,6 +36,15 @@ from uvicorn_thread import uvicorn_in_loop
 FAST = {"accuracy": 1.0, "latency": {"kind": "fixed", "seconds": 0}, "model_name": "sim"}
 ARITH = [{"role": "user", "content": "Compute: 12 + 7 * 3\nReply with 'Answer: <number>'."}]
 TOKENS = {"return_token_ids": True, "logprobs": True, "top_logprobs": 0}
+
+
+@pytest.fixture(autouse=True)
+async def _sdk_pool_closed() -> AsyncIterator[None]:
+    """Closes the test loop's SDK pool: a served rollgym server closes it at its shutdown, but
+    the tests against an upstream of their own have none, and the pool's aiohttp sessions were
+    left to the garbage collector ("Unclosed client session" at the suite's end)."""
+    yield
+    await sdk_pool.aclose_async_pool()
 
 
 @pytest.fixture
