@@ -179,22 +179,24 @@ _FINISHED = re.compile(
 )
 
 
+def _metrics(url: str) -> str:
+    """vLLM's ``/metrics`` page (Prometheus text) as it is now."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as answer:
+        return str(answer.read().decode())
+
+
 def finished(url: str) -> dict[str, int]:
     """vLLM's count of requests finished so far, by why (``length``, ``stop`` ...); a request
     aborted because its client left is not counted."""
-    with urllib.request.urlopen(url + "/metrics", timeout=10) as answer:
-        text = answer.read().decode()
     counts: dict[str, int] = {}
-    for reason, value in _FINISHED.findall(text):
+    for reason, value in _FINISHED.findall(_metrics(url)):
         counts[reason] = counts.get(reason, 0) + int(float(value))
     return counts
 
 
 def running(url: str) -> int:
     """vLLM's count of requests it is generating for now (its ``/metrics`` gauge)."""
-    with urllib.request.urlopen(url + "/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    return int(sum(float(v) for v in _RUNNING.findall(text)))
+    return int(sum(float(v) for v in _RUNNING.findall(_metrics(url))))
 
 
 class RunningWatch:
