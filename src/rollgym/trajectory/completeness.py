@@ -9,6 +9,11 @@ finish reason. An answer is incomplete when:
 
 * ``stream_cut``: a stream ended before ``data: [DONE]`` (the connection closed, the agent
   stopped reading);
+* ``stream_damaged``: an event of a chat stream was not a JSON object (a broken gateway, a
+  truncated write): whatever it carried is missing from the joined answer, even when
+  ``[DONE]`` and a finish reason followed;
+* ``stream_error``: the engine sent an error event in the stream (vLLM's ``{"error": ...}``),
+  which the SDK raises to the agent, however the stream went on;
 * ``no_finish_reason``: a choice has no finish reason, or there is no choice at all (what a
   whole answer always has; the interrupted llama.cpp stream is this one);
 * ``usage_mismatch``: the engine's usage disagrees with the tokens that arrived (its
@@ -27,6 +32,8 @@ INCOMPLETE: Final = "incomplete"
 STREAM_INCOMPLETE: Final = "stream_incomplete"
 
 STREAM_CUT: Final = "stream_cut"
+STREAM_DAMAGED: Final = "stream_damaged"
+STREAM_ERROR: Final = "stream_error"
 NO_FINISH_REASON: Final = "no_finish_reason"
 USAGE_MISMATCH: Final = "usage_mismatch"
 

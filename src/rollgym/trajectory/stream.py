@@ -9,6 +9,11 @@ concatenated), the finish reason; the usage of the chunk that carries it
 (``stream_options.include_usage``); and the engine's token fields where it streams them, as
 vLLM does: ``prompt_token_ids`` on a chunk, ``choices[].token_ids`` and
 ``choices[].logprobs.content`` per chunk, concatenated in order.
+
+A chat stream that did not come through whole is marked, never joined into what looks like a
+whole answer: an event that is not a JSON object (``stream_damaged``: its content is lost) or
+an error event (``stream_error``) marks the answer incomplete whatever follows them
+(:mod:`rollgym.trajectory.completeness`).
 """
 
 from __future__ import annotations
@@ -17,7 +22,12 @@ from typing import Any
 
 import orjson
 
-from rollgym.trajectory.completeness import STREAM_INCOMPLETE
+from rollgym.trajectory.completeness import (
+    INCOMPLETE,
+    STREAM_DAMAGED,
+    STREAM_ERROR,
+    STREAM_INCOMPLETE,
+)
 
 _DONE = b"[DONE]"
 
@@ -93,12 +103,16 @@ class _Choice:
 
 class SseJoiner:
     """Server-sent events fed in any pieces; each complete event's ``data`` goes to
-    :meth:`_data` (a subclass's), ``data: [DONE]`` sets :attr:`done`."""
+    :meth:`_data` (a subclass's), ``data: [DONE]`` sets :attr:`done`, an event whose ``data``
+    is not a JSON object sets :attr:`damaged`."""
 
     def __init__(self) -> None:
         self._pending = b""
         #: The stream ended with ``data: [DONE]`` (a stream cut short has not).
         self.done = False
+        #: An event's data was not a JSON object: the SDK raised on it, and what it carried
+        #: is not in the joined answer.
+        self.damaged = False
 
     def feed(self, data: bytes) -> None:
         """Take the next bytes of the stream; complete events are read at once."""
@@ -119,9 +133,12 @@ class SseJoiner:
         try:
             data = orjson.loads(payload)
         except orjson.JSONDecodeError:
-            return  # not an event; the SDK reports a broken stream to the agent itself
+            self.damaged = True  # the SDK raises on it; the answer is marked, not joined as whole
+            return
         if isinstance(data, dict):
             self._data(data)
+        else:
+            self.damaged = True
 
     def _data(self, data: dict[str, Any]) -> None:
         raise NotImplementedError
@@ -140,8 +157,13 @@ class ChatStreamJoiner(SseJoiner):
         self._choices: dict[int, _Choice] = {}
         self._usage: object = None
         self._prompt_ids: object = None
+        #: The engine sent an error event (the SDK raises it as an ``APIError``).
+        self._error = False
 
     def _data(self, data: dict[str, Any]) -> None:
+        if data.get("error") is not None or data.get("object") == "error":
+            self._error = True  # vLLM's error event: {"error": {...}}, or older {"object": "error"}
+            return
         self._chunk(data)
 
     def _chunk(self, chunk: dict[str, Any]) -> None:
@@ -168,4 +190,8 @@ class ChatStreamJoiner(SseJoiner):
             answer["prompt_token_ids"] = self._prompt_ids
         if not self.done:
             answer[STREAM_INCOMPLETE] = True  # what it had is recorded, and marked
+        if self.damaged:
+            answer[INCOMPLETE] = STREAM_DAMAGED
+        elif self._error:
+            answer[INCOMPLETE] = STREAM_ERROR
         return answer

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+import openai
 import orjson
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
@@ -228,7 +229,30 @@ async def _miscounted(request: Request) -> AsyncIterator[bytes]:
     yield b"data: [DONE]\n\n"
 
 
-CUTS = {"interrupted": _interrupted, "closed": _closed, "miscounted": _miscounted}
+async def _damaged(request: Request) -> AsyncIterator[bytes]:
+    """A stream with an event that is not JSON in the middle (a gateway that cut a write),
+    then the rest of a whole answer: its finish reason and ``[DONE]``."""
+    yield _chunk({"role": "assistant", "content": "Ans"})
+    yield b'data: {"id": "chatcmpl-cut", "choices": [{"delta": {"content": "wer: 3\n\n'
+    yield _chunk({"content": "3"}, "stop")
+    yield b"data: [DONE]\n\n"
+
+
+async def _errored(request: Request) -> AsyncIterator[bytes]:
+    """What vLLM streams when the engine fails mid-answer: an error event, then ``[DONE]``."""
+    yield _chunk({"role": "assistant", "content": "Ans"})
+    error = {"message": "engine dead", "type": "InternalServerError", "code": 500}
+    yield b"data: " + orjson.dumps({"error": error}) + b"\n\n"
+    yield b"data: [DONE]\n\n"
+
+
+CUTS = {
+    "interrupted": _interrupted,
+    "closed": _closed,
+    "miscounted": _miscounted,
+    "damaged": _damaged,
+    "errored": _errored,
+}
 
 
 def _two_choices(body: dict[str, Any]) -> dict[str, Any]:
@@ -310,3 +334,36 @@ async def test_a_stream_cut_short_is_recorded_as_incomplete(
     assert rollout.trajectory.to_json()["incomplete_calls"] == 2
     chats = _chats(exporter)
     assert [s.attributes[names.ERROR_TYPE] for s in chats] == [f"incomplete:{reason}"] * 2
+
+
+@pytest.mark.parametrize(
+    ("cut", "raised", "reason"),
+    [("damaged", ValueError, "stream_damaged"), ("errored", openai.APIError, "stream_error")],
+)
+async def test_a_stream_the_sdk_raises_on_is_recorded_as_incomplete(
+    client, exporter, cut: str, raised: type[Exception], reason: str
+) -> None:
+    """The agent's SDK raises on the bad event; an agent that catches it and goes on must not
+    leave a turn that passes as whole, even though ``[DONE]`` and a finish reason followed."""
+    async with loopback_upstream() as url:
+        rollout = _rollout(client, url)
+        stream = await rollout.async_openai().chat.completions.create(
+            model="m", messages=ARITH, stream=True, extra_headers={"x-cut": cut}
+        )
+        with pytest.raises(raised):
+            async for _chunk_read in stream:
+                pass
+        blocking = rollout.openai()
+
+        def read() -> None:
+            chunks = blocking.chat.completions.create(
+                model="m", messages=ARITH, stream=True, extra_headers={"x-cut": cut}
+            )
+            with pytest.raises(raised):
+                list(chunks)
+
+        await asyncio.to_thread(read)
+    turns = _model_turns(rollout)
+    assert [t["incomplete"] for t in turns] == [reason, reason]
+    assert rollout.usage.to_json()["incomplete_calls"] == 2
+    assert [s.attributes[names.ERROR_TYPE] for s in _chats(exporter)] == [f"incomplete:{reason}"] * 2

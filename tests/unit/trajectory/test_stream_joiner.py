@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 
 from rollgym.servers import sse
+from rollgym.trajectory.completeness import incomplete_reason
 from rollgym.trajectory.stream import ChatStreamJoiner
 
 ANSWER: dict[str, Any] = {
@@ -72,3 +73,34 @@ def test_tool_call_deltas_merge_by_index_and_a_cut_stream_is_marked() -> None:
     assert joined["usage"] is None  # no usage chunk unless the request asked for one
     assert joined["stream_incomplete"] is True  # it never said [DONE]
     assert "stream_incomplete" not in _joined(b"".join([*stream, sse.DONE]), 3)
+
+
+def _events(*payloads: bytes) -> bytes:
+    return b"".join(b"data: " + p + b"\n\n" for p in payloads)
+
+
+def test_an_event_that_is_not_a_json_object_marks_the_answer_however_it_ends() -> None:
+    whole = b"".join(sse.chat_chunks(ANSWER, include_usage=True))
+    first, *rest = whole.split(b"\n\n", 1)
+    for damage in (b'{"id": "c", "choices": [{"index": 0, "delta": {"cont', b"[1, 2]", b"42"):
+        stream = first + b"\n\n" + _events(damage) + rest[0]
+        for piece in (1, 9, len(stream)):
+            joined = _joined(stream, piece)
+            # [DONE] and the finish reason came, but an event's content may be missing
+            assert "stream_incomplete" not in joined
+            assert joined["choices"][0]["finish_reason"] == "stop"
+            assert incomplete_reason(joined) == "stream_damaged"
+    assert incomplete_reason(_joined(whole, 4)) is None
+
+
+def test_an_error_event_marks_the_answer_and_its_chunks_stay() -> None:
+    chunk = {"id": "c", "choices": [{"index": 0, "delta": {"content": "Ans"}}]}
+    done = {"id": "c", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    for error in (
+        {"error": {"message": "engine dead", "type": "InternalServerError", "code": 500}},
+        {"object": "error", "message": "engine dead", "type": "InternalServerError"},
+    ):
+        stream = _events(*(orjson.dumps(e) for e in (chunk, error, done)), b"[DONE]")
+        joined = _joined(stream, 7)
+        assert joined["choices"][0]["message"]["content"] == "Ans"
+        assert incomplete_reason(joined) == "stream_error"
