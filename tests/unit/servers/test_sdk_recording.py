@@ -366,4 +366,6 @@ async def test_a_stream_the_sdk_raises_on_is_recorded_as_incomplete(
     turns = _model_turns(rollout)
     assert [t["incomplete"] for t in turns] == [reason, reason]
     assert rollout.usage.to_json()["incomplete_calls"] == 2
-    assert [s.attributes[names.ERROR_TYPE] for s in _chats(exporter)] == [f"incomplete:{reason}"] * 2
+    assert [s.attributes[names.ERROR_TYPE] for s in _chats(exporter)] == [
+        f"incomplete:{reason}"
+    ] * 2
