@@ -20,14 +20,21 @@ decoder to the writer without reading it. The writer answers with the span count
 the COMMIT, so an HTTP 200 still means "committed"; a request is one transaction, so a batch is
 never half-written.
 
+Span records (what rollgym's own processes send) skip the decoders: reading them is a
+``marshal.loads`` and a compiled loop, cheaper than the hop to a decoder and back, so the
+writer reads them itself (the store path's CPU a span 17 vs 22 µs, ``bench/store_path_cpu.py``).
+A records body that cannot be read is refused before the group's transaction, alone. The
+decoder processes start with the first OTLP request (an engine's, a remote sender's), so a run
+whose spans are all rollgym's own runs without them.
+
 Workers need no shared state: a resource's row id is derived from its fingerprint
 (:class:`rollgym.tracestore.store.ResourceRegistry`), so every decoder, and a store restarted on
 the same file, gives the same resource the same id. A bad payload raises
-:class:`~rollgym.tracestore.decode.PayloadError` in the decoder, which reaches the receiver as
-itself (answered 400/413 before anything touches the database). A worker that dies (killed, out
-of memory) breaks its pool: the request that saw it is answered 503, which exporters retry
-(SQLite discards a transaction its writer did not commit), and the next request gets a fresh
-pool. Workers die with the store (``PR_SET_PDEATHSIG``), so a killed store leaves none behind.
+:class:`~rollgym.tracestore.decode.PayloadError` in the decoder (in the writer, for records),
+which reaches the receiver as itself (answered 400/413 before anything touches the database).
+A worker that dies (killed, out of memory) breaks its pool: the request that saw it is answered
+503, which exporters retry (SQLite discards a transaction its writer did not commit), and the
+next request gets a fresh pool. Workers die with the store (``PR_SET_PDEATHSIG``), so a killed store leaves none behind.
 """
 
 from __future__ import annotations
@@ -48,7 +55,13 @@ from typing import Any
 import apsw
 
 from rollgym.child_process import die_with_parent
-from rollgym.tracestore.decode import PROTOBUF_MEDIA_TYPES, SpanBatch, media_type, parse_traces
+from rollgym.tracestore.decode import (
+    PROTOBUF_MEDIA_TYPES,
+    PayloadError,
+    SpanBatch,
+    media_type,
+    parse_traces,
+)
 from rollgym.tracestore.native import rows_from_protobuf, rows_from_records, to_rows
 from rollgym.tracestore.record_rows import RECORDS_TYPE
 from rollgym.tracestore.store import ResourceRegistry, TraceStore
@@ -80,6 +93,11 @@ class StoreFull(StoreFailed):
 
 #: How a worker's answer starts when its transaction failed because the disk is full.
 _FULL = "FullError"
+#: How the writer's answer starts for a records payload it could not read (HTTP 400).
+_REFUSED = "PayloadError: "
+#: Marks a request the writer reads itself: span records, whose reading is cheaper than
+#: passing rows between processes (the decoders serve OTLP).
+_RECORDS_TAG = b"R\x00"
 
 
 class WorkerUnavailable(RuntimeError):
@@ -102,8 +120,10 @@ class _RespawningPool:
         self._pool.submit(int)  # any call starts the workers
 
     async def call(self, function: Callable[..., object], *args: object) -> Any:
+        """``function(*args)`` in a worker; the first call starts the pool if nothing did."""
         pool = self._pool
-        assert pool is not None, "start() first"
+        if pool is None:
+            pool = self._pool = self._new_pool()
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(pool, function, *args)
@@ -151,20 +171,27 @@ class StoreWorkers:
         self._committing: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        """Start the workers in the background; the store file (its schema) must exist."""
+        """Start the writer in the background; the store file (its schema) must exist. The
+        decoders start with the first OTLP request: a run whose spans all come from
+        rollgym's own processes (span records, read by the writer) never needs them."""
         self._writer.start()
-        self._decoders.start()
 
     async def warm(self) -> None:
-        """Return once the writer and a decoder have started (imports, the store opened): a
-        request sent from now on is committed without waiting for a worker's start-up."""
-        await asyncio.gather(self._writer.call(_started), self._decoders.call(_started))
+        """Return once the writer has started (imports, the store opened): span records sent
+        from now on are committed without waiting for a worker's start-up (the first OTLP
+        request still waits for a decoder's)."""
+        await self._writer.call(_started)
 
     async def store(self, body: bytes, content_type: str) -> int:
         """Decode and commit one request; its span count. Raises PayloadError for a bad one
         (nothing stored), StoreFailed when its transaction failed, WorkerUnavailable when a
-        worker died under it."""
-        packed = await self._decoders.call(_decode, body, content_type)
+        worker died under it. Span records skip the decoders: the writer reads them itself,
+        which costs less than passing their rows from another process (measured in
+        docs/design/store-writer.md)."""
+        if media_type(content_type) == RECORDS_TYPE:
+            packed = _RECORDS_TAG + body  # read by the writer itself (see _write_group)
+        else:
+            packed = await self._decoders.call(_decode, body, content_type)
         committed = asyncio.get_running_loop().create_future()
         self._waiting.append((packed, committed))
         if self._committing is None:
@@ -191,6 +218,8 @@ class StoreWorkers:
                         continue
                     if isinstance(result, int):
                         committed.set_result(result)
+                    elif result.startswith(_REFUSED):
+                        committed.set_exception(PayloadError(result[len(_REFUSED) :]))
                     elif result.startswith(_FULL):
                         committed.set_exception(StoreFull(result))
                     else:  # each waiting request gets an error of its own
@@ -263,14 +292,28 @@ def _write_group(group: list[bytes]) -> list[int | str]:
     why its transaction failed. One transaction for the group; if that fails, one per request,
     so only the request that cannot be stored fails."""
     assert _store is not None
-    batches = [_unpack(packed) for packed in group]
-    if len(batches) > 1:
+    read = [_read(packed) for packed in group]
+    batches = [batch for batch in read if isinstance(batch, SpanBatch)]
+    if len(batches) > 1 and len(batches) == len(read):
         try:
             _store.write_batches(batches)
             return [len(batch.spans) for batch in batches]
         except Exception:  # rolled back: one of them cannot be stored; find which, below
             pass
-    return [_write_alone(batch) for batch in batches]
+    return [_write_alone(batch) if isinstance(batch, SpanBatch) else batch for batch in read]
+
+
+def _read(packed: bytes) -> SpanBatch | str:
+    """A request's rows: a decoder's packed rows, or span records read here; a records
+    payload that cannot be read is refused (its reason, marked) before any transaction."""
+    if not packed.startswith(_RECORDS_TAG):
+        return _unpack(packed)
+    assert _store is not None
+    try:
+        batch: SpanBatch = rows_from_records(packed[len(_RECORDS_TAG) :], _store.resources)
+    except PayloadError as exc:
+        return _REFUSED + str(exc)
+    return batch
 
 
 def _write_alone(batch: SpanBatch) -> int | str:

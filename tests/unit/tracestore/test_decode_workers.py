@@ -1,8 +1,10 @@
 """The store's decode worker processes: a dead one costs one retryable answer, none outlives
-the store, and resource rows keep one id across workers and restarts."""
+the store, resource rows keep one id across workers and restarts, and a run whose spans are
+all span records (read by the writer) starts none."""
 
 from __future__ import annotations
 
+import marshal
 import os
 import signal
 import sqlite3
@@ -17,10 +19,12 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from procs import alive as _alive
 from rollgym.telemetry import names
+from rollgym.telemetry.pipeline.frames import RECORDS_TYPE, pack_record, pack_records
 from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
 from waits import wait_until
 
 WAIT_S = 60.0
+PROTOBUF = "application/x-protobuf"
 
 
 def _request(spans: int) -> bytes:
@@ -43,9 +47,9 @@ def _request(spans: int) -> bytes:
     return request.SerializeToString()
 
 
-def _post(store: TraceStoreProcess, body: bytes) -> int:
+def _post(store: TraceStoreProcess, body: bytes, content_type: str = PROTOBUF) -> int:
     request = urllib.request.Request(store.traces_endpoint, data=body, method="POST")
-    request.add_header("Content-Type", "application/x-protobuf")
+    request.add_header("Content-Type", content_type)
     try:
         with urllib.request.urlopen(request, timeout=30) as answer:
             return int(answer.status)
@@ -125,3 +129,44 @@ def test_a_resource_keeps_one_row_across_a_restart(tmp_path: Path) -> None:
             ).fetchone()[0]
             == 24
         )
+
+
+def _records(spans: int) -> bytes:
+    resource = marshal.dumps({names.RUN_ID: "run-w"})
+    return pack_records(
+        resource,
+        [
+            pack_record(
+                (
+                    n + 1,
+                    n + 1,
+                    0,
+                    False,
+                    "own",
+                    0,
+                    1,
+                    2,
+                    {},
+                    None,
+                    None,
+                    0,
+                    None,
+                    ("r", None, None),
+                    None,
+                )
+            )
+            for n in range(spans)
+        ],
+    )
+
+
+def test_span_records_start_no_decoder_and_the_first_otlp_request_does(tmp_path: Path) -> None:
+    store = start_trace_store(tmp_path / "traces.db", tmp_path / "store.log")
+    try:
+        assert _post(store, _records(6), RECORDS_TYPE) == 200
+        assert len(_workers(store.process.pid)) == 1  # the writer alone
+        assert _post(store, _request(3)) == 200
+        assert len(_workers(store.process.pid)) >= 2  # and now a decoder
+    finally:
+        assert store.stop() == 0
+    assert _spans(tmp_path / "traces.db") == 9

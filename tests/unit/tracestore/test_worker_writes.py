@@ -1,10 +1,13 @@
 """The store's workers: decoders and one writer committing requests in groups lose nothing and
 count exactly, and a request whose transaction fails is answered as failed with none of its
-rows stored while the others' are, even those committed in the same group."""
+rows stored while the others' are, even those committed in the same group. Span records,
+which the writer reads itself, are held to the same: mixed with OTLP in a group, and a
+records body that cannot be read refused alone."""
 
 from __future__ import annotations
 
 import asyncio
+import marshal
 import os
 import sqlite3
 from pathlib import Path
@@ -12,6 +15,8 @@ from pathlib import Path
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from rollgym.telemetry import names
+from rollgym.telemetry.pipeline.frames import RECORDS_TYPE, pack_record, pack_records
 from rollgym.tracestore.decode import PayloadError
 from rollgym.tracestore.store import TraceStore
 from rollgym.tracestore.store_workers import StoreFailed
@@ -41,9 +46,41 @@ def _names(db: Path) -> list[str]:
         return [row[0] for row in conn.execute("SELECT name FROM spans")]
 
 
-async def _store_all(writer: BatchWriter, bodies: list[bytes]) -> list[int | BaseException]:
+def _records(spans: int, name: str = "work") -> bytes:
+    """A span records body, as the run's own exporter children post it."""
+    resource = marshal.dumps({"service.name": "rollgym-driver", names.RUN_ID: "run-w"})
+    packed = [
+        pack_record(
+            (
+                int.from_bytes(os.urandom(16), "big") | 1,
+                int.from_bytes(os.urandom(8), "big") | 1,
+                0,
+                False,
+                name if index == spans - 1 else "work",
+                0,
+                1,
+                2,
+                {},
+                None,
+                None,
+                0,
+                None,
+                ("rollgym", None, None),
+                None,
+            )
+        )
+        for index in range(spans)
+    ]
+    return pack_records(resource, packed)
+
+
+async def _store_all(
+    writer: BatchWriter, bodies: list[bytes], types: list[str] | None = None
+) -> list[int | BaseException]:
+    kinds = types or [PROTOBUF] * len(bodies)
     return await asyncio.gather(
-        *(writer.store(body, PROTOBUF) for body in bodies), return_exceptions=True
+        *(writer.store(body, kind) for body, kind in zip(bodies, kinds, strict=True)),
+        return_exceptions=True,
     )
 
 
@@ -115,3 +152,37 @@ def test_a_bad_payload_touches_nothing(tmp_path: Path) -> None:
     assert isinstance(results[0], PayloadError)
     assert results[1] == 3
     assert len(_names(db)) == 3
+
+
+def test_records_and_otlp_in_the_same_groups_store_every_span_once(tmp_path: Path) -> None:
+    db = tmp_path / "traces.db"
+    writer = BatchWriter(db, decode_workers=1, max_pending=64)
+    writer.start()
+    try:  # 30 requests at once, every third one OTLP: groups hold both kinds
+        bodies = [_request(11) if i % 3 == 0 else _records(11) for i in range(30)]
+        types = [PROTOBUF if i % 3 == 0 else RECORDS_TYPE for i in range(30)]
+        counts = asyncio.run(_store_all(writer, bodies, types))
+    finally:
+        writer.close()
+    assert counts == [11] * 30
+    assert writer.spans_written == 30 * 11
+    assert len(_names(db)) == 30 * 11
+
+
+def test_a_records_body_that_cannot_be_read_touches_nothing_and_costs_no_other(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "traces.db"
+    writer = BatchWriter(db, decode_workers=1, max_pending=64)
+    writer.start()
+    try:
+        bad = marshal.dumps((1, b"\x00not a resource", [b"garbage"]))
+        bodies = [_records(4, name=f"r{i}") if i != 7 else bad for i in range(20)]
+        results = asyncio.run(_store_all(writer, bodies, [RECORDS_TYPE] * 20))
+    finally:
+        writer.close()
+    assert isinstance(results[7], PayloadError)
+    assert results[:7] + results[8:] == [4] * 19
+    assert sorted(n for n in _names(db) if n != "work") == sorted(
+        f"r{i}" for i in range(20) if i != 7
+    )
