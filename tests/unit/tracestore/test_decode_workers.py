@@ -4,7 +4,6 @@ all span records (read by the writer) starts none."""
 
 from __future__ import annotations
 
-import marshal
 import os
 import signal
 import sqlite3
@@ -19,8 +18,9 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from procs import alive as _alive
 from rollgym.telemetry import names
-from rollgym.telemetry.pipeline.frames import RECORDS_TYPE, pack_record, pack_records
+from rollgym.telemetry.pipeline.frames import RECORDS_TYPE
 from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
+from span_records import records_body, span_record
 from waits import wait_until
 
 WAIT_S = 60.0
@@ -131,39 +131,10 @@ def test_a_resource_keeps_one_row_across_a_restart(tmp_path: Path) -> None:
         )
 
 
-def _records(spans: int) -> bytes:
-    resource = marshal.dumps({names.RUN_ID: "run-w"})
-    return pack_records(
-        resource,
-        [
-            pack_record(
-                (
-                    n + 1,
-                    n + 1,
-                    0,
-                    False,
-                    "own",
-                    0,
-                    1,
-                    2,
-                    {},
-                    None,
-                    None,
-                    0,
-                    None,
-                    ("r", None, None),
-                    None,
-                )
-            )
-            for n in range(spans)
-        ],
-    )
-
-
 def test_span_records_start_no_decoder_and_the_first_otlp_request_does(tmp_path: Path) -> None:
     store = start_trace_store(tmp_path / "traces.db", tmp_path / "store.log")
     try:
-        assert _post(store, _records(6), RECORDS_TYPE) == 200
+        assert _post(store, records_body([span_record(n) for n in range(6)]), RECORDS_TYPE) == 200
         assert len(_workers(store.process.pid)) == 1  # the writer alone
         assert _post(store, _request(3)) == 200
         assert len(_workers(store.process.pid)) >= 2  # and now a decoder

@@ -15,7 +15,6 @@ import pytest
 
 from rollgym.telemetry import names
 from rollgym.telemetry.pipeline.child import otlp_encoder
-from rollgym.telemetry.pipeline.frames import pack_records
 from rollgym.telemetry.pipeline.shipper import SpanShipper
 from rollgym.telemetry.pipeline.wire import encode_request
 from rollgym.tracestore import native, record_rows
@@ -23,39 +22,16 @@ from rollgym.tracestore.decode import PayloadError, SpanBatch
 from rollgym.tracestore.native import rows_from_protobuf
 from rollgym.tracestore.store import SCHEMA, ResourceRegistry
 from rollgym.tracestore.store_process import start_trace_store
+from span_records import RESOURCE, records_body, span_record
 
-RESOURCE = {"service.name": "rollgym-driver", names.RUN_ID: "run-r", "host.cores": 2}
-SCOPE = ("rollgym", "1.0", None)
 OTHER_SCOPE = ("rollgym.http", None, "https://schema")
-
-
-def _record(n: int, **fields: Any) -> tuple[Any, ...]:
-    record: dict[str, Any] = {
-        "trace_id": (0xABC << 64) + n,
-        "span_id": 0x1000 + n,
-        "parent_span_id": 0,
-        "parent_is_remote": False,
-        "name": names.SPAN_DISPATCH,
-        "kind": 0,
-        "start": 1_700_000_000_000_000_000 + n,
-        "end": 1_700_000_000_000_500_000 + n,
-        "attributes": {names.ROLLOUT_ID: f"r{n}", names.DISPATCH_NAME: "agent"},
-        "events": None,
-        "links": None,
-        "status_code": 0,
-        "status_message": None,
-        "scope": SCOPE,
-        "trace_state": None,
-    }
-    record.update(fields)
-    return tuple(record.values())
 
 
 def _records() -> list[tuple[Any, ...]]:
     """Every shape the driver and servers record, and the values OTLP cannot carry."""
     return [
-        _record(1),
-        _record(
+        span_record(1),
+        span_record(
             2,
             parent_span_id=0x77,
             parent_is_remote=True,
@@ -78,7 +54,7 @@ def _records() -> list[tuple[Any, ...]]:
             status_message="boom",
             scope=OTHER_SCOPE,
         ),
-        _record(
+        span_record(
             3,
             attributes={
                 names.ROLLOUT_REWARD: 1,
@@ -94,8 +70,8 @@ def _records() -> list[tuple[Any, ...]]:
             trace_state=(("k", "v"),),
             status_code=1,
         ),
-        _record(4, scope=("", None, None), attributes={}),
-        _record(5, kind=4, name=names.SPAN_DISPATCH, attributes={names.ROLLOUT_REWARD: True}),
+        span_record(4, scope=("", None, None), attributes={}),
+        span_record(5, kind=4, name=names.SPAN_DISPATCH, attributes={names.ROLLOUT_REWARD: True}),
     ]
 
 
@@ -123,15 +99,11 @@ def _via_otlp(records: list[tuple[Any, ...]]) -> SpanBatch | str:
         return f"refused: {type(exc).__name__}"
 
 
-def _records_body(records: list[tuple[Any, ...]]) -> bytes:
-    return pack_records(marshal.dumps(RESOURCE), [marshal.dumps(r) for r in records])
-
-
 def _via_records(
     records: list[tuple[Any, ...]], reader: ModuleType = record_rows
 ) -> SpanBatch | str:
     try:
-        return reader.rows_from_records(_records_body(records), _registry())
+        return reader.rows_from_records(records_body(records), _registry())
     except PayloadError as exc:
         return f"refused: {type(exc).__name__}"
 
@@ -174,7 +146,7 @@ HOSTILE = {
 def test_a_text_that_is_not_valid_unicode_costs_only_its_characters(
     place: str, reader: ModuleType
 ) -> None:
-    batch = [_record(1), _record(9, **HOSTILE[place]), _record(2)]
+    batch = [span_record(1), span_record(9, **HOSTILE[place]), span_record(2)]
     by_records = _via_records(batch, reader)
     by_otlp = rows_from_protobuf(otlp_encoder(RESOURCE)(batch), _registry())
     assert not isinstance(by_records, str), by_records
@@ -185,7 +157,7 @@ def test_a_text_that_is_not_valid_unicode_costs_only_its_characters(
 
 
 def test_a_valid_pair_of_surrogates_becomes_its_character() -> None:
-    batch = [_record(9, attributes={names.ROLLOUT_ID: "r9", "emoji": "\ud83d\ude00"})]
+    batch = [span_record(9, attributes={names.ROLLOUT_ID: "r9", "emoji": "\ud83d\ude00"})]
     by_records = _via_records(batch)
     assert not isinstance(by_records, str)
     assert "\U0001f600" in by_records.spans[0][13] or "😀" in by_records.spans[0][13]
@@ -199,8 +171,10 @@ def test_a_valid_pair_of_surrogates_becomes_its_character() -> None:
         marshal.dumps((2, marshal.dumps(RESOURCE), [])),  # another format
         marshal.dumps((1, marshal.dumps(RESOURCE), [marshal.dumps(("short",))])),
         marshal.dumps((1, marshal.dumps(RESOURCE), [b"\x00garbage"])),
-        marshal.dumps((1, marshal.dumps(RESOURCE), [marshal.dumps(_record(1, trace_id="x"))])),
-        marshal.dumps((1, marshal.dumps(RESOURCE), [marshal.dumps(_record(1, trace_id=1 << 200))])),
+        marshal.dumps((1, marshal.dumps(RESOURCE), [marshal.dumps(span_record(1, trace_id="x"))])),
+        marshal.dumps(
+            (1, marshal.dumps(RESOURCE), [marshal.dumps(span_record(1, trace_id=1 << 200))])
+        ),
     ],
 )
 def test_a_malformed_records_body_is_a_bad_payload(body: bytes, reader: ModuleType) -> None:
@@ -257,8 +231,8 @@ def test_a_store_stores_the_same_rows_from_records_as_from_otlp(tmp_path: Path) 
 def test_a_lone_surrogate_through_a_real_store_loses_no_span(tmp_path: Path) -> None:
     """Through a real shipper, exporter child and store: every span of a batch that holds
     lone surrogates everywhere is stored, both ways, with the same rows."""
-    hostile = [_record(10 + i, **fields) for i, fields in enumerate(HOSTILE.values())]
-    records = [_record(1), *hostile, _record(2)]
+    hostile = [span_record(10 + i, **fields) for i, fields in enumerate(HOSTILE.values())]
+    records = [span_record(1), *hostile, span_record(2)]
     by_otlp, by_records = _stored_both_ways(tmp_path, records)
     assert len(by_records["spans"]) == len(records)
     assert by_records == by_otlp

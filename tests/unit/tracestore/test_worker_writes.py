@@ -15,12 +15,12 @@ from pathlib import Path
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from rollgym.telemetry import names
-from rollgym.telemetry.pipeline.frames import RECORDS_TYPE, pack_record, pack_records
+from rollgym.telemetry.pipeline.frames import RECORDS_TYPE
 from rollgym.tracestore.decode import PayloadError
 from rollgym.tracestore.store import TraceStore
 from rollgym.tracestore.store_workers import StoreFailed
 from rollgym.tracestore.writer import BatchWriter
+from span_records import records_body, span_record
 
 PROTOBUF = "application/x-protobuf"
 
@@ -47,31 +47,10 @@ def _names(db: Path) -> list[str]:
 
 
 def _records(spans: int, name: str = "work") -> bytes:
-    """A span records body, as the run's own exporter children post it."""
-    resource = marshal.dumps({"service.name": "rollgym-driver", names.RUN_ID: "run-w"})
-    packed = [
-        pack_record(
-            (
-                int.from_bytes(os.urandom(16), "big") | 1,
-                int.from_bytes(os.urandom(8), "big") | 1,
-                0,
-                False,
-                name if index == spans - 1 else "work",
-                0,
-                1,
-                2,
-                {},
-                None,
-                None,
-                0,
-                None,
-                ("rollgym", None, None),
-                None,
-            )
-        )
-        for index in range(spans)
-    ]
-    return pack_records(resource, packed)
+    """A span records body, as the run's own exporter children post it (fresh ids each)."""
+    first = int.from_bytes(os.urandom(6), "big") << 8
+    named = [name if index == spans - 1 else "work" for index in range(spans)]
+    return records_body([span_record(first + i, name=n) for i, n in enumerate(named)])
 
 
 async def _store_all(
