@@ -34,7 +34,8 @@ the same file, gives the same resource the same id. A bad payload raises
 which reaches the receiver as itself (answered 400/413 before anything touches the database).
 A worker that dies (killed, out of memory) breaks its pool: the request that saw it is answered
 503, which exporters retry (SQLite discards a transaction its writer did not commit), and the
-next request gets a fresh pool. Workers die with the store (``PR_SET_PDEATHSIG``), so a killed store leaves none behind.
+next request gets a fresh pool. Workers die with the store (``PR_SET_PDEATHSIG``), so a killed
+store leaves none behind.
 """
 
 from __future__ import annotations
@@ -95,9 +96,9 @@ class StoreFull(StoreFailed):
 _FULL = "FullError"
 #: How the writer's answer starts for a records payload it could not read (HTTP 400).
 _REFUSED = "PayloadError: "
-#: Marks a request the writer reads itself: span records, whose reading is cheaper than
-#: passing rows between processes (the decoders serve OTLP).
-_RECORDS_TAG = b"R\x00"
+#: What the writer gets of one request: (True, a span records body it reads itself, which
+#: costs less than passing rows between processes) or (False, a decoder's packed rows).
+Pending = tuple[bool, bytes]
 
 
 class WorkerUnavailable(RuntimeError):
@@ -167,7 +168,7 @@ class StoreWorkers:
         self._decoders = _RespawningPool("decoder", decoders, _init_decoder, str(db_path))
         self._writer = _RespawningPool("writer", 1, _init_writer, str(db_path))
         self._max_group = max(1, max_group)
-        self._waiting: list[tuple[bytes, asyncio.Future[int]]] = []
+        self._waiting: list[tuple[Pending, asyncio.Future[int]]] = []
         self._committing: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -189,11 +190,11 @@ class StoreWorkers:
         which costs less than passing their rows from another process (measured in
         docs/design/store-writer.md)."""
         if media_type(content_type) == RECORDS_TYPE:
-            packed = _RECORDS_TAG + body  # read by the writer itself (see _write_group)
+            pending: Pending = (True, body)  # read by the writer itself (see _read)
         else:
-            packed = await self._decoders.call(_decode, body, content_type)
+            pending = (False, await self._decoders.call(_decode, body, content_type))
         committed = asyncio.get_running_loop().create_future()
-        self._waiting.append((packed, committed))
+        self._waiting.append((pending, committed))
         if self._committing is None:
             self._committing = asyncio.create_task(self._commit_waiting())
         count: int = await committed
@@ -287,12 +288,12 @@ def _decode(body: bytes, content_type: str) -> bytes:
     return marshal.dumps((batch.resources, batch.spans, batch.links, batch.dispatches))
 
 
-def _write_group(group: list[bytes]) -> list[int | str]:
+def _write_group(group: list[Pending]) -> list[int | str]:
     """Commit a group of requests' rows; per request its span count (after the COMMIT), or
     why its transaction failed. One transaction for the group; if that fails, one per request,
     so only the request that cannot be stored fails."""
     assert _store is not None
-    read = [_read(packed) for packed in group]
+    read = [_read(records, payload) for records, payload in group]
     batches = [batch for batch in read if isinstance(batch, SpanBatch)]
     if len(batches) > 1 and len(batches) == len(read):
         try:
@@ -303,14 +304,14 @@ def _write_group(group: list[bytes]) -> list[int | str]:
     return [_write_alone(batch) if isinstance(batch, SpanBatch) else batch for batch in read]
 
 
-def _read(packed: bytes) -> SpanBatch | str:
+def _read(records: bool, payload: bytes) -> SpanBatch | str:
     """A request's rows: a decoder's packed rows, or span records read here; a records
     payload that cannot be read is refused (its reason, marked) before any transaction."""
-    if not packed.startswith(_RECORDS_TAG):
-        return _unpack(packed)
+    if not records:
+        return _unpack(payload)
     assert _store is not None
     try:
-        batch: SpanBatch = rows_from_records(packed[len(_RECORDS_TAG) :], _store.resources)
+        batch: SpanBatch = rows_from_records(payload, _store.resources)
     except PayloadError as exc:
         return _REFUSED + str(exc)
     return batch
