@@ -47,6 +47,17 @@ def page() -> Iterator[Any]:
             browser.close()
 
 
+def open_view(page: Any, url: str) -> None:
+    """Load the viewer at ``url`` as a new document.
+
+    A ``goto`` that changes only the part after ``#`` keeps the page: the view before stays on
+    screen until the viewer's router draws the new one, so a wait for a selector both views
+    have (a conversation's verdict, a table) can pass on the old view. The module's page is
+    shared by its tests, so every hash route is opened from a blank page."""
+    page.goto("about:blank")
+    page.goto(url)
+
+
 def e2e_run_builder(module: str, name: str) -> Callable[[Path], Path]:
     """A run builder of tests/e2e (``module.name``, which makes a real run in a folder and
     returns it), imported without leaving tests/e2e on ``sys.path``."""

@@ -13,7 +13,7 @@ import pytest
 
 from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
 
-from .conftest import BROWSER_MARKS, doc_shot
+from .conftest import BROWSER_MARKS, doc_shot, open_view
 
 E2E = Path(__file__).resolve().parents[1] / "e2e"
 pytestmark = [*BROWSER_MARKS, pytest.mark.e2e]
@@ -43,11 +43,11 @@ def test_the_finished_run_is_not_refreshed_and_its_bad_line_is_named(
     finally:
         sys.path.remove(str(E2E))
     total = GOOD_LINES * REPEATS + 1
-    page.goto(store.endpoint + "/#/profile")
+    open_view(page, store.endpoint + "/#/profile")
     page.wait_for_selector("#refresh")
     assert page.inner_text("#refresh") == "run finished: not refreshing"
     assert f"{total} / {total}" in page.inner_text("#live")
-    page.goto(store.endpoint + "/#/")
+    open_view(page, store.endpoint + "/#/")
     page.wait_for_selector(".failure-groups.final tr.failure-group")
     final = page.inner_text(".failure-groups.final")
     assert f"input line {BAD_LINE}" in final and "None" not in final

@@ -11,7 +11,7 @@ import pytest
 
 from rollgym.tracestore.store_process import TraceStoreProcess
 
-from .conftest import BROWSER_MARKS, E2E, doc_shot, e2e_run_builder
+from .conftest import BROWSER_MARKS, E2E, doc_shot, e2e_run_builder, open_view
 
 pytestmark = [*BROWSER_MARKS, pytest.mark.e2e]
 
@@ -29,7 +29,7 @@ def _parse_line() -> int:
 def test_failed_rollout_page_shows_the_authors_frames_log_and_partial_turns(
     run: Path, store: TraceStoreProcess, page: Any
 ) -> None:
-    page.goto(store.endpoint + "/#/rollout/0-0")
+    open_view(page, store.endpoint + "/#/rollout/0-0")
     page.wait_for_selector("#rollout-error #own-frames")
     frames = page.locator("#own-frames .frame").all_inner_texts()
     assert frames[-1].endswith(f"failing_user_agent.py:{_parse_line()} in parse_answer")

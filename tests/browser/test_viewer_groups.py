@@ -14,7 +14,7 @@ import pytest
 
 from rollgym.tracestore.store_process import TraceStoreProcess
 
-from .conftest import BROWSER_MARKS, doc_shot, e2e_run_builder
+from .conftest import BROWSER_MARKS, doc_shot, e2e_run_builder, open_view
 
 pytestmark = [*BROWSER_MARKS, pytest.mark.e2e]
 
@@ -77,7 +77,7 @@ def test_rollout_page_shows_why_the_reward(run: Path, store: TraceStoreProcess, 
     record = next(r for r in records if r["reward"] == 0)  # a wrong answer: why is it wrong?
     verify = next(t for t in record["trajectory"]["turns"] if t["type"] == "verify")
     rollout_id = record["rollout_id"]
-    page.goto(f"{store.endpoint}/#/rollout/{rollout_id}")
+    open_view(page, f"{store.endpoint}/#/rollout/{rollout_id}")
     page.wait_for_selector(".entry.verify .verdict-details")
     shown = page.inner_text(".entry.verify .verdict-details")
     assert "why this reward" in shown

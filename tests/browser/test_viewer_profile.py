@@ -16,7 +16,7 @@ import pytest
 from rollgym.reading.profile_phases import PHASES
 from rollgym.tracestore.store_process import TraceStoreProcess
 
-from .conftest import BROWSER_MARKS, doc_shot, synthetic_viewer
+from .conftest import BROWSER_MARKS, doc_shot, open_view, synthetic_viewer
 
 pytestmark = BROWSER_MARKS
 #: The stall limit the page is opened with (seconds without a finished span).
@@ -64,7 +64,7 @@ def test_profile_page_live_then_finished(live_run, page) -> None:
     ]
     windows = {"simple_agent": {"window": 16, "sent": 2, "waiting": 0}}
     _progress(run_dir, 30, 40, oldest, windows)
-    page.goto(store.endpoint + f"/#/profile?stall_s={STALL_S:g}")
+    open_view(page, store.endpoint + f"/#/profile?stall_s={STALL_S:g}")
     page.wait_for_selector("#phase-table tr.phase")
     assert page.locator("#phase-table tr.phase").count() == len(PHASES)
     body = page.inner_text("body")

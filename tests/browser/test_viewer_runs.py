@@ -21,7 +21,7 @@ import pytest
 from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
 from server_specs import walker_servers
 
-from .conftest import BROWSER_MARKS, doc_shot
+from .conftest import BROWSER_MARKS, doc_shot, open_view
 
 E2E = Path(__file__).resolve().parents[1] / "e2e"
 pytestmark = [*BROWSER_MARKS, pytest.mark.e2e]
@@ -102,7 +102,7 @@ def test_conversation_of_a_tool_rollout(
         lines, key=lambda t: sum(turn["type"] == "tool" for turn in t["trajectory"]["turns"])
     )
     turns = line["trajectory"]["turns"]
-    page.goto(f"{store.endpoint}/#/rollout/{line['rollout_id']}")
+    open_view(page, f"{store.endpoint}/#/rollout/{line['rollout_id']}")
     page.wait_for_selector("#conversation .entry")
     section = page.locator("#conversation")
     assert "from the run's trajectory" in section.inner_text()
@@ -149,7 +149,7 @@ def test_failed_rollout_says_why_at_the_top(
 ) -> None:
     run_a, _ = runs
     failure = _records(run_a / "failures.jsonl")[0]
-    page.goto(f"{store.endpoint}/#/rollout/{failure['rollout_id']}")
+    open_view(page, f"{store.endpoint}/#/rollout/{failure['rollout_id']}")
     page.wait_for_selector("#rollout-error")
     error = page.locator("#rollout-error").inner_text()
     assert failure["error_kind"] in error and failure["message"] in error
@@ -211,7 +211,7 @@ def test_failures_panel_and_filters_in_the_url(
     assert page.locator("#failed-filter").input_value() == "final"
 
     # attempt level, with a second filter: both survive a reload
-    page.goto(f"{store.endpoint}/#/?failed=attempt&dispatch_name=flaky")
+    open_view(page, f"{store.endpoint}/#/?failed=attempt&dispatch_name=flaky")
     page.reload()
     page.wait_for_selector("#counts-note")
     rows = page.locator("#rollout-table tr.row").evaluate_all(
@@ -266,11 +266,11 @@ def test_a_run_without_trajectories_says_how_to_keep_them(
     process = start_trace_store(run_b / "traces.db", run_b / "logs" / "viewer.log", run_dir=run_b)
     try:
         done = next(r for r in _records(run_b / "rollouts.jsonl") if r["dispatch_name"] == "walker")
-        page.goto(f"{process.endpoint}/#/rollout/{done['rollout_id']}")
+        open_view(page, f"{process.endpoint}/#/rollout/{done['rollout_id']}")
         page.wait_for_selector("#conversation-hint")
         assert "run.trajectories: true" in page.inner_text("#conversation-hint")
         assert page.locator("#conversation .entry").count() == 0
-        page.goto(f"{process.endpoint}/#/compare")
+        open_view(page, f"{process.endpoint}/#/compare")
         page.wait_for_selector("#compare-error")
         assert "--compare" in page.inner_text("#compare-error")
     finally:

@@ -19,7 +19,7 @@ import pytest
 
 from waits import wait_for
 
-from .conftest import BROWSER_MARKS, doc_shot, e2e_run_builder
+from .conftest import BROWSER_MARKS, doc_shot, e2e_run_builder, open_view
 
 pytestmark = [*BROWSER_MARKS, pytest.mark.e2e]
 
@@ -62,7 +62,7 @@ def viewer(runs: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Iterat
 def test_runs_page_shows_differences_reward_over_version_and_staleness(
     page: Any, viewer: str, runs: list[Path]
 ) -> None:
-    page.goto(f"{viewer}/#/runs")
+    open_view(page, f"{viewer}/#/runs")
     page.wait_for_selector("#runs-table")
     offered = page.locator("tr.offered-run")
     assert offered.count() == len(runs)
@@ -102,7 +102,7 @@ def test_runs_page_shows_differences_reward_over_version_and_staleness(
 
 
 def test_runs_page_over_step_and_a_smaller_pick(page: Any, viewer: str, runs: list[Path]) -> None:
-    page.goto(f"{viewer}/#/runs")
+    open_view(page, f"{viewer}/#/runs")
     page.wait_for_selector("#runs-table")
     page.locator('tr.offered-run[data-run="3"] input').uncheck()
     page.click("#runs-show")

@@ -14,7 +14,7 @@ import pytest
 
 from rollgym.tracestore.store_process import TraceStoreProcess
 
-from .conftest import BROWSER_MARKS, doc_shot, e2e_run_builder
+from .conftest import BROWSER_MARKS, doc_shot, e2e_run_builder, open_view
 
 pytestmark = [*BROWSER_MARKS, pytest.mark.e2e]
 
@@ -36,7 +36,7 @@ def test_rollout_page_shows_each_calls_tokens_and_marks_unlikely_ones(
     run: Path, store: TraceStoreProcess, page: Any
 ) -> None:
     turns = _model_turns(run, "1-0")
-    page.goto(store.endpoint + "/#/rollout/1-0")
+    open_view(page, store.endpoint + "/#/rollout/1-0")
     page.wait_for_selector("#conversation details.tokens")
     assert "p < " in page.inner_text(".token-threshold")
     assert page.input_value("#low-p") == "0.1"
@@ -61,7 +61,7 @@ def test_rollout_page_shows_each_calls_tokens_and_marks_unlikely_ones(
 
 
 def test_profile_page_says_what_http_covers(run: Path, store: TraceStoreProcess, page: Any) -> None:
-    page.goto(store.endpoint + "/#/profile")
+    open_view(page, store.endpoint + "/#/profile")
     page.wait_for_selector("#http-parts tr.http-part")
     rows = page.locator("#http-parts tr.http-part")
     names = set(rows.evaluate_all("rs => rs.map(r => r.dataset.part)"))
