@@ -91,8 +91,8 @@ class OverlappingStreamsAgent(Agent):
         first = asyncio.create_task(client.chat.completions.create(**ask))  # type: ignore[call-overload]
         # A pause, not an event: nothing the agent can see says that the first holds the model.
         # The proxy sends its headers with its first chunk, and after that chunk the tiny model
-        # writes the other 159 tokens in about 40 ms; before it, the engine's first call takes
-        # about 1.4 s (measured on a 2-core machine), so a second sent at 0.3 s waits for the
+        # writes the other 159 tokens in about 40 ms; that first chunk comes after about
+        # 1.4 s (measured on a 2-core machine), so a second call sent at 0.3 s waits for the
         # model while the first is at it, and is sent after the first (request id ".1").
         await asyncio.sleep(0.3)
         second = asyncio.create_task(client.chat.completions.create(**ask))  # type: ignore[call-overload]
