@@ -14,31 +14,42 @@ from e2e_support import REPO, pythonpath
 pytestmark = pytest.mark.e2e
 
 
-def _run(out: Path, *overrides: str) -> dict:
+def _run(out: Path, *overrides: str) -> tuple[dict, str]:
+    """One quickstart run into ``out``: its summary.json, and what it printed (piped)."""
     command = [sys.executable, "-m", "rollgym", "run", str(REPO / "examples" / "quickstart.yaml")]
     env_overrides = [f"run.output_dir={out}", "telemetry.preset=off", *overrides]
-    subprocess.run(
-        [*command, *env_overrides, "--no-table"],
+    done = subprocess.run(
+        [*command, *env_overrides],
         check=True,
         env={**os.environ, "PYTHONPATH": pythonpath(), "OTEL_SDK_DISABLED": "true"},
         capture_output=True,
+        text=True,
         timeout=240,
     )
-    return orjson.loads((out / "summary.json").read_bytes())
+    return orjson.loads((out / "summary.json").read_bytes()), done.stdout
 
 
-def test_compare_two_quickstart_runs(tmp_path: Path) -> None:
-    summary_a = _run(tmp_path / "a")
-    summary_b = _run(tmp_path / "b", "run.repeats=4")
+def _compare(tmp_path: Path, *options: str) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "rollgym", "compare", str(tmp_path / "a"), str(tmp_path / "b")]
-        + ["--json", "--resamples", "300"],
+        + ["--resamples", "300", *options],
         env={**os.environ, "PYTHONPATH": pythonpath()},
         capture_output=True,
         check=True,
+        text=True,
         timeout=120,
     )
-    result = orjson.loads(done.stdout)
+    return done.stdout
+
+
+def test_compare_two_quickstart_runs(tmp_path: Path) -> None:
+    summary_a, printed = _run(tmp_path / "a")
+    summary_b, _ = _run(tmp_path / "b", "run.repeats=4")
+    # piped, as into a job's log: the accounting line whole, not broken at 80 columns
+    rate = f"{summary_a['rollouts_per_s']:.1f} rollouts/s"
+    accounting = "requested 330 = completed 330 + failed 0 (failures by kind: none); " + rate
+    assert accounting in printed.splitlines()
+    result = orjson.loads(_compare(tmp_path, "--json"))
     # the one override between them is the one difference named (run id and folder aside)
     assert result["config_differences"] == [{"key": "run.repeats", "values": [3, 4]}]
     assert result["run_a"]["run_id"] == summary_a["run_id"]
@@ -60,3 +71,9 @@ def test_compare_two_quickstart_runs(tmp_path: Path) -> None:
         assert row["paired_tasks"] == row["tasks_a"] == row["tasks_b"]
     tasks = {(row["dispatch_name"], row["task_index"]) for row in result["by_task"]}
     assert len(tasks) == 110  # the quickstart's 110 task rows, each under its dispatch name
+    # the table, piped: every dispatch name and both mean rewards in full on its row
+    printed = _compare(tmp_path)
+    table = printed[: printed.index("tasks that moved most")].splitlines()
+    for name, row in rows.items():
+        (line,) = [line for line in table if line.startswith(f"│ {name} ")]
+        assert f"{row['reward_a']:.3f}" in line and f"{row['reward_b']:.3f}" in line

@@ -8,6 +8,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from rollgym.cli.console import stdout_console
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``compare`` to the ``rollgym`` parser."""
@@ -75,10 +77,11 @@ def _compare(args: argparse.Namespace) -> int:
         return 0
     from rollgym.reading import compare_report
 
+    console = stdout_console()
     if args.over is not None:
-        compare_report.print_series(result)
+        compare_report.print_series(result, console)
     elif len(runs) == 2:
-        compare_report.print_comparison(result, max_tasks=args.tasks)
+        compare_report.print_comparison(result, max_tasks=args.tasks, console=console)
     else:
-        compare_report.print_many(result)
+        compare_report.print_many(result, console)
     return 0

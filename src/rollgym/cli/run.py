@@ -11,6 +11,7 @@ import asyncio
 import sys
 from typing import Any
 
+from rollgym.cli.console import stdout_console
 from rollgym.cli.job_command import (
     EXIT_CONFIG,
     EXIT_ERROR,
@@ -99,7 +100,7 @@ def handle(args: argparse.Namespace) -> int:
     finally:
         discard_early()
     if not args.no_table:
-        print_report(summary)
+        print_report(summary, stdout_console())
     loss = telemetry_loss_line(summary)
     if loss is not None:
         print(loss, file=sys.stderr)  # said loudly, with or without the table

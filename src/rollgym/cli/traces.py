@@ -16,14 +16,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from aiohttp import web
-
-    from rollgym.reading.query_rows import SpanRow
+from rollgym.cli.console import stdout_console
 
 # ``serve`` is the store's own command: its home is the trace store; ``rollgym traces`` adds it
 # to its sub-commands and hands it the viewer.
 from rollgym.tracestore.serve_command import add_serve_parser
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from rollgym.reading.query_rows import SpanRow
 
 __all__ = ["add_serve_parser", "main", "register"]
 
@@ -180,14 +182,7 @@ def _answer(args: argparse.Namespace, value: object, show: Callable[..., object]
     if args.json:
         _emit_json(value)
     else:
-        show(_console(), value)
-
-
-def _console() -> Any:
-    from rich.console import Console
-
-    # Piped output keeps full 32-hex trace ids on one line.
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+        show(stdout_console(), value)
 
 
 def _ls(args: argparse.Namespace) -> int:
@@ -212,11 +207,11 @@ def _show(args: argparse.Namespace) -> int:
         own = {key: failure.get(key) for key in ("frames", "log")} if failure else None
         _emit_json({**detail, "failure": own} if own else detail)
     else:
-        render.rollout_trees(_console(), detail)
+        render.rollout_trees(stdout_console(), detail)
         if failure is not None:
             from rollgym.reading.conversation_report import print_frames
 
-            print_frames(_console(), failure.get("frames"), failure.get("log"))
+            print_frames(stdout_console(), failure.get("frames"), failure.get("log"))
     return 0 if detail["attempts"] else 1
 
 
@@ -295,13 +290,13 @@ def _profile(args: argparse.Namespace) -> int:
         from rollgym.reading.profile_http import print_http_parts
         from rollgym.reading.profile_timeline import print_timeline
 
-        render.profile_tables(_console(), report)
-        print_http_parts(_console(), report)
-        print_timeline(_console(), report)
+        render.profile_tables(stdout_console(), report)
+        print_http_parts(stdout_console(), report)
+        print_timeline(stdout_console(), report)
         if groups is not None:
             from rollgym.reading.group_view import print_groups
 
-            print_groups(_console(), groups, args.n)
+            print_groups(stdout_console(), groups, args.n)
         if args.metrics:
             _print_metrics(report["metrics"])
     return 0
@@ -324,7 +319,7 @@ def _derived_metrics(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _print_metrics(metrics: dict[str, Any]) -> None:
-    console = _console()
+    console = stdout_console()
     console.print("metrics (derived from the spans):")
     for name, points in metrics.items():
         for point in points:
@@ -348,7 +343,7 @@ def _check(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json(report.as_dict())
     else:
-        render.check_report(_console(), report)
+        render.check_report(stdout_console(), report)
     return 0 if report.ok else 1
 
 
