@@ -24,6 +24,7 @@ from rollgym.tracestore.serve_command import add_serve_parser
 
 if TYPE_CHECKING:
     from aiohttp import web
+    from rich.console import Console
 
     from rollgym.reading.query_rows import SpanRow
 
@@ -207,11 +208,12 @@ def _show(args: argparse.Namespace) -> int:
         own = {key: failure.get(key) for key in ("frames", "log")} if failure else None
         _emit_json({**detail, "failure": own} if own else detail)
     else:
-        render.rollout_trees(stdout_console(), detail)
+        console = stdout_console()
+        render.rollout_trees(console, detail)
         if failure is not None:
             from rollgym.reading.conversation_report import print_frames
 
-            print_frames(stdout_console(), failure.get("frames"), failure.get("log"))
+            print_frames(console, failure.get("frames"), failure.get("log"))
     return 0 if detail["attempts"] else 1
 
 
@@ -290,15 +292,16 @@ def _profile(args: argparse.Namespace) -> int:
         from rollgym.reading.profile_http import print_http_parts
         from rollgym.reading.profile_timeline import print_timeline
 
-        render.profile_tables(stdout_console(), report)
-        print_http_parts(stdout_console(), report)
-        print_timeline(stdout_console(), report)
+        console = stdout_console()
+        render.profile_tables(console, report)
+        print_http_parts(console, report)
+        print_timeline(console, report)
         if groups is not None:
             from rollgym.reading.group_view import print_groups
 
-            print_groups(stdout_console(), groups, args.n)
+            print_groups(console, groups, args.n)
         if args.metrics:
-            _print_metrics(report["metrics"])
+            _print_metrics(console, report["metrics"])
     return 0
 
 
@@ -318,8 +321,7 @@ def _derived_metrics(args: argparse.Namespace) -> dict[str, Any]:
         return derive_metrics(conn)
 
 
-def _print_metrics(metrics: dict[str, Any]) -> None:
-    console = stdout_console()
+def _print_metrics(console: Console, metrics: dict[str, Any]) -> None:
     console.print("metrics (derived from the spans):")
     for name, points in metrics.items():
         for point in points:
