@@ -1,6 +1,7 @@
 """What each index of the trace store costs its writer: CPU per span of inserting and
 committing the same decoded requests into a store with all its indexes, then into stores each
-missing one of them.
+missing one of them, then into one with none: the floor, what storing a span as a row of its
+own costs SQLite before any index.
 
 The requests are ``bench/store_writer.py``'s (``bench/ingest.py``'s rollgym-like spans, about
 10 a trace, one dispatch row a trace, 512 spans a request, time-ordered trace ids), decoded
@@ -33,13 +34,17 @@ from rollgym.tracestore.schema import SCHEMA  # noqa: E402
 
 #: Every index the schema creates, by name.
 INDEXES = re.findall(r"CREATE (?:UNIQUE )?INDEX IF NOT EXISTS (\w+)", SCHEMA)
+#: The store with every index dropped (the key of its line).
+NO_INDEX = "no index"
 
 
 def _cost(path: Path, batches: list[SpanBatch], spans: int, without: str | None) -> float:
-    """µs of writing-thread CPU a span, into a new store at ``path`` without index ``without``."""
+    """µs of writing-thread CPU a span, into a new store at ``path`` without index ``without``
+    (or without any, for :data:`NO_INDEX`)."""
     store = trace_store.TraceStore(path)
-    if without is not None:
-        store._conn.execute(f"DROP INDEX {without}")
+    dropped = INDEXES if without == NO_INDEX else [without] if without is not None else []
+    for index in dropped:
+        store._conn.execute(f"DROP INDEX {index}")
     start = time.thread_time()
     for batch in batches:
         store.write_batch(batch)
@@ -53,7 +58,7 @@ def main() -> None:
     parser.add_argument("--spans", type=int, default=150_000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    ways: list[str | None] = [None, *INDEXES]
+    ways: list[str | None] = [None, *INDEXES, NO_INDEX]
     with tempfile.TemporaryDirectory() as tmp:
         registry = trace_store.TraceStore(Path(tmp) / "ids.db").resources
         batches = [rows_from_protobuf(body, registry) for body in encode_batches(args.spans, 512)]
@@ -75,6 +80,10 @@ def main() -> None:
         print(
             f"  {'without ' + way:34s} {best[way]:6.2f} us  (the index: {every - best[way]:+.2f})"
         )
+    floor = best[NO_INDEX]
+    print(
+        f"  {'no index at all (the row alone)':34s} {floor:6.2f} us  (all indexes: {every - floor:+.2f})"
+    )
 
 
 if __name__ == "__main__":
