@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import yaml
 
-from rollgym.config.yaml_reading import load_yaml
+from rollgym.config.yaml_reading import load_yaml, unacceptable_character
 from rollgym.errors import ConfigError
 
 
@@ -53,6 +53,8 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     """A YAML error in one line: its problem and the column in the value (the override is
     one line, so PyYAML's multi-line rendering with its ``<unicode string>`` marks says
     nothing more)."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        return f"{unacceptable_character(exc)} at column {exc.position + 1}"
     problem = getattr(exc, "problem", None) or getattr(exc, "context", None)
     mark = getattr(exc, "problem_mark", None)
     if not isinstance(problem, str):

@@ -43,9 +43,12 @@ class _DuplicateKey(yaml.YAMLError):
 
 def load_yaml(text: str, source: str) -> object:
     """Parse one YAML document of ``source``; raise one-line :class:`ConfigError` on error."""
-    loader = _UniqueKeyLoader(text)
-    loader.name = source
+    loader: _UniqueKeyLoader | None = None
     try:
+        # The loader's constructor already reads the whole text: a control character is
+        # refused here, before the first token.
+        loader = _UniqueKeyLoader(text)
+        loader.name = source
         return loader.get_single_data()
     except _DuplicateKey as exc:
         raise ConfigError(
@@ -54,13 +57,26 @@ def load_yaml(text: str, source: str) -> object:
             source=source,
         ) from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"not valid YAML: {describe_yaml_error(exc)}", source=source) from None
+        problem = describe_yaml_error(exc, text)
+        raise ConfigError(f"not valid YAML: {problem}", source=source) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
-def describe_yaml_error(exc: yaml.YAMLError) -> str:
-    """``line 3, column 5: mapping values are not allowed here`` (one line)."""
+def unacceptable_character(exc: yaml.reader.ReaderError) -> str:
+    """What PyYAML's reader refused, said as a person would fix it."""
+    return f"character U+{exc.character:04X} is not allowed in YAML (it is not printable)"
+
+
+def describe_yaml_error(exc: yaml.YAMLError, text: str) -> str:
+    """``line 3, column 5: mapping values are not allowed here`` (one line); ``text`` is what
+    was parsed (a character the reader refuses is located in it)."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        position = exc.position
+        line = text.count("\n", 0, position) + 1
+        column = position - text.rfind("\n", 0, position)
+        return f"line {line}, column {column}: {unacceptable_character(exc)}"
     if isinstance(exc, yaml.MarkedYAMLError):
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "invalid YAML"

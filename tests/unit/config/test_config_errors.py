@@ -51,6 +51,22 @@ def test_a_yaml_syntax_error_names_the_file_not_a_unicode_string(tmp_path: Path)
     assert "<unicode string>" not in message
 
 
+@pytest.mark.parametrize("character", ["\x00", "\x07", "\x1b", "\ufffe"])
+def test_a_character_yaml_refuses_is_located_not_a_traceback(
+    tmp_path: Path, character: str
+) -> None:
+    """PyYAML refuses a control character before it parses a token (in its loader's
+    constructor): a NUL from a binary file, a bell or an escape pasted from a terminal."""
+    path = tmp_path / "job.yaml"
+    path.write_text(GOOD.replace("  input: rows.jsonl", f"  input: rows{character}.jsonl"))
+    message = str(_error(path))
+    code = f"U+{ord(character):04X}"
+    assert message == (
+        f"{path}: not valid YAML: line 2, column 14: character {code} is not allowed in YAML "
+        "(it is not printable)"
+    ), message
+
+
 def test_an_override_typo_is_blamed_on_the_override(tmp_path: Path) -> None:
     path = tmp_path / "job.yaml"
     path.write_text(GOOD)
@@ -89,6 +105,10 @@ def test_a_syntax_error_in_a_custom_module_names_its_file_and_line(
         ("run.concurrency=[1", "expected ',' or ']', but got '<stream end>' at column 3"),
         ("run.agent=a: b: c", "mapping values are not allowed here at column 5"),
         ('run.agent="abc', "found unexpected end of stream at column 5"),
+        (
+            "run.agent=a\x07b",
+            "character U+0007 is not allowed in YAML (it is not printable) at column 2",
+        ),
     ],
 )
 def test_an_override_that_is_not_yaml_is_one_line_naming_it(
