@@ -403,7 +403,7 @@ def _config_run_block(run_dir: Path) -> Mapping[str, object] | None:
 
     try:
         config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
     run = config.get("run") if isinstance(config, dict) else None
     return run if isinstance(run, dict) else None

@@ -4,9 +4,12 @@ without token ids, a turns-only capture, ids sent as UUIDs)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from rollgym.reading.certify import Certifier
+import pytest
+
+from rollgym.reading.certify import Certifier, run_facts
 from rollgym.reading.engine_calls import EngineCall
 from rollgym.servers.request_ids import upstream_uuid
 
@@ -93,3 +96,24 @@ def test_a_trajectory_that_dropped_turns_is_incomplete() -> None:
     record = _record(_turn(0, usage={"prompt_tokens": 1, "completion_tokens": 0}), capture="turns")
     record["trajectory"]["dropped_turns"] = 3
     assert _found(Certifier({}, versions_required=False), record) == [(None, "incomplete")]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [b"run:\n  policy_version_file: \xff\n", b"run: [\n", b"\x00", b""],
+    ids=["not-utf8", "not-yaml", "nul", "empty"],
+)
+def test_a_damaged_config_of_the_run_is_read_as_none_not_a_traceback(
+    tmp_path: Path, damage: bytes
+) -> None:
+    """``traces check --data`` and ``export --certified-only`` read the run's config.yaml for
+    ``run.policy_version_file``: a damaged one says nothing about versions (the rollout lines
+    still can), it never stops the check."""
+    (tmp_path / "config.yaml").write_bytes(damage)
+    (tmp_path / "rollouts.jsonl").write_text(
+        '{"rollout_id": "1-0", "policy_versions": ["v3"]}\n'
+        '{"rollout_id": "2-0", "trace_sampled": false}\n'
+    )
+    facts = run_facts(tmp_path)
+    assert facts.versions_reason == "rollout 1-0 ran under policy versions ['v3']"
+    assert facts.unsampled == frozenset({"2-0"})
