@@ -182,6 +182,11 @@ class StoreVersionError(RollgymError):
     """A ``traces.db`` written by a newer rollgym than this one (its schema is unknown here)."""
 
 
+class UnusableStoreFile(RollgymError, ValueError):
+    """A ``traces.db`` that is there but is no trace store this code can write: a corrupt,
+    truncated or overwritten file. One line naming it; a run goes on without storing spans."""
+
+
 class SandboxUnavailable(RollgymError):
     """Sandboxes cannot run on this machine; the message names what to install or enable."""
 

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from e2e_support import Job, agent
 
+from rollgym.tracestore.store import EXIT_UNUSABLE_STORE, TraceStore
+
 pytestmark = pytest.mark.e2e
 
 
@@ -48,7 +50,7 @@ def test_reading_commands_on_a_corrupt_or_missing_store_are_one_line(job: Job) -
     run_dir = job.root / "run"
     run_dir.mkdir()
     (run_dir / "traces.db").write_bytes(b"this is not sqlite" * 100)
-    for command in ("ls", "check", "slowest"):
+    for command in ("ls", "check", "slowest", "profile"):
         line = _one_line(job.cli("traces", command, str(run_dir), timeout=60), 2)
         assert line.startswith(f"rollgym traces {command}: {run_dir / 'traces.db'}: "), line
     missing = job.root / "nowhere"
@@ -60,6 +62,28 @@ def test_reading_commands_on_a_corrupt_or_missing_store_are_one_line(job: Job) -
     assert f"{empty / 'traces.db'}: no trace store here" in line
     line = _one_line(job.cli("export", str(missing), timeout=60), 2)
     assert line == f"rollgym export: {missing}: no such run directory"
+
+
+def test_a_truncated_store_is_one_line_for_every_command_and_for_serve(job: Job) -> None:
+    """Cut short (a copy or a disk that stopped): the SQLite header is whole, so only SQLite,
+    reading the schema, finds it damaged; ``traces serve`` says so and exits with the status
+    that tells a run not to restart it in vain."""
+    job.root.mkdir(parents=True, exist_ok=True)
+    db = job.root / "traces.db"
+    TraceStore(db).close()
+    db.write_bytes(db.read_bytes()[:5000])
+    for command in ("ls", "check", "slowest", "profile"):
+        line = _one_line(job.cli("traces", command, str(db), timeout=60), 2)
+        assert line == (
+            f"rollgym traces {command}: {db}: not a readable trace store "
+            "(database disk image is malformed)"
+        ), line
+    serve = job.cli("traces", "serve", "--db", str(db), "--port", "0", timeout=60)
+    line = _one_line(serve, EXIT_UNUSABLE_STORE)
+    assert line == (
+        f"rollgym traces serve: {db} is not a readable trace store "
+        "(database disk image is malformed)"
+    ), line
 
 
 def test_traces_serve_on_a_port_in_use_is_one_line_naming_it(job: Job) -> None:

@@ -17,6 +17,7 @@ import signal
 import sqlite3
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -196,8 +197,26 @@ def test_a_disk_filled_by_another_writer_then_freed_resumes_to_a_run_the_check_p
     assert code == 0, (report["violation_counts"], report["violations"][:5])
 
 
+def _overwritten(db: Path) -> None:
+    db.write_bytes(os.urandom(64 * 1024))
+
+
+def _truncated(db: Path) -> None:
+    """Cut inside its second page (a copy or a disk that stopped short): the SQLite header is
+    whole, so only SQLite itself, reading the schema, finds the file damaged."""
+    db.write_bytes(db.read_bytes()[:5000])
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        (_overwritten, "is not a SQLite database"),
+        (_truncated, "is not a readable trace store (database disk image is malformed)"),
+    ],
+    ids=["overwritten", "truncated"],
+)
 def test_a_resume_on_a_corrupt_trace_store_names_the_file_in_one_line_and_goes_on(
-    job: Job, no_leftover_servers: None
+    job: Job, no_leftover_servers: None, damage: Callable[[Path], None], said: str
 ) -> None:
     job.write(
         {"a": fault_agent(delay_s=0.0)},
@@ -210,7 +229,7 @@ def test_a_resume_on_a_corrupt_trace_store_names_the_file_in_one_line_and_goes_o
     kept = job.out.joinpath("rollouts.jsonl").read_bytes().splitlines(keepends=True)[:10]
     job.out.joinpath("rollouts.jsonl").write_bytes(b"".join(kept))  # 30 rollouts left to run
     db = job.out / "traces.db"
-    db.write_bytes(os.urandom(64 * 1024))
+    damage(db)
     for leftover in ("traces.db-wal", "traces.db-shm"):
         (job.out / leftover).unlink(missing_ok=True)
     started = time.monotonic()
@@ -219,6 +238,10 @@ def test_a_resume_on_a_corrupt_trace_store_names_the_file_in_one_line_and_goes_o
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "Traceback" not in resumed.stderr
     (line,) = [ln for ln in resumed.stderr.splitlines() if str(db) in ln]
-    assert "is not a SQLite database" in line and f"mv {db} {db}.bad" in line, line
+    assert said in line and f"mv {db} {db}.bad" in line, line
     assert took_s < 30, f"the resume took {took_s:.0f} s"
     assert_exact_accounting(job, 40)
+    # never restarted in vain: the file that refused it would refuse it again
+    assert "the trace store died" not in resumed.stderr
+    assert job.summary["telemetry"]["store_deaths"] == 0
+    assert any(said in warning for warning in job.summary["warnings"]), job.summary["warnings"]

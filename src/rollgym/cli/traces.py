@@ -106,7 +106,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     profile.add_argument(
         "--metrics", action="store_true", help="add the run's metrics, derived from its spans"
     )
-    profile.set_defaults(handler=_profile)
+    profile.set_defaults(handler=_one_line(_profile))
 
     check = commands.add_parser("check", help="verify the trace contract; non-zero on violation")
     _run_dir(check)
@@ -143,6 +143,8 @@ def _one_line(handler: Callable[[argparse.Namespace], int]) -> Callable[[argpars
     def run(args: argparse.Namespace) -> int:
         import sqlite3
 
+        import apsw  # traces profile reads the store through apsw
+
         from rollgym.reading.queries import db_path_of
         from rollgym.tracestore.schema import StoreVersionError
 
@@ -150,7 +152,7 @@ def _one_line(handler: Callable[[argparse.Namespace], int]) -> Callable[[argpars
             return handler(args)
         except (_Unreadable, StoreVersionError) as exc:
             problem = str(exc)
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, apsw.Error) as exc:
             problem = f"{db_path_of(args.run_dir)}: not a readable trace store ({exc})"
         except OSError as exc:
             problem = f"{exc.filename or args.run_dir}: {exc.strerror or exc}"
@@ -160,16 +162,22 @@ def _one_line(handler: Callable[[argparse.Namespace], int]) -> Callable[[argpars
     return run
 
 
-def _open(args: argparse.Namespace) -> Any:
+def _store_path(args: argparse.Namespace) -> Path:
+    """The trace store file the command reads; :class:`_Unreadable` when there is none."""
     from rollgym.reading.queries import db_path_of
-    from rollgym.tracestore.store import connect_readonly
 
     if not args.run_dir.exists():
         raise _Unreadable(f"{args.run_dir}: no such run directory or trace store file")
     path = db_path_of(args.run_dir)
     if not path.is_file():
         raise _Unreadable(f"{path}: no trace store here (was the run's telemetry off?)")
-    return connect_readonly(path)
+    return path
+
+
+def _open(args: argparse.Namespace) -> Any:
+    from rollgym.tracestore.store import connect_readonly
+
+    return connect_readonly(_store_path(args))
 
 
 def _emit_json(value: object) -> None:
@@ -275,12 +283,8 @@ def _slowest(args: argparse.Namespace) -> int:
 def _profile(args: argparse.Namespace) -> int:
     from rollgym.reading import render
     from rollgym.reading.profile import profile_store
-    from rollgym.reading.queries import db_path_of
 
-    try:
-        report = profile_store(db_path_of(args.run_dir), stragglers=args.n, bins=args.bins)
-    except FileNotFoundError as exc:  # one line naming the path, no traceback
-        raise SystemExit(f"rollgym traces: {exc}") from None
+    report = profile_store(_store_path(args), stragglers=args.n, bins=args.bins)
     if args.metrics:
         report["metrics"] = _derived_metrics(args)
     groups = _groups(Path(args.run_dir), args.n)

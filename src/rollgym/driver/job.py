@@ -612,6 +612,8 @@ def telemetry_warnings(counts: Mapping[str, object]) -> list[str]:
     """What the person running the job must hear about its trace store (dropped spans have
     their own line: :func:`rollgym.reading.report.telemetry_loss_line`)."""
     warnings = []
+    if isinstance(why := counts.get("store_not_started"), str):
+        warnings.append(f"the trace store did not start: {why}")
     if counts.get("store_deaths"):
         warnings.append(
             f"the trace store died {counts['store_deaths']} time(s) and was restarted "

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rollgym.config import JobConfig, TelemetryConfig
-from rollgym.errors import ConfigError
+from rollgym.errors import ConfigError, UnusableStoreFile
 from rollgym.event_loop import cancel_and_wait
 from rollgym.placement.supervisor import report_to_stderr
 from rollgym.telemetry.span_counts import SpanCountRecord, empty_record
@@ -55,6 +55,8 @@ class JobTelemetry:
         self.store_deaths = 0
         self.store_restarts = 0
         self.store_down_s = 0.0
+        #: Why the run has no trace store of its own (None: it has one, or needs none).
+        self.store_not_started: str | None = None
         self._store_args: tuple[Path, Path] | None = None
         self._store_options: dict[str, Any] = {}
         self._watch: asyncio.Task[None] | None = None
@@ -180,10 +182,8 @@ class JobTelemetry:
                 *self._store_args, port=port, wait=False, **self._store_options
             )
         except Exception as exc:  # noqa: BLE001 - telemetry never decides whether a run runs
-            report_to_stderr(
-                f"rollgym: telemetry: the run's trace store did not start: {exc}; the run goes "
-                "on without storing its spans"
-            )
+            unusable = isinstance(exc, UnusableStoreFile)
+            self._go_on_without_store(str(exc), output_dir / "traces.db" if unusable else None)
             self.store_token = None
             return None
         if self.store_token is not None:
@@ -246,6 +246,11 @@ class JobTelemetry:
             process = self.store.process
             if process.poll() is None:
                 continue
+            refused = self.store.refusal()
+            if refused is not None:  # its file is unusable: a restart would meet it again
+                self._go_on_without_store(refused, self.store.db_path)
+                self.store = None
+                return
             self.store_deaths += 1
             died = time.monotonic()
             port = int(self.store.endpoint.rsplit(":", 1)[1])
@@ -276,6 +281,20 @@ class JobTelemetry:
                 self.store_down_s += time.monotonic() - died
             report_to_stderr(f"rollgym: the trace store is back at {self.store.endpoint}")
 
+    def _go_on_without_store(self, problem: str, unusable_file: Path | None) -> None:
+        """Say, once, that the run's store did not start and why; the run goes on (telemetry
+        never decides whether a rollout runs). ``unusable_file``: the store file it refused."""
+        advice = (
+            f" (move the file aside, e.g. mv {unusable_file} {unusable_file}.bad, and a resume "
+            "stores the spans of what it runs)"
+            if unusable_file is not None
+            else ""
+        )
+        self.store_not_started = f"{problem}; the run goes on without storing its spans{advice}"
+        report_to_stderr(
+            f"rollgym: telemetry: the run's trace store did not start: {self.store_not_started}"
+        )
+
     def store_counts(self) -> dict[str, object]:
         """The store's availability for ``summary.json`` -> ``telemetry``."""
         counts: dict[str, object] = {
@@ -283,6 +302,8 @@ class JobTelemetry:
             "store_restarts": self.store_restarts,
             "store_down_s": round(self.store_down_s, 3),
         }
+        if self.store_not_started is not None:
+            counts["store_not_started"] = self.store_not_started
         if self.unreachable_endpoint is not None:
             counts["exporter_unreachable"] = self.unreachable_endpoint
         return counts

@@ -100,6 +100,8 @@ def _serve(args: argparse.Namespace) -> int:
     from rollgym.event_loop import loop_factory
     from rollgym.tracestore.access import TOKEN_ENV, otel_headers_value, store_token
     from rollgym.tracestore.lifecycle import ListenError, serve
+    from rollgym.tracestore.store import EXIT_UNUSABLE_STORE, UnusableStoreFile
+    from rollgym.tracestore.store_process import REFUSAL_PREFIX
 
     if args.compare is not None and not args.compare.is_dir():
         print(
@@ -148,4 +150,7 @@ def _serve(args: argparse.Namespace) -> int:
     except ListenError as exc:
         print(f"rollgym traces serve: {exc.strerror}", file=sys.stderr)
         return 2
+    except UnusableStoreFile as exc:
+        print(f"{REFUSAL_PREFIX}{exc}", file=sys.stderr)
+        return EXIT_UNUSABLE_STORE
     return 0

@@ -23,6 +23,7 @@ from typing import Any
 import apsw
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
+from rollgym.errors import UnusableStoreFile as UnusableStoreFile
 from rollgym.telemetry import names
 from rollgym.tracestore.decode import SpanBatch, attributes, json_text
 from rollgym.tracestore.schema import (
@@ -37,17 +38,22 @@ from rollgym.tracestore.schema import (
 )
 
 __all__ = [  # the schema's names are also read from here (tests, benchmarks)
+    "EXIT_UNUSABLE_STORE",
     "INSERT_DISPATCH",
     "INSERT_LINK",
     "INSERT_RESOURCE",
     "INSERT_SPAN",
     "SCHEMA",
     "TraceStore",
+    "UnusableStoreFile",
     "connect_readonly",
 ]
 
 #: How long a writer waits for another process's transaction before failing its own.
 BUSY_TIMEOUT_MS = 60_000
+#: The exit status of a store process whose file is not a usable trace store (the one line
+#: saying why is the last of its log): a restart would meet the same file.
+EXIT_UNUSABLE_STORE = 3
 
 
 def connect_readonly(db_path: str | Path) -> sqlite3.Connection:
@@ -122,6 +128,20 @@ class TraceStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # apsw leaves the connection in autocommit: we issue BEGIN/COMMIT, one per batch.
         self._conn = apsw.Connection(str(self.path))
+        try:
+            self._open(autocheckpoint_pages)
+        except BaseException as exc:
+            self._conn.close()
+            if isinstance(exc, apsw.CorruptError | apsw.NotADBError):
+                # SQLite reads the file's schema first: a truncated or overwritten file ends here
+                problem = f"{self.path} is not a readable trace store ({exc})"
+                raise UnusableStoreFile(problem) from None
+            raise
+        self.resources = ResourceRegistry(self._conn)
+
+    def _open(self, autocheckpoint_pages: int) -> None:
+        """The connection's settings, then the schema brought to this version (one
+        transaction: a failed migration leaves the file as it was)."""
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute("PRAGMA cache_size=-65536")
@@ -135,10 +155,8 @@ class TraceStore:
             migrate(self._conn, str(self.path), _rollgym_version())
         except BaseException:
             self._conn.execute("ROLLBACK")
-            self._conn.close()
             raise
         self._conn.execute("COMMIT")
-        self.resources = ResourceRegistry(self._conn)
 
     def write_batch(self, batch: SpanBatch) -> None:
         """Store one batch's rows atomically: all of them committed, or none."""

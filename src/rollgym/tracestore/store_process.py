@@ -27,6 +27,9 @@ from rollgym.child_process import describe_exit, read_ready_file, spawn_child
 from rollgym.errors import LaunchError
 from rollgym.http.listen import bind_loopback
 from rollgym.tracestore.access import TOKEN_ENV
+from rollgym.tracestore.store import EXIT_UNUSABLE_STORE, UnusableStoreFile
+
+__all__ = ["TraceStoreProcess", "UnusableStoreFile", "check_store_file", "start_trace_store"]
 
 STOP_GRACE_S = 10.0
 #: What the child runs: ``rollgym traces serve`` without the rest of the CLI, the store with
@@ -37,6 +40,8 @@ STORE_COMMAND = "rollgym.cli.traces"
 SQLITE_HEADER = b"SQLite format 3\x00"
 #: How often :meth:`TraceStoreProcess.ready` looks for the ready file.
 READY_POLL_S = 0.02
+#: How the store's log line saying its file is unusable begins (``rollgym traces serve``).
+REFUSAL_PREFIX = "rollgym traces serve: "
 
 
 @dataclass
@@ -86,6 +91,23 @@ class TraceStoreProcess:
     async def astop(self) -> int | None:
         """``stop()`` without blocking the caller's event loop."""
         return await asyncio.to_thread(self.stop)
+
+    def refusal(self) -> str | None:
+        """Why the store exited at once, when it found its file unusable (a corrupt or
+        truncated ``traces.db``): its one line, from its log. None otherwise."""
+        return refusal_of(self.process, self.log_path)
+
+
+def refusal_of(process: subprocess.Popen[bytes], log_path: Path) -> str | None:
+    """The store's one line saying its file is unusable, when it exited for that."""
+    if process.poll() != EXIT_UNUSABLE_STORE:
+        return None
+    try:
+        lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        lines = []
+    said = next((line for line in reversed(lines) if line.startswith(REFUSAL_PREFIX)), None)
+    return said[len(REFUSAL_PREFIX) :] if said else f"{log_path.name}: the store file is unusable"
 
 
 def start_trace_store(
@@ -167,17 +189,13 @@ def start_trace_store(
         endpoint = _local_url(f"http://{host}:{port}")
         return TraceStoreProcess(process, endpoint, db, log, ready_path=ready)
     try:
-        endpoint = _local_url(_wait_ready(process, ready, timeout_s))
+        endpoint = _local_url(_wait_ready(process, ready, log, timeout_s))
     except BaseException:
         process.kill()
         process.wait()
         raise
     ready.unlink(missing_ok=True)
     return TraceStoreProcess(process, endpoint, db, log)
-
-
-class UnusableStoreFile(ValueError):
-    """The run's ``traces.db`` is there but is no SQLite database: one line naming it."""
 
 
 def check_store_file(db: Path) -> None:
@@ -192,10 +210,7 @@ def check_store_file(db: Path) -> None:
     except OSError as exc:
         raise UnusableStoreFile(f"{db} cannot be read ({exc.strerror or exc})") from None
     if head and head != SQLITE_HEADER:  # an empty file is one SQLite makes a database of
-        raise UnusableStoreFile(
-            f"{db} is not a SQLite database (corrupt or overwritten); move it aside "
-            f"(mv {db} {db}.bad) and run the same command again to store this run's traces"
-        )
+        raise UnusableStoreFile(f"{db} is not a SQLite database (corrupt or overwritten)")
 
 
 def _bind(host: str, port: int) -> socket.socket | None:
@@ -216,12 +231,14 @@ def _local_url(endpoint: str) -> str:
     return endpoint
 
 
-def _wait_ready(process: subprocess.Popen[bytes], ready: Path, timeout_s: float) -> str:
+def _wait_ready(process: subprocess.Popen[bytes], ready: Path, log: Path, timeout_s: float) -> str:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
+            refused = refusal_of(process, log)
             raise LaunchError(
-                f"exited ({describe_exit(process.returncode)}) before ready", server="tracestore"
+                refused or f"exited ({describe_exit(process.returncode)}) before ready",
+                server="tracestore",
             )
         announced = read_ready_file(ready)
         if announced:
