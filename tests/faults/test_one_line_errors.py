@@ -45,6 +45,26 @@ def test_a_resume_into_an_unusable_dir_is_one_line_and_keeps_the_records(
     assert (job.out / "rollouts.jsonl").read_bytes() == rollouts
 
 
+@pytest.mark.parametrize("record", ["rollouts.jsonl", "failures.jsonl", "trajectories.jsonl"])
+def test_a_resume_with_a_folder_in_place_of_a_record_file_is_one_line(
+    job: Job, no_leftover_servers: None, record: str
+) -> None:
+    job.write({"a": agent()}, [{"q": i} for i in range(3)], agent="a", trajectories=True)
+    assert job.run().returncode == 0
+    kept = {path.name: path.read_bytes() for path in job.out.glob("*.jsonl")}
+    (job.out / record).unlink()
+    (job.out / record).mkdir()
+    line = _one_line(job.run(), 2)
+    assert line == (
+        f"rollgym: config error: run.output_dir: cannot write the output directory {job.out}: "
+        f"Is a directory ({job.out / record}); give a writable run.output_dir"
+    ), line
+    for name, data in kept.items():
+        if name != record:
+            assert (job.out / name).read_bytes() == data, name
+    assert not list(job.out.glob("*.tmp"))
+
+
 def test_reading_commands_on_a_corrupt_or_missing_store_are_one_line(job: Job) -> None:
     job.root.mkdir(parents=True, exist_ok=True)
     run_dir = job.root / "run"

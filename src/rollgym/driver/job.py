@@ -320,12 +320,15 @@ class JobState:
         self.run_id = run_id
         self.output_dir = output_dir
         self.aggregator = Aggregator(config.run.repeats, config.run.pass_threshold)
-        self.ledger = Ledger.load(
-            output_dir,
-            config.run.repeats,
-            retry_failed=config.run.retry_failed,
-            feed=self.aggregator.add_record,
-        )
+        try:
+            self.ledger = Ledger.load(
+                output_dir,
+                config.run.repeats,
+                retry_failed=config.run.retry_failed,
+                feed=self.aggregator.add_record,
+            )
+        except OSError as exc:  # a record file that cannot be read (a folder in its place)
+            raise unusable(output_dir, exc) from None
         self.status = "error"
         self.count = 0
         self.environments: dict[str, Any] = {}

@@ -272,18 +272,19 @@ class Ledger:
             return ledger
         kept = failures.with_name(FAILURES + ".tmp")
         dropped = 0
-        with open(kept, "wb") as out:
-            for record in _records(failures):
-                if retry_failed or record.get("error_kind") == "cancelled":
-                    dropped += 1
-                    continue
-                if ledger._mark(record):
-                    feed(record, False)
-                    out.write(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
-            out.flush()
-            os.fsync(out.fileno())
-        if dropped:
-            os.replace(kept, failures)
-        else:
-            kept.unlink()
+        try:
+            with open(kept, "wb") as out:
+                for record in _records(failures):
+                    if retry_failed or record.get("error_kind") == "cancelled":
+                        dropped += 1
+                        continue
+                    if ledger._mark(record):
+                        feed(record, False)
+                        out.write(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
+                out.flush()
+                os.fsync(out.fileno())
+            if dropped:
+                os.replace(kept, failures)
+        finally:
+            kept.unlink(missing_ok=True)  # replaced, not needed, or a read that failed
         return ledger
