@@ -63,6 +63,9 @@ def test_a_resume_with_a_folder_in_place_of_a_record_file_is_one_line(
         if name != record:
             assert (job.out / name).read_bytes() == data, name
     assert not list(job.out.glob("*.tmp"))
+    if record != "trajectories.jsonl":  # what compare reads
+        compare = job.cli("compare", str(job.out), str(job.out), timeout=60)
+        assert _one_line(compare, 2) == f"rollgym compare: {job.out / record}: Is a directory"
 
 
 def test_reading_commands_on_a_corrupt_or_missing_store_are_one_line(job: Job) -> None:

@@ -72,6 +72,9 @@ def _compare(args: argparse.Namespace) -> int:
     except CompareError as exc:
         print(f"rollgym compare: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a run's file that cannot be read (a folder in its place)
+        print(f"rollgym compare: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     if args.json:
         sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0

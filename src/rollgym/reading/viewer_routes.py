@@ -8,7 +8,8 @@ thread so a slow query never stalls OTLP ingest on the event loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,36 @@ def add_page(app: web.Application) -> None:
     app.router.add_static("/static/", static)
 
 
+#: The log line of a viewer request that failed, before its method, path and reason.
+FAILED_PREFIX = "rollgym traces serve: "
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def one_line_failures(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A viewer request that fails on something the run's files hold (a folder where a record
+    file should be, a file that cannot be read) answers 500 with the reason as JSON, which
+    the page shows, and the store's log gets one line naming it, not a traceback. The OTLP
+    routes keep their own answers (:mod:`rollgym.tracestore.receiver`)."""
+    try:
+        return await handler(request)
+    except web.HTTPException:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one line for a person, whatever went wrong
+        if not request.path.startswith("/api/"):
+            raise
+        if isinstance(exc, OSError) and exc.filename and exc.strerror:
+            reason = f"{exc.filename}: {exc.strerror}"  # which file, and what is wrong with it
+        else:
+            reason = f"{type(exc).__name__}: {exc}"
+        print(f"{FAILED_PREFIX}{request.method} {request.path}: {reason}", file=sys.stderr)
+        return _json({"error": reason}, 500)
+
+
 def add_api_routes(app: web.Application, db_path: Path, run_dir: Path | None) -> None:
     """Mount ``/api/*``; ``run_dir`` (optional) adds the run's summary.json to the overview."""
+    app.middlewares.append(one_line_failures)
     app[DB_KEY] = db_path
     app[RUN_DIR_KEY] = run_dir
     app[PROFILE_KEY] = ThrottledCache()
@@ -79,7 +108,7 @@ async def _overview(request: web.Request) -> web.Response:
     if isinstance(run_dir, Path) and (run_dir / "summary.json").exists():
         try:
             data["summary"] = orjson.loads((run_dir / "summary.json").read_bytes())
-        except orjson.JSONDecodeError:
+        except (OSError, orjson.JSONDecodeError):
             data["summary"] = None
     return _json(data)
 

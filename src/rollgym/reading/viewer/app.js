@@ -16,7 +16,11 @@ function el(tag, attrs = {}, ...children) {
 
 async function api(path) {
   const answer = await fetch(path);
-  if (!answer.ok && answer.status !== 404) throw new Error(`${path}: ${answer.status}`);
+  if (!answer.ok && answer.status !== 404) {
+    // the server's reason when it gave one ({"error": ...}), else the status
+    const said = await answer.json().then((body) => body && body.error, () => null);
+    throw new Error(`${path}: ${said || answer.status}`);
+  }
   return answer.json();
 }
 
