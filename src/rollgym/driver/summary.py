@@ -41,6 +41,22 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - product
 
 
+#: Up to this many repeats, pass@k is reported for every k; beyond, at the k of
+#: :func:`reported_ks` (each pass@k reads every task, so every k of 1,000 repeats would cost
+#: 1,000 passes over the tasks and 1,000 numbers nobody reads).
+EVERY_K_UP_TO = 16
+
+
+def reported_ks(repeats: int) -> list[int]:
+    """The k that pass@k is reported at for ``repeats`` rollouts a task: every k up to
+    :data:`EVERY_K_UP_TO`, then 1, 2, 4, 8, ... and ``repeats`` itself (pass@k is concave in
+    k, so doubling steps draw its curve)."""
+    if repeats <= EVERY_K_UP_TO:
+        return list(range(1, repeats + 1))
+    ks = [1 << power for power in range(repeats.bit_length()) if 1 << power < repeats]
+    return [*ks, repeats]
+
+
 def _grow(column: array[int], index: int) -> None:
     """Make ``column[index]`` exist; grow by half so slack stays small on huge inputs."""
     if index >= len(column):
@@ -101,7 +117,7 @@ class DispatchStats:
             "failed": self.failed,
             **({"cancelled": self.cancelled} if self.cancelled else {}),
             "mean_reward": mean,
-            "pass_at_k": {str(k): self.pass_at(k) for k in range(1, repeats + 1)},
+            "pass_at_k": {str(k): self.pass_at(k) for k in reported_ks(repeats)},
             **({"usage": _rounded(self.usage)} if self.usage else {}),
         }
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from rollgym.defaults import PASS_THRESHOLD
 from rollgym.driver.output import FAILURES, ROLLOUTS
-from rollgym.driver.summary import pass_at_k
+from rollgym.driver.summary import pass_at_k, reported_ks
 from rollgym.errors import CompareError as CompareError
 from rollgym.reading.config_diff import config_differences, flat_config, read_config
 from rollgym.reading.run_reader import read_lines, recorded_run_id
@@ -159,13 +159,20 @@ def _mean_reward(tasks: list[TaskSamples]) -> float | None:
 
 
 def _pass_at(k: int, threshold: float) -> Statistic:
+    """Mean pass@k over the tasks drawn. A task's own pass@k is the same in every resample
+    that draws it: worked out once, by the task's identity (the samples outlive the
+    comparison), not once a draw (the bootstrap draws each task about a thousand times)."""
+    by_task: dict[int, float] = {}
+
+    def task_pass_at(task: TaskSamples) -> float:
+        score = by_task.get(id(task))
+        if score is None:
+            passed = sum(r >= threshold for r in task.rewards)
+            score = by_task[id(task)] = pass_at_k(len(task.rewards), passed, k)
+        return score
+
     def statistic(tasks: list[TaskSamples]) -> float | None:
-        scores = [
-            pass_at_k(len(task.rewards), sum(r >= threshold for r in task.rewards), k)
-            for task in tasks
-            if len(task.rewards) >= k
-        ]
-        return _mean(scores)
+        return _mean([task_pass_at(task) for task in tasks if len(task.rewards) >= k])
 
     return statistic
 
@@ -241,7 +248,7 @@ def _dispatch_row(
         max((len(t.rewards) for t in tasks_b.values()), default=0),
     )
     pass_rows: dict[str, dict[str, Any]] = {}
-    for k in range(1, max_k + 1):
+    for k in reported_ks(max_k):
         stat_a, stat_b = _pass_at(k, run_a.pass_threshold), _pass_at(k, run_b.pass_threshold)
         value_a, value_b = stat_a(list(tasks_a.values())), stat_b(list(tasks_b.values()))
         ci = _cluster_bootstrap(tasks_a, tasks_b, stat_a, stat_b, settings)

@@ -6,7 +6,14 @@ from math import comb
 
 import pytest
 
-from rollgym.driver.summary import Aggregator, Summary, merge_replicas, pass_at_k
+from rollgym.driver.summary import (
+    EVERY_K_UP_TO,
+    Aggregator,
+    Summary,
+    merge_replicas,
+    pass_at_k,
+    reported_ks,
+)
 
 
 @pytest.mark.parametrize(
@@ -130,3 +137,22 @@ def test_summary_json_keeps_its_keys_in_order_and_says_an_empty_section_by_leavi
     written = summary.to_json()
     assert list(written) == [*always, "staleness", "probes", "incomplete_model_calls", "groups"]
     assert written["probes"] == {"1": 0.0} and written["groups"] == {"count": 1}
+
+
+def test_pass_at_k_is_reported_at_every_k_then_at_doubling_k() -> None:
+    assert reported_ks(1) == [1]
+    assert reported_ks(EVERY_K_UP_TO) == list(range(1, EVERY_K_UP_TO + 1))
+    assert reported_ks(64) == [1, 2, 4, 8, 16, 32, 64]
+    assert reported_ks(100) == [1, 2, 4, 8, 16, 32, 64, 100]
+    assert reported_ks(2**30 + 1)[-2:] == [2**30, 2**30 + 1]
+
+
+def test_a_summary_of_a_billion_repeats_is_made_at_once() -> None:
+    """Every k of ``run.repeats=1000000000`` was a billion passes over the tasks: the run
+    never wrote its summary, not even after Ctrl-C."""
+    agg = Aggregator(repeats=10**9, pass_threshold=1.0)
+    for task in range(50):
+        agg.add_result("a", task, 1.0)
+    stats = agg.by_dispatch_name()["a"]
+    assert list(stats["pass_at_k"]) == [str(k) for k in reported_ks(10**9)]
+    assert stats["pass_at_k"]["1"] == 1.0 and stats["pass_at_k"]["2"] is None

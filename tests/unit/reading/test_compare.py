@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import orjson
 import pytest
 
 from rollgym.cli.main import main
+from rollgym.driver.summary import pass_at_k, reported_ks
 from rollgym.reading.compare import BootstrapSettings, CompareError, compare_runs
 
 FAST = BootstrapSettings(resamples=400, confidence=0.95, seed=7)
@@ -204,3 +206,20 @@ def test_the_command_prints_a_table_json_and_one_line_errors(
     assert captured.err.strip() == f"rollgym compare: {tmp_path / 'nope'}: no such run directory"
     assert main(["compare", str(a), str(b), "--resamples", "0"]) == 2
     assert "--resamples must be at least 1" in capsys.readouterr().err
+
+
+def test_pass_at_k_of_many_repeats_is_each_tasks_own_averaged(tmp_path: Path) -> None:
+    """Each task's pass@k is worked out once and reused by every resample: the figures are
+    those of the definition, at the reported k, and each interval holds its figure."""
+    rng = random.Random(3)
+    rewards = {task: [float(rng.random() < task / 40) for _ in range(48)] for task in range(40)}
+    a = write_run(tmp_path / "a", rewards)
+    b = write_run(tmp_path / "b", {t: [1.0 - r for r in values] for t, values in rewards.items()})
+    row = only_row(compare_runs(a, b, FAST))
+    assert list(row["pass_at_k"]) == [str(k) for k in reported_ks(48)]
+    for k in reported_ks(48):
+        expected = sum(pass_at_k(48, int(sum(v)), k) for v in rewards.values()) / 40
+        entry = row["pass_at_k"][str(k)]
+        assert entry["a"] == pytest.approx(expected)
+        low, high = entry["diff_ci"]
+        assert low <= entry["diff"] <= high
