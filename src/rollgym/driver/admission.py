@@ -80,7 +80,13 @@ class Holdback(Protocol[T]):
 
 @dataclass(eq=False)
 class WorkerPool(Generic[T]):
-    """``size`` workers running ``work(item)`` for each item of ``source`` until it is empty.
+    """Up to ``size`` workers running ``work(item)`` for each item of ``source`` until it is
+    empty.
+
+    Workers start as items come: one at first, and each worker that takes an item starts
+    another while fewer than ``size`` run. So a pool never holds more workers than items plus
+    one: ``run.concurrency=1000000000`` on a few hundred rows is a few hundred tasks, not a
+    billion (which took every byte of the machine before the first rollout).
 
     ``stop()`` makes workers take no new item; ``cancel()`` also cancels what is running
     (each ``work`` is responsible for recording its own cancellation). ``on_idle`` is called
@@ -99,16 +105,20 @@ class WorkerPool(Generic[T]):
     _spare: int = field(default=0, init=False)
 
     def start(self) -> None:
-        self._alive = self.size
-        self._tasks = [asyncio.create_task(self._worker()) for _ in range(self.size)]
+        self._spawn()
+
+    def _spawn(self) -> None:
+        self._alive += 1
+        self._tasks.append(asyncio.create_task(self._worker()))
 
     @property
     def alive(self) -> int:
         return self._alive
 
     def set_spare(self, spare: int) -> None:
-        """Allow ``spare`` workers beyond ``size``; more start at once, the extra ones retire
-        after their current item once fewer are allowed."""
+        """Allow ``spare`` workers beyond ``size``: one starts at once and, as each takes an
+        item, the next (so no more start than there are items); the extra ones retire after
+        their current item once fewer are allowed."""
         self._spare = spare
         if self.stopping or self._alive == 0:
             return
@@ -116,9 +126,7 @@ class WorkerPool(Generic[T]):
             return
         # spare workers come and go over a long run: forget the ones that ended cleanly
         self._tasks = [task for task in self._tasks if not _ended_cleanly(task)]
-        while self._alive < self.size + spare:
-            self._alive += 1
-            self._tasks.append(asyncio.create_task(self._worker()))
+        self._spawn()
 
     async def _worker(self) -> None:
         source = self.source
@@ -135,6 +143,8 @@ class WorkerPool(Generic[T]):
                             break
                     elif holdback is not None and holdback.hold(item):
                         continue
+                if self._alive < self.size + self._spare and not self.stopping:
+                    self._spawn()  # an item came: room for one more worker to wait for the next
                 await self.work(item)
                 if self._alive > self.size + self._spare:
                     break  # a spare worker no longer needed
@@ -152,11 +162,13 @@ class WorkerPool(Generic[T]):
             task.cancel()
 
     async def join(self) -> None:
-        """Wait for every worker; re-raise the first unexpected error of any."""
-        results = await asyncio.gather(*self._tasks, return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
-                raise result
+        """Wait for every worker, those started meanwhile too; re-raise the first unexpected
+        error of any."""
+        while pending := [task for task in self._tasks if not task.done()]:
+            await asyncio.wait(pending)
+        for task in self._tasks:
+            if not task.cancelled() and (error := task.exception()) is not None:
+                raise error
 
 
 def _ended_cleanly(task: asyncio.Task[None]) -> bool:

@@ -62,3 +62,41 @@ async def test_rows_are_pulled_lazily() -> None:
     await done.wait()
     await pool.join()
     assert sorted(seen) == list(range(10_000))
+
+
+async def test_workers_start_as_items_come_never_more_than_items() -> None:
+    """``run.concurrency=1000000000`` on five rows: five workers and one that found nothing,
+    not a billion tasks (which took every byte of the machine before the first rollout)."""
+    peak = 0
+    done = asyncio.Event()
+    release = asyncio.Event()
+
+    async def work(item: int) -> None:
+        nonlocal peak
+        peak = max(peak, pool.alive)
+        await release.wait()  # all five in flight at once
+
+    # 10**5, not 10**9: were workers made up front again, this fails, not the machine
+    pool: WorkerPool[int] = WorkerPool(SharedSource(iter(range(5))), work, 10**5, done.set)
+    pool.start()
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert pool.alive == 5  # five busy; a sixth found the source empty and ended
+    release.set()
+    await done.wait()
+    await pool.join()
+    assert peak <= 6 and pool.alive == 0
+
+
+async def test_join_waits_for_workers_started_after_it_began() -> None:
+    seen: list[int] = []
+    done = asyncio.Event()
+
+    async def work(item: int) -> None:
+        await asyncio.sleep(0.001)
+        seen.append(item)
+
+    pool: WorkerPool[int] = WorkerPool(SharedSource(iter(range(50))), work, 8, done.set)
+    pool.start()
+    await pool.join()  # at once: one worker exists, the others start while it waits
+    assert sorted(seen) == list(range(50)) and done.is_set()
