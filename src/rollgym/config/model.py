@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from rollgym.config.collector_options import DEFAULTS as _RUN
 from rollgym.config.collector_options import CollectorOptions
@@ -46,6 +46,16 @@ class RunConfig(BaseModel):
 
     input: Path = Field(description="JSONL file of task rows, one JSON object per line.")
     output_dir: Path | None = Field(None, description="Results folder; default runs/<run id>/.")
+
+    @field_validator("input", "output_dir", mode="before")
+    @classmethod
+    def _not_empty(cls, value: object) -> object:
+        """An empty text is a path to the config's own folder: refused, not taken as one
+        (``run.output_dir=`` wrote a run's files beside the config)."""
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("is empty: give a path")
+        return value
+
     run_id: str | None = Field(
         None, description="Run id; default: kept from output_dir, else generated."
     )
@@ -77,6 +87,7 @@ class RunConfig(BaseModel):
     )
     pass_threshold: float = Field(
         PASS_THRESHOLD,
+        allow_inf_nan=False,  # nan passes nothing and fails nothing: never what was meant
         description="The reward at or above which a rollout counts as passed: pass@k in "
         "summary.json, and the pass_rate of every launched environment that sets none.",
     )

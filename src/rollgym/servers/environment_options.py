@@ -28,6 +28,7 @@ class EnvironmentOptions(RolloutOptions):
     )
     pass_threshold: float = Field(
         PASS_THRESHOLD,
+        allow_inf_nan=False,
         description="The reward at or above which a rollout counts as passed, for this "
         "environment's pass_rate; in a job it follows run.pass_threshold unless set here.",
     )

@@ -179,3 +179,23 @@ def test_a_base_url_that_is_not_http_is_refused_naming_it(tmp_path: Path) -> Non
     error = _error(path, ("servers.m.base_url=gpu-box:8000/v1",))
     assert "servers.m" in str(error)
     assert "'base_url' must be an http(s) URL, got 'gpu-box:8000/v1'" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("override", "said"),
+    [
+        ("run.output_dir=", "run.output_dir: is empty: give a path (got '')"),
+        ("run.input=", "run.input: is empty: give a path (got '')"),
+        ("run.pass_threshold=nan", "run.pass_threshold: Input should be a finite number"),
+        ("servers.e.pass_threshold=.inf", "servers.e.pass_threshold: Input should be a finite"),
+    ],
+)
+def test_a_value_that_means_nothing_is_refused_naming_its_key(
+    tmp_path: Path, override: str, said: str
+) -> None:
+    """An empty path is the config's own folder (``run.output_dir=`` wrote the run's files
+    beside the config); a threshold of nan passes nothing and fails nothing."""
+    path = tmp_path / "job.yaml"
+    path.write_text(GOOD)
+    message = str(_error(path, (override,)))
+    assert message.startswith(f"override {override}: {said}"), message
