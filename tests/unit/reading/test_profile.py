@@ -70,12 +70,13 @@ def test_profile_table_names_every_phase(finished_run, capsys) -> None:
 
 
 def test_profile_of_a_missing_store_is_one_line(tmp_path: Path, capsys) -> None:
+    """The same line and status as the other ``traces`` commands."""
     from rollgym.cli.main import main
 
-    with pytest.raises(SystemExit) as exited:
-        main(["traces", "profile", str(tmp_path / "nowhere")])
-    err = str(exited.value.code)
-    assert "nowhere" in err and "Traceback" not in err and len(err.splitlines()) == 1
+    missing = tmp_path / "nowhere"
+    assert main(["traces", "profile", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"rollgym traces profile: {missing}: no such run directory or trace store file\n"
 
 
 @pytest.mark.parametrize("workers", [2, 3])
