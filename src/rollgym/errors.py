@@ -16,6 +16,7 @@ driver into ``DispatchError`` kinds, an agent into a ``ServerCallError``)::
     ├── ExportError              a run folder that cannot be exported to Parquet
     ├── CompareError             a run folder that cannot be compared (missing, no records)
     ├── StoreVersionError        a traces.db written by a newer rollgym (its schema unknown)
+    ├── UnusableStoreFile        a traces.db that is corrupt, cut short or not a database
     ├── SandboxUnavailable       sandboxes cannot run on this machine: what to install
     ├── TransportError           an outgoing HTTP request got no whole answer (HttpClient)
     │   ├── ConnectError             could not connect, or the connection broke mid-exchange
@@ -182,7 +183,7 @@ class StoreVersionError(RollgymError):
     """A ``traces.db`` written by a newer rollgym than this one (its schema is unknown here)."""
 
 
-class UnusableStoreFile(RollgymError, ValueError):
+class UnusableStoreFile(RollgymError):
     """A ``traces.db`` that is there but is no trace store this code can write: a corrupt,
     truncated or overwritten file. One line naming it; a run goes on without storing spans."""
 
