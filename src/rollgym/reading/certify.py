@@ -25,6 +25,7 @@ from typing import Literal, get_args
 from rollgym.driver.output import ROLLOUTS, TRAJECTORIES
 from rollgym.identity import is_int, request_id_of, rollout_of_request_id
 from rollgym.policy_versions import ANSWER_KEY, is_version
+from rollgym.reading.config_diff import read_config
 from rollgym.reading.engine_calls import EngineCall, engine_calls
 from rollgym.reading.engine_ids import sent_request_id
 from rollgym.reading.run_reader import committed_trajectories, read_lines
@@ -399,13 +400,7 @@ def run_facts(run_dir: Path) -> RunFacts:
 
 def _config_run_block(run_dir: Path) -> Mapping[str, object] | None:
     """The ``run:`` block of the config the run wrote beside its files (None: none readable)."""
-    import yaml
-
-    try:
-        config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
-    run = config.get("run") if isinstance(config, dict) else None
+    run = read_config(run_dir).get("run")
     return run if isinstance(run, dict) else None
 
 
