@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from rollgym.reading import live, queries
 from rollgym.reading.profile import profile_store
 from rollgym.reading.profile_cache import ThrottledCache, store_stamp
+from rollgym.tracestore.serve_command import LINE_PREFIX
 from rollgym.tracestore.store import connect_readonly
 
 DB_KEY = web.AppKey("db_path", Path)
@@ -42,12 +44,6 @@ def add_page(app: web.Application) -> None:
     app.router.add_static("/static/", static)
 
 
-#: The log line of a viewer request that failed, before its method, path and reason.
-FAILED_PREFIX = "rollgym traces serve: "
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
 @web.middleware
 async def one_line_failures(request: web.Request, handler: Handler) -> web.StreamResponse:
     """A viewer request that fails on something the run's files hold (a folder where a record
@@ -65,7 +61,7 @@ async def one_line_failures(request: web.Request, handler: Handler) -> web.Strea
             reason = f"{exc.filename}: {exc.strerror}"  # which file, and what is wrong with it
         else:
             reason = f"{type(exc).__name__}: {exc}"
-        print(f"{FAILED_PREFIX}{request.method} {request.path}: {reason}", file=sys.stderr)
+        print(f"{LINE_PREFIX}{request.method} {request.path}: {reason}", file=sys.stderr)
         return _json({"error": reason}, 500)
 
 

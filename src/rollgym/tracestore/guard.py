@@ -20,10 +20,10 @@ So the viewer's port serves OTLP only to exporters, never to a browser.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 
 from aiohttp import web
-from aiohttp.typedefs import Middleware
+from aiohttp.typedefs import Handler, Middleware
 
 from rollgym.telemetry.pipeline.frames import RECORDS_TYPE
 from rollgym.tracestore.access import is_loopback
@@ -32,8 +32,6 @@ from rollgym.tracestore.decode import JSON_TYPE, PROTOBUF_TYPE
 OTLP_PATHS = frozenset(("/v1/traces", "/v1/metrics"))
 _LOOPBACK_NAMES = frozenset(("127.0.0.1", "localhost", "::1"))
 _ANY_ADDRESS = frozenset(("0.0.0.0", "::", ""))
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def allowed_hosts(bound_host: str, extra: Iterable[str] = ()) -> frozenset[str]:

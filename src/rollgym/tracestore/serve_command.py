@@ -17,6 +17,11 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from aiohttp import web
 
+#: How every line ``rollgym traces serve`` says begins (a run reads the one saying its store
+#: file is unusable back from the store's log:
+#: :func:`~rollgym.tracestore.store_process.refusal_of`).
+LINE_PREFIX = "rollgym traces serve: "
+
 
 class Viewer(Protocol):
     """Given the store's file, ``--run-dir``, ``--compare`` and ``--runs``: what mounts the
@@ -101,7 +106,6 @@ def _serve(args: argparse.Namespace) -> int:
     from rollgym.tracestore.access import TOKEN_ENV, otel_headers_value, store_token
     from rollgym.tracestore.lifecycle import ListenError, serve
     from rollgym.tracestore.store import EXIT_UNUSABLE_STORE, UnusableStoreFile
-    from rollgym.tracestore.store_process import REFUSAL_PREFIX
 
     if args.compare is not None and not args.compare.is_dir():
         print(
@@ -151,6 +155,6 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"rollgym traces serve: {exc.strerror}", file=sys.stderr)
         return 2
     except UnusableStoreFile as exc:
-        print(f"{REFUSAL_PREFIX}{exc}", file=sys.stderr)
+        print(f"{LINE_PREFIX}{exc}", file=sys.stderr)
         return EXIT_UNUSABLE_STORE
     return 0

@@ -27,6 +27,7 @@ from rollgym.child_process import describe_exit, read_ready_file, spawn_child
 from rollgym.errors import LaunchError
 from rollgym.http.listen import bind_loopback
 from rollgym.tracestore.access import TOKEN_ENV
+from rollgym.tracestore.serve_command import LINE_PREFIX
 from rollgym.tracestore.store import EXIT_UNUSABLE_STORE, UnusableStoreFile
 
 __all__ = ["TraceStoreProcess", "UnusableStoreFile", "check_store_file", "start_trace_store"]
@@ -40,8 +41,6 @@ STORE_COMMAND = "rollgym.cli.traces"
 SQLITE_HEADER = b"SQLite format 3\x00"
 #: How often :meth:`TraceStoreProcess.ready` looks for the ready file.
 READY_POLL_S = 0.02
-#: How the store's log line saying its file is unusable begins (``rollgym traces serve``).
-REFUSAL_PREFIX = "rollgym traces serve: "
 
 
 @dataclass
@@ -106,8 +105,8 @@ def refusal_of(process: subprocess.Popen[bytes], log_path: Path) -> str | None:
         lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         lines = []
-    said = next((line for line in reversed(lines) if line.startswith(REFUSAL_PREFIX)), None)
-    return said[len(REFUSAL_PREFIX) :] if said else f"{log_path.name}: the store file is unusable"
+    said = next((line for line in reversed(lines) if line.startswith(LINE_PREFIX)), None)
+    return said[len(LINE_PREFIX) :] if said else f"{log_path.name}: the store file is unusable"
 
 
 def start_trace_store(
@@ -199,7 +198,7 @@ def start_trace_store(
 
 
 def check_store_file(db: Path) -> None:
-    """Refuse, in one line naming it and what to do, a store file that is no SQLite database
+    """Refuse, in one line naming it, a store file that is no SQLite database
     (a resume on a corrupt or overwritten ``traces.db``): found here in a read of 16 bytes,
     not by a store process that exits and is restarted in vain."""
     try:
