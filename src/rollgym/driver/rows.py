@@ -238,6 +238,11 @@ def _entry(
     return TaskRow(task_index, line, row, explicit, None, routed)
 
 
+#: The byte order mark a UTF-8 file may start with (Windows editors, spreadsheet exports): not
+#: part of the first row, so it is skipped rather than refused as malformed JSON.
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def read_jsonl(
     path: str | Path, router: Router, ids: UniqueIds | None = None
 ) -> Iterator[TaskRow | BadLine]:
@@ -250,6 +255,8 @@ def read_jsonl(
     task_index = 0
     with open(path, "rb") as handle:
         for line_number, raw in enumerate(handle, start=1):
+            if line_number == 1 and raw.startswith(UTF8_BOM):
+                raw = raw[len(UTF8_BOM) :]  # the mark some editors and exports start a file with
             if not raw.strip():
                 continue
             try:

@@ -34,6 +34,17 @@ def test_blank_lines_do_not_count_as_tasks_but_lines_are_physical(tmp_path: Path
     assert [(e.task_index, e.line) for e in entries] == [(0, 1), (1, 4)]
 
 
+def test_a_byte_order_mark_before_the_first_row_is_skipped_not_refused(tmp_path: Path) -> None:
+    """A file saved "UTF-8 with BOM" (Windows editors, spreadsheet exports) and CRLF line
+    ends reads as the same rows as without them; a mark anywhere else is still refused."""
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"q": 1}\r\n\xef\xbb\xbf{"q": 2}\r\n{"q": 3}\r\n')
+    first, second, third = list(read_jsonl(path, ROUTER))
+    assert isinstance(first, TaskRow) and first.row["q"] == 1
+    assert isinstance(second, BadLine) and "rows.jsonl:2" in second.message
+    assert isinstance(third, TaskRow) and (third.task_index, third.line) == (2, 3)
+
+
 @pytest.mark.parametrize(
     ("line", "field", "expected"),
     [
