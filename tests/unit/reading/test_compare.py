@@ -223,3 +223,89 @@ def test_pass_at_k_of_many_repeats_is_each_tasks_own_averaged(tmp_path: Path) ->
         assert entry["a"] == pytest.approx(expected)
         low, high = entry["diff_ci"]
         assert low <= entry["diff"] <= high
+
+
+def _reference_intervals(
+    a: dict[int, list[float]], b: dict[int, list[float]], k: int, settings: BootstrapSettings
+) -> tuple[list[float] | None, list[float] | None, dict[int, list[float] | None]]:
+    """The bootstrap by its definition, slow and plain: draw the tasks themselves (paired where
+    both runs have them, then each run's own) and each task's rewards with ``rng.choices``,
+    and work every statistic out again for every draw."""
+
+    def mean_reward(tasks: list[list[float]]) -> float | None:
+        count = sum(len(t) for t in tasks)
+        return sum(sum(t) for t in tasks) / count if count else None
+
+    def pass_k(tasks: list[list[float]]) -> float | None:
+        scores = [pass_at_k(len(t), int(sum(r >= 1.0 for r in t)), k) for t in tasks if len(t) >= k]
+        return sum(scores) / len(scores) if scores else None
+
+    def interval(draws: list[float]) -> list[float] | None:
+        from rollgym.reading.compare import percentile_interval
+
+        return percentile_interval(draws, settings.confidence)
+
+    def cluster(statistic) -> list[float] | None:  # type: ignore[no-untyped-def]
+        rng = random.Random(settings.seed)
+        shared = sorted(a.keys() & b.keys())
+        only_a, only_b = sorted(a.keys() - b.keys()), sorted(b.keys() - a.keys())
+        draws = []
+        for _ in range(settings.resamples):
+            picked = rng.choices(shared, k=len(shared)) if shared else []
+            side_a, side_b = [a[i] for i in picked], [b[i] for i in picked]
+            if only_a:
+                side_a += [a[i] for i in rng.choices(only_a, k=len(only_a))]
+            if only_b:
+                side_b += [b[i] for i in rng.choices(only_b, k=len(only_b))]
+            value_a, value_b = statistic(side_a), statistic(side_b)
+            if value_a is not None and value_b is not None:
+                draws.append(value_b - value_a)
+        return interval(draws)
+
+    per_task = {}
+    for task in sorted(a.keys() & b.keys()):
+        rng = random.Random(settings.seed)
+        ra, rb = a[task], b[task]
+        if not ra or not rb:
+            per_task[task] = None
+            continue
+        per_task[task] = interval(
+            [
+                sum(rng.choices(rb, k=len(rb))) / len(rb)
+                - sum(rng.choices(ra, k=len(ra))) / len(ra)
+                for _ in range(settings.resamples)
+            ]
+        )
+    return cluster(mean_reward), cluster(pass_k), per_task
+
+
+def test_every_interval_is_the_one_drawing_the_tasks_themselves_gives(tmp_path: Path) -> None:
+    """The bootstrap adds up each task's figures worked out once, and draws with C-iterated
+    ``random()`` calls: its intervals are exactly (not nearly) those of drawing the tasks and
+    rewards themselves, for paired tasks, tasks only one run has, tasks with fewer than k
+    rollouts, tasks with no finished rollout, and tasks every rollout of which got one reward."""
+    rng = random.Random(11)
+
+    def run_rewards(tasks: range) -> dict[int, list[float]]:
+        rewards = {}
+        for task in tasks:
+            n = rng.choice([0, 1, 2, 3, 4])
+            kind = task % 4
+            if kind == 0:  # one same reward every time (both runs: no resampling needed)
+                rewards[task] = [1.0] * n
+            else:
+                rewards[task] = [rng.choice([0.0, 0.25, 1.0]) for _ in range(n)]
+        return rewards
+
+    a, b = run_rewards(range(0, 50)), run_rewards(range(10, 60))
+    run_a = write_run(tmp_path / "a", a, failures={t: 1 for t, r in a.items() if not r})
+    run_b = write_run(tmp_path / "b", b, failures={t: 1 for t, r in b.items() if not r})
+    settings = BootstrapSettings(resamples=300, confidence=0.9, seed=5)
+    result = compare_runs(run_a, run_b, settings)
+    row = only_row(result)
+    reward_ci, pass_ci, per_task = _reference_intervals(a, b, 2, settings)
+    assert row["reward_diff_ci"] == reward_ci
+    assert row["pass_at_k"]["2"]["diff_ci"] == pass_ci
+    shown = {r["task_index"]: r["reward_diff_ci"] for r in result["by_task"]}
+    assert {t: shown[t] for t in per_task} == per_task
+    assert any(ci is not None and ci[0] == ci[1] for ci in per_task.values())  # constant tasks
