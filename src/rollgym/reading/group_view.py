@@ -24,6 +24,11 @@ from rollgym.identity import is_int
 from rollgym.reading.render import safe
 from rollgym.reading.run_reader import read_lines
 
+#: The members of one group a page lists (a group's repeats side by side are read at a glance
+#: up to a few dozen; an evaluation's thousands of repeats of a task would make a page of
+#: megabytes the browser cannot lay out): the rest are counted (``members_total``).
+MEMBERS_SHOWN = 64
+
 
 @dataclass(frozen=True)
 class Member:
@@ -51,19 +56,12 @@ class RunGroups:
         zero_variance_only: bool = False,
         zero_variance_first: bool = False,
     ) -> dict[str, object]:
-        """The summary plus one page of groups by task index (each with its members, by
-        rollout index); ``zero_variance_first``: the zero-variance groups before the others."""
-        rows = [
-            {
-                **row,
-                "dispatch_name": self.dispatch_names.get(row["task_index"]),
-                "members": [
-                    vars(m) for m in sorted(self.members.get(row["task_index"], []), key=_by_index)
-                ],
-            }
-            for row in self.spread.rows()
-            if row["zero_variance"] or not zero_variance_only
-        ]
+        """The summary plus one page of groups by task index (each with up to
+        :data:`MEMBERS_SHOWN` of its members, by rollout index, and ``members_total``);
+        ``zero_variance_first``: the zero-variance groups before the others. Members are
+        gathered for the page's groups only: a run of 300,000 rollouts answers a page in
+        milliseconds, not seconds."""
+        rows = [row for row in self.spread.rows() if row["zero_variance"] or not zero_variance_only]
         if zero_variance_first:
             rows.sort(key=lambda row: not row["zero_variance"])
         return {
@@ -71,7 +69,16 @@ class RunGroups:
             "total": len(rows),
             "offset": offset,
             "limit": limit,
-            "rows": rows[offset : offset + limit],
+            "rows": [self._with_members(row) for row in rows[offset : offset + limit]],
+        }
+
+    def _with_members(self, row: dict[str, Any]) -> dict[str, Any]:
+        members = sorted(self.members.get(row["task_index"], []), key=_by_index)
+        return {
+            **row,
+            "dispatch_name": self.dispatch_names.get(row["task_index"]),
+            "members": [vars(m) for m in members[:MEMBERS_SHOWN]],
+            "members_total": len(members),
         }
 
 

@@ -364,7 +364,9 @@ async function groupsPage() {
       el("td", {}, g.task_index), el("td", {}, g.dispatch_name ?? "-"), el("td", {}, g.n), el("td", {}, fmt(g.min)),
       el("td", {}, fmt(g.max)), el("td", {}, fmt(g.std)),
       el("td", {}, g.zero_variance ? el("span", { class: "zero-badge" }, "zero variance") : ""),
-      el("td", {}, el("div", { class: "members" }, g.members.map(member))))));
+      el("td", {}, el("div", { class: "members" }, g.members.map(member),
+        g.members_total > g.members.length ? el("span", { class: "muted members-more" },
+          `+${g.members_total - g.members.length} more: search for one by its rollout id`) : "")))));
   const page = (to) => `#/groups?${new URLSearchParams({ ...(zeroOnly ? { zero_variance: "1" } : {}), offset: to })}`;
   const last = Math.min(data.total, offset + data.rows.length);
   const pager = el("div", { class: "pager" },
