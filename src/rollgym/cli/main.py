@@ -6,6 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from rollgym.cli.job_command import EXIT_INTERRUPTED
+
 
 def build_parser() -> argparse.ArgumentParser:
     from rollgym.cli import compare as compare_command
@@ -30,9 +32,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    code = args.handler(args)
+    """Run one subcommand. Ctrl-C that a command does not handle itself (``rollgym run`` and
+    ``serve`` do: they stop their servers and say how to resume) ends it with one line and
+    exit 130, never a traceback: reading commands (``compare``, ``traces profile``,
+    ``export``) only read, so there is nothing to undo."""
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        code = args.handler(args)
+    except KeyboardInterrupt:
+        print("rollgym: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return int(code or 0)
 
 

@@ -17,7 +17,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from rollgym.driver.group_spread import GroupSpread
+from rollgym.driver.group_spread import GroupRow, GroupSpread
 from rollgym.driver.output import FAILURES, ROLLOUTS
 from rollgym.driver.run_record import RECORD_KEY
 from rollgym.identity import is_int
@@ -72,7 +72,7 @@ class RunGroups:
             "rows": [self._with_members(row) for row in rows[offset : offset + limit]],
         }
 
-    def _with_members(self, row: dict[str, Any]) -> dict[str, Any]:
+    def _with_members(self, row: GroupRow) -> dict[str, object]:
         members = sorted(self.members.get(row["task_index"], []), key=_by_index)
         return {
             **row,

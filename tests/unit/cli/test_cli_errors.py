@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -104,3 +109,40 @@ def test_the_serve_parser_is_the_stores_own(capsys: pytest.CaptureFixture[str]) 
         .splitlines()[-1]
         .endswith("argument --port: invalid int value: 'x'")
     )
+
+
+def test_ctrl_c_in_a_reading_command_is_one_line_and_exit_130(tmp_path: Path) -> None:
+    """Ctrl-C while ``rollgym compare`` reads a run: ``rollgym: interrupted``, exit 130, no
+    KeyboardInterrupt traceback. The run's ``rollouts.jsonl`` is a FIFO that never ends, so the
+    command is surely inside its reading when the signal comes (the writer's open succeeds
+    only once the command has the file open)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    fifo = run / "rollouts.jsonl"
+    os.mkfifo(fifo)
+    command = [sys.executable, "-m", "rollgym", "compare", str(run), str(run)]
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        # Ctrl-C as a terminal delivers it, even where this test runs with SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    writer = None
+    try:
+        deadline = time.monotonic() + 60
+        while writer is None:
+            try:
+                writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # ENXIO: the command has not opened it yet
+                assert process.poll() is None and time.monotonic() < deadline
+                time.sleep(0.02)
+        os.write(writer, b'{"task_index": 0, "dispatch_name": "a", "reward": 1.0}\n')
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if writer is not None:
+            os.close(writer)
+        process.kill()
+    assert process.returncode == 130
+    assert err.decode().strip() == "rollgym: interrupted"
