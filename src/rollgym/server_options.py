@@ -7,11 +7,12 @@ subclass) import this, so neither imports the other: imports run downwards.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
+
+from rollgym.urls import http_url_problem, redact_url
 
 ServerKind = Literal["agent", "environment", "model"]
 
@@ -26,8 +27,11 @@ def check_one_place(
         raise ValueError(
             f"give exactly one of '{url_key}' (a server you run) or '{other_key}' ({other_means})"
         )
-    if url is not None and not re.match(r"^https?://[^/]+", url):
-        raise ValueError(f"'{url_key}' must be an http(s) URL, got {url!r}")
+    problem = None if url is None else http_url_problem(url)
+    if problem is not None:
+        raise ValueError(
+            f"'{url_key}' must be an http(s) URL, got {redact_url(url or '')!r}: {problem}"
+        )
 
 
 class ServerOptions(BaseModel):

@@ -63,3 +63,20 @@ def without_credentials(url: str) -> str:
     return urlunsplit(
         (parts.scheme, parts.netloc.rpartition("@")[2], parts.path, parts.query, parts.fragment)
     )
+
+
+def http_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be the base URL of an HTTP server rollgym calls, in a few words
+    (None when it can be): not http or https, no host, a port that is not a number from 0 to
+    65535. Said where the URL is given, so a mistyped one is one error there instead of every
+    rollout failing to connect."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - reading it checks it (ValueError: not a number, out of range)
+    except ValueError as exc:
+        return str(exc).lower()
+    if parts.scheme not in ("http", "https"):
+        return "not http:// or https://"
+    if not parts.hostname:
+        return "no host"
+    return None

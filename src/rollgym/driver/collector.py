@@ -61,6 +61,7 @@ from rollgym.open_files import raise_open_files_limit
 from rollgym.policy_versions import PolicyVersion, is_version
 from rollgym.telemetry.embedder import CallerTracing
 from rollgym.trajectory.record import Capture
+from rollgym.urls import http_url_problem, redact_url
 
 if TYPE_CHECKING:
     from rollgym.telemetry.metrics import RolloutMetrics
@@ -205,6 +206,15 @@ class Collector:
         max_attempts = options.max_attempts
         if concurrency < 1 or repeats < 1 or max_attempts < 1:
             raise ValueError("concurrency, repeats and max_attempts must be at least 1")
+        if not options.timeout_s > 0:  # nan included
+            raise ValueError(f"timeout_s must be above 0, got {options.timeout_s!r}")
+        if not (options.retry_backoff_s >= 0 and options.retry_backoff_max_s >= 0):
+            raise ValueError("retry_backoff_s and retry_backoff_max_s must be at least 0")
+        for name, url in servers.items():
+            problem = http_url_problem(url) if isinstance(url, str) else "not a string"
+            if problem is not None:
+                shown = redact_url(url) if isinstance(url, str) else url
+                raise ValueError(f"servers[{name!r}]: {shown!r} is not an http(s) URL: {problem}")
         routes = dict(options.environment_routes or {})
         for taskset, name in routes.items():
             if name not in servers:

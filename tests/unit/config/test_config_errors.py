@@ -182,6 +182,26 @@ def test_a_base_url_that_is_not_http_is_refused_naming_it(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("http://127.0.0.1:99999/v1", "got 'http://127.0.0.1:99999/v1': port out of range"),
+        ("http://gpu-box:80a0/v1", "got 'http://gpu-box:80a0/v1': port could not be cast"),
+        ("http:///v1", "got 'http:///v1': no host"),
+        ("http://me:hunter2@gpu-box:0x1/v1", "got 'http://REDACTED:REDACTED@gpu-box:0x1/v1'"),
+    ],
+)
+def test_a_url_no_request_could_reach_is_refused_naming_why(
+    tmp_path: Path, url: str, said: str
+) -> None:
+    """Before: a port out of range passed the check, and the run waited on a health check
+    that could never connect; a URL's password was printed in the error."""
+    path = tmp_path / "job.yaml"
+    path.write_text(UPSTREAM)
+    error = _error(path, (f"servers.m.base_url={url}",))
+    assert said in str(error) and "hunter2" not in str(error)
+
+
+@pytest.mark.parametrize(
     ("override", "said"),
     [
         ("run.output_dir=", "run.output_dir: is empty: give a path (got '')"),

@@ -55,6 +55,28 @@ def test_bad_options_name_the_problem() -> None:
         Collector({"a": "http://127.0.0.1:9"}, options=CollectorOptions(agent="nope"))
 
 
+@pytest.mark.parametrize(
+    ("servers", "options", "said"),
+    [
+        ({"a": "localhost:8001"}, {}, "servers['a']: 'localhost:8001' is not an http(s) URL"),
+        ({"a": "http://127.0.0.1:99999"}, {}, "port out of range"),
+        ({"a": ""}, {}, "servers['a']: '' is not an http(s) URL"),
+        ({"a": "http://u:secret@:8001"}, {}, "'http://REDACTED:REDACTED@:8001' is not an http"),
+        ({"a": "http://127.0.0.1:9"}, {"timeout_s": -1.0}, "timeout_s must be above 0"),
+        ({"a": "http://127.0.0.1:9"}, {"timeout_s": float("nan")}, "timeout_s must be above 0"),
+        ({"a": "http://127.0.0.1:9"}, {"retry_backoff_s": -0.5}, "retry_backoff_s and"),
+    ],
+)
+def test_a_server_url_or_setting_no_rollout_could_use_is_refused_at_once(
+    servers: dict[str, str], options: dict[str, Any], said: str
+) -> None:
+    """Said when the Collector is made, not as a connection error of every rollout after its
+    retries (or an attempt that times out before it is sent); a URL's password is not said."""
+    with pytest.raises(ValueError) as refused:
+        Collector(servers, options=CollectorOptions(**options))
+    assert said in str(refused.value) and "secret" not in str(refused.value)
+
+
 def test_the_run_block_builds_the_collector_options(tmp_path: Path) -> None:
     config = validate_config(
         {
