@@ -5,7 +5,7 @@ vLLM aborts a request whose client closed its connection; these tests hold rollg
 it. vLLM's own ``/metrics`` gauge ``vllm:num_requests_running`` is the judge:
 
 - rollouts given up by their caller (``rollgym serve``; the caller's time limit passes while
-  the generations, ``ignore_eos`` and 1,800 tokens, run on) are aborted at vLLM, not run to
+  the generations, ``ignore_eos`` and 8,000 tokens, run on) are aborted at vLLM, not run to
   their length (its ``vllm:request_success_total`` counts no finished request for them),
   while every server is still up (plain and streamed model calls);
 - a run with ``run.timeout_s`` and ``run.max_attempts=2`` never has vLLM run more requests
@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from e2e_support import Job, agent, stop_process, wait_for
 from engine_support import (
@@ -43,8 +45,20 @@ from rollgym.errors import RequestTimeout
 from rollgym.http.client import HttpClient
 
 MODEL = "tiny"
-#: The rollouts' time limit: far shorter than a generation of 1,800 tokens on a CPU.
+#: Tokens each given-up generation asks for (``ignore_eos``: it never stops early): the
+#: tiny model makes 1,800 in under 2 s on a fast CPU, less than a streamed call's abort may
+#: take to reach vLLM there (up to about 2 s measured), so the engine serves a longer context.
+GENERATION_TOKENS = 8000
+#: The engine's context: the tiny model's 2,048 positions stretched (its weights are random;
+#: what is tested is how a generation ends, not what it says).
+MAX_MODEL_LEN = 8192
+#: The rollouts' time limit at most: far shorter than a generation of 1,800 tokens on the
+#: CPUs these tests first ran on (9-14 s).
 GIVE_UP_S = 3.0
+#: The share of one generation's time (measured here, alone) after which the rollouts give
+#: up: a faster CPU runs the tiny model's 1,800 tokens in under 3 s, and then the generations
+#: ended before their rollouts did and nothing was given up.
+GIVE_UP_SHARE = 0.25
 CONCURRENCY = 8
 #: How long the given-up generations may take to end. The judge is how they end (aborted, not
 #: run to their length), not how soon: measured 0.1-3 s on an idle machine, and without the
@@ -64,8 +78,38 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """vLLM's OpenAI server on 127.0.0.1 serving the tiny model (no tracing)."""
     folder = tmp_path_factory.mktemp("vllm")
     model = tiny_hf_model(folder / "model")
-    with vllm_server(folder, model, "--enable-request-id-headers", env=vllm_env()) as url:
+    env = vllm_env(VLLM_ALLOW_LONG_MAX_MODEL_LEN="1")
+    with vllm_server(
+        folder, model, "--enable-request-id-headers", env=env, max_model_len=MAX_MODEL_LEN
+    ) as url:
         yield url
+
+
+@pytest.fixture(scope="module")
+def give_up_s(engine: str) -> float:
+    """How long the rollouts run before they are given up: :data:`GIVE_UP_SHARE` of the time
+    one generation of :data:`GENERATION_TOKENS` takes on this machine alone (the quickest of
+    two, after a warm-up; eight at once take longer each), and never more than
+    :data:`GIVE_UP_S`."""
+    body = orjson.dumps(
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "count"}],
+            "max_tokens": GENERATION_TOKENS,
+            "ignore_eos": True,
+        }
+    )
+    took = []
+    for _ in range(2):
+        request = urllib.request.Request(
+            engine + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+        )
+        started = time.monotonic()
+        with urllib.request.urlopen(request, timeout=600) as answer:
+            assert answer.status == 200
+        took.append(time.monotonic() - started)
+    print(f"one generation of {GENERATION_TOKENS} tokens alone: {min(took):.2f} s")
+    return min(GIVE_UP_S, GIVE_UP_SHARE * min(took))
 
 
 def _servers(engine_url: str) -> dict[str, Any]:
@@ -74,9 +118,16 @@ def _servers(engine_url: str) -> dict[str, Any]:
         arith=None,
         solver=None,
         sim={"kind": "model", "impl": "simulated", "latency": {"kind": "fixed", "seconds": 0}},
-        long=agent("long_generation_agents:LongGenerationAgent", model="policy"),
+        long=agent(
+            "long_generation_agents:LongGenerationAgent",
+            model="policy",
+            max_tokens=GENERATION_TOKENS,
+        ),
         long_stream=agent(
-            "long_generation_agents:LongGenerationAgent", model="policy", stream=True
+            "long_generation_agents:LongGenerationAgent",
+            model="policy",
+            max_tokens=GENERATION_TOKENS,
+            stream=True,
         ),
     )
 
@@ -99,8 +150,8 @@ def served(engine: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[di
         stop_process(proc, timeout=60)
 
 
-async def _give_up_on(url: str) -> list[BaseException | object]:
-    """:data:`CONCURRENCY` rollouts posted to ``url`` and given up after :data:`GIVE_UP_S`."""
+async def _give_up_on(url: str, give_up_s: float) -> list[BaseException | object]:
+    """:data:`CONCURRENCY` rollouts posted to ``url`` and given up after ``give_up_s``."""
     async with HttpClient() as client:
         return await asyncio.gather(
             *(
@@ -108,7 +159,7 @@ async def _give_up_on(url: str) -> list[BaseException | object]:
                     "agent",
                     url + "/run",
                     {"question": f"count {i}", "task_index": i, "rollout_index": 0, "attempt": 0},
-                    timeout=GIVE_UP_S,
+                    timeout=give_up_s,
                 )
                 for i in range(CONCURRENCY)
             ),
@@ -118,12 +169,12 @@ async def _give_up_on(url: str) -> list[BaseException | object]:
 
 @pytest.mark.parametrize("name", ["long", "long_stream"])
 def test_given_up_rollouts_leave_the_engine_running_nothing(
-    engine: str, served: dict[str, str], name: str
+    engine: str, served: dict[str, str], name: str, give_up_s: float
 ) -> None:
     assert wait_for(lambda: running(engine) == 0, timeout=IDLE_WITHIN_S)
     before = finished(engine)
     with RunningWatch(engine) as watch:
-        answers = asyncio.run(_give_up_on(served[name]))
+        answers = asyncio.run(_give_up_on(served[name], give_up_s))
         gave_up_at = time.monotonic()
         assert all(isinstance(a, RequestTimeout) for a in answers), answers
         assert watch.most >= 1, "vLLM never ran the generations: nothing was tested"
@@ -137,7 +188,9 @@ def test_given_up_rollouts_leave_the_engine_running_nothing(
     assert not any(ended.values()), f"given-up generations ran to their end: {ended}"
 
 
-def test_a_retry_never_runs_beside_its_orphan(engine: str, tmp_path: Path) -> None:
+def test_a_retry_never_runs_beside_its_orphan(
+    engine: str, tmp_path: Path, give_up_s: float
+) -> None:
     assert wait_for(lambda: running(engine) == 0, timeout=IDLE_WITHIN_S)
     servers = _servers(engine)
     del servers["long_stream"], servers["sim"]
@@ -146,7 +199,7 @@ def test_a_retry_never_runs_beside_its_orphan(engine: str, tmp_path: Path) -> No
         servers,
         rows,
         concurrency=CONCURRENCY,
-        timeout_s=GIVE_UP_S,
+        timeout_s=give_up_s,
         max_attempts=2,
         agent="long",
     )
