@@ -22,6 +22,7 @@ import yaml
 
 from rollgym.config import JobConfig, new_run_id, redacted
 from rollgym.driver.collector import Collector
+from rollgym.driver.input_file import compression_problem
 from rollgym.driver.job_telemetry import JobTelemetry
 from rollgym.driver.outcomes import Outcome, RolloutResult
 from rollgym.driver.output import Ledger, OutcomeWriter
@@ -38,7 +39,7 @@ from rollgym.driver.summary import (
 )
 from rollgym.driver.version_file import follow_version_file
 from rollgym.driver.weight_probe import ProbeLog
-from rollgym.errors import ConfigError, OutputError, TransportError
+from rollgym.errors import ConfigError, InputError, OutputError, TransportError
 from rollgym.incarnations import IncarnationLog
 from rollgym.placement.forked import discard_for, prestart_for
 from rollgym.placement.supervisor import Supervisor, report_to_stderr
@@ -457,7 +458,7 @@ def _current_trace_id() -> str | None:
 def _total(config: JobConfig) -> int | None:
     try:
         return count_rows(config.run.input) * config.run.repeats
-    except OSError:
+    except (OSError, InputError):  # no ETA; reading the rows says what is wrong
         return None
 
 
@@ -472,8 +473,13 @@ def input_problem(path: Path) -> str | None:
         return "does not exist"
     except OSError as exc:
         return f"cannot be read: {exc.strerror or exc}"
-    if stat.S_ISREG(mode) or _is_devnull(path):
+    if _is_devnull(path):
         return None
+    if stat.S_ISREG(mode):
+        try:
+            return compression_problem(path)
+        except OSError as exc:
+            return f"cannot be read: {exc.strerror or exc}"
     if stat.S_ISDIR(mode):
         return "is a directory, not a JSONL file"
     if stat.S_ISFIFO(mode):

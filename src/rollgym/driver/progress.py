@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO, TypedDict
 
 from rollgym.driver.dispatch_window import DispatchWindows, WindowView
+from rollgym.driver.input_file import input_lines
 from rollgym.driver.retry import InFlight
 from rollgym.driver.summary import Aggregator, write_json_atomic
 from rollgym.printable import printable
@@ -28,13 +29,9 @@ OLDEST_SHOWN = 10
 
 
 def count_rows(path: Path) -> int:
-    """Non-blank lines of the input: the ETA's denominator (streams; one line in memory)."""
-    count = 0
-    with open(path, "rb") as handle:
-        for raw in handle:
-            if raw.strip():
-                count += 1
-    return count
+    """Non-blank lines of the input: the ETA's denominator (streams; one line in memory).
+    A damaged compressed input raises :class:`~rollgym.errors.InputError`."""
+    return sum(1 for raw in input_lines(path) if raw.strip())
 
 
 def resume_line(output_dir: Path, aggregator: Aggregator, total: int | None) -> str:

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from rollgym.driver.input_file import input_lines
 from rollgym.driver.outcomes import RolloutFailure
 from rollgym.driver.unique_ids import UniqueIds
 from rollgym.errors import ErrorKind, InputError, InvariantBroken
@@ -246,25 +247,24 @@ UTF8_BOM = b"\xef\xbb\xbf"
 def read_jsonl(
     path: str | Path, router: Router, ids: UniqueIds | None = None
 ) -> Iterator[TaskRow | BadLine]:
-    """Stream the rows of a JSONL file, one line in memory at a time.
+    """Stream the rows of a JSONL file (plain, gzip, bzip2 or xz), one line in memory at a time.
 
     ``ids`` (one per run) turns a row whose explicit rollout id collides with an earlier row's
     ids into a :class:`BadLine`.
     """
     name = str(path)
     task_index = 0
-    with open(path, "rb") as handle:
-        for line_number, raw in enumerate(handle, start=1):
-            if line_number == 1 and raw.startswith(UTF8_BOM):
-                raw = raw[len(UTF8_BOM) :]  # the mark some editors and exports start a file with
-            if not raw.strip():
-                continue
-            try:
-                parsed: dict[str, Any] | InputError = parse_line(raw, path=name, line=line_number)
-            except InputError as exc:
-                parsed = exc
-            yield _entry(parsed, task_index, line_number, router, f"{name}:{line_number}", ids)
-            task_index += 1
+    for line_number, raw in enumerate(input_lines(path), start=1):
+        if line_number == 1 and raw.startswith(UTF8_BOM):
+            raw = raw[len(UTF8_BOM) :]  # the mark some editors and exports start a file with
+        if not raw.strip():
+            continue
+        try:
+            parsed: dict[str, Any] | InputError = parse_line(raw, path=name, line=line_number)
+        except InputError as exc:
+            parsed = exc
+        yield _entry(parsed, task_index, line_number, router, f"{name}:{line_number}", ids)
+        task_index += 1
 
 
 def _mapping_entry(
