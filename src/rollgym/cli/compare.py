@@ -8,6 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from rollgym.cli.arg_types import at_least
 from rollgym.cli.console import stdout_console
 
 
@@ -34,12 +35,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     compare.add_argument(
         "--tasks",
-        type=int,
+        type=at_least(0),
         default=10,
         help="two runs: how many tasks to list, flagged and largest differences first (default 10)",
     )
     compare.add_argument(
-        "--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)"
+        "--resamples", type=at_least(1), default=1000, help="bootstrap resamples (default 1000)"
     )
     compare.add_argument(
         "--confidence", type=float, default=0.95, help="interval confidence (default 0.95)"

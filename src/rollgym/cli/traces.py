@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rollgym.cli.arg_types import at_least, probability
 from rollgym.cli.console import stdout_console
 
 # ``serve`` is the store's own command: its home is the trace store; ``rollgym traces`` adds it
@@ -49,8 +50,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     ls = commands.add_parser("ls", help="list rollouts (one row per attempt) with trace ids")
     _run_dir(ls)
-    ls.add_argument("--limit", type=int, default=50, help="rows per page (default 50)")
-    ls.add_argument("--offset", type=int, default=0, help="rows to skip: the page start")
+    ls.add_argument("--limit", type=at_least(1), default=50, help="rows per page (default 50)")
+    ls.add_argument("--offset", type=at_least(0), default=0, help="rows to skip: the page start")
     ls.add_argument("--outcome", help="only this outcome: ok, error or timeout")
     ls.add_argument("--dispatch-name", help="only rollouts of this agent / environment")
     ls.add_argument("--min-reward", type=float, help="only rollouts with reward >= this")
@@ -83,7 +84,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     show.add_argument(
         "--low-p",
-        type=_probability,
+        type=probability,
         default=0.1,
         metavar="P",
         help="with --tokens: mark tokens whose probability is under P (default 0.1)",
@@ -92,7 +93,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     slowest = commands.add_parser("slowest", help="the long tail and where it spent its time")
     _run_dir(slowest)
-    slowest.add_argument("-n", type=int, default=10, help="how many rollouts (default 10)")
+    slowest.add_argument("-n", type=at_least(1), default=10, help="how many rollouts (default 10)")
     slowest.set_defaults(handler=_one_line(_slowest))
 
     profile = commands.add_parser(
@@ -100,9 +101,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     _run_dir(profile)
     profile.add_argument(
-        "-n", type=int, default=10, help="how many stragglers and groups (default 10)"
+        "-n", type=at_least(0), default=10, help="how many stragglers and groups (default 10)"
     )
-    profile.add_argument("--bins", type=int, default=60, help="timeline points (default 60)")
+    profile.add_argument(
+        "--bins", type=at_least(1), default=60, help="timeline points (default 60)"
+    )
     profile.add_argument(
         "--metrics", action="store_true", help="add the run's metrics, derived from its spans"
     )
@@ -117,14 +120,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(its spans, else its answered usage) and its invariants; one line per violation",
     )
     check.set_defaults(handler=_one_line(_check))
-
-
-def _probability(text: str) -> float:
-    """A probability between 0 and 1 (argparse turns the ValueError into one line)."""
-    value = float(text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"{text} is not a probability between 0 and 1")
-    return value
 
 
 def _run_dir(parser: argparse.ArgumentParser) -> None:

@@ -111,6 +111,29 @@ def test_the_serve_parser_is_the_stores_own(capsys: pytest.CaptureFixture[str]) 
     )
 
 
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["traces", "ls", "r", "--limit", "-1"], "argument --limit: must be at least 1, got -1"),
+        (["traces", "ls", "r", "--offset", "-5"], "argument --offset: must be at least 0, got -5"),
+        (["traces", "ls", "r", "--limit", "x"], "argument --limit: 'x' is not a whole number"),
+        (["traces", "slowest", "r", "-n", "0"], "argument -n: must be at least 1, got 0"),
+        (["traces", "profile", "r", "--bins", "0"], "argument --bins: must be at least 1, got 0"),
+        (["compare", "a", "b", "--tasks", "-1"], "argument --tasks: must be at least 0, got -1"),
+        (["traces", "show", "r", "0-0", "--low-p", "x"], "argument --low-p: 'x' is not a number"),
+    ],
+)
+def test_a_count_out_of_its_range_is_refused_naming_the_option(
+    capsys: pytest.CaptureFixture[str], argv: list[str], said: str
+) -> None:
+    """Before, ``--limit -1`` listed every rollout (SQLite reads LIMIT -1 as no limit) and a
+    negative ``-n`` or ``--tasks`` answered an odd page, without a word."""
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(argv)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(said)
+
+
 def test_ctrl_c_in_a_reading_command_is_one_line_and_exit_130(tmp_path: Path) -> None:
     """Ctrl-C while ``rollgym compare`` reads a run: ``rollgym: interrupted``, exit 130, no
     KeyboardInterrupt traceback. The run's ``rollouts.jsonl`` is a FIFO that never ends, so the

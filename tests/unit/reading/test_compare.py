@@ -204,8 +204,10 @@ def test_the_command_prints_a_table_json_and_one_line_errors(
     assert main(["compare", str(a), str(tmp_path / "nope")]) == 2
     captured = capsys.readouterr()
     assert captured.err.strip() == f"rollgym compare: {tmp_path / 'nope'}: no such run directory"
-    assert main(["compare", str(a), str(b), "--resamples", "0"]) == 2
-    assert "--resamples must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:  # argparse's own one line
+        main(["compare", str(a), str(b), "--resamples", "0"])
+    assert refused.value.code == 2
+    assert "argument --resamples: must be at least 1, got 0" in capsys.readouterr().err
 
 
 def test_pass_at_k_of_many_repeats_is_each_tasks_own_averaged(tmp_path: Path) -> None:
