@@ -28,8 +28,9 @@ from rollgym.errors import InputError
 GZIP_MAGIC, BZIP2_MAGIC, XZ_MAGIC = b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00"
 #: The first bytes of a Zstandard frame (RFC 8878).
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-#: What a damaged compressed stream raises while it is read (truncated, corrupt).
-_DAMAGED = (EOFError, OSError, zlib.error, lzma.LZMAError)
+#: What reading the input raises part way: a damaged compressed stream (truncated, corrupt),
+#: or a disk that fails under any file.
+_UNREADABLE = (EOFError, OSError, zlib.error, lzma.LZMAError)
 
 
 def _first_bytes(path: Path | str) -> bytes:
@@ -61,19 +62,20 @@ def _open(path: Path | str) -> io.BufferedIOBase:
 def input_lines(path: Path | str) -> Iterator[bytes]:
     """The lines of the rows file at ``path``, decompressed if it is compressed.
 
-    A compressed stream that is damaged part way (a truncated download, a corrupt block) ends
-    the rows with :class:`~rollgym.errors.InputError` naming the line it broke after: the rows
-    before it are read, the rest never are."""
+    A file that cannot be read part way (a compressed stream cut short or corrupt, a failing
+    disk) ends the rows with :class:`~rollgym.errors.InputError` naming the last line read:
+    the rows before it are read, the rest never are."""
     line = 0
     with _open(path) as handle:
         try:
             for raw in handle:
                 line += 1
                 yield raw
-        except _DAMAGED as exc:
+        except _UNREADABLE as exc:
+            plain = isinstance(handle, io.BufferedReader)
+            reason = "the input cannot be read" if plain else "the compressed input is damaged"
             raise InputError(
-                f"the compressed input is damaged after this line ({exc}); the rows after it "
-                "cannot be read",
+                f"{reason} after this line ({exc}); the rows after it cannot be read",
                 path=str(path),
                 line=line,
             ) from None
