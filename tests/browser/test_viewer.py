@@ -70,6 +70,9 @@ def test_overview_table_filter_and_paging(viewer, page) -> None:
 def test_open_rollout_see_spans_click_attributes(viewer, page) -> None:
     store, run = viewer
     page.goto(store.endpoint + "/")
+    # As a user does: search once the overview has drawn. The overview draws in steps, each
+    # after its own request; searching before it ends raced its last steps (one attempt seen).
+    page.wait_for_selector("#rollout-table tr.row")
     page.fill("#search", "4-0")
     page.click("#search-form button")
     page.wait_for_selector(".attempt")
