@@ -353,3 +353,81 @@ async def test_the_simulated_model_answers_completions_as_vllm_does() -> None:
     assert [e["object"] for e in events] == ["text_completion"] * 2
     assert events[0]["choices"][0]["text"] == "Answer: 4" and events[1]["usage"]["total_tokens"]
     assert batch.status == 400 and "one prompt a request" in batch.data["error"]["message"]
+
+
+class FloodingUpstream:
+    """An upstream that streams :data:`FLOOD_EVENTS` events as fast as the socket takes them,
+    as vLLM does with several generations at once; says whether its client closed before the
+    last one (``cut_short``) or it sent them all (``finished``)."""
+
+    FLOOD_EVENTS = 300_000
+
+    def __init__(self) -> None:
+        self.cut_short = asyncio.Event()
+        self.finished = asyncio.Event()
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> str:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        await reader.readexactly(length)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+        )
+        event = b'data: {"id":"x","choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
+        chunk = b"%x\r\n%b\r\n" % (len(event) * 32, event * 32)
+        try:
+            for _ in range(self.FLOOD_EVENTS // 32):
+                writer.write(chunk)
+                await writer.drain()
+                if writer.is_closing() or reader.at_eof():
+                    self.cut_short.set()
+                    return
+        except ConnectionError:
+            self.cut_short.set()
+            return
+        finally:
+            writer.close()
+        self.finished.set()
+
+
+async def test_a_caller_that_gives_up_on_a_flooding_stream_stops_it_at_the_upstream() -> None:
+    """The proxy relays a stream faster than it can end it: reading a buffered line and
+    writing it on do not suspend, so without a return to the event loop every few lines the
+    proxy never saw its caller's close, and the engine streamed on to the end (on vLLM: the
+    given-up generations ran to their length)."""
+    upstream = FloodingUpstream()
+    async with upstream as upstream_url:
+        proxy = OpenAIUpstream.build("proxy", {"base_url": upstream_url + "/v1", "model_name": "m"})
+        async with _served(proxy) as url, HttpClient() as client:
+
+            async def read_a_little() -> None:
+                async with client.stream(
+                    "proxy", url + "/v1/chat/completions", {"messages": ARITH, "stream": True}
+                ) as streamed:
+                    await streamed.content.readline()
+                    await asyncio.sleep(3600)  # gives up (below) while the flood goes on
+
+            reading = asyncio.create_task(read_a_little())
+            await asyncio.sleep(0.3)
+            reading.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await reading
+            ended = asyncio.create_task(upstream.cut_short.wait())
+            done = asyncio.create_task(upstream.finished.wait())
+            await asyncio.wait({ended, done}, timeout=PATIENCE_S, return_when="FIRST_COMPLETED")
+            ended.cancel(), done.cancel()
+            assert upstream.cut_short.is_set() and not upstream.finished.is_set()

@@ -112,6 +112,15 @@ _DETAIL_LIMIT = 2000
 RequestIdPolicy = Literal["auto", "header", "uuid", "none"]
 
 
+#: Lines of an upstream stream relayed between two returns to the event loop. Reading a line
+#: that is already buffered and writing it on do not suspend, so while an engine streams
+#: faster than the relay (vLLM's tokens, several streams at once) the relaying task never
+#: let the loop run: the close of a client that gave up was not seen, its call not
+#: cancelled, and the engine generated on to the end (vLLM counted the given-up
+#: generations as finished). Every few lines the relay lets the loop run.
+YIELD_EVERY_LINES = 16
+
+
 class OpenAIUpstreamOptions(ServerOptions):
     """Where the upstream is and how to call it. ``model_name`` and ``request_timeout_s``
     were ``model`` and ``timeout_s``: elsewhere in a config ``model`` names a model server and
@@ -474,10 +483,14 @@ class OpenAIUpstream(ModelServer):
                             self._learn(request_id, sent_id)
                             decision.release()
                             pass_headers(_passable(response.headers))
+                            relayed = 0
                             async for line in response.content:
                                 kept = relay.see(line)
                                 if kept:
                                     yield kept
+                                relayed += 1
+                                if relayed % YIELD_EVERY_LINES == 0:
+                                    await asyncio.sleep(0)  # see YIELD_EVERY_LINES
                     except TransportError as exc:
                         raise self._unreachable(exc) from None
                     _record(span, request_id, sent_id, relay.answer, relay.first_token_s)
