@@ -70,13 +70,13 @@ def test_overview_table_filter_and_paging(viewer, page) -> None:
 def test_open_rollout_see_spans_click_attributes(viewer, page) -> None:
     store, run = viewer
     page.goto(store.endpoint + "/")
-    # As a user does: search once the overview has drawn. The overview draws in steps, each
-    # after its own request; searching before it ends raced its last steps (one attempt seen).
-    page.wait_for_selector("#rollout-table tr.row")
+    page.wait_for_selector("#rollout-table tr.row")  # as a user does: search once it is drawn
     page.fill("#search", "4-0")
     page.click("#search-form button")
-    page.wait_for_selector(".attempt")
-    assert page.locator(".attempt").count() == 2  # 4-0 failed once, 4-0-a1 succeeded
+    # The rollout page's attempts: the overview's failed-attempts table has the class
+    # "attempt" too, and counting before the search had navigated found it (1, not 2).
+    page.wait_for_selector("section.attempt")
+    assert page.locator("section.attempt").count() == 2  # 4-0 failed once, 4-0-a1 succeeded
     rows = page.locator(".waterfall").first.locator(".span-row")
     names_shown = rows.evaluate_all("rows => rows.map(r => r.dataset.name)")
     for expected in (

@@ -167,18 +167,27 @@ async def _give_up_on(url: str, give_up_s: float) -> list[BaseException | object
         )
 
 
+def _idle(engine: str) -> bool:
+    """Whether vLLM runs no request now; a ``/metrics`` that does not answer in time (vLLM
+    busy on a loaded machine) is asked again, not a failure."""
+    try:
+        return running(engine) == 0
+    except OSError:  # TimeoutError included
+        return False
+
+
 @pytest.mark.parametrize("name", ["long", "long_stream"])
 def test_given_up_rollouts_leave_the_engine_running_nothing(
     engine: str, served: dict[str, str], name: str, give_up_s: float
 ) -> None:
-    assert wait_for(lambda: running(engine) == 0, timeout=IDLE_WITHIN_S)
+    assert wait_for(lambda: _idle(engine), timeout=IDLE_WITHIN_S)
     before = finished(engine)
     with RunningWatch(engine) as watch:
         answers = asyncio.run(_give_up_on(served[name], give_up_s))
         gave_up_at = time.monotonic()
         assert all(isinstance(a, RequestTimeout) for a in answers), answers
         assert watch.most >= 1, "vLLM never ran the generations: nothing was tested"
-        assert wait_for(lambda: running(engine) == 0, timeout=ENDED_WITHIN_S, interval=0.1), (
+        assert wait_for(lambda: _idle(engine), timeout=ENDED_WITHIN_S, interval=0.1), (
             f"vLLM still runs {running(engine)} requests {ENDED_WITHIN_S}s after their rollouts ended"
         )
         print(f"{name}: vLLM ran nothing {time.monotonic() - gave_up_at:.2f}s after the give-up")
@@ -191,7 +200,7 @@ def test_given_up_rollouts_leave_the_engine_running_nothing(
 def test_a_retry_never_runs_beside_its_orphan(
     engine: str, tmp_path: Path, give_up_s: float
 ) -> None:
-    assert wait_for(lambda: running(engine) == 0, timeout=IDLE_WITHIN_S)
+    assert wait_for(lambda: _idle(engine), timeout=IDLE_WITHIN_S)
     servers = _servers(engine)
     del servers["long_stream"], servers["sim"]
     rows = [{"question": f"count {i}", "agent": "long"} for i in range(CONCURRENCY)]
