@@ -44,15 +44,11 @@ def _served(server: Server) -> AbstractAsyncContextManager[str]:
     return uvicorn_in_loop(create_app(server), PATIENCE_S, http=bounded_protocol(), lifespan="on")
 
 
-class StallingUpstream:
-    """A bare HTTP upstream on loopback that reads a request and never finishes its answer
-    (for a streamed request it sends the head and one event first). Counts requests it
-    received and connections its clients closed."""
+class BareUpstream:
+    """A bare asyncio HTTP server on loopback (no framework to buffer or end what it sends):
+    ``async with`` it for its URL; each connection runs :meth:`_serve`."""
 
     def __init__(self) -> None:
-        self.received = 0
-        self.closed = 0
-        self.changed = asyncio.Event()
         self._server: asyncio.Server | None = None
 
     async def __aenter__(self) -> str:
@@ -64,13 +60,34 @@ class StallingUpstream:
         self._server.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(
-            int(line.split(b":", 1)[1])
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"content-length:")
-        )
-        body = orjson.loads(await reader.readexactly(length))
+        raise NotImplementedError
+
+
+async def read_request(reader: asyncio.StreamReader) -> dict[str, Any]:
+    """One request's JSON body (its head read up to ``Content-Length``)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    body: dict[str, Any] = orjson.loads(await reader.readexactly(length))
+    return body
+
+
+class StallingUpstream(BareUpstream):
+    """A bare HTTP upstream on loopback that reads a request and never finishes its answer
+    (for a streamed request it sends the head and one event first). Counts requests it
+    received and connections its clients closed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.received = 0
+        self.closed = 0
+        self.changed = asyncio.Event()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        body = await read_request(reader)
         self.received += 1
         self.changed.set()
         if body.get("stream"):
@@ -355,7 +372,7 @@ async def test_the_simulated_model_answers_completions_as_vllm_does() -> None:
     assert batch.status == 400 and "one prompt a request" in batch.data["error"]["message"]
 
 
-class FloodingUpstream:
+class FloodingUpstream(BareUpstream):
     """An upstream that streams :data:`FLOOD_EVENTS` events as fast as the socket takes them,
     as vLLM does with several generations at once; says whether its client closed before the
     last one (``cut_short``) or it sent them all (``finished``)."""
@@ -363,26 +380,12 @@ class FloodingUpstream:
     FLOOD_EVENTS = 300_000
 
     def __init__(self) -> None:
+        super().__init__()
         self.cut_short = asyncio.Event()
         self.finished = asyncio.Event()
-        self._server: asyncio.Server | None = None
-
-    async def __aenter__(self) -> str:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(
-            int(line.split(b":", 1)[1])
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"content-length:")
-        )
-        await reader.readexactly(length)
+        await read_request(reader)
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
             b"transfer-encoding: chunked\r\n\r\n"
