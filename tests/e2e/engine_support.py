@@ -55,12 +55,14 @@ def models_ok(url: str) -> bool:
         return False
 
 
-#: How much lower than the processes under test an engine runs (its nice, and its session's
-#: where Linux schedules by session, the autogroups). On a CPU the engine stands in for a GPU
-#: and would otherwise take the cores from rollgym's own servers: on a 2-core machine with
-#: vLLM's CPU build generating, Linux (6.18, autogroups on) left the proxy and the agent
-#: runnable but unscheduled for up to 20 s (their ``/proc/<pid>/schedstat`` wait), so a
-#: rollout's give-up reached vLLM only that late. At 5 the same rounds abort at once.
+#: How much lower than the processes under test an engine runs when a test asks for it (its
+#: nice, and its session's where Linux schedules by session, the autogroups). On a CPU the
+#: engine stands in for a GPU and can take the cores from rollgym's own servers: on a 2-core
+#: machine with vLLM's CPU build generating, Linux (6.18, autogroups on) left the proxy and the
+#: agent runnable but unscheduled for up to 20 s (their ``/proc/<pid>/schedstat`` wait), so a
+#: rollout's give-up reached vLLM only that late. At 5 the same rounds abort at once. Only the
+#: tests of how soon an engine hears of a give-up ask for it: with both cores held by other
+#: work the lowered engine is slower (a real-engine run at its defaults timed out that way).
 ENGINE_NICE = 5
 
 
@@ -85,19 +87,21 @@ def serving(
     stop_timeout_s: float = 30.0,
     poll_s: float = 1.0,
     env: Mapping[str, str] | None = None,
+    below_tests: bool = False,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """Run ``command`` below the tests (:func:`run_below_tests`) until ``url`` answers (or the
-    process exits: RuntimeError with the end of its log); yield the process; terminate it at
-    the end, killing it if it lingers."""
+    """Run ``command`` (``below_tests``: in a session of its own, lowered, see
+    :func:`run_below_tests`) until ``url`` answers (or the process exits: RuntimeError with the
+    end of its log); yield the process; terminate it at the end, killing it if it lingers."""
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             list(command),
             stdout=log,
             stderr=subprocess.STDOUT,
             env=None if env is None else dict(env),
-            start_new_session=True,
+            start_new_session=below_tests,  # its own autogroup, lowered alone
         )
-        run_below_tests(proc.pid)
+        if below_tests:
+            run_below_tests(proc.pid)
         try:
             up = wait_for(
                 lambda: models_ok(url) or proc.poll() is not None,
@@ -176,14 +180,21 @@ def skip_without_vllm() -> None:
 
 @contextmanager
 def vllm_server(
-    folder: Path, model: Path, *extra: str, env: Mapping[str, str], max_model_len: int = 2048
+    folder: Path,
+    model: Path,
+    *extra: str,
+    env: Mapping[str, str],
+    max_model_len: int = 2048,
+    below_tests: bool = False,
 ) -> Iterator[str]:
     """vLLM (:func:`vllm_command`) serving ``model`` with ``extra`` options and ``env``
-    (:func:`vllm_env`), its log in ``folder``, warmed up with a chat call; its URL."""
+    (:func:`vllm_env`), its log in ``folder``, warmed up with a chat call (``below_tests``:
+    see :func:`serving`); its URL."""
     port = free_port()
     command = vllm_command(model, port, *extra, max_model_len=max_model_len)
     url = f"http://127.0.0.1:{port}"
-    with serving("vLLM", command, url, folder / "vllm.log", start_timeout_s=900, env=env):
+    log = folder / "vllm.log"
+    with serving("vLLM", command, url, log, start_timeout_s=900, env=env, below_tests=below_tests):
         chat_warm_up(url)
         yield url
 
