@@ -62,7 +62,7 @@ def models_ok(url: str) -> bool:
 #: agent runnable but unscheduled for up to 20 s (their ``/proc/<pid>/schedstat`` wait), so a
 #: rollout's give-up reached vLLM only that late. At 5 the same rounds abort at once. Only the
 #: tests of how soon an engine hears of a give-up ask for it: with both cores held by other
-#: work the lowered engine is slower (a real-engine run at its defaults timed out that way).
+#: work a lowered engine is slower (a NeMo Gym run on a lowered llama.cpp timed out so).
 ENGINE_NICE = 5
 
 
