@@ -39,6 +39,8 @@ ExporterKind = Literal["otlp", "console", "none"]
 Protocol = Literal["http/protobuf", "grpc"]
 _EXPORTERS: tuple[str, ...] = ("otlp", "console", "none")
 _PROTOCOLS: tuple[str, ...] = ("http/protobuf", "grpc")
+#: The paths the OTLP/HTTP exporters add to a base URL, one a signal.
+_SIGNAL_PATHS: tuple[str, ...] = ("/v1/traces", "/v1/metrics")
 #: Bounded per-request export timeout, so a dead endpoint costs the background thread seconds.
 DEFAULT_EXPORT_TIMEOUT_S = 10.0
 #: How long each process waits at its end for queued spans to reach the backend: generous, so
@@ -144,7 +146,11 @@ class TelemetrySettings:
             groups=resolve_groups(config.preset),
             traces_exporter=traces,
             metrics_exporter=metrics,
-            endpoint=(explicit_endpoint or local_store_endpoint) if traces == "otlp" else None,
+            endpoint=(
+                _otlp_base(explicit_endpoint, protocol) or local_store_endpoint
+                if traces == "otlp"
+                else None
+            ),
             protocol=protocol,  # type: ignore[arg-type]
             to_local_store=to_local_store,
             headers_env=config.headers_env,
@@ -246,6 +252,25 @@ def _capture_content(config: TelemetryConfig, environ: Mapping[str, str]) -> boo
     if raw is None or not raw.strip():
         return config.capture_content
     return _truthy(raw)
+
+
+def _otlp_base(endpoint: str | None, protocol: str) -> str | None:
+    """The OTLP/HTTP base URL of ``endpoint``, which a user often gives as the full trace URL.
+
+    ``telemetry.endpoint`` and ``OTEL_EXPORTER_OTLP_ENDPOINT`` are base URLs: the signal's
+    path is added to them (``/v1/traces``, ``/v1/metrics``). Backends document the full URL
+    (Phoenix's ``http://localhost:6006/v1/traces``), and taken as a base it would become
+    ``.../v1/traces/v1/traces``, which no backend serves: every span refused, said only at
+    the end. A trailing signal path is therefore taken off; the per-signal variables
+    (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) stay full URLs, used as they are.
+    """
+    if not endpoint or protocol == "grpc":
+        return endpoint
+    base = endpoint.rstrip("/")
+    for path in _SIGNAL_PATHS:
+        if base.endswith(path):
+            return base[: -len(path)]
+    return endpoint
 
 
 def _truthy(value: str | None) -> bool:

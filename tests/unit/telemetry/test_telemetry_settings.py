@@ -63,6 +63,36 @@ def test_env_endpoint_beats_config_endpoint_and_local_store():
     assert resolve(endpoint="http://cfg:1").endpoint == "http://cfg:1"
 
 
+@pytest.mark.parametrize(
+    "given",
+    [
+        "http://phoenix:6006/v1/traces",
+        "http://phoenix:6006/v1/traces/",
+        "http://phoenix:6006/v1/metrics",
+        "http://phoenix:6006",
+    ],
+)
+def test_a_full_trace_url_is_taken_as_its_base_so_no_path_is_doubled(given, monkeypatch):
+    from rollgym.telemetry.exporters import otlp_http_traces_target
+
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    for settings in (resolve(endpoint=given), resolve({"OTEL_EXPORTER_OTLP_ENDPOINT": given})):
+        assert settings.endpoint == "http://phoenix:6006"
+        assert otlp_http_traces_target(settings)[0] == "http://phoenix:6006/v1/traces"
+
+
+def test_a_grpc_endpoint_and_a_per_signal_url_are_used_as_given(monkeypatch):
+    from rollgym.telemetry.exporters import otlp_http_traces_target
+
+    grpc = resolve(endpoint="http://collector:4317/v1/traces", protocol="grpc")
+    assert grpc.endpoint == "http://collector:4317/v1/traces"  # gRPC has no paths to add
+    full = "http://collector:4318/custom/v1/traces"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", full)
+    signal = resolve({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": full})
+    assert otlp_http_traces_target(signal)[0] == full
+
+
 def test_sdk_disabled_turns_everything_off():
     s = resolve({"OTEL_SDK_DISABLED": "true"}, exporter="otlp", endpoint="http://cfg:1")
     assert s.traces_exporter == "none" and s.metrics_exporter == "none"
