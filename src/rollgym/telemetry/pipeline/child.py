@@ -526,7 +526,10 @@ def run(inp: BinaryIO, out: BinaryIO) -> None:
     signal.signal(STOP_RETRYING, _on_stop_retrying)
     signal.signal(STOP_NOW, _on_stop_now)
     signal.signal(PARENT_DIED, _on_parent_died)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    # One plain line a record, like the driver's own: not logging's "WARNING:name:" default.
+    logging.basicConfig(
+        level=logging.WARNING, stream=sys.stderr, format="rollgym: telemetry: %(message)s"
+    )
     arm_parent_death_signal()
     serve(inp, out)
 
