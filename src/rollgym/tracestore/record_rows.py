@@ -31,7 +31,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from rollgym.telemetry.pipeline import wire
 from rollgym.telemetry.pipeline.frames import RECORDS_FORMAT, RECORDS_TYPE
-from rollgym.telemetry.pipeline.records import has_invalid_text, valid_record
+from rollgym.telemetry.pipeline.records import SCOPE, has_invalid_text, valid_record
 from rollgym.tracestore.decode import PayloadError, ResourceIds, SpanBatch
 from rollgym.tracestore.span_rows import LinkParts, add_span
 
@@ -72,14 +72,14 @@ def _rows(resource: bytes, records: list[tuple[Any, ...]], resource_id: Resource
     batch = SpanBatch()
     res_id, run_id, resource_row = _resource(resource, resource_id)
     batch.resources.append(resource_row)
-    scopes = {record[13] for record in records}
+    scopes = {record[SCOPE] for record in records}
     for scope_name, _version, _schema in scopes:
         if scope_name:
             scope_name.encode()  # not valid text: SQLite could not store it (see the caller)
     if len(scopes) > 1:  # OTLP groups a request's spans by scope, first seen first
         by_scope: dict[tuple[str, str | None, str | None], list[tuple[Any, ...]]] = {}
         for record in records:
-            by_scope.setdefault(record[13], []).append(record)
+            by_scope.setdefault(record[SCOPE], []).append(record)
         records = [record for group in by_scope.values() for record in group]
     to_bytes = int.to_bytes
     for (

@@ -27,25 +27,25 @@ fields, by position:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 SpanRecord = tuple[Any, ...]
 
-TRACE_ID = 0
-SPAN_ID = 1
-PARENT_SPAN_ID = 2
-PARENT_IS_REMOTE = 3
-NAME = 4
-KIND = 5
-START = 6
-END = 7
-ATTRIBUTES = 8
-EVENTS = 9
-LINKS = 10
-STATUS_CODE = 11
-STATUS_MESSAGE = 12
-SCOPE = 13
-TRACE_STATE = 14
+TRACE_ID: Final = 0
+SPAN_ID: Final = 1
+PARENT_SPAN_ID: Final = 2
+PARENT_IS_REMOTE: Final = 3
+NAME: Final = 4
+KIND: Final = 5
+START: Final = 6
+END: Final = 7
+ATTRIBUTES: Final = 8
+EVENTS: Final = 9
+LINKS: Final = 10
+STATUS_CODE: Final = 11
+STATUS_MESSAGE: Final = 12
+SCOPE: Final = 13
+TRACE_STATE: Final = 14
 
 
 def has_invalid_text(value: object) -> bool:
