@@ -5,6 +5,7 @@ past it fails inside (ENOSPC) and the exec reports ``limit: disk_quota``; the qu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,19 +25,33 @@ def dd(path: str, mib: int) -> str:
     return f"dd if=/dev/zero of={path} bs=1M count={mib} 2>&1"
 
 
-@pytest.fixture(params=[True, False], ids=["tmpfs", "no-mount"])
-async def quota_pool(request: pytest.FixtureRequest) -> AsyncIterator[SandboxPool]:
-    """A pool with a 4 MiB quota, with a tmpfs per sandbox (where this process may mount:
-    the kernel bounds every write) and without (what an unprivileged server gets)."""
-    pool = SandboxPool(QUOTA, warm=1, max_sandboxes=4, use_tmpfs=request.param)
+@contextlib.asynccontextmanager
+async def _pool(use_tmpfs: bool) -> AsyncIterator[SandboxPool]:
+    pool = SandboxPool(QUOTA, warm=1, max_sandboxes=4, use_tmpfs=use_tmpfs)
     await pool.start()
-    if request.param and not pool.tmpfs_quota:
+    if use_tmpfs and not pool.tmpfs_quota:
         await pool.close()
         pytest.skip("this process may not mount a tmpfs (not root, no CAP_SYS_ADMIN)")
     try:
         yield pool
     finally:
         await pool.close()
+
+
+@pytest.fixture(params=[True, False], ids=["tmpfs", "no-mount"])
+async def quota_pool(request: pytest.FixtureRequest) -> AsyncIterator[SandboxPool]:
+    """A pool with a 4 MiB quota, with a tmpfs per sandbox (where this process may mount:
+    the kernel bounds every write) and without (what an unprivileged server gets)."""
+    async with _pool(request.param) as pool:
+        yield pool
+
+
+@pytest.fixture
+async def tmpfs_pool() -> AsyncIterator[SandboxPool]:
+    """The same pool with its tmpfs only: for what only the kernel's bound while writing
+    can hold (an unprivileged pool bounds ``/work`` after each exec)."""
+    async with _pool(True) as pool:
+        yield pool
 
 
 async def test_a_write_under_the_quota_works_and_one_past_it_is_the_limit(
@@ -71,11 +86,9 @@ async def test_on_a_full_sandbox_reads_are_not_the_limit_and_refused_writes_are(
 
 
 async def test_files_of_the_server_that_no_longer_fit_are_the_limit_not_an_error(
-    quota_pool: SandboxPool,
+    tmpfs_pool: SandboxPool,
 ) -> None:
-    if not quota_pool.tmpfs_quota:
-        pytest.skip("without its own tmpfs, /work is bounded after the exec, not while writing")
-    sandbox = await quota_pool.acquire("r-nofit")
+    sandbox = await tmpfs_pool.acquire("r-nofit")
     await sandbox.exec(dd("all", 10))
     result = await sandbox.exec(["python3", "main.py"], files={"main.py": "x" * 200_000})
     assert result.limit == "disk_quota" and result.exit_code == 1
@@ -108,11 +121,9 @@ async def test_concurrent_execs_of_one_sandbox_have_their_own_scratch(
 
 
 async def test_the_quota_is_per_sandbox_and_counts_every_writable_directory(
-    quota_pool: SandboxPool,
+    tmpfs_pool: SandboxPool,
 ) -> None:
-    if not quota_pool.tmpfs_quota:
-        pytest.skip("one quota over all directories needs the sandbox's own tmpfs")
-    first, second = await quota_pool.acquire("r-a"), await quota_pool.acquire("r-b")
+    first, second = await tmpfs_pool.acquire("r-a"), await tmpfs_pool.acquire("r-b")
     kept = await first.exec(dd("kept", 3))
     over = await first.exec(dd("/tmp/t", 3))  # 3 MiB kept + 3 MiB scratch > 4 MiB
     other = await second.exec(dd("own", 3))  # another sandbox has its own quota
