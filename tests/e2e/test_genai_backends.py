@@ -112,7 +112,8 @@ def _phoenix_spans(base: str) -> list[dict[str, Any]]:
 def test_a_run_in_phoenix_is_agents_with_tools_llm_calls_and_rewards(
     phoenix: str, tmp_path: Path
 ) -> None:
-    job = _run(tmp_path / "run", phoenix)
+    # the endpoint as Phoenix documents it, its trace path included: taken as the base URL
+    job = _run(tmp_path / "run", phoenix + "/v1/traces")
     rewards = {r["rollout_id"]: r["reward"] for r in job.rollouts}
 
     def ready(spans: list[dict[str, Any]]) -> bool:
