@@ -23,24 +23,7 @@ import struct
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from rollgym.telemetry.pipeline.records import (
-    ATTRIBUTES,
-    END,
-    EVENTS,
-    KIND,
-    LINKS,
-    NAME,
-    PARENT_IS_REMOTE,
-    PARENT_SPAN_ID,
-    SCOPE,
-    SPAN_ID,
-    START,
-    STATUS_CODE,
-    STATUS_MESSAGE,
-    TRACE_ID,
-    TRACE_STATE,
-    SpanRecord,
-)
+from rollgym.telemetry.pipeline.records import SCOPE, SpanRecord
 
 _Q: Final = struct.Struct("<Q").pack  # fixed64
 _D: Final = struct.Struct("<d").pack  # double
@@ -153,34 +136,44 @@ def _name_field(name: str) -> bytes:
 
 
 def span(record: SpanRecord) -> bytes:
-    """The body of one ``Span`` (trace.proto), fields in number order as the SDK writes them.
-
-    The record's fields are read by their names in :mod:`.records`, the one place that says
-    where each stands."""
-    parent_id = record[PARENT_SPAN_ID]
+    """The body of one ``Span`` (trace.proto), fields in number order as the SDK writes them."""
+    (
+        trace_id,
+        span_id,
+        parent_id,
+        parent_remote,
+        name,
+        kind,
+        start,
+        end,
+        attrs,
+        events,
+        links,
+        status_code,
+        status_message,
+        _scope,
+        trace_state,
+    ) = record
     parts = [
         b"\x0a\x10",
-        record[TRACE_ID].to_bytes(16, "big"),
+        trace_id.to_bytes(16, "big"),
         b"\x12\x08",
-        record[SPAN_ID].to_bytes(8, "big"),
+        span_id.to_bytes(8, "big"),
     ]
-    trace_state = record[TRACE_STATE]
     if trace_state:
         parts.append(_ld(b"\x1a", ",".join(f"{k}={v}" for k, v in trace_state).encode()))
     if parent_id:
         parts.append(b"\x22\x08")
         parts.append(parent_id.to_bytes(8, "big"))
-    parts.append(_name_field(record[NAME]))
-    parts.append(b"\x30" + _SMALL[record[KIND] + 1])  # API SpanKind INTERNAL=0; OTLP's starts at 1
-    parts.append(b"\x39" + _Q(record[START]))
-    parts.append(b"\x41" + _Q(record[END]))
-    parts.extend(attributes(b"\x4a", record[ATTRIBUTES]))
-    events = record[EVENTS]
+    parts.append(_name_field(name))
+    parts.append(b"\x30" + _SMALL[kind + 1])  # API SpanKind INTERNAL=0; OTLP's starts at 1
+    parts.append(b"\x39" + _Q(start))
+    parts.append(b"\x41" + _Q(end))
+    parts.extend(attributes(b"\x4a", attrs))
     if events:
         for e_name, when, e_attrs in events:
             body = b"\x09" + _Q(when) + _ld(b"\x12", e_name.encode())
             parts.append(_ld(b"\x5a", body + b"".join(attributes(b"\x1a", e_attrs))))
-    links = record[LINKS]
     if links:
         for l_trace, l_span, l_remote, l_attrs in links:
             body = (
@@ -190,13 +183,12 @@ def span(record: SpanRecord) -> bytes:
             body += b"\x35" + _I(_HAS_IS_REMOTE | _IS_REMOTE if l_remote else _HAS_IS_REMOTE)
             parts.append(_ld(b"\x6a", body))
     status = b""
-    status_message, status_code = record[STATUS_MESSAGE], record[STATUS_CODE]
     if status_message:
         status = _ld(b"\x12", status_message.encode())
     if status_code:
         status += b"\x18" + _SMALL[status_code]
     parts.append(_ld(b"\x7a", status))
-    parts.append(_FLAGS_REMOTE if parent_id and record[PARENT_IS_REMOTE] else _FLAGS_LOCAL)
+    parts.append(_FLAGS_REMOTE if parent_id and parent_remote else _FLAGS_LOCAL)
     return b"".join(parts)
 
 
