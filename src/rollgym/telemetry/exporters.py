@@ -17,7 +17,12 @@ from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricExport
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 
 import rollgym.environment_variables as env
-from rollgym.telemetry.settings import ExporterKind, TelemetrySettings
+from rollgym.telemetry.settings import (
+    METRICS_PATH,
+    TRACES_PATH,
+    ExporterKind,
+    TelemetrySettings,
+)
 
 
 def _headers(
@@ -47,7 +52,7 @@ def _signal_endpoint(settings: TelemetrySettings, signal_env: str, path: str) ->
         return None
     if settings.protocol == "grpc":
         return settings.endpoint
-    return f"{settings.endpoint.rstrip('/')}/{path}"
+    return settings.endpoint.rstrip("/") + path
 
 
 class OtlpOptions(TypedDict):
@@ -82,7 +87,7 @@ def otlp_http_traces_target(
 
     url = (
         os.environ.get(env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
-        or _signal_endpoint(settings, env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "v1/traces")
+        or _signal_endpoint(settings, env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, TRACES_PATH)
         or "http://localhost:4318/v1/traces"
     )
     headers = _headers(settings, store_token, env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
@@ -109,7 +114,7 @@ def otlp_grpc_traces_target(
     inherits); the URL is where a shutdown probes whether anything listens.
     """
     options = _otlp_options(
-        settings, store_token, env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "v1/traces"
+        settings, store_token, env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, TRACES_PATH
     )
     url = (
         os.environ.get(env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
@@ -134,10 +139,10 @@ class _Signal(NamedTuple):
 
 
 _TRACES = _Signal(
-    env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "v1/traces", "trace_exporter", "OTLPSpanExporter"
+    env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, TRACES_PATH, "trace_exporter", "OTLPSpanExporter"
 )
 _METRICS = _Signal(
-    env.OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, "v1/metrics", "metric_exporter", "OTLPMetricExporter"
+    env.OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, METRICS_PATH, "metric_exporter", "OTLPMetricExporter"
 )
 
 _Exporter = TypeVar("_Exporter", SpanExporter, MetricExporter)

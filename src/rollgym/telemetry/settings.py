@@ -40,7 +40,9 @@ Protocol = Literal["http/protobuf", "grpc"]
 _EXPORTERS: tuple[str, ...] = ("otlp", "console", "none")
 _PROTOCOLS: tuple[str, ...] = ("http/protobuf", "grpc")
 #: The paths the OTLP/HTTP exporters add to a base URL, one a signal.
-_SIGNAL_PATHS: tuple[str, ...] = ("/v1/traces", "/v1/metrics")
+TRACES_PATH = "/v1/traces"
+METRICS_PATH = "/v1/metrics"
+_SIGNAL_PATHS: tuple[str, ...] = (TRACES_PATH, METRICS_PATH)
 #: Bounded per-request export timeout, so a dead endpoint costs the background thread seconds.
 DEFAULT_EXPORT_TIMEOUT_S = 10.0
 #: How long each process waits at its end for queued spans to reach the backend: generous, so
