@@ -472,6 +472,7 @@ def _announce_remote_store(host: str, local_endpoint: str, token: str) -> None:
     A generated token is printed (the user must hand it to the engine); one the user set in
     ``ROLLGYM_TRACE_STORE_TOKEN`` is named, not repeated.
     """
+    from rollgym.telemetry.pipeline.frames import TRACES_PATH
     from rollgym.tracestore.access import TOKEN_ENV, otel_headers_value
 
     port = local_endpoint.rsplit(":", 1)[1]
@@ -481,7 +482,7 @@ def _announce_remote_store(host: str, local_endpoint: str, token: str) -> None:
     print(
         f"rollgym: the trace store listens on {host}:{port} and requires a bearer token. An "
         f"engine elsewhere exports into it with: vllm serve ... --otlp-traces-endpoint "
-        f"http://{reach}:{port}/v1/traces and the environment "
+        f"http://{reach}:{port}{TRACES_PATH} and the environment "
         f"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf "
         f"OTEL_EXPORTER_OTLP_TRACES_HEADERS={headers}",
         file=sys.stderr,

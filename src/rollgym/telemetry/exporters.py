@@ -17,12 +17,8 @@ from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricExport
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 
 import rollgym.environment_variables as env
-from rollgym.telemetry.settings import (
-    METRICS_PATH,
-    TRACES_PATH,
-    ExporterKind,
-    TelemetrySettings,
-)
+from rollgym.telemetry.pipeline.frames import METRICS_PATH, TRACES_PATH
+from rollgym.telemetry.settings import ExporterKind, TelemetrySettings
 
 
 def _headers(
@@ -88,7 +84,7 @@ def otlp_http_traces_target(
     url = (
         os.environ.get(env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
         or _signal_endpoint(settings, env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, TRACES_PATH)
-        or "http://localhost:4318/v1/traces"
+        or "http://localhost:4318" + TRACES_PATH
     )
     headers = _headers(settings, store_token, env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
     if headers is None:

@@ -29,6 +29,7 @@ from rollgym.defaults import (
 )
 from rollgym.telemetry.content_capture import CAPTURE_MAX_BYTES
 from rollgym.telemetry.groups import SpanGroup, resolve_groups
+from rollgym.telemetry.pipeline.frames import METRICS_PATH, TRACES_PATH
 
 if TYPE_CHECKING:
     from rollgym.telemetry.config_block import TelemetryConfig
@@ -39,9 +40,6 @@ ExporterKind = Literal["otlp", "console", "none"]
 Protocol = Literal["http/protobuf", "grpc"]
 _EXPORTERS: tuple[str, ...] = ("otlp", "console", "none")
 _PROTOCOLS: tuple[str, ...] = ("http/protobuf", "grpc")
-#: The paths the OTLP/HTTP exporters add to a base URL, one a signal.
-TRACES_PATH = "/v1/traces"
-METRICS_PATH = "/v1/metrics"
 _SIGNAL_PATHS: tuple[str, ...] = (TRACES_PATH, METRICS_PATH)
 #: Bounded per-request export timeout, so a dead endpoint costs the background thread seconds.
 DEFAULT_EXPORT_TIMEOUT_S = 10.0

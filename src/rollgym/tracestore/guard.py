@@ -25,11 +25,11 @@ from collections.abc import Iterable
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from rollgym.telemetry.pipeline.frames import RECORDS_TYPE
+from rollgym.telemetry.pipeline.frames import METRICS_PATH, RECORDS_TYPE, TRACES_PATH
 from rollgym.tracestore.access import is_loopback
 from rollgym.tracestore.decode import JSON_TYPE, PROTOBUF_TYPE
 
-OTLP_PATHS = frozenset(("/v1/traces", "/v1/metrics"))
+OTLP_PATHS = frozenset((TRACES_PATH, METRICS_PATH))
 _LOOPBACK_NAMES = frozenset(("127.0.0.1", "localhost", "::1"))
 _ANY_ADDRESS = frozenset(("0.0.0.0", "::", ""))
 

@@ -22,6 +22,7 @@ from aiohttp import web
 
 from rollgym.files import write_atomically
 from rollgym.http import REQUEST_READ_TIMEOUT_S
+from rollgym.telemetry.pipeline.frames import TRACES_PATH
 from rollgym.tracestore.access import TOKEN_ENV, is_loopback, require_token
 from rollgym.tracestore.guard import allowed_hosts, guard_middleware
 from rollgym.tracestore.receiver import DEFAULT_MAX_BODY_BYTES, add_otlp_routes
@@ -137,7 +138,7 @@ async def serve(
     endpoint = f"http://{host}:{bound}"
     guarded = " (bearer token required)" if token else ""
     print(
-        f"rollgym trace store: {endpoint} (OTLP {endpoint}/v1/traces, db {db_path}){guarded}",
+        f"rollgym trace store: {endpoint} (OTLP {endpoint}{TRACES_PATH}, db {db_path}){guarded}",
         flush=True,
     )
     if ready_file is not None:

@@ -22,6 +22,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from rollgym.http import REQUEST_READ_TIMEOUT_S
+from rollgym.telemetry.pipeline.frames import METRICS_PATH, TRACES_PATH
 from rollgym.tracestore.decode import JSON_TYPE, PROTOBUF_TYPE, PayloadError, decompress
 from rollgym.tracestore.store_workers import StoreFull
 from rollgym.tracestore.writer import BatchWriter
@@ -55,8 +56,8 @@ def add_otlp_routes(
     app[WRITER_KEY] = writer
     app[MAX_BODY_KEY] = max_body
     app[READ_TIMEOUT_KEY] = read_timeout_s
-    app.router.add_post("/v1/traces", _traces)
-    app.router.add_post("/v1/metrics", _metrics)
+    app.router.add_post(TRACES_PATH, _traces)
+    app.router.add_post(METRICS_PATH, _metrics)
 
 
 def _is_json(request: web.Request) -> bool:

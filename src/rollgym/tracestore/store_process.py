@@ -26,6 +26,7 @@ import rollgym.start_gate as start_gate
 from rollgym.child_process import describe_exit, read_ready_file, spawn_child
 from rollgym.errors import LaunchError
 from rollgym.http.listen import bind_loopback
+from rollgym.telemetry.pipeline.frames import TRACES_PATH
 from rollgym.tracestore.access import TOKEN_ENV
 from rollgym.tracestore.serve_command import LINE_PREFIX
 from rollgym.tracestore.store import EXIT_UNUSABLE_STORE, UnusableStoreFile
@@ -57,7 +58,7 @@ class TraceStoreProcess:
 
     @property
     def traces_endpoint(self) -> str:
-        return self.endpoint + "/v1/traces"
+        return self.endpoint + TRACES_PATH
 
     def stop(self) -> int | None:
         """SIGTERM (the store commits pending batches), SIGKILL after 10 s; returns exit code."""

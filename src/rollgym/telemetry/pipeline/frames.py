@@ -15,6 +15,10 @@ import struct
 from typing import Any, BinaryIO
 
 HEADER = struct.Struct(">I")
+#: The OTLP/HTTP paths, one a signal: what the exporters add to a base URL and where the trace
+#: store receives (span records are posted to the same traces path).
+TRACES_PATH = "/v1/traces"
+METRICS_PATH = "/v1/metrics"
 #: Content-Type of a request body of span records, posted by the exporter child to the run's
 #: own trace store only (``tracestore.record_rows`` turns them into rows there): the records
 #: skip OTLP's encoding here and its decoding in the store. Every other destination, and
