@@ -116,6 +116,8 @@ async def serve(
             f"the trace store listens on {host}, beyond loopback: it needs a bearer token "
             f"(set {TOKEN_ENV})"
         )
+    # Said in the ready line: a mistyped --db would otherwise look like a run with no spans.
+    created = not db_path.exists()
     writer = BatchWriter(db_path)
     writer.start()
     # auto_decompress=False: receiver.decompress inflates gzip itself, bounded by max_body.
@@ -137,8 +139,10 @@ async def serve(
     bound = runner.addresses[0][1]
     endpoint = f"http://{host}:{bound}"
     guarded = " (bearer token required)" if token else ""
+    new = ", a new empty store" if created else ""
     print(
-        f"rollgym trace store: {endpoint} (OTLP {endpoint}{TRACES_PATH}, db {db_path}){guarded}",
+        f"rollgym trace store: {endpoint} (OTLP {endpoint}{TRACES_PATH}, db {db_path}{new})"
+        f"{guarded}",
         flush=True,
     )
     if ready_file is not None:
