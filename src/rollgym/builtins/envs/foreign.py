@@ -126,15 +126,13 @@ class ForeignOptions(EnvironmentOptions):
 class ForeignSession(Protocol):
     """One session on the foreign server, as the environment holds it."""
 
-    @property
-    def closed(self) -> bool: ...
+    closed: bool
 
 
 class LocalServer(Protocol):
     """A foreign server rollgym started for the environment: where it listens, how it stops."""
 
-    @property
-    def url(self) -> str: ...
+    url: str
 
     def stop(self) -> None: ...
 

@@ -44,18 +44,14 @@ if TYPE_CHECKING:
 
 
 class GrpoTrainer(Protocol):
-    """The part of ``trl.GRPOTrainer`` a rollout function reads."""
+    """The part of ``trl.GRPOTrainer`` a rollout function reads: attributes the trainer sets in
+    its ``__init__`` (read here, never written)."""
 
-    @property
-    def state(self) -> TrainerState: ...
-    @property
-    def model(self) -> TrainedModel: ...
-    @property
-    def num_generations(self) -> int: ...
-    @property
-    def num_generations_eval(self) -> int: ...
-    @property
-    def eos_token_ids(self) -> Sequence[int]: ...
+    state: TrainerState
+    model: TrainedModel
+    num_generations: int
+    num_generations_eval: int
+    eos_token_ids: Sequence[int]
 
 
 def prompts_of(rows: Iterable[Mapping[str, object]]) -> list[dict[str, str]]:
