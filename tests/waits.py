@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sized
+from typing import TypeVar
 
 #: Generous: a machine under ``stress-ng --cpu 2`` can take seconds for what takes milliseconds.
 DEFAULT_TIMEOUT_S = 60.0
+
+Seen = TypeVar("Seen", bound=Sized)
 
 
 def wait_for(
@@ -47,3 +50,28 @@ async def until(
     while not predicate():
         assert time.monotonic() < deadline, f"timed out after {timeout_s:g} s waiting for {what}"
         await asyncio.sleep(interval)
+
+
+def settled(
+    read: Callable[[], Seen],
+    quiet_s: float = 2.0,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    ready: Callable[[Seen], bool] = lambda seen: True,
+    interval: float = 0.2,
+) -> Seen:
+    """What ``read`` answers once ``ready`` holds and its size has not changed for ``quiet_s``
+    (or at ``timeout_s``): for what arrives in batches with no end marker (spans exported by
+    another process, a backend that ingests asynchronously). On a loaded machine a batch that
+    comes late starts the quiet time again, where a fixed sleep would have missed it."""
+    deadline = time.monotonic() + timeout_s
+    seen = read()
+    size, since = len(seen), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(interval)
+        seen = read()
+        now = time.monotonic()
+        if len(seen) != size or not ready(seen):
+            size, since = len(seen), now
+        elif now - since >= quiet_s:
+            break
+    return seen

@@ -12,10 +12,8 @@ keeps span links, each rollout's link to the job).
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ from telemetry_helpers import TracedJob, quick_rows, quickstart_job
 
 from backends import mlflow_traces
 from rollgym.telemetry import names
+from waits import settled
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -79,21 +78,6 @@ def _assert_messages(attributes: dict[str, Any]) -> None:
     assert answered and answered[0]["role"] == "assistant" and answered[0]["finish_reason"]
 
 
-def _settled(read: Callable[[], list[dict[str, Any]]], ready: Callable[[list], bool]) -> list:
-    """What ``read`` answers once ``ready`` holds and two reads a second apart agree (both
-    backends ingest asynchronously)."""
-    deadline = time.monotonic() + 90
-    last: list[dict[str, Any]] | None = None
-    while True:
-        got = read()
-        if ready(got) and last is not None and len(got) == len(last):
-            return got
-        if time.monotonic() > deadline:
-            return got
-        last = got if ready(got) else None
-        time.sleep(1.0)
-
-
 # --- Phoenix --------------------------------------------------------------------------------
 def _phoenix_spans(base: str) -> list[dict[str, Any]]:
     spans: list[dict[str, Any]] = []
@@ -120,7 +104,7 @@ def test_a_run_in_phoenix_is_agents_with_tools_llm_calls_and_rewards(
         verified = [s for s in spans if s["name"] == names.SPAN_VERIFY]
         return len(verified) == len(rewards) and any(s["name"] == names.SPAN_JOB for s in spans)
 
-    spans = _settled(lambda: _phoenix_spans(phoenix), ready)
+    spans = settled(lambda: _phoenix_spans(phoenix), 2.0, 90, ready, interval=1.0)
     by_name: dict[str, list[dict[str, Any]]] = {}
     for span in spans:
         by_name.setdefault(span["name"], []).append(span)
@@ -204,7 +188,7 @@ def test_a_run_in_mlflow_is_agents_with_tools_llm_calls_and_rewards(
         verified = [s for t in traces for s in t["spans"] if s["name"] == names.SPAN_VERIFY]
         return len(verified) == len(rewards)
 
-    traces = _settled(lambda: mlflow_traces(mlflow), ready)
+    traces = settled(lambda: mlflow_traces(mlflow), 2.0, 90, ready, interval=1.0)
     rollout_traces = {
         s["attributes"][names.ROLLOUT_ID]: t
         for t in traces

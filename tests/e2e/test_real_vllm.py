@@ -56,6 +56,7 @@ from rollgym.sandbox import unavailable_reason
 from rollgym.telemetry import names
 from rollgym.tracestore.store_process import start_trace_store
 from server_specs import agent_spec
+from waits import settled
 
 # the shape helpers and the committed record live beside the unit test that holds the
 # simulated engine to the same record
@@ -129,7 +130,9 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
             env=env,
         ):
             startup_s = time.monotonic() - started
-            time.sleep(2)  # 20 export intervals: the last start-up spans reach their store
+            # vLLM's start-up spans reach their store (exported every 0.1 s): once some came and
+            # none came for 2 s; a slow export on a loaded machine starts the 2 s again
+            settled(lambda: read_store(startup_db), ready=bool)
             startup_store.stop()
             yield Engine(url, store_port, model_dir, startup_s, startup_db)
     finally:

@@ -12,7 +12,6 @@ twice; delivered spans were received.
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,8 @@ import orjson
 import pytest
 from otlp_sink import OtlpSink
 from telemetry_helpers import TracedJob, quickstart_job
+
+from waits import settled
 
 pytestmark = pytest.mark.e2e
 
@@ -45,21 +46,6 @@ class Outcome:
         return sum(self.telemetry[key] for key in _COUNTS)
 
 
-def _settled(sink: OtlpSink, quiet_s: float = 2.0, limit_s: float = 60.0) -> int:
-    """The sink's span count once it stopped growing (a request the kernel still delivers
-    after its sender ended arrives late at a tarpit)."""
-    deadline = time.monotonic() + limit_s
-    last, since = -1, time.monotonic()
-    while time.monotonic() < deadline:
-        now = len(sink.span_ids())
-        if now != last:
-            last, since = now, time.monotonic()
-        elif time.monotonic() - since >= quiet_s:
-            break
-        time.sleep(0.2)
-    return last
-
-
 def _run(root: Path, mode: str) -> Outcome:
     job = quickstart_job(root, telemetry={"flush_timeout_s": FLUSH_S}, repeats=20, concurrency=32)
     with OtlpSink(mode, answer_after_s=60.0, read_bytes_per_s=100_000) as sink:
@@ -73,7 +59,7 @@ def _run(root: Path, mode: str) -> Outcome:
             timeout=300,
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
-        received = _settled(sink)
+        received = len(settled(sink.span_ids))
         return Outcome(job, proc.stderr, received, sink.duplicates())
 
 
