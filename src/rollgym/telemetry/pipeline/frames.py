@@ -5,6 +5,10 @@ the child's settings, every later one a list of span records, each packed on its
 (:func:`pack_record`) when its span ended. marshal (rather than pickle or JSON) because both
 ends are the same interpreter build, it is the fastest serialiser CPython has for tuples of
 ints and strings, and it cannot run code.
+
+The child's side of the wire is here too: the OTLP/HTTP paths it posts to and the content type
+of a span-records body, which the trace store imports from here to receive them (this module
+loads nothing, so the store does not load the telemetry config to know its own routes).
 """
 
 from __future__ import annotations
