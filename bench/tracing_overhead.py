@@ -22,7 +22,19 @@ rollout of the other processes (the agent, the span exporter child, the trace st
 loop, decoders and writer), the CPU per span of all of them
 (traced minus off, divided by the two spans a rollout makes) and the span counts.
 
+``--equal-load`` adds rounds of tracing off and ``process`` offered the same rate (rows
+released at a fixed pace: 80% of the slowest traced median), so both do the same work per
+second and no process's CPU a rollout moves with the throughput itself. Unpaced, a slower
+driver makes the agent serve fewer requests a wake-up (its CPU a rollout rises though it
+records nothing); paced, the difference is the spans' own work at that rate (the store then
+commits smaller batches than at full speed, which costs it more a span).
+
+``--busy-driver US`` adds rounds with tracing off and the driver made slower by a plain busy
+loop of ``US`` µs of CPU a rollout (no span): what being slower alone does to every
+process's CPU a rollout, to read the unpaced figures against.
+
     python bench/tracing_overhead.py [--quick] [-n 10000] [--rounds 4] [--child-only]
+                                     [--equal-load] [--busy-driver US]
 """
 
 from __future__ import annotations
@@ -36,7 +48,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
 
 import psutil
@@ -145,16 +157,42 @@ class _CollectorClock:
         gc.callbacks.remove(self)
 
 
-async def collect(url: str, n: int) -> float:
-    """Rollouts per second of ``n`` rows through the Collector (rows, admission, dispatch)."""
+async def paced_rows(n: int, rate: float) -> AsyncIterator[dict[str, int]]:
+    """``n`` rows released at ``rate`` a second (in bursts of at least a millisecond, so the
+    pacing's timers cost both sides of a comparison alike and little)."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    for i in range(n):
+        ahead = start + i / rate - loop.time()
+        if ahead > 0.001:
+            await asyncio.sleep(ahead)
+        yield {"q": i}
+
+
+def busy(seconds: float) -> None:
+    """Spend ``seconds`` of this thread's CPU doing nothing else."""
+    until = time.thread_time() + seconds
+    while time.thread_time() < until:
+        pass
+
+
+async def collect(url: str, n: int, rate: float | None = None, busy_s: float = 0.0) -> float:
+    """Rollouts per second of ``n`` rows through the Collector (rows, admission, dispatch);
+    ``rate``: rows offered at that pace instead of as fast as the Collector takes them;
+    ``busy_s``: CPU spent on the event loop for each outcome, as a slower driver would."""
+    rows: Iterable[dict[str, int]] | AsyncIterator[dict[str, int]] = (
+        ({"q": i} for i in range(n)) if rate is None else paced_rows(n, rate)
+    )
     async with Collector({"agent": url}, agent="agent", concurrency=CONCURRENCY) as collector:
         with _CollectorClock() as clock:
             start = time.perf_counter()
             cpu = time.process_time()
             done = 0
-            async for outcome in collector.stream({"q": i} for i in range(n)):
+            async for outcome in collector.stream(rows):
                 assert outcome.reward == 1  # type: ignore[union-attr]
                 done += 1
+                if busy_s:
+                    busy(busy_s)
             elapsed = time.perf_counter() - start
             last_cpu_per_rollout[0] = (time.process_time() - cpu) / n
         last_gc[0], last_gc[1] = clock.collections / n, clock.seconds / n
@@ -163,7 +201,7 @@ async def collect(url: str, n: int) -> float:
 
 
 async def traced_round(
-    url: str, n: int, endpoint: str, pipeline: str
+    url: str, n: int, endpoint: str, pipeline: str, rate: float | None = None
 ) -> tuple[float, dict[str, int], float]:
     """One traced round; ``pipeline`` is ``process`` (the exporter child, what a run uses) or
     ``in-process`` (the SDK's OTLP/HTTP exporter fed in this process). Also returns the CPU
@@ -193,14 +231,14 @@ async def traced_round(
         shipper = handle.processor
         if isinstance(shipper, SpanShipper):
             child_starts.append(_how_started(shipper.child_pid))
-        rate = await collect(url, n)
+        achieved = await collect(url, n, rate)
         if shipper is not None:
             await _on_own_thread(shipper.flush, 30.0)
         if isinstance(shipper, SpanShipper):
             child_s = _OtherProcesses.cpu(psutil.Process(shipper.child_pid))
     finally:
         await _on_own_thread(handle.shutdown, 30.0)
-    return rate, handle.counts(), child_s
+    return achieved, handle.counts(), child_s
 
 
 #: How each traced round's exporter child started: ``forked`` (as ``rollgym run``'s driver
@@ -272,6 +310,81 @@ async def measure(
     return out
 
 
+async def measure_equal_load(
+    url: str, n: int, rounds: int, endpoint: str, others: _OtherProcesses, rate: float
+) -> dict[str, list]:
+    """Interleaved rounds of tracing off and ``process`` with ``n`` rows offered at ``rate``:
+    per round, (achieved rate, this process's CPU a rollout, the others' per rollout)."""
+    out: dict[str, list] = {"off": [], "process": []}
+    for _ in range(rounds):
+        configure_gate((), tracing_active=False)
+        others.start()
+        achieved = await collect(url, n, rate)
+        out["off"].append((achieved, last_cpu_per_rollout[0], others.per_rollout(n, 0.0)))
+        others.start()
+        achieved, _, child_s = await traced_round(url, n, endpoint, "process", rate)
+        out["process"].append((achieved, last_cpu_per_rollout[0], others.per_rollout(n, child_s)))
+    return out
+
+
+async def measure_busy(
+    url: str, n: int, rounds: int, others: _OtherProcesses, busy_s: float
+) -> dict[str, list]:
+    """Interleaved rounds with tracing off, the driver as is and ``busy_s`` slower a rollout:
+    per round, (rate, this process's CPU a rollout, the others' per rollout)."""
+    configure_gate((), tracing_active=False)
+    out: dict[str, list] = {"as is": [], "busy": []}
+    for _ in range(rounds):
+        for way, extra in (("as is", 0.0), ("busy", busy_s)):
+            others.start()
+            rate = await collect(url, n, busy_s=extra)
+            out[way].append((rate, last_cpu_per_rollout[0], others.per_rollout(n, 0.0)))
+    return out
+
+
+def print_busy(result: dict[str, list], busy_s: float) -> None:
+    """What a driver slower by ``busy_s`` a rollout, and nothing else, costs every process."""
+    print(f"tracing off, the driver busy {busy_s * 1e6:.0f} us more a rollout (no span):")
+    totals = {}
+    for way in ("as is", "busy"):
+        rounds = result[way]
+        rate = statistics.median(r[0] for r in rounds)
+        driver = statistics.median(r[1] for r in rounds)
+        agent = statistics.median(r[2][0] for r in rounds)
+        totals[way] = driver + agent
+        print(
+            f"  {way:8} {rate:,.0f} /s; CPU a rollout: driver {driver * 1e6:.1f} us, "
+            f"agent {agent * 1e6:.1f}"
+        )
+    added = totals["busy"] - totals["as is"]
+    print(
+        f"  CPU added a rollout, both processes: {added * 1e6:.1f} us for {busy_s * 1e6:.0f} us "
+        f"of work ({added / busy_s:.1f}x)"
+    )
+
+
+def print_equal_load(result: dict[str, list], rate: float) -> None:
+    """The equal-load rounds: CPU a rollout by process, and CPU a span traced minus off."""
+    print(f"equal load: both ways offered {rate:,.0f} rollouts/s")
+    totals = {}
+    for way in ("off", "process"):
+        rounds = result[way]
+        achieved = " ".join(f"{r[0]:,.0f}" for r in rounds)
+        driver = statistics.median(r[1] for r in rounds)
+        agent, child, store = (statistics.median(r[2][i] for r in rounds) for i in range(3))
+        totals[way] = driver + agent + child + store
+        print(
+            f"  {way:8} achieved {achieved} /s; CPU a rollout: driver {driver * 1e6:.1f} us, "
+            f"agent {agent * 1e6:.1f}, span exporter child {child * 1e6:.1f}, "
+            f"trace store {store * 1e6:.1f}"
+        )
+    per_span = (totals["process"] - totals["off"]) / SPANS_PER_ROLLOUT
+    print(
+        f"  CPU per span at equal load, all processes (traced minus off): "
+        f"{per_span * 1e6:.1f} us (goal <= 10 us)"
+    )
+
+
 def child_start_up_s(endpoint: str, spawned: bool) -> float:
     """CPU seconds one span exporter child spends starting (imports, config; with ``spawned``
     a new interpreter too), read once it has sat idle for a second: the part of a round's
@@ -299,6 +412,18 @@ def main() -> None:
     parser.add_argument(
         "--child-only", action="store_true", help="skip the in-process exporter rounds"
     )
+    parser.add_argument(
+        "--equal-load",
+        action="store_true",
+        help="also run tracing off and on offered the same rate (see the module docstring)",
+    )
+    parser.add_argument(
+        "--busy-driver",
+        type=float,
+        default=0.0,
+        metavar="US",
+        help="also run tracing off with the driver busy US µs more a rollout",
+    )
     args = parser.parse_args()
     n, rounds = (3_000, 3) if args.quick else (args.n, args.rounds)
     pipelines: tuple[str, ...] = ("process", "process-otlp")
@@ -312,6 +437,14 @@ def main() -> None:
                 result = event_loop.run(
                     measure(agent.url, n, rounds, store.endpoint, pipelines, others)
                 )
+                if args.equal_load:
+                    pace = 0.8 * min(statistics.median(result[way]) for way in pipelines)
+                    equal = event_loop.run(
+                        measure_equal_load(agent.url, n, rounds, store.endpoint, others, pace)
+                    )
+                busy_s = args.busy_driver / 1e6
+                if busy_s:
+                    slowed = event_loop.run(measure_busy(agent.url, n, rounds, others, busy_s))
                 start_up_s = {
                     way: child_start_up_s(store.endpoint, way == "spawned")
                     for way in ("forked", "spawned")
@@ -373,6 +506,10 @@ def main() -> None:
             f"  of the span exporter child's CPU, its start-up {way} (once per process): "
             f"{seconds:.2f} s, {seconds / n * 1e6:.1f} us a rollout of a {n}-rollout round"
         )
+    if args.equal_load:
+        print_equal_load(equal, pace)
+    if busy_s:
+        print_busy(slowed, busy_s)
 
 
 def _collections(rounds: list[tuple[float, float]]) -> str:
