@@ -34,24 +34,28 @@ def _logs_quiet(out: Path) -> None:
         _assert_quiet(log.read_text(errors="replace"), log.name)
 
 
-def _traced(root: Path, url: str) -> TracedJob:
+def _traced(root: Path, url: str) -> tuple[TracedJob, str]:
+    """The run's job and its console (stderr)."""
     job = quickstart_job(root, telemetry={"flush_timeout_s": 5.0}, repeats=3, concurrency=32)
     otlp = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_METRICS_EXPORTER": "otlp"}
     proc = job.run(env={**otlp, "OTEL_EXPORTER_OTLP_ENDPOINT": url}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     _assert_quiet(proc.stderr, "console")
     assert "span(s) dropped (export_failed)" in proc.stderr  # the one line that says it
-    return job
+    return job, proc.stderr
 
 
 def test_a_dead_endpoint_is_reported_without_a_traceback(tmp_path: Path) -> None:
-    job = _traced(tmp_path, f"http://127.0.0.1:{closed_port()}")
+    job, console = _traced(tmp_path, f"http://127.0.0.1:{closed_port()}")
     _logs_quiet(job.out)
+    assert "is unreachable (connection refused" in console  # rollgym's own line says it once
+    # ... and the SDK exporters' retry lines do not say it again
+    assert "Transient error" not in console, console[-3000:]
 
 
 def test_an_endpoint_answering_500_is_reported_without_a_traceback(tmp_path: Path) -> None:
     with failing_endpoint() as (url, _handler):
-        job = _traced(tmp_path, url)
+        job, _ = _traced(tmp_path, url)
     _logs_quiet(job.out)
 
 

@@ -143,6 +143,7 @@ class JobTelemetry:
             traces_endpoint,
             unreachable,
         )
+        from rollgym.telemetry.setup import quiet_retries_to_unreachable_endpoint
 
         if not needs_probe(settings):
             return settings
@@ -156,6 +157,7 @@ class JobTelemetry:
                 key_path="telemetry.require_exporter",
             )
         self.unreachable_endpoint = target
+        quiet_retries_to_unreachable_endpoint()
         report_to_stderr(
             f"rollgym: telemetry: the OTLP endpoint {target} is unreachable ({problem}); the "
             "run goes on, and its spans wait for the endpoint until the run ends "

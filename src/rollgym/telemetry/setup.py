@@ -217,6 +217,24 @@ def _drop_our_shutdown_lines(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith(_OUR_SHUTDOWN_LINES)
 
 
+#: How the SDK's OTLP exporters begin the line they log before each retry.
+_RETRY_LINE = "Transient error"
+
+
+def _drop_retry_lines(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(_RETRY_LINE)
+
+
+def quiet_retries_to_unreachable_endpoint() -> None:
+    """This process already said, in its own line, that the OTLP endpoint is unreachable: the
+    SDK exporters' ``Transient error ... Max retries exceeded ... retrying in 0.90s`` lines
+    would say it again, as a library's message. Failures that are not retries still show."""
+    for name in _EXPORTER_LOGGERS:
+        logger = logging.getLogger(name)
+        if _drop_retry_lines not in logger.filters:
+            logger.addFilter(_drop_retry_lines)
+
+
 #: What a process whose flush limit ran out during its servers' shutdown still gets for spans
 #: it recorded last: a healthy backend answers in far less, and only a broken one waits it out.
 LAST_SPANS_FLOOR_S = 5.0
