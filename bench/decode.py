@@ -25,16 +25,16 @@ sys.path.insert(0, str(Path(__file__).parent))
 from ingest import encode_batches  # noqa: E402
 from store_path_cpu import RESOURCE, rollout  # noqa: E402
 
-from rollgym.telemetry.pipeline.frames import pack_record, pack_records  # noqa: E402
+from rollgym.telemetry.pipeline.frames import frame_records, pack_batch, pack_records  # noqa: E402
 from rollgym.tracestore import native, record_rows, wire_rows  # noqa: E402
 from rollgym.tracestore.store import SCHEMA, ResourceRegistry  # noqa: E402
 
 
 def _records_bodies(spans: int, per_body: int) -> list[bytes]:
     resource = marshal.dumps(RESOURCE)
-    records = [pack_record(record) for n in range(spans // 2) for record in rollout(n)]
+    records = [record for n in range(spans // 2) for record in rollout(n)]
     return [
-        pack_records(resource, records[at : at + per_body])
+        pack_records(resource, frame_records(pack_batch(records[at : at + per_body])))
         for at in range(0, len(records), per_body)
     ]
 

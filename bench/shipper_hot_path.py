@@ -16,7 +16,11 @@ and ``off`` (tracing off). Prints the driver's CPU per rollout (``time.process_t
 threads) and its garbage collections per round, medians over the rounds. CPU is the figure:
 the wall rate follows whatever else the machine runs.
 
-    python bench/shipper_hot_path.py [-n 3000] [--rounds 5]
+The young-generation threshold is raised as ``setup_telemetry`` raises it in every process a
+run traces (:mod:`rollgym.telemetry.young_gc`); ``--no-gc-hold`` keeps CPython's default, to
+see what queued records cost the collector without it.
+
+    python bench/shipper_hot_path.py [-n 3000] [--rounds 5] [--no-gc-hold]
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from _minimal_agent import AgentProcess  # noqa: E402
 
 from rollgym import Collector, event_loop  # noqa: E402
 from rollgym.defaults import SPAN_EXPORT_BATCH_SIZE  # noqa: E402
+from rollgym.telemetry import young_gc  # noqa: E402
 from rollgym.telemetry._state import state  # noqa: E402
 from rollgym.telemetry.groups import ALL_GROUPS, configure_gate  # noqa: E402
 from rollgym.telemetry.pipeline.recording import RecordingTracerProvider  # noqa: E402
@@ -103,7 +108,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("-n", type=int, default=3000, help="rollouts per round")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--no-gc-hold", action="store_true", help="keep CPython's young-generation threshold"
+    )
     args = parser.parse_args()
+    if not args.no_gc_hold:
+        young_gc.hold()
     with tempfile.TemporaryDirectory(prefix="rollgym-bench-") as tmp:
         store = start_trace_store(Path(tmp) / "traces.db", Path(tmp) / "store.log")
         shipper = SpanShipper(
@@ -123,6 +133,7 @@ def main() -> None:
             shipper.shutdown(30.0)
             store.stop()
     print(f"{args.n} rollouts a round, {args.rounds} rounds interleaved, concurrency {CONCURRENCY}")
+    print(f"young-generation GC threshold: {gc.get_threshold()[0]}")
     print(f"{'sink':16s} {'driver CPU a rollout':>21s} {'collections a round':>20s}")
     for name, rounds in result.items():
         cpu = statistics.median(r[0] for r in rounds) * 1e6

@@ -10,8 +10,11 @@ the rounds (CPU time, microseconds a rollout):
   (``spans.dispatch_span``, ``spans.http_client_span``, ``context.inject_span``,
   ``record_dispatch_outcome``, the trace id formatted once), as ``driver/dispatch.py`` and
   ``http/client.py`` call them;
-- ``helpers + marshal``: that, each record packed with ``marshal.dumps`` as the shipper packs
-  it when its span ends.
+- ``helpers + packed``: that, the records packed as the shipper packs them: kept until a
+  batch (512) is full, then marshalled as one (``frames.pack_batch``, done by the shipper's
+  writer thread in a run);
+- ``helpers + each packed``: instead each record marshalled on its own as its span ends, as
+  the shipper did before batches were packed whole.
 
 The difference between two lines is what one layer costs: the glue around recording, then
 packing. What the bench leaves out (the traced HTTP client's request, the shipper's writer
@@ -30,10 +33,12 @@ from typing import Any
 
 from opentelemetry.trace import SpanKind
 
+from rollgym.defaults import SPAN_EXPORT_BATCH_SIZE
 from rollgym.telemetry import runtime_context, spans
 from rollgym.telemetry._state import state
 from rollgym.telemetry.context import inject_span
 from rollgym.telemetry.groups import ALL_GROUPS, configure_gate
+from rollgym.telemetry.pipeline.frames import pack_batch
 from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
 from rollgym.telemetry.sampling import TimeOrderedIdGenerator
 
@@ -68,23 +73,37 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     kept: list[Any] = []
+
+    def held(pack: Callable[[list[Any]], object] | None, record: Any) -> None:
+        """Keep ``record`` as a queue would until a batch is full, then ``pack`` the batch."""
+        kept.append(record)
+        if len(kept) == SPAN_EXPORT_BATCH_SIZE:
+            if pack is not None:
+                pack(kept)
+            kept.clear()
+
+    sinks: dict[str, Callable[[Any], None]] = {
+        "kept": lambda record: held(None, record),
+        "by batch": lambda record: held(pack_batch, record),
+        "each": lambda record: held(None, marshal.dumps(record)),
+    }
     tracers = {
-        packed: RecordingTracerProvider(
-            (lambda record: kept.append(marshal.dumps(record))) if packed else kept.append,
-            id_generator=TimeOrderedIdGenerator(),
-        ).get_tracer("rollgym")
-        for packed in (False, True)
+        way: RecordingTracerProvider(sink, id_generator=TimeOrderedIdGenerator()).get_tracer(
+            "rollgym"
+        )
+        for way, sink in sinks.items()
     }
     configure_gate(tuple(ALL_GROUPS), tracing_active=True)
-    pieces: dict[str, tuple[Callable[[], None], bool]] = {
-        "recording": (recording_only, False),
-        "helpers": (through_helpers, False),
-        "helpers + marshal": (through_helpers, True),
+    pieces: dict[str, tuple[Callable[[], None], str]] = {
+        "recording": (recording_only, "kept"),
+        "helpers": (through_helpers, "kept"),
+        "helpers + packed": (through_helpers, "by batch"),
+        "helpers + each packed": (through_helpers, "each"),
     }
     best = dict.fromkeys(pieces, float("inf"))
     for round_ in range(args.rounds + 1):  # the first round warms every path, uncounted
-        for name, (piece, packed) in pieces.items():
-            state.tracer = tracers[packed]
+        for name, (piece, way) in pieces.items():
+            state.tracer = tracers[way]
             kept.clear()
             started = time.process_time()
             for _ in range(args.rollouts):
@@ -97,9 +116,12 @@ def main() -> None:
         f"{args.rollouts} rollouts a round, best of {args.rounds} rounds, CPU a rollout (2 spans)"
     )
     for name, us in best.items():
-        print(f"{name:>18}: {us:6.2f} us  ({us / 2:.2f} us a span)")
+        print(f"{name:>22}: {us:6.2f} us  ({us / 2:.2f} us a span)")
     print(f"helpers around recording: {best['helpers'] - best['recording']:.2f} us a rollout")
-    print(f"marshal of two records:   {best['helpers + marshal'] - best['helpers']:.2f} us")
+    print(
+        f"packing two records: {best['helpers + packed'] - best['helpers']:.2f} us by batch, "
+        f"{best['helpers + each packed'] - best['helpers']:.2f} us each on its own"
+    )
 
 
 if __name__ == "__main__":

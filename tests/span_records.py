@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rollgym.telemetry import names
-from rollgym.telemetry.pipeline.frames import pack_record, pack_records
+from rollgym.telemetry.pipeline.frames import frame_records, pack_batch, pack_records
 
 RESOURCE = {"service.name": "rollgym-driver", names.RUN_ID: "run-r", "host.cores": 2}
 SCOPE = ("rollgym", "1.0", None)
@@ -40,4 +40,4 @@ def span_record(n: int, **fields: Any) -> tuple[Any, ...]:
 
 def records_body(records: list[tuple[Any, ...]], resource: Mapping[str, Any] = RESOURCE) -> bytes:
     """The body an exporter child posts for ``records``."""
-    return pack_records(marshal.dumps(dict(resource)), [pack_record(r) for r in records])
+    return pack_records(marshal.dumps(dict(resource)), frame_records(pack_batch(records)))

@@ -9,7 +9,7 @@ The pipeline (:mod:`rollgym.telemetry.pipeline`): rollgym's recording provider
 id generators as the SDK's) turns each finished span into one record and hands it to an
 exporter side. For OTLP (the run's local trace store, or any OTLP backend: what a run uses
 by default) that is the :class:`~rollgym.telemetry.pipeline.shipper.SpanShipper`, which ships
-packed records to an exporter child process that encodes OTLP/HTTP and posts it, or hands
+records in batches to an exporter child process that encodes OTLP/HTTP and posts it, or hands
 them to the SDK's OTLP/gRPC exporter. For the console, an exporter passed in (tests,
 benches), or OTLP when the child cannot start, it is
 :class:`~rollgym.telemetry.pipeline.in_process.InProcessExport`, which turns the same records

@@ -4,9 +4,10 @@ Why: a run's own processes (the driver, the servers it launches) export to the r
 store. On that path, OTLP meant an encode in the exporter child (about 3-4 µs a span,
 compiled) and a parse plus a wire walk in a store decoder (about 3-6 µs a span, compiled)
 only to arrive at the rows the records already hold. The child now posts the records it got
-from the shipper as they are (:data:`~rollgym.telemetry.pipeline.frames.RECORDS_TYPE`), and
-a store decoder reads them here, straight into :func:`~rollgym.tracestore.span_rows.add_span`:
-the same function the OTLP readers end in, so the two paths cannot disagree on a column.
+from the shipper as they are (:data:`~rollgym.telemetry.pipeline.frames.RECORDS_TYPE`: a
+batch of records marshalled as one), and the store's writer reads them here, straight into
+:func:`~rollgym.tracestore.span_rows.add_span`: the same function the OTLP readers end in, so
+the two paths cannot disagree on a column.
 
 What OTLP would have done to a record is done here too, so a span is stored the same way
 whichever path it took (``tests/unit/tracestore/test_record_rows.py`` compares the two):
@@ -53,7 +54,9 @@ def rows_from_records(body: bytes, resource_id: ResourceIds) -> SpanBatch:
     if version != RECORDS_FORMAT:
         raise PayloadError(f"span records of format {version!r}; this store reads {RECORDS_FORMAT}")
     try:
-        records = [marshal.loads(raw) for raw in packed]
+        records = marshal.loads(packed)
+        if type(records) is not list:
+            raise PayloadError("invalid span records body: the records are not a list")
         try:
             return _rows(resource, records, resource_id)
         except Exception:

@@ -4,8 +4,6 @@ pipeline to the OTLP bytes it sends, so nothing is lost where records are packed
 
 from __future__ import annotations
 
-import marshal
-
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.trace import INVALID_SPAN
@@ -13,7 +11,7 @@ from opentelemetry.trace import INVALID_SPAN
 from rollgym.telemetry import names, spans
 from rollgym.telemetry._state import state
 from rollgym.telemetry.pipeline import records as R
-from rollgym.telemetry.pipeline.frames import pack_record, unpack_frame
+from rollgym.telemetry.pipeline.frames import pack_batch, unpack_frame
 from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
 from rollgym.telemetry.pipeline.wire import encode_request
 
@@ -104,7 +102,7 @@ def test_the_recording_pipeline_sends_every_genai_attribute_and_the_event(monkey
     provider = RecordingTracerProvider(records.append)
     monkeypatch.setattr(state, "tracer", provider.get_tracer("rollgym"))
     _one_rollout()
-    frame = unpack_frame(marshal.dumps([pack_record(r) for r in records]))
+    frame = unpack_frame(pack_batch(records))
     request = ExportTraceServiceRequest()
     request.ParseFromString(encode_request({"service.name": "t"}, frame))
     sent = {s.name: s for s in request.resource_spans[0].scope_spans[0].spans}

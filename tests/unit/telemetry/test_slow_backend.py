@@ -9,6 +9,7 @@ send smaller requests from then on, and deliver the rest.
 from __future__ import annotations
 
 import asyncio
+import marshal
 import socket
 import threading
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from aiohttp_loopback import serve_on_loopback
 from rollgym.telemetry.loss_report import loss_line, loss_warnings
 from rollgym.telemetry.pipeline import child
+from rollgym.telemetry.pipeline.frames import RECORDS_FORMAT, RECORDS_TYPE
 from rollgym.telemetry.pipeline.shipper import SpanShipper
 from waits import wait_for
 
@@ -40,8 +42,14 @@ class SlowReceiver:
         self._runner: web.AppRunner | None = None
 
     async def _traces(self, request: web.Request) -> web.Response:
-        message = ExportTraceServiceRequest.FromString(await request.read())
-        n = sum(len(s.spans) for r in message.resource_spans for s in r.scope_spans)
+        body = await request.read()
+        if request.content_type == RECORDS_TYPE:  # the run's own store's way: span records
+            version, _resource, packed = marshal.loads(body)
+            assert version == RECORDS_FORMAT
+            n = len(marshal.loads(packed))
+        else:
+            message = ExportTraceServiceRequest.FromString(body)
+            n = sum(len(s.spans) for r in message.resource_spans for s in r.scope_spans)
         self.sizes.append(n)
         if n > FAST_UP_TO:
             await asyncio.sleep(3 * TIMEOUT_S)  # past the client's timeout, then store
@@ -92,7 +100,12 @@ def _record(i: int) -> tuple[Any, ...]:
     )
 
 
-def test_timed_out_batches_are_unknown_and_later_ones_smaller(receiver: SlowReceiver) -> None:
+@pytest.mark.parametrize("records", [False, True], ids=["otlp", "span-records"])
+def test_timed_out_batches_are_unknown_and_later_ones_smaller(
+    receiver: SlowReceiver, records: bool
+) -> None:
+    """Both ways the child posts: OTLP, and span records (to the run's own store), where a
+    batch that fits is posted as it came and a larger one is split into parts."""
     shipper = SpanShipper(
         url=receiver.url + "/v1/traces",
         headers=None,
@@ -101,6 +114,7 @@ def test_timed_out_batches_are_unknown_and_later_ones_smaller(receiver: SlowRece
         max_export_batch_size=256,
         # no timed send: the first batch goes out when 256 are queued, whatever the load
         schedule_delay_ms=60_000,
+        records=records,
     )
     for i in range(600):
         shipper.on_end(_record(i))

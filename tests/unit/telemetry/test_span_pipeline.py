@@ -40,11 +40,11 @@ from rollgym.telemetry import spans
 from rollgym.telemetry.groups import ALL_GROUPS
 from rollgym.telemetry.pipeline import records as R
 from rollgym.telemetry.pipeline import shipper as shipper_module
-from rollgym.telemetry.pipeline.frames import pack_record, unpack_frame
+from rollgym.telemetry.pipeline.frames import pack_batch, unpack_frame
 from rollgym.telemetry.pipeline.in_process import InProcessExport
 from rollgym.telemetry.pipeline.readable import readable_span
 from rollgym.telemetry.pipeline.recording import RecordingTracerProvider
-from rollgym.telemetry.pipeline.shipper import SpanShipper, clean_record
+from rollgym.telemetry.pipeline.shipper import SpanShipper
 from rollgym.telemetry.pipeline.wire import encode_request
 from rollgym.telemetry.sampling import SingleTraceIdGenerator
 from rollgym.telemetry.settings import TelemetrySettings
@@ -145,7 +145,7 @@ def _our_records() -> list[R.SpanRecord]:
 
 def test_our_encoding_of_our_spans_equals_the_sdk_encoding_of_sdk_spans() -> None:
     # what crosses the pipe: each record packed as its span ended, a frame of them
-    records = unpack_frame(marshal.dumps([pack_record(r) for r in _our_records()]))
+    records = unpack_frame(pack_batch(_our_records()))
     ours = ExportTraceServiceRequest()
     ours.ParseFromString(encode_request(RESOURCE, records))
     theirs = _sdk_request()
@@ -196,23 +196,20 @@ def _records_of(body: Callable[[trace.Tracer], None], **kw: Any) -> list[R.SpanR
     return records
 
 
-def test_invalid_attribute_types_are_cleaned_before_the_pipe() -> None:
+def test_attribute_values_are_checked_and_copied_as_the_span_starts() -> None:
     class Opaque:
         pass
 
+    listed = ["a", "b"]
     (record,) = _records_of(
-        lambda t: t.start_span("s", attributes={"bad": Opaque(), "good": "x"}).end()
+        lambda t: t.start_span("s", attributes={"bad": Opaque(), "good": "x", "l": listed}).end()
     )
-    with pytest.raises(ValueError):
-        marshal.dumps([record])
-    cleaned = clean_record(record)
-    assert cleaned[R.ATTRIBUTES] == {"good": "x"}
-    assert marshal.loads(marshal.dumps([cleaned]))[0][R.NAME] == "s"
+    listed.append("changed later")  # the record is packed after the span ended: a copy
+    assert record[R.ATTRIBUTES] == {"good": "x", "l": ("a", "b")}
+    assert marshal.loads(marshal.dumps([record]))[0][R.NAME] == "s"
 
 
-def test_the_shipper_cleans_what_marshal_refuses_and_the_store_gets_the_rest(
-    tmp_path: Path,
-) -> None:
+def test_a_record_marshal_refuses_costs_only_its_own_span(tmp_path: Path) -> None:
     class Opaque:
         pass
 
@@ -222,10 +219,15 @@ def test_the_shipper_cleans_what_marshal_refuses_and_the_store_gets_the_rest(
         provider = RecordingTracerProvider(shipper.on_end, on_flush=shipper.flush)
         tracer = provider.get_tracer("rollgym")
         tracer.start_span("bad", attributes={"bad": Opaque(), "good": "x"}).end()
+        unpackable = tracer.start_span("renamed")
+        unpackable.update_name(Opaque())  # type: ignore[arg-type]  # the API does not check
+        unpackable.end()
         tracer.start_span("fine", attributes={"n": 1}).end()
         assert provider.force_flush(30_000)
         shipper.shutdown(timeout_s=10.0)
-        assert shipper.counts.exported == 2
+        counts = shipper.counts.snapshot()
+        assert counts["spans_exported"] == 2
+        assert counts["spans_dropped_by_reason"] == {"export_failed": 1}
     finally:
         store.stop()
     with sqlite3.connect(tmp_path / "traces.db") as db:

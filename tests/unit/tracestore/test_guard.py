@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from rollgym.telemetry.pipeline.frames import RECORDS_TYPE, pack_records
+from rollgym.telemetry.pipeline.frames import RECORDS_TYPE, pack_batch, pack_records
 from rollgym.tracestore.guard import allowed_hosts, host_name
 from rollgym.tracestore.store_process import TraceStoreProcess, start_trace_store
 
@@ -97,7 +97,7 @@ def test_span_records_are_taken_from_this_machine_only(tmp_path: Path) -> None:
     )
     try:
         port = store.endpoint.rsplit(":", 1)[1]
-        body = pack_records(marshal.dumps({"service.name": "guard-test"}), [])
+        body = pack_records(marshal.dumps({"service.name": "guard-test"}), pack_batch([])[4:])
         auth = {"Authorization": f"Bearer {token}"}
         records = {**auth, "Content-Type": RECORDS_TYPE}
         protobuf = {**auth, "Content-Type": "application/x-protobuf"}

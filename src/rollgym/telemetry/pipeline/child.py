@@ -13,15 +13,15 @@ run as ``python -m rollgym.telemetry.pipeline.child``. Either way it is a proces
 with its own GIL, so protobuf encoding and HTTP never compete with the recording process's
 event loop.
 
-Protocol (all frames are a 4-byte big-endian length, then :mod:`marshal` bytes):
+Protocol (all frames are a 4-byte big-endian length, then that many bytes):
 
 - first frame: a dict ``{"url", "headers", "timeout_s", "patience_s", "compression",
-  "resource"}``;
-- every later frame: a list of span records, each marshalled on its own as its span ended
-  (:func:`~rollgym.telemetry.pipeline.frames.unpack_frame`), posted as
+  "resource"}``, marshalled;
+- every later frame: a batch of span records, their count and then the list marshalled as
+  one (:func:`~rollgym.telemetry.pipeline.frames.pack_batch`), posted as
   ``ExportTraceServiceRequest`` s of at most the current batch size (:class:`BatchSize`);
-  to the run's own trace store (config key ``records``) the packed records are posted as
-  they came, never unpacked (:data:`~rollgym.telemetry.pipeline.frames.RECORDS_TYPE`): the
+  to the run's own trace store (config key ``records``) a batch within that size is posted
+  as it came, never read (:data:`~rollgym.telemetry.pipeline.frames.RECORDS_TYPE`): the
   store turns records into rows itself, so neither side pays for OTLP;
 - for each request it writes lines to stdout: ``sending <n>`` as each attempt starts to go
   out (from then on the backend may get it), ``retrying <n>`` when that attempt failed without
@@ -74,6 +74,8 @@ from rollgym.telemetry.pipeline.frames import (
     RECORDS_TYPE,
     STOP_NOW,
     STOP_RETRYING,
+    frame_count,
+    frame_records,
     pack_records,
     read_frame,
     unpack_frame,
@@ -415,27 +417,31 @@ def _serve(inp: BinaryIO, answers: Answers) -> None:
         frame = _read_next(inp)
         if frame is None:
             return
-        batch = marshal.loads(frame) if records else unpack_frame(frame)
+        count = frame_count(frame)
+        # Records to the run's own store, a batch within the size: posted as packed, not read.
+        whole = frame_records(frame) if records and count <= size.spans else None
+        batch = unpack_frame(frame) if whole is None else []
         start = 0
-        while start < len(batch):
+        while start < count:
             if _ended():
-                answers.say(UNSENT, len(batch) - start)
+                answers.say(UNSENT, count - start)
                 return
             part = batch[start : start + size.spans]
-            start += len(part)
+            n = count if whole is not None else len(part)
+            start += n
             try:
-                body = encode(part)
+                body = encode(whole if whole is not None else part)
             except Exception:  # an encoding bug loses this batch (counted), not the exporter
-                _log.exception("encoding a batch of %d spans failed", len(part))
-                answers.say(FAIL, len(part))
+                _log.exception("encoding a batch of %d spans failed", n)
+                answers.say(FAIL, n)
                 continue
-            verdict = poster.post(body, size.timeout_s, answers.about(len(part)))
+            verdict = poster.post(body, size.timeout_s, answers.about(n))
             if verdict == UNKNOWN and poster.timed_out and _life.drain_until is None:
-                size.timed_out(len(part))
-            answers.say(verdict, len(part))
+                size.timed_out(n)
+            answers.say(verdict, n)
 
 
-def otlp_encoder(resource: dict[str, Any]) -> Callable[[list[Any]], bytes]:
+def otlp_encoder(resource: dict[str, Any]) -> Callable[[Any], bytes]:
     """Unpacked records -> an OTLP ``ExportTraceServiceRequest``. A record holding a text that
     is not valid Unicode (a lone surrogate, from user code) is sent with each such character
     replaced by U+FFFD rather than costing the whole batch (:func:`.records.valid_record`)."""
@@ -450,10 +456,16 @@ def otlp_encoder(resource: dict[str, Any]) -> Callable[[list[Any]], bytes]:
     return encode
 
 
-def records_encoder(resource: dict[str, Any]) -> Callable[[list[Any]], bytes]:
-    """Packed records (never unpacked here) -> a records body for the run's own store."""
+def records_encoder(resource: dict[str, Any]) -> Callable[[Any], bytes]:
+    """A batch's records, as the frame packed them (never read here), or a part of a batch
+    the child split (a list of records) -> a records body for the run's own store."""
     packed_resource = marshal.dumps(resource)
-    return lambda part: pack_records(packed_resource, part)
+
+    def encode(part: list[Any] | memoryview) -> bytes:
+        packed = part if isinstance(part, memoryview) else marshal.dumps(part)
+        return pack_records(packed_resource, packed)
+
+    return encode
 
 
 def _serve_grpc(

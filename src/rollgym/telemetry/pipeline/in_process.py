@@ -10,9 +10,8 @@ object a test or a bench passes in, and OTLP when the child cannot start. It tak
 
 Two ways:
 
-- batched (what a run uses): the hot path packs each record to bytes and appends it to a
-  bounded queue (as the shipper does, so queued records are not objects the garbage collector
-  tracks); one daemon thread takes up to a batch at a time, converts and exports it, trying a
+- batched (what a run uses): the hot path appends each record to a bounded queue (the
+  shipper's); one daemon thread takes up to a batch at a time, converts and exports it, trying a
   failed batch again with backoff for ``patience_s`` (``telemetry.flush_timeout_s``: a backend
   slow to start loses nothing), never past the shutdown deadline;
 - synchronous (tests, :func:`~rollgym.telemetry.setup.install_for_tests`): each span is
@@ -26,7 +25,6 @@ and the batch in progress when the tallies close ``unknown``.
 from __future__ import annotations
 
 import logging
-import marshal
 import threading
 import time
 from collections.abc import Sequence
@@ -38,7 +36,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from rollgym.defaults import SPAN_EXPORT_BATCH_SIZE, SPAN_QUEUE_SIZE, SPAN_SCHEDULE_DELAY_MS
 from rollgym.telemetry.pipeline.readable import export_spans, readable_span
 from rollgym.telemetry.pipeline.records import SpanRecord
-from rollgym.telemetry.pipeline.shipper import PackedQueue
+from rollgym.telemetry.pipeline.shipper import RecordQueue
 from rollgym.telemetry.span_counts import (
     REASON_EXPORT_FAILED,
     REASON_SHUTDOWN,
@@ -51,7 +49,7 @@ _FIRST_RETRY_S = 0.5
 _MAX_RETRY_S = 5.0
 
 
-class InProcessExport(PackedQueue):
+class InProcessExport(RecordQueue):
     """Records -> ``ReadableSpan`` s -> ``exporter``, in this process; see the module docstring."""
 
     def __init__(
@@ -89,7 +87,7 @@ class InProcessExport(PackedQueue):
         if self._synchronous:
             self._export_now(record)
         else:
-            PackedQueue.on_end(self, record)
+            RecordQueue.on_end(self, record)
 
     def _export_now(self, record: SpanRecord) -> None:
         counts = self.counts
@@ -107,15 +105,13 @@ class InProcessExport(PackedQueue):
 
     def _export_queued(self) -> None:
         queue, popleft, counts = self._queue, self._queue.popleft, self.counts
-        loads = marshal.loads
         while queue:
             n = min(len(queue), self._batch)
-            packed = [popleft() for _ in range(n)]
+            records = [popleft() for _ in range(n)]
             with counts.lock:
                 counts.accepted += n
                 counts.handed += n
             try:
-                records = [loads(p) for p in packed]
                 spans = [readable_span(record, self._resource) for record in records]
             except Exception:  # a conversion bug loses this batch (counted), not the thread
                 _log.exception("converting a batch of %d spans failed", n)

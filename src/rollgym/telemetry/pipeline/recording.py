@@ -370,11 +370,16 @@ class RecordingTracer(trace.Tracer):
         span_id = self._new_span_id()
         if not sampled:
             return NonRecordingSpan(_span_context(trace_id, span_id, _NOT_SAMPLED, state))
-        # Our helpers pass valid values; anything else is cleaned off the hot path (see
-        # shipper.clean_record) rather than checked here value by value.
+        # A private copy, as the SDK keeps: a value the caller changes later (a list) must
+        # not change the record, which is packed after the span ends (shipper docstring).
+        # Our helpers pass scalars, so the usual cost is one type check a value.
         recorded = dict(attributes) if attributes else {}
         if extra:
             recorded.update(extra)
+        for value in recorded.values():
+            if type(value) not in _SCALARS:
+                recorded = clean_attributes(recorded)
+                break
         link_records = None
         if links:
             link_records = [

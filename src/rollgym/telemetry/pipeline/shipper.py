@@ -1,22 +1,25 @@
 """The recording process's half of the export pipeline: a bounded queue and a pipe to a child.
 
 Hot path (:meth:`SpanShipper.on_end`, called by ``RecordingSpan.end`` on whatever thread ends a
-span): a length check, the record ``marshal`` ed to bytes (C speed, under a microsecond), a
-``deque.append`` (atomic under the GIL, no lock), and once per batch an ``Event.set``.
+span): a length check, a ``deque.append`` of the record (atomic under the GIL, no lock), and
+once per batch an ``Event.set``. Everything else happens on two daemon threads:
 
-Why each record becomes bytes at once rather than in the writer's batch: a queued record is a
-tuple holding dicts, objects the garbage collector tracks, and up to a batch of them alive at
-a time made the recording process collect three times as often and cost the driver about 25 µs
-more a traced rollout than records dropped at once (``bench/shipper_hot_path.py``); bytes are
-not tracked, and the record's objects are freed as the span ends. Everything else happens on
-two daemon threads:
-
-- the *writer* takes up to ``max_export_batch_size`` packed records at a time and writes them
-  to the child's stdin as one frame; a full pipe blocks only this thread;
+- the *writer* takes up to ``max_export_batch_size`` records at a time, marshals them as one
+  (:func:`~rollgym.telemetry.pipeline.frames.pack_batch`) and writes them to the child's stdin
+  as one frame; a full pipe blocks only this thread;
 - the *reader* reads the child's lines (:mod:`.child`) and counts them: ``ok n`` delivered,
   ``fail n`` dropped, ``unknown n`` sent with no answer (the backend may have stored it),
   ``unsent n`` dropped at shutdown; ``sending n`` marks the batch going out now, which is
   what the counts call unknown if the child ends before it says more.
+
+Why records wait as objects and are packed a batch at a time: with the young-generation GC
+threshold raised while a pipeline records (:mod:`rollgym.telemetry.young_gc`), queued records
+no longer make the process collect more often (``bench/shipper_hot_path.py``: 0 collections a
+round either way), and marshalling a batch as one costs about a quarter of packing each record
+as its span ends, in the writer thread instead of the event loop (measured in
+docs/design/span-pipeline.md). A record holds nothing its span changes after ``end()``, and
+the recording tracer keeps its own copy of every attribute value (sequences as tuples), so
+what is packed is what the span held when it ended.
 
 Loss is counted, never hidden and never blocking, and never called a loss when the backend may
 have the spans: a full queue drops the new span (``queue_full``); a batch the backend refused
@@ -41,9 +44,8 @@ from typing import IO, Any
 
 from rollgym.defaults import SPAN_EXPORT_BATCH_SIZE, SPAN_QUEUE_SIZE, SPAN_SCHEDULE_DELAY_MS
 from rollgym.telemetry.pipeline.exporter_process import start_exporter
-from rollgym.telemetry.pipeline.frames import HEADER, STOP_NOW, STOP_RETRYING, pack_record
-from rollgym.telemetry.pipeline.recording import clean_attributes
-from rollgym.telemetry.pipeline.records import ATTRIBUTES, EVENTS, LINKS, STATUS_CODE, SpanRecord
+from rollgym.telemetry.pipeline.frames import HEADER, STOP_NOW, STOP_RETRYING, pack_batch
+from rollgym.telemetry.pipeline.records import SpanRecord
 from rollgym.telemetry.span_counts import (
     REASON_EXPORT_FAILED,
     REASON_QUEUE_FULL,
@@ -54,23 +56,34 @@ from rollgym.telemetry.span_counts import (
 _log = logging.getLogger(__name__)
 
 
-def clean_record(record: SpanRecord) -> SpanRecord:
-    """``record`` with every attribute value the API does not allow dropped (logged once).
+def pack_batch_safely(batch: list[SpanRecord]) -> tuple[bytes, int]:
+    """``batch`` as one frame; also how many of its records were left out because ``marshal``
+    refused them. Every attribute value was checked as it was set (``recording``), so only a
+    field the API does not check can be refused, such as a span name that is not text given to
+    ``update_name``: that span alone is lost, counted, and the rest of its batch goes."""
+    try:
+        return pack_batch(batch), 0
+    except ValueError:
+        pass
+    kept: list[SpanRecord] = []
+    for record in batch:
+        try:
+            marshal.dumps(record)
+        except ValueError:
+            continue
+        kept.append(record)
+    global _refusal_logged
+    if not _refusal_logged:
+        _refusal_logged = True
+        _log.warning(
+            "a span record held a value that is not an attribute and could not be packed "
+            "(e.g. a span name that is not text); such spans are dropped and counted"
+        )
+    return pack_batch(kept), len(batch) - len(kept)
 
-    The recording side copies attribute mappings without checking each value (the hot path);
-    :meth:`SpanShipper.on_end` calls this only for a record that ``marshal`` refused.
-    """
-    events = record[EVENTS]
-    links = record[LINKS]
-    return (
-        *record[:ATTRIBUTES],
-        clean_attributes(record[ATTRIBUTES]),
-        [(name, when, clean_attributes(attrs)) for name, when, attrs in events] if events else None,
-        [(t, s, remote, clean_attributes(attrs) or None) for t, s, remote, attrs in links]
-        if links
-        else None,
-        *record[STATUS_CODE:],
-    )
+
+#: Whether this process has said that a record could not be packed (said once).
+_refusal_logged = False
 
 
 #: How long after the rollouts end an endpoint that accepts no connection is given to start
@@ -84,12 +97,12 @@ SHUTDOWN_PROBE_S = 8.0
 STOP_NOW_S = 1.0
 
 
-class PackedQueue:
-    """The hot path both exporter sides share: a bounded queue of packed records.
+class RecordQueue:
+    """The hot path both exporter sides share: a bounded queue of span records.
 
-    :meth:`on_end` (called by ``RecordingSpan.end``): a length check, the record ``marshal`` ed
-    to bytes, a ``deque.append`` (atomic under the GIL, no lock) and once per batch an
-    ``Event.set`` that wakes the side's worker thread. :class:`SpanShipper` ships the queue to
+    :meth:`on_end` (called by ``RecordingSpan.end``): a length check, a ``deque.append`` of the
+    record (atomic under the GIL, no lock) and once per batch an ``Event.set`` that wakes the
+    side's worker thread. :class:`SpanShipper` ships the queue to
     its exporter child, :class:`~rollgym.telemetry.pipeline.in_process.InProcessExport` to an
     SDK exporter; each counts into its own :attr:`counts`.
     """
@@ -97,8 +110,8 @@ class PackedQueue:
     def __init__(
         self, max_queue_size: int, max_export_batch_size: int, schedule_delay_ms: float
     ) -> None:
-        #: Packed records (:func:`~rollgym.telemetry.pipeline.frames.pack_record`), oldest first.
-        self._queue: deque[bytes] = deque()
+        #: Records of ended spans, oldest first.
+        self._queue: deque[SpanRecord] = deque()
         self.counts = SpanCounts(self._queue)
         self._max_queue = max_queue_size
         self._batch = max(1, min(max_export_batch_size, max_queue_size))
@@ -126,11 +139,7 @@ class PackedQueue:
         if size >= self._max_queue or self._closed:
             self.counts.drop(REASON_SHUTDOWN if self._closed else REASON_QUEUE_FULL)
             return
-        try:
-            packed = pack_record(record)
-        except ValueError:  # a value of a type the API does not allow: clean, then pack
-            packed = pack_record(clean_record(record))
-        queue.append(packed)
+        queue.append(record)
         if size + 1 == self._batch:
             self._wake.set()
 
@@ -159,7 +168,7 @@ class PackedQueue:
         raise NotImplementedError
 
 
-class SpanShipper(PackedQueue):
+class SpanShipper(RecordQueue):
     """Queue + exporter child for one process; see the module docstring."""
 
     def __init__(
@@ -238,7 +247,15 @@ class SpanShipper(PackedQueue):
             batch = [popleft() for _ in range(n)]
             with counts.lock:
                 counts.accepted += n
-            frame = marshal.dumps(batch)  # a list of bytes: copied, never refused
+            frame, unpacked = pack_batch_safely(batch)
+            if unpacked:  # refused as if never accepted: dropped, and not waited for by flush
+                with counts.lock:
+                    if not counts.closed:
+                        counts.accepted -= unpacked
+                        counts.dropped[REASON_EXPORT_FAILED] += unpacked
+                n -= unpacked
+                if n == 0:
+                    continue
             with self._io_lock:
                 if self._dead:
                     with counts.lock:
